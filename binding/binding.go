@@ -1,0 +1,278 @@
+package binding
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"credbroker/vault"
+)
+
+// Errors returned by Service. Callers branch with errors.Is.
+var (
+	// ErrNotFound: no such grant (or a malformed id).
+	ErrNotFound = errors.New("binding: no such connect request")
+	// ErrExpired: the grant's TTL has passed.
+	ErrExpired = errors.New("binding: connect request expired")
+	// ErrClosed: the grant is completed or denied; it cannot be used again.
+	ErrClosed = errors.New("binding: connect request already used or closed")
+	// ErrWrongPrincipal: the acting principal is not the one that started the grant.
+	ErrWrongPrincipal = errors.New("binding: connect request belongs to a different principal")
+	// ErrBadState: the transition is not allowed from the grant's state.
+	ErrBadState = errors.New("binding: transition not allowed in this state")
+	// ErrTooManyPending: the principal has too many open connect requests.
+	ErrTooManyPending = errors.New("binding: too many open connect requests")
+	// ErrRateLimited: the principal started too many connect requests recently.
+	ErrRateLimited = errors.New("binding: too many connect requests this hour")
+	// ErrTooManyRounds: the client retried this grant too often.
+	ErrTooManyRounds = errors.New("binding: too many retries for this connect request")
+)
+
+// Options configures a Service. Zero values take the defaults.
+type Options struct {
+	// TTL is how long a grant stays usable (default 10 minutes).
+	TTL time.Duration
+	// MaxRounds bounds MRTR retries per grant (default 10).
+	MaxRounds int
+	// MaxPending bounds open grants per principal (default 10; <0 disables).
+	MaxPending int
+	// MaxPerHour bounds grants created per principal per hour (default 30; <0 disables).
+	MaxPerHour int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Service creates and advances grants.
+type Service struct {
+	store vault.Store
+	opts  Options
+}
+
+// New returns a Service over store.
+func New(store vault.Store, opts Options) *Service {
+	if opts.TTL <= 0 {
+		opts.TTL = 10 * time.Minute
+	}
+	if opts.MaxRounds == 0 {
+		opts.MaxRounds = 10
+	}
+	if opts.MaxPending == 0 {
+		opts.MaxPending = 10
+	}
+	if opts.MaxPerHour == 0 {
+		opts.MaxPerHour = 30
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Service{store: store, opts: opts}
+}
+
+// TTL returns the grant lifetime.
+func (s *Service) TTL() time.Duration { return s.opts.TTL }
+
+// Now returns the service clock's time.
+func (s *Service) Now() time.Time { return s.opts.Now() }
+
+const idBytes = 16
+
+// NewID returns a fresh opaque grant id: 128 random bits, base64url, 22 characters.
+func NewID() string {
+	var b [idBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("binding: crypto/rand failed: " + err.Error())
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// ValidID reports whether id has the shape of a grant id. Untrusted ids are
+// checked with it before any lookup.
+func ValidID(id string) bool {
+	if len(id) != base64.RawURLEncoding.EncodedLen(idBytes) {
+		return false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(id)
+	return err == nil && len(b) == idBytes
+}
+
+// SamePrincipal compares two principals in constant time (per field length).
+func SamePrincipal(a, b vault.Principal) bool {
+	iss := subtle.ConstantTimeCompare([]byte(a.Issuer), []byte(b.Issuer))
+	sub := subtle.ConstantTimeCompare([]byte(a.Subject), []byte(b.Subject))
+	return iss&sub == 1 && a.Issuer != "" && a.Subject != ""
+}
+
+// Create starts a grant for p. Limits on open and recent grants apply.
+func (s *Service) Create(ctx context.Context, p vault.Principal, provider string, scopes []string, clientName string) (vault.Grant, error) {
+	if p.IsZero() || p.Issuer == "" || p.Subject == "" {
+		return vault.Grant{}, errors.New("binding: create: empty principal")
+	}
+	now := s.opts.Now()
+	if s.opts.MaxPending > 0 || s.opts.MaxPerHour > 0 {
+		created, open, err := s.store.CountGrants(ctx, p, now.Add(-time.Hour), now)
+		if err != nil {
+			return vault.Grant{}, fmt.Errorf("binding: create: %w", err)
+		}
+		if s.opts.MaxPending > 0 && open >= s.opts.MaxPending {
+			return vault.Grant{}, ErrTooManyPending
+		}
+		if s.opts.MaxPerHour > 0 && created >= s.opts.MaxPerHour {
+			return vault.Grant{}, ErrRateLimited
+		}
+	}
+	g := vault.Grant{
+		ID: NewID(), Principal: p, Provider: provider, Scopes: slices.Clone(scopes),
+		ClientName: clientName, Created: now, Expires: now.Add(s.opts.TTL), State: vault.GrantPending,
+	}
+	g, err := s.store.CreateGrant(ctx, g)
+	if err != nil {
+		return vault.Grant{}, fmt.Errorf("binding: create: %w", err)
+	}
+	return g, nil
+}
+
+// Lookup returns the grant by id without checking who asks. Expired grants
+// report ErrExpired (along with the grant). Use Authorize for anything that
+// acts on the grant.
+func (s *Service) Lookup(ctx context.Context, id string) (vault.Grant, error) {
+	if !ValidID(id) {
+		return vault.Grant{}, ErrNotFound
+	}
+	g, err := s.store.GetGrant(ctx, id)
+	if errors.Is(err, vault.ErrNotFound) {
+		return vault.Grant{}, ErrNotFound
+	}
+	if err != nil {
+		return vault.Grant{}, fmt.Errorf("binding: lookup: %w", err)
+	}
+	if g.State == vault.GrantExpired || !g.State.Final() && !s.opts.Now().Before(g.Expires) {
+		g.State = vault.GrantExpired
+		return g, ErrExpired
+	}
+	return g, nil
+}
+
+// Authorize returns the grant when p is its principal. A different principal
+// gets ErrWrongPrincipal (and the grant, so the caller can log it) and
+// changes nothing.
+func (s *Service) Authorize(ctx context.Context, id string, p vault.Principal) (vault.Grant, error) {
+	g, err := s.Lookup(ctx, id)
+	if err != nil && !errors.Is(err, ErrExpired) {
+		return g, err
+	}
+	if !SamePrincipal(g.Principal, p) {
+		return g, ErrWrongPrincipal
+	}
+	return g, err
+}
+
+// transition applies fn to the grant after checking principal and expiry,
+// inside the store's compare-and-swap.
+func (s *Service) transition(ctx context.Context, id string, p vault.Principal, fn func(*vault.Grant) error) (vault.Grant, error) {
+	if !ValidID(id) {
+		return vault.Grant{}, ErrNotFound
+	}
+	now := s.opts.Now()
+	g, err := s.store.UpdateGrant(ctx, id, func(g vault.Grant) (vault.Grant, error) {
+		if !SamePrincipal(g.Principal, p) {
+			return g, ErrWrongPrincipal
+		}
+		if !g.State.Final() && !now.Before(g.Expires) {
+			return g, ErrExpired
+		}
+		if err := fn(&g); err != nil {
+			return g, err
+		}
+		return g, nil
+	})
+	if errors.Is(err, vault.ErrNotFound) {
+		return vault.Grant{}, ErrNotFound
+	}
+	return g, err
+}
+
+func closedErr(st vault.GrantState) error {
+	switch st {
+	case vault.GrantExpired:
+		return ErrExpired
+	case vault.GrantCompleted, vault.GrantDenied:
+		return ErrClosed
+	}
+	return ErrBadState
+}
+
+// Approve records the user's consent in the browser: pending → approved.
+// Approving an approved grant again is allowed (the user restarted the
+// provider step).
+func (s *Service) Approve(ctx context.Context, id string, p vault.Principal) (vault.Grant, error) {
+	return s.transition(ctx, id, p, func(g *vault.Grant) error {
+		switch g.State {
+		case vault.GrantPending, vault.GrantApproved:
+			g.State = vault.GrantApproved
+			return nil
+		}
+		return closedErr(g.State)
+	})
+}
+
+// Deny closes the grant without a connection: pending/approved → denied.
+// It serves both the browser's Deny button and an MCP client's "decline".
+func (s *Service) Deny(ctx context.Context, id string, p vault.Principal) (vault.Grant, error) {
+	return s.transition(ctx, id, p, func(g *vault.Grant) error {
+		switch g.State {
+		case vault.GrantPending, vault.GrantApproved:
+			g.State = vault.GrantDenied
+			return nil
+		}
+		return closedErr(g.State)
+	})
+}
+
+// Complete closes an approved grant with the connection it produced. It
+// succeeds once; a second call gets ErrClosed.
+func (s *Service) Complete(ctx context.Context, id string, p vault.Principal, connectionID string) (vault.Grant, error) {
+	if connectionID == "" {
+		return vault.Grant{}, errors.New("binding: complete without a connection id")
+	}
+	return s.transition(ctx, id, p, func(g *vault.Grant) error {
+		if g.State != vault.GrantApproved {
+			return closedErr(g.State)
+		}
+		g.State = vault.GrantCompleted
+		g.ConnectionID = connectionID
+		return nil
+	})
+}
+
+// Round counts one MRTR retry on an open grant; past MaxRounds it returns
+// ErrTooManyRounds. A final grant is returned unchanged (no error), so the
+// caller can read its outcome.
+func (s *Service) Round(ctx context.Context, id string, p vault.Principal) (vault.Grant, error) {
+	g, err := s.transition(ctx, id, p, func(g *vault.Grant) error {
+		if g.State.Final() {
+			return errUnchanged
+		}
+		if g.Rounds >= s.opts.MaxRounds {
+			return ErrTooManyRounds
+		}
+		g.Rounds++
+		return nil
+	})
+	if errors.Is(err, errUnchanged) {
+		return s.Lookup(ctx, id)
+	}
+	return g, err
+}
+
+var errUnchanged = errors.New("binding: unchanged")
+
+// GC removes grants that expired before now minus grace (so that a client
+// retrying just after expiry still gets a precise answer).
+func (s *Service) GC(ctx context.Context, grace time.Duration) (int, error) {
+	return s.store.DeleteExpiredGrants(ctx, s.opts.Now().Add(-grace))
+}

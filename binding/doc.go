@@ -1,0 +1,15 @@
+// Package binding owns connect requests ("grants"): a grant is created for
+// the principal that asked for a connection, named by an opaque 128-bit id,
+// lives for a short TTL, and is used at most once.
+//
+// State machine (vault.GrantState):
+//
+//	pending ──Approve──▶ approved ──Complete──▶ completed
+//	   │                    │
+//	   ├──Deny/Decline──────┴──▶ denied
+//	   └──(TTL passes)──────────▶ expired
+//
+// Every transition names the acting principal and is refused unless it is
+// the grant's own (compared in constant time). binding knows nothing about
+// HTTP or MCP; mcpapi creates grants and polls them, oauthflow completes them.
+package binding

@@ -1,0 +1,206 @@
+package vault
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// connRecord is the stored form of a Connection: metadata in the clear,
+// token material sealed in Tokens.
+type connRecord struct {
+	V             int              `json:"v"`
+	ID            string           `json:"id"`
+	Issuer        string           `json:"iss"`
+	Subject       string           `json:"sub"`
+	Provider      string           `json:"provider"`
+	AccountID     string           `json:"account_id"`
+	AccountLogin  string           `json:"account_login,omitempty"`
+	Scopes        []string         `json:"scopes,omitempty"`
+	Status        ConnectionStatus `json:"status"`
+	Created       time.Time        `json:"created"`
+	Updated       time.Time        `json:"updated"`
+	LastUsed      time.Time        `json:"last_used,omitzero"`
+	LastRefreshed time.Time        `json:"last_refreshed,omitzero"`
+	Version       uint64           `json:"version"`
+	Tokens        []byte           `json:"tokens"`
+}
+
+// tokenPlain is the plaintext that gets sealed. It exists only inside
+// EncodeConnection / DecodeConnection.
+type tokenPlain struct {
+	AccessToken  string    `json:"at,omitempty"`
+	RefreshToken string    `json:"rt,omitempty"`
+	TokenType    string    `json:"tt,omitempty"`
+	Expiry       time.Time `json:"exp,omitzero"`
+	IDToken      string    `json:"idt,omitempty"`
+}
+
+const recordV1 = 1
+
+// connectionAAD binds a ciphertext to the record that holds it: moving it to
+// another connection (other id, principal, provider or account) fails to open.
+func connectionAAD(c *connRecord) []byte {
+	b := []byte("credbroker/connection/v1")
+	for _, s := range []string{c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+// EncodeConnection renders c for storage, sealing its token set with kr's
+// primary key.
+func EncodeConnection(kr *Keyring, c Connection) ([]byte, error) {
+	if c.ID == "" {
+		return nil, errors.New("vault: connection without id")
+	}
+	r := connRecord{
+		V: recordV1, ID: c.ID, Issuer: c.Principal.Issuer, Subject: c.Principal.Subject,
+		Provider: c.Provider, AccountID: c.AccountID, AccountLogin: c.AccountLogin,
+		Scopes: c.Scopes, Status: c.Status, Created: c.Created, Updated: c.Updated,
+		LastUsed: c.LastUsed, LastRefreshed: c.LastRefreshed, Version: c.Version,
+	}
+	pt, err := json.Marshal(tokenPlain{
+		AccessToken: c.Token.AccessToken.Reveal(), RefreshToken: c.Token.RefreshToken.Reveal(),
+		TokenType: c.Token.TokenType, Expiry: c.Token.Expiry, IDToken: c.Token.IDToken.Reveal(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("vault: encode tokens: %w", err)
+	}
+	r.Tokens = kr.Seal(pt, connectionAAD(&r))
+	clear(pt)
+	return json.Marshal(&r)
+}
+
+// ConnectionMeta decodes a stored connection's metadata without opening its
+// tokens; Token is empty and SealedWith names the sealing key.
+func ConnectionMeta(b []byte) (Connection, error) {
+	var r connRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Connection{}, fmt.Errorf("vault: decode connection record: %w", err)
+	}
+	if r.V != recordV1 {
+		return Connection{}, fmt.Errorf("vault: connection record version %d is not supported", r.V)
+	}
+	if r.ID == "" {
+		return Connection{}, errors.New("vault: connection record without id")
+	}
+	kid, err := EnvelopeKeyID(r.Tokens)
+	if err != nil {
+		return Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
+	}
+	return Connection{
+		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject},
+		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
+		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
+		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
+		SealedWith: kid,
+	}, nil
+}
+
+// DecodeConnection parses a stored connection and opens its token set.
+// Tampered, moved or wrongly keyed ciphertexts return an error wrapping
+// ErrDecrypt, ErrUnknownKey or ErrMalformed; never garbage plaintext.
+func DecodeConnection(kr *Keyring, b []byte) (Connection, error) {
+	var r connRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Connection{}, fmt.Errorf("vault: decode connection record: %w", err)
+	}
+	if r.V != recordV1 {
+		return Connection{}, fmt.Errorf("vault: connection record version %d is not supported", r.V)
+	}
+	if r.ID == "" {
+		return Connection{}, errors.New("vault: connection record without id")
+	}
+	pt, kid, err := kr.Open(r.Tokens, connectionAAD(&r))
+	if err != nil {
+		return Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
+	}
+	var tp tokenPlain
+	err = json.Unmarshal(pt, &tp)
+	clear(pt)
+	if err != nil {
+		return Connection{}, fmt.Errorf("vault: connection %s: decode tokens: %w", r.ID, err)
+	}
+	return Connection{
+		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject},
+		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
+		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
+		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
+		SealedWith: kid,
+		Token: TokenSet{
+			AccessToken: Secret(tp.AccessToken), RefreshToken: Secret(tp.RefreshToken),
+			TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: Secret(tp.IDToken),
+		},
+	}, nil
+}
+
+// grantRecord is the stored form of a Grant (no secrets).
+type grantRecord struct {
+	V            int        `json:"v"`
+	ID           string     `json:"id"`
+	Issuer       string     `json:"iss"`
+	Subject      string     `json:"sub"`
+	Provider     string     `json:"provider"`
+	Scopes       []string   `json:"scopes,omitempty"`
+	ClientName   string     `json:"client_name,omitempty"`
+	Created      time.Time  `json:"created"`
+	Expires      time.Time  `json:"expires"`
+	State        GrantState `json:"state"`
+	ConnectionID string     `json:"connection_id,omitempty"`
+	Rounds       int        `json:"rounds,omitempty"`
+	Version      uint64     `json:"version"`
+}
+
+// EncodeGrant renders g for storage.
+func EncodeGrant(g Grant) ([]byte, error) {
+	if g.ID == "" {
+		return nil, errors.New("vault: grant without id")
+	}
+	return json.Marshal(grantRecord{
+		V: recordV1, ID: g.ID, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject,
+		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Created: g.Created,
+		Expires: g.Expires, State: g.State, ConnectionID: g.ConnectionID, Rounds: g.Rounds,
+		Version: g.Version,
+	})
+}
+
+// DecodeGrant parses a stored grant.
+func DecodeGrant(b []byte) (Grant, error) {
+	var r grantRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Grant{}, fmt.Errorf("vault: decode grant record: %w", err)
+	}
+	if r.V != recordV1 {
+		return Grant{}, fmt.Errorf("vault: grant record version %d is not supported", r.V)
+	}
+	if r.ID == "" {
+		return Grant{}, errors.New("vault: grant record without id")
+	}
+	return Grant{
+		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject}, Provider: r.Provider,
+		Scopes: r.Scopes, ClientName: r.ClientName, Created: r.Created, Expires: r.Expires,
+		State: r.State, ConnectionID: r.ConnectionID, Rounds: r.Rounds, Version: r.Version,
+	}, nil
+}
+
+// CheckConnectionUpdate reports an error when an update closure changed an
+// immutable field of a connection. Backends call it inside UpdateConnection.
+func CheckConnectionUpdate(old, new Connection) error {
+	if old.ID != new.ID || old.Principal != new.Principal || old.Provider != new.Provider || old.AccountID != new.AccountID {
+		return fmt.Errorf("vault: update of connection %s changed an immutable field (id, principal, provider or account id)", old.ID)
+	}
+	return nil
+}
+
+// CheckGrantUpdate reports an error when an update closure changed an
+// immutable field of a grant.
+func CheckGrantUpdate(old, new Grant) error {
+	if old.ID != new.ID || old.Principal != new.Principal {
+		return fmt.Errorf("vault: update of grant %s changed an immutable field (id or principal)", old.ID)
+	}
+	return nil
+}

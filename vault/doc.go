@@ -1,0 +1,15 @@
+// Package vault is credbroker's persistent storage: connections (a principal's
+// link to a provider account, with its encrypted token set) and grants (pending
+// connect requests).
+//
+// The Store interface is the contract every backend implements; vaulttest.Run
+// is the conformance suite each backend runs. Backends never see plaintext
+// tokens at rest: a connection's token set is sealed with the Keyring (AEAD,
+// random nonce, key-id prefix, AAD bound to the record's identity) by
+// EncodeConnection before it is written, and opened by DecodeConnection after
+// it is read. Metadata (principal, provider, account, scopes, times, status)
+// stays in the clear so it can be indexed and listed.
+//
+// Mutation goes through Update-style compare-and-swap closures; the Version
+// field of each record increases by one on every successful write.
+package vault

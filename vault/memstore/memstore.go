@@ -1,0 +1,316 @@
+// Package memstore is an in-memory vault.Store for tests and ephemeral runs.
+// It stores records in their encoded (sealed) form, exactly as a persistent
+// backend would, so encryption is exercised on every read and write.
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"credbroker/vault"
+)
+
+// Store is an in-memory vault.Store.
+type Store struct {
+	kr *vault.Keyring
+
+	mu          sync.RWMutex // guards the fields below
+	closed      bool
+	conns       map[string][]byte
+	byPrincipal map[vault.Principal]map[string]struct{}
+	grants      map[string][]byte
+}
+
+var _ vault.Store = (*Store)(nil)
+
+// New returns an empty store sealing tokens with kr.
+func New(kr *vault.Keyring) *Store {
+	return &Store{
+		kr:          kr,
+		conns:       map[string][]byte{},
+		byPrincipal: map[vault.Principal]map[string]struct{}{},
+		grants:      map[string][]byte{},
+	}
+}
+
+func (s *Store) check() error {
+	if s.closed {
+		return vault.ErrClosed
+	}
+	return nil
+}
+
+// CreateConnection implements vault.Store.
+func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault.Connection, error) {
+	c = c.Clone()
+	c.Version = 1
+	b, err := vault.EncodeConnection(s.kr, c)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.Connection{}, err
+	}
+	if _, ok := s.conns[c.ID]; ok {
+		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", c.ID, vault.ErrExists)
+	}
+	s.conns[c.ID] = b
+	idx := s.byPrincipal[c.Principal]
+	if idx == nil {
+		idx = map[string]struct{}{}
+		s.byPrincipal[c.Principal] = idx
+	}
+	idx[c.ID] = struct{}{}
+	c.SealedWith = s.kr.Primary()
+	return c, nil
+}
+
+// GetConnection implements vault.Store.
+func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection, error) {
+	s.mu.RLock()
+	err := s.check()
+	b, ok := s.conns[id]
+	s.mu.RUnlock()
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	if !ok {
+		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
+	}
+	return vault.DecodeConnection(s.kr, b)
+}
+
+// ListConnections implements vault.Store.
+func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
+	s.mu.RLock()
+	if err := s.check(); err != nil {
+		s.mu.RUnlock()
+		return nil, err
+	}
+	recs := make([][]byte, 0, len(s.byPrincipal[p]))
+	ids := make([]string, 0, len(s.byPrincipal[p]))
+	for id := range s.byPrincipal[p] {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		recs = append(recs, s.conns[id])
+	}
+	s.mu.RUnlock()
+	out := make([]vault.Connection, 0, len(recs))
+	for _, b := range recs {
+		c, err := vault.DecodeConnection(s.kr, b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// UpdateConnection implements vault.Store.
+func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.Connection{}, err
+	}
+	b, ok := s.conns[id]
+	if !ok {
+		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
+	}
+	old, err := vault.DecodeConnection(s.kr, b)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	nc, err := fn(old.Clone())
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	if err := vault.CheckConnectionUpdate(old, nc); err != nil {
+		return vault.Connection{}, err
+	}
+	nc = nc.Clone()
+	nc.Version = old.Version + 1
+	nb, err := vault.EncodeConnection(s.kr, nc)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	s.conns[id] = nb
+	nc.SealedWith = s.kr.Primary()
+	return nc, nil
+}
+
+// DeleteConnection implements vault.Store.
+func (s *Store) DeleteConnection(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	b, ok := s.conns[id]
+	if !ok {
+		return fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
+	}
+	meta, err := vault.ConnectionMeta(b)
+	if err != nil {
+		return err
+	}
+	delete(s.conns, id)
+	delete(s.byPrincipal[meta.Principal], id)
+	if len(s.byPrincipal[meta.Principal]) == 0 {
+		delete(s.byPrincipal, meta.Principal)
+	}
+	return nil
+}
+
+// ConnectionIDs implements vault.Store.
+func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var ids []string
+	for id := range s.conns {
+		if id > after {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	if limit > 0 && len(ids) > limit {
+		ids = ids[:limit]
+	}
+	return ids, nil
+}
+
+// CreateGrant implements vault.Store.
+func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, error) {
+	g = g.Clone()
+	g.Version = 1
+	b, err := vault.EncodeGrant(g)
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.Grant{}, err
+	}
+	if _, ok := s.grants[g.ID]; ok {
+		return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", g.ID, vault.ErrExists)
+	}
+	s.grants[g.ID] = b
+	return g, nil
+}
+
+// GetGrant implements vault.Store.
+func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
+	s.mu.RLock()
+	err := s.check()
+	b, ok := s.grants[id]
+	s.mu.RUnlock()
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	if !ok {
+		return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", id, vault.ErrNotFound)
+	}
+	return vault.DecodeGrant(b)
+}
+
+// UpdateGrant implements vault.Store.
+func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.Grant{}, err
+	}
+	b, ok := s.grants[id]
+	if !ok {
+		return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", id, vault.ErrNotFound)
+	}
+	old, err := vault.DecodeGrant(b)
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	ng, err := fn(old.Clone())
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	if err := vault.CheckGrantUpdate(old, ng); err != nil {
+		return vault.Grant{}, err
+	}
+	ng = ng.Clone()
+	ng.Version = old.Version + 1
+	nb, err := vault.EncodeGrant(ng)
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	if bytes.Equal(nb, b) {
+		return ng, nil
+	}
+	s.grants[id] = nb
+	return ng, nil
+}
+
+// CountGrants implements vault.Store.
+func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now time.Time) (created, open int, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(); err != nil {
+		return 0, 0, err
+	}
+	for _, b := range s.grants {
+		g, err := vault.DecodeGrant(b)
+		if err != nil {
+			return 0, 0, err
+		}
+		if g.Principal != p {
+			continue
+		}
+		if !g.Created.Before(since) {
+			created++
+		}
+		if !g.State.Final() && now.Before(g.Expires) {
+			open++
+		}
+	}
+	return created, open, nil
+}
+
+// DeleteExpiredGrants implements vault.Store.
+func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for id, b := range s.grants {
+		g, err := vault.DecodeGrant(b)
+		if err != nil {
+			return n, err
+		}
+		if g.Expires.Before(now) {
+			delete(s.grants, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Close implements vault.Store.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}

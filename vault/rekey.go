@@ -1,0 +1,61 @@
+package vault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Rekey re-seals every connection whose token set is not sealed with kr's
+// primary key, batch ids at a time, while the store stays in use (each record
+// is rewritten through UpdateConnection, so concurrent writers are safe).
+// It is idempotent and resumable: records already on the primary key are
+// skipped, so an interrupted run simply starts again. The store must have
+// been opened with kr. It returns how many records it rewrote.
+func Rekey(ctx context.Context, s Store, kr *Keyring, batch int) (int, error) {
+	if batch <= 0 {
+		batch = 500
+	}
+	primary := kr.Primary()
+	rewritten := 0
+	after := ""
+	for {
+		ids, err := s.ConnectionIDs(ctx, after, batch)
+		if err != nil {
+			return rewritten, fmt.Errorf("vault: rekey: list: %w", err)
+		}
+		if len(ids) == 0 {
+			return rewritten, nil
+		}
+		for _, id := range ids {
+			if err := ctx.Err(); err != nil {
+				return rewritten, err
+			}
+			changed := false
+			_, err := s.UpdateConnection(ctx, id, func(c Connection) (Connection, error) {
+				if c.SealedWith == primary {
+					return c, errSkip
+				}
+				changed = true
+				return c, nil
+			})
+			switch {
+			case err == errSkip, IsNotFound(err):
+			case err != nil:
+				return rewritten, fmt.Errorf("vault: rekey %s: %w", id, err)
+			case changed:
+				rewritten++
+			}
+		}
+		after = ids[len(ids)-1]
+	}
+}
+
+type skipError struct{}
+
+func (skipError) Error() string { return "vault: skip" }
+
+var errSkip error = skipError{}
+
+// IsNotFound reports whether err wraps ErrNotFound.
+func IsNotFound(err error) bool { return err != nil && errors.Is(err, ErrNotFound) }

@@ -1,0 +1,166 @@
+package vault
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+)
+
+// Sentinel errors returned (wrapped) by every Store implementation.
+var (
+	// ErrNotFound: no record with that id.
+	ErrNotFound = errors.New("vault: not found")
+	// ErrExists: a record with that id already exists.
+	ErrExists = errors.New("vault: already exists")
+	// ErrConflict: the record changed between read and write (compare-and-swap lost).
+	ErrConflict = errors.New("vault: conflict")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("vault: store closed")
+)
+
+// Principal identifies a person: the issuer and subject of a validated
+// credential. It is never taken from a client-asserted field.
+type Principal struct {
+	Issuer  string `json:"iss"`
+	Subject string `json:"sub"`
+}
+
+// IsZero reports whether p is unset.
+func (p Principal) IsZero() bool { return p.Issuer == "" && p.Subject == "" }
+
+// ConnectionStatus is the lifecycle state of a connection.
+type ConnectionStatus string
+
+const (
+	// StatusActive: the tokens are believed to work.
+	StatusActive ConnectionStatus = "active"
+	// StatusNeedsReconnect: the provider rejected the refresh token
+	// (invalid_grant); the user must connect again.
+	StatusNeedsReconnect ConnectionStatus = "needs_reconnect"
+)
+
+// TokenSet is the token material of a connection. It is the only part of a
+// connection that is encrypted at rest.
+type TokenSet struct {
+	AccessToken  Secret    `json:"-"`
+	RefreshToken Secret    `json:"-"`
+	TokenType    string    `json:"-"`
+	Expiry       time.Time `json:"-"`
+	IDToken      Secret    `json:"-"`
+}
+
+// Connection links a principal to one account at one provider.
+type Connection struct {
+	ID        string
+	Principal Principal
+	Provider  string
+	// AccountID is the provider account's stable id (GitHub numeric id, OIDC sub).
+	AccountID string
+	// AccountLogin is the display login or email of the provider account.
+	AccountLogin  string
+	Scopes        []string
+	Token         TokenSet
+	Status        ConnectionStatus
+	Created       time.Time
+	Updated       time.Time
+	LastUsed      time.Time
+	LastRefreshed time.Time
+	// Version increases by one on every write; the store sets it.
+	Version uint64
+	// SealedWith is the id of the key that sealed the stored token set; set
+	// by the store on read, ignored on write (the primary key always seals).
+	SealedWith string
+}
+
+// Clone returns a deep copy of c.
+func (c Connection) Clone() Connection {
+	c.Scopes = slices.Clone(c.Scopes)
+	return c
+}
+
+// GrantState is the state of a connect request. The machine is
+//
+//	pending → approved → completed
+//	pending → denied | expired
+//	approved → denied | expired
+//
+// completed, denied and expired are final.
+type GrantState string
+
+const (
+	GrantPending   GrantState = "pending"
+	GrantApproved  GrantState = "approved"
+	GrantCompleted GrantState = "completed"
+	GrantDenied    GrantState = "denied"
+	GrantExpired   GrantState = "expired"
+)
+
+// Final reports whether no further transition is possible from s.
+func (s GrantState) Final() bool {
+	return s == GrantCompleted || s == GrantDenied || s == GrantExpired
+}
+
+// Grant is a pending connect request, bound to the principal that started it.
+type Grant struct {
+	ID        string
+	Principal Principal
+	Provider  string
+	Scopes    []string
+	// ClientName is the requesting MCP client's self-reported name: untrusted text.
+	ClientName string
+	Created    time.Time
+	Expires    time.Time
+	State      GrantState
+	// ConnectionID is set when State is GrantCompleted.
+	ConnectionID string
+	// Rounds counts MRTR retries answered while the grant was open.
+	Rounds  int
+	Version uint64
+}
+
+// Clone returns a deep copy of g.
+func (g Grant) Clone() Grant {
+	g.Scopes = slices.Clone(g.Scopes)
+	return g
+}
+
+// Store is the persistence contract. All methods are safe for concurrent use.
+// Errors wrap the sentinels above so callers can use errors.Is.
+type Store interface {
+	// CreateConnection stores a new connection (Version becomes 1).
+	// ErrExists if the id is taken.
+	CreateConnection(ctx context.Context, c Connection) (Connection, error)
+	// GetConnection returns the connection with its tokens decrypted.
+	GetConnection(ctx context.Context, id string) (Connection, error)
+	// ListConnections returns p's connections, ordered by id, via an index.
+	ListConnections(ctx context.Context, p Principal) ([]Connection, error)
+	// UpdateConnection applies fn to the current record and stores the result
+	// atomically (Version+1). ID, Principal, Provider and AccountID are
+	// immutable; changing them is an error. An error from fn aborts the
+	// update and is returned as is.
+	UpdateConnection(ctx context.Context, id string, fn func(Connection) (Connection, error)) (Connection, error)
+	// DeleteConnection removes the connection. ErrNotFound if absent.
+	DeleteConnection(ctx context.Context, id string) error
+	// ConnectionIDs returns up to limit connection ids greater than after, in
+	// order, without decrypting anything (for key rotation and migration).
+	ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error)
+
+	// CreateGrant stores a new grant (Version becomes 1). ErrExists if the id is taken.
+	CreateGrant(ctx context.Context, g Grant) (Grant, error)
+	// GetGrant returns the grant as stored (expiry is not applied here).
+	GetGrant(ctx context.Context, id string) (Grant, error)
+	// UpdateGrant is the compare-and-swap mutation of a grant. ID and
+	// Principal are immutable.
+	UpdateGrant(ctx context.Context, id string, fn func(Grant) (Grant, error)) (Grant, error)
+	// CountGrants returns how many of p's grants were created at or after
+	// since, and how many of those are still open (pending or approved, not
+	// yet expired at now).
+	CountGrants(ctx context.Context, p Principal, since, now time.Time) (created, open int, err error)
+	// DeleteExpiredGrants removes grants whose Expires is before now and
+	// returns how many it removed.
+	DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error)
+
+	// Close releases the store. Further calls return ErrClosed.
+	Close() error
+}
