@@ -1,0 +1,31 @@
+// Command brokerctl is a small MCP client for credbroker, for people and
+// scripts: connect, list, disconnect and request.
+//
+// It behaves as a careful MCP host should with URL-mode elicitation: it shows
+// the full URL with its domain set apart (and a warning when the host is
+// punycode, non-ASCII or not the broker's own host), asks before opening it,
+// never fetches it itself, waits for the user to finish in the browser, and
+// retries the call with a new JSON-RPC id and the requestState unchanged.
+//
+//	brokerctl --url http://127.0.0.1:8080/mcp --token "$TOKEN" connect demo
+//	brokerctl list
+//	brokerctl disconnect demo
+//	brokerctl request demo GET /api/user
+//
+// Exit status: 0 success, 1 failure (including a tool error), 2 usage,
+// 3 (--non-interactive) the user must open the printed URL, then run the
+// command again.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// peer is a real go-sdk MCP server whose connect_account tool asks for a
+// url elicitation until the retry carries an accept and the expected state.
+type peer struct {
+	mu     sync.Mutex
+	states []string // requestState received on each call
+	ids    []string // JSON-RPC ids of tools/call requests
+	auth   []string
+	link   string
+}
+
+func startPeer(t *testing.T, link string) (*peer, *httptest.Server) {
+	p := &peer{link: link}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "peer", Version: "1"}, nil)
+	type args struct {
+		Provider string `json:"provider"`
+	}
+	mcp.AddTool(srv, &mcp.Tool{Name: "connect_account"}, func(ctx context.Context, req *mcp.CallToolRequest, a args) (*mcp.CallToolResult, any, error) {
+		p.mu.Lock()
+		p.states = append(p.states, req.Params.RequestState)
+		p.mu.Unlock()
+		if req.Params.RequestState != "sealed-state-1" {
+			return &mcp.CallToolResult{
+				InputRequests: mcp.InputRequestMap{"connect_" + a.Provider: &mcp.ElicitParams{Mode: "url", Message: "Connect your Demo account.", URL: p.link}},
+				RequestState:  "sealed-state-1",
+			}, nil, nil
+		}
+		r, ok := req.Params.InputResponses["connect_"+a.Provider].(*mcp.ElicitResult)
+		if !ok {
+			return nil, nil, io.ErrUnexpectedEOF
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "action=" + r.Action}}}, nil, nil
+	})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.Unmarshal(body, &msg)
+		p.mu.Lock()
+		p.auth = append(p.auth, r.Header.Get("Authorization"))
+		if msg.Method == "tools/call" {
+			p.ids = append(p.ids, string(msg.ID))
+		}
+		p.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	return p, ts
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestConnectRetriesWithStateAndNewID(t *testing.T) {
+	p, ts := startPeer(t, "")
+	p.link = ts.URL + "/connect/AAAAAAAAAAAAAAAAAAAAAA"
+	var out, errOut bytes.Buffer
+	var opened []string
+	code := runWith(t, []string{"--url", ts.URL, "--open", "connect", "demo"}, "y\n\n", &out, &errOut, &opened)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "action=accept") {
+		t.Errorf("result not printed: %s", out.String())
+	}
+	if !strings.Contains(out.String(), p.link) || !strings.Contains(out.String(), ">>> "+strings.TrimPrefix(ts.URL, "http://")+" <<<") {
+		t.Errorf("URL or domain not shown: %s", out.String())
+	}
+	if len(opened) != 1 || opened[0] != p.link {
+		t.Errorf("browser opened %v, want the link once after consent", opened)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.states) != 2 || p.states[0] != "" || p.states[1] != "sealed-state-1" {
+		t.Errorf("requestState per call = %q, want echo on retry", p.states)
+	}
+	if len(p.ids) != 2 || p.ids[0] == p.ids[1] {
+		t.Errorf("tools/call ids = %v, want two distinct", p.ids)
+	}
+	for _, a := range p.auth {
+		if a != "Bearer tok-123" {
+			t.Fatalf("Authorization header %q", a)
+		}
+	}
+}
+
+// runWith runs the CLI with a scripted stdin and a recording browser opener.
+func runWith(t *testing.T, args []string, stdin string, out, errOut *bytes.Buffer, opened *[]string) int {
+	t.Helper()
+	prev := systemOpenHook
+	systemOpenHook = func(u string) error { *opened = append(*opened, u); return nil }
+	defer func() { systemOpenHook = prev }()
+	return run(context.Background(), args, strings.NewReader(stdin), out, errOut, env(map[string]string{"BROKER_TOKEN": "tok-123"}))
+}
+
+func TestDeclineAndCancel(t *testing.T) {
+	for _, tt := range []struct{ answer, want string }{{"n\n", "action=decline"}, {"c\n", "action=cancel"}, {"y\nc\n", "action=cancel"}, {"", "action=cancel"}} {
+		t.Run(strings.TrimSpace(tt.answer), func(t *testing.T) {
+			p, ts := startPeer(t, "")
+			p.link = ts.URL + "/connect/x"
+			var out, errOut bytes.Buffer
+			var opened []string
+			if code := runWith(t, []string{"--url", ts.URL, "connect", "demo"}, tt.answer, &out, &errOut, &opened); code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut.String())
+			}
+			if !strings.Contains(out.String(), tt.want) {
+				t.Errorf("got %s, want %s", out.String(), tt.want)
+			}
+			if len(opened) != 0 {
+				t.Errorf("opened a browser without --open: %v", opened)
+			}
+		})
+	}
+}
+
+func TestNonInteractivePrintsURLAndExits3(t *testing.T) {
+	p, ts := startPeer(t, "")
+	p.link = ts.URL + "/connect/AAAAAAAAAAAAAAAAAAAAAA"
+	var out, errOut bytes.Buffer
+	var opened []string
+	code := runWith(t, []string{"--url", ts.URL, "--non-interactive", "connect", "demo"}, "", &out, &errOut, &opened)
+	if code != exitNeedsBrowser {
+		t.Fatalf("exit %d, want %d; stderr %s", code, exitNeedsBrowser, errOut.String())
+	}
+	if strings.TrimSpace(out.String()) != p.link {
+		t.Errorf("stdout %q, want exactly the URL", out.String())
+	}
+	if len(p.states) != 1 {
+		t.Errorf("%d calls, want 1 (no retry)", len(p.states))
+	}
+}
+
+func TestHostWarnings(t *testing.T) {
+	tests := []struct {
+		link, broker string
+		want         []string
+	}{
+		{"http://127.0.0.1:8080/connect/x", "http://127.0.0.1:8080/mcp", nil},
+		{"https://broker.example.com/connect/x", "https://broker.example.com/mcp", nil},
+		{"https://xn--brker-jua.example.com/connect/x", "https://xn--brker-jua.example.com/mcp", []string{"punycode"}},
+		{"https://bröker.example.com/connect/x", "https://broker.example.com/mcp", []string{"non-ASCII", "not the broker's host"}},
+		{"https://evil.example/connect/x", "https://broker.example.com/mcp", []string{"not the broker's host"}},
+		{"http://broker.example.com/connect/x", "http://broker.example.com/mcp", []string{"not HTTPS"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.link, func(t *testing.T) {
+			u, err := url.Parse(tt.link)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(hostWarnings(u, tt.broker), "|")
+			if len(tt.want) == 0 && got != "" {
+				t.Fatalf("unexpected warnings %q", got)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("warnings %q lack %q", got, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseCommand(t *testing.T) {
+	tests := []struct {
+		args    []string
+		tool    string
+		want    string
+		wantErr string
+	}{
+		{[]string{"connect", "demo", "--scopes", "a,b"}, "connect_account", `{"provider":"demo","scopes":["a","b"]}`, ""},
+		{[]string{"list"}, "list_connections", `{}`, ""},
+		{[]string{"disconnect", "github", "--account", "octocat"}, "disconnect_account", `{"account":"octocat","provider":"github"}`, ""},
+		{[]string{"request", "demo", "get", "/api/user", "--query", "a=1"}, "provider_request", `{"method":"GET","path":"/api/user","provider":"demo","query":{"a":"1"}}`, ""},
+		{[]string{"connect"}, "", "", "want PROVIDER"},
+		{[]string{"request", "demo", "GET", "/x", "--query", "noeq"}, "", "", "want k=v"},
+		{[]string{"frobnicate"}, "", "", "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			tool, a, err := parseCommand(tt.args)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			b, _ := json.Marshal(a)
+			if err != nil || tool != tt.tool || string(b) != tt.want {
+				t.Fatalf("got %s %s %v, want %s %s", tool, b, err, tt.tool, tt.want)
+			}
+		})
+	}
+}
+
+func TestNoTokenIsUsageError(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"list"}, strings.NewReader(""), &out, &errOut, env(nil)); code != exitUsage {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(errOut.String(), "BROKER_TOKEN") {
+		t.Errorf("message %q does not say how to give a token", errOut.String())
+	}
+}
