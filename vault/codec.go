@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // connRecord is the stored form of a Connection: metadata in the clear,
@@ -56,6 +57,14 @@ func connectionAAD(c *connRecord) []byte {
 func EncodeConnection(kr *Keyring, c Connection) ([]byte, error) {
 	if c.ID == "" {
 		return nil, errors.New("vault: connection without id")
+	}
+	if err := validUTF8(c.ID, c.Principal.Issuer, c.Principal.Subject, c.Provider, c.AccountID,
+		c.AccountLogin, string(c.Status), c.Token.AccessToken.Reveal(), c.Token.RefreshToken.Reveal(),
+		c.Token.TokenType, c.Token.IDToken.Reveal()); err != nil {
+		return nil, fmt.Errorf("vault: connection %q: %w", c.ID, err)
+	}
+	if err := validUTF8(c.Scopes...); err != nil {
+		return nil, fmt.Errorf("vault: connection %q: scopes: %w", c.ID, err)
 	}
 	r := connRecord{
 		V: recordV1, ID: c.ID, Issuer: c.Principal.Issuer, Subject: c.Principal.Subject,
@@ -160,6 +169,13 @@ func EncodeGrant(g Grant) ([]byte, error) {
 	if g.ID == "" {
 		return nil, errors.New("vault: grant without id")
 	}
+	if err := validUTF8(g.ID, g.Principal.Issuer, g.Principal.Subject, g.Provider, g.ClientName,
+		string(g.State), g.ConnectionID); err != nil {
+		return nil, fmt.Errorf("vault: grant %q: %w", g.ID, err)
+	}
+	if err := validUTF8(g.Scopes...); err != nil {
+		return nil, fmt.Errorf("vault: grant %q: scopes: %w", g.ID, err)
+	}
 	return json.Marshal(grantRecord{
 		V: recordV1, ID: g.ID, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject,
 		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Created: g.Created,
@@ -187,11 +203,25 @@ func DecodeGrant(b []byte) (Grant, error) {
 	}, nil
 }
 
+// validUTF8 rejects strings JSON would silently rewrite: a record must read
+// back byte for byte, or its AAD would no longer match its ciphertext.
+func validUTF8(ss ...string) error {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return errors.New("field is not valid UTF-8")
+		}
+	}
+	return nil
+}
+
 // CheckConnectionUpdate reports an error when an update closure changed an
 // immutable field of a connection. Backends call it inside UpdateConnection.
 func CheckConnectionUpdate(old, new Connection) error {
 	if old.ID != new.ID || old.Principal != new.Principal || old.Provider != new.Provider || old.AccountID != new.AccountID {
 		return fmt.Errorf("vault: update of connection %s changed an immutable field (id, principal, provider or account id)", old.ID)
+	}
+	if new.Version != old.Version {
+		return fmt.Errorf("vault: update of connection %s returned version %d, stored is %d: %w", old.ID, new.Version, old.Version, ErrConflict)
 	}
 	return nil
 }
@@ -201,6 +231,9 @@ func CheckConnectionUpdate(old, new Connection) error {
 func CheckGrantUpdate(old, new Grant) error {
 	if old.ID != new.ID || old.Principal != new.Principal {
 		return fmt.Errorf("vault: update of grant %s changed an immutable field (id or principal)", old.ID)
+	}
+	if new.Version != old.Version {
+		return fmt.Errorf("vault: update of grant %s returned version %d, stored is %d: %w", old.ID, new.Version, old.Version, ErrConflict)
 	}
 	return nil
 }

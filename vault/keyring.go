@@ -207,6 +207,23 @@ func (kr *Keyring) Seal(plaintext, aad []byte) []byte {
 	return k.aead.Seal(out, nonce, plaintext, aad)
 }
 
+// SealWith is Seal with the key named id instead of the primary (for
+// per-key canaries). It fails with ErrUnknownKey when kr lacks id.
+func (kr *Keyring) SealWith(id string, plaintext, aad []byte) ([]byte, error) {
+	k, ok := kr.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownKey, id)
+	}
+	one := &Keyring{keys: []*ringKey{k}, byID: map[string]*ringKey{id: k}}
+	return one.Seal(plaintext, aad), nil
+}
+
+// Has reports whether kr holds a key named id.
+func (kr *Keyring) Has(id string) bool {
+	_, ok := kr.byID[id]
+	return ok
+}
+
 // EnvelopeKeyID returns the key id named by an envelope, without opening it.
 func EnvelopeKeyID(ct []byte) (string, error) {
 	if len(ct) < 2 || ct[0] != envelopeV1 {

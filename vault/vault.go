@@ -136,9 +136,13 @@ type Store interface {
 	// ListConnections returns p's connections, ordered by id, via an index.
 	ListConnections(ctx context.Context, p Principal) ([]Connection, error)
 	// UpdateConnection applies fn to the current record and stores the result
-	// atomically (Version+1). ID, Principal, Provider and AccountID are
-	// immutable; changing them is an error. An error from fn aborts the
-	// update and is returned as is.
+	// atomically (Version+1): a compare-and-swap inside one transaction. ID,
+	// Principal, Provider and AccountID are immutable; changing them is an
+	// error. Returning a record whose Version differs from the one fn was
+	// given (a stale copy) fails with ErrConflict. An error from fn aborts
+	// the update and is returned as is. fn may run more than once (backends
+	// batch writers and retry) and must not do I/O or have side effects
+	// beyond its result.
 	UpdateConnection(ctx context.Context, id string, fn func(Connection) (Connection, error)) (Connection, error)
 	// DeleteConnection removes the connection. ErrNotFound if absent.
 	DeleteConnection(ctx context.Context, id string) error
@@ -150,8 +154,8 @@ type Store interface {
 	CreateGrant(ctx context.Context, g Grant) (Grant, error)
 	// GetGrant returns the grant as stored (expiry is not applied here).
 	GetGrant(ctx context.Context, id string) (Grant, error)
-	// UpdateGrant is the compare-and-swap mutation of a grant. ID and
-	// Principal are immutable.
+	// UpdateGrant is the compare-and-swap mutation of a grant, with the same
+	// rules as UpdateConnection. ID and Principal are immutable.
 	UpdateGrant(ctx context.Context, id string, fn func(Grant) (Grant, error)) (Grant, error)
 	// CountGrants returns how many of p's grants were created at or after
 	// since, and how many of those are still open (pending or approved, not

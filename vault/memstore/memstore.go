@@ -276,9 +276,10 @@ func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now t
 		if g.Principal != p {
 			continue
 		}
-		if !g.Created.Before(since) {
-			created++
+		if g.Created.Before(since) {
+			continue
 		}
+		created++
 		if !g.State.Final() && now.Before(g.Expires) {
 			open++
 		}

@@ -1,0 +1,894 @@
+// Package boltstore is the embedded vault.Store: one bbolt file, mode 0600,
+// opened with a lock timeout so a second broker fails fast instead of
+// waiting forever.
+//
+// Layout (all buckets are created at open):
+//
+//	connections         id → sealed connection record (vault.EncodeConnection)
+//	conn_by_principal   len(iss)|iss|len(sub)|sub|id → ""   (lengths are 4-byte big endian)
+//	grants              id → grant record (vault.EncodeGrant)
+//	grant_by_principal  len(iss)|iss|len(sub)|sub|created|id → ""
+//	grant_by_expiry     expires|id → ""
+//	meta                "schema" → "1"; "canary/<key id>" → canary sealed with that key;
+//	                    "sealed_all" → id of the key that seals every connection (after a rotation)
+//
+// Times in keys are 12 bytes that sort like the times: the Unix second with
+// its sign bit flipped, then the nanosecond, both big endian. Listing a
+// principal's records is a prefix seek; the length prefixes keep principals
+// whose issuer or subject are prefixes of each other apart.
+//
+// Creates and updates go through bolt's DB.Batch, so concurrent writers share
+// one durable commit. Batch may run a closure more than once, so every
+// closure resets its results before it starts; expected failures (not found,
+// exists, an error from the caller's update function) are reported through
+// those results rather than by failing the shared transaction.
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"credbroker/vault"
+)
+
+// Errors of Open, matched with errors.Is.
+var (
+	// ErrLocked: another process holds the database file.
+	ErrLocked = errors.New("is another broker running?")
+	// ErrCorrupt: the file is not a readable credbroker database.
+	ErrCorrupt = errors.New("database file is corrupt or not a credbroker database")
+	// ErrWrongKey: a configured key differs from the key of the same id that
+	// wrote the database, or no configured key was ever used with it.
+	ErrWrongKey = errors.New("wrong encryption key")
+)
+
+const schemaVersion = "1"
+
+var (
+	bConns       = []byte("connections")
+	bConnByPrinc = []byte("conn_by_principal")
+	bGrants      = []byte("grants")
+	bGrantByPrin = []byte("grant_by_principal")
+	bGrantByExp  = []byte("grant_by_expiry")
+	bMeta        = []byte("meta")
+
+	allBuckets = [][]byte{bConns, bConnByPrinc, bGrants, bGrantByPrin, bGrantByExp, bMeta}
+
+	keySchema       = []byte("schema")
+	keySealedAll    = []byte("sealed_all")
+	canaryPrefix    = []byte("canary/")
+	canaryPlaintext = []byte("credbroker key canary v1")
+)
+
+// Options tunes Open. The zero value is the production setting.
+type Options struct {
+	// Timeout bounds the wait for the file lock; 0 means one second.
+	Timeout time.Duration
+	// MaxBatchDelay is how long a write waits for others to share its
+	// commit; 0 means one millisecond.
+	MaxBatchDelay time.Duration
+	// NoSync skips fsync on commit. Only for building benchmark fixtures:
+	// acknowledged writes are not durable.
+	NoSync bool
+}
+
+// Store is a vault.Store on a bbolt file.
+type Store struct {
+	db     *bolt.DB
+	kr     *vault.Keyring
+	path   string
+	closed atomic.Bool
+}
+
+var (
+	_ vault.Store    = (*Store)(nil)
+	_ vault.Resealer = (*Store)(nil)
+)
+
+// Open opens (creating if needed) the database at path. It verifies kr
+// against the per-key canaries stored in the file, adding canaries for keys
+// that have none yet.
+func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
+	if kr == nil {
+		return nil, vault.ErrNoKeys
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.MaxBatchDelay <= 0 {
+		opts.MaxBatchDelay = time.Millisecond
+	}
+	var db *bolt.DB
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				closeQuietly(db)
+			}
+			s, err = nil, fmt.Errorf("database %s: %w (%v)", path, ErrCorrupt, r)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		switch {
+		case errors.Is(err, berrors.ErrTimeout):
+			return nil, fmt.Errorf("database %s is locked: %w", path, ErrLocked)
+		case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
+			errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
+			return nil, fmt.Errorf("database %s: %w (%v)", path, ErrCorrupt, err)
+		}
+		if _, statErr := os.Stat(path); statErr == nil && !errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("database %s: %w (%v)", path, ErrCorrupt, err)
+		}
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	db.MaxBatchDelay = opts.MaxBatchDelay
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(path, 0o600); err != nil {
+			closeQuietly(db)
+			return nil, fmt.Errorf("database %s: restrict mode to 0600: %w", path, err)
+		}
+	}
+	s = &Store{db: db, kr: kr, path: path}
+	if err := s.prepare(); err != nil {
+		closeQuietly(db)
+		return nil, err
+	}
+	return s, nil
+}
+
+func closeQuietly(db *bolt.DB) {
+	defer func() { _ = recover() }()
+	_ = db.Close()
+}
+
+// prepare checks the schema and key canaries, then creates what is missing
+// in one write transaction (skipped when nothing is missing).
+func (s *Store) prepare() error {
+	need := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		need, err = s.checkLayout(tx, false)
+		return err
+	})
+	if err != nil || !need {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		_, err := s.checkLayout(tx, true)
+		return err
+	})
+}
+
+func (s *Store) checkLayout(tx *bolt.Tx, write bool) (need bool, err error) {
+	meta := tx.Bucket(bMeta)
+	if meta == nil {
+		hasAny := false
+		_ = tx.ForEach(func([]byte, *bolt.Bucket) error { hasAny = true; return nil })
+		if hasAny {
+			return false, fmt.Errorf("database %s: %w (no meta bucket)", s.path, ErrCorrupt)
+		}
+	} else if v := meta.Get(keySchema); v != nil && string(v) != schemaVersion {
+		return false, fmt.Errorf("database %s has schema version %q; this broker understands %q", s.path, v, schemaVersion)
+	}
+	for _, name := range allBuckets {
+		b := tx.Bucket(name)
+		if b != nil {
+			continue
+		}
+		if !write {
+			return true, nil
+		}
+		if b, err = tx.CreateBucket(name); err != nil {
+			return false, fmt.Errorf("database %s: create bucket %s: %w", s.path, name, err)
+		}
+		if bytes.Equal(name, bMeta) {
+			meta = b
+		}
+	}
+	if meta.Get(keySchema) == nil {
+		if !write {
+			return true, nil
+		}
+		if err := meta.Put(keySchema, []byte(schemaVersion)); err != nil {
+			return false, err
+		}
+	}
+	if v := meta.Get(keySealedAll); v != nil && string(v) != s.kr.Primary() {
+		if !write {
+			return true, nil
+		}
+		if err := meta.Delete(keySealedAll); err != nil {
+			return false, err
+		}
+	}
+	// Verify every canary whose key we hold; remember which ids exist.
+	seen := map[string]bool{}
+	c := meta.Cursor()
+	for k, v := c.Seek(canaryPrefix); k != nil && bytes.HasPrefix(k, canaryPrefix); k, v = c.Next() {
+		id := string(k[len(canaryPrefix):])
+		seen[id] = true
+		if !s.kr.Has(id) {
+			continue
+		}
+		kid, err := vault.EnvelopeKeyID(v)
+		if err != nil || kid != id {
+			return false, fmt.Errorf("database %s: %w (canary of key %s is malformed)", s.path, ErrCorrupt, id)
+		}
+		if _, _, err := s.kr.Open(v, canaryAAD(id)); err != nil {
+			return false, fmt.Errorf("key %s does not match the one this database was written with: %w", id, ErrWrongKey)
+		}
+	}
+	if len(seen) > 0 {
+		shared := false
+		for _, id := range s.kr.IDs() {
+			shared = shared || seen[id]
+		}
+		if !shared {
+			var had []string
+			for id := range seen {
+				had = append(had, id)
+			}
+			return false, fmt.Errorf("none of the configured keys (%s) was used with database %s, which was written with %s: %w",
+				strings.Join(s.kr.IDs(), ", "), s.path, strings.Join(slices.Sorted(slices.Values(had)), ", "), ErrWrongKey)
+		}
+	}
+	for _, id := range s.kr.IDs() {
+		if seen[id] {
+			continue
+		}
+		if !write {
+			return true, nil
+		}
+		ct, err := s.kr.SealWith(id, canaryPlaintext, canaryAAD(id))
+		if err != nil {
+			return false, err
+		}
+		if err := meta.Put(append(append([]byte(nil), canaryPrefix...), id...), ct); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+func canaryAAD(id string) []byte { return []byte("credbroker/canary/v1/" + id) }
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// DB exposes the underlying bbolt handle for consistency checks and tools.
+func (s *Store) DB() *bolt.DB { return s.db }
+
+func (s *Store) ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return vault.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// txErr maps bbolt's "not open" to vault.ErrClosed (a Close raced the call).
+func txErr(err error) error {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return vault.ErrClosed
+	}
+	return err
+}
+
+func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
+	defer s.recoverCorrupt(&err)
+	return txErr(s.db.View(fn))
+}
+
+func (s *Store) batch(fn func(*bolt.Tx) error) (err error) {
+	defer s.recoverCorrupt(&err)
+	return txErr(s.db.Batch(fn))
+}
+
+func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
+	defer s.recoverCorrupt(&err)
+	return txErr(s.db.Update(fn))
+}
+
+func (s *Store) recoverCorrupt(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("database %s: %w (%v)", s.path, ErrCorrupt, r)
+	}
+}
+
+// principalKey is the length-prefixed principal prefix of the index keys.
+func principalKey(p vault.Principal, extra int) []byte {
+	b := make([]byte, 0, 8+len(p.Issuer)+len(p.Subject)+extra)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(p.Issuer)))
+	b = append(b, p.Issuer...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(p.Subject)))
+	return append(b, p.Subject...)
+}
+
+func connIndexKey(p vault.Principal, id string) []byte {
+	return append(principalKey(p, len(id)), id...)
+}
+
+// timeKey renders t as 12 bytes that sort like t.
+func timeKey(b []byte, t time.Time) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(t.Unix())^(1<<63))
+	return binary.BigEndian.AppendUint32(b, uint32(t.Nanosecond()))
+}
+
+const timeKeyLen = 12
+
+func grantPrincipalKey(g vault.Grant) []byte {
+	return append(timeKey(principalKey(g.Principal, timeKeyLen+len(g.ID)), g.Created), g.ID...)
+}
+
+func grantExpiryKey(g vault.Grant) []byte {
+	return append(timeKey(make([]byte, 0, timeKeyLen+len(g.ID)), g.Expires), g.ID...)
+}
+
+// CreateConnection implements vault.Store.
+func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault.Connection, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Connection{}, err
+	}
+	c = c.Clone()
+	c.Version = 1
+	c.SealedWith = ""
+	rec, err := vault.EncodeConnection(s.kr, c)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	id := []byte(c.ID)
+	idx := connIndexKey(c.Principal, c.ID)
+	var opErr error
+	err = s.batch(func(tx *bolt.Tx) error {
+		opErr = nil
+		b := tx.Bucket(bConns)
+		if b.Get(id) != nil {
+			opErr = fmt.Errorf("boltstore: connection %s: %w", c.ID, vault.ErrExists)
+			return nil
+		}
+		if err := b.Put(id, rec); err != nil {
+			return err
+		}
+		return tx.Bucket(bConnByPrinc).Put(idx, nil)
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	c.SealedWith = s.kr.Primary()
+	return c, nil
+}
+
+// Import stores many new connections in one write transaction (one fsync),
+// for migrations and fixtures. It fails with vault.ErrExists, storing
+// nothing, when any id is taken.
+func (s *Store) Import(ctx context.Context, conns []vault.Connection) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	type item struct{ id, rec, idx []byte }
+	items := make([]item, len(conns))
+	for i, c := range conns {
+		c = c.Clone()
+		c.Version = 1
+		rec, err := vault.EncodeConnection(s.kr, c)
+		if err != nil {
+			return err
+		}
+		items[i] = item{[]byte(c.ID), rec, connIndexKey(c.Principal, c.ID)}
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		b, ib := tx.Bucket(bConns), tx.Bucket(bConnByPrinc)
+		b.FillPercent, ib.FillPercent = 0.9, 0.9 // imports are mostly appends
+		for _, it := range items {
+			if b.Get(it.id) != nil {
+				return fmt.Errorf("boltstore: import connection %s: %w", it.id, vault.ErrExists)
+			}
+			if err := b.Put(it.id, it.rec); err != nil {
+				return err
+			}
+			if err := ib.Put(it.idx, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GetConnection implements vault.Store.
+func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Connection{}, err
+	}
+	var rec []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		rec = bytes.Clone(tx.Bucket(bConns).Get([]byte(id)))
+		return nil
+	})
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	if rec == nil {
+		return vault.Connection{}, fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
+	}
+	c, err := vault.DecodeConnection(s.kr, rec)
+	if err == nil && c.ID != id {
+		err = fmt.Errorf("boltstore: connection %s: stored record names id %s: %w", id, c.ID, vault.ErrMalformed)
+	}
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	return c, nil
+}
+
+// ListConnections implements vault.Store: a prefix seek on the principal index.
+func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	prefix := principalKey(p, 0)
+	var recs [][]byte
+	err := s.view(func(tx *bolt.Tx) error {
+		conns := tx.Bucket(bConns)
+		c := tx.Bucket(bConnByPrinc).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if rec := conns.Get(k[len(prefix):]); rec != nil {
+				recs = append(recs, bytes.Clone(rec))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]vault.Connection, 0, len(recs))
+	for _, rec := range recs {
+		c, err := vault.DecodeConnection(s.kr, rec)
+		if err == nil && c.Principal != p {
+			err = fmt.Errorf("boltstore: connection %s is indexed under another principal: %w", c.ID, vault.ErrMalformed)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// UpdateConnection implements vault.Store: read, fn, write in one transaction.
+func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Connection{}, err
+	}
+	var (
+		out   vault.Connection
+		opErr error
+	)
+	err := s.batch(func(tx *bolt.Tx) error {
+		out, opErr = vault.Connection{}, nil
+		b := tx.Bucket(bConns)
+		rec := b.Get([]byte(id))
+		if rec == nil {
+			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
+			return nil
+		}
+		old, err := vault.DecodeConnection(s.kr, rec)
+		if err == nil && old.ID != id {
+			err = fmt.Errorf("boltstore: connection %s: stored record names id %s: %w", id, old.ID, vault.ErrMalformed)
+		}
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		nc, err := fn(old.Clone())
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		if err := vault.CheckConnectionUpdate(old, nc); err != nil {
+			opErr = err
+			return nil
+		}
+		nc = nc.Clone()
+		nc.Version = old.Version + 1
+		nrec, err := vault.EncodeConnection(s.kr, nc)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		if err := b.Put([]byte(id), nrec); err != nil {
+			return err
+		}
+		nc.SealedWith = s.kr.Primary()
+		out = nc
+		return nil
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	return out, nil
+}
+
+// DeleteConnection implements vault.Store.
+func (s *Store) DeleteConnection(ctx context.Context, id string) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	var opErr error
+	err := s.batch(func(tx *bolt.Tx) error {
+		opErr = nil
+		b := tx.Bucket(bConns)
+		rec := b.Get([]byte(id))
+		if rec == nil {
+			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
+			return nil
+		}
+		meta, err := vault.ConnectionMeta(rec)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		if err := tx.Bucket(bConnByPrinc).Delete(connIndexKey(meta.Principal, id)); err != nil {
+			return err
+		}
+		return b.Delete([]byte(id))
+	})
+	if err == nil {
+		err = opErr
+	}
+	return err
+}
+
+// ConnectionIDs implements vault.Store.
+func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	var ids []string
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bConns).Cursor()
+		k, _ := c.Seek([]byte(after))
+		if k != nil && string(k) == after {
+			k, _ = c.Next()
+		}
+		for ; k != nil && (limit <= 0 || len(ids) < limit); k, _ = c.Next() {
+			ids = append(ids, string(k))
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// Reseal implements vault.Resealer: one transaction for the whole batch.
+func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	primary := s.kr.Primary()
+	n := 0
+	err := s.update(func(tx *bolt.Tx) error {
+		n = 0
+		b := tx.Bucket(bConns)
+		for _, id := range ids {
+			rec := b.Get([]byte(id))
+			if rec == nil {
+				continue
+			}
+			meta, err := vault.ConnectionMeta(rec)
+			if err != nil {
+				return err
+			}
+			if meta.SealedWith == primary {
+				continue
+			}
+			c, err := vault.DecodeConnection(s.kr, rec)
+			if err != nil {
+				return err
+			}
+			c.Version++
+			nrec, err := vault.EncodeConnection(s.kr, c)
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte(id), nrec); err != nil {
+				return err
+			}
+			n++
+		}
+		if n == 0 {
+			return errNothingToDo // roll back: no commit, no fsync
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errNothingToDo) {
+		return 0, err
+	}
+	return n, nil
+}
+
+var errNothingToDo = errors.New("boltstore: nothing to do")
+
+// FullySealed reports whether a completed rotation recorded that every
+// connection is sealed with the current primary key. Open clears that mark
+// whenever it sees a different primary, so a true answer stays true for as
+// long as this process (whose writes all use the primary) holds the file.
+func (s *Store) FullySealed() bool {
+	mark := false
+	_ = s.view(func(tx *bolt.Tx) error {
+		mark = string(tx.Bucket(bMeta).Get(keySealedAll)) == s.kr.Primary()
+		return nil
+	})
+	return mark
+}
+
+// MarkFullySealed records that every connection is sealed with the primary
+// key; call it after vault.Rekey finished without error.
+func (s *Store) MarkFullySealed() error {
+	if s.closed.Load() {
+		return vault.ErrClosed
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bMeta).Put(keySealedAll, []byte(s.kr.Primary()))
+	})
+}
+
+// KeyUsage counts connections by the id of the key that sealed their
+// tokens, so operators know when an old key seals nothing and can go.
+func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	usage := map[string]int{}
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bConns).ForEach(func(k, v []byte) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			meta, err := vault.ConnectionMeta(v)
+			if err != nil {
+				return fmt.Errorf("boltstore: connection %s: %w", k, err)
+			}
+			usage[meta.SealedWith]++
+			return nil
+		})
+	})
+	return usage, err
+}
+
+// CreateGrant implements vault.Store.
+func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Grant{}, err
+	}
+	g = g.Clone()
+	g.Version = 1
+	rec, err := vault.EncodeGrant(g)
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	id := []byte(g.ID)
+	pk, ek := grantPrincipalKey(g), grantExpiryKey(g)
+	var opErr error
+	err = s.batch(func(tx *bolt.Tx) error {
+		opErr = nil
+		b := tx.Bucket(bGrants)
+		if b.Get(id) != nil {
+			opErr = fmt.Errorf("boltstore: grant %s: %w", g.ID, vault.ErrExists)
+			return nil
+		}
+		if err := b.Put(id, rec); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bGrantByPrin).Put(pk, nil); err != nil {
+			return err
+		}
+		return tx.Bucket(bGrantByExp).Put(ek, nil)
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	return g, nil
+}
+
+// GetGrant implements vault.Store.
+func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Grant{}, err
+	}
+	var rec []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		rec = bytes.Clone(tx.Bucket(bGrants).Get([]byte(id)))
+		return nil
+	})
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	if rec == nil {
+		return vault.Grant{}, fmt.Errorf("boltstore: grant %s: %w", id, vault.ErrNotFound)
+	}
+	return vault.DecodeGrant(rec)
+}
+
+// UpdateGrant implements vault.Store, keeping the indexes in step when
+// Created or Expires change.
+func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Grant{}, err
+	}
+	var (
+		out   vault.Grant
+		opErr error
+	)
+	err := s.batch(func(tx *bolt.Tx) error {
+		out, opErr = vault.Grant{}, nil
+		b := tx.Bucket(bGrants)
+		rec := b.Get([]byte(id))
+		if rec == nil {
+			opErr = fmt.Errorf("boltstore: grant %s: %w", id, vault.ErrNotFound)
+			return nil
+		}
+		old, err := vault.DecodeGrant(rec)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		ng, err := fn(old.Clone())
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		if err := vault.CheckGrantUpdate(old, ng); err != nil {
+			opErr = err
+			return nil
+		}
+		ng = ng.Clone()
+		ng.Version = old.Version + 1
+		nrec, err := vault.EncodeGrant(ng)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		if err := b.Put([]byte(id), nrec); err != nil {
+			return err
+		}
+		if !old.Created.Equal(ng.Created) {
+			pb := tx.Bucket(bGrantByPrin)
+			if err := pb.Delete(grantPrincipalKey(old)); err != nil {
+				return err
+			}
+			if err := pb.Put(grantPrincipalKey(ng), nil); err != nil {
+				return err
+			}
+		}
+		if !old.Expires.Equal(ng.Expires) {
+			eb := tx.Bucket(bGrantByExp)
+			if err := eb.Delete(grantExpiryKey(old)); err != nil {
+				return err
+			}
+			if err := eb.Put(grantExpiryKey(ng), nil); err != nil {
+				return err
+			}
+		}
+		out = ng
+		return nil
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	return out, nil
+}
+
+// CountGrants implements vault.Store: a seek to (principal, since) on the
+// principal index, then only that principal's recent grants are read.
+func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now time.Time) (created, open int, err error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, 0, err
+	}
+	prefix := principalKey(p, timeKeyLen)
+	start := timeKey(bytes.Clone(prefix), since)
+	var recs [][]byte
+	err = s.view(func(tx *bolt.Tx) error {
+		grants := tx.Bucket(bGrants)
+		c := tx.Bucket(bGrantByPrin).Cursor()
+		for k, _ := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if len(k) < len(prefix)+timeKeyLen {
+				continue
+			}
+			if rec := grants.Get(k[len(prefix)+timeKeyLen:]); rec != nil {
+				recs = append(recs, bytes.Clone(rec))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, rec := range recs {
+		g, err := vault.DecodeGrant(rec)
+		if err != nil {
+			return 0, 0, err
+		}
+		created++
+		if !g.State.Final() && now.Before(g.Expires) {
+			open++
+		}
+	}
+	return created, open, nil
+}
+
+// DeleteExpiredGrants implements vault.Store: it walks the expiry index from
+// the oldest entry, a thousand grants per transaction.
+func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error) {
+	const chunk = 1000
+	end := timeKey(nil, now)
+	total := 0
+	for {
+		if err := s.ready(ctx); err != nil {
+			return total, err
+		}
+		n, removed := 0, 0
+		err := s.update(func(tx *bolt.Tx) error {
+			n, removed = 0, 0
+			grants, byPrin := tx.Bucket(bGrants), tx.Bucket(bGrantByPrin)
+			c := tx.Bucket(bGrantByExp).Cursor()
+			for k, _ := c.First(); k != nil && n < chunk; k, _ = c.First() {
+				if len(k) < timeKeyLen || bytes.Compare(k[:timeKeyLen], end) >= 0 {
+					break
+				}
+				id := bytes.Clone(k[timeKeyLen:])
+				if rec := grants.Get(id); rec != nil {
+					if g, err := vault.DecodeGrant(rec); err == nil {
+						if err := byPrin.Delete(grantPrincipalKey(g)); err != nil {
+							return err
+						}
+					}
+					if err := grants.Delete(id); err != nil {
+						return err
+					}
+					removed++
+				}
+				if err := c.Delete(); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+		total += removed
+		if err != nil {
+			return total, err
+		}
+		if n < chunk {
+			return total, nil
+		}
+	}
+}
+
+// Close implements vault.Store. It is safe to call more than once.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.db.Close()
+}

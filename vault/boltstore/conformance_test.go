@@ -1,0 +1,36 @@
+package boltstore_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"credbroker/vault"
+	"credbroker/vault/boltstore"
+	"credbroker/vault/vaulttest"
+)
+
+func newKeyring(t testing.TB) *vault.Keyring {
+	t.Helper()
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+func openStore(t testing.TB, path string, kr *vault.Keyring) *boltstore.Store {
+	t.Helper()
+	s, err := boltstore.Open(path, kr, boltstore.Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	kr := newKeyring(t)
+	vaulttest.Run(t, func(t *testing.T) vault.Store {
+		return openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
+	})
+}

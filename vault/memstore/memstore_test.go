@@ -1,0 +1,17 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"credbroker/vault"
+	"credbroker/vault/memstore"
+	"credbroker/vault/vaulttest"
+)
+
+func TestConformance(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vaulttest.Run(t, func(t *testing.T) vault.Store { return memstore.New(kr) })
+}

@@ -1,0 +1,141 @@
+package vault_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"credbroker/vault"
+	"credbroker/vault/vaulttest"
+)
+
+var alice = vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
+
+// fuzzKeyring is fixed so committed fuzz seeds stay valid.
+func fuzzKeyring(t testing.TB) *vault.Keyring {
+	t.Helper()
+	kr, err := vault.NewKeyring([]string{"fz"}, [][]byte{bytes.Repeat([]byte{1}, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+var (
+	fuzzAAD       = []byte("credbroker/fuzz-aad")
+	fuzzPlaintext = []byte("fuzz plaintext")
+)
+
+func wantCryptoErr(t *testing.T, err error) {
+	t.Helper()
+	if !errors.Is(err, vault.ErrDecrypt) && !errors.Is(err, vault.ErrMalformed) && !errors.Is(err, vault.ErrUnknownKey) {
+		t.Fatalf("err = %v; want ErrDecrypt, ErrMalformed or ErrUnknownKey", err)
+	}
+}
+
+func recordTokens(t *testing.T, rec []byte) (map[string]any, []byte) {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(rec, &m); err != nil {
+		t.Fatal(err)
+	}
+	ct, err := base64.StdEncoding.DecodeString(m["tokens"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, ct
+}
+
+func withTokens(t *testing.T, m map[string]any, ct []byte) []byte {
+	t.Helper()
+	m["tokens"] = base64.StdEncoding.EncodeToString(ct)
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestCodecTamperEveryByte(t *testing.T) {
+	kr := fuzzKeyring(t)
+	rec, err := vault.EncodeConnection(kr, vaulttest.Conn("c1", alice, "github", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ct := recordTokens(t, rec)
+	for i := range ct {
+		for bit := range 8 {
+			bad := bytes.Clone(ct)
+			bad[i] ^= 1 << bit
+			_, err := vault.DecodeConnection(kr, withTokens(t, m, bad))
+			if err == nil {
+				t.Fatalf("byte %d bit %d flipped: decoded", i, bit)
+			}
+			wantCryptoErr(t, err)
+		}
+	}
+	for n := range len(ct) {
+		_, err := vault.DecodeConnection(kr, withTokens(t, m, ct[:n]))
+		wantCryptoErr(t, err)
+	}
+}
+
+func TestCodecMovedCiphertext(t *testing.T) {
+	kr := fuzzKeyring(t)
+	src, _ := vault.EncodeConnection(kr, vaulttest.Conn("c1", alice, "github", "1"))
+	_, ct := recordTokens(t, src)
+	tests := []struct {
+		name string
+		c    vault.Connection
+	}{
+		{"other id", vaulttest.Conn("c2", alice, "github", "1")},
+		{"other subject", vaulttest.Conn("c1", vault.Principal{Issuer: alice.Issuer, Subject: "bob"}, "github", "1")},
+		{"other issuer", vaulttest.Conn("c1", vault.Principal{Issuer: "https://evil", Subject: "alice"}, "github", "1")},
+		{"other provider", vaulttest.Conn("c1", alice, "google", "1")},
+		{"other account", vaulttest.Conn("c1", alice, "github", "2")},
+		{"boundary shift", vaulttest.Conn("c", vault.Principal{Issuer: alice.Issuer, Subject: "1alice"}, "github", "1")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dst, _ := vault.EncodeConnection(kr, tt.c)
+			m, _ := recordTokens(t, dst)
+			_, err := vault.DecodeConnection(kr, withTokens(t, m, ct))
+			if !errors.Is(err, vault.ErrDecrypt) {
+				t.Fatalf("err = %v, want ErrDecrypt", err)
+			}
+		})
+	}
+}
+
+func TestKeyringWrongAndUnknownKey(t *testing.T) {
+	kr := fuzzKeyring(t)
+	ct := kr.Seal(fuzzPlaintext, fuzzAAD)
+	other, _ := vault.NewKeyring([]string{"fz"}, [][]byte{bytes.Repeat([]byte{2}, 32)})
+	unknown, _ := vault.NewKeyring([]string{"zz"}, [][]byte{bytes.Repeat([]byte{1}, 32)})
+	tests := []struct {
+		name string
+		kr   *vault.Keyring
+		aad  []byte
+		want error
+	}{
+		{"wrong key same id", other, fuzzAAD, vault.ErrDecrypt},
+		{"unknown key id", unknown, fuzzAAD, vault.ErrUnknownKey},
+		{"other aad", kr, []byte("credbroker/other"), vault.ErrDecrypt},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pt, _, err := tt.kr.Open(ct, tt.aad)
+			if !errors.Is(err, tt.want) || pt != nil {
+				t.Fatalf("Open = %q, %v; want %v", pt, err, tt.want)
+			}
+		})
+	}
+	if pt, id, err := kr.Open(ct, fuzzAAD); err != nil || id != "fz" || !bytes.Equal(pt, fuzzPlaintext) {
+		t.Fatalf("Open = %q %q %v", pt, id, err)
+	}
+	if _, err := kr.SealWith("nope", nil, nil); !errors.Is(err, vault.ErrUnknownKey) {
+		t.Fatalf("SealWith unknown: %v", err)
+	}
+}

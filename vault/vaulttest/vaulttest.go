@@ -1,0 +1,742 @@
+// Package vaulttest is the storage conformance suite: every vault.Store
+// backend runs Run from its own tests, so all backends keep one contract
+// (sentinel errors, compare-and-swap updates, index-backed listing, grant
+// counting and garbage collection, closed-store behaviour, concurrency).
+package vaulttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"credbroker/vault"
+)
+
+// Run runs the conformance suite. newStore returns a fresh, empty store for
+// each subtest; Run closes it (Close must tolerate being called twice, as
+// the backend's own cleanup may close it again).
+func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s vault.Store)
+	}{
+		{"ConnectionCRUD", testConnectionCRUD},
+		{"ConnectionRoundTrip", testConnectionRoundTrip},
+		{"ConnectionVersions", testConnectionVersions},
+		{"ConnectionImmutableFields", testConnectionImmutable},
+		{"ConnectionUpdateAbort", testConnectionUpdateAbort},
+		{"ConnectionStaleVersion", testConnectionStaleVersion},
+		{"SeveralAccountsOneProvider", testSeveralAccounts},
+		{"ListIsolation", testListIsolation},
+		{"ConnectionIDs", testConnectionIDs},
+		{"GrantCRUD", testGrantCRUD},
+		{"GrantImmutableAndAbort", testGrantImmutable},
+		{"CountGrants", testCountGrants},
+		{"DeleteExpiredGrants", testDeleteExpired},
+		{"Closed", testClosed},
+		{"ConcurrentUpdates", testConcurrentUpdates},
+		{"ConcurrentCreateSameID", testConcurrentCreateSameID},
+		{"ConcurrentCreateAndList", testConcurrentCreateAndList},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t)
+			t.Cleanup(func() { _ = s.Close() })
+			tt.fn(t, s)
+		})
+	}
+}
+
+var base = time.Date(2026, 7, 28, 12, 0, 0, 123456789, time.UTC)
+
+var alice = vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
+
+// Conn returns a connection for tests with distinct token values derived
+// from id.
+func Conn(id string, p vault.Principal, provider, account string) vault.Connection {
+	return vault.Connection{
+		ID: id, Principal: p, Provider: provider, AccountID: account,
+		AccountLogin: account + "@example.com",
+		Scopes:       []string{"repo", "read:user"},
+		Token: vault.TokenSet{
+			AccessToken:  vault.Secret("at-" + id + "-secret"),
+			RefreshToken: vault.Secret("rt-" + id + "-secret"),
+			TokenType:    "Bearer",
+			Expiry:       base.Add(time.Hour),
+			IDToken:      vault.Secret("idt-" + id),
+		},
+		Status:  vault.StatusActive,
+		Created: base, Updated: base,
+	}
+}
+
+func grant(id string, p vault.Principal, created, expires time.Time) vault.Grant {
+	return vault.Grant{
+		ID: id, Principal: p, Provider: "github", Scopes: []string{"repo"},
+		ClientName: "Claude <script>", Created: created, Expires: expires, State: vault.GrantPending,
+	}
+}
+
+func mustCreate(t *testing.T, s vault.Store, c vault.Connection) vault.Connection {
+	t.Helper()
+	got, err := s.CreateConnection(t.Context(), c)
+	if err != nil {
+		t.Fatalf("CreateConnection(%s): %v", c.ID, err)
+	}
+	return got
+}
+
+func mustGet(t *testing.T, s vault.Store, id string) vault.Connection {
+	t.Helper()
+	got, err := s.GetConnection(t.Context(), id)
+	if err != nil {
+		t.Fatalf("GetConnection(%s): %v", id, err)
+	}
+	return got
+}
+
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: err = %v, want %v", what, err, want)
+	}
+}
+
+// sameConnection compares everything but Version and SealedWith.
+func sameConnection(t *testing.T, got, want vault.Connection) {
+	t.Helper()
+	type flat struct {
+		ID, Iss, Sub, Provider, Account, Login string
+		Scopes                                 []string
+		AT, RT, TT, IDT                        string
+		Expiry, Created, Updated, Used, Refr   time.Time
+		Status                                 vault.ConnectionStatus
+	}
+	f := func(c vault.Connection) flat {
+		return flat{c.ID, c.Principal.Issuer, c.Principal.Subject, c.Provider, c.AccountID, c.AccountLogin,
+			c.Scopes, c.Token.AccessToken.Reveal(), c.Token.RefreshToken.Reveal(), c.Token.TokenType, c.Token.IDToken.Reveal(),
+			c.Token.Expiry.UTC(), c.Created.UTC(), c.Updated.UTC(), c.LastUsed.UTC(), c.LastRefreshed.UTC(), c.Status}
+	}
+	g, w := f(got), f(want)
+	if fmt.Sprintf("%#v", g) != fmt.Sprintf("%#v", w) {
+		t.Fatalf("connection differs:\n got  %#v\n want %#v", g, w)
+	}
+}
+
+func testConnectionCRUD(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	c := Conn("c1", alice, "github", "1001")
+	created := mustCreate(t, s, c)
+	if created.Version != 1 {
+		t.Errorf("created Version = %d, want 1", created.Version)
+	}
+	got := mustGet(t, s, "c1")
+	sameConnection(t, got, c)
+	if got.Version != 1 || got.SealedWith == "" {
+		t.Errorf("Version = %d, SealedWith = %q; want 1 and the primary key id", got.Version, got.SealedWith)
+	}
+	_, err := s.CreateConnection(ctx, Conn("c1", alice, "google", "x"))
+	wantErr(t, "create duplicate", err, vault.ErrExists)
+	sameConnection(t, mustGet(t, s, "c1"), c)
+
+	_, err = s.GetConnection(ctx, "missing")
+	wantErr(t, "get missing", err, vault.ErrNotFound)
+	_, err = s.UpdateConnection(ctx, "missing", func(c vault.Connection) (vault.Connection, error) { return c, nil })
+	wantErr(t, "update missing", err, vault.ErrNotFound)
+	wantErr(t, "delete missing", s.DeleteConnection(ctx, "missing"), vault.ErrNotFound)
+
+	bad := map[string]vault.Connection{
+		"no id": Conn("", alice, "github", "1"),
+		"invalid UTF-8 token": func() vault.Connection {
+			c := Conn("bad1", alice, "github", "1")
+			c.Token.AccessToken = "\xff"
+			return c
+		}(),
+		"invalid UTF-8 subject": Conn("bad2", vault.Principal{Issuer: "i", Subject: "\xfe"}, "github", "1"),
+		"invalid UTF-8 id":      Conn("bad\xff", alice, "github", "1"),
+		"invalid UTF-8 in scope": func() vault.Connection {
+			c := Conn("bad3", alice, "github", "1")
+			c.Scopes = []string{"\xc0"}
+			return c
+		}(),
+	}
+	for name, c := range bad {
+		if _, err := s.CreateConnection(ctx, c); err == nil {
+			t.Errorf("create with %s succeeded", name)
+		}
+		if _, err := s.GetConnection(ctx, c.ID); !errors.Is(err, vault.ErrNotFound) {
+			t.Errorf("after rejected create with %s: get = %v, want ErrNotFound", name, err)
+		}
+	}
+	if _, err := s.CreateGrant(ctx, grant("bad\xff", alice, base, base)); err == nil {
+		t.Error("grant with invalid UTF-8 id accepted")
+	}
+
+	if err := s.DeleteConnection(ctx, "c1"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	_, err = s.GetConnection(ctx, "c1")
+	wantErr(t, "get deleted", err, vault.ErrNotFound)
+	wantErr(t, "delete twice", s.DeleteConnection(ctx, "c1"), vault.ErrNotFound)
+	list, err := s.ListConnections(ctx, alice)
+	if err != nil || len(list) != 0 {
+		t.Fatalf("list after delete = %d records, %v; want none", len(list), err)
+	}
+	// The id is free again.
+	mustCreate(t, s, c)
+}
+
+func testConnectionRoundTrip(t *testing.T, s vault.Store) {
+	tests := []struct {
+		name string
+		mod  func(*vault.Connection)
+	}{
+		{"full", func(*vault.Connection) {}},
+		{"no refresh or id token", func(c *vault.Connection) { c.Token.RefreshToken, c.Token.IDToken = "", "" }},
+		{"needs reconnect", func(c *vault.Connection) { c.Status = vault.StatusNeedsReconnect }},
+		{"used and refreshed", func(c *vault.Connection) {
+			c.LastUsed, c.LastRefreshed = base.Add(time.Minute), base.Add(2*time.Minute)
+		}},
+		{"odd bytes", func(c *vault.Connection) {
+			c.AccountLogin = "zoë\x00\"<>&\u2028"
+			c.Token.AccessToken = "tok\x00\"\\<\u2029"
+			c.Scopes = []string{"", "a b", "\x00"}
+		}},
+		{"other zone", func(c *vault.Connection) {
+			c.Created = base.In(time.FixedZone("x", 3600))
+		}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Conn(fmt.Sprintf("rt%d", i), alice, "github", fmt.Sprint(i))
+			tt.mod(&c)
+			mustCreate(t, s, c)
+			sameConnection(t, mustGet(t, s, c.ID), c)
+		})
+	}
+}
+
+func testConnectionVersions(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	mustCreate(t, s, Conn("v", alice, "github", "1"))
+	for want := uint64(2); want <= 4; want++ {
+		got, err := s.UpdateConnection(ctx, "v", func(c vault.Connection) (vault.Connection, error) {
+			c.AccountLogin = fmt.Sprintf("login%d", want)
+			c.Token.AccessToken = vault.Secret(fmt.Sprintf("at-%d", want))
+			return c, nil
+		})
+		if err != nil {
+			t.Fatalf("update: %v", err)
+		}
+		if got.Version != want {
+			t.Fatalf("returned Version = %d, want %d", got.Version, want)
+		}
+		stored := mustGet(t, s, "v")
+		if stored.Version != want || stored.AccountLogin != fmt.Sprintf("login%d", want) ||
+			stored.Token.AccessToken.Reveal() != fmt.Sprintf("at-%d", want) {
+			t.Fatalf("stored = v%d %q; want v%d", stored.Version, stored.AccountLogin, want)
+		}
+	}
+}
+
+func testConnectionImmutable(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	orig := mustCreate(t, s, Conn("im", alice, "github", "1"))
+	tests := []struct {
+		name string
+		mod  func(*vault.Connection)
+	}{
+		{"id", func(c *vault.Connection) { c.ID = "other" }},
+		{"issuer", func(c *vault.Connection) { c.Principal.Issuer = "https://evil" }},
+		{"subject", func(c *vault.Connection) { c.Principal.Subject = "mallory" }},
+		{"provider", func(c *vault.Connection) { c.Provider = "google" }},
+		{"account", func(c *vault.Connection) { c.AccountID = "2" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.UpdateConnection(ctx, "im", func(c vault.Connection) (vault.Connection, error) {
+				tt.mod(&c)
+				c.AccountLogin = "changed"
+				return c, nil
+			})
+			if err == nil {
+				t.Fatal("update changing an immutable field succeeded")
+			}
+			got := mustGet(t, s, "im")
+			if got.Version != orig.Version || got.AccountLogin != orig.AccountLogin {
+				t.Fatalf("record changed: v%d %q", got.Version, got.AccountLogin)
+			}
+		})
+	}
+	if _, err := s.GetConnection(ctx, "other"); !errors.Is(err, vault.ErrNotFound) {
+		t.Fatalf("get other: %v, want ErrNotFound", err)
+	}
+}
+
+func testConnectionUpdateAbort(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	mustCreate(t, s, Conn("ab", alice, "github", "1"))
+	boom := errors.New("boom")
+	_, err := s.UpdateConnection(ctx, "ab", func(c vault.Connection) (vault.Connection, error) {
+		c.AccountLogin = "changed"
+		return c, fmt.Errorf("wrapped: %w", boom)
+	})
+	wantErr(t, "aborted update", err, boom)
+	// A caller-side CAS check surfaces as ErrConflict.
+	_, err = s.UpdateConnection(ctx, "ab", func(c vault.Connection) (vault.Connection, error) {
+		return c, vault.ErrConflict
+	})
+	wantErr(t, "caller conflict", err, vault.ErrConflict)
+	got := mustGet(t, s, "ab")
+	if got.Version != 1 || got.AccountLogin != "1@example.com" {
+		t.Fatalf("aborted update changed the record: v%d %q", got.Version, got.AccountLogin)
+	}
+}
+
+func testConnectionStaleVersion(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	stale := mustCreate(t, s, Conn("st", alice, "github", "1"))
+	if _, err := s.UpdateConnection(ctx, "st", func(c vault.Connection) (vault.Connection, error) {
+		c.AccountLogin = "fresh"
+		return c, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Writing back a copy read before that update loses the race.
+	_, err := s.UpdateConnection(ctx, "st", func(vault.Connection) (vault.Connection, error) {
+		stale.AccountLogin = "stale"
+		return stale, nil
+	})
+	wantErr(t, "stale write", err, vault.ErrConflict)
+	if got := mustGet(t, s, "st"); got.AccountLogin != "fresh" || got.Version != 2 {
+		t.Fatalf("after stale write: v%d %q, want v2 fresh", got.Version, got.AccountLogin)
+	}
+}
+
+func testSeveralAccounts(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	for _, id := range []string{"gh-c", "gh-a", "gh-b"} {
+		mustCreate(t, s, Conn(id, alice, "github", "acct-"+id))
+	}
+	mustCreate(t, s, Conn("go-a", alice, "google", "acct-go"))
+	list, err := s.ListConnections(ctx, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range list {
+		ids = append(ids, c.ID)
+		if c.Token.AccessToken.Reveal() != "at-"+c.ID+"-secret" {
+			t.Errorf("list %s: tokens not decrypted", c.ID)
+		}
+	}
+	if want := []string{"gh-a", "gh-b", "gh-c", "go-a"}; !slices.Equal(ids, want) {
+		t.Fatalf("list = %v, want %v (ordered by id)", ids, want)
+	}
+}
+
+func testListIsolation(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	principals := []vault.Principal{
+		{Issuer: "a", Subject: "bc"},
+		{Issuer: "ab", Subject: "c"},
+		{Issuer: "a", Subject: "b"},
+		{Issuer: "a", Subject: "b\x00c"},
+		{Issuer: "a\x00", Subject: "b"},
+		{Issuer: "a", Subject: "b\x00\x00\x00\x01c"},
+		{Issuer: "", Subject: "ab"},
+		{Issuer: "ab", Subject: ""},
+		{Issuer: "https://idp.example", Subject: "ünïcode/ü"},
+		{Issuer: "https://idp.example", Subject: string(make([]byte, 300))},
+	}
+	for i, p := range principals {
+		for j := range i%3 + 1 {
+			mustCreate(t, s, Conn(fmt.Sprintf("p%02d-%d", i, j), p, "github", fmt.Sprint(j)))
+		}
+	}
+	for i, p := range principals {
+		t.Run(fmt.Sprintf("%q/%q", p.Issuer, p.Subject), func(t *testing.T) {
+			list, err := s.ListConnections(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list) != i%3+1 {
+				t.Fatalf("got %d connections, want %d", len(list), i%3+1)
+			}
+			for _, c := range list {
+				if c.Principal != p {
+					t.Fatalf("listed %s of principal %q/%q", c.ID, c.Principal.Issuer, c.Principal.Subject)
+				}
+			}
+		})
+	}
+	for _, p := range []vault.Principal{{Issuer: "a", Subject: ""}, {Issuer: "", Subject: ""}, {Issuer: "a", Subject: "b\x00"}} {
+		list, err := s.ListConnections(ctx, p)
+		if err != nil || len(list) != 0 {
+			t.Errorf("list %q/%q = %d records, %v; want none", p.Issuer, p.Subject, len(list), err)
+		}
+	}
+}
+
+func testConnectionIDs(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	var want []string
+	for i := range 7 {
+		id := fmt.Sprintf("id%d", 6-i)
+		mustCreate(t, s, Conn(id, vault.Principal{Issuer: "i", Subject: id}, "github", "1"))
+		want = append(want, id)
+	}
+	slices.Sort(want)
+	var got []string
+	after := ""
+	for {
+		ids, err := s.ConnectionIDs(ctx, after, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) > 3 {
+			t.Fatalf("page of %d ids, limit 3", len(ids))
+		}
+		if len(ids) == 0 {
+			break
+		}
+		got = append(got, ids...)
+		after = ids[len(ids)-1]
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("paged ids = %v, want %v", got, want)
+	}
+}
+
+func testGrantCRUD(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	g := grant("g1", alice, base, base.Add(10*time.Minute))
+	created, err := s.CreateGrant(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.Version != 1 {
+		t.Errorf("Version = %d, want 1", created.Version)
+	}
+	_, err = s.CreateGrant(ctx, g)
+	wantErr(t, "duplicate grant", err, vault.ErrExists)
+	got, err := s.GetGrant(ctx, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ClientName != g.ClientName || !got.Expires.Equal(g.Expires) || got.State != vault.GrantPending || got.Version != 1 {
+		t.Fatalf("got %+v", got)
+	}
+	_, err = s.GetGrant(ctx, "nope")
+	wantErr(t, "get missing grant", err, vault.ErrNotFound)
+	_, err = s.UpdateGrant(ctx, "nope", func(g vault.Grant) (vault.Grant, error) { return g, nil })
+	wantErr(t, "update missing grant", err, vault.ErrNotFound)
+	for want := uint64(2); want <= 3; want++ {
+		up, err := s.UpdateGrant(ctx, "g1", func(g vault.Grant) (vault.Grant, error) {
+			g.Rounds++
+			g.State = vault.GrantApproved
+			return g, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if up.Version != want || up.Rounds != int(want-1) {
+			t.Fatalf("update: v%d rounds %d", up.Version, up.Rounds)
+		}
+	}
+	got, _ = s.GetGrant(ctx, "g1")
+	if got.Version != 3 || got.Rounds != 2 || got.State != vault.GrantApproved {
+		t.Fatalf("stored %+v", got)
+	}
+}
+
+func testGrantImmutable(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	if _, err := s.CreateGrant(ctx, grant("gi", alice, base, base.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	tests := []struct {
+		name string
+		fn   func(vault.Grant) (vault.Grant, error)
+		want error
+	}{
+		{"id", func(g vault.Grant) (vault.Grant, error) { g.ID = "x"; return g, nil }, nil},
+		{"principal", func(g vault.Grant) (vault.Grant, error) { g.Principal.Subject = "bob"; return g, nil }, nil},
+		{"stale version", func(g vault.Grant) (vault.Grant, error) { g.Version = 0; return g, nil }, vault.ErrConflict},
+		{"fn error", func(g vault.Grant) (vault.Grant, error) { g.Rounds = 9; return g, boom }, boom},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.UpdateGrant(ctx, "gi", tt.fn)
+			if err == nil || (tt.want != nil && !errors.Is(err, tt.want)) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			got, _ := s.GetGrant(ctx, "gi")
+			if got.Version != 1 || got.Rounds != 0 || got.Principal != alice {
+				t.Fatalf("grant changed: %+v", got)
+			}
+		})
+	}
+}
+
+func testCountGrants(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	bob := vault.Principal{Issuer: alice.Issuer, Subject: "alice2"} // subject extends alice's
+	now := base.Add(time.Hour)
+	since := now.Add(-time.Hour)
+	type gs struct {
+		id      string
+		p       vault.Principal
+		created time.Duration // relative to now
+		ttl     time.Duration
+		state   vault.GrantState
+	}
+	for _, g := range []gs{
+		{"old", alice, -2 * time.Hour, 10 * time.Minute, vault.GrantPending},     // before since
+		{"edge", alice, -time.Hour, 2 * time.Hour, vault.GrantPending},           // exactly since: counted, open
+		{"open1", alice, -5 * time.Minute, 10 * time.Minute, vault.GrantPending}, // open
+		{"open2", alice, -1 * time.Minute, 10 * time.Minute, vault.GrantApproved},
+		{"expired", alice, -30 * time.Minute, 10 * time.Minute, vault.GrantPending},
+		{"done", alice, -2 * time.Minute, 10 * time.Minute, vault.GrantCompleted},
+		{"bob", bob, -time.Minute, 10 * time.Minute, vault.GrantPending},
+	} {
+		gr := grant(g.id, g.p, now.Add(g.created), now.Add(g.created+g.ttl))
+		gr.State = g.state
+		if _, err := s.CreateGrant(ctx, gr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		p             vault.Principal
+		created, open int
+	}{
+		{alice, 5, 3},
+		{bob, 1, 1},
+		{vault.Principal{Issuer: alice.Issuer, Subject: "ali"}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.p.Subject, func(t *testing.T) {
+			created, open, err := s.CountGrants(ctx, tt.p, since, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if created != tt.created || open != tt.open {
+				t.Fatalf("CountGrants = %d created, %d open; want %d, %d", created, open, tt.created, tt.open)
+			}
+		})
+	}
+	// Completing a grant closes it.
+	if _, err := s.UpdateGrant(ctx, "open1", func(g vault.Grant) (vault.Grant, error) {
+		g.State = vault.GrantDenied
+		return g, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if c, o, _ := s.CountGrants(ctx, alice, since, now); c != 5 || o != 2 {
+		t.Fatalf("after deny: %d created, %d open; want 5, 2", c, o)
+	}
+}
+
+func testDeleteExpired(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	now := base.Add(time.Hour)
+	for i, exp := range []time.Duration{-time.Hour, -time.Minute, -time.Nanosecond, 0, time.Minute} {
+		if _, err := s.CreateGrant(ctx, grant(fmt.Sprintf("e%d", i), alice, now.Add(-2*time.Hour), now.Add(exp))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// e0 is extended past now: the update must move it in any expiry index.
+	if _, err := s.UpdateGrant(ctx, "e0", func(g vault.Grant) (vault.Grant, error) {
+		g.Expires = now.Add(time.Hour)
+		return g, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// e4 is shortened into the past.
+	if _, err := s.UpdateGrant(ctx, "e4", func(g vault.Grant) (vault.Grant, error) {
+		g.Expires = now.Add(-time.Second)
+		return g, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.DeleteExpiredGrants(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Fatalf("deleted %d, want 3 (e1, e2, e4)", n)
+	}
+	for id, want := range map[string]error{"e0": nil, "e1": vault.ErrNotFound, "e2": vault.ErrNotFound, "e3": nil, "e4": vault.ErrNotFound} {
+		_, err := s.GetGrant(ctx, id)
+		if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+			t.Errorf("GetGrant(%s) = %v, want %v", id, err, want)
+		}
+	}
+	if n, err := s.DeleteExpiredGrants(ctx, now); n != 0 || err != nil {
+		t.Fatalf("second sweep = %d, %v; want 0", n, err)
+	}
+	if c, _, _ := s.CountGrants(ctx, alice, time.Time{}, now); c != 2 {
+		t.Fatalf("CountGrants after sweep = %d, want 2", c)
+	}
+	// A deleted grant id can be used again.
+	if _, err := s.CreateGrant(ctx, grant("e1", alice, now, now.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testClosed(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	mustCreate(t, s, Conn("cl", alice, "github", "1"))
+	if _, err := s.CreateGrant(ctx, grant("gcl", alice, base, base.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	id := func(c vault.Connection) (vault.Connection, error) { return c, nil }
+	gid := func(g vault.Grant) (vault.Grant, error) { return g, nil }
+	calls := map[string]func() error{
+		"CreateConnection":    func() error { _, err := s.CreateConnection(ctx, Conn("x", alice, "g", "1")); return err },
+		"GetConnection":       func() error { _, err := s.GetConnection(ctx, "cl"); return err },
+		"ListConnections":     func() error { _, err := s.ListConnections(ctx, alice); return err },
+		"UpdateConnection":    func() error { _, err := s.UpdateConnection(ctx, "cl", id); return err },
+		"DeleteConnection":    func() error { return s.DeleteConnection(ctx, "cl") },
+		"ConnectionIDs":       func() error { _, err := s.ConnectionIDs(ctx, "", 10); return err },
+		"CreateGrant":         func() error { _, err := s.CreateGrant(ctx, grant("y", alice, base, base)); return err },
+		"GetGrant":            func() error { _, err := s.GetGrant(ctx, "gcl"); return err },
+		"UpdateGrant":         func() error { _, err := s.UpdateGrant(ctx, "gcl", gid); return err },
+		"CountGrants":         func() error { _, _, err := s.CountGrants(ctx, alice, base, base); return err },
+		"DeleteExpiredGrants": func() error { _, err := s.DeleteExpiredGrants(ctx, base.Add(time.Hour)); return err },
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) { wantErr(t, name, call(), vault.ErrClosed) })
+	}
+}
+
+func testConcurrentUpdates(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	const workers, each = 25, 2
+	mustCreate(t, s, Conn("cc", alice, "github", "1"))
+	if _, err := s.CreateGrant(ctx, grant("cg", alice, base, base.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*workers*each)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				_, err := s.UpdateConnection(ctx, "cc", func(c vault.Connection) (vault.Connection, error) {
+					c.Scopes = append(c.Scopes, fmt.Sprintf("w%d-%d", w, i))
+					return c, nil
+				})
+				errs <- err
+				_, err = s.UpdateGrant(ctx, "cg", func(g vault.Grant) (vault.Grant, error) {
+					g.Rounds++
+					return g, nil
+				})
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := mustGet(t, s, "cc")
+	if c.Version != 1+workers*each || len(c.Scopes) != 2+workers*each {
+		t.Fatalf("connection v%d with %d scopes; want v%d, %d scopes (lost update)", c.Version, len(c.Scopes), 1+workers*each, 2+workers*each)
+	}
+	g, err := s.GetGrant(ctx, "cg")
+	if err != nil || g.Rounds != workers*each || g.Version != 1+workers*each {
+		t.Fatalf("grant rounds %d v%d, %v; want %d (lost update)", g.Rounds, g.Version, err, workers*each)
+	}
+}
+
+func testConcurrentCreateSameID(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	const n = 16
+	var wg sync.WaitGroup
+	results := make(chan error, 2*n)
+	for i := range n {
+		wg.Go(func() {
+			_, err := s.CreateConnection(ctx, Conn("same", alice, "github", fmt.Sprint(i)))
+			results <- err
+			_, err = s.CreateGrant(ctx, grant("same", alice, base, base.Add(time.Minute)))
+			results <- err
+		})
+	}
+	wg.Wait()
+	close(results)
+	ok := 0
+	for err := range results {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, vault.ErrExists):
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	if ok != 2 {
+		t.Fatalf("%d creates succeeded, want exactly one connection and one grant", ok)
+	}
+	list, err := s.ListConnections(ctx, alice)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list = %d, %v; want exactly 1 (index must match the winner)", len(list), err)
+	}
+	if got := mustGet(t, s, "same"); got.AccountID != list[0].AccountID {
+		t.Fatalf("index and record disagree: %s vs %s", got.AccountID, list[0].AccountID)
+	}
+}
+
+func testConcurrentCreateAndList(t *testing.T, s vault.Store) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	const workers, each = 8, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each+1)
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			list, err := s.ListConnections(ctx, alice)
+			if err != nil && ctx.Err() == nil {
+				errs <- err
+				return
+			}
+			for _, c := range list {
+				if c.Token.AccessToken.Reveal() != "at-"+c.ID+"-secret" {
+					errs <- fmt.Errorf("listed %s with wrong tokens", c.ID)
+					return
+				}
+			}
+		}
+	})
+	var writers sync.WaitGroup
+	for w := range workers {
+		writers.Go(func() {
+			for i := range each {
+				_, err := s.CreateConnection(ctx, Conn(fmt.Sprintf("w%d-%d", w, i), alice, "github", fmt.Sprint(w)))
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	writers.Wait()
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	list, err := s.ListConnections(t.Context(), alice)
+	if err != nil || len(list) != workers*each {
+		t.Fatalf("list = %d, %v; want %d", len(list), err, workers*each)
+	}
+}
