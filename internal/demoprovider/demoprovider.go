@@ -1,0 +1,618 @@
+// Package demoprovider is the `demo` third-party provider of `broker dev`: a
+// small in-memory OAuth 2.0 authorization server with an API, mountable under
+// a path (e.g. http://127.0.0.1:8080/dev/provider), so a newcomer can connect
+// an account without any real provider.
+//
+// Routes, relative to BaseURL's path:
+//
+//	GET  /authorize   consent page: <select name="account"> of the demo accounts
+//	                  (alice-demo 1001, bob-demo 1002; the first selected) and
+//	                  <button type="submit" name="decision" value="approve"> / value="deny"
+//	POST /authorize   the consent form's decision; redirects with code or error=access_denied
+//	POST /token       JSON; authorization_code (PKCE S256 required) and refresh_token
+//	POST /revoke      RFC 7009 (client authentication, form token=…)
+//	GET  /api/user    {"id":1001,"login":"alice-demo"} for the token's account
+//	GET  /api/repos   a small list of demo repositories
+//	GET  /style.css   the pages' stylesheet
+//
+// Tokens: access tokens live AccessTTL (default 5 minutes). Refresh tokens
+// rotate: each refresh_token grant returns a new refresh token and spends the
+// old one. Presenting a spent refresh token answers invalid_grant and, as the
+// OAuth 2.0 Security BCP recommends for reuse detection, revokes every token
+// of that grant. Revoking either token of a grant at /revoke ends the whole
+// grant. API calls with a missing, unknown, revoked or expired token get 401
+// with a Bearer WWW-Authenticate challenge.
+//
+// Every interaction is appended to an ordered event log (Events), so tests
+// can assert the order of token requests and API calls. State lives in memory.
+package demoprovider
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	defaultAccessTTL = 5 * time.Minute
+	refreshTTL       = 30 * 24 * time.Hour
+	codeTTL          = 5 * time.Minute
+	pendingTTL       = 10 * time.Minute
+	maxBody          = 64 << 10
+	cspHeader        = "default-src 'none'; style-src 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+// Options configure the demo provider.
+type Options struct {
+	// BaseURL is the absolute URL the provider is served at, e.g.
+	// "http://127.0.0.1:8080/dev/provider" (no trailing slash).
+	BaseURL      string
+	ClientID     string
+	ClientSecret string // empty: a public client (PKCE only)
+	RedirectURIs []string
+	AccessTTL    time.Duration    // default 5 minutes
+	Now          func() time.Time // default time.Now
+	Logger       *slog.Logger     // nil: discard
+}
+
+// Account is a demo account that can be connected.
+type Account struct {
+	ID    int64  `json:"id"`
+	Login string `json:"login"`
+}
+
+// Accounts are the demo accounts offered on the consent page, first selected.
+var accounts = []Account{{ID: 1001, Login: "alice-demo"}, {ID: 1002, Login: "bob-demo"}}
+
+// Accounts returns the demo accounts offered on the consent page.
+func Accounts() []Account { return slices.Clone(accounts) }
+
+// Event is one recorded interaction, in order.
+type Event struct {
+	Seq       int
+	Time      time.Time
+	Kind      string // "authorize", "approve", "deny", "token", "api", "revoke"
+	GrantType string // token events
+	Account   string // the account concerned, when known
+	// Token is the Fingerprint of the token concerned: presented (api,
+	// revoke, refused refresh) or issued (successful token requests).
+	Token  string
+	Method string
+	Path   string
+	Status int
+	Error  string // the OAuth error code answered, if any ("invalid_grant", …)
+}
+
+// Provider is the running demo provider. Its methods are safe for concurrent use.
+type Provider struct {
+	opts    Options
+	path    string
+	log     *slog.Logger
+	handler http.Handler
+
+	mu      sync.Mutex // guards the fields below
+	pending map[string]*pendingAuth
+	codes   map[string]*codeGrant // by key(code)
+	tokens  map[string]*token     // by key(token)
+	events  []Event
+	seq     int
+}
+
+type pendingAuth struct {
+	redirectURI, scope, state, challenge string
+	created                              time.Time
+}
+
+type codeGrant struct {
+	req     pendingAuth
+	account Account
+	expiry  time.Time
+	used    bool
+}
+
+type token struct {
+	refresh bool
+	grantID string
+	scope   string
+	account Account
+	expiry  time.Time
+	spent   bool // refresh token already exchanged
+	revoked bool
+}
+
+// New validates opts and builds the provider.
+func New(opts Options) (*Provider, error) {
+	var problems []error
+	u, err := url.Parse(opts.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(u.Path, "/") {
+		problems = append(problems, fmt.Errorf("BaseURL %q must be an absolute http(s) URL without query or trailing slash", opts.BaseURL))
+	}
+	if opts.ClientID == "" {
+		problems = append(problems, errors.New("ClientID is required"))
+	}
+	if len(opts.RedirectURIs) == 0 {
+		problems = append(problems, errors.New("at least one redirect URI is required"))
+	}
+	for _, r := range opts.RedirectURIs {
+		if ru, err := url.Parse(r); err != nil || !ru.IsAbs() || ru.Fragment != "" {
+			problems = append(problems, fmt.Errorf("bad redirect URI %q", r))
+		}
+	}
+	if opts.AccessTTL < 0 {
+		problems = append(problems, errors.New("AccessTTL must not be negative"))
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("demoprovider: %w", errors.Join(problems...))
+	}
+	if opts.AccessTTL == 0 {
+		opts.AccessTTL = defaultAccessTTL
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	opts.RedirectURIs = slices.Clone(opts.RedirectURIs)
+	p := &Provider{
+		opts:    opts,
+		path:    u.Path,
+		log:     opts.Logger,
+		pending: map[string]*pendingAuth{},
+		codes:   map[string]*codeGrant{},
+		tokens:  map[string]*token{},
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+p.path+"/authorize", p.authorize)
+	mux.HandleFunc("POST "+p.path+"/authorize", p.decide)
+	mux.HandleFunc("POST "+p.path+"/token", p.token)
+	mux.HandleFunc("POST "+p.path+"/revoke", p.revoke)
+	mux.HandleFunc("GET "+p.path+"/api/user", p.api)
+	mux.HandleFunc("GET "+p.path+"/api/repos", p.api)
+	mux.HandleFunc("GET "+p.path+"/style.css", serveCSS)
+	p.handler = mux
+	return p, nil
+}
+
+// Handler serves every route under BaseURL's path; it expects the full
+// request path (mount it as mux.Handle("/dev/provider/", p.Handler())).
+func (p *Provider) Handler() http.Handler { return p.handler }
+
+// AuthURL, TokenURL and RevokeURL are the endpoints for an oauth2.Config
+// and a provider catalogue; APIBase is the API's base URL.
+func (p *Provider) AuthURL() string   { return p.opts.BaseURL + "/authorize" }
+func (p *Provider) TokenURL() string  { return p.opts.BaseURL + "/token" }
+func (p *Provider) RevokeURL() string { return p.opts.BaseURL + "/revoke" }
+func (p *Provider) APIBase() string   { return p.opts.BaseURL + "/api" }
+
+// Events returns a copy of the event log, oldest first.
+func (p *Provider) Events() []Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.events)
+}
+
+// Fingerprint is how the event log names a token without holding it: the
+// first 16 hex digits of its SHA-256.
+func Fingerprint(token string) string {
+	if token == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:8])
+}
+
+// maxEvents bounds the log of a long-running `broker dev`.
+const maxEvents = 10000
+
+// record appends an event; callers hold p.mu.
+func (p *Provider) record(e Event) {
+	p.seq++
+	e.Seq = p.seq
+	e.Time = p.opts.Now()
+	if len(p.events) >= maxEvents {
+		p.events = slices.Delete(p.events, 0, len(p.events)-maxEvents+1)
+	}
+	p.events = append(p.events, e)
+	p.log.Debug("demoprovider: event", "kind", e.Kind, "grant_type", e.GrantType, "account", e.Account, "status", e.Status, "error", e.Error)
+}
+
+func (p *Provider) recordLocked(e Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.record(e)
+}
+
+func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p.recordLocked(Event{Kind: "authorize", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK})
+	if subtle.ConstantTimeCompare([]byte(q.Get("client_id")), []byte(p.opts.ClientID)) != 1 {
+		p.errorPage(w, http.StatusBadRequest, "Unknown application (client_id).")
+		return
+	}
+	redirect := q.Get("redirect_uri")
+	if !slices.Contains(p.opts.RedirectURIs, redirect) {
+		p.errorPage(w, http.StatusBadRequest, "The redirect_uri is not registered for this application.")
+		return
+	}
+	state := q.Get("state")
+	bad := func(code, desc string) {
+		http.Redirect(w, r, withQuery(redirect, url.Values{"error": {code}, "error_description": {desc}, "state": {state}}), http.StatusFound)
+	}
+	switch {
+	case q.Get("response_type") != "code":
+		bad("unsupported_response_type", "response_type must be code")
+		return
+	case q.Get("code_challenge") == "" || q.Get("code_challenge_method") != "S256":
+		bad("invalid_request", "PKCE with code_challenge_method=S256 is required")
+		return
+	}
+	id := randomToken(16)
+	pa := &pendingAuth{redirectURI: redirect, scope: strings.Join(strings.Fields(q.Get("scope")), " "), state: state,
+		challenge: q.Get("code_challenge"), created: p.opts.Now()}
+	p.mu.Lock()
+	for k, old := range p.pending {
+		if p.opts.Now().Sub(old.created) > pendingTTL {
+			delete(p.pending, k)
+		}
+	}
+	p.pending[id] = pa
+	p.mu.Unlock()
+	p.render(w, http.StatusOK, "consent", consentData{RequestID: id, ClientID: p.opts.ClientID, Scope: pa.scope, Accounts: accounts})
+}
+
+func (p *Provider) decide(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	if err := r.ParseForm(); err != nil {
+		p.errorPage(w, http.StatusBadRequest, "The form could not be read.")
+		return
+	}
+	id := r.PostForm.Get("request")
+	decision := r.PostForm.Get("decision")
+	var acct Account
+	found := false
+	for _, a := range accounts {
+		if strconv.FormatInt(a.ID, 10) == r.PostForm.Get("account") {
+			acct, found = a, true
+		}
+	}
+	if decision != "approve" && decision != "deny" || (decision == "approve" && !found) {
+		p.errorPage(w, http.StatusBadRequest, "Choose an account, then Approve or Deny.")
+		return
+	}
+	p.mu.Lock()
+	pa, ok := p.pending[id]
+	if ok {
+		delete(p.pending, id)
+	}
+	if !ok || p.opts.Now().Sub(pa.created) > pendingTTL {
+		p.mu.Unlock()
+		p.errorPage(w, http.StatusBadRequest, "This authorization request is unknown, expired or already answered. Start again from the application.")
+		return
+	}
+	if decision == "deny" {
+		p.record(Event{Kind: "deny", Method: r.Method, Path: r.URL.Path, Status: http.StatusFound, Error: "access_denied"})
+		p.mu.Unlock()
+		http.Redirect(w, r, withQuery(pa.redirectURI, url.Values{
+			"error": {"access_denied"}, "error_description": {"The user denied the request."}, "state": {pa.state},
+		}), http.StatusFound)
+		return
+	}
+	code := randomToken(24)
+	p.codes[key(code)] = &codeGrant{req: *pa, account: acct, expiry: p.opts.Now().Add(codeTTL)}
+	p.record(Event{Kind: "approve", Account: acct.Login, Method: r.Method, Path: r.URL.Path, Status: http.StatusFound})
+	p.mu.Unlock()
+	http.Redirect(w, r, withQuery(pa.redirectURI, url.Values{"code": {code}, "state": {pa.state}}), http.StatusFound)
+}
+
+// tokenResponse is the JSON body of a successful token request.
+type tokenResponse struct {
+	AccessToken  string `json:"access_token"`
+	TokenType    string `json:"token_type"`
+	ExpiresIn    int    `json:"expires_in"`
+	RefreshToken string `json:"refresh_token"`
+	Scope        string `json:"scope,omitempty"`
+}
+
+// clientAuth authenticates the client from basic auth or the form.
+func (p *Provider) clientAuth(r *http.Request) bool {
+	id, secret, basic := r.BasicAuth()
+	if basic {
+		var err error
+		if id, err = url.QueryUnescape(id); err != nil {
+			return false
+		}
+		if secret, err = url.QueryUnescape(secret); err != nil {
+			return false
+		}
+	} else {
+		id, secret = r.PostForm.Get("client_id"), r.PostForm.Get("client_secret")
+	}
+	a := subtle.ConstantTimeCompare([]byte(id), []byte(p.opts.ClientID))
+	b := subtle.ConstantTimeCompare([]byte(secret), []byte(p.opts.ClientSecret))
+	return a&b == 1
+}
+
+func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	if err := r.ParseForm(); err != nil {
+		oauthError(w, http.StatusBadRequest, "invalid_request", "the form could not be read")
+		return
+	}
+	f := r.PostForm
+	ev := Event{Kind: "token", GrantType: f.Get("grant_type"), Method: r.Method, Path: r.URL.Path, Status: http.StatusOK}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fail := func(status int, code, desc string) {
+		ev.Status, ev.Error = status, code
+		p.record(ev)
+		if code == "invalid_client" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="demo"`)
+		}
+		oauthError(w, status, code, desc)
+	}
+	if !p.clientAuth(r) {
+		fail(http.StatusUnauthorized, "invalid_client", "client authentication failed")
+		return
+	}
+	var (
+		grantID, scope string
+		acct           Account
+	)
+	now := p.opts.Now()
+	switch ev.GrantType {
+	case "authorization_code":
+		cg, ok := p.codes[key(f.Get("code"))]
+		if !ok || cg.used || !now.Before(cg.expiry) {
+			fail(http.StatusBadRequest, "invalid_grant", "the code is invalid, expired or already used")
+			return
+		}
+		cg.used = true
+		if f.Get("redirect_uri") != cg.req.redirectURI {
+			fail(http.StatusBadRequest, "invalid_grant", "redirect_uri does not match the authorization request")
+			return
+		}
+		sum := sha256.Sum256([]byte(f.Get("code_verifier")))
+		if f.Get("code_verifier") == "" || subtle.ConstantTimeCompare([]byte(base64.RawURLEncoding.EncodeToString(sum[:])), []byte(cg.req.challenge)) != 1 {
+			fail(http.StatusBadRequest, "invalid_grant", "code_verifier does not match the code_challenge")
+			return
+		}
+		grantID, scope, acct = randomToken(8), cg.req.scope, cg.account
+	case "refresh_token":
+		ev.Token = Fingerprint(f.Get("refresh_token"))
+		t, ok := p.tokens[key(f.Get("refresh_token"))]
+		if !ok || !t.refresh {
+			fail(http.StatusBadRequest, "invalid_grant", "unknown refresh token")
+			return
+		}
+		ev.Account = t.account.Login
+		if t.spent {
+			// Reuse of a rotated refresh token: end the whole grant.
+			p.revokeGrant(t.grantID)
+			fail(http.StatusBadRequest, "invalid_grant", "refresh token already used; the grant has been revoked")
+			return
+		}
+		if t.revoked || !now.Before(t.expiry) {
+			fail(http.StatusBadRequest, "invalid_grant", "refresh token expired or revoked")
+			return
+		}
+		t.spent = true
+		grantID, scope, acct = t.grantID, t.scope, t.account
+	default:
+		fail(http.StatusBadRequest, "unsupported_grant_type", "grant_type must be authorization_code or refresh_token")
+		return
+	}
+	access, refresh := randomToken(32), randomToken(32)
+	p.tokens[key(access)] = &token{grantID: grantID, scope: scope, account: acct, expiry: now.Add(p.opts.AccessTTL)}
+	p.tokens[key(refresh)] = &token{refresh: true, grantID: grantID, scope: scope, account: acct, expiry: now.Add(refreshTTL)}
+	ev.Account, ev.Token = acct.Login, Fingerprint(access)
+	p.record(ev)
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, tokenResponse{
+		AccessToken: access, TokenType: "Bearer", ExpiresIn: int(p.opts.AccessTTL / time.Second),
+		RefreshToken: refresh, Scope: scope,
+	})
+}
+
+// revokeGrant revokes every token of a grant; callers hold p.mu.
+func (p *Provider) revokeGrant(grantID string) {
+	for _, t := range p.tokens {
+		if t.grantID == grantID {
+			t.revoked = true
+		}
+	}
+}
+
+// revoke implements RFC 7009: 200 for any token once the client is
+// authenticated, so the answer says nothing about the token's validity.
+func (p *Provider) revoke(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	if err := r.ParseForm(); err != nil {
+		oauthError(w, http.StatusBadRequest, "invalid_request", "the form could not be read")
+		return
+	}
+	tok := r.PostForm.Get("token")
+	ev := Event{Kind: "revoke", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK, Token: Fingerprint(tok)}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.clientAuth(r) {
+		ev.Status, ev.Error = http.StatusUnauthorized, "invalid_client"
+		p.record(ev)
+		w.Header().Set("WWW-Authenticate", `Basic realm="demo"`)
+		oauthError(w, http.StatusUnauthorized, "invalid_client", "client authentication failed")
+		return
+	}
+	if tok == "" {
+		ev.Status, ev.Error = http.StatusBadRequest, "invalid_request"
+		p.record(ev)
+		oauthError(w, http.StatusBadRequest, "invalid_request", "token is required")
+		return
+	}
+	if t, ok := p.tokens[key(tok)]; ok {
+		ev.Account = t.account.Login
+		p.revokeGrant(t.grantID)
+	}
+	p.record(ev)
+	w.WriteHeader(http.StatusOK)
+}
+
+func (p *Provider) api(w http.ResponseWriter, r *http.Request) {
+	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	ev := Event{Kind: "api", Method: r.Method, Path: r.URL.Path, Token: Fingerprint(tok)}
+	p.mu.Lock()
+	var t *token
+	if strings.EqualFold(scheme, "Bearer") && tok != "" {
+		t = p.tokens[key(tok)]
+	}
+	now := p.opts.Now()
+	if t == nil || t.refresh || t.revoked || !now.Before(t.expiry) {
+		ev.Status, ev.Error = http.StatusUnauthorized, "invalid_token"
+		challenge := `Bearer realm="demo"`
+		switch {
+		case tok == "":
+			ev.Error = "missing_token"
+		case t != nil && !t.refresh && !t.revoked:
+			challenge += `, error="invalid_token", error_description="The access token expired"`
+		default:
+			challenge += `, error="invalid_token", error_description="The access token is invalid"`
+		}
+		p.record(ev)
+		p.mu.Unlock()
+		w.Header().Set("WWW-Authenticate", challenge)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_token", "message": "Bad credentials"})
+		return
+	}
+	acct := t.account
+	ev.Account, ev.Status = acct.Login, http.StatusOK
+	p.record(ev)
+	p.mu.Unlock()
+	if strings.HasSuffix(r.URL.Path, "/api/user") {
+		writeJSON(w, http.StatusOK, acct)
+		return
+	}
+	writeJSON(w, http.StatusOK, []map[string]any{
+		{"id": acct.ID*10 + 1, "name": "hello-demo", "full_name": acct.Login + "/hello-demo", "private": false},
+		{"id": acct.ID*10 + 2, "name": "notes", "full_name": acct.Login + "/notes", "private": true},
+	})
+}
+
+// consentData is what the consent page shows.
+type consentData struct {
+	RequestID string
+	ClientID  string
+	Scope     string
+	Accounts  []Account
+	Message   string
+}
+
+var pages = template.Must(template.New("").Parse(`
+{{define "head"}}<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.}}</title><link rel="stylesheet" href="style.css"></head>{{end}}
+{{define "consent"}}{{template "head" "Authorize · Demo provider"}}
+<body><main>
+<h1>Demo provider</h1>
+<p>The application <code>{{.ClientID}}</code> asks to access a demo account{{if .Scope}} with the scopes <code>{{.Scope}}</code>{{end}}.</p>
+<form method="post" action="authorize">
+<input type="hidden" name="request" value="{{.RequestID}}">
+<label>Account
+<select name="account">{{range $i, $a := .Accounts}}
+<option value="{{$a.ID}}"{{if eq $i 0}} selected{{end}}>{{$a.Login}}</option>{{end}}
+</select></label>
+<div class="buttons">
+<button type="submit" name="decision" value="approve">Approve</button>
+<button type="submit" name="decision" value="deny">Deny</button>
+</div>
+</form>
+<p class="note">This is a local demonstration provider for <code>broker dev</code>; no real account is involved.</p>
+</main></body></html>{{end}}
+{{define "error"}}{{template "head" "Error · Demo provider"}}
+<body><main><h1>Demo provider</h1><p class="error">{{.Message}}</p></main></body></html>{{end}}
+`))
+
+const css = `body{font-family:system-ui,sans-serif;background:#f3f6f4;margin:0}
+main{max-width:28rem;margin:4rem auto;background:#fff;padding:2rem;border-radius:8px;box-shadow:0 1px 4px #0002}
+label{display:block;margin:1rem 0}select{display:block;margin-top:.3rem;padding:.3rem}
+.buttons button{margin-right:.6rem;padding:.5rem 1.2rem}.error{color:#a00}.note{color:#666;font-size:.9em}`
+
+func serveCSS(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = io.WriteString(w, css)
+}
+
+func (p *Provider) errorPage(w http.ResponseWriter, status int, msg string) {
+	p.render(w, status, "error", consentData{Message: msg})
+}
+
+func (p *Provider) render(w http.ResponseWriter, status int, name string, d consentData) {
+	var buf bytes.Buffer
+	if err := pages.ExecuteTemplate(&buf, name, d); err != nil {
+		p.log.Error("demoprovider: render", "page", name, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", cspHeader)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func oauthError(w http.ResponseWriter, status int, code, desc string) {
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, status, map[string]string{"error": code, "error_description": desc})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func withQuery(base string, params url.Values) string {
+	u, _ := url.Parse(base) // registered URIs were validated by New
+	q := u.Query()
+	for k, vs := range params {
+		if len(vs) > 0 && vs[0] != "" {
+			q.Set(k, vs[0])
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// key indexes secrets by their SHA-256 so lookups never compare secret bytes.
+func key(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return string(sum[:])
+}
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("demoprovider: crypto/rand: " + err.Error())
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}

@@ -1,0 +1,118 @@
+package devidp_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"golang.org/x/oauth2"
+
+	"credbroker/internal/devidp"
+	"credbroker/internal/devidp/devidptest"
+)
+
+// TestBrowserSignIn signs in through headless Chromium: the form, the
+// session cookie (second sign-in is immediate) and prompt=login. Screenshots
+// go to $TEST_OUTPUT_DIR when set.
+func TestBrowserSignIn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium not installed")
+	}
+	// The RP: a callback page on its own loopback server.
+	rpMux := http.NewServeMux()
+	rp := httptest.NewServer(rpMux)
+	defer rp.Close()
+	rpMux.HandleFunc("GET /cb", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if r.URL.Query().Get("code") != "" {
+			_, _ = w.Write([]byte(`<html><body><p id="result">code received</p></body></html>`))
+			return
+		}
+		_, _ = w.Write([]byte(`<html><body><p id="result">error</p></body></html>`))
+	})
+	idp := devidptest.Start(t, nil, []devidp.Client{{ID: "web", Secret: "web-secret", RedirectURIs: []string{rp.URL + "/cb"}}})
+	cfg := oauth2.Config{ClientID: "web", RedirectURL: rp.URL + "/cb", Scopes: []string{"openid"},
+		Endpoint: oauth2.Endpoint{AuthURL: idp.Issuer() + "/authorize"}}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Headless,
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	browser, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(browser, 30*time.Second)
+	defer cancelTimeout()
+
+	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return strings.TrimSpace(s)
+	}
+	shot := func(name string) {
+		t.Helper()
+		dir := os.Getenv("TEST_OUTPUT_DIR")
+		if dir == "" {
+			return
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "devidp-"+name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	verifier := oauth2.GenerateVerifier()
+	run("open", chromedp.Navigate(cfg.AuthCodeURL("s1", oauth2.S256ChallengeOption(verifier))),
+		chromedp.WaitVisible(chromedp.CSS(`input[name=username]`)))
+	shot("login")
+	run("wrong password", chromedp.SendKeys(chromedp.CSS(`input[name=username]`), "alice"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=password]`), "wrong"),
+		chromedp.Click(chromedp.CSS(`button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.error`)))
+	shot("login-error")
+	if got := text(`.error`); !strings.Contains(got, "Wrong username or password") {
+		t.Fatalf("error %q", got)
+	}
+	run("sign in", chromedp.SetValue(chromedp.CSS(`input[name=username]`), "alice"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=password]`), "alice"),
+		chromedp.Click(chromedp.CSS(`button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#result`)))
+	if got := text(`#result`); got != "code received" {
+		t.Fatalf("result %q", got)
+	}
+	// The session cookie makes a second authorization immediate.
+	run("second authorization", chromedp.Navigate(cfg.AuthCodeURL("s2", oauth2.S256ChallengeOption(verifier))),
+		chromedp.WaitVisible(chromedp.CSS(`#result`)))
+	if got := text(`#result`); got != "code received" {
+		t.Fatalf("second sign-in: %q", got)
+	}
+	// prompt=login forces the form.
+	run("prompt=login", chromedp.Navigate(cfg.AuthCodeURL("s3", oauth2.SetAuthURLParam("prompt", "login"))),
+		chromedp.WaitVisible(chromedp.CSS(`input[name=password]`)))
+}

@@ -1,0 +1,514 @@
+// Package fakeprovider runs httptest servers on 127.0.0.1 that behave like
+// GitHub's and Google's OAuth endpoints and APIs, for credbroker's tests. It
+// is test-support code: it imports "testing" (servers are started with a
+// testing.TB and closed by its Cleanup) and must not be linked into the
+// broker itself.
+//
+// GitHub (NewGitHub): consent at GET /login/oauth/authorize; tokens at POST
+// /login/oauth/access_token, form-encoded unless Accept asks for JSON, errors
+// as HTTP 200 with an error field (bad_verification_code,
+// incorrect_client_credentials, redirect_uri_mismatch); PKCE S256 checked;
+// optional expiring tokens with rotating refresh tokens (GitHub Apps); API
+// GET /user, GET /user/repos; grant revocation at DELETE
+// /applications/{client_id}/grant. No OIDC.
+//
+// Google (NewGoogle): OIDC discovery, JWKS, consent at /o/oauth2/v2/auth,
+// POST /token (authorization_code with PKCE, refresh_token; a refresh token
+// only when access_type=offline and prompt=consent), RS256 ID tokens,
+// GET /v1/userinfo, POST /revoke (RFC 7009), expiring access tokens.
+//
+// Consent pages follow the broker's stable UI contract: a form with
+// <button type="submit" name="decision" value="approve"> and value="deny".
+//
+// Both record an ordered event log (Events) and counters (Counts) so tests
+// can assert what happened and in which order, accept injected failures
+// (FailNextTokens, SetAuthorizeError), issue unique random tokens and compare
+// every secret in constant time.
+package fakeprovider
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure a fake provider. Zero values get defaults.
+type Options struct {
+	ClientID     string // default "fake-client-id"
+	ClientSecret string // default "fake-client-secret"
+	// RedirectURIs registered for the client. Empty: any http://127.0.0.1
+	// or http://localhost redirect URI is accepted (known only later).
+	RedirectURIs []string
+
+	// The account that signs in (changeable with SetUser).
+	Login   string // GitHub login; default "octocat"
+	ID      int64  // default 12345 (GitHub) / 1234567890 (Google)
+	Email   string // default "<login>@example.test"
+	Name    string // default "The Octocat" / "Test User"
+	Subject string // Google "sub"; default the decimal ID
+
+	// AccessTTL is the access token lifetime: Google default 1h; GitHub
+	// default 8h, used only with ExpiringTokens.
+	AccessTTL time.Duration
+	// ExpiringTokens (GitHub only) makes access tokens expire and issues
+	// rotating refresh tokens, as GitHub Apps do.
+	ExpiringTokens bool
+	// AutoApprove skips the consent page: /authorize redirects at once as if
+	// the user had approved.
+	AutoApprove bool
+
+	Now    func() time.Time // default time.Now
+	Logger *slog.Logger     // nil: discard
+}
+
+// User is the provider account that signs in.
+type User struct {
+	Login   string
+	ID      int64
+	Email   string
+	Name    string
+	Subject string
+}
+
+// Event is one recorded interaction, in order.
+type Event struct {
+	Seq       int
+	Time      time.Time
+	Kind      string // "authorize", "approve", "deny", "token", "api", "userinfo", "revoke"
+	GrantType string // token events: "authorization_code" or "refresh_token"
+	Token     string // api/userinfo/revoke: the token presented; token: the access token issued
+	Method    string
+	Path      string
+	Status    int
+	Error     string // the OAuth/API error answered, if any
+}
+
+// Counts are totals per kind of event.
+type Counts struct {
+	Authorize, Approve, Deny int
+	Token, TokenErrors       int // all token requests; those answered with an error
+	Refresh                  int // successful refresh_token grants
+	API, APIErrors           int // API and userinfo calls; those refused
+	Revoke                   int
+}
+
+// pendingAuth is an authorization request waiting for the user's decision.
+type pendingAuth struct {
+	id          string
+	redirectURI string
+	scope       string
+	state       string
+	nonce       string
+	challenge   string
+	method      string
+	offline     bool // Google: access_type=offline and prompt=consent
+	created     time.Time
+}
+
+// codeGrant is an issued authorization code.
+type codeGrant struct {
+	req     pendingAuth
+	user    User
+	expiry  time.Time
+	used    bool
+	grantID string
+}
+
+// token is an issued access or refresh token.
+type token struct {
+	refresh bool
+	grantID string
+	scope   string
+	nonce   string
+	user    User
+	expiry  time.Time // zero: never
+	revoked bool
+}
+
+// core is the state and behaviour both fakes share.
+type core struct {
+	opts    Options
+	log     *slog.Logger
+	server  string // base URL, set after start
+	prefix  string // token prefix
+	rprefix string // refresh token prefix
+
+	mu           sync.Mutex // guards the fields below
+	user         User
+	pending      map[string]*pendingAuth
+	codes        map[string]*codeGrant
+	tokens       map[string]*token
+	events       []Event
+	failTokens   int
+	authzErr     string
+	authzErrDesc string
+}
+
+func newCore(opts Options, defID int64, defName string) *core {
+	if opts.ClientID == "" {
+		opts.ClientID = "fake-client-id"
+	}
+	if opts.ClientSecret == "" {
+		opts.ClientSecret = "fake-client-secret"
+	}
+	if opts.Login == "" {
+		opts.Login = "octocat"
+	}
+	if opts.ID == 0 {
+		opts.ID = defID
+	}
+	if opts.Email == "" {
+		opts.Email = opts.Login + "@example.test"
+	}
+	if opts.Name == "" {
+		opts.Name = defName
+	}
+	if opts.Subject == "" {
+		opts.Subject = fmt.Sprint(opts.ID)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &core{
+		opts:    opts,
+		log:     log,
+		user:    User{Login: opts.Login, ID: opts.ID, Email: opts.Email, Name: opts.Name, Subject: opts.Subject},
+		pending: map[string]*pendingAuth{},
+		codes:   map[string]*codeGrant{},
+		tokens:  map[string]*token{},
+	}
+}
+
+// SetUser changes the account that signs in on later approvals.
+func (c *core) SetUser(u User) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u.Subject == "" {
+		u.Subject = fmt.Sprint(u.ID)
+	}
+	c.user = u
+}
+
+// FailNextTokens makes the next n token requests answer HTTP 500.
+func (c *core) FailNextTokens(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failTokens = n
+}
+
+// SetAuthorizeError makes every authorization request redirect back at once
+// with error=code and error_description=description (e.g. "access_denied").
+// An empty code restores normal behaviour.
+func (c *core) SetAuthorizeError(code, description string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.authzErr, c.authzErrDesc = code, description
+}
+
+// Events returns a copy of the event log, oldest first.
+func (c *core) Events() []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.events)
+}
+
+// Counts totals the event log.
+func (c *core) Counts() Counts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n Counts
+	for _, e := range c.events {
+		switch e.Kind {
+		case "authorize":
+			n.Authorize++
+		case "approve":
+			n.Approve++
+		case "deny":
+			n.Deny++
+		case "token":
+			n.Token++
+			if e.Error != "" {
+				n.TokenErrors++
+			} else if e.GrantType == "refresh_token" {
+				n.Refresh++
+			}
+		case "api", "userinfo":
+			n.API++
+			if e.Error != "" {
+				n.APIErrors++
+			}
+		case "revoke":
+			n.Revoke++
+		}
+	}
+	return n
+}
+
+// ClientID returns the registered client id.
+func (c *core) ClientID() string { return c.opts.ClientID }
+
+// ClientSecret returns the registered client secret.
+func (c *core) ClientSecret() string { return c.opts.ClientSecret }
+
+// URL returns the server's base URL.
+func (c *core) URL() string { return c.server }
+
+// TokenValid reports whether tok is a live (unexpired, unrevoked) access token.
+func (c *core) TokenValid(tok string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.lookupToken(tok)
+	return ok && !t.refresh && c.live(t)
+}
+
+// record appends an event; callers hold c.mu.
+func (c *core) record(e Event) {
+	e.Seq = len(c.events) + 1
+	e.Time = c.opts.Now()
+	c.events = append(c.events, e)
+}
+
+func (c *core) recordLocked(e Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.record(e)
+}
+
+func (c *core) live(t *token) bool {
+	return !t.revoked && (t.expiry.IsZero() || c.opts.Now().Before(t.expiry))
+}
+
+// clientCreds takes the client's credentials from HTTP Basic (whose parts
+// RFC 6749 2.3.1 form-encodes, as x/oauth2 does) or from the form.
+func clientCreds(r *http.Request) (id, secret string) {
+	if id, secret, ok := r.BasicAuth(); ok {
+		uid, err1 := url.QueryUnescape(id)
+		usec, err2 := url.QueryUnescape(secret)
+		if err1 != nil || err2 != nil {
+			return "", ""
+		}
+		return uid, usec
+	}
+	return r.PostForm.Get("client_id"), r.PostForm.Get("client_secret")
+}
+
+// clientOK compares client credentials in constant time.
+func (c *core) clientOK(id, secret string) bool {
+	a := subtle.ConstantTimeCompare([]byte(id), []byte(c.opts.ClientID))
+	b := subtle.ConstantTimeCompare([]byte(secret), []byte(c.opts.ClientSecret))
+	return a&b == 1
+}
+
+// redirectOK reports whether uri may receive codes for the client.
+func (c *core) redirectOK(uri string) bool {
+	if len(c.opts.RedirectURIs) > 0 {
+		return slices.Contains(c.opts.RedirectURIs, uri)
+	}
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "http" || u.Fragment != "" {
+		return false
+	}
+	h := u.Hostname()
+	return h == "127.0.0.1" || h == "localhost" || h == "::1"
+}
+
+// pkceOK checks an S256 (or plain, when the request used it) verifier.
+func pkceOK(challenge, method, verifier string) bool {
+	if challenge == "" {
+		return verifier == ""
+	}
+	if verifier == "" {
+		return false
+	}
+	got := verifier
+	if method == "" || method == "S256" {
+		sum := sha256.Sum256([]byte(verifier))
+		got = base64.RawURLEncoding.EncodeToString(sum[:])
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(challenge)) == 1
+}
+
+// key is the map key of a secret (token or code): maps are indexed by its
+// SHA-256, so a lookup never compares secret bytes directly.
+func key(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return string(sum[:])
+}
+
+// lookupToken finds tok; callers hold c.mu.
+func (c *core) lookupToken(tok string) (*token, bool) {
+	if tok == "" {
+		return nil, false
+	}
+	t, ok := c.tokens[key(tok)]
+	return t, ok
+}
+
+// newPending stores an authorization request and returns its id.
+func (c *core) newPending(p pendingAuth) string {
+	p.id = randomToken("", 16)
+	p.created = c.opts.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, old := range c.pending {
+		if c.opts.Now().Sub(old.created) > 10*time.Minute {
+			delete(c.pending, id)
+		}
+	}
+	c.pending[p.id] = &p
+	return p.id
+}
+
+// takePending removes and returns a pending request.
+func (c *core) takePending(id string) (pendingAuth, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pending[id]
+	if !ok {
+		return pendingAuth{}, false
+	}
+	delete(c.pending, id)
+	return *p, true
+}
+
+// issueCode creates a single-use code for an approved request.
+func (c *core) issueCode(p pendingAuth) string {
+	code := randomToken("", 20)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.codes[key(code)] = &codeGrant{req: p, user: c.user, expiry: c.opts.Now().Add(10 * time.Minute), grantID: randomToken("", 8)}
+	return code
+}
+
+// issueTokens stores a new access token (and refresh token when wanted) for
+// a grant; callers hold c.mu.
+func (c *core) issueTokens(grantID, scope, nonce string, user User, ttl time.Duration, withRefresh bool, refreshTTL time.Duration) (access, refresh string, expiry time.Time) {
+	now := c.opts.Now()
+	access = randomToken(c.prefix, 30)
+	if ttl > 0 {
+		expiry = now.Add(ttl)
+	}
+	c.tokens[key(access)] = &token{grantID: grantID, scope: scope, nonce: nonce, user: user, expiry: expiry}
+	if withRefresh {
+		refresh = randomToken(c.rprefix, 40)
+		var rexp time.Time
+		if refreshTTL > 0 {
+			rexp = now.Add(refreshTTL)
+		}
+		c.tokens[key(refresh)] = &token{refresh: true, grantID: grantID, scope: scope, nonce: nonce, user: user, expiry: rexp}
+	}
+	return access, refresh, expiry
+}
+
+// revokeGrant revokes every token of a grant; callers hold c.mu.
+func (c *core) revokeGrant(grantID string) {
+	for _, t := range c.tokens {
+		if t.grantID == grantID {
+			t.revoked = true
+		}
+	}
+}
+
+// authorizeRedirect builds the redirect back to the client.
+func authorizeRedirect(redirectURI string, params url.Values) string {
+	u, _ := url.Parse(redirectURI) // validated before
+	q := u.Query()
+	for k, vs := range params {
+		for _, v := range vs {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// bearer extracts the token from "Authorization: Bearer x" or "token x".
+func bearer(r *http.Request, allowTokenScheme bool) string {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok {
+		return ""
+	}
+	if strings.EqualFold(scheme, "bearer") || (allowTokenScheme && strings.EqualFold(scheme, "token")) {
+		return strings.TrimSpace(tok)
+	}
+	return ""
+}
+
+func randomToken(prefix string, n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("fakeprovider: crypto/rand: " + err.Error())
+	}
+	if prefix == "" {
+		return hex.EncodeToString(b)
+	}
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// consentData is what the consent page shows.
+type consentData struct {
+	Provider  string
+	Action    string
+	RequestID string
+	ClientID  string
+	Scope     string
+	Login     string
+	Message   string
+}
+
+var pages = template.Must(template.New("").Parse(`
+{{define "consent"}}<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Authorize · {{.Provider}} (fake)</title></head>
+<body><main>
+<h1>Authorize application</h1>
+<p>{{.Provider}} (test double): <code>{{.ClientID}}</code> wants access to the account <strong>{{.Login}}</strong>.</p>
+<p>Scopes: <code>{{.Scope}}</code></p>
+<form method="post" action="{{.Action}}">
+<input type="hidden" name="request" value="{{.RequestID}}">
+<button type="submit" name="decision" value="approve">Authorize</button>
+<button type="submit" name="decision" value="deny">Cancel</button>
+</form>
+</main></body></html>{{end}}
+{{define "error"}}<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Error · {{.Provider}} (fake)</title></head>
+<body><main><h1>Error</h1><p>{{.Message}}</p></main></body></html>{{end}}
+`))
+
+func render(w http.ResponseWriter, status int, name string, d consentData) {
+	var buf bytes.Buffer
+	if err := pages.ExecuteTemplate(&buf, name, d); err != nil {
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", "default-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func errorPage(w http.ResponseWriter, status int, provider, msg string) {
+	render(w, status, "error", consentData{Provider: provider, Message: msg})
+}
