@@ -1,0 +1,223 @@
+package mcpapi
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// reqMeta is the per-request _meta of a 2026-07-28 request.
+type reqMeta struct {
+	Version      *string             `json:"io.modelcontextprotocol/protocolVersion"`
+	Capabilities json.RawMessage     `json:"io.modelcontextprotocol/clientCapabilities"`
+	ClientInfo   *mcp.Implementation `json:"io.modelcontextprotocol/clientInfo"`
+}
+
+// modernParams is the union of the params this handler reads: _meta for
+// every method, cursor for tools/list, the rest for tools/call (the fields
+// of mcp.CallToolParamsRaw, with typed _meta).
+type modernParams struct {
+	Meta           reqMeta              `json:"_meta"`
+	Cursor         *string              `json:"cursor"`
+	Name           string               `json:"name"`
+	Arguments      json.RawMessage      `json:"arguments"`
+	InputResponses mcp.InputResponseMap `json:"inputResponses"`
+	RequestState   string               `json:"requestState"`
+}
+
+// inputRequiredResult is InputRequiredResult on the wire. The SDK's
+// CallToolResult would add "content":null and no resultType.
+type inputRequiredResult struct {
+	ResultType    string              `json:"resultType"`
+	Meta          mcp.Meta            `json:"_meta,omitempty"`
+	InputRequests mcp.InputRequestMap `json:"inputRequests,omitempty"`
+	RequestState  string              `json:"requestState,omitempty"`
+}
+
+// acceptsJSONAndSSE reports whether the Accept header lists both media types
+// the 2026-07-28 transport requires (wildcards count).
+func acceptsJSONAndSSE(values []string) bool {
+	var jsonOK, sseOK bool
+	for _, v := range values {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+			switch strings.ToLower(strings.TrimSpace(mt)) {
+			case "*/*":
+				jsonOK, sseOK = true, true
+			case "application/*", "application/json":
+				jsonOK = true
+			case "text/*", "text/event-stream":
+				sseOK = true
+			}
+		}
+	}
+	return jsonOK && sseOK
+}
+
+// decodeHeaderValue undoes the =?base64?…?= form of non-ASCII header values.
+func decodeHeaderValue(v string) (string, bool) {
+	if inner, ok := strings.CutPrefix(v, "=?base64?"); ok {
+		if inner, ok = strings.CutSuffix(inner, "?="); ok {
+			b, err := base64.StdEncoding.DecodeString(inner)
+			return string(b), err == nil
+		}
+	}
+	return v, true
+}
+
+func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMessage, p *modernParams, header string, info TokenInfo) {
+	id := msg.ID
+	if p.Meta.Version == nil {
+		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams,
+			"Invalid params: _meta[\""+mcp.MetaKeyProtocolVersion+"\"] is required", nil)
+		return
+	}
+	version := *p.Meta.Version
+	switch {
+	case header == "":
+		writeRPCError(w, http.StatusBadRequest, id, codeHeaderMismatch, "Header mismatch: the MCP-Protocol-Version header is required", nil)
+		return
+	case header != version:
+		writeRPCError(w, http.StatusBadRequest, id, codeHeaderMismatch,
+			fmt.Sprintf("Header mismatch: MCP-Protocol-Version header %s does not match _meta protocolVersion %s", quote(header), quote(version)), nil)
+		return
+	case version != versionModern:
+		writeRPCError(w, http.StatusBadRequest, id, codeUnsupportedVersion, "Unsupported protocol version",
+			mcp.UnsupportedProtocolVersionData{Supported: supportedVersions, Requested: version})
+		return
+	}
+	if m := r.Header.Get("Mcp-Method"); m != msg.Method {
+		text := "Header mismatch: the Mcp-Method header is required"
+		if m != "" {
+			text = fmt.Sprintf("Header mismatch: Mcp-Method header %s does not match method %s", quote(m), quote(msg.Method))
+		}
+		writeRPCError(w, http.StatusBadRequest, id, codeHeaderMismatch, text, nil)
+		return
+	}
+	if !acceptsJSONAndSSE(r.Header.Values("Accept")) {
+		writeRPCError(w, http.StatusBadRequest, id, codeInvalidRequest, "The Accept header must list application/json and text/event-stream", nil)
+		return
+	}
+	if msg.isNotification() {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	caps := strings.TrimSpace(string(p.Meta.Capabilities))
+	if caps == "" || caps == "null" {
+		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams,
+			"Invalid params: _meta[\""+mcp.MetaKeyClientCapabilities+"\"] is required ({} declares none)", nil)
+		return
+	}
+	var cc mcp.ClientCapabilities
+	if err := json.Unmarshal(p.Meta.Capabilities, &cc); err != nil {
+		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams,
+			"Invalid params: _meta[\""+mcp.MetaKeyClientCapabilities+"\"] must be an object", nil)
+		return
+	}
+	switch msg.Method {
+	case "server/discover":
+		writeRPCResult(w, id, s.discoverJSON)
+	case "tools/list":
+		if p.Cursor != nil && *p.Cursor != "" {
+			writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams, "Invalid params: unknown cursor (tools/list has one page)", nil)
+			return
+		}
+		writeRPCResult(w, id, s.toolsListJSON)
+	case "ping":
+		writeRPCResult(w, id, s.pingJSON)
+	case "tools/call":
+		s.serveModernCall(w, r, id, p, &cc, info)
+	default:
+		writeRPCError(w, http.StatusNotFound, id, codeMethodNotFound, "Method not found: "+quote(msg.Method), nil)
+	}
+}
+
+// paramsProblem names what is wrong with params without echoing input.
+func paramsProblem(err error) string {
+	var ute *json.UnmarshalTypeError
+	if errors.As(err, &ute) && ute.Field != "" {
+		return fmt.Sprintf("field %q has the wrong type", ute.Field)
+	}
+	if strings.Contains(err.Error(), "inputResponses") || strings.Contains(err.Error(), "InputResponse") {
+		return "inputResponses must map keys to elicitation results"
+	}
+	return "params must be a JSON object"
+}
+
+func (s *Server) serveModernCall(w http.ResponseWriter, r *http.Request, id json.RawMessage, p *modernParams, cc *mcp.ClientCapabilities, info TokenInfo) {
+	nameHeader, ok := decodeHeaderValue(r.Header.Get("Mcp-Name"))
+	switch {
+	case r.Header.Get("Mcp-Name") == "":
+		writeRPCError(w, http.StatusBadRequest, id, codeHeaderMismatch, "Header mismatch: the Mcp-Name header is required for tools/call", nil)
+		return
+	case !ok || nameHeader != p.Name:
+		writeRPCError(w, http.StatusBadRequest, id, codeHeaderMismatch,
+			fmt.Sprintf("Header mismatch: Mcp-Name header does not match tool name %s", quote(p.Name)), nil)
+		return
+	}
+	tool, ok := s.tools[p.Name]
+	if !ok {
+		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams, "Invalid params: unknown tool "+quote(p.Name), nil)
+		return
+	}
+	c := &callContext{
+		principal:  info.Principal,
+		urlCapable: cc.Elicitation != nil && cc.Elicitation.URL != nil,
+		modern:     true,
+		args:       p.Arguments,
+		responses:  p.InputResponses,
+		state:      p.RequestState,
+	}
+	if p.Meta.ClientInfo != nil {
+		c.clientName = clientName(p.Meta.ClientInfo)
+	}
+	s.writeOutcome(w, id, tool(r.Context(), c))
+}
+
+func clientName(impl *mcp.Implementation) string {
+	name := impl.Title
+	if name == "" {
+		name = impl.Name
+	}
+	if len(name) > 100 {
+		name = name[:100]
+	}
+	return name
+}
+
+func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outcome) {
+	switch {
+	case o.rpcErr != nil:
+		status := http.StatusBadRequest
+		if o.rpcErr.Code == codeInternal {
+			status = http.StatusInternalServerError
+		}
+		writeRPCErrorValue(w, status, id, o.rpcErr)
+	case o.input != nil:
+		b, err := json.Marshal(inputRequiredResult{
+			ResultType:    "input_required",
+			Meta:          s.serverMeta(),
+			InputRequests: mcp.InputRequestMap{o.input.key: o.input.params},
+			RequestState:  o.input.state,
+		})
+		if err != nil {
+			writeRPCError(w, http.StatusInternalServerError, id, codeInternal, "internal error", nil)
+			return
+		}
+		writeRPCResult(w, id, b)
+	default:
+		res := o.result
+		res.Meta = s.serverMeta()
+		b, err := json.Marshal(res)
+		if err != nil {
+			writeRPCError(w, http.StatusInternalServerError, id, codeInternal, "internal error", nil)
+			return
+		}
+		writeRPCResult(w, id, withResultType("complete", b))
+	}
+}

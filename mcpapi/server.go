@@ -1,0 +1,396 @@
+package mcpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"credbroker/binding"
+	"credbroker/vault"
+)
+
+// ProviderInfo is what the tools need to know about a configured provider.
+type ProviderInfo struct {
+	Name, DisplayName            string
+	DefaultScopes, AllowedScopes []string
+}
+
+// Catalog is the provider registry as the tools see it.
+type Catalog interface {
+	Provider(name string) (ProviderInfo, bool)
+	ProviderNames() []string
+}
+
+// Revoker revokes a connection's tokens at its provider. revoked reports
+// whether the provider confirmed it. A nil Revoker means no provider
+// supports revocation.
+type Revoker func(ctx context.Context, c vault.Connection) (revoked bool, err error)
+
+// Options configures a Server.
+type Options struct {
+	// PublicURL is the broker's external base URL (https://broker.example.com);
+	// connect URLs are PublicURL + "/connect/" + grant id.
+	PublicURL string
+	// ResourceURI is the required JWT audience (default PublicURL + "/mcp").
+	ResourceURI string
+	// Issuer is the IdP's issuer URL (OIDC discovery finds its keys).
+	Issuer string
+	// AuthorizationServers for RFC 9728 metadata (default [Issuer]).
+	AuthorizationServers []string
+	// RequiredScope, when set, must be among the token's scopes (else 403).
+	RequiredScope string
+	// AllowedOrigins are accepted Origin values besides PublicURL's origin;
+	// DevMode adds loopback origins.
+	AllowedOrigins []string
+	DevMode        bool
+
+	Store     vault.Store
+	Grants    *binding.Service
+	Catalog   Catalog
+	Revoke    Revoker
+	StateKeys *vault.Keyring // derived for requestState by the caller
+	StateTTL  time.Duration  // requestState lifetime (default 10 minutes)
+
+	MaxBodyBytes int64 // default 1 MiB
+	Logger       *slog.Logger
+	Now          func() time.Time
+	HTTPClient   *http.Client // for OIDC discovery and JWKS
+	// Verifier overrides the default JWT verifier (tests, other token formats).
+	Verifier TokenVerifier
+	// ServerVersion is reported in serverInfo (default "dev").
+	ServerVersion string
+}
+
+// Supported protocol versions, newest first.
+const (
+	versionModern = "2026-07-28"
+	versionLegacy = "2025-11-25"
+)
+
+var supportedVersions = []string{versionModern, versionLegacy}
+
+// Server is the MCP endpoint and protected-resource metadata.
+type Server struct {
+	opts        Options
+	log         *slog.Logger
+	verifier    TokenVerifier
+	tokens      *tokenCache
+	origins     map[string]bool
+	metadataURL string
+	impl        *mcp.Implementation
+	tools       map[string]toolFunc
+	implJSON    json.RawMessage
+
+	// Pre-encoded static results.
+	discoverJSON  []byte
+	toolsListJSON []byte
+	pingJSON      []byte
+
+	legacy http.Handler
+
+	metadataJSON []byte
+}
+
+// New validates opts and builds a Server. It performs no I/O: the IdP's
+// keys are fetched on the first request that needs them.
+func New(ctx context.Context, opts Options) (*Server, error) {
+	var errs []error
+	pu, err := url.Parse(opts.PublicURL)
+	if err != nil || pu.Scheme == "" || pu.Host == "" || pu.RawQuery != "" || pu.Fragment != "" {
+		errs = append(errs, fmt.Errorf("PublicURL %q must be an absolute http(s) URL", opts.PublicURL))
+	} else if pu.Scheme != "https" && !(opts.DevMode && pu.Scheme == "http") {
+		errs = append(errs, fmt.Errorf("PublicURL %q must use https outside development mode", opts.PublicURL))
+	}
+	opts.PublicURL = strings.TrimSuffix(opts.PublicURL, "/")
+	if opts.Verifier == nil && opts.Issuer == "" {
+		errs = append(errs, errors.New("Issuer is required (or a Verifier)"))
+	}
+	if opts.Store == nil {
+		errs = append(errs, errors.New("Store is required"))
+	}
+	if opts.Grants == nil {
+		errs = append(errs, errors.New("Grants is required"))
+	}
+	if opts.Catalog == nil {
+		errs = append(errs, errors.New("Catalog is required"))
+	}
+	if opts.StateKeys == nil {
+		errs = append(errs, errors.New("StateKeys is required"))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("mcpapi: %w", errors.Join(errs...))
+	}
+	if opts.ResourceURI == "" {
+		opts.ResourceURI = opts.PublicURL + "/mcp"
+	}
+	if len(opts.AuthorizationServers) == 0 && opts.Issuer != "" {
+		opts.AuthorizationServers = []string{opts.Issuer}
+	}
+	if opts.StateTTL <= 0 {
+		opts.StateTTL = 10 * time.Minute
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if opts.ServerVersion == "" {
+		opts.ServerVersion = "dev"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		opts:        opts,
+		log:         log,
+		tokens:      newTokenCache(10000, opts.Now),
+		origins:     map[string]bool{pu.Scheme + "://" + pu.Host: true},
+		metadataURL: opts.PublicURL + "/.well-known/oauth-protected-resource/mcp",
+		impl:        &mcp.Implementation{Name: "credbroker", Title: "credbroker", Version: opts.ServerVersion},
+	}
+	if s.implJSON, err = json.Marshal(s.impl); err != nil {
+		return nil, err
+	}
+	for _, o := range opts.AllowedOrigins {
+		s.origins[strings.TrimSuffix(o, "/")] = true
+	}
+	s.verifier = opts.Verifier
+	if s.verifier == nil {
+		jv := &jwtVerifier{issuer: opts.Issuer, audience: opts.ResourceURI, client: opts.HTTPClient, now: opts.Now}
+		s.verifier = jv.verify
+	}
+	s.tools = s.toolFuncs()
+	md := protectedResourceMetadata{
+		Resource: opts.ResourceURI, AuthorizationServers: opts.AuthorizationServers,
+		BearerMethodsSupported: []string{"header"}, ResourceName: "credbroker",
+	}
+	if opts.RequiredScope != "" {
+		md.ScopesSupported = []string{opts.RequiredScope}
+	}
+	if s.metadataJSON, err = json.Marshal(md); err != nil {
+		return nil, err
+	}
+	if err := s.encodeStatic(); err != nil {
+		return nil, err
+	}
+	s.legacy = s.newLegacyHandler()
+	return s, nil
+}
+
+// serverMeta is the _meta every modern result carries (serverInfo
+// pre-encoded).
+func (s *Server) serverMeta() mcp.Meta {
+	return mcp.Meta{mcp.MetaKeyServerInfo: s.implJSON}
+}
+
+// staticResult prefixes an SDK result's encoding with resultType: the SDK's
+// types keep it in an unexported field.
+func withResultType(rt string, b []byte) []byte {
+	if len(b) < 2 || b[0] != '{' {
+		return b
+	}
+	out := make([]byte, 0, len(b)+32)
+	out = append(out, `{"resultType":"`...)
+	out = append(out, rt...)
+	out = append(out, '"')
+	if len(b) > 2 {
+		out = append(out, ',')
+	}
+	return append(out, b[1:]...)
+}
+
+const listTTL = 5 * time.Minute
+
+func (s *Server) encodeStatic() error {
+	disc := &mcp.DiscoverResult{
+		Meta:              s.serverMeta(),
+		Cacheable:         mcp.Cacheable{TTLMs: int(listTTL / time.Millisecond), CacheScope: "public"},
+		SupportedVersions: supportedVersions,
+		Capabilities:      &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		Instructions:      "credbroker connects the user's accounts at OAuth providers and keeps their tokens: call connect_account before acting on a provider; tokens are never returned.",
+	}
+	b, err := json.Marshal(disc)
+	if err != nil {
+		return err
+	}
+	s.discoverJSON = withResultType("complete", b)
+	list := &mcp.ListToolsResult{
+		Meta:      s.serverMeta(),
+		Cacheable: mcp.Cacheable{TTLMs: int(listTTL / time.Millisecond), CacheScope: "public"},
+		Tools:     toolDefs(),
+	}
+	if b, err = json.Marshal(list); err != nil {
+		return err
+	}
+	s.toolsListJSON = withResultType("complete", b)
+	if b, err = json.Marshal(struct {
+		Meta mcp.Meta `json:"_meta"`
+	}{s.serverMeta()}); err != nil {
+		return err
+	}
+	s.pingJSON = withResultType("complete", b)
+	return nil
+}
+
+// Register mounts the MCP endpoint and the metadata routes on mux.
+func (s *Server) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /mcp", s.serveMCP)
+	mux.HandleFunc("GET /mcp", s.methodNotAllowed)
+	mux.HandleFunc("DELETE /mcp", s.methodNotAllowed)
+	mux.HandleFunc("GET /.well-known/oauth-protected-resource", s.serveMetadata)
+	mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp", s.serveMetadata)
+}
+
+// ServeHTTP serves the MCP endpoint alone (POST; other methods get 405).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		s.methodNotAllowed(w, r)
+		return
+	}
+	s.serveMCP(w, r)
+}
+
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "POST")
+	writeRPCError(w, http.StatusMethodNotAllowed, nil, codeInvalidRequest,
+		"Method not allowed: this server is stateless and answers POST only (no SSE stream, no sessions)", nil)
+}
+
+// originAllowed reports whether a request's Origin (if any) is acceptable.
+func (s *Server) originAllowed(origin string) bool {
+	if origin == "" || s.origins[origin] {
+		return true
+	}
+	if !s.opts.DevMode {
+		return false
+	}
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Path != "" {
+		return false
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
+	if !s.originAllowed(r.Header.Get("Origin")) {
+		writeRPCError(w, http.StatusForbidden, nil, codeInvalidRequest, "Forbidden: Origin not allowed", nil)
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct == "" || !isJSONType(ct) {
+		writeRPCError(w, http.StatusUnsupportedMediaType, nil, codeInvalidRequest, "Content-Type must be application/json", nil)
+		return
+	}
+	info, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeRPCError(w, http.StatusRequestEntityTooLarge, nil, codeInvalidRequest,
+				fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), nil)
+			return
+		}
+		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "cannot read request body", nil)
+		return
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "batch requests are not supported", nil)
+		return
+	}
+	var msg rpcMessage
+	if err := json.Unmarshal(body, &msg); err != nil {
+		writeRPCError(w, http.StatusBadRequest, nil, codeParse, "Parse error: the body is not one JSON-RPC message", nil)
+		return
+	}
+	if msg.JSONRPC != "2.0" || msg.Method == "" {
+		writeRPCError(w, http.StatusBadRequest, validOrNull(msg.ID), codeInvalidRequest, `Invalid Request: want "jsonrpc":"2.0" and a method`, nil)
+		return
+	}
+	if !msg.isNotification() && !validID(msg.ID) {
+		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "Invalid Request: id must be a string or a number", nil)
+		return
+	}
+	// One decode serves routing and, for modern requests, the method.
+	var p modernParams
+	var metaV *string
+	if len(msg.Params) > 0 && string(msg.Params) != "null" {
+		if perr := json.Unmarshal(msg.Params, &p); perr == nil {
+			metaV = p.Meta.Version
+		} else {
+			var env struct {
+				Meta struct {
+					Version *string `json:"io.modelcontextprotocol/protocolVersion"`
+				} `json:"_meta"`
+			}
+			if err := json.Unmarshal(msg.Params, &env); err != nil {
+				writeRPCError(w, http.StatusBadRequest, validOrNull(msg.ID), codeInvalidParams, "Invalid params: params must be an object with an optional _meta object", nil)
+				return
+			}
+			if metaV = env.Meta.Version; metaV != nil && *metaV == versionModern {
+				writeRPCError(w, http.StatusBadRequest, msg.ID, codeInvalidParams, "Invalid params: "+paramsProblem(perr), nil)
+				return
+			}
+		}
+	}
+	header := r.Header.Get("Mcp-Protocol-Version")
+	ctx := withPrincipal(r.Context(), info.Principal)
+	switch {
+	case msg.Method == "initialize":
+		if metaV != nil {
+			writeRPCError(w, http.StatusBadRequest, msg.ID, codeInvalidRequest,
+				"initialize is not part of protocol "+versionModern+"; send server/discover instead", nil)
+			return
+		}
+		s.serveLegacy(w, r.WithContext(ctx), body, &msg, info)
+	case metaV != nil && header != "" && header != *metaV:
+		writeRPCError(w, http.StatusBadRequest, msg.ID, codeHeaderMismatch,
+			fmt.Sprintf("Header mismatch: MCP-Protocol-Version header %s does not match _meta protocolVersion %s", quote(header), quote(*metaV)), nil)
+	case metaV != nil && *metaV == versionModern, metaV == nil && header == versionModern:
+		s.serveModern(w, r.WithContext(ctx), &msg, &p, header, info)
+	case metaV != nil && *metaV != versionLegacy:
+		writeRPCError(w, http.StatusBadRequest, msg.ID, codeUnsupportedVersion, "Unsupported protocol version",
+			mcp.UnsupportedProtocolVersionData{Supported: supportedVersions, Requested: *metaV})
+	case metaV == nil && header != "" && header != versionLegacy:
+		writeRPCError(w, http.StatusBadRequest, msg.ID, codeUnsupportedVersion, "Unsupported protocol version",
+			mcp.UnsupportedProtocolVersionData{Supported: supportedVersions, Requested: header})
+	default:
+		s.serveLegacy(w, r.WithContext(ctx), body, &msg, info)
+	}
+}
+
+func validOrNull(id json.RawMessage) json.RawMessage {
+	if validID(id) {
+		return id
+	}
+	return nil
+}
+
+func isJSONType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
