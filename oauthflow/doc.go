@@ -1,5 +1,39 @@
 // Package oauthflow is the browser side of credbroker: the broker's own OIDC
 // sign-in, session cookies, consent, the provider's authorization code flow
-// with PKCE, the callback with re-verification of the signed-in user, token
-// refresh and revocation, and the provider registry built from providers.yaml.
+// with PKCE, the callback with re-verification of the signed-in user, code
+// exchange, account lookup, revocation, and the provider registry built from
+// providers.yaml (LoadProviders).
+//
+// Routes mounted by (*Flow).Register:
+//
+//	GET  /connect/{grant}                 landing: sign in (OIDC code + PKCE S256 + nonce) if needed,
+//	                                      compare the session's (iss, sub) with the grant's principal
+//	                                      in constant time; mismatch page + security event, or consent
+//	POST /connect/{grant}                 consent form (CSRF): decision=approve → redirect to the
+//	                                      provider with fresh state, PKCE, nonce (OIDC); deny → denied
+//	GET  /auth/callback                   the broker's own sign-in callback (state, PKCE, nonce)
+//	GET  /oauth/{provider}/callback       provider callback: flow cookie state (constant time),
+//	                                      re-verify principal, exchange code, find account, store
+//	                                      the encrypted connection, complete the grant (single use)
+//	GET  /connections                     the signed-in user's connections
+//	POST /connections/{id}/disconnect     revoke at the provider (when supported), then delete (CSRF)
+//	POST /logout                          end the broker session (CSRF)
+//	GET  /static/                         the embedded CSS
+//
+// The consent page's buttons are a stable contract for automation:
+// <button type="submit" name="decision" value="approve"> and value="deny",
+// inside a POST form that carries a hidden csrf field.
+//
+// Cookies (securecookie: AES-256 + HMAC-SHA256 with keys derived from the
+// broker's key ring, all ring keys accepted for rotation; HttpOnly,
+// SameSite=Lax, Secure and __Host- prefixed outside DevMode):
+//
+//	session  (iss, sub, display name, CSRF token)          30 minutes
+//	login    (state, PKCE verifier, nonce, return path)     10 minutes
+//	flow     (state, PKCE verifier, nonce, grant, scopes)   10 minutes, capped at the grant's expiry
+//
+// Every page is rendered from embedded templates (package web) into a buffer
+// and served with a CSP that allows no script, nosniff, frame-ancestors
+// 'none', Referrer-Policy no-referrer and Cache-Control no-store. No token
+// value is ever rendered or logged; a failure at any step stores nothing.
 package oauthflow

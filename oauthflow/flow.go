@@ -1,0 +1,314 @@
+package oauthflow
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+
+	"credbroker/binding"
+	"credbroker/vault"
+	"credbroker/web"
+)
+
+// Options configures a Flow.
+type Options struct {
+	// PublicURL is the broker's external base URL (no trailing slash). The
+	// redirect URIs are PublicURL+"/auth/callback" (broker sign-in) and
+	// PublicURL+"/oauth/{provider}/callback".
+	PublicURL string
+	// Issuer, ClientID and ClientSecret are the broker's own OIDC login at
+	// the organisation's IdP (the issuer of the MCP bearer tokens).
+	Issuer       string
+	ClientID     string
+	ClientSecret vault.Secret
+	Store        vault.Store
+	Grants       *binding.Service
+	Providers    *Registry
+	// CookieKeys is the key ring for cookies (pass kr.Derive("cookies")).
+	CookieKeys *vault.Keyring
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+	Now        func() time.Time
+	// DevMode (loopback only): cookies without Secure and __Host- prefix.
+	DevMode bool
+}
+
+// Flow serves the browser side of credbroker. See the package doc for routes.
+type Flow struct {
+	opts    Options
+	log     *slog.Logger
+	now     func() time.Time
+	client  *http.Client
+	jar     *cookieJar
+	pages   map[string]*template.Template
+	idp     *oidc.Provider
+	idpConf oauth2.Config
+	idpVer  *oidc.IDTokenVerifier
+	cop     *http.CrossOriginProtection
+
+	mu         sync.Mutex // guards discovered
+	discovered map[string]*oidc.Provider
+}
+
+// New validates opts, discovers the IdP and parses the templates.
+func New(ctx context.Context, opts Options) (*Flow, error) {
+	var missing []string
+	for _, m := range []struct {
+		ok   bool
+		name string
+	}{
+		{opts.PublicURL != "", "PublicURL"}, {opts.Issuer != "", "Issuer"}, {opts.ClientID != "", "ClientID"},
+		{opts.Store != nil, "Store"}, {opts.Grants != nil, "Grants"}, {opts.Providers != nil, "Providers"},
+		{opts.CookieKeys != nil, "CookieKeys"},
+	} {
+		if !m.ok {
+			missing = append(missing, m.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("oauthflow: missing options: %s", strings.Join(missing, ", "))
+	}
+	pu, err := url.Parse(opts.PublicURL)
+	if err != nil || pu.Host == "" || (pu.Scheme != "https" && !(pu.Scheme == "http" && isLoopback(pu.Hostname()))) {
+		return nil, fmt.Errorf("oauthflow: PublicURL %q must be an https URL (http only on loopback)", opts.PublicURL)
+	}
+	if opts.DevMode && !isLoopback(pu.Hostname()) {
+		return nil, fmt.Errorf("oauthflow: DevMode needs a loopback PublicURL, not %q", opts.PublicURL)
+	}
+	if pu.Scheme == "http" && !opts.DevMode {
+		return nil, errors.New("oauthflow: an http PublicURL needs DevMode (Secure cookies need https)")
+	}
+	opts.PublicURL = strings.TrimRight(opts.PublicURL, "/")
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	f := &Flow{
+		opts: opts, log: opts.Logger, now: opts.Now, client: opts.HTTPClient,
+		jar:        newCookieJar(opts.CookieKeys, opts.DevMode, opts.Now),
+		discovered: map[string]*oidc.Provider{},
+		cop:        http.NewCrossOriginProtection(),
+	}
+	f.pages, err = parsePages(web.Templates)
+	if err != nil {
+		return nil, err
+	}
+	f.idp, err = oidc.NewProvider(f.clientCtx(ctx), opts.Issuer)
+	if err != nil {
+		return nil, fmt.Errorf("oauthflow: discover IdP %s: %w", opts.Issuer, err)
+	}
+	ep := f.idp.Endpoint()
+	ep.AuthStyle = oauth2.AuthStyleInHeader
+	f.idpConf = oauth2.Config{
+		ClientID: opts.ClientID, ClientSecret: opts.ClientSecret.Reveal(),
+		Endpoint: ep, RedirectURL: opts.PublicURL + "/auth/callback",
+		Scopes: []string{oidc.ScopeOpenID, "email", "profile"},
+	}
+	f.idpVer = f.idp.Verifier(&oidc.Config{ClientID: opts.ClientID, Now: opts.Now})
+	return f, nil
+}
+
+// clientCtx carries the configured HTTP client for x/oauth2 and go-oidc.
+func (f *Flow) clientCtx(ctx context.Context) context.Context {
+	ctx = context.WithValue(ctx, oauth2.HTTPClient, f.client)
+	return oidc.ClientContext(ctx, f.client)
+}
+
+// Register mounts the browser routes on mux.
+func (f *Flow) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /connect/{grant}", f.handleLanding)
+	mux.Handle("POST /connect/{grant}", f.cop.Handler(http.HandlerFunc(f.handleDecision)))
+	mux.HandleFunc("GET /auth/callback", f.handleLoginCallback)
+	mux.HandleFunc("GET /oauth/{provider}/callback", f.handleProviderCallback)
+	mux.HandleFunc("GET /connections", f.handleConnections)
+	mux.Handle("POST /connections/{id}/disconnect", f.cop.Handler(http.HandlerFunc(f.handleDisconnect)))
+	mux.Handle("POST /logout", f.cop.Handler(http.HandlerFunc(f.handleLogout)))
+	static := http.StripPrefix("/static/", http.FileServerFS(web.Static))
+	mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r) // no directory listings
+			return
+		}
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		static.ServeHTTP(w, r)
+	}))
+}
+
+// reference is a short, non-reversible tag for logs and pages, so a support
+// request can be matched with the log without revealing the grant id.
+func reference(s string) string {
+	sum := sha256.Sum256([]byte("credbroker/ref/" + s))
+	return hex.EncodeToString(sum[:6])
+}
+
+// startLogin redirects the browser to the IdP and remembers where to return.
+func (f *Flow) startLogin(w http.ResponseWriter, r *http.Request, returnTo string) {
+	ls := loginState{
+		State: randomToken(), Verifier: oauth2.GenerateVerifier(), Nonce: randomToken(),
+		ReturnTo: returnTo, Expires: f.now().Add(loginTTL),
+	}
+	if err := f.jar.set(w, "login", ls, loginTTL); err != nil {
+		f.fail(w, r, nil, http.StatusInternalServerError, "internal", err)
+		return
+	}
+	u := f.idpConf.AuthCodeURL(ls.State, oauth2.S256ChallengeOption(ls.Verifier), oauth2.SetAuthURLParam("nonce", ls.Nonce))
+	setPageHeaders(w.Header())
+	http.Redirect(w, r, u, http.StatusFound)
+}
+
+// safeReturn accepts only broker-relative paths.
+func safeReturn(p string) string {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") || strings.ContainsAny(p, "\r\n") {
+		return "/connections"
+	}
+	return p
+}
+
+// handleLoginCallback completes the broker's own sign-in.
+func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
+	ls, ok := f.jar.login(r)
+	f.jar.clear(w, "login")
+	q := r.URL.Query()
+	if !ok {
+		f.renderError(w, errorPage{Heading: "Sign-in expired", Status: http.StatusBadRequest,
+			Message: "This sign-in attempt is unknown or took too long, so it was not accepted.",
+			Next:    "Open the link from your app again; it will ask you to sign in afresh."})
+		return
+	}
+	if !equalToken(q.Get("state"), ls.State) {
+		f.securityEvent(r, "login_state_mismatch", nil)
+		f.renderError(w, errorPage{Heading: "Sign-in not accepted", Status: http.StatusBadRequest,
+			Message: "The answer from the sign-in service did not match the sign-in this browser started.",
+			Next:    "Open the link from your app again."})
+		return
+	}
+	if e := q.Get("error"); e != "" {
+		f.renderError(w, errorPage{Heading: "Sign-in did not complete", Status: http.StatusBadRequest,
+			Message: "The sign-in service did not sign you in (" + e + ").", Detail: truncate(q.Get("error_description"), 300),
+			Next: "Open the link from your app again and complete the sign-in."})
+		return
+	}
+	ctx := f.clientCtx(r.Context())
+	tok, err := f.idpConf.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(ls.Verifier))
+	if err != nil {
+		f.log.Warn("broker sign-in: code exchange failed", "err", describeTokenErr(err))
+		f.renderError(w, errorPage{Heading: "Sign-in failed", Status: http.StatusBadGateway,
+			Message: "The sign-in service did not accept the sign-in.", Next: "Open the link from your app again."})
+		return
+	}
+	raw, _ := tok.Extra("id_token").(string)
+	idt, err := f.idpVer.Verify(ctx, raw)
+	if err != nil || !equalToken(idt.Nonce, ls.Nonce) {
+		f.log.Warn("broker sign-in: ID token rejected", "err", err)
+		f.renderError(w, errorPage{Heading: "Sign-in failed", Status: http.StatusBadGateway,
+			Message: "The sign-in service's answer could not be verified.", Next: "Open the link from your app again."})
+		return
+	}
+	var claims struct {
+		Email string `json:"email"`
+		Name  string `json:"name"`
+		User  string `json:"preferred_username"`
+	}
+	_ = idt.Claims(&claims)
+	disp := firstNonEmpty(claims.Email, claims.User, claims.Name, idt.Subject)
+	s := session{Issuer: idt.Issuer, Subject: idt.Subject, Display: truncate(disp, 120), CSRF: randomToken(), Expires: f.now().Add(sessionTTL)}
+	if err := f.jar.set(w, "session", s, sessionTTL); err != nil {
+		f.fail(w, r, nil, http.StatusInternalServerError, "internal", err)
+		return
+	}
+	f.log.Info("broker sign-in", "iss", s.Issuer, "sub", s.Subject)
+	setPageHeaders(w.Header())
+	http.Redirect(w, r, safeReturn(ls.ReturnTo), http.StatusSeeOther)
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	if len(r) > n {
+		r = r[:n]
+	}
+	return string(r) + "…"
+}
+
+// describeTokenErr renders a token endpoint failure for the log without the
+// response body (which is the provider's and may echo request material).
+func describeTokenErr(err error) string {
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) {
+		status := 0
+		if re.Response != nil {
+			status = re.Response.StatusCode
+		}
+		return fmt.Sprintf("token endpoint: HTTP %d, error %q", status, re.ErrorCode)
+	}
+	return err.Error()
+}
+
+// securityEvent logs an attempt the broker refused. It names the acting
+// browser session, never the owner of the grant involved.
+func (f *Flow) securityEvent(r *http.Request, event string, s *session, attrs ...any) {
+	args := []any{"event", event, "remote", r.RemoteAddr}
+	if s != nil {
+		args = append(args, "actor_iss", s.Issuer, "actor_sub", s.Subject)
+	}
+	f.log.Warn("security event", append(args, attrs...)...)
+}
+
+// fail logs err and renders a generic error page.
+func (f *Flow) fail(w http.ResponseWriter, r *http.Request, s *session, status int, what string, err error) {
+	ref := reference(fmt.Sprint(f.now().UnixNano(), r.URL.Path))
+	f.log.Error("browser flow failed", "what", what, "path", redactPath(r.URL.Path), "ref", ref, "err", err)
+	f.renderError(w, errorPage{Chrome: s.chrome(), Status: status, Heading: "Something went wrong",
+		Message: "The broker could not finish this step. Nothing was connected.",
+		Next:    "Try again in a moment. If it keeps happening, tell your administrator the reference below.", Reference: ref})
+}
+
+// redactPath hides grant ids in logged paths.
+func redactPath(p string) string {
+	if rest, ok := strings.CutPrefix(p, "/connect/"); ok {
+		return "/connect/" + reference(rest)
+	}
+	return p
+}
+
+// readLimited reads at most n bytes of r.
+func readLimited(r io.Reader, n int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, n+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > n {
+		return nil, fmt.Errorf("response larger than %d bytes", n)
+	}
+	return b, nil
+}

@@ -1,0 +1,405 @@
+package oauthflow
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"credbroker/internal/devidp"
+	"credbroker/vault"
+)
+
+// corpProvider uses the devidp itself as a generic OIDC provider "corp".
+func corpProvider(h *harness) (string, map[string]string) {
+	if err := h.idp.AddClient(devidp.Client{ID: "corp-app", Secret: "corp-secret-value", RedirectURIs: []string{h.srv.URL + "/oauth/corp/callback"}}); err != nil {
+		h.t.Fatal(err)
+	}
+	return `providers:
+  corp:
+    display_name: Corp Directory
+    type: oidc
+    issuer: ` + h.idp.Issuer() + `
+    client_id: corp-app
+    client_secret: ${CORP_SECRET}
+    default_scopes: [openid, email]
+`, map[string]string{"CORP_SECRET": "corp-secret-value"}
+}
+
+func TestGenericOIDCFlow(t *testing.T) {
+	h := newHarness(t, corpProvider)
+	g := h.grant("alice", "corp", nil, `<script>alert("x")</script> Agent`)
+	a := h.newAgent()
+	consent := a.openConnect(g, "alice")
+	mustStatus(t, consent, http.StatusOK)
+	mustContain(t, consent, "Corp Directory", "127.0.0.1", "alice@example.test",
+		"&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; Agent", `name="decision" value="approve"`, `name="decision" value="deny"`)
+	if strings.Contains(consent.body, "<script>") {
+		t.Fatalf("consent page carries an unescaped script tag")
+	}
+	csp := consent.header.Get("Content-Security-Policy")
+	for _, w := range []string{"default-src 'none'", "frame-ancestors 'none'", "form-action 'self' " + strings.TrimSuffix(h.idp.Issuer(), "/idp")} {
+		if !strings.Contains(csp, w) {
+			t.Errorf("CSP %q lacks %q", csp, w)
+		}
+	}
+	for k, v := range map[string]string{"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"} {
+		if got := consent.header.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	done := a.submit(consent, "/connect/", url.Values{"decision": {"approve"}})
+	mustStatus(t, done, http.StatusOK)
+	mustContain(t, done, "Connected: return to your app", "alice@example.test")
+	cs := h.connections("alice")
+	if len(cs) != 1 || cs[0].Provider != "corp" || cs[0].AccountID != "alice" || cs[0].Token.AccessToken == "" || cs[0].Status != vault.StatusActive {
+		t.Fatalf("connections = %+v", cs)
+	}
+	h.secret(cs[0].Token.AccessToken.Reveal())
+	h.secret(cs[0].Token.IDToken.Reveal())
+	if st := h.grantState(g.ID); st != vault.GrantCompleted {
+		t.Fatalf("grant state = %s, want completed", st)
+	}
+	// The same account again updates the connection instead of adding one.
+	g2 := h.grant("alice", "corp", nil, "Agent")
+	again := a.submit(a.openConnect(g2, "alice"), "/connect/", url.Values{"decision": {"approve"}})
+	mustContain(t, again, "Connected: return to your app")
+	cs2 := h.connections("alice")
+	if len(cs2) != 1 || cs2[0].ID != cs[0].ID || cs2[0].Version != 2 {
+		t.Fatalf("after reconnect: %+v", cs2)
+	}
+	h.secret(cs2[0].Token.AccessToken.Reveal())
+	// The connections page lists it; Disconnect deletes it.
+	list := a.get(h.srv.URL + "/connections")
+	mustContain(t, list, "Corp Directory", "alice@example.test", "Disconnect")
+	after := a.submit(list, "/disconnect", nil)
+	mustContain(t, after, "Disconnected.", "no way to revoke")
+	if n := len(h.connections("alice")); n != 0 {
+		t.Fatalf("after disconnect: %d connections", n)
+	}
+	h.checkNoSecrets("log", h.logs.String())
+}
+
+// toCallback signs in, approves the consent and the provider's consent and
+// returns the provider's redirect to the broker's callback, not yet followed.
+func (a *agent) toCallback(g vault.Grant, user string) *url.URL {
+	a.h.t.Helper()
+	a.stopAtCallback = true
+	defer func() { a.stopAtCallback = false }()
+	consent := a.openConnect(g, user)
+	mustStatus(a.h.t, consent, http.StatusOK)
+	atProvider := a.submit(consent, "/connect/", url.Values{"decision": {"approve"}})
+	back := atProvider
+	if atProvider.status == http.StatusOK {
+		back = a.submit(atProvider, "auth", url.Values{"decision": {"approve"}})
+	}
+	if back.status != http.StatusFound {
+		a.h.t.Fatalf("provider did not redirect back: HTTP %d %s\n%s", back.status, back.url, back.body)
+	}
+	u, err := url.Parse(back.header.Get("Location"))
+	if err != nil || !strings.HasPrefix(u.Path, "/oauth/") {
+		a.h.t.Fatalf("provider redirected to %q", back.header.Get("Location"))
+	}
+	return u
+}
+
+func (a *agent) cookie(name string) *http.Cookie {
+	u, _ := url.Parse(a.h.srv.URL)
+	for _, c := range a.c.Jar.Cookies(u) {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func (a *agent) setCookie(c *http.Cookie) {
+	u, _ := url.Parse(a.h.srv.URL)
+	a.c.Jar.SetCookies(u, []*http.Cookie{{Name: c.Name, Value: c.Value, Path: "/"}})
+}
+
+func TestProviderFlowsHTTP(t *testing.T) {
+	h := newHarness(t, fakeProviders)
+	for _, tc := range []struct {
+		provider, account string
+		refresh           bool
+	}{
+		{"github", "octocat", false},
+		{"google", "alice.g@example.test", true},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			a := h.newAgent()
+			g := h.grant("alice", tc.provider, nil, "Claude Desktop")
+			done := a.get(a.toCallback(g, "alice").String())
+			mustStatus(t, done, http.StatusOK)
+			mustContain(t, done, "Connected: return to your app", tc.account)
+			if c := a.cookie("cb_flow"); c != nil {
+				t.Errorf("flow cookie still set after completion")
+			}
+			var conn vault.Connection
+			for _, c := range h.connections("alice") {
+				if c.Provider == tc.provider {
+					conn = c
+				}
+			}
+			if conn.ID == "" || conn.AccountLogin != tc.account || conn.Token.AccessToken == "" || (conn.Token.RefreshToken != "") != tc.refresh {
+				t.Fatalf("stored connection = %+v (refresh token present: %v)", conn, conn.Token.RefreshToken != "")
+			}
+			h.secret(conn.Token.AccessToken.Reveal())
+			h.secret(conn.Token.RefreshToken.Reveal())
+			h.secret(conn.Token.IDToken.Reveal())
+			if st := h.grantState(g.ID); st != vault.GrantCompleted {
+				t.Fatalf("grant = %s, want completed", st)
+			}
+			// Disconnect revokes at the provider, then deletes.
+			list := a.get(h.srv.URL + "/connections")
+			after := a.submit(list, "/connections/"+conn.ID+"/disconnect", nil)
+			mustContain(t, after, "revoked access at the provider")
+			var revokes int
+			if tc.provider == "github" {
+				revokes = h.gh.Counts().Revoke
+				if h.gh.TokenValid(conn.Token.AccessToken.Reveal()) {
+					t.Error("GitHub token still valid after disconnect")
+				}
+			} else {
+				revokes = h.google.Counts().Revoke
+				if h.google.TokenValid(conn.Token.AccessToken.Reveal()) {
+					t.Error("Google token still valid after disconnect")
+				}
+			}
+			if revokes != 1 {
+				t.Errorf("provider saw %d revocations, want 1", revokes)
+			}
+			if _, err := h.store.GetConnection(context.Background(), conn.ID); err == nil {
+				t.Error("connection still stored after disconnect")
+			}
+		})
+	}
+	h.finalCheck()
+}
+
+func TestCallbackFailuresStoreNothing(t *testing.T) {
+	h := newHarness(t, fakeProviders)
+	ctx := context.Background()
+	noConnections := func(t *testing.T) {
+		t.Helper()
+		for _, u := range []string{"alice", "bob"} {
+			if cs := h.connections(u); len(cs) != 0 {
+				t.Fatalf("%s has %d connections, want none", u, len(cs))
+			}
+		}
+	}
+	t.Run("state mismatch", func(t *testing.T) {
+		a := h.newAgent()
+		g := h.grant("alice", "github", nil, "c")
+		cb := a.toCallback(g, "alice")
+		bad := *cb
+		q := bad.Query()
+		q.Set("state", "forged-state")
+		bad.RawQuery = q.Encode()
+		p := a.get(bad.String())
+		mustStatus(t, p, http.StatusBadRequest)
+		mustContain(t, p, "does not match the connection this browser started", "What to do next")
+		noConnections(t)
+		if st := h.grantState(g.ID); st != vault.GrantApproved {
+			t.Fatalf("grant = %s, want still approved", st)
+		}
+		// A forged answer does not spoil the real one.
+		mustContain(t, a.get(cb.String()), "Connected: return to your app")
+		for _, c := range h.connections("alice") {
+			h.store.DeleteConnection(ctx, c.ID)
+		}
+	})
+	t.Run("missing flow cookie", func(t *testing.T) {
+		a := h.newAgent()
+		cb := a.toCallback(h.grant("alice", "github", nil, "c"), "alice")
+		other := h.newAgent()
+		other.signInIfAsked(other.get(h.srv.URL+"/connections"), "alice")
+		p := other.get(cb.String())
+		mustStatus(t, p, http.StatusBadRequest)
+		mustContain(t, p, "has no connection in progress")
+		noConnections(t)
+	})
+	t.Run("replayed callback", func(t *testing.T) {
+		a := h.newAgent()
+		g := h.grant("alice", "github", nil, "c")
+		cb := a.toCallback(g, "alice")
+		flowCookie := a.cookie("cb_flow")
+		mustContain(t, a.get(cb.String()), "Connected: return to your app")
+		n := len(h.connections("alice"))
+		// Same URL again: the flow cookie is spent.
+		p := a.get(cb.String())
+		mustStatus(t, p, http.StatusBadRequest)
+		// Same URL with the old flow cookie put back: the grant is used.
+		a.setCookie(flowCookie)
+		p = a.get(cb.String())
+		mustStatus(t, p, http.StatusGone)
+		mustContain(t, p, "already used")
+		if got := len(h.connections("alice")); got != n || n != 1 {
+			t.Fatalf("connections = %d, want %d (one, from the first callback)", got, n)
+		}
+		if tok := h.gh.Counts().Token; tok != 2 {
+			t.Errorf("token endpoint called %d times in total, want 2 (replays must not reach it)", tok)
+		}
+		for _, c := range h.connections("alice") {
+			h.store.DeleteConnection(ctx, c.ID)
+		}
+	})
+	t.Run("reused code", func(t *testing.T) {
+		a := h.newAgent()
+		first := a.toCallback(h.grant("alice", "github", nil, "c"), "alice")
+		mustContain(t, a.get(first.String()), "Connected")
+		for _, c := range h.connections("alice") {
+			h.store.DeleteConnection(ctx, c.ID)
+		}
+		g2 := h.grant("alice", "github", nil, "c")
+		second := a.toCallback(g2, "alice")
+		q := second.Query()
+		q.Set("code", first.Query().Get("code"))
+		second.RawQuery = q.Encode()
+		p := a.get(second.String())
+		mustStatus(t, p, http.StatusBadRequest)
+		mustContain(t, p, "already used or has expired")
+		noConnections(t)
+		if st := h.grantState(g2.ID); st != vault.GrantApproved {
+			t.Fatalf("grant = %s, want approved (not completed)", st)
+		}
+	})
+	t.Run("expired grant", func(t *testing.T) {
+		a := h.newAgent()
+		g := h.grant("alice", "github", nil, "c")
+		mustStatus(t, a.openConnect(g, "alice"), http.StatusOK)
+		g2 := h.grant("alice", "github", nil, "c")
+		cb := a.toCallback(g2, "alice")
+		h.clock.Advance(11 * time.Minute)
+		defer h.clock.Advance(-11 * time.Minute)
+		p := a.get(h.srv.URL + "/connect/" + g.ID)
+		mustStatus(t, p, http.StatusGone)
+		mustContain(t, p, "expired")
+		p = a.get(cb.String())
+		mustStatus(t, p, http.StatusBadRequest)
+		noConnections(t)
+	})
+	t.Run("provider access_denied", func(t *testing.T) {
+		h.gh.SetAuthorizeError("access_denied", `<script>alert(1)</script><b>The user</b> denied access`)
+		defer h.gh.SetAuthorizeError("", "")
+		a := h.newAgent()
+		g := h.grant("alice", "github", nil, "c")
+		p := a.get(a.toCallback(g, "alice").String())
+		mustStatus(t, p, http.StatusForbidden)
+		mustContain(t, p, "access was refused at GitHub", "&lt;script&gt;alert(1)&lt;/script&gt;&lt;b&gt;The user&lt;/b&gt; denied access")
+		if strings.Contains(p.body, "<script>") || strings.Contains(p.body, "<b>The user") {
+			t.Fatal("provider error description rendered unescaped")
+		}
+		noConnections(t)
+		if st := h.grantState(g.ID); st != vault.GrantDenied {
+			t.Fatalf("grant = %s, want denied", st)
+		}
+	})
+	t.Run("provider 500 at token exchange", func(t *testing.T) {
+		a := h.newAgent()
+		g := h.grant("alice", "github", nil, "c")
+		cb := a.toCallback(g, "alice")
+		h.gh.FailNextTokens(1)
+		p := a.get(cb.String())
+		mustStatus(t, p, http.StatusBadGateway)
+		mustContain(t, p, "did not answer properly", "Nothing was connected")
+		noConnections(t)
+		if st := h.grantState(g.ID); st != vault.GrantApproved {
+			t.Fatalf("grant = %s, want approved", st)
+		}
+	})
+	t.Run("deny at consent", func(t *testing.T) {
+		a := h.newAgent()
+		g := h.grant("alice", "google", nil, "c")
+		p := a.submit(a.openConnect(g, "alice"), "/connect/", url.Values{"decision": {"deny"}})
+		mustContain(t, p, "You declined to connect your Google account")
+		if st := h.grantState(g.ID); st != vault.GrantDenied {
+			t.Fatalf("grant = %s, want denied", st)
+		}
+		p = a.get(h.srv.URL + "/connect/" + g.ID)
+		mustStatus(t, p, http.StatusGone)
+		noConnections(t)
+	})
+	t.Run("consent without csrf token", func(t *testing.T) {
+		a := h.newAgent()
+		g := h.grant("alice", "github", nil, "c")
+		a.openConnect(g, "alice")
+		p := a.post(h.srv.URL+"/connect/"+g.ID, url.Values{"decision": {"approve"}})
+		mustStatus(t, p, http.StatusForbidden)
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/connect/"+g.ID, strings.NewReader("decision=approve"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		if p := a.do(req); p.status != http.StatusForbidden {
+			t.Fatalf("cross-site POST: HTTP %d, want 403", p.status)
+		}
+		if st := h.grantState(g.ID); st != vault.GrantPending {
+			t.Fatalf("grant = %s, want pending", st)
+		}
+	})
+	t.Run("static files", func(t *testing.T) {
+		a := h.newAgent()
+		if p := a.get(h.srv.URL + "/static/style.css"); p.status != http.StatusOK || p.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Fatalf("style.css: HTTP %d", p.status)
+		}
+		if p := a.get(h.srv.URL + "/static/"); p.status != http.StatusNotFound {
+			t.Fatalf("/static/ listing: HTTP %d, want 404", p.status)
+		}
+	})
+	t.Run("unknown link", func(t *testing.T) {
+		a := h.newAgent()
+		p := a.get(h.srv.URL + "/connect/not-a-grant")
+		mustStatus(t, p, http.StatusNotFound)
+		mustContain(t, p, "Unknown connect link")
+	})
+	h.finalCheck()
+}
+
+func TestPhishingHTTP(t *testing.T) {
+	h := newHarness(t, fakeProviders)
+	aliceB, bobB := h.newAgent(), h.newAgent()
+	g := h.grant("alice", "github", nil, "c")
+	// Bob (signed in as bob) opens Alice's link: refused at the landing page.
+	p := bobB.openConnect(g, "bob")
+	mustStatus(t, p, http.StatusForbidden)
+	mustContain(t, p, "This link belongs to a different account", "bob@example.test")
+	if strings.Contains(p.body, "alice") {
+		t.Error("mismatch page reveals whose link it is")
+	}
+	if st := h.grantState(g.ID); st != vault.GrantPending {
+		t.Fatalf("grant = %s after Bob's attempt, want pending", st)
+	}
+	// Alice approves and reaches the callback; Bob forges it with her flow
+	// cookie and the provider's code: refused at the callback.
+	cb := aliceB.toCallback(g, "alice")
+	bobB.setCookie(aliceB.cookie("cb_flow"))
+	p = bobB.get(cb.String())
+	mustStatus(t, p, http.StatusForbidden)
+	mustContain(t, p, "This link belongs to a different account")
+	if n := len(h.connections("alice")) + len(h.connections("bob")); n != 0 {
+		t.Fatalf("%d connections stored after the forged callback", n)
+	}
+	if c := h.gh.Counts().Token; c != 0 {
+		t.Fatalf("the forged callback reached the token endpoint (%d calls)", c)
+	}
+	events := 0
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		if strings.Contains(line, "event=identity_mismatch") {
+			events++
+			if strings.Contains(line, "alice") {
+				t.Errorf("security event names the grant's owner: %s", line)
+			}
+		}
+	}
+	if events != 2 {
+		t.Errorf("%d identity_mismatch events logged, want 2 (landing, callback):\n%s", events, h.logs.String())
+	}
+	// Alice's own completion still works.
+	mustContain(t, aliceB.get(cb.String()), "Connected: return to your app")
+	if n := len(h.connections("alice")); n != 1 {
+		t.Fatalf("alice has %d connections, want 1", n)
+	}
+	h.finalCheck()
+}

@@ -1,0 +1,479 @@
+package oauthflow
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"credbroker/vault"
+)
+
+// Provider types accepted in providers.yaml.
+const (
+	// TypeOAuth2 is a plain OAuth 2.0 provider: endpoints are configured and
+	// the account is found through the account endpoint.
+	TypeOAuth2 = "oauth2"
+	// TypeOIDC is an OpenID Connect provider: endpoints come from discovery
+	// of the issuer and the account is the verified ID token's subject.
+	TypeOIDC = "oidc"
+)
+
+// Revocation styles accepted in providers.yaml.
+const (
+	// RevokeRFC7009 posts the token to an RFC 7009 revocation endpoint.
+	RevokeRFC7009 = "rfc7009"
+	// RevokeGitHubGrant deletes the whole OAuth app grant the GitHub way:
+	// DELETE {url} with the client's basic credentials and the access token
+	// in a JSON body. "{client_id}" in the URL is replaced.
+	RevokeGitHubGrant = "github_grant"
+)
+
+// providersFile is the document shape of providers.yaml.
+type providersFile struct {
+	Providers map[string]providerSpec `yaml:"providers"`
+}
+
+// providerSpec is one entry as written in providers.yaml.
+type providerSpec struct {
+	DisplayName      string            `yaml:"display_name"`
+	Type             string            `yaml:"type"`
+	Issuer           string            `yaml:"issuer"`
+	AuthorizationURL string            `yaml:"authorization_url"`
+	TokenURL         string            `yaml:"token_url"`
+	ClientID         string            `yaml:"client_id"`
+	ClientSecret     string            `yaml:"client_secret"`
+	ClientSecretFile string            `yaml:"client_secret_file"`
+	TokenAuth        string            `yaml:"token_endpoint_auth"`
+	PKCE             *bool             `yaml:"pkce"`
+	DefaultScopes    []string          `yaml:"default_scopes"`
+	AllowedScopes    []string          `yaml:"allowed_scopes"`
+	ScopeDescription map[string]string `yaml:"scope_descriptions"`
+	ExtraAuthParams  map[string]string `yaml:"extra_auth_params"`
+	Account          *accountSpec      `yaml:"account"`
+	API              *apiSpec          `yaml:"api"`
+	Revocation       *revocationSpec   `yaml:"revocation"`
+}
+
+type accountSpec struct {
+	URL        string `yaml:"url"`
+	IDField    string `yaml:"id_field"`
+	LoginField string `yaml:"login_field"`
+}
+
+type apiSpec struct {
+	BaseURL      string   `yaml:"base_url"`
+	AllowedPaths []string `yaml:"allowed_paths"`
+}
+
+type revocationSpec struct {
+	Style string `yaml:"style"`
+	URL   string `yaml:"url"`
+}
+
+// Provider is one validated provider entry. Its fields are read-only after
+// LoadProviders returns.
+type Provider struct {
+	// Name is the key in providers.yaml ("github"), used in URLs and tools.
+	Name string
+	// DisplayName is shown to people ("GitHub").
+	DisplayName string
+	// Type is TypeOAuth2 or TypeOIDC.
+	Type string
+	// Issuer is the OIDC issuer (TypeOIDC only).
+	Issuer string
+	// AuthURL and TokenURL are the endpoints (TypeOAuth2; for TypeOIDC they
+	// override discovery when set).
+	AuthURL, TokenURL string
+	ClientID          string
+	ClientSecret      vault.Secret
+	// TokenAuthInParams sends the client credentials in the token request
+	// body (client_secret_post) instead of HTTP basic (client_secret_basic,
+	// the default).
+	TokenAuthInParams bool
+	// PKCE reports whether S256 PKCE is sent (default true).
+	PKCE bool
+	// DefaultScopes are requested when a grant names none.
+	DefaultScopes []string
+	// AllowedScopes bounds what a grant may request (empty: anything).
+	AllowedScopes []string
+	// ScopeDescriptions are plain-words explanations shown on the consent page.
+	ScopeDescriptions map[string]string
+	// ExtraAuthParams are added to the authorization request.
+	ExtraAuthParams map[string]string
+	// AccountURL answers the connected account's identity as JSON;
+	// AccountIDField and AccountLoginField name the fields.
+	AccountURL, AccountIDField, AccountLoginField string
+	// APIBaseURL is where provider_request sends requests; AllowedPaths are
+	// path prefixes under it (empty: any path).
+	APIBaseURL   string
+	AllowedPaths []string
+	// RevocationStyle is "", RevokeRFC7009 or RevokeGitHubGrant.
+	RevocationStyle string
+	RevocationURL   string
+}
+
+// ScopeAllowed reports whether s may be requested from this provider.
+func (p *Provider) ScopeAllowed(s string) bool {
+	return len(p.AllowedScopes) == 0 || slices.Contains(p.AllowedScopes, s)
+}
+
+// Registry is the set of configured providers.
+type Registry struct {
+	byName map[string]*Provider
+	names  []string
+}
+
+// Lookup returns the provider named name.
+func (r *Registry) Lookup(name string) (*Provider, bool) {
+	if r == nil {
+		return nil, false
+	}
+	p, ok := r.byName[name]
+	return p, ok
+}
+
+// Names returns the provider names, sorted.
+func (r *Registry) Names() []string {
+	if r == nil {
+		return nil
+	}
+	return slices.Clone(r.names)
+}
+
+// ConfigError lists every problem found in a providers file.
+type ConfigError struct {
+	Problems []string
+}
+
+func (e *ConfigError) Error() string {
+	return "providers: " + countProblems(len(e.Problems)) + ":\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+func countProblems(n int) string {
+	if n == 1 {
+		return "1 problem"
+	}
+	return fmt.Sprintf("%d problems", n)
+}
+
+// LoadProviders reads and validates the providers file at path. Secrets are
+// resolved through getenv (${NAME}) or read from client_secret_file. It
+// changes nothing; every problem is reported at once.
+func LoadProviders(path string, getenv func(string) string) (*Registry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("providers: %w", err)
+	}
+	return ParseProviders(path, data, getenv)
+}
+
+var (
+	providerNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+	envRefRE       = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$`)
+	knownFieldRE   = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
+)
+
+// ParseProviders validates a providers document; name is used in messages.
+func ParseProviders(name string, data []byte, getenv func(string) string) (*Registry, error) {
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, &ConfigError{Problems: []string{name + ": " + err.Error()}}
+	}
+	var probs []string
+	addf := func(line int, format string, args ...any) {
+		probs = append(probs, fmt.Sprintf("%s:%d: ", name, line)+fmt.Sprintf(format, args...))
+	}
+	var file providersFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&file); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, &ConfigError{Problems: []string{name + ": " + err.Error()}}
+		}
+		for _, m := range te.Errors {
+			if sm := knownFieldRE.FindStringSubmatch(m); sm != nil {
+				probs = append(probs, fmt.Sprintf("%s:%s: unknown key %q", name, sm[1], sm[2]))
+				continue
+			}
+			if l, rest, ok := strings.Cut(strings.TrimPrefix(m, "line "), ": "); ok && strings.HasPrefix(m, "line ") {
+				probs = append(probs, fmt.Sprintf("%s:%s: %s", name, l, rest))
+				continue
+			}
+			probs = append(probs, name+": "+m)
+		}
+	}
+	doc := &root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	provNodes := mapValue(doc, "providers")
+	if len(file.Providers) == 0 && len(probs) == 0 {
+		addf(max(1, doc.Line), "no providers: want a top-level \"providers:\" map with at least one entry")
+	}
+	reg := &Registry{byName: map[string]*Provider{}}
+	for pname, spec := range file.Providers {
+		pn := mapValue(provNodes, pname)
+		line := keyLine(provNodes, pname)
+		lineOf := func(key string) int {
+			if l := keyLine(pn, key); l > 0 {
+				return l
+			}
+			return line
+		}
+		perr := func(key, format string, args ...any) {
+			addf(lineOf(key), "%s: %s", pname, fmt.Sprintf(format, args...))
+		}
+		p, ok := validateProvider(pname, spec, getenv, perr)
+		if !providerNameRE.MatchString(pname) {
+			addf(line, "provider name %q: use 1-32 lowercase letters, digits, '-' or '_', starting with a letter", pname)
+			ok = false
+		}
+		if ok && pn != nil {
+			reg.byName[pname] = p
+			reg.names = append(reg.names, pname)
+		}
+	}
+	if len(probs) > 0 {
+		sort.SliceStable(probs, func(i, j int) bool { return problemLine(probs[i]) < problemLine(probs[j]) })
+		return nil, &ConfigError{Problems: probs}
+	}
+	sort.Strings(reg.names)
+	return reg, nil
+}
+
+func problemLine(s string) int {
+	var n int
+	if i := strings.Index(s, ":"); i >= 0 {
+		fmt.Sscanf(s[i+1:], "%d", &n)
+	}
+	return n
+}
+
+func validateProvider(name string, s providerSpec, getenv func(string) string, perr func(key, format string, args ...any)) (*Provider, bool) {
+	bad := false
+	fail := func(key, format string, args ...any) {
+		bad = true
+		perr(key, format, args...)
+	}
+	p := &Provider{
+		Name: name, DisplayName: s.DisplayName, Type: s.Type, PKCE: true,
+		DefaultScopes: slices.Clone(s.DefaultScopes), AllowedScopes: slices.Clone(s.AllowedScopes),
+		ScopeDescriptions: s.ScopeDescription, ExtraAuthParams: s.ExtraAuthParams,
+	}
+	switch s.TokenAuth {
+	case "", "client_secret_basic":
+	case "client_secret_post":
+		p.TokenAuthInParams = true
+	default:
+		fail("token_endpoint_auth", "token_endpoint_auth %q: want client_secret_basic or client_secret_post", s.TokenAuth)
+	}
+	if s.PKCE != nil {
+		p.PKCE = *s.PKCE
+	}
+	if p.DisplayName == "" {
+		p.DisplayName = name
+	}
+	checkURL := func(key, v string, required bool) string {
+		if v == "" {
+			if required {
+				fail(key, "%s is required", key)
+			}
+			return ""
+		}
+		if err := checkEndpoint(v); err != nil {
+			fail(key, "%s: %v", key, err)
+			return ""
+		}
+		return v
+	}
+	switch s.Type {
+	case TypeOAuth2:
+		p.AuthURL = checkURL("authorization_url", s.AuthorizationURL, true)
+		p.TokenURL = checkURL("token_url", s.TokenURL, true)
+		if s.Issuer != "" {
+			fail("issuer", "issuer is only for type %q", TypeOIDC)
+		}
+		if s.Account == nil {
+			fail("account", "account (url, id_field, login_field) is required for type %q: it tells which account was connected", TypeOAuth2)
+		}
+	case TypeOIDC:
+		p.Issuer = checkURL("issuer", s.Issuer, true)
+		p.AuthURL = checkURL("authorization_url", s.AuthorizationURL, false)
+		p.TokenURL = checkURL("token_url", s.TokenURL, false)
+	case "":
+		fail("type", "type is required (%q or %q)", TypeOAuth2, TypeOIDC)
+	default:
+		fail("type", "type %q: want %q or %q", s.Type, TypeOAuth2, TypeOIDC)
+	}
+	if s.ClientID == "" {
+		fail("client_id", "client_id is required")
+	} else if m := envRefRE.FindStringSubmatch(s.ClientID); m != nil {
+		p.ClientID = getenv(m[1])
+		if p.ClientID == "" {
+			fail("client_id", "client_id: environment variable %s is not set", m[1])
+		}
+	} else if strings.Contains(s.ClientID, "${") {
+		fail("client_id", "client_id: malformed reference %q (want ${NAME})", s.ClientID)
+	} else {
+		p.ClientID = s.ClientID
+	}
+	switch {
+	case s.ClientSecret != "" && s.ClientSecretFile != "":
+		fail("client_secret", "give client_secret or client_secret_file, not both")
+	case s.ClientSecret != "":
+		m := envRefRE.FindStringSubmatch(s.ClientSecret)
+		if m == nil {
+			fail("client_secret", "client_secret must be a reference ${NAME} to an environment variable (or use client_secret_file); secrets are never written in this file")
+			break
+		}
+		v := getenv(m[1])
+		if v == "" {
+			fail("client_secret", "client_secret: environment variable %s is not set", m[1])
+		}
+		p.ClientSecret = vault.Secret(v)
+	case s.ClientSecretFile != "":
+		b, err := os.ReadFile(s.ClientSecretFile)
+		if err != nil {
+			fail("client_secret_file", "client_secret_file: cannot read %s", s.ClientSecretFile)
+			break
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" {
+			fail("client_secret_file", "client_secret_file: %s is empty", s.ClientSecretFile)
+		}
+		p.ClientSecret = vault.Secret(v)
+	default:
+		fail("client_id", "client_secret or client_secret_file is required")
+	}
+	for _, sc := range s.DefaultScopes {
+		if !validScope(sc) {
+			fail("default_scopes", "default scope %q is not a valid scope token", sc)
+		} else if !p.ScopeAllowed(sc) {
+			fail("default_scopes", "default scope %q is not in allowed_scopes", sc)
+		}
+	}
+	for _, sc := range s.AllowedScopes {
+		if !validScope(sc) {
+			fail("allowed_scopes", "allowed scope %q is not a valid scope token", sc)
+		}
+	}
+	for k := range s.ExtraAuthParams {
+		switch k {
+		case "state", "code_challenge", "code_challenge_method", "nonce", "redirect_uri", "client_id", "response_type", "scope":
+			fail("extra_auth_params", "extra_auth_params: %q is set by the broker and cannot be configured", k)
+		}
+	}
+	if a := s.Account; a != nil {
+		p.AccountURL = checkURL("account", a.URL, s.Type == TypeOAuth2)
+		p.AccountIDField, p.AccountLoginField = a.IDField, a.LoginField
+		if a.IDField == "" {
+			fail("account", "account.id_field is required")
+		}
+		if a.LoginField == "" {
+			p.AccountLoginField = a.IDField
+		}
+	}
+	if a := s.API; a != nil {
+		p.APIBaseURL = checkURL("api", a.BaseURL, true)
+		for _, ap := range a.AllowedPaths {
+			if !strings.HasPrefix(ap, "/") || strings.Contains(ap, "..") {
+				fail("api", "api.allowed_paths: %q must start with / and not contain ..", ap)
+			}
+		}
+		p.AllowedPaths = slices.Clone(a.AllowedPaths)
+	}
+	if rv := s.Revocation; rv != nil {
+		switch rv.Style {
+		case RevokeRFC7009, RevokeGitHubGrant:
+			p.RevocationStyle = rv.Style
+		default:
+			fail("revocation", "revocation.style %q: want %q or %q", rv.Style, RevokeRFC7009, RevokeGitHubGrant)
+		}
+		p.RevocationURL = checkURL("revocation", strings.ReplaceAll(rv.URL, "{client_id}", "client_id"), true)
+		if p.RevocationURL != "" {
+			p.RevocationURL = rv.URL
+		}
+	}
+	return p, !bad
+}
+
+func validScope(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r <= 0x20 || r == '"' || r == '\\' || r > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// checkEndpoint accepts absolute https URLs, and http only on loopback.
+func checkEndpoint(v string) error {
+	u, err := url.Parse(v)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL", v)
+	}
+	if u.Host == "" || u.User != nil || u.Fragment != "" {
+		return fmt.Errorf("%q is not an absolute URL with a host (no user info, no fragment)", v)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		if isLoopback(u.Hostname()) {
+			return nil
+		}
+		return fmt.Errorf("%q must use https (http is allowed on loopback only)", v)
+	}
+	return fmt.Errorf("%q must use https", v)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// mapValue returns the value node for key in mapping node m.
+func mapValue(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// keyLine returns the line of key in mapping node m, or 0.
+func keyLine(m *yaml.Node, key string) int {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return 0
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i].Line
+		}
+	}
+	return 0
+}

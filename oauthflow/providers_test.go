@@ -1,0 +1,186 @@
+package oauthflow
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestLoadProvidersRepoFile(t *testing.T) {
+	reg, err := LoadProviders(filepath.Join("..", "providers.yaml"), env(map[string]string{
+		"GITHUB_CLIENT_ID": "gh-id", "GITHUB_CLIENT_SECRET": "gh-secret",
+		"GOOGLE_CLIENT_ID": "g-id", "GOOGLE_CLIENT_SECRET": "g-secret",
+	}))
+	if err != nil {
+		t.Fatalf("LoadProviders(providers.yaml): %v", err)
+	}
+	if got := strings.Join(reg.Names(), ","); got != "github,google" {
+		t.Fatalf("Names() = %q, want github,google", got)
+	}
+	gh, _ := reg.Lookup("github")
+	if gh.Type != TypeOAuth2 || gh.AuthURL != "https://github.com/login/oauth/authorize" || gh.AccountURL != "https://api.github.com/user" ||
+		gh.AccountIDField != "id" || gh.AccountLoginField != "login" || gh.RevocationStyle != RevokeGitHubGrant || !gh.PKCE ||
+		gh.ClientID != "gh-id" || gh.ClientSecret.Reveal() != "gh-secret" || gh.APIBaseURL != "https://api.github.com" {
+		t.Errorf("github entry = %+v", gh)
+	}
+	g, _ := reg.Lookup("google")
+	if g.Type != TypeOIDC || g.Issuer != "https://accounts.google.com" || g.ExtraAuthParams["access_type"] != "offline" ||
+		g.ExtraAuthParams["prompt"] != "consent" || g.RevocationURL != "https://oauth2.googleapis.com/revoke" || g.RevocationStyle != RevokeRFC7009 {
+		t.Errorf("google entry = %+v", g)
+	}
+	if _, ok := reg.Lookup("gitlab"); ok {
+		t.Error("Lookup(gitlab) found an unconfigured provider")
+	}
+}
+
+func TestLoadProvidersMissingEnv(t *testing.T) {
+	_, err := LoadProviders(filepath.Join("..", "providers.yaml"), env(nil))
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v, want *ConfigError", err)
+	}
+	// Four references, four problems, all reported at once.
+	if len(ce.Problems) != 4 {
+		t.Fatalf("problems = %q, want 4", ce.Problems)
+	}
+	for _, p := range ce.Problems {
+		if !strings.Contains(p, "is not set") || !strings.HasPrefix(p, filepath.Join("..", "providers.yaml")+":") {
+			t.Errorf("problem %q: want file:line and 'is not set'", p)
+		}
+	}
+}
+
+const goodOAuth2 = `providers:
+  acme:
+    type: oauth2
+    authorization_url: https://acme.example/authorize
+    token_url: https://acme.example/token
+    client_id: acme
+    client_secret: ${ACME_SECRET}
+    account: {url: https://api.acme.example/me, id_field: id}
+`
+
+func TestParseProviders(t *testing.T) {
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		yaml string
+		// want are substrings, each of which must appear in some problem;
+		// nil means the document is valid.
+		want []string
+	}{
+		{name: "valid oauth2", yaml: goodOAuth2},
+		{name: "valid oidc with secret file and loopback http", yaml: `providers:
+  corp:
+    type: oidc
+    issuer: http://127.0.0.1:9999/issuer
+    client_id: ${CORP_ID}
+    client_secret_file: ` + secretFile + `
+    pkce: false
+`},
+		{name: "empty", yaml: ``, want: []string{"x.yaml:1: no providers"}},
+		{name: "not yaml", yaml: "providers: [", want: []string{"x.yaml"}},
+		{name: "unknown keys everywhere", yaml: strings.Replace(goodOAuth2, "    client_id: acme\n",
+			"    client_id: acme\n    clientsecret: x\n    account_url: y\n", 1) + "extra: 1\n",
+			want: []string{"x.yaml:7: unknown key \"clientsecret\"", "x.yaml:8: unknown key \"account_url\"", "x.yaml:11: unknown key \"extra\""}},
+		{name: "missing fields", yaml: "providers:\n  bare:\n    display_name: Bare\n",
+			want: []string{"x.yaml:2: bare: type is required", "client_id is required", "client_secret or client_secret_file is required"}},
+		{name: "oauth2 without endpoints", yaml: "providers:\n  p:\n    type: oauth2\n    client_id: a\n    client_secret: ${ACME_SECRET}\n",
+			want: []string{"authorization_url is required", "token_url is required", "account (url, id_field, login_field) is required"}},
+		{name: "bad urls", yaml: strings.NewReplacer(
+			"https://acme.example/authorize", "http://acme.example/authorize",
+			"https://acme.example/token", "/token",
+			"https://api.acme.example/me", "ftp://api.acme.example/me").Replace(goodOAuth2),
+			want: []string{"x.yaml:4: acme: authorization_url: \"http://acme.example/authorize\" must use https", "x.yaml:5: acme: token_url", "x.yaml:8: acme: account"}},
+		{name: "inline secret", yaml: strings.Replace(goodOAuth2, "${ACME_SECRET}", "hunter2", 1),
+			want: []string{"x.yaml:7: acme: client_secret must be a reference"}},
+		{name: "unset env", yaml: strings.Replace(goodOAuth2, "${ACME_SECRET}", "${NOPE}", 1),
+			want: []string{"environment variable NOPE is not set"}},
+		{name: "both secrets", yaml: strings.Replace(goodOAuth2, "    client_secret: ${ACME_SECRET}\n", "    client_secret: ${ACME_SECRET}\n    client_secret_file: /x\n", 1),
+			want: []string{"not both"}},
+		{name: "bad type and name", yaml: strings.NewReplacer("type: oauth2", "type: saml", "acme:", "Acme!:").Replace(goodOAuth2),
+			want: []string{"type \"saml\"", "provider name \"Acme!\""}},
+		{name: "reserved extra param and scopes", yaml: goodOAuth2 + "    extra_auth_params: {state: x}\n    default_scopes: [\"a b\", c]\n    allowed_scopes: [a]\n",
+			want: []string{"\"state\" is set by the broker", "default scope \"a b\" is not a valid", "default scope \"c\" is not in allowed_scopes"}},
+		{name: "bad revocation", yaml: goodOAuth2 + "    revocation: {style: magic, url: http://evil.example/revoke}\n",
+			want: []string{"revocation.style \"magic\"", "must use https"}},
+		{name: "wrong value type", yaml: goodOAuth2 + "    pkce: maybe\n",
+			want: []string{"x.yaml:9:"}},
+	}
+	getenv := env(map[string]string{"ACME_SECRET": "s3cret", "CORP_ID": "corp"})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			reg, err := ParseProviders("x.yaml", []byte(tc.yaml), getenv)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("ParseProviders: %v", err)
+				}
+				if len(reg.Names()) != 1 {
+					t.Fatalf("Names() = %v", reg.Names())
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("ParseProviders accepted the document; want problems %q", tc.want)
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %T %v, want *ConfigError", err, err)
+			}
+			for _, w := range tc.want {
+				found := false
+				for _, p := range ce.Problems {
+					found = found || strings.Contains(p, w)
+				}
+				if !found {
+					t.Errorf("no problem contains %q; got:\n  %s", w, strings.Join(ce.Problems, "\n  "))
+				}
+			}
+			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("error text reveals a secret: %v", err)
+			}
+		})
+	}
+}
+
+func FuzzParseProviders(f *testing.F) {
+	f.Add([]byte(goodOAuth2))
+	if b, err := os.ReadFile(filepath.Join("..", "providers.yaml")); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte("providers:\n  x: {type: oidc, issuer: 'http://[::1]:1/', client_id: a, client_secret: ${A}}\n"))
+	getenv := env(map[string]string{"ACME_SECRET": "s", "A": "a", "GITHUB_CLIENT_ID": "i", "GITHUB_CLIENT_SECRET": "s", "GOOGLE_CLIENT_ID": "i", "GOOGLE_CLIENT_SECRET": "s"})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1<<16 {
+			return
+		}
+		reg, err := ParseProviders("fuzz.yaml", data, getenv)
+		if err != nil {
+			var ce *ConfigError
+			if !errors.As(err, &ce) || len(ce.Problems) == 0 {
+				t.Fatalf("error is not a ConfigError with problems: %v", err)
+			}
+			return
+		}
+		for _, n := range reg.Names() {
+			p, ok := reg.Lookup(n)
+			if !ok || p.ClientID == "" {
+				t.Fatalf("accepted provider %q is incomplete: %+v", n, p)
+			}
+			for _, u := range []string{p.AuthURL, p.TokenURL, p.Issuer, p.AccountURL, p.APIBaseURL} {
+				if u != "" && checkEndpoint(u) != nil {
+					t.Fatalf("accepted provider %q has bad URL %q", n, u)
+				}
+			}
+		}
+	})
+}

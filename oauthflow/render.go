@@ -1,0 +1,177 @@
+package oauthflow
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// pageNames are the templates parsed at start-up, each with layout.html.
+var pageNames = []string{"consent", "mismatch", "done", "denied", "error", "connections", "signedout"}
+
+func parsePages(fsys fs.FS) (map[string]*template.Template, error) {
+	pages := make(map[string]*template.Template, len(pageNames))
+	for _, n := range pageNames {
+		t, err := template.New(n).ParseFS(fsys, "layout.html", n+".html")
+		if err != nil {
+			return nil, fmt.Errorf("oauthflow: parse page %s: %w", n, err)
+		}
+		pages[n] = t
+	}
+	return pages, nil
+}
+
+// chrome is the part of every page drawn by the layout.
+type chrome struct {
+	Identity string // signed-in identity for display; empty when signed out
+	CSRF     string
+}
+
+type scopeLine struct{ Scope, Words string }
+
+type consentPage struct {
+	Chrome     chrome
+	Provider   string
+	Domain     string
+	ClientName string
+	Identity   string
+	Scopes     []scopeLine
+	Action     string
+}
+
+type mismatchPage struct {
+	Chrome    chrome
+	Identity  string
+	Reference string
+}
+
+type donePage struct {
+	Chrome   chrome
+	Provider string
+	Account  string
+	Scopes   []string
+}
+
+type deniedPage struct {
+	Chrome   chrome
+	Provider string
+}
+
+// errorPage is any failure the user must read: Heading, Message, what to do
+// Next, and optionally the provider's own (untrusted, escaped) description.
+type errorPage struct {
+	Chrome    chrome
+	Status    int
+	Heading   string
+	Message   string
+	Detail    string
+	Next      string
+	Reference string
+}
+
+type connectionRow struct {
+	ID, Provider, Account, Status, Created string
+	Scopes                                 []string
+}
+
+type connectionsPage struct {
+	Chrome      chrome
+	Notice      string
+	Connections []connectionRow
+}
+
+type signedOutPage struct{ Chrome chrome }
+
+// setPageHeaders sets the security headers every page carries. formAction
+// lists extra origins the page's forms may lead to (a redirect after a form
+// submission is checked against form-action).
+func setPageHeaders(h http.Header, formAction ...string) {
+	fa := "'self'"
+	for _, o := range formAction {
+		fa += " " + o
+	}
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action "+fa+"; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+}
+
+// render executes page into a buffer first, so a failed render is a clean 500.
+func (f *Flow) render(w http.ResponseWriter, status int, page string, data any, formAction ...string) {
+	var buf bytes.Buffer
+	if err := f.pages[page].ExecuteTemplate(&buf, "layout", data); err != nil {
+		f.log.Error("render page", "page", page, "err", err)
+		setPageHeaders(w.Header())
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	setPageHeaders(w.Header(), formAction...)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+func (f *Flow) renderConsent(w http.ResponseWriter, p consentPage, authOrigin string) {
+	f.render(w, http.StatusOK, "consent", p, authOrigin)
+}
+
+func (f *Flow) renderMismatch(w http.ResponseWriter, p mismatchPage) {
+	f.render(w, http.StatusForbidden, "mismatch", p)
+}
+
+func (f *Flow) renderDone(w http.ResponseWriter, p donePage) {
+	f.render(w, http.StatusOK, "done", p)
+}
+
+func (f *Flow) renderDenied(w http.ResponseWriter, p deniedPage) {
+	f.render(w, http.StatusOK, "denied", p)
+}
+
+func (f *Flow) renderError(w http.ResponseWriter, p errorPage) {
+	if p.Status == 0 {
+		p.Status = http.StatusBadRequest
+	}
+	f.render(w, p.Status, "error", p)
+}
+
+func (f *Flow) renderConnections(w http.ResponseWriter, p connectionsPage) {
+	f.render(w, http.StatusOK, "connections", p)
+}
+
+func (f *Flow) renderSignedOut(w http.ResponseWriter, p signedOutPage) {
+	f.render(w, http.StatusOK, "signedout", p)
+}
+
+// origin returns scheme://host of a URL, for CSP form-action.
+func origin(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// plainScope turns a scope into words when the provider entry gives none.
+func plainScope(p *Provider, s string) scopeLine {
+	if w, ok := p.ScopeDescriptions[s]; ok && w != "" {
+		return scopeLine{Scope: s, Words: w}
+	}
+	switch s {
+	case "openid":
+		return scopeLine{Scope: s, Words: "Confirm your identity"}
+	case "email":
+		return scopeLine{Scope: s, Words: "See your email address"}
+	case "profile":
+		return scopeLine{Scope: s, Words: "See your basic profile"}
+	case "offline_access":
+		return scopeLine{Scope: s, Words: "Keep access when you are not using the app"}
+	}
+	words := strings.NewReplacer(":", " ", "_", " ", ".", " ").Replace(s)
+	return scopeLine{Scope: s, Words: "Permission “" + words + "”"}
+}
