@@ -135,9 +135,28 @@ func (b *browserUser) waitFor(sel string) {
 }
 
 // clickThen clicks sel and waits for the next page to show next.
+// Every click here submits a form, so it first marks the current document
+// and waits until a new document has replaced it: next may also exist on
+// the page being left.
 func (b *browserUser) clickThen(sel, next string) {
 	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__leaving = true`)); err != nil {
+		b.t.Fatalf("%s: mark page: %v", b.name, err)
+	}
 	b.do("click "+sel, chromedp.Click(chromedp.CSS(sel)))
+	for {
+		gone, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.readyState !== "loading" && window.__leaving !== true`))
+		if err == nil && gone {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			b.t.Fatalf("%s: click %s: the page did not change (at %s)", b.name, sel, b.location())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	b.waitFor(next)
 }
 
@@ -343,7 +362,9 @@ func TestBrowserFlows(t *testing.T) {
 		alice.open("/connections", "alice")
 		alice.waitFor("table.conns")
 		alice.screenshot("connections")
-		alice.clickThen(`form[action="/logout"] button`, `a[href="/connections"]:not(.x)`)
+		// The signed-in pages also link to /connections, so wait for the
+		// signed-out page's own paragraph.
+		alice.clickThen(`form[action="/logout"] button`, `#signed-out`)
 		if got := alice.text("h1"); got != "Signed out" {
 			t.Errorf("sign-out heading = %q", got)
 		}
