@@ -6,6 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+
+	"credbroker/oauthflow"
+	"credbroker/vault"
 )
 
 // usageError is a command-line mistake: exit status 2.
@@ -28,6 +36,7 @@ commands:
   dev            run the development stack on 127.0.0.1 (make run)
   keys generate  print a new random key line for BROKER_KEYS or --keys-file
   keys rotate    add a new primary key to --keys-file and re-encrypt every record
+  keys status    how many records each key seals (when an old key can be removed)
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -38,6 +47,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "serve":
 		return runServe(ctx, args[1:], stdout, stderr)
+	case "keys":
+		return runKeys(ctx, args[1:], stdout, stderr)
+	case "dev":
+		return runDev(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -49,8 +62,81 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	var cfg serveConfig
+	cfg.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	return errors.New("serve is not wired yet: the MCP endpoint and browser flow land in later changes")
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("serve: unexpected argument %q", fs.Arg(0))}
+	}
+	cfg.KeysEnv = os.Getenv("BROKER_KEYS")
+	cfg.ClientSecret = os.Getenv("BROKER_CLIENT_SECRET")
+
+	// Everything that can be checked without side effects is checked
+	// together, so an operator sees every problem at once.
+	var problems []error
+	if err := cfg.validate(); err != nil {
+		problems = append(problems, err)
+	}
+	secret := cfg.ClientSecret
+	if secret == "" && cfg.SecretFile != "" {
+		b, err := os.ReadFile(cfg.SecretFile)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("--client-secret-file: %w", err))
+		}
+		secret = strings.TrimSpace(string(b))
+	}
+	var keys *vault.Keyring
+	if cfg.KeysEnv != "" || cfg.KeysFile != "" {
+		kr, err := vault.LoadKeyring(cfg.KeysEnv, cfg.KeysFile)
+		if err != nil {
+			problems = append(problems, err)
+		}
+		keys = kr
+	}
+	providers, err := oauthflow.LoadProviders(cfg.ProvidersFile, os.Getenv)
+	if err != nil {
+		problems = append(problems, err)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("configuration has problems:\n%w", errors.Join(problems...))
+	}
+	if cfg.CheckConfig {
+		fmt.Fprintf(stdout, "configuration OK: %d provider(s): %s\n", len(providers.Names()), strings.Join(providers.Names(), ", "))
+		return nil
+	}
+
+	level := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}[cfg.LogLevel]
+	log := newLogger(stderr, cfg.LogFormat, level)
+	path, _ := storePath(cfg.Store)
+	store, err := openStore(path, keys)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	publicURL := strings.TrimSuffix(cfg.PublicURL, "/")
+	resource := cfg.Resource
+	if resource == "" {
+		resource = publicURL + "/mcp"
+	}
+	mux := http.NewServeMux()
+	grants, err := mount(ctx, mux, brokerDeps{
+		PublicURL: publicURL, Resource: resource, Issuer: cfg.Issuer,
+		ClientID: cfg.ClientID, ClientSecret: vault.Secret(secret), RequiredScope: cfg.RequiredScope,
+		GrantTTL: cfg.GrantTTL, StateTTL: cfg.StateTTL,
+		Store: store, Keys: keys, Providers: providers, Logger: log, HTTPClient: outboundClient(),
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	go collectGrants(ctx, grants, log)
+	startBackgroundRekey(ctx, store, keys, log)
+	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "providers", strings.Join(providers.Names(), ","))
+	return serveUntilDone(ctx, newHTTPServer(mux, log), ln, log)
 }

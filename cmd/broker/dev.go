@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"credbroker/internal/demoprovider"
+	"credbroker/internal/devidp"
+	"credbroker/oauthflow"
+	"credbroker/vault"
+)
+
+// Development mode: everything on one loopback listener.
+const (
+	devIdPPath      = "/dev/idp"
+	devProviderPath = "/dev/provider"
+	devClientID     = "credbroker"
+	devDemoClientID = "credbroker-demo"
+	devTokenTTL     = time.Hour
+)
+
+// devProvidersYAML configures the demo provider exactly as an operator
+// would configure any other provider; only the URLs are filled in.
+const devProvidersYAML = `providers:
+  demo:
+    display_name: Demo
+    type: oauth2
+    authorization_url: {{BASE}}/authorize
+    token_url: {{BASE}}/token
+    client_id: ` + devDemoClientID + `
+    client_secret: ${DEMO_CLIENT_SECRET}
+    default_scopes: [profile]
+    allowed_scopes: [profile, repos]
+    scope_descriptions:
+      profile: See your demo profile (login and id)
+      repos: List your demo repositories
+    account:
+      url: {{BASE}}/api/user
+      id_field: id
+      login_field: login
+    api:
+      base_url: {{BASE}}/api
+    revocation:
+      style: rfc7009
+      url: {{BASE}}/revoke
+`
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "loopback address to listen on (port 0 picks a free port)")
+	dataDir := fs.String("data", "./data", "directory for the database and the development keys")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("dev: unexpected argument %q", fs.Arg(0))}
+	}
+	host, _, err := net.SplitHostPort(*addr)
+	if err != nil {
+		return usageError{fmt.Sprintf("--addr %q: %v", *addr, err)}
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return usageError{fmt.Sprintf("--addr %q: development mode only listens on a loopback address such as 127.0.0.1", *addr)}
+	}
+	if *logFormat != "text" && *logFormat != "json" {
+		return usageError{fmt.Sprintf("--log-format %q: want text or json", *logFormat)}
+	}
+	log := newLogger(stderr, *logFormat, slog.LevelInfo)
+
+	keys, dbPath, keysPath, err := devKeys(*dataDir)
+	if err != nil {
+		return err
+	}
+	store, err := openStore(dbPath, keys)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *addr, err)
+	}
+	base := "http://" + ln.Addr().String()
+	resource := base + "/mcp"
+
+	idpSecret, demoSecret := randomSecret(), randomSecret()
+	idp, err := devidp.New(devidp.Options{
+		Issuer: base + devIdPPath,
+		Users:  devidp.DefaultUsers(),
+		Clients: []devidp.Client{{
+			ID: devClientID, Secret: idpSecret, RedirectURIs: []string{base + "/auth/callback"},
+		}},
+		Logger: log.With("component", "devidp"),
+	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("development identity provider: %w", err)
+	}
+	demo, err := demoprovider.New(demoprovider.Options{
+		BaseURL: base + devProviderPath, ClientID: devDemoClientID, ClientSecret: demoSecret,
+		RedirectURIs: []string{base + "/oauth/demo/callback"},
+		Logger:       log.With("component", "demoprovider"),
+	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("demo provider: %w", err)
+	}
+	providers, err := oauthflow.ParseProviders("dev providers",
+		[]byte(strings.ReplaceAll(devProvidersYAML, "{{BASE}}", base+devProviderPath)),
+		func(k string) string {
+			if k == "DEMO_CLIENT_SECRET" {
+				return demoSecret
+			}
+			return ""
+		})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle(devIdPPath+"/", idp.Handler())
+	mux.Handle(devProviderPath+"/", demo.Handler())
+	mux.Handle("POST /dev/token", devTokenHandler(idp, resource))
+	srv := newHTTPServer(mux, log)
+	serveErr := make(chan error, 1)
+	sctx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	go func() { serveErr <- serveUntilDone(sctx, srv, ln, log) }()
+
+	// The broker discovers its IdP over HTTP, so it is mounted once the
+	// listener serves the IdP.
+	grants, err := mount(ctx, mux, brokerDeps{
+		PublicURL: base, Resource: resource, Issuer: idp.Issuer(),
+		ClientID: devClientID, ClientSecret: vault.Secret(idpSecret), DevMode: true,
+		GrantTTL: 10 * time.Minute, StateTTL: 10 * time.Minute,
+		Store: store, Keys: keys, Providers: providers, Logger: log,
+		HTTPClient: outboundClient(),
+	})
+	if err != nil {
+		stopServing()
+		<-serveErr
+		return err
+	}
+	go collectGrants(sctx, grants, log)
+	printDevBanner(stdout, base, dbPath, keysPath)
+	return <-serveErr
+}
+
+// devKeys loads the development keys from dir, creating them on the very
+// first run. It never creates a key next to an existing database.
+func devKeys(dir string) (kr *vault.Keyring, dbPath, keysPath string, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", "", fmt.Errorf("data directory %s: %w", dir, err)
+	}
+	dbPath, keysPath = filepath.Join(dir, "broker.db"), filepath.Join(dir, "dev.keys")
+	b, err := os.ReadFile(keysPath)
+	switch {
+	case err == nil:
+		kr, err := vault.ParseKeys(string(b))
+		if err != nil {
+			return nil, "", "", fmt.Errorf("%s: %w", keysPath, err)
+		}
+		return kr, dbPath, keysPath, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, "", "", fmt.Errorf("read %s: %w", keysPath, err)
+	}
+	if _, err := os.Stat(dbPath); err == nil {
+		return nil, "", "", fmt.Errorf("%s exists but its key file %s is missing: refusing to create a new key over existing data (restore the key file, or remove the database to start afresh)", dbPath, keysPath)
+	}
+	line := vault.GenerateKey()
+	kr, err = vault.ParseKeys(line)
+	if err != nil {
+		return nil, "", "", err
+	}
+	content := "# credbroker development keys: for `broker dev` only.\n" + line + "\n"
+	f, err := os.OpenFile(keysPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("create %s: %w", keysPath, err)
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return nil, "", "", fmt.Errorf("write %s: %w", keysPath, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, "", "", fmt.Errorf("sync %s: %w", keysPath, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, "", "", err
+	}
+	return kr, dbPath, keysPath, nil
+}
+
+func randomSecret() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// devTokenHandler mints an MCP bearer token for a development user:
+// POST /dev/token with user=alice. With "Accept: text/plain" the answer is
+// the bare token, for shell scripts.
+func devTokenHandler(idp *devidp.IdP, audience string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+		user := r.PostFormValue("user")
+		tok, exp, err := idp.MintAccessToken(user, audience, nil, devTokenTTL)
+		w.Header().Set("Cache-Control", "no-store")
+		if err != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(map[string]string{
+				"error":             "invalid_request",
+				"error_description": "form field user must name a development user (alice or bob)",
+			})
+			return
+		}
+		if strings.HasPrefix(r.Header.Get("Accept"), "text/plain") {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			fmt.Fprintln(w, tok)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{
+			"access_token": tok, "token_type": "Bearer", "expires_in": int(time.Until(exp).Seconds()),
+		})
+	})
+}
+
+func printDevBanner(w io.Writer, base, dbPath, keysPath string) {
+	fmt.Fprintf(w, `
+credbroker development mode (loopback only; not for real accounts)
+
+  MCP endpoint      %[1]s/mcp
+  my connections    %[1]s/connections
+  identity provider %[1]s%[2]s   users: alice / alice, bob / bob
+  demo provider     %[1]s%[3]s
+  data              %[4]s (keys: %[5]s)
+
+Get a token for alice (valid one hour):
+  curl -s -X POST -d user=alice %[1]s/dev/token
+
+Try it with the reference client:
+  export BROKER_TOKEN=$(curl -s -H 'Accept: text/plain' -d user=alice %[1]s/dev/token)
+  go run ./cmd/brokerctl --url %[1]s/mcp connect demo
+
+MCP client configuration (paste the token in place of <token>):
+  {"mcpServers": {"credbroker": {"type": "http", "url": "%[1]s/mcp",
+    "headers": {"Authorization": "Bearer <token>"}}}}
+
+Ready.
+`, base, devIdPPath, devProviderPath, dbPath, keysPath)
+}

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// newBrowser starts headless Chromium with the flags this machine needs
+// (no background networking: only loopback is reachable).
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (apt-get install -y chromium; .ci/run does this): %v", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1100, 900),
+	)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelB := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelB(); cancelA() })
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return bctx
+}
+
+// personBrowser returns a fresh browser context (its own cookies, like a
+// separate browser profile) in the running Chromium of bctx.
+func personBrowser(t *testing.T, bctx context.Context) context.Context {
+	t.Helper()
+	pctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	if err := chromedp.Do(pctx); err != nil {
+		t.Fatalf("new browser context: %v", err)
+	}
+	return pctx
+}
+
+// waitForText polls the page until its text contains want, riding out
+// navigations in progress.
+func waitForText(ctx context.Context, want string) error {
+	js := fmt.Sprintf("!!document.body && document.body.innerText.includes(%s)", strconv.Quote(want))
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
+		if err == nil && ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("page never showed %q: %w", want, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// completeInBrowser does what a person does with a connect link in
+// development mode: sign in at the dev IdP, approve on the broker, pick the
+// demo account and approve at the demo provider, and land on "Connected".
+func completeInBrowser(t *testing.T, bctx context.Context, link, user, demoAccount string) {
+	t.Helper()
+	if err := browseConnect(bctx, link, user, demoAccount); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pickAccountJS selects the option whose visible text is %s (a JS string).
+const pickAccountJS = `(() => { const s = document.querySelector('select[name=account]');
+	for (const o of s.options) { if (o.text.trim() === %s) { s.value = o.value; return true } }
+	return false })()`
+
+// browseConnect is completeInBrowser returning an error, for callers that
+// run inside an MCP client's elicitation handler.
+func browseConnect(bctx context.Context, link, user, demoAccount string) error {
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	approve := chromedp.CSS(`button[name=decision][value=approve]`)
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(link),
+		chromedp.WaitVisible(chromedp.CSS(`input[name=username]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=username]`), user),
+		chromedp.SendKeys(chromedp.CSS(`input[name=password]`), user),
+		chromedp.Click(chromedp.CSS(`form [type=submit]`)),
+		chromedp.WaitVisible(approve),
+		chromedp.Click(approve),
+		chromedp.WaitVisible(chromedp.CSS(`select[name=account]`)),
+	)
+	if err == nil {
+		// Pick the demo account by its visible login.
+		var picked bool
+		picked, err = chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(pickAccountJS, strconv.Quote(demoAccount))))
+		if err == nil && !picked {
+			err = fmt.Errorf("demo account %q is not offered", demoAccount)
+		}
+	}
+	if err == nil {
+		err = chromedp.Do(ctx, chromedp.Click(approve))
+	}
+	if err == nil {
+		err = waitForText(ctx, "Connected")
+	}
+	if err != nil {
+		page, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`body`)))
+		return fmt.Errorf("browser step: %v\npage now: %s", err, page)
+	}
+	return nil
+}
+
+func mcpSession(t *testing.T, ctx context.Context, endpoint, token string, handler func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-test", Version: "1"}, &mcp.ClientOptions{
+		Capabilities:       &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+		ElicitationHandler: handler,
+	})
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:             endpoint,
+		HTTPClient:           &http.Client{Transport: bearer{token, http.DefaultTransport}},
+		DisableStandaloneSSE: true,
+	}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("structuredContent %s: %v", b, err)
+	}
+	return m
+}
+
+// TestDevEndToEnd is issue 5's walkthrough: broker dev as a subprocess, the
+// go-sdk client's MRTR loop with the browser part in headless Chromium,
+// brokerctl --non-interactive, and a restart that keeps the connection.
+func TestDevEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	addr, data := freeAddr(t), t.TempDir()
+	d := startDev(t, addr, data)
+	bctx := newBrowser(t)
+	ctx := testContext(t, 3*time.Minute)
+
+	t.Run("go-sdk client, alice", func(t *testing.T) {
+		var links []string
+		cs := mcpSession(t, ctx, d.BaseURL+"/mcp", d.Token("alice"), func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if req.Params.Mode != "url" {
+				return &mcp.ElicitResult{Action: "decline"}, nil
+			}
+			links = append(links, req.Params.URL)
+			if len(links) == 1 {
+				if err := browseConnect(bctx, req.Params.URL, "alice", "alice-demo"); err != nil {
+					return nil, err
+				}
+			}
+			return &mcp.ElicitResult{Action: "accept"}, nil
+		})
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "connect_account", Arguments: map[string]any{"provider": "demo"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError {
+			t.Fatalf("tool error: %+v", res.Content)
+		}
+		if len(links) != 1 || !regexp.MustCompile(`^`+regexp.QuoteMeta(d.BaseURL)+`/connect/[A-Za-z0-9_-]{22}$`).MatchString(links[0]) {
+			t.Fatalf("elicitation links %v: want one broker connect URL with only an opaque id", links)
+		}
+		if got := fmt.Sprint(structured(t, res)); !strings.Contains(got, "alice-demo") {
+			t.Fatalf("result %s does not name alice-demo", got)
+		}
+	})
+
+	t.Run("brokerctl non-interactive, bob", func(t *testing.T) {
+		_, ctl := binaries(t)
+		token := d.Token("bob")
+		run := func() (string, int) {
+			cmd := exec.CommandContext(ctx, ctl, "--url", d.BaseURL+"/mcp", "--non-interactive", "connect", "demo")
+			cmd.Env = append(os.Environ(), "BROKER_TOKEN="+token)
+			out, err := cmd.Output()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			return string(out), code
+		}
+		out, code := run()
+		if code != 3 {
+			t.Fatalf("first run: exit %d (want 3), output %q", code, out)
+		}
+		completeInBrowser(t, personBrowser(t, bctx), strings.TrimSpace(out), "bob", "bob-demo")
+		out, code = run()
+		if code != 0 || !strings.Contains(out, "bob-demo") {
+			t.Fatalf("second run: exit %d, output %q", code, out)
+		}
+	})
+
+	t.Run("restart keeps the connection", func(t *testing.T) {
+		d.Stop()
+		d2 := startDev(t, addr, data)
+		cs := mcpSession(t, ctx, d2.BaseURL+"/mcp", d2.Token("alice"), nil)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "list_connections", Arguments: map[string]any{}})
+		if err != nil || res.IsError {
+			t.Fatalf("list: %v %+v", err, res)
+		}
+		if got := fmt.Sprint(structured(t, res)); !strings.Contains(got, "alice-demo") || strings.Contains(got, "bob-demo") {
+			t.Fatalf("after restart alice's connections are %s", got)
+		}
+	})
+}
+
+// TestReadmeWalkthrough runs the README's walkthrough block command by
+// command against a dev broker, so the documentation cannot drift: every
+// `$ ` line is executed by bash from the repository root with the broker's
+// address substituted for 127.0.0.1:8080, and a "# browser:" line is done
+// in headless Chromium.
+func TestReadmeWalkthrough(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatalf("curl is needed by the README walkthrough (apt-get install -y curl): %v", err)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)<!-- walkthrough -->\\s*```sh\\n(.*?)```").FindSubmatch(readme)
+	if block == nil {
+		t.Fatal("README.md has no <!-- walkthrough --> sh block")
+	}
+	d := startDev(t, freeAddr(t), t.TempDir())
+	bctx := newBrowser(t)
+	ctx := testContext(t, 3*time.Minute)
+	_, ctl := binaries(t)
+	env := os.Environ()
+	ran := 0
+	for _, line := range strings.Split(string(block[1]), "\n") {
+		line = strings.TrimSpace(strings.ReplaceAll(line, "http://127.0.0.1:8080", d.BaseURL))
+		switch {
+		case line == "$ make run":
+			continue // the broker is already running
+		case strings.HasPrefix(line, "$ export "):
+			// export NAME=$(command): evaluate and keep in the environment.
+			kv := strings.TrimPrefix(line, "$ export ")
+			name, expr, _ := strings.Cut(kv, "=")
+			out, err := exec.CommandContext(ctx, "bash", "-c", "printf %s "+expr).Output()
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			env = append(env, name+"="+string(out))
+		case strings.HasPrefix(line, "$ "):
+			cmdline := strings.Replace(strings.TrimPrefix(line, "$ "), "go run ./cmd/brokerctl", ctl, 1)
+			cmd := exec.CommandContext(ctx, "bash", "-c", cmdline)
+			cmd.Dir, cmd.Env = root, env
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			cmd.Stderr = cmd.Stdout
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var transcript strings.Builder
+			sc := bufio.NewScanner(stdout)
+			sc.Split(scanPrompts)
+			for sc.Scan() {
+				chunk := sc.Text()
+				transcript.WriteString(chunk)
+				switch {
+				case strings.Contains(chunk, "? [y]es"):
+					io.WriteString(stdin, "y\n")
+				case strings.Contains(chunk, "Press Enter"):
+					link := regexp.MustCompile(`URL:\s+(\S+)`).FindStringSubmatch(transcript.String())
+					if link == nil {
+						t.Fatalf("no URL shown before the prompt:\n%s", transcript.String())
+					}
+					completeInBrowser(t, bctx, link[1], "alice", "alice-demo")
+					io.WriteString(stdin, "\n")
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("%s: %v\n%s", cmdline, err, transcript.String())
+			}
+			if !strings.Contains(transcript.String(), "alice-demo") {
+				t.Fatalf("%s: output does not name alice-demo:\n%s", cmdline, transcript.String())
+			}
+			ran++
+		}
+	}
+	if ran < 2 {
+		t.Fatalf("walkthrough ran %d brokerctl commands, want at least connect and list", ran)
+	}
+	// The banner shows the same token command as the README.
+	if !strings.Contains(d.Stdout(), "curl -s -H 'Accept: text/plain' -d user=alice "+d.BaseURL+"/dev/token") {
+		t.Errorf("banner and README disagree on the token command:\n%s", d.Stdout())
+	}
+}
+
+// scanPrompts splits output at newlines and after prompts that end in ": "
+// (which wait for input without a newline).
+func scanPrompts(data []byte, atEOF bool) (int, []byte, error) {
+	for i := 0; i < len(data); i++ {
+		if data[i] == '\n' {
+			return i + 1, data[:i+1], nil
+		}
+		if data[i] == ':' && i+1 < len(data) && data[i+1] == ' ' && i+2 == len(data) {
+			return i + 2, data[:i+2], nil
+		}
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"credbroker/binding"
+	"credbroker/mcpapi"
+	"credbroker/oauthflow"
+	"credbroker/vault"
+)
+
+// brokerDeps is what both `serve` and `dev` hand to mount.
+type brokerDeps struct {
+	PublicURL     string
+	Resource      string
+	Issuer        string
+	ClientID      string
+	ClientSecret  vault.Secret
+	RequiredScope string
+	DevMode       bool
+	GrantTTL      time.Duration
+	StateTTL      time.Duration
+
+	Store     vault.Store
+	Keys      *vault.Keyring
+	Providers *oauthflow.Registry
+	Logger    *slog.Logger
+	// HTTPClient is used for everything the broker says to the IdP and providers.
+	HTTPClient *http.Client
+}
+
+// mount builds the browser flow and the MCP endpoint and registers their
+// routes on mux. The IdP must be reachable (discovery runs here).
+func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Service, error) {
+	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
+	flow, err := oauthflow.New(ctx, oauthflow.Options{
+		PublicURL: d.PublicURL, Issuer: d.Issuer, ClientID: d.ClientID, ClientSecret: d.ClientSecret,
+		Store: d.Store, Grants: grants, Providers: d.Providers,
+		CookieKeys: d.Keys.Derive("cookies"), HTTPClient: d.HTTPClient,
+		Logger: d.Logger.With("component", "oauthflow"), DevMode: d.DevMode,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("browser flow: %w", err)
+	}
+	mcp, err := mcpapi.New(ctx, mcpapi.Options{
+		PublicURL: d.PublicURL, ResourceURI: d.Resource, Issuer: d.Issuer,
+		RequiredScope: d.RequiredScope, DevMode: d.DevMode,
+		Store: d.Store, Grants: grants, Catalog: catalog{d.Providers}, Revoke: flow.Revoke,
+		StateKeys: d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
+		Logger: d.Logger.With("component", "mcpapi"), HTTPClient: d.HTTPClient,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("MCP endpoint: %w", err)
+	}
+	flow.Register(mux)
+	mcp.Register(mux)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	return grants, nil
+}
+
+// catalog presents the provider registry to the MCP tools.
+type catalog struct{ r *oauthflow.Registry }
+
+var _ mcpapi.Catalog = catalog{}
+
+func (c catalog) Provider(name string) (mcpapi.ProviderInfo, bool) {
+	p, ok := c.r.Lookup(name)
+	if !ok {
+		return mcpapi.ProviderInfo{}, false
+	}
+	return mcpapi.ProviderInfo{Name: p.Name, DisplayName: p.DisplayName, DefaultScopes: p.DefaultScopes, AllowedScopes: p.AllowedScopes}, true
+}
+
+func (c catalog) ProviderNames() []string { return c.r.Names() }
+
+// newHTTPServer returns a server with every timeout set.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// outboundClient bounds every call the broker makes (dial, TLS, headers, total).
+func outboundClient() *http.Client {
+	return &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ResponseHeaderTimeout: 15 * time.Second,
+			MaxIdleConnsPerHost:   16,
+			IdleConnTimeout:       90 * time.Second,
+			ForceAttemptHTTP2:     true,
+		},
+	}
+}
+
+// serveUntilDone serves on ln until ctx ends, then shuts down gracefully,
+// letting in-flight requests finish.
+func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, log *slog.Logger) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing in-flight requests")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// collectGrants removes long-expired grants every interval until ctx ends.
+func collectGrants(ctx context.Context, g *binding.Service, log *slog.Logger) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := g.GC(ctx, time.Hour); err != nil {
+				log.Warn("grant garbage collection failed", "err", err)
+			} else if n > 0 {
+				log.Debug("expired grants removed", "count", n)
+			}
+		}
+	}
+}
