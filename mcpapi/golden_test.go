@@ -219,6 +219,12 @@ func TestGoldenModern(t *testing.T) {
 		strings.ReplaceAll(list, versionModern, "2099-01-01"))
 	bad("-32601 unknown method (404)", func(m map[string]string) { m["Mcp-Method"] = "resources/list" },
 		modernBody(5, "resources/list", "{}", nil))
+	// 2026-07-28 removed initialize and ping: a request claiming the modern
+	// version gets them as unknown methods.
+	bad("-32601 ping is not in 2026-07-28 (404)", func(m map[string]string) { m["Mcp-Method"] = "ping" },
+		modernBody(5, "ping", "{}", nil))
+	bad("-32601 initialize with a 2026-07-28 _meta (404)", func(m map[string]string) { m["Mcp-Method"] = "initialize" },
+		modernBody(5, "initialize", "{}", nil))
 	tr.do("-32602 unknown tool", rawCall{headers: hd("alice", "tools/call", "nope"),
 		body: modernBody(6, "tools/call", "{}", map[string]any{"name": "nope"})})
 	bad("Accept without text/event-stream", func(m map[string]string) { m["Accept"] = "application/json" }, list)

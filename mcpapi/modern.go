@@ -128,8 +128,6 @@ func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMes
 			return
 		}
 		writeRPCResult(w, id, s.toolsListJSON)
-	case "ping":
-		writeRPCResult(w, id, s.pingJSON)
 	case "tools/call":
 		s.serveModernCall(w, r, id, p, &cc, info)
 	default:

@@ -96,7 +96,6 @@ type Server struct {
 	// Pre-encoded static results.
 	discoverJSON  []byte
 	toolsListJSON []byte
-	pingJSON      []byte
 
 	legacy http.Handler
 
@@ -240,12 +239,6 @@ func (s *Server) encodeStatic() error {
 		return err
 	}
 	s.toolsListJSON = withResultType("complete", b)
-	if b, err = json.Marshal(struct {
-		Meta mcp.Meta `json:"_meta"`
-	}{s.serverMeta()}); err != nil {
-		return err
-	}
-	s.pingJSON = withResultType("complete", b)
 	return nil
 }
 
@@ -362,8 +355,10 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case msg.Method == "initialize":
 		if metaV != nil {
-			writeRPCError(w, http.StatusBadRequest, msg.ID, codeInvalidRequest,
-				"initialize is not part of protocol "+versionModern+"; send server/discover instead", nil)
+			// A request that claims a modern version is in the modern era,
+			// where initialize no longer exists.
+			writeRPCError(w, http.StatusNotFound, msg.ID, codeMethodNotFound,
+				"Method not found: \"initialize\" is not part of protocol "+versionModern+"; send server/discover instead", nil)
 			return
 		}
 		s.serveLegacy(w, r.WithContext(ctx), body, &msg, info)
