@@ -3,7 +3,6 @@ package oauthflow
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,10 +12,9 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"credbroker/internal/browsertest"
 	"credbroker/vault"
 )
-
-const chromiumPath = "/usr/bin/chromium"
 
 // browserUser is one person's browser: its own browser context (cookie
 // store) in the shared Chromium.
@@ -27,42 +25,10 @@ type browserUser struct {
 	name string
 }
 
-func startChromium(t *testing.T) context.Context {
-	t.Helper()
-	path := chromiumPath
-	if _, err := os.Stat(path); err != nil {
-		p, err := exec.LookPath("chromium")
-		if err != nil {
-			t.Skip("chromium is not installed (.ci/run installs it)")
-		}
-		path = p
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Headless,
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1100, 900),
-	)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	browser, cancelBrowser := chromedp.NewContext(alloc)
-	t.Cleanup(cancelBrowser)
-	if err := chromedp.Do(browser); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return browser
-}
+func startChromium(t *testing.T) context.Context { return browsertest.Start(t) }
 
 func (h *harness) browserUser(t *testing.T, browser context.Context, name string) *browserUser {
-	ctx, cancel := chromedp.NewContext(browser, chromedp.WithNewBrowserContext())
-	t.Cleanup(cancel)
-	// The first Run allocates the tab; it must use the long-lived context,
-	// not a timeout child (whose end would close the tab).
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("open a browser context for %s: %v", name, err)
-	}
-	return &browserUser{t: t, h: h, ctx: ctx, name: name}
+	return &browserUser{t: t, h: h, ctx: browsertest.NewPerson(t, browser), name: name}
 }
 
 // in returns b reporting to t (each subtest reports to its own t).

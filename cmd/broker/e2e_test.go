@@ -17,43 +17,18 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"credbroker/internal/browsertest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// newBrowser starts headless Chromium with the flags this machine needs
-// (no background networking: only loopback is reachable).
-func newBrowser(t *testing.T) context.Context {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (apt-get install -y chromium; .ci/run does this): %v", err)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1100, 900),
-	)
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	bctx, cancelB := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelB(); cancelA() })
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return bctx
-}
+// newBrowser starts headless Chromium (see internal/browsertest).
+func newBrowser(t *testing.T) context.Context { return browsertest.Start(t) }
 
 // personBrowser returns a fresh browser context (its own cookies, like a
 // separate browser profile) in the running Chromium of bctx.
 func personBrowser(t *testing.T, bctx context.Context) context.Context {
-	t.Helper()
-	pctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
-	t.Cleanup(cancel)
-	if err := chromedp.Do(pctx); err != nil {
-		t.Fatalf("new browser context: %v", err)
-	}
-	return pctx
+	return browsertest.NewPerson(t, bctx)
 }
 
 // waitForText polls the page until its text contains want, riding out

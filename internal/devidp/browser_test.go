@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"golang.org/x/oauth2"
 
+	"credbroker/internal/browsertest"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
 )
@@ -24,10 +24,6 @@ import (
 func TestBrowserSignIn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test")
-	}
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Skip("chromium not installed")
 	}
 	// The RP: a callback page on its own loopback server.
 	rpMux := http.NewServeMux()
@@ -45,17 +41,7 @@ func TestBrowserSignIn(t *testing.T) {
 	cfg := oauth2.Config{ClientID: "web", RedirectURL: rp.URL + "/cb", Scopes: []string{"openid"},
 		Endpoint: oauth2.Endpoint{AuthURL: idp.Issuer() + "/authorize"}}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Headless,
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	browser, cancel := chromedp.NewContext(alloc)
-	defer cancel()
+	browser := browsertest.Start(t)
 	ctx, cancelTimeout := context.WithTimeout(browser, 30*time.Second)
 	defer cancelTimeout()
 
