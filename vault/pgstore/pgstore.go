@@ -1,0 +1,776 @@
+// Package pgstore is the shared vault.Store: PostgreSQL through pgx, so
+// several broker replicas behind a load balancer serve one deployment.
+//
+// Records are stored exactly as boltstore stores them: the record column
+// holds vault.EncodeConnection's output (the token set sealed with the key
+// ring, AAD bound to the record's identity), and the metadata the broker
+// queries (principal, provider, account, status, times, sealing key,
+// version) is projected into indexed columns next to it. The database never
+// sees a plaintext token, and `broker migrate` copies records byte for byte.
+//
+// Open migrates the schema (versioned steps in schema_migrations, each in a
+// transaction, under an advisory lock so replicas starting together migrate
+// once) and checks the key ring against per-key canaries, like boltstore:
+// a configured key that differs from the one of the same id that wrote the
+// database, or a ring sharing no key with it, refuses to open.
+//
+// Updates are compare-and-swap on the version column
+// (UPDATE … WHERE id = $1 AND version = $2), re-running the caller's
+// function on the fresh record when another writer won; single-use grants
+// are consumed by exactly one such update. LockConnection (vault.Locker)
+// takes a PostgreSQL advisory lock on a dedicated connection so one replica
+// at a time refreshes a connection's tokens.
+package pgstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"credbroker/vault"
+)
+
+// ErrWrongKey: a configured key differs from the key of the same id that
+// wrote the database, or no configured key was ever used with it.
+var ErrWrongKey = errors.New("wrong encryption key")
+
+// Options tunes Open. The zero value is the production setting.
+type Options struct {
+	// MaxConns caps the data pool; 0 means the URL's pool_max_conns or 16.
+	MaxConns int32
+	// LockConns caps the connections that hold refresh locks; 0 means 16.
+	LockConns int32
+	// MaxAttempts bounds compare-and-swap retries of one update; 0 means 1000.
+	MaxAttempts int
+}
+
+// Store is a vault.Store on PostgreSQL.
+type Store struct {
+	pool     *pgxpool.Pool // data
+	lockPool *pgxpool.Pool // sessions holding advisory locks, apart so they never starve writes
+	kr       *vault.Keyring
+	local    *vault.LocalLocker
+	locksMu  sync.Mutex // guards locks
+	locks    map[*heldLock]struct{}
+	attempts int
+	closed   atomic.Bool
+}
+
+var (
+	_ vault.Store    = (*Store)(nil)
+	_ vault.Resealer = (*Store)(nil)
+	_ vault.Locker   = (*Store)(nil)
+)
+
+// Open connects to the database at url (postgres://… or a libpq key=value
+// string), migrates the schema and checks kr against the key canaries.
+func Open(ctx context.Context, url string, kr *vault.Keyring, opts Options) (*Store, error) {
+	if kr == nil {
+		return nil, vault.ErrNoKeys
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: bad connection string: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	} else if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = 16
+	}
+	lockCfg := cfg.Copy()
+	lockCfg.MaxConns = opts.LockConns
+	if lockCfg.MaxConns <= 0 {
+		lockCfg.MaxConns = 16
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 1000
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	lockPool, err := pgxpool.NewWithConfig(ctx, lockCfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts}
+	if err := s.prepare(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) prepare(ctx context.Context) error {
+	if _, err := migrate(ctx, s.pool); err != nil {
+		return fmt.Errorf("postgres %s: %w", s.where(), err)
+	}
+	// Check, add the canaries this ring lacks, check again: when two
+	// replicas with different keys of one id race, the loser notices.
+	for range 2 {
+		missing, err := s.checkCanaries(ctx)
+		if err != nil {
+			return err
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		for _, id := range missing {
+			ct, err := s.kr.SealWith(id, canaryPlaintext, canaryAAD(id))
+			if err != nil {
+				return err
+			}
+			if _, err := s.pool.Exec(ctx, "INSERT INTO key_canaries (key_id, canary) VALUES ($1, $2) ON CONFLICT (key_id) DO NOTHING", id, ct); err != nil {
+				return fmt.Errorf("postgres %s: store key canary: %w", s.where(), err)
+			}
+		}
+	}
+	return nil
+}
+
+var canaryPlaintext = []byte("credbroker key canary v1")
+
+// canaryAAD is boltstore's, so `broker migrate` can copy canaries as they are.
+func canaryAAD(id string) []byte { return []byte("credbroker/canary/v1/" + id) }
+
+// checkCanaries verifies every canary whose key kr holds and returns the
+// ids of kr's keys that have none yet.
+func (s *Store) checkCanaries(ctx context.Context) (missing []string, err error) {
+	rows, err := s.pool.Query(ctx, "SELECT key_id, canary FROM key_canaries")
+	if err != nil {
+		return nil, fmt.Errorf("postgres %s: read key canaries: %w", s.where(), err)
+	}
+	seen := map[string]bool{}
+	var id string
+	var ct []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &ct}, func() error {
+		seen[id] = true
+		if !s.kr.Has(id) {
+			return nil
+		}
+		if kid, err := vault.EnvelopeKeyID(ct); err != nil || kid != id {
+			return fmt.Errorf("postgres %s: canary of key %s is malformed", s.where(), id)
+		}
+		if _, _, err := s.kr.Open(ct, canaryAAD(id)); err != nil {
+			return fmt.Errorf("key %s does not match the one this database was written with: %w", id, ErrWrongKey)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(seen) > 0 && !slices.ContainsFunc(s.kr.IDs(), func(id string) bool { return seen[id] }) {
+		had := slices.Sorted(func(yield func(string) bool) {
+			for id := range seen {
+				if !yield(id) {
+					return
+				}
+			}
+		})
+		return nil, fmt.Errorf("none of the configured keys (%s) was used with database %s, which was written with %s: %w",
+			strings.Join(s.kr.IDs(), ", "), s.where(), strings.Join(had, ", "), ErrWrongKey)
+	}
+	for _, id := range s.kr.IDs() {
+		if !seen[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing, nil
+}
+
+// where names the database for messages, without credentials.
+func (s *Store) where() string {
+	c := s.pool.Config().ConnConfig
+	return fmt.Sprintf("%s:%d/%s", c.Host, c.Port, c.Database)
+}
+
+// Pool exposes the data pool for tools and tests.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+func (s *Store) ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return vault.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// dbErr maps errors of a pool closed under a running call to ErrClosed.
+func (s *Store) dbErr(err error) error {
+	if err != nil && s.closed.Load() {
+		return fmt.Errorf("%w (%v)", vault.ErrClosed, err)
+	}
+	return err
+}
+
+// nanos renders t as Unix nanoseconds, saturating outside 1678-2262.
+func nanos(t time.Time) int64 {
+	switch {
+	case t.Before(minNanoTime):
+		return math.MinInt64
+	case t.After(maxNanoTime):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+var (
+	minNanoTime = time.Unix(0, math.MinInt64)
+	maxNanoTime = time.Unix(0, math.MaxInt64)
+)
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// checkID rejects a NUL byte in an id: PostgreSQL text cannot hold it.
+func checkID(kind, id string) error {
+	if strings.IndexByte(id, 0) >= 0 {
+		return fmt.Errorf("pgstore: %s id %q contains a NUL byte, which PostgreSQL cannot store", kind, id)
+	}
+	return nil
+}
+
+// storable reports whether id could name a row: text columns hold only
+// valid UTF-8 without NUL, so any other id is simply not there.
+func storable(id string) bool { return utf8.ValidString(id) && strings.IndexByte(id, 0) < 0 }
+
+// shown renders a metadata value for a text column. PostgreSQL text cannot
+// hold NUL, so it becomes U+FFFD there; the record column keeps the exact
+// value, and nothing reads these columns back into a record.
+func shown(v string) string { return strings.ReplaceAll(v, "\x00", "\uFFFD") }
+
+// connRow is what one connection contributes to its row.
+type connRow struct {
+	meta vault.Connection // metadata as decoded from rec
+	rec  []byte
+}
+
+func (r connRow) args() []any {
+	m := r.meta
+	return []any{m.ID, []byte(m.Principal.Issuer), []byte(m.Principal.Subject), shown(m.Provider), shown(m.AccountID),
+		shown(m.AccountLogin), shown(string(m.Status)), m.Created, m.Updated, nullTime(m.LastUsed), nullTime(m.LastRefreshed),
+		m.SealedWith, int64(m.Version), r.rec}
+}
+
+const insertConn = `INSERT INTO connections (id, iss, sub, provider, account_id, account_login, status,
+	created, updated, last_used, last_refreshed, sealed_with, version, record)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+	ON CONFLICT (id) DO NOTHING`
+
+// rowFromRecord projects a stored record into its columns.
+func rowFromRecord(rec []byte) (connRow, error) {
+	m, err := vault.ConnectionMeta(rec)
+	if err != nil {
+		return connRow{}, err
+	}
+	if err := checkID("connection", m.ID); err != nil {
+		return connRow{}, err
+	}
+	return connRow{meta: m, rec: rec}, nil
+}
+
+// CreateConnection implements vault.Store.
+func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault.Connection, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Connection{}, err
+	}
+	c = c.Clone()
+	c.Version = 1
+	c.SealedWith = ""
+	rec, err := vault.EncodeConnection(s.kr, c)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	row, err := rowFromRecord(rec)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	tag, err := s.pool.Exec(ctx, insertConn, row.args()...)
+	if err != nil {
+		return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: create connection %s: %w", c.ID, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return vault.Connection{}, fmt.Errorf("pgstore: connection %s: %w", c.ID, vault.ErrExists)
+	}
+	c.SealedWith = s.kr.Primary()
+	return c, nil
+}
+
+// GetConnection implements vault.Store.
+func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection, error) {
+	c, _, err := s.getConnection(ctx, id)
+	return c, err
+}
+
+func (s *Store) getConnection(ctx context.Context, id string) (vault.Connection, int64, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Connection{}, 0, err
+	}
+	if !storable(id) {
+		return vault.Connection{}, 0, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
+	}
+	var rec []byte
+	var version int64
+	err := s.pool.QueryRow(ctx, "SELECT record, version FROM connections WHERE id = $1", id).Scan(&rec, &version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return vault.Connection{}, 0, fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
+	}
+	if err != nil {
+		return vault.Connection{}, 0, s.dbErr(fmt.Errorf("pgstore: get connection %s: %w", id, err))
+	}
+	c, err := vault.DecodeConnection(s.kr, rec)
+	if err == nil && c.ID != id {
+		err = fmt.Errorf("pgstore: connection %s: stored record names id %s: %w", id, c.ID, vault.ErrMalformed)
+	}
+	if err == nil && int64(c.Version) != version {
+		err = fmt.Errorf("pgstore: connection %s: record version %d, column says %d: %w", id, c.Version, version, vault.ErrMalformed)
+	}
+	if err != nil {
+		return vault.Connection{}, 0, err
+	}
+	return c, version, nil
+}
+
+// ListConnections implements vault.Store: an index scan on (iss, sub, id).
+func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT record FROM connections WHERE iss = $1 AND sub = $2 ORDER BY id",
+		[]byte(p.Issuer), []byte(p.Subject))
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: list connections: %w", err))
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: list connections: %w", err))
+	}
+	out := make([]vault.Connection, 0, len(recs))
+	for _, rec := range recs {
+		c, err := vault.DecodeConnection(s.kr, rec)
+		if err == nil && c.Principal != p {
+			err = fmt.Errorf("pgstore: connection %s is indexed under another principal: %w", c.ID, vault.ErrMalformed)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// UpdateConnection implements vault.Store: read, fn, then a write that only
+// succeeds if the version is still the one read; on a lost race fn runs
+// again on the fresh record.
+func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	for range s.attempts {
+		old, version, err := s.getConnection(ctx, id)
+		if err != nil {
+			return vault.Connection{}, err
+		}
+		nc, err := fn(old.Clone())
+		if err != nil {
+			return vault.Connection{}, err
+		}
+		if err := vault.CheckConnectionUpdate(old, nc); err != nil {
+			return vault.Connection{}, err
+		}
+		nc = nc.Clone()
+		nc.Version = old.Version + 1
+		rec, err := vault.EncodeConnection(s.kr, nc)
+		if err != nil {
+			return vault.Connection{}, err
+		}
+		row, err := rowFromRecord(rec)
+		if err != nil {
+			return vault.Connection{}, err
+		}
+		a := row.args()
+		tag, err := s.pool.Exec(ctx, `UPDATE connections SET account_login = $2, status = $3, created = $4,
+			updated = $5, last_used = $6, last_refreshed = $7, sealed_with = $8, version = $9, record = $10
+			WHERE id = $1 AND version = $11`, append(append([]any{a[0]}, a[5:]...), version)...)
+		if err != nil {
+			return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: update connection %s: %w", id, err))
+		}
+		if tag.RowsAffected() == 1 {
+			nc.SealedWith = s.kr.Primary()
+			return nc, nil
+		}
+		// Another writer won (or the row went away): read again.
+	}
+	return vault.Connection{}, fmt.Errorf("pgstore: update connection %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
+}
+
+// DeleteConnection implements vault.Store.
+func (s *Store) DeleteConnection(ctx context.Context, id string) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if !storable(id) {
+		return fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
+	}
+	tag, err := s.pool.Exec(ctx, "DELETE FROM connections WHERE id = $1", id)
+	if err != nil {
+		return s.dbErr(fmt.Errorf("pgstore: delete connection %s: %w", id, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
+	}
+	return nil
+}
+
+// ConnectionIDs implements vault.Store.
+func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	if !storable(after) {
+		return nil, fmt.Errorf("pgstore: connection ids after %q: not a storable id", after)
+	}
+	var lim *int64
+	if limit > 0 {
+		l := int64(limit)
+		lim = &l
+	}
+	rows, err := s.pool.Query(ctx, "SELECT id FROM connections WHERE id > $1 ORDER BY id LIMIT $2", after, lim)
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: connection ids: %w", err))
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, s.dbErr(err)
+}
+
+// Reseal implements vault.Resealer: one transaction per batch, locking only
+// the rows not yet sealed with the primary key.
+func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	primary := s.kr.Primary()
+	n := 0
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		n = 0
+		rows, err := tx.Query(ctx, "SELECT record FROM connections WHERE id = ANY($1) AND sealed_with <> $2 ORDER BY id FOR UPDATE", ids, primary)
+		if err != nil {
+			return err
+		}
+		recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+		if err != nil {
+			return err
+		}
+		batch := &pgx.Batch{}
+		for _, rec := range recs {
+			c, err := vault.DecodeConnection(s.kr, rec)
+			if err != nil {
+				return err
+			}
+			c.Version++
+			nrec, err := vault.EncodeConnection(s.kr, c)
+			if err != nil {
+				return err
+			}
+			batch.Queue("UPDATE connections SET sealed_with = $2, version = $3, record = $4 WHERE id = $1",
+				c.ID, primary, int64(c.Version), nrec)
+			n++
+		}
+		if n == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, batch).Close()
+	})
+	if err != nil {
+		return 0, s.dbErr(fmt.Errorf("pgstore: reseal: %w", err))
+	}
+	return n, nil
+}
+
+// KeyUsage counts connections by the id of the key that sealed their tokens.
+func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT sealed_with, count(*) FROM connections GROUP BY sealed_with")
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: key usage: %w", err))
+	}
+	usage := map[string]int{}
+	var id string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { usage[id] = n; return nil })
+	return usage, s.dbErr(err)
+}
+
+func (s *Store) grantArgs(g vault.Grant) ([]any, error) {
+	rec, err := vault.EncodeGrant(g)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("grant", g.ID); err != nil {
+		return nil, err
+	}
+	return []any{g.ID, []byte(g.Principal.Issuer), []byte(g.Principal.Subject), shown(g.Provider), shown(string(g.State)),
+		nanos(g.Created), nanos(g.Expires), int64(g.Version), rec}, nil
+}
+
+const insertGrant = `INSERT INTO grants (id, iss, sub, provider, state, created_ns, expires_ns, version, record)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING`
+
+// CreateGrant implements vault.Store.
+func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Grant{}, err
+	}
+	g = g.Clone()
+	g.Version = 1
+	args, err := s.grantArgs(g)
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	tag, err := s.pool.Exec(ctx, insertGrant, args...)
+	if err != nil {
+		return vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: create grant %s: %w", g.ID, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return vault.Grant{}, fmt.Errorf("pgstore: grant %s: %w", g.ID, vault.ErrExists)
+	}
+	return g, nil
+}
+
+// GetGrant implements vault.Store.
+func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
+	g, _, err := s.getGrant(ctx, id)
+	return g, err
+}
+
+func (s *Store) getGrant(ctx context.Context, id string) (vault.Grant, int64, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Grant{}, 0, err
+	}
+	if !storable(id) {
+		return vault.Grant{}, 0, fmt.Errorf("pgstore: grant %q: %w", id, vault.ErrNotFound)
+	}
+	var rec []byte
+	var version int64
+	err := s.pool.QueryRow(ctx, "SELECT record, version FROM grants WHERE id = $1", id).Scan(&rec, &version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return vault.Grant{}, 0, fmt.Errorf("pgstore: grant %s: %w", id, vault.ErrNotFound)
+	}
+	if err != nil {
+		return vault.Grant{}, 0, s.dbErr(fmt.Errorf("pgstore: get grant %s: %w", id, err))
+	}
+	g, err := vault.DecodeGrant(rec)
+	if err == nil && g.ID != id {
+		err = fmt.Errorf("pgstore: grant %s: stored record names id %s: %w", id, g.ID, vault.ErrMalformed)
+	}
+	if err != nil {
+		return vault.Grant{}, 0, err
+	}
+	return g, version, nil
+}
+
+// UpdateGrant implements vault.Store with the compare-and-swap of
+// UpdateConnection: of two concurrent consumers of a single-use grant,
+// exactly one write lands and the other re-runs fn on the consumed grant.
+func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
+	for range s.attempts {
+		old, version, err := s.getGrant(ctx, id)
+		if err != nil {
+			return vault.Grant{}, err
+		}
+		ng, err := fn(old.Clone())
+		if err != nil {
+			return vault.Grant{}, err
+		}
+		if err := vault.CheckGrantUpdate(old, ng); err != nil {
+			return vault.Grant{}, err
+		}
+		ng = ng.Clone()
+		ng.Version = old.Version + 1
+		args, err := s.grantArgs(ng)
+		if err != nil {
+			return vault.Grant{}, err
+		}
+		tag, err := s.pool.Exec(ctx, `UPDATE grants SET provider = $2, state = $3, created_ns = $4,
+			expires_ns = $5, version = $6, record = $7
+			WHERE id = $1 AND version = $8`, append(append([]any{args[0]}, args[3:]...), version)...)
+		if err != nil {
+			return vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: update grant %s: %w", id, err))
+		}
+		if tag.RowsAffected() == 1 {
+			return ng, nil
+		}
+	}
+	return vault.Grant{}, fmt.Errorf("pgstore: update grant %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
+}
+
+// CountGrants implements vault.Store with one index range scan.
+func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now time.Time) (created, open int, err error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, 0, err
+	}
+	err = s.pool.QueryRow(ctx, `SELECT count(*),
+		count(*) FILTER (WHERE state NOT IN ('completed', 'denied', 'expired') AND expires_ns > $4)
+		FROM grants WHERE iss = $1 AND sub = $2 AND created_ns >= $3`,
+		[]byte(p.Issuer), []byte(p.Subject), nanos(since), nanos(now)).Scan(&created, &open)
+	if err != nil {
+		return 0, 0, s.dbErr(fmt.Errorf("pgstore: count grants: %w", err))
+	}
+	return created, open, nil
+}
+
+// DeleteExpiredGrants implements vault.Store, a thousand grants per
+// statement. Rows another replica is deleting at the same moment are
+// skipped (FOR UPDATE SKIP LOCKED), so every replica can sweep at once
+// without waiting on each other or counting a grant twice.
+func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error) {
+	const chunk = 1000
+	total := 0
+	for {
+		if err := s.ready(ctx); err != nil {
+			return total, err
+		}
+		tag, err := s.pool.Exec(ctx, `DELETE FROM grants WHERE id IN (
+			SELECT id FROM grants WHERE expires_ns < $1 ORDER BY expires_ns LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+			nanos(now), chunk)
+		if err != nil {
+			return total, s.dbErr(fmt.Errorf("pgstore: delete expired grants: %w", err))
+		}
+		total += int(tag.RowsAffected())
+		if tag.RowsAffected() < chunk {
+			return total, nil
+		}
+	}
+}
+
+// lockKey maps a name to an advisory lock key.
+func lockKey(name string) int64 {
+	h := sha256.Sum256([]byte(name))
+	return int64(binary.BigEndian.Uint64(h[:8]))
+}
+
+// LockConnection implements vault.Locker. Waiters in this process queue on
+// an in-process lock first, so each connection id holds at most one
+// database session per replica; the holder then takes a session-level
+// advisory lock on a connection from a pool reserved for locks. If the
+// replica dies, PostgreSQL ends the session and the lock with it.
+func (s *Store) LockConnection(ctx context.Context, id string) (func(), error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	unlockLocal, err := s.local.LockConnection(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := s.lockPool.Acquire(ctx)
+	if err != nil {
+		unlockLocal()
+		return nil, s.dbErr(fmt.Errorf("pgstore: lock connection %s: %w", id, err))
+	}
+	key := lockKey("credbroker/connection/" + id)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		discardConn(conn.Hijack())
+		unlockLocal()
+		return nil, s.dbErr(fmt.Errorf("pgstore: lock connection %s: %w", id, err))
+	}
+	h := &heldLock{conn: conn}
+	s.locksMu.Lock()
+	s.locks[h] = struct{}{}
+	s.locksMu.Unlock()
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.done {
+			return
+		}
+		h.done = true
+		defer unlockLocal()
+		s.locksMu.Lock()
+		delete(s.locks, h)
+		s.locksMu.Unlock()
+		if h.conn == nil {
+			return // Close ended the session already
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var ok bool
+		if err := h.conn.QueryRow(cctx, "SELECT pg_advisory_unlock($1)", key).Scan(&ok); err != nil || !ok {
+			discardConn(h.conn.Hijack())
+			return
+		}
+		h.conn.Release()
+	}, nil
+}
+
+// heldLock is a session holding a connection's advisory lock.
+type heldLock struct {
+	mu   sync.Mutex
+	conn *pgxpool.Conn // nil once Close took it
+	done bool
+}
+
+// discardConn ends a session: PostgreSQL drops its advisory locks.
+func discardConn(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// Close implements vault.Store. It is safe to call more than once.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	// End the sessions of locks still held, so the pool does not wait for
+	// their holders and the other replicas get the locks.
+	s.locksMu.Lock()
+	held := make([]*heldLock, 0, len(s.locks))
+	for h := range s.locks {
+		held = append(held, h)
+	}
+	s.locksMu.Unlock()
+	for _, h := range held {
+		h.mu.Lock()
+		if h.conn != nil && !h.done {
+			discardConn(h.conn.Hijack())
+			h.conn = nil
+		}
+		h.mu.Unlock()
+	}
+	s.lockPool.Close()
+	s.pool.Close()
+	return nil
+}
+
+// FullySealed reports whether every connection is sealed with the primary
+// key (one scan of the sealed_with column), so a starting replica can skip
+// the re-encryption pass. On error it answers false: the pass then runs.
+func (s *Store) FullySealed() bool {
+	if s.closed.Load() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var other bool
+	err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM connections WHERE sealed_with <> $1)", s.kr.Primary()).Scan(&other)
+	return err == nil && !other
+}
+
+// MarkFullySealed does nothing: FullySealed reads the records themselves,
+// so there is no mark that other replicas could make stale.
+func (s *Store) MarkFullySealed() error { return nil }

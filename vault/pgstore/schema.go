@@ -1,0 +1,125 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migration is one step of the schema. Steps are applied in order, each in
+// its own transaction together with its row in schema_migrations, and are
+// never edited once released: a change is a new step.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations is the schema history.
+//
+// Issuer and subject are bytea because a PostgreSQL text value cannot hold
+// NUL, which the vault contract allows in a principal. Ids sort bytewise
+// (COLLATE "C") as the contract's "ordered by id" requires. Grant times are
+// Unix nanoseconds so expiry comparisons keep the nanosecond precision the
+// other backends have (timestamptz stops at microseconds); the timestamptz
+// columns of connections are for people querying the table.
+var migrations = []migration{
+	{1, "connections, grants, key canaries", `
+CREATE TABLE connections (
+	id             text COLLATE "C" PRIMARY KEY,
+	iss            bytea NOT NULL,
+	sub            bytea NOT NULL,
+	provider       text NOT NULL,
+	account_id     text NOT NULL,
+	account_login  text NOT NULL,
+	status         text NOT NULL,
+	created        timestamptz NOT NULL,
+	updated        timestamptz NOT NULL,
+	last_used      timestamptz,
+	last_refreshed timestamptz,
+	sealed_with    text NOT NULL,
+	version        bigint NOT NULL,
+	record         bytea NOT NULL
+);
+COMMENT ON COLUMN connections.record IS 'vault.EncodeConnection output: metadata plus the sealed token set (AEAD, AAD bound to id, principal, provider, account); authoritative, the other columns are its queryable projection';
+CREATE INDEX connections_by_principal ON connections (iss, sub, id);
+CREATE INDEX connections_by_provider ON connections (provider, account_id);
+
+CREATE TABLE grants (
+	id          text COLLATE "C" PRIMARY KEY,
+	iss         bytea NOT NULL,
+	sub         bytea NOT NULL,
+	provider    text NOT NULL,
+	state       text NOT NULL,
+	created_ns  bigint NOT NULL,
+	expires_ns  bigint NOT NULL,
+	version     bigint NOT NULL,
+	record      bytea NOT NULL
+);
+CREATE INDEX grants_by_principal ON grants (iss, sub, created_ns);
+CREATE INDEX grants_by_expiry ON grants (expires_ns);
+
+CREATE TABLE key_canaries (
+	key_id  text COLLATE "C" PRIMARY KEY,
+	canary  bytea NOT NULL
+);
+`},
+}
+
+// SchemaVersion is the schema version this build migrates to.
+func SchemaVersion() int { return migrations[len(migrations)-1].version }
+
+// migrateLockKey is the advisory lock that serialises migrations across
+// replicas starting at the same time.
+var migrateLockKey = lockKey("credbroker/pgstore/migrate")
+
+// migrate brings the schema up to date on one dedicated connection holding
+// the migration advisory lock, so concurrent replicas migrate once. It
+// returns how many steps it applied.
+func migrate(ctx context.Context, pool *pgxpool.Pool) (applied int, err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
+		return 0, fmt.Errorf("take the migration lock: %w", err)
+	}
+	defer func() {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrateLockKey); uerr != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx)) // ending the session releases the lock
+		}
+	}()
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version integer PRIMARY KEY,
+		name    text NOT NULL,
+		applied timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return 0, fmt.Errorf("create schema_migrations: %w", err)
+	}
+	var current int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&current); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if current > SchemaVersion() {
+		return 0, fmt.Errorf("the database schema is at version %d, newer than this broker understands (%d): upgrade the broker", current, SchemaVersion())
+	}
+	for _, m := range migrations {
+		if m.version <= current {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return applied, fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+		}
+		applied++
+	}
+	return applied, nil
+}
