@@ -1,0 +1,77 @@
+package telemetry
+
+import (
+	"errors"
+	"log/slog"
+
+	"credbroker/vault"
+)
+
+// Audit event kinds (Event.Kind).
+const (
+	EventConnect          = "connect"           // a connection was stored (new or updated)
+	EventDisconnect       = "disconnect"        // a connection was deleted by its owner
+	EventRevoke           = "revoke"            // revocation at the provider was attempted (Outcome says how it went)
+	EventRefreshFailed    = "refresh_failed"    // a token refresh failed
+	EventNeedsReconnect   = "needs_reconnect"   // a connection was marked needs_reconnect
+	EventIdentityMismatch = "identity_mismatch" // a connect link was opened by another principal
+	EventKeyRotation      = "key_rotation"      // records were re-sealed with a new primary key
+)
+
+var knownEvents = []string{EventConnect, EventDisconnect, EventRevoke, EventRefreshFailed,
+	EventNeedsReconnect, EventIdentityMismatch, EventKeyRotation}
+
+// Event is one audit record. It has no field for secret material: tokens,
+// codes, cookies and client secrets have no place in it.
+type Event struct {
+	Kind string // Event* constants
+	// Principal is the person the event concerns: the connection's owner,
+	// or for an identity mismatch the signed-in browser user (the actor).
+	Principal vault.Principal
+	// Owner is, for an identity mismatch, the principal that started the grant.
+	Owner      vault.Principal
+	Provider   string
+	Account    string // provider account login or id
+	Grant      string // grant (connect request) id
+	Connection string // connection id
+	Via        string // "mcp", "browser", "sidecar", "background"
+	Outcome    string // e.g. revoke: revoked, not_revoked, not_supported, failed
+	KeyID      string // key rotation: the new primary key id
+	Count      int    // key rotation: records re-sealed
+	Err        error  // what went wrong, for failures (scrubbed by the redacting handler)
+}
+
+func principalAttr(key string, p vault.Principal) slog.Attr {
+	return slog.Group(key, slog.String("iss", p.Issuer), slog.String("sub", p.Subject))
+}
+
+func (e Event) attrs() []slog.Attr {
+	as := []slog.Attr{slog.Bool("audit", true), slog.String("event", e.Kind)}
+	add := func(k, v string) {
+		if v != "" {
+			as = append(as, slog.String(k, v))
+		}
+	}
+	if !e.Principal.IsZero() {
+		as = append(as, principalAttr("principal", e.Principal))
+	}
+	if !e.Owner.IsZero() {
+		as = append(as, principalAttr("owner", e.Owner))
+	}
+	add("provider", e.Provider)
+	add("account", e.Account)
+	add("grant", e.Grant)
+	add("connection", e.Connection)
+	add("via", e.Via)
+	add("outcome", e.Outcome)
+	add("key_id", e.KeyID)
+	if e.Kind == EventKeyRotation {
+		as = append(as, slog.Int("records", e.Count))
+	}
+	if e.Err != nil {
+		as = append(as, slog.String("err", e.Err.Error()))
+	}
+	return as
+}
+
+func isConflict(err error) bool { return errors.Is(err, vault.ErrConflict) }

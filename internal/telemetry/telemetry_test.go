@@ -1,0 +1,170 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"credbroker/internal/logredact"
+	"credbroker/vault"
+	"credbroker/vault/memstore"
+)
+
+func scrape(t *testing.T, r *Recorder) string {
+	t.Helper()
+	rr := httptest.NewRecorder()
+	r.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	if rr.Code != 200 {
+		t.Fatalf("/metrics: HTTP %d", rr.Code)
+	}
+	b, _ := io.ReadAll(rr.Body)
+	return string(b)
+}
+
+func TestNilRecorderIsANoOp(t *testing.T) {
+	var r *Recorder
+	r.MCPRequest("tools/call", "connect_account", "2026-07-28", OutcomeComplete, time.Millisecond)
+	r.Elicitation(ElicitationIssued)
+	r.Refresh("github", RefreshOK)
+	r.ProviderCall("github", 200, time.Millisecond)
+	r.Audit(context.Background(), Event{Kind: EventConnect})
+	s := memstore.New(mustKeys(t))
+	if got := r.WrapStore(s); got != vault.Store(s) {
+		t.Errorf("nil Recorder wrapped the store")
+	}
+	if r.Registry() != nil {
+		t.Errorf("nil Recorder has a registry")
+	}
+}
+
+func mustKeys(t *testing.T) *vault.Keyring {
+	t.Helper()
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+// TestLabelsAreBounded feeds attacker-chosen strings where labels come from
+// requests: they all fold into "other".
+func TestLabelsAreBounded(t *testing.T) {
+	r := New(Options{Providers: []string{"github"}})
+	hostile := []string{"evil/method", "alice@example.com", strings.Repeat("x", 300), "grant_0123456789"}
+	for _, h := range hostile {
+		r.MCPRequest(h, h, h, h, time.Millisecond)
+		r.Elicitation(h)
+		r.Refresh(h, h)
+		r.ProviderCall(h, 999, time.Millisecond)
+		r.Audit(context.Background(), Event{Kind: h})
+	}
+	r.ProviderCall("github", 404, 10*time.Millisecond)
+	m := scrape(t, r)
+	for _, h := range hostile {
+		if strings.Contains(m, h) {
+			t.Errorf("metrics contain the request-supplied value %q", h)
+		}
+	}
+	tests := []string{
+		`credbroker_mcp_requests_total{era="other",method="other",outcome="other",tool="other"} 4`,
+		`credbroker_elicitations_total{event="other"} 4`,
+		`credbroker_token_refreshes_total{outcome="other",provider="other"} 4`,
+		`credbroker_provider_requests_total{provider="other",status="error"} 4`,
+		`credbroker_provider_requests_total{provider="github",status="404"} 1`,
+		`credbroker_audit_events_total{event="other"} 4`,
+	}
+	for _, want := range tests {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestWrapStore times every operation by outcome and keeps the optional
+// Resealer feature when the store has it.
+func TestWrapStore(t *testing.T) {
+	r := New(Options{})
+	base := memstore.New(mustKeys(t))
+	s := r.WrapStore(base)
+	_, baseReseals := vault.Store(base).(vault.Resealer)
+	if _, ok := s.(vault.Resealer); ok != baseReseals {
+		t.Errorf("Resealer visible = %v, want %v", ok, baseReseals)
+	}
+	ctx := context.Background()
+	p := vault.Principal{Issuer: "https://idp.test", Subject: "alice"}
+	now := time.Now()
+	c, err := s.CreateConnection(ctx, vault.Connection{ID: "conn_1", Principal: p, Provider: "github", AccountID: "1",
+		Status: vault.StatusActive, Created: now, Updated: now, Token: vault.TokenSet{AccessToken: "tok-value-123"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetConnection(ctx, "conn_missing"); !errors.Is(err, vault.ErrNotFound) {
+		t.Fatalf("get missing: %v", err)
+	}
+	if _, err := s.UpdateConnection(ctx, c.ID, func(old vault.Connection) (vault.Connection, error) {
+		old.Version++ // a stale write
+		return old, nil
+	}); !errors.Is(err, vault.ErrConflict) {
+		t.Fatalf("stale update: %v", err)
+	}
+	if _, err := s.ListConnections(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	m := scrape(t, r)
+	for _, want := range []string{
+		`credbroker_vault_operation_duration_seconds_count{op="create_connection",outcome="ok"} 1`,
+		`credbroker_vault_operation_duration_seconds_count{op="get_connection",outcome="not_found"} 1`,
+		`credbroker_vault_operation_duration_seconds_count{op="update_connection",outcome="conflict"} 1`,
+		`credbroker_vault_operation_duration_seconds_count{op="list_connections",outcome="ok"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestAuditRecord checks the audit record's fields, level and counters.
+func TestAuditRecord(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(logredact.New(slog.NewJSONHandler(&buf, nil)))
+	r := New(Options{Providers: []string{"github"}, Audit: log})
+	actor := vault.Principal{Issuer: "https://idp.test", Subject: "bob"}
+	r.Audit(context.Background(), Event{Kind: EventIdentityMismatch, Principal: actor, Provider: "github",
+		Grant: "g123", Via: "browser", Outcome: "refused_at_landing"})
+	r.Audit(context.Background(), Event{Kind: EventRevoke, Principal: actor, Provider: "github", Account: "octocat",
+		Connection: "conn_1", Outcome: "failed", Err: errors.New("revoke: POST https://x/revoke?token=abc123secret: HTTP 500")})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 records, got:\n%s", buf.String())
+	}
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"level": "WARN", "audit": true, "event": "identity_mismatch", "provider": "github",
+		"grant": "g123", "via": "browser", "outcome": "refused_at_landing",
+		"principal": map[string]any{"iss": "https://idp.test", "sub": "bob"}}
+	for k, v := range want {
+		got, _ := json.Marshal(rec[k])
+		exp, _ := json.Marshal(v)
+		if !bytes.Equal(got, exp) {
+			t.Errorf("%s = %s, want %s", k, got, exp)
+		}
+	}
+	if strings.Contains(lines[1], "abc123secret") || !strings.Contains(lines[1], `"level":"WARN"`) {
+		t.Errorf("revoke failure record: %s", lines[1])
+	}
+	m := scrape(t, r)
+	for _, w := range []string{`credbroker_identity_mismatches_total 1`, `credbroker_audit_events_total{event="revoke"} 1`} {
+		if !strings.Contains(m, w) {
+			t.Errorf("metrics lack %s", w)
+		}
+	}
+}
