@@ -2,7 +2,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: run test build vet fmt-check unit bench clean conformance-deps conformance
+.PHONY: run test build vet fmt-check unit bench bench-vault clean conformance-deps conformance
 
 run:
 	$(GO) run ./cmd/broker dev --data $(DATA)
@@ -34,7 +34,14 @@ conformance: conformance-deps
 
 test: fmt-check vet conformance-deps unit
 
+# The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
+# 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,
+# e.g. BENCH_FLAGS='-duration 10s -cpuprofile cpu.prof'.
 bench:
+	$(GO) run ./bench $(BENCH_FLAGS)
+
+# The Go benchmarks of the stores (vault/boltstore builds a 1M fixture).
+bench-vault:
 	$(GO) test -run '^$$' -bench . -benchmem ./vault/...
 
 clean:

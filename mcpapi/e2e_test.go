@@ -64,7 +64,7 @@ func TestModernClientEndToEnd(t *testing.T) {
 		t.Fatalf("negotiated %s, want %s (server/discover)", v, versionModern)
 	}
 	tools, err := cs.ListTools(context.Background(), nil)
-	if err != nil || len(tools.Tools) != 3 {
+	if err != nil || len(tools.Tools) != 4 {
 		t.Fatalf("tools/list: %v %v", tools, err)
 	}
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "connect_account", Arguments: map[string]any{"provider": "github", "scopes": []string{"repo"}}})

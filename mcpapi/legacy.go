@@ -107,6 +107,7 @@ func (b *bufferedResponse) Write(p []byte) (int, error) {
 var legacyMethods = map[string]bool{"initialize": true, "ping": true, "tools/list": true, "tools/call": true}
 
 func (s *Server) serveLegacy(w http.ResponseWriter, r *http.Request, body []byte, msg *rpcMessage, info TokenInfo) {
+	note(w, func(o *observedWriter) { o.era = versionLegacy })
 	if !msg.isNotification() && !legacyMethods[msg.Method] {
 		// 2025-11-25 carries JSON-RPC errors in a 200 response.
 		writeRPCError(w, http.StatusOK, msg.ID, codeMethodNotFound, "Method not found: "+quote(msg.Method), nil)
@@ -154,6 +155,7 @@ func (s *Server) serveLegacy(w http.ResponseWriter, r *http.Request, body []byte
 		writeRPCError(w, buf.status, validOrNull(msg.ID), code, text, nil)
 		return
 	}
+	note(w, func(o *observedWriter) { o.outcome = legacyOutcome(buf.body.Bytes()) })
 	for k, v := range buf.header {
 		w.Header()[k] = v
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"credbroker/internal/telemetry"
 )
 
 // reqMeta is the per-request _meta of a 2026-07-28 request.
@@ -71,6 +73,7 @@ func decodeHeaderValue(v string) (string, bool) {
 }
 
 func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMessage, p *modernParams, header string, info TokenInfo) {
+	note(w, func(o *observedWriter) { o.era = versionModern })
 	id := msg.ID
 	if p.Meta.Version == nil {
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams,
@@ -166,10 +169,12 @@ func (s *Server) serveModernCall(w http.ResponseWriter, r *http.Request, id json
 	c := &callContext{
 		principal:  info.Principal,
 		urlCapable: cc.Elicitation != nil && cc.Elicitation.URL != nil,
-		modern:     true,
-		args:       p.Arguments,
-		responses:  p.InputResponses,
-		state:      p.RequestState,
+		// An empty elicitation object declares form mode only.
+		formCapable: cc.Elicitation != nil && (cc.Elicitation.Form != nil || cc.Elicitation.URL == nil),
+		modern:      true,
+		args:        p.Arguments,
+		responses:   p.InputResponses,
+		state:       p.RequestState,
 	}
 	if p.Meta.ClientInfo != nil {
 		c.clientName = clientName(p.Meta.ClientInfo)
@@ -189,6 +194,16 @@ func clientName(impl *mcp.Implementation) string {
 }
 
 func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outcome) {
+	note(w, func(ow *observedWriter) {
+		switch {
+		case o.rpcErr != nil:
+			ow.outcome = telemetry.OutcomeRPCError
+		case o.input != nil:
+			ow.outcome = telemetry.OutcomeInputRequired
+		case o.result != nil && o.result.IsError:
+			ow.outcome = telemetry.OutcomeToolError
+		}
+	})
 	switch {
 	case o.rpcErr != nil:
 		status := http.StatusBadRequest
@@ -209,6 +224,10 @@ func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outco
 		}
 		writeRPCResult(w, id, b)
 	default:
+		if b, ok := s.encodeToolResult(o.result); ok {
+			writeRPCResult(w, id, b)
+			return
+		}
 		res := o.result
 		res.Meta = s.serverMeta()
 		b, err := json.Marshal(res)

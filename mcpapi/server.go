@@ -56,10 +56,13 @@ type Options struct {
 	AllowedOrigins []string
 	DevMode        bool
 
-	Store     vault.Store
-	Grants    *binding.Service
-	Catalog   Catalog
-	Revoke    Revoker
+	Store   vault.Store
+	Grants  *binding.Service
+	Catalog Catalog
+	Revoke  Revoker
+	// Provider performs provider_request calls with stored connections
+	// (nil: the tool answers that provider requests are not configured).
+	Provider  ProviderCaller
 	StateKeys *vault.Keyring // derived for requestState by the caller
 	StateTTL  time.Duration  // requestState lifetime (default 10 minutes)
 
@@ -71,6 +74,8 @@ type Options struct {
 	Verifier TokenVerifier
 	// ServerVersion is reported in serverInfo (default "dev").
 	ServerVersion string
+	// Observer receives metrics and audit events (optional).
+	Observer Observer
 }
 
 // Supported protocol versions, newest first.
@@ -287,6 +292,8 @@ func (s *Server) originAllowed(origin string) bool {
 }
 
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
+	w, ow := s.observeStart(w)
+	defer s.observeEnd(ow)
 	if !s.originAllowed(r.Header.Get("Origin")) {
 		writeRPCError(w, http.StatusForbidden, nil, codeInvalidRequest, "Forbidden: Origin not allowed", nil)
 		return
@@ -350,6 +357,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	note(w, func(o *observedWriter) { o.method, o.tool = msg.Method, p.Name })
 	header := r.Header.Get("Mcp-Protocol-Version")
 	ctx := withPrincipal(r.Context(), info.Principal)
 	switch {

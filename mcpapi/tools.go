@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"credbroker/binding"
+	"credbroker/internal/telemetry"
 	"credbroker/vault"
 )
 
@@ -21,17 +22,19 @@ const (
 	toolConnect    = "connect_account"
 	toolList       = "list_connections"
 	toolDisconnect = "disconnect_account"
+	toolRequest    = "provider_request"
 )
 
 // callContext is one tools/call as both eras present it to the tools.
 type callContext struct {
-	principal  vault.Principal
-	clientName string
-	urlCapable bool // the client declared elicitation.url
-	modern     bool // 2026-07-28 (MRTR) rather than 2025-11-25
-	args       json.RawMessage
-	responses  mcp.InputResponseMap
-	state      string
+	principal   vault.Principal
+	clientName  string
+	urlCapable  bool // the client declared elicitation.url
+	formCapable bool // the client declared elicitation.form (or an empty elicitation)
+	modern      bool // 2026-07-28 (MRTR) rather than 2025-11-25
+	args        json.RawMessage
+	responses   mcp.InputResponseMap
+	state       string
 }
 
 // outcome is what a tool produced: exactly one of result, input, rpcErr.
@@ -159,6 +162,7 @@ func toolDefs() []*mcp.Tool {
 			Annotations: &mcp.ToolAnnotations{Title: "Disconnect an account", ReadOnlyHint: false,
 				DestructiveHint: boolPtr(true), IdempotentHint: true, OpenWorldHint: boolPtr(true)},
 		},
+		providerRequestTool(),
 	}
 }
 
@@ -167,6 +171,7 @@ func (s *Server) toolFuncs() map[string]toolFunc {
 		toolConnect:    s.connectAccount,
 		toolList:       s.listConnections,
 		toolDisconnect: s.disconnectAccount,
+		toolRequest:    s.providerRequest,
 	}
 }
 
@@ -368,7 +373,7 @@ func (s *Server) startConnect(ctx context.Context, c *callContext, tool string, 
 			}}
 		}
 		return toolError("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability). Connect %s on the broker's connections page at %s, then call again.",
-			displayName(info), reason, displayName(info), s.opts.PublicURL)
+			displayName(info), reason, displayName(info), s.opts.PublicURL+"/connections")
 	}
 	g, err := s.opts.Grants.Create(ctx, c.principal, info.Name, scopes, c.clientName)
 	switch {
@@ -381,6 +386,7 @@ func (s *Server) startConnect(ctx context.Context, c *callContext, tool string, 
 		return internalError()
 	}
 	s.log.Info("mcpapi: connect requested", "grant", g.ID, "provider", info.Name, "tool", tool)
+	s.elicitation(telemetry.ElicitationIssued)
 	msg := fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access for scopes %s.",
 		displayName(info), reason, strings.Join(scopes, " "))
 	return s.askToConnect(c, tool, g, info, msg)
@@ -437,6 +443,7 @@ func (s *Server) resume(ctx context.Context, c *callContext, tool string, info P
 	g, err := s.opts.Grants.Authorize(ctx, st.GrantID, c.principal)
 	switch {
 	case errors.Is(err, binding.ErrExpired):
+		s.elicitation(telemetry.ElicitationExpired)
 		return nil, toolError("The connect request for %s expired before it was completed. Call %s again to start over.", displayName(info), tool)
 	case errors.Is(err, binding.ErrNotFound), errors.Is(err, binding.ErrWrongPrincipal):
 		return nil, invalidParams(errBadState.Error())
@@ -450,8 +457,10 @@ func (s *Server) resume(ctx context.Context, c *callContext, tool string, info P
 	key := "connect_" + info.Name
 	switch g.State {
 	case vault.GrantCompleted:
+		s.elicitation(telemetry.ElicitationCompleted)
 		return s.completedGrant(ctx, c, g, info)
 	case vault.GrantDenied:
+		s.elicitation(telemetry.ElicitationDeclined)
 		return nil, declined(info, tool)
 	}
 	var action string
@@ -469,8 +478,10 @@ func (s *Server) resume(ctx context.Context, c *callContext, tool string, info P
 			return nil, internalError()
 		}
 		s.log.Info("mcpapi: connect declined by the user", "grant", g.ID, "provider", info.Name)
+		s.elicitation(telemetry.ElicitationDeclined)
 		return nil, declined(info, tool)
 	case "cancel":
+		s.elicitation(telemetry.ElicitationCancelled)
 		return nil, complete(connectOutput{Status: "cancelled",
 			Message: fmt.Sprintf("Nothing was connected: the user dismissed the request to connect %s. The link stays usable until %s; call %s again to continue.",
 				displayName(info), g.Expires.UTC().Format(time.RFC3339), tool)})
@@ -480,6 +491,7 @@ func (s *Server) resume(ctx context.Context, c *callContext, tool string, info P
 	}
 	// Connected meanwhile by another route (the connections page)?
 	if conn, _, err := s.findConnection(ctx, c.principal, info.Name, scopes); err == nil && conn != nil {
+		s.elicitation(telemetry.ElicitationCompleted)
 		return conn, outcome{}
 	}
 	g, err = s.opts.Grants.Round(ctx, g.ID, c.principal)
@@ -487,6 +499,7 @@ func (s *Server) resume(ctx context.Context, c *callContext, tool string, info P
 	case errors.Is(err, binding.ErrTooManyRounds):
 		return nil, toolError("The connect request for %s was retried too many times without being completed. Call %s again to start over.", displayName(info), tool)
 	case errors.Is(err, binding.ErrExpired):
+		s.elicitation(telemetry.ElicitationExpired)
 		return nil, toolError("The connect request for %s expired before it was completed. Call %s again to start over.", displayName(info), tool)
 	case err != nil:
 		s.log.Error("mcpapi: count round", "grant", st.GrantID, "err", err.Error())
@@ -494,8 +507,10 @@ func (s *Server) resume(ctx context.Context, c *callContext, tool string, info P
 	}
 	switch g.State {
 	case vault.GrantCompleted:
+		s.elicitation(telemetry.ElicitationCompleted)
 		return s.completedGrant(ctx, c, g, info)
 	case vault.GrantDenied:
+		s.elicitation(telemetry.ElicitationDeclined)
 		return nil, declined(info, tool)
 	}
 	msg := fmt.Sprintf("Connect your %s account to continue: open the link, sign in to the broker and approve access.", displayName(info))
@@ -591,6 +606,8 @@ func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome 
 		default:
 			out.Revocation = "not_revoked"
 		}
+		s.audit(ctx, telemetry.Event{Kind: telemetry.EventRevoke, Principal: c.principal, Provider: info.Name,
+			Account: viewOf(conn).Account, Connection: conn.ID, Outcome: out.Revocation, Err: err})
 	}
 	if err := s.opts.Store.DeleteConnection(ctx, conn.ID); err != nil && !errors.Is(err, vault.ErrNotFound) {
 		log.Error("mcpapi: delete connection", "err", err.Error())
@@ -601,6 +618,8 @@ func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome 
 	}
 	out.Deleted = true
 	log.Info("mcpapi: connection deleted", "revocation", out.Revocation)
+	s.audit(ctx, telemetry.Event{Kind: telemetry.EventDisconnect, Principal: c.principal, Provider: info.Name,
+		Account: out.Account, Connection: conn.ID})
 	switch out.Revocation {
 	case "revoked":
 		out.Message = fmt.Sprintf("Disconnected %s account %s: the tokens were revoked at %s and deleted from the broker.", displayName(info), out.Account, displayName(info))

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"credbroker/binding"
+	"credbroker/internal/telemetry"
 	"credbroker/vault"
 )
 
@@ -146,6 +147,8 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.log.Info("connection stored", "provider", p.Name, "connection", conn.ID, "grant_ref", reference(g.ID), "updated", conn.Version > 1)
+	f.audit(r.Context(), telemetry.Event{Kind: telemetry.EventConnect, Principal: s.principal(), Provider: p.Name,
+		Account: conn.AccountLogin, Grant: g.ID, Connection: conn.ID})
 	f.renderDone(w, donePage{Chrome: s.chrome(), Provider: p.DisplayName, Account: conn.AccountLogin, Scopes: conn.Scopes})
 }
 

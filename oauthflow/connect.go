@@ -12,6 +12,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"credbroker/binding"
+	"credbroker/internal/telemetry"
 	"credbroker/vault"
 )
 
@@ -76,6 +77,8 @@ func (f *Flow) loadGrant(w http.ResponseWriter, r *http.Request, s *session, id,
 	case errors.Is(err, binding.ErrWrongPrincipal):
 		ref := reference(id)
 		f.securityEvent(r, "identity_mismatch", s, "stage", stage, "grant_ref", ref)
+		f.audit(r.Context(), telemetry.Event{Kind: telemetry.EventIdentityMismatch, Principal: s.principal(),
+			Provider: g.Provider, Grant: id, Outcome: "refused_at_" + stage})
 		f.renderMismatch(w, mismatchPage{Chrome: ch, Identity: s.Display, Reference: ref})
 		return g, nil, false
 	case errors.Is(err, binding.ErrNotFound):

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"credbroker/binding"
+	"credbroker/internal/telemetry"
 	"credbroker/vault"
 )
 
@@ -75,18 +76,25 @@ func (f *Flow) handleDisconnect(w http.ResponseWriter, r *http.Request) {
 	}
 	notice := "deleted"
 	revoked, err := f.Revoke(r.Context(), c)
+	revocation := "not_revoked"
 	switch {
 	case err != nil:
 		f.log.Warn("revocation failed; deleting anyway", "provider", c.Provider, "connection", c.ID, "err", err)
-		notice = "revoke_failed"
+		notice, revocation = "revoke_failed", "failed"
 	case revoked:
-		notice = "disconnected"
+		notice, revocation = "disconnected", "revoked"
+	}
+	if p, ok := f.opts.Providers.Lookup(c.Provider); ok && p.RevocationStyle != "" {
+		f.audit(r.Context(), telemetry.Event{Kind: telemetry.EventRevoke, Principal: c.Principal, Provider: c.Provider,
+			Account: c.AccountLogin, Connection: c.ID, Outcome: revocation, Err: err})
 	}
 	if err := f.opts.Store.DeleteConnection(r.Context(), c.ID); err != nil && !errors.Is(err, vault.ErrNotFound) {
 		f.fail(w, r, s, http.StatusInternalServerError, "delete connection", err)
 		return
 	}
 	f.log.Info("connection deleted", "provider", c.Provider, "connection", c.ID, "revoked", revoked)
+	f.audit(r.Context(), telemetry.Event{Kind: telemetry.EventDisconnect, Principal: c.Principal, Provider: c.Provider,
+		Account: c.AccountLogin, Connection: c.ID})
 	f.redirectNotice(w, r, notice)
 }
 
@@ -103,6 +111,7 @@ func (f *Flow) handleLogout(w http.ResponseWriter, r *http.Request) {
 	}
 	f.jar.clear(w, "session")
 	f.jar.clear(w, "flow")
+	f.jar.markLoggedOut(w)
 	f.renderSignedOut(w, signedOutPage{})
 }
 

@@ -44,6 +44,8 @@ type Options struct {
 	Now        func() time.Time
 	// DevMode (loopback only): cookies without Secure and __Host- prefix.
 	DevMode bool
+	// Observer receives audit events and provider metrics (optional).
+	Observer Observer
 }
 
 // Flow serves the browser side of credbroker. See the package doc for routes.
@@ -170,7 +172,13 @@ func (f *Flow) startLogin(w http.ResponseWriter, r *http.Request, returnTo strin
 		f.fail(w, r, nil, http.StatusInternalServerError, "internal", err)
 		return
 	}
-	u := f.idpConf.AuthCodeURL(ls.State, oauth2.S256ChallengeOption(ls.Verifier), oauth2.SetAuthURLParam("nonce", ls.Nonce))
+	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(ls.Verifier), oauth2.SetAuthURLParam("nonce", ls.Nonce)}
+	if f.jar.loggedOut(r) {
+		// After POST /logout the IdP must ask again, so the person can
+		// switch accounts (its own session would sign the old one back in).
+		opts = append(opts, oauth2.SetAuthURLParam("prompt", "login"))
+	}
+	u := f.idpConf.AuthCodeURL(ls.State, opts...)
 	setPageHeaders(w.Header())
 	http.Redirect(w, r, u, http.StatusFound)
 }
@@ -235,6 +243,7 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 		f.fail(w, r, nil, http.StatusInternalServerError, "internal", err)
 		return
 	}
+	f.jar.clear(w, "logged_out")
 	f.log.Info("broker sign-in", "iss", s.Issuer, "sub", s.Subject)
 	setPageHeaders(w.Header())
 	http.Redirect(w, r, safeReturn(ls.ReturnTo), http.StatusSeeOther)

@@ -62,6 +62,9 @@ type providerSpec struct {
 	Account          *accountSpec      `yaml:"account"`
 	API              *apiSpec          `yaml:"api"`
 	Revocation       *revocationSpec   `yaml:"revocation"`
+	// SidecarTokenExport lets the sidecar API hand this provider's access
+	// tokens to co-located servers (POST /v1/token). Off by default.
+	SidecarTokenExport bool `yaml:"sidecar_token_export"`
 }
 
 type accountSpec struct {
@@ -114,9 +117,14 @@ type Provider struct {
 	// AccountIDField and AccountLoginField name the fields.
 	AccountURL, AccountIDField, AccountLoginField string
 	// APIBaseURL is where provider_request sends requests; AllowedPaths are
-	// path prefixes under it (empty: any path).
-	APIBaseURL   string
-	AllowedPaths []string
+	// the allow-list entries as written ("[METHOD[,METHOD…] ]/path"; empty:
+	// any request under the base), AllowedRequests their parsed form.
+	APIBaseURL      string
+	AllowedPaths    []string
+	AllowedRequests []RequestPattern
+	// SidecarTokenExport: the sidecar API may return this provider's
+	// access tokens (never refresh tokens) to co-located servers.
+	SidecarTokenExport bool
 	// RevocationStyle is "", RevokeRFC7009 or RevokeGitHubGrant.
 	RevocationStyle string
 	RevocationURL   string
@@ -390,12 +398,16 @@ func validateProvider(name string, s providerSpec, getenv func(string) string, p
 	if a := s.API; a != nil {
 		p.APIBaseURL = checkURL("api", a.BaseURL, true)
 		for _, ap := range a.AllowedPaths {
-			if !strings.HasPrefix(ap, "/") || strings.Contains(ap, "..") {
-				fail("api", "api.allowed_paths: %q must start with / and not contain ..", ap)
+			rp, err := ParseRequestPattern(ap)
+			if err != nil {
+				fail("api", "api.allowed_paths: %v", err)
+				continue
 			}
+			p.AllowedRequests = append(p.AllowedRequests, rp)
 		}
 		p.AllowedPaths = slices.Clone(a.AllowedPaths)
 	}
+	p.SidecarTokenExport = s.SidecarTokenExport
 	if rv := s.Revocation; rv != nil {
 		switch rv.Style {
 		case RevokeRFC7009, RevokeGitHubGrant:

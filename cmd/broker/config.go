@@ -31,6 +31,12 @@ type serveConfig struct {
 	LogFormat     string
 	LogLevel      string
 	CheckConfig   bool
+	// Sidecar API (off unless an address or socket is given) and refresh.
+	SidecarAddr      string
+	SidecarSocket    string
+	SidecarAudiences string
+	RefreshMargin    time.Duration
+	MetricsAddr      string // separate listener for /metrics; empty: on the main listener
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -41,7 +47,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientID, "client-id", os.Getenv("BROKER_CLIENT_ID"), "the broker's OIDC client id at the issuer (env BROKER_CLIENT_ID)")
 	fs.StringVar(&c.SecretFile, "client-secret-file", os.Getenv("BROKER_CLIENT_SECRET_FILE"), "file holding the broker's OIDC client secret (or env BROKER_CLIENT_SECRET)")
 	fs.StringVar(&c.ProvidersFile, "providers", envOr("BROKER_PROVIDERS", "providers.yaml"), "provider catalogue")
-	fs.StringVar(&c.Store, "store", envOr("BROKER_STORE", "bolt:./data/broker.db"), "store: bolt:PATH (or a plain path)")
+	fs.StringVar(&c.Store, "store", envOr("BROKER_STORE", "bolt:./data/broker.db"), "store: bolt:PATH (or a plain path), or postgres://… (or postgres:KEY=VALUE…) for replicas sharing one database")
 	fs.StringVar(&c.KeysFile, "keys-file", os.Getenv("BROKER_KEYS_FILE"), "file with the encryption keys (or env BROKER_KEYS)")
 	fs.StringVar(&c.RequiredScope, "required-scope", os.Getenv("BROKER_REQUIRED_SCOPE"), "scope every MCP bearer token must carry (optional)")
 	fs.DurationVar(&c.GrantTTL, "grant-ttl", 10*time.Minute, "how long a connect link stays usable")
@@ -49,6 +55,11 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate the configuration and providers, then exit")
+	fs.StringVar(&c.SidecarAddr, "sidecar-addr", os.Getenv("BROKER_SIDECAR_ADDR"), "serve the sidecar API for co-located MCP servers on this loopback address, e.g. 127.0.0.1:8081 (needs BROKER_SIDECAR_SECRET; off by default)")
+	fs.StringVar(&c.SidecarSocket, "sidecar-socket", os.Getenv("BROKER_SIDECAR_SOCKET"), "serve the sidecar API on this Unix socket instead (mode 0600)")
+	fs.StringVar(&c.SidecarAudiences, "sidecar-audiences", os.Getenv("BROKER_SIDECAR_AUDIENCES"), "comma-separated audiences accepted in user tokens on the sidecar API (default: the MCP resource URI)")
+	fs.DurationVar(&c.RefreshMargin, "refresh-margin", 5*time.Minute, "refresh provider access tokens this long before they expire")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", os.Getenv("BROKER_METRICS_ADDR"), "serve /metrics on this separate address instead of the main listener (env BROKER_METRICS_ADDR)")
 }
 
 func envOr(k, def string) string {
@@ -89,11 +100,22 @@ func (c *serveConfig) validate() error {
 	if c.KeysEnv != "" && c.KeysFile != "" {
 		bad("keys given both in BROKER_KEYS and --keys-file; use one")
 	}
-	if _, err := storePath(c.Store); err != nil {
+	if _, err := parseStore(c.Store); err != nil {
 		bad("--store: %v", err)
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		bad("--addr %q: %v", c.Addr, err)
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			bad("--metrics-addr %q: %v", c.MetricsAddr, err)
+		} else if c.MetricsAddr == c.Addr {
+			bad("--metrics-addr %q is the same as --addr; leave it empty to serve /metrics on the main listener", c.MetricsAddr)
+		}
+	}
+	errs = append(errs, newSidecarConfig(c.SidecarAddr, c.SidecarSocket, c.SidecarAudiences).validate()...)
+	if c.RefreshMargin < 0 || c.RefreshMargin > time.Hour {
+		bad("--refresh-margin %s: must be between 0 and 1h", c.RefreshMargin)
 	}
 	if c.GrantTTL < time.Minute || c.GrantTTL > time.Hour {
 		bad("--grant-ttl %s: must be between 1m and 1h", c.GrantTTL)
@@ -139,7 +161,8 @@ func isLoopbackHost(h string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// storePath turns a --store value into a bolt file path.
+// storePath turns a --store value into a bolt file path (see parseStore
+// for every kind of store).
 func storePath(s string) (string, error) {
 	switch {
 	case s == "":
@@ -150,8 +173,10 @@ func storePath(s string) (string, error) {
 			return "", errors.New("bolt: needs a file path")
 		}
 		return p, nil
+	case isPostgresStore(s):
+		return "", errors.New("unsupported store for this command: it works on a bolt file (bolt:PATH), and the store given is PostgreSQL")
 	case strings.Contains(s, "://"):
-		return "", fmt.Errorf("%q: unsupported store (this build supports bolt:PATH)", s)
+		return "", fmt.Errorf("%q: unsupported store (want bolt:PATH, a path, or postgres://…)", redactStore(s))
 	}
 	return s, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
+	"credbroker/internal/telemetry"
 	"credbroker/oauthflow"
 	"credbroker/vault"
 )
@@ -153,6 +154,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		GrantTTL: 10 * time.Minute, StateTTL: 10 * time.Minute,
 		Store: store, Keys: keys, Providers: providers, Logger: log,
 		HTTPClient: outboundClient(),
+		Telemetry:  telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log, ProcessMetrics: true}),
+		// Loopback only: /metrics on the main listener.
+		MetricsOnMain: true,
 	})
 	if err != nil {
 		stopServing()

@@ -183,6 +183,25 @@ func TestDevEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("provider_request and brokerctl request, alice", func(t *testing.T) {
+		cs := mcpSession(t, ctx, d.BaseURL+"/mcp", d.Token("alice"), nil)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "provider_request", Arguments: map[string]any{"provider": "demo", "method": "GET", "path": "/user"}})
+		if err != nil || res.IsError {
+			t.Fatalf("provider_request: %v %+v", err, res)
+		}
+		got := structured(t, res)
+		if got["status"] != float64(200) || !strings.Contains(fmt.Sprint(got["body"]), `"login":"alice-demo"`) {
+			t.Fatalf("provider_request answered %v", got)
+		}
+		_, ctl := binaries(t)
+		cmd := exec.CommandContext(ctx, ctl, "--url", d.BaseURL+"/mcp", "request", "demo", "GET", "/user")
+		cmd.Env = append(os.Environ(), "BROKER_TOKEN="+d.Token("alice"))
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "alice-demo") {
+			t.Fatalf("brokerctl request: %v\n%s", err, out)
+		}
+	})
+
 	t.Run("brokerctl non-interactive, bob", func(t *testing.T) {
 		_, ctl := binaries(t)
 		token := d.Token("bob")
@@ -209,9 +228,11 @@ func TestDevEndToEnd(t *testing.T) {
 		}
 	})
 
+	var d2 *devBroker
+	top := t // the restarted broker outlives this subtest
 	t.Run("restart keeps the connection", func(t *testing.T) {
 		d.Stop()
-		d2 := startDev(t, addr, data)
+		d2 = startDev(top, addr, data)
 		cs := mcpSession(t, ctx, d2.BaseURL+"/mcp", d2.Token("alice"), nil)
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "list_connections", Arguments: map[string]any{}})
 		if err != nil || res.IsError {
@@ -219,6 +240,30 @@ func TestDevEndToEnd(t *testing.T) {
 		}
 		if got := fmt.Sprint(structured(t, res)); !strings.Contains(got, "alice-demo") || strings.Contains(got, "bob-demo") {
 			t.Fatalf("after restart alice's connections are %s", got)
+		}
+	})
+
+	t.Run("disconnect revokes at the provider", func(t *testing.T) {
+		if d2 == nil {
+			t.Skip("restart failed")
+		}
+		cs := mcpSession(t, ctx, d2.BaseURL+"/mcp", d2.Token("alice"), nil)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "disconnect_account", Arguments: map[string]any{"provider": "demo"}})
+		if err != nil || res.IsError {
+			t.Fatalf("disconnect: %v %+v", err, res)
+		}
+		if got := structured(t, res); got["revocation"] != "revoked" || got["deleted"] != true {
+			t.Fatalf("disconnect answered %v, want revoked and deleted", got)
+		}
+		// Now alice is not connected: the call asks for the browser again.
+		asked := 0
+		cs = mcpSession(t, ctx, d2.BaseURL+"/mcp", d2.Token("alice"), func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked++
+			return &mcp.ElicitResult{Action: "cancel"}, nil
+		})
+		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "provider_request", Arguments: map[string]any{"provider": "demo", "method": "GET", "path": "/user"}})
+		if err != nil || asked != 1 || strings.Contains(fmt.Sprint(res.StructuredContent), "alice-demo") {
+			t.Fatalf("after disconnect: err %v, asked %d, result %+v", err, asked, res)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 
+	"credbroker/internal/telemetry"
 	"credbroker/oauthflow"
 	"credbroker/vault"
 )
@@ -37,6 +38,7 @@ commands:
   keys generate  print a new random key line for BROKER_KEYS or --keys-file
   keys rotate    add a new primary key to --keys-file and re-encrypt every record
   keys status    how many records each key seals (when an old key can be removed)
+  migrate        copy a bolt store into PostgreSQL (--from bolt:PATH --to postgres://…)
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -49,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runServe(ctx, args[1:], stdout, stderr)
 	case "keys":
 		return runKeys(ctx, args[1:], stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, args[1:], stdout, stderr)
 	case "dev":
 		return runDev(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -109,8 +113,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	level := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}[cfg.LogLevel]
 	log := newLogger(stderr, cfg.LogFormat, level)
-	path, _ := storePath(cfg.Store)
-	store, err := openStore(path, keys)
+	store, err := openStore(cfg.Store, keys)
 	if err != nil {
 		return err
 	}
@@ -121,12 +124,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if resource == "" {
 		resource = publicURL + "/mcp"
 	}
+	rec := telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log, ProcessMetrics: true})
 	mux := http.NewServeMux()
 	grants, err := mount(ctx, mux, brokerDeps{
 		PublicURL: publicURL, Resource: resource, Issuer: cfg.Issuer,
 		ClientID: cfg.ClientID, ClientSecret: vault.Secret(secret), RequiredScope: cfg.RequiredScope,
 		GrantTTL: cfg.GrantTTL, StateTTL: cfg.StateTTL,
 		Store: store, Keys: keys, Providers: providers, Logger: log, HTTPClient: outboundClient(),
+		Telemetry: rec, MetricsOnMain: cfg.MetricsAddr == "",
+		RefreshMargin: cfg.RefreshMargin,
+		Sidecar:       newSidecarConfig(cfg.SidecarAddr, cfg.SidecarSocket, cfg.SidecarAudiences),
 	})
 	if err != nil {
 		return err
@@ -135,8 +142,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on --metrics-addr %s: %w", cfg.MetricsAddr, err)
+		}
+		mmux := http.NewServeMux()
+		mmux.Handle("GET /metrics", rec.Handler())
+		go serveUntilDone(ctx, newHTTPServer(mmux, log), mln, log)
+		log.Info("metrics serving", "addr", mln.Addr().String())
+	}
 	go collectGrants(ctx, grants, log)
-	startBackgroundRekey(ctx, store, keys, log)
+	// Rotation progress goes to the audit log.
+	startBackgroundRekey(ctx, store, keys, log.With("audit", true, "event", telemetry.EventKeyRotation))
 	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "providers", strings.Join(providers.Names(), ","))
 	return serveUntilDone(ctx, newHTTPServer(mux, log), ln, log)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"credbroker/binding"
+	"credbroker/internal/telemetry"
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
 	"credbroker/vault"
@@ -33,17 +34,37 @@ type brokerDeps struct {
 	Logger    *slog.Logger
 	// HTTPClient is used for everything the broker says to the IdP and providers.
 	HTTPClient *http.Client
+	// Telemetry records metrics and audit events (nil: none).
+	Telemetry *telemetry.Recorder
+	// MetricsOnMain serves GET /metrics on the main listener.
+	MetricsOnMain bool
+	// RefreshMargin: access tokens expiring sooner are refreshed before use (0: 5m).
+	RefreshMargin time.Duration
+	// Sidecar is the sidecar API listener (off when empty).
+	Sidecar sidecarConfig
 }
 
 // mount builds the browser flow and the MCP endpoint and registers their
 // routes on mux. The IdP must be reachable (discovery runs here).
 func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Service, error) {
+	plainStore := d.Store
+	d.Store = d.Telemetry.WrapStore(d.Store)
+	var flowObs oauthflow.Observer
+	var mcpObs mcpapi.Observer
+	if d.Telemetry != nil {
+		flowObs, mcpObs = d.Telemetry, d.Telemetry
+	}
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
+	caller, err := newCaller(d)
+	if err != nil {
+		return nil, err
+	}
 	flow, err := oauthflow.New(ctx, oauthflow.Options{
 		PublicURL: d.PublicURL, Issuer: d.Issuer, ClientID: d.ClientID, ClientSecret: d.ClientSecret,
 		Store: d.Store, Grants: grants, Providers: d.Providers,
 		CookieKeys: d.Keys.Derive("cookies"), HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "oauthflow"), DevMode: d.DevMode,
+		Observer: flowObs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("browser flow: %w", err)
@@ -54,16 +75,21 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Serv
 		Store: d.Store, Grants: grants, Catalog: catalog{d.Providers}, Revoke: flow.Revoke,
 		StateKeys: d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
 		Logger: d.Logger.With("component", "mcpapi"), HTTPClient: d.HTTPClient,
+		Provider: caller,
+		Observer: mcpObs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("MCP endpoint: %w", err)
 	}
+	if err := startSidecar(ctx, d, mcp, caller); err != nil {
+		return nil, err
+	}
 	flow.Register(mux)
 	mcp.Register(mux)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
-	})
+	registerHealth(mux, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
+	if d.MetricsOnMain && d.Telemetry != nil {
+		mux.Handle("GET /metrics", d.Telemetry.Handler())
+	}
 	return grants, nil
 }
 

@@ -2,21 +2,103 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
+	"credbroker/vault/pgstore"
 )
 
-// openStore opens the bolt database at path with kr, creating its directory
-// (mode 0700) when missing. Errors are one line naming the cause (locked by
-// another broker, corrupt file, wrong key).
-func openStore(path string, kr *vault.Keyring) (vault.Store, error) {
-	return openBolt(path, kr)
+// storeSpec is a parsed --store value: exactly one field is set.
+type storeSpec struct {
+	BoltPath string // bolt:PATH or a plain path
+	Postgres string // a postgres:// URL or a libpq key=value string
+}
+
+// isPostgresStore reports whether a --store value names PostgreSQL.
+func isPostgresStore(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") || strings.HasPrefix(s, "postgres:")
+}
+
+// parseStore checks a --store value without connecting anywhere:
+// bolt:PATH or a plain path (the default, embedded store), or
+// postgres://user@host/db?… / postgres:host=… dbname=… (a libpq key=value
+// string) for several replicas sharing one database. A database on a
+// non-loopback host must be reached over TLS (sslmode=require or verify-*):
+// grants and connection metadata travel in the clear otherwise.
+func parseStore(s string) (storeSpec, error) {
+	if !isPostgresStore(s) {
+		p, err := storePath(s)
+		return storeSpec{BoltPath: p}, err
+	}
+	conn := s
+	if !strings.HasPrefix(s, "postgres://") && !strings.HasPrefix(s, "postgresql://") {
+		conn = strings.TrimPrefix(s, "postgres:")
+	}
+	if strings.TrimSpace(conn) == "" {
+		return storeSpec{}, errors.New("postgres: needs a connection string (postgres://user@host:5432/db or postgres:host=… dbname=…)")
+	}
+	cfg, err := pgconn.ParseConfig(conn)
+	if err != nil {
+		return storeSpec{}, fmt.Errorf("bad PostgreSQL connection string %s: %v", redactStore(s), err)
+	}
+	hosts := []*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port, TLSConfig: cfg.TLSConfig}}
+	hosts = append(hosts, cfg.Fallbacks...)
+	for _, h := range hosts {
+		local := strings.HasPrefix(h.Host, "/") || isLoopbackHost(h.Host)
+		if !local && h.TLSConfig == nil {
+			return storeSpec{}, fmt.Errorf("PostgreSQL host %s is not on loopback: use sslmode=verify-full (or require); without TLS, grants and connection metadata cross the network in the clear", h.Host)
+		}
+	}
+	return storeSpec{Postgres: conn}, nil
+}
+
+// redactStore renders a --store value without its password.
+func redactStore(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	if i := strings.Index(s, "password="); i >= 0 {
+		end := strings.IndexByte(s[i:], ' ')
+		if end < 0 {
+			return s[:i] + "password=xxxxx"
+		}
+		return s[:i] + "password=xxxxx" + s[i+end:]
+	}
+	return s
+}
+
+// openStore opens the store a --store value names, with kr: a bolt file
+// (creating its directory, mode 0700, when missing) or a PostgreSQL
+// database (migrating its schema). Errors are one line naming the cause
+// (locked by another broker, corrupt file, wrong key, unreachable database).
+func openStore(spec string, kr *vault.Keyring) (vault.Store, error) {
+	ss, err := parseStore(spec)
+	if err != nil {
+		return nil, fmt.Errorf("--store: %w", err)
+	}
+	if ss.Postgres == "" {
+		return openBolt(ss.BoltPath, kr)
+	}
+	return openPostgres(ss.Postgres, kr)
+}
+
+func openPostgres(conn string, kr *vault.Keyring) (*pgstore.Store, error) {
+	if kr == nil {
+		return nil, errNoKeys
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return pgstore.Open(ctx, conn, kr, pgstore.Options{})
 }
 
 func openBolt(path string, kr *vault.Keyring) (*boltstore.Store, error) {
@@ -29,6 +111,13 @@ func openBolt(path string, kr *vault.Keyring) (*boltstore.Store, error) {
 		}
 	}
 	return boltstore.Open(path, kr, boltstore.Options{})
+}
+
+// sealMarker is a store that can tell cheaply that every record is sealed
+// with the primary key (boltstore records it; pgstore asks its index).
+type sealMarker interface {
+	FullySealed() bool
+	MarkFullySealed() error
 }
 
 // rekeyBatch is how many records one rotation transaction re-seals.
@@ -45,7 +134,7 @@ func startBackgroundRekey(ctx context.Context, store vault.Store, kr *vault.Keyr
 		log = slog.New(slog.DiscardHandler)
 	}
 	done := make(chan struct{})
-	bs, _ := store.(*boltstore.Store)
+	bs, _ := store.(sealMarker)
 	if bs != nil && bs.FullySealed() {
 		close(done)
 		return done

@@ -1,0 +1,629 @@
+// Command bench is credbroker's reproducible load run (`make bench`), on
+// loopback only and bounded in time:
+//
+//   - load: tools/call connect_account for an already connected user over
+//     HTTP with a real signed JWT (devidp), at several concurrencies, next to
+//     a baseline server in the same run (a bare net/http handler decoding
+//     the same JSON-RPC body and answering fixed JSON); throughput, p50, p99
+//     and the broker/baseline ratio;
+//   - mrtr: the full MRTR round trip (first call, input_required, grant
+//     completed through binding and the store, retry, complete), CPU time
+//     per round trip, server side only (the handler is called in-process);
+//   - vault: a bolt store with -vault-conns connections: open time, Get
+//     p50/p99 and process RSS (measured in a fresh child process).
+//
+// The broker is built as `serve` builds it: bolt store, telemetry (metrics
+// and the store wrapper) on, JSON logs at info level to io.Discard behind
+// the redacting handler.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"credbroker/binding"
+	"credbroker/internal/devidp"
+	"credbroker/internal/logredact"
+	"credbroker/internal/telemetry"
+	"credbroker/mcpapi"
+	"credbroker/oauthflow"
+	"credbroker/vault"
+	"credbroker/vault/boltstore"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "vault-measure" {
+		if err := vaultMeasure(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var (
+		duration   = flag.Duration("duration", 5*time.Second, "measured time per server and concurrency")
+		warmup     = flag.Duration("warmup", time.Second, "unmeasured warm-up per server and concurrency")
+		concs      = flag.String("c", "1,16,64", "concurrencies")
+		cpuprofile = flag.String("cpuprofile", "", "write CPU profiles: the broker load run at c=16 to this file, the MRTR run to this file + \".mrtr\"")
+		mrtrN      = flag.Int("mrtr", 2000, "MRTR round trips to time (0 skips)")
+		vaultN     = flag.Int("vault-conns", 1_000_000, "connections in the vault fixture (0 skips)")
+		only       = flag.String("only", "", "run only: load, provider, mrtr or vault")
+	)
+	flag.Parse()
+	if err := run(*duration, *warmup, *concs, *cpuprofile, *mrtrN, *vaultN, *only); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(duration, warmup time.Duration, concs, cpuprofile string, mrtrN, vaultN int, only string) error {
+	fmt.Printf("credbroker bench: %s, GOMAXPROCS=%d, %s, load average at start: %s\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.GOARCH, loadavg())
+	dir, err := os.MkdirTemp("", "credbroker-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if only == "" || only == "load" || only == "mrtr" || only == "provider" {
+		st, err := newStack(dir)
+		if err != nil {
+			return err
+		}
+		defer st.close()
+		if only == "" || only == "load" {
+			if err := st.load(duration, warmup, concs, cpuprofile); err != nil {
+				return err
+			}
+		}
+		if only == "" || only == "provider" {
+			if err := st.providerOverhead(duration, warmup); err != nil {
+				return err
+			}
+		}
+		if (only == "" || only == "mrtr") && mrtrN > 0 {
+			if err := st.mrtr(mrtrN, cpuprofile); err != nil {
+				return err
+			}
+		}
+	}
+	if (only == "" || only == "vault") && vaultN > 0 {
+		if err := vaultRun(dir, vaultN); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("load average at end: %s\n", loadavg())
+	return nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// catalog is the provider list the tools see.
+type catalog map[string]mcpapi.ProviderInfo
+
+func (c catalog) Provider(name string) (mcpapi.ProviderInfo, bool) { p, ok := c[name]; return p, ok }
+func (c catalog) ProviderNames() []string {
+	var n []string
+	for k := range c {
+		n = append(n, k)
+	}
+	slices.Sort(n)
+	return n
+}
+
+// stack is the broker's MCP endpoint with its real dependencies, the IdP
+// and the baseline server, each on its own loopback listener.
+type stack struct {
+	base      string // broker base URL
+	baseline  string // baseline server URL
+	token     string
+	alice     vault.Principal
+	store     *boltstore.Store
+	keys      *vault.Keyring
+	mrtrSrv   *mcpapi.Server
+	mrtrGrant *binding.Service
+	apiURL    string // the fake provider API
+	closers   []func()
+}
+
+func (st *stack) close() {
+	for i := len(st.closers) - 1; i >= 0; i-- {
+		st.closers[i]()
+	}
+}
+
+func listen() (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	return ln, "http://" + ln.Addr().String(), nil
+}
+
+func serve(st *stack, ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+	go srv.Serve(ln)
+	st.closers = append(st.closers, func() { srv.Close() })
+}
+
+func newStack(dir string) (*stack, error) {
+	st := &stack{}
+	ctx := context.Background()
+
+	// The IdP, on its own listener.
+	idpLn, idpURL, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	idp, err := devidp.New(devidp.Options{Issuer: idpURL + "/idp", Users: devidp.DefaultUsers()})
+	if err != nil {
+		return nil, err
+	}
+	idpMux := http.NewServeMux()
+	idpMux.Handle("/idp/", idp.Handler())
+	serve(st, idpLn, idpMux)
+
+	brokerLn, base, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	st.base = base
+	st.keys, err = vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		return nil, err
+	}
+	st.store, err = boltstore.Open(filepath.Join(dir, "broker.db"), st.keys, boltstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, func() { st.store.Close() })
+	st.alice = vault.Principal{Issuer: idp.Issuer(), Subject: "alice"}
+	now := time.Now()
+	if _, err := st.store.CreateConnection(ctx, vault.Connection{
+		ID: "conn_bench_alice_github", Principal: st.alice, Provider: "github", AccountID: "583231", AccountLogin: "octocat",
+		Scopes: []string{"read:user", "repo"}, Status: vault.StatusActive, Created: now, Updated: now,
+		Token: vault.TokenSet{AccessToken: benchAccessToken, TokenType: "bearer"},
+	}); err != nil {
+		return nil, err
+	}
+	cat := catalog{
+		"github": {Name: "github", DisplayName: "GitHub", DefaultScopes: []string{"read:user"}, AllowedScopes: []string{"read:user", "repo"}},
+		"demo":   {Name: "demo", DisplayName: "Demo", DefaultScopes: []string{"profile"}},
+	}
+	log := slog.New(logredact.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	rec := telemetry.New(telemetry.Options{Providers: cat.ProviderNames(), Audit: log, ProcessMetrics: true})
+	store := rec.WrapStore(st.store)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+	// The fake provider API: answers GET /user for the seeded token.
+	apiLn, apiURL, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	st.apiURL = apiURL
+	serve(st, apiLn, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+benchAccessToken || r.URL.Path != "/user" {
+			http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.Write([]byte(`{"login":"octocat","id":583231,"name":"The Octocat","public_repos":8}`))
+	}))
+	reg, err := oauthflow.ParseProviders("bench providers", []byte(`providers:
+  github:
+    display_name: GitHub
+    type: oauth2
+    authorization_url: `+apiURL+`/login/oauth/authorize
+    token_url: `+apiURL+`/login/oauth/access_token
+    client_id: bench
+    client_secret: ${SECRET}
+    default_scopes: [read:user]
+    allowed_scopes: [read:user, repo]
+    account: {url: `+apiURL+`/user, id_field: id, login_field: login}
+    api: {base_url: `+apiURL+`}
+`), func(string) string { return "bench-secret" })
+	if err != nil {
+		return nil, err
+	}
+	caller, err := oauthflow.NewCaller(oauthflow.CallerOptions{Store: store, Providers: reg, HTTPClient: client, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	opts := mcpapi.Options{
+		PublicURL: base, Issuer: idp.Issuer(), DevMode: true,
+		Store: store, Grants: binding.New(store, binding.Options{}), Catalog: cat,
+		StateKeys: st.keys.Derive("requestState"), Logger: log, HTTPClient: client, Observer: rec,
+		Provider: caller,
+	}
+	srv, err := mcpapi.New(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	srv.Register(mux)
+	mux.Handle("GET /metrics", rec.Handler())
+	serve(st, brokerLn, mux)
+
+	// The MRTR run creates many grants for one user: same server, limits off.
+	st.mrtrGrant = binding.New(store, binding.Options{MaxPending: -1, MaxPerHour: -1})
+	opts.Grants = st.mrtrGrant
+	if st.mrtrSrv, err = mcpapi.New(ctx, opts); err != nil {
+		return nil, err
+	}
+
+	st.token, _, err = idp.MintAccessToken("alice", base+"/mcp", nil, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+
+	// The baseline: decode the same JSON-RPC body, answer the broker's
+	// answer as fixed bytes (same size on the wire).
+	blLn, blURL, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	st.baseline = blURL
+	fixed, err := st.brokerAnswer()
+	if err != nil {
+		return nil, err
+	}
+	serve(st, blLn, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var msg struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Method  string          `json:"method"`
+			Params  json.RawMessage `json:"params"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&msg); err != nil || msg.Method != "tools/call" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(fixed)
+	}))
+	return st, nil
+}
+
+const benchAccessToken = "gho_benchaccesstoken0123456789"
+
+// callBody is tools/call connect_account {provider: github} in 2026-07-28.
+func callBody(id int, provider string, extra string) []byte {
+	return []byte(`{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"tools/call","params":{"name":"connect_account","arguments":{"provider":"` + provider + `"},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}},` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"}}` + extra + `}}`)
+}
+
+func (st *stack) newRequest(url string, body []byte) *http.Request {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	h := req.Header
+	h.Set("Authorization", "Bearer "+st.token)
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json, text/event-stream")
+	h.Set("MCP-Protocol-Version", "2026-07-28")
+	h.Set("Mcp-Method", "tools/call")
+	h.Set("Mcp-Name", "connect_account")
+	return req
+}
+
+// brokerAnswer calls the broker once and checks it answers "connected".
+func (st *stack) brokerAnswer() ([]byte, error) {
+	resp, err := http.DefaultClient.Do(st.newRequest(st.base+"/mcp", callBody(1, "github", "")))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`"status":"connected"`)) {
+		return nil, fmt.Errorf("broker answered HTTP %d: %s", resp.StatusCode, b)
+	}
+	return b, nil
+}
+
+type loadResult struct {
+	n        int
+	errors   int
+	elapsed  time.Duration
+	lats     []time.Duration // sorted
+	rps      float64
+	p50, p99 time.Duration
+}
+
+// merge adds o's requests to r and recomputes the figures.
+func (r *loadResult) merge(o loadResult) {
+	r.n += o.n
+	r.errors += o.errors
+	r.elapsed += o.elapsed
+	r.lats = append(r.lats, o.lats...)
+	slices.Sort(r.lats)
+	r.rps = float64(r.n) / r.elapsed.Seconds()
+	if r.n > 0 {
+		r.p50 = r.lats[r.n/2]
+		r.p99 = r.lats[min(r.n-1, r.n*99/100)]
+	}
+}
+
+// hammer sends the request from c keep-alive clients for d (after warmup).
+func (st *stack) hammer(url string, c int, warmup, d time.Duration) loadResult {
+	body := callBody(1, "github", "")
+	return hammerWith(func() *http.Request { return st.newRequest(url, body) }, c, warmup, d)
+}
+
+// hammerWith sends newReq() from c keep-alive clients for d (after warmup).
+func hammerWith(newReq func() *http.Request, c int, warmup, d time.Duration) loadResult {
+	tr := &http.Transport{MaxIdleConns: c, MaxIdleConnsPerHost: c, IdleConnTimeout: time.Minute}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	var measuring atomic.Bool
+	var stop atomic.Bool
+	lats := make([][]time.Duration, c)
+	errs := make([]int, c)
+	var wg sync.WaitGroup
+	for i := range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			own := make([]time.Duration, 0, 1<<16)
+			for !stop.Load() {
+				t0 := time.Now()
+				resp, err := client.Do(newReq())
+				ok := err == nil
+				if ok {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					ok = err == nil && resp.StatusCode == 200
+				}
+				el := time.Since(t0)
+				if measuring.Load() {
+					if ok {
+						own = append(own, el)
+					} else {
+						errs[i]++
+					}
+				}
+			}
+			lats[i] = own
+		}()
+	}
+	time.Sleep(warmup)
+	measuring.Store(true)
+	t0 := time.Now()
+	time.Sleep(d)
+	measuring.Store(false)
+	el := time.Since(t0)
+	stop.Store(true)
+	wg.Wait()
+	var all []time.Duration
+	r := loadResult{}
+	for i := range c {
+		all = append(all, lats[i]...)
+		r.errors += errs[i]
+	}
+	out := loadResult{}
+	out.merge(loadResult{n: len(all), errors: r.errors, elapsed: el, lats: all})
+	return out
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d.Microseconds())/1000) }
+
+func (st *stack) load(duration, warmup time.Duration, concs, cpuprofile string) error {
+	var levels []int
+	for _, s := range strings.Split(concs, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || c < 1 || c > 1024 {
+			return fmt.Errorf("-c: bad concurrency %q", s)
+		}
+		levels = append(levels, c)
+	}
+	fmt.Printf("\n## Load: tools/call connect_account, connected user, real JWT, %s per server and concurrency (alternating 1s slices, +%s warm-up), loopback\n\n", duration, warmup)
+	fmt.Println("| c | broker req/s | broker p50 ms | broker p99 ms | baseline req/s | baseline p50 ms | baseline p99 ms | ratio |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	var prof *os.File
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			return err
+		}
+		prof = f
+		defer f.Close()
+	}
+	for _, c := range levels {
+		if prof != nil && c == 16 {
+			pprof.StartCPUProfile(prof)
+		}
+		// Broker and baseline alternate in one-second slices so that a
+		// change in machine load hits both alike.
+		var b, bl loadResult
+		parts := max(1, int(duration/time.Second))
+		for i := range parts {
+			w := time.Duration(0)
+			if i == 0 {
+				w = warmup
+			}
+			b.merge(st.hammer(st.base+"/mcp", c, w, duration/time.Duration(parts)))
+			bl.merge(st.hammer(st.baseline+"/mcp", c, w, duration/time.Duration(parts)))
+		}
+		if prof != nil && c == 16 {
+			pprof.StopCPUProfile()
+		}
+		fmt.Printf("| %d | %.0f | %s | %s | %.0f | %s | %s | %.2f |\n", c, b.rps, ms(b.p50), ms(b.p99), bl.rps, ms(bl.p50), ms(bl.p99), b.rps/bl.rps)
+		if b.errors+bl.errors > 0 {
+			fmt.Printf("  (errors: broker %d, baseline %d)\n", b.errors, bl.errors)
+		}
+	}
+	return nil
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// mrtr times n full MRTR round trips through the handler, in-process: first
+// call → input_required → grant approved and completed with a new
+// connection (what the browser flow stores) → retry → complete; then the
+// connection is deleted so the next round starts unconnected.
+func (st *stack) mrtr(n int, cpuprofile string) error {
+	ctx := context.Background()
+	do := func(body []byte) ([]byte, error) {
+		rr := &recorder{h: http.Header{}}
+		st.mrtrSrv.ServeHTTP(rr, st.newRequest(st.base+"/mcp", body))
+		if rr.status != 200 {
+			return nil, fmt.Errorf("HTTP %d: %s", rr.status, rr.body.Bytes())
+		}
+		return rr.body.Bytes(), nil
+	}
+	round := func(i int) error {
+		b, err := do(callBody(2*i, "demo", ""))
+		if err != nil {
+			return err
+		}
+		var first struct {
+			Result struct {
+				ResultType    string `json:"resultType"`
+				RequestState  string `json:"requestState"`
+				InputRequests map[string]struct {
+					Params struct{ URL string } `json:"params"`
+				} `json:"inputRequests"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(b, &first); err != nil || first.Result.ResultType != "input_required" {
+			return fmt.Errorf("first call: %s", b)
+		}
+		u := first.Result.InputRequests["connect_demo"].Params.URL
+		grant := u[strings.LastIndex(u, "/")+1:]
+		if _, err := st.mrtrGrant.Approve(ctx, grant, st.alice); err != nil {
+			return err
+		}
+		now := time.Now()
+		conn, err := st.store.CreateConnection(ctx, vault.Connection{
+			ID: "conn_" + binding.NewID(), Principal: st.alice, Provider: "demo", AccountID: "42", AccountLogin: "demo-user",
+			Scopes: []string{"profile"}, Status: vault.StatusActive, Created: now, Updated: now,
+			Token: vault.TokenSet{AccessToken: "demo-access-0123456789", TokenType: "bearer", Expiry: now.Add(time.Hour)},
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := st.mrtrGrant.Complete(ctx, grant, st.alice, conn.ID); err != nil {
+			return err
+		}
+		b, err = do(callBody(2*i+1, "demo", `,"requestState":"`+first.Result.RequestState+`","inputResponses":{"connect_demo":{"action":"accept"}}`))
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(b, []byte(`"status":"connected"`)) {
+			return fmt.Errorf("retry: %s", b)
+		}
+		return st.store.DeleteConnection(ctx, conn.ID)
+	}
+	for i := range 50 { // warm-up
+		if err := round(i); err != nil {
+			return err
+		}
+	}
+	runtime.GC()
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile + ".mrtr")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		pprof.StartCPUProfile(f)
+	}
+	c0, t0 := cpuTime(), time.Now()
+	for i := range n {
+		if err := round(1000 + i); err != nil {
+			return err
+		}
+	}
+	cpu, wall := cpuTime()-c0, time.Since(t0)
+	if cpuprofile != "" {
+		pprof.StopCPUProfile()
+	}
+	fmt.Printf("\n## MRTR round trip (in-process handler, bolt store with fsync; includes approve, connection create+complete, delete)\n\n")
+	fmt.Printf("%d round trips: CPU %.0f µs per round trip, wall %.2f ms per round trip (%.0f round trips/s, one at a time)\n",
+		n, float64(cpu.Microseconds())/float64(n), float64(wall.Microseconds())/1000/float64(n), float64(n)/wall.Seconds())
+	return nil
+}
+
+// recorder is a minimal http.ResponseWriter for in-process calls.
+type recorder struct {
+	h      http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.h }
+func (r *recorder) WriteHeader(s int) {
+	if r.status == 0 {
+		r.status = s
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = 200
+	}
+	return r.body.Write(b)
+}
+
+// providerOverhead compares GET /user through provider_request with the
+// same call straight to the fake API, one client at a time.
+func (st *stack) providerOverhead(duration, warmup time.Duration) error {
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"provider_request","arguments":{"provider":"github","method":"GET","path":"/user"},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}}}}`)
+	brokerReq := func() *http.Request {
+		r := st.newRequest(st.base+"/mcp", body)
+		r.Header.Set("Mcp-Name", "provider_request")
+		return r
+	}
+	// Check once that the broker really reaches the API.
+	resp, err := http.DefaultClient.Do(brokerReq())
+	if err != nil {
+		return err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`\"login\":\"octocat\"`)) {
+		return fmt.Errorf("provider_request: HTTP %d %s", resp.StatusCode, b)
+	}
+	directReq := func() *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, st.apiURL+"/user", nil)
+		r.Header.Set("Authorization", "Bearer "+benchAccessToken)
+		return r
+	}
+	fmt.Printf("\n## provider_request overhead: GET /user through the broker vs straight to the fake API (c=1, %s)\n\n", duration)
+	fmt.Println("| path | req/s | p50 ms | p99 ms |")
+	fmt.Println("|---|---|---|---|")
+	br := hammerWith(brokerReq, 1, warmup, duration)
+	dr := hammerWith(directReq, 1, warmup, duration)
+	fmt.Printf("| broker provider_request | %.0f | %s | %s |\n| direct | %.0f | %s | %s |\n", br.rps, ms(br.p50), ms(br.p99), dr.rps, ms(dr.p50), ms(dr.p99))
+	fmt.Printf("\nadded at p50: %s ms\n", ms(br.p50-dr.p50))
+	return nil
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"credbroker/vault"
+)
+
+// readiness answers /readyz: the store is open, the keys are loaded and the
+// IdP's discovery document is reachable. The result is cached for ttl so a
+// busy load balancer does not turn into load on the IdP.
+type readiness struct {
+	store  vault.Store
+	keys   *vault.Keyring
+	issuer string
+	client *http.Client
+	ttl    time.Duration
+	now    func() time.Time
+
+	mu      sync.Mutex // guards the fields below; held while checking
+	checked time.Time
+	last    readyReport
+}
+
+// readyReport is the /readyz body. Check values are "ok" or a short reason
+// (no secrets: store errors name the file, IdP errors the status).
+type readyReport struct {
+	Ready  bool              `json:"ready"`
+	Checks map[string]string `json:"checks"`
+}
+
+const (
+	readyCacheTTL     = 5 * time.Second
+	readyCheckTimeout = 3 * time.Second
+)
+
+func newReadiness(store vault.Store, keys *vault.Keyring, issuer string, client *http.Client) *readiness {
+	return &readiness{store: store, keys: keys, issuer: strings.TrimSuffix(issuer, "/"), client: client,
+		ttl: readyCacheTTL, now: time.Now}
+}
+
+// report returns the cached report, re-checking when it is older than ttl.
+func (rd *readiness) report(ctx context.Context) readyReport {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if !rd.checked.IsZero() && rd.now().Sub(rd.checked) < rd.ttl {
+		return rd.last
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyCheckTimeout)
+	defer cancel()
+	rep := readyReport{Ready: true, Checks: map[string]string{}}
+	set := func(name string, err error) {
+		if err != nil {
+			rep.Ready = false
+			rep.Checks[name] = err.Error()
+			return
+		}
+		rep.Checks[name] = "ok"
+	}
+	set("store", rd.checkStore(ctx))
+	set("keys", rd.checkKeys())
+	set("idp", rd.checkIdP(ctx))
+	rd.checked, rd.last = rd.now(), rep
+	return rep
+}
+
+func (rd *readiness) checkStore(ctx context.Context) error {
+	if rd.store == nil {
+		return errors.New("no store")
+	}
+	if _, err := rd.store.ConnectionIDs(ctx, "", 1); err != nil {
+		if errors.Is(err, vault.ErrClosed) {
+			return errors.New("store is closed")
+		}
+		return errors.New("store read failed")
+	}
+	return nil
+}
+
+func (rd *readiness) checkKeys() error {
+	if rd.keys == nil || rd.keys.Primary() == "" {
+		return errors.New("no encryption keys loaded")
+	}
+	return nil
+}
+
+func (rd *readiness) checkIdP(ctx context.Context) error {
+	u := rd.issuer + "/.well-known/openid-configuration"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("bad issuer URL")
+	}
+	resp, err := rd.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("IdP discovery at %s timed out", u)
+		}
+		return fmt.Errorf("IdP discovery at %s unreachable", u)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("IdP discovery at %s answered HTTP %d", u, resp.StatusCode)
+	}
+	return nil
+}
+
+// registerHealth mounts /healthz (the process answers) and /readyz.
+func registerHealth(mux *http.ServeMux, rd *readiness) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		rep := rd.report(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		status := http.StatusOK
+		if !rep.Ready {
+			status = http.StatusServiceUnavailable
+		}
+		b, _ := json.Marshal(rep)
+		w.WriteHeader(status)
+		w.Write(append(b, '\n'))
+	})
+}

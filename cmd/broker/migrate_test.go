@@ -1,0 +1,236 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"credbroker/vault"
+	"credbroker/vault/boltstore"
+	"credbroker/vault/pgstore"
+	"credbroker/vault/pgstore/pgtest"
+	"credbroker/vault/vaulttest"
+)
+
+// buildBolt writes n connections (four per principal) and a few grants
+// into a new bolt store at path, fast, through Import.
+func buildBolt(t *testing.T, path string, kr *vault.Keyring, n int) {
+	t.Helper()
+	s, err := boltstore.Open(path, kr, boltstore.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const chunk = 25_000
+	batch := make([]vault.Connection, 0, chunk)
+	for i := range n {
+		p := vault.Principal{Issuer: "https://idp.example", Subject: fmt.Sprintf("u%06d", i/4)}
+		batch = append(batch, vaulttest.Conn(fmt.Sprintf("c%06d", i), p, "github", fmt.Sprint(i)))
+		if len(batch) == chunk || i == n-1 {
+			if err := s.Import(t.Context(), batch); err != nil {
+				t.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	now := time.Now()
+	for i := range 3 {
+		g := vault.Grant{ID: fmt.Sprintf("g%d", i), Principal: vault.Principal{Issuer: "https://idp.example", Subject: "u000000"},
+			Provider: "github", Created: now, Expires: now.Add(10 * time.Minute), State: vault.GrantPending}
+		if _, err := s.CreateGrant(t.Context(), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DB().Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMigrate100k moves a 100,000-connection bolt file into PostgreSQL,
+// checks every record decrypts there with the same keys, and that a second
+// run changes nothing.
+func TestMigrate100k(t *testing.T) {
+	clearKeyEnv(t)
+	srv := pgtest.StartT(t)
+	url := srv.Schema(t)
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BROKER_KEYS", kr.Format())
+	const n = 100_000
+	path := filepath.Join(t.TempDir(), "broker.db")
+	start := time.Now()
+	buildBolt(t, path, kr, n)
+	t.Logf("bolt fixture: %d connections in %s", n, time.Since(start).Round(time.Millisecond))
+
+	start = time.Now()
+	out, stderr, err := runCmd(t, "migrate", "--from", "bolt:"+path, "--to", url)
+	if err != nil {
+		t.Fatalf("migrate: %v\n%s\n%s", err, out, stderr)
+	}
+	t.Logf("migrate: %s(%s)", out, time.Since(start).Round(time.Millisecond))
+	for _, want := range []string{"connections: 100000 copied, 0 already present", "grants: 3 copied, 0 already present", "key canaries: 0 added"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("report lacks %q:\n%s", want, out)
+		}
+	}
+
+	pg, err := pgstore.Open(t.Context(), url, kr, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	digest := func() string {
+		var d string
+		if err := pg.Pool().QueryRow(t.Context(), "SELECT md5(string_agg(id || ':' || version || ':' || encode(record, 'base64'), ',' ORDER BY id)) FROM connections").Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	before := digest()
+
+	// Every record decrypts, with the tokens it had in bolt.
+	rows, err := pg.Pool().Query(t.Context(), "SELECT record FROM connections ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	var rec []byte
+	_, err = pgx.ForEachRow(rows, []any{&rec}, func() error {
+		c, err := vault.DecodeConnection(kr, rec)
+		if err != nil {
+			return err
+		}
+		if c.Token.AccessToken.Reveal() != "at-"+c.ID+"-secret" || c.Token.RefreshToken.Reveal() != "rt-"+c.ID+"-secret" {
+			return fmt.Errorf("%s: wrong tokens after migration", c.ID)
+		}
+		count++
+		return nil
+	})
+	if err != nil || count != n {
+		t.Fatalf("decrypted %d of %d: %v", count, n, err)
+	}
+	// Through the store API too: get, list by principal, grants.
+	c, err := pg.GetConnection(t.Context(), "c099999")
+	if err != nil || c.Version != 1 || c.Token.AccessToken.Reveal() != "at-c099999-secret" {
+		t.Fatalf("get c099999: %+v %v", c.ID, err)
+	}
+	list, err := pg.ListConnections(t.Context(), vault.Principal{Issuer: "https://idp.example", Subject: "u012345"})
+	if err != nil || len(list) != 4 {
+		t.Fatalf("list: %d, %v", len(list), err)
+	}
+	if created, open, err := pg.CountGrants(t.Context(), vault.Principal{Issuer: "https://idp.example", Subject: "u000000"}, time.Time{}, time.Now()); err != nil || created != 3 || open != 3 {
+		t.Fatalf("grants after migration: %d created, %d open, %v", created, open, err)
+	}
+
+	// Idempotent: a second run copies nothing and changes nothing.
+	out, _, err = runCmd(t, "migrate", "--from", path, "--to", url, "--batch", "5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "connections: 0 copied, 100000 already present") || !strings.Contains(out, "grants: 0 copied, 3 already present") {
+		t.Fatalf("second run:\n%s", out)
+	}
+	if digest() != before {
+		t.Fatal("the second run changed stored records")
+	}
+}
+
+func TestMigrateRejects(t *testing.T) {
+	clearKeyEnv(t)
+	srv := pgtest.StartT(t)
+	url := srv.Schema(t)
+	kr, _ := vault.ParseKeys(vault.GenerateKey())
+	other, _ := vault.ParseKeys(vault.GenerateKey())
+	path := filepath.Join(t.TempDir(), "broker.db")
+	buildBolt(t, path, kr, 10)
+	// The target was written with other keys: refused before copying.
+	seeded, err := pgstore.Open(t.Context(), srv.Schema(t), other, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherURL := seeded.Pool().Config().ConnString()
+	seeded.Close()
+
+	tests := []struct {
+		name string
+		keys *vault.Keyring
+		args []string
+		want string
+	}{
+		{"no from", kr, []string{"--to", url}, "--from is required"},
+		{"no to", kr, []string{"--from", path}, "--to is required"},
+		{"to is bolt", kr, []string{"--from", path, "--to", "bolt:/tmp/x.db"}, "--to must be a PostgreSQL store"},
+		{"from is postgres", kr, []string{"--from", url, "--to", url}, "--from"},
+		{"remote without TLS", kr, []string{"--from", path, "--to", "postgres://u:hunter2@db.example.com/x"}, "not on loopback"},
+		{"bad batch", kr, []string{"--from", path, "--to", url, "--batch", "0"}, "--batch"},
+		{"missing file", kr, []string{"--from", path + ".nope", "--to", url}, "no bolt store"},
+		{"wrong keys for bolt", other, []string{"--from", path, "--to", url}, "wrong encryption key"},
+		{"wrong keys for postgres", kr, []string{"--from", path, "--to", otherURL}, "wrong encryption key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("BROKER_KEYS", tt.keys.Format())
+			out, stderr, err := runCmd(t, append([]string{"migrate"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to mention %q\n%s%s", err, tt.want, out, stderr)
+			}
+			if strings.Contains(err.Error()+out+stderr, "hunter2") {
+				t.Fatal("a password was echoed")
+			}
+		})
+	}
+	// Nothing reached the target.
+	pg, err := pgstore.Open(t.Context(), url, kr, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	if ids, err := pg.ConnectionIDs(t.Context(), "", 0); err != nil || len(ids) != 0 {
+		t.Fatalf("target holds %d connections after rejected runs: %v", len(ids), err)
+	}
+}
+
+func TestParseStore(t *testing.T) {
+	tests := []struct {
+		in       string
+		bolt, pg string
+		wantErr  string
+	}{
+		{in: "bolt:./data/broker.db", bolt: "./data/broker.db"},
+		{in: "/var/lib/broker.db", bolt: "/var/lib/broker.db"},
+		{in: "postgres://broker@127.0.0.1:5432/broker", pg: "postgres://broker@127.0.0.1:5432/broker"},
+		{in: "postgresql://broker@localhost/broker?sslmode=disable", pg: "postgresql://broker@localhost/broker?sslmode=disable"},
+		{in: "postgres:host=/run/postgresql dbname=broker", pg: "host=/run/postgresql dbname=broker"},
+		{in: "postgres://broker@db.example.com/broker?sslmode=verify-full", pg: "postgres://broker@db.example.com/broker?sslmode=verify-full"},
+		{in: "postgres://broker:s3cret@db.example.com/broker", wantErr: "not on loopback"},
+		{in: "postgres://broker@db.example.com/broker?sslmode=prefer", wantErr: "not on loopback"},
+		{in: "postgres:", wantErr: "needs a connection string"},
+		{in: "postgres://broker@127.0.0.1:99999999/x", wantErr: "bad PostgreSQL connection string"},
+		{in: "mysql://x", wantErr: "unsupported store"},
+		{in: "bolt:", wantErr: "needs a file path"},
+		{in: "", wantErr: "empty store"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parseStore(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "s3cret") {
+					t.Fatalf("error shows the password: %v", err)
+				}
+				return
+			}
+			if err != nil || got.BoltPath != tt.bolt || got.Postgres != tt.pg {
+				t.Fatalf("parseStore = %+v, %v; want bolt %q pg %q", got, err, tt.bolt, tt.pg)
+			}
+		})
+	}
+}

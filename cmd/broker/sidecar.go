@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"credbroker/internal/telemetry"
+	"credbroker/mcpapi"
+	"credbroker/oauthflow"
+	"credbroker/sidecar"
+	"credbroker/vault"
+)
+
+// sidecarConfig is the sidecar API listener (off unless Addr or Socket is set).
+type sidecarConfig struct {
+	Addr      string
+	Socket    string
+	Secret    vault.Secret // BROKER_SIDECAR_SECRET
+	Audiences []string     // accepted user-token audiences (default: the MCP resource)
+}
+
+func (c sidecarConfig) enabled() bool { return c.Addr != "" || c.Socket != "" }
+
+// validate reports every problem with the sidecar settings.
+func (c sidecarConfig) validate() []error {
+	var errs []error
+	if !c.enabled() {
+		return nil
+	}
+	if c.Addr != "" && c.Socket != "" {
+		errs = append(errs, errors.New("--sidecar-addr and --sidecar-socket: give one"))
+	}
+	if c.Addr != "" {
+		host, _, err := net.SplitHostPort(c.Addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--sidecar-addr %q: %v", c.Addr, err))
+		} else if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			errs = append(errs, fmt.Errorf("--sidecar-addr %q: the sidecar API listens on loopback only (or use --sidecar-socket)", c.Addr))
+		}
+	}
+	if len(c.Secret.Reveal()) < 16 {
+		errs = append(errs, errors.New("the sidecar API needs BROKER_SIDECAR_SECRET (at least 16 characters)"))
+	}
+	return errs
+}
+
+// newSidecarConfig builds the sidecar settings from flag values and the
+// environment (BROKER_SIDECAR_SECRET).
+func newSidecarConfig(addr, socket, audiences string) sidecarConfig {
+	c := sidecarConfig{Addr: addr, Socket: socket, Secret: vault.Secret(os.Getenv("BROKER_SIDECAR_SECRET"))}
+	for a := range strings.SplitSeq(audiences, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.Audiences = append(c.Audiences, a)
+		}
+	}
+	return c
+}
+
+// startSidecar serves the sidecar API until ctx ends. The listener is
+// opened before returning, so a bad address fails the start.
+func startSidecar(ctx context.Context, d brokerDeps, mcp *mcpapi.Server, caller *oauthflow.Caller) error {
+	c := d.Sidecar
+	if !c.enabled() {
+		return nil
+	}
+	auds := c.Audiences
+	if len(auds) == 0 {
+		auds = []string{d.Resource}
+	}
+	verify, err := mcpapi.NewTokenVerifier(d.Issuer, auds, d.HTTPClient, nil)
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	log := d.Logger.With("component", "sidecar")
+	h, err := sidecar.New(sidecar.Options{
+		Secret: c.Secret, Verify: verify, Broker: mcp, Caller: caller,
+		Store: d.Store, Providers: d.Providers, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	var ln net.Listener
+	if c.Socket != "" {
+		if fi, err := os.Lstat(c.Socket); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			os.Remove(c.Socket) // a stale socket of an earlier run
+		}
+		ln, err = net.Listen("unix", c.Socket)
+		if err == nil {
+			err = os.Chmod(c.Socket, 0o600)
+		}
+	} else {
+		ln, err = net.Listen("tcp", c.Addr)
+	}
+	if err != nil {
+		return fmt.Errorf("sidecar listener: %w", err)
+	}
+	srv := newHTTPServer(h, log)
+	go func() {
+		if err := serveUntilDone(ctx, srv, ln, log); err != nil {
+			log.Error("sidecar API stopped", "err", err)
+		}
+	}()
+	log.Info("sidecar API serving", "addr", ln.Addr().String())
+	return nil
+}
+
+// newCaller builds the token and API caller shared by provider_request
+// and the sidecar API.
+func newCaller(d brokerDeps) (*oauthflow.Caller, error) {
+	return oauthflow.NewCaller(oauthflow.CallerOptions{
+		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
+		Logger: d.Logger.With("component", "caller"), RefreshMargin: d.RefreshMargin,
+		Observer: observerOrNil(d.Telemetry),
+	})
+}
+
+// observerOrNil keeps a nil *telemetry.Recorder from becoming a non-nil
+// interface value.
+func observerOrNil(r *telemetry.Recorder) oauthflow.Observer {
+	if r == nil {
+		return nil
+	}
+	return r
+}

@@ -1,0 +1,438 @@
+package oauthflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+
+	"credbroker/internal/telemetry"
+	"credbroker/vault"
+)
+
+// Errors returned (wrapped) by Caller.
+var (
+	// ErrNeedsReconnect: the provider refused the stored grant
+	// (invalid_grant, or an expired token with no refresh token); the
+	// connection is marked vault.StatusNeedsReconnect and the user must
+	// connect again.
+	ErrNeedsReconnect = errors.New("oauthflow: the connection must be reconnected")
+	// ErrProviderUnavailable: the provider's token endpoint or API timed out
+	// or answered 5xx through every retry. Stored tokens are untouched.
+	ErrProviderUnavailable = errors.New("oauthflow: the provider is unavailable")
+	// ErrUnknownProvider: the connection names a provider that is no longer
+	// configured.
+	ErrUnknownProvider = errors.New("oauthflow: provider not configured")
+)
+
+// CallerOptions configures a Caller.
+type CallerOptions struct {
+	Store     vault.Store
+	Providers *Registry
+	// HTTPClient talks to token endpoints and APIs (redirects to other
+	// hosts are never followed with a token, whatever its CheckRedirect).
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+	Now        func() time.Time
+	// RefreshMargin: an access token expiring sooner than this is refreshed
+	// before use (default 5 minutes).
+	RefreshMargin time.Duration
+	// RefreshAttempts bounds token requests per refresh when the provider
+	// times out or answers 5xx (default 3); RetryBackoff is the first pause,
+	// doubled after each failure (default 200ms).
+	RefreshAttempts int
+	RetryBackoff    time.Duration
+	// MaxRequestBody caps API request bodies (default 1 MiB);
+	// MaxResponseBody caps what is read of API responses (default 256 KiB).
+	MaxRequestBody  int64
+	MaxResponseBody int64
+	// SaveTimeout bounds saving refreshed tokens, which survives the caller
+	// going away (default 10s).
+	SaveTimeout time.Duration
+	// Observer counts refreshes and provider calls and records the
+	// refresh_failed and needs_reconnect audit events (nil: log only).
+	Observer Observer
+}
+
+// Caller uses stored connections without handing their tokens out: it keeps
+// access tokens fresh (refreshing at most once per connection at a time)
+// and performs provider API requests with them.
+//
+// Refresh protocol (per connection): in-process single flight keyed by the
+// connection id → reload from the store → already refreshed by someone else?
+// use theirs → refresh at the token endpoint with x/oauth2 (fixed AuthStyle:
+// auto-detection would retry with the other style and spend a rotating
+// refresh token twice) → save with the store's compare-and-swap, applied
+// only if the stored refresh token is still the one spent (otherwise another
+// process refreshed: reload and use theirs). The new access token is handed
+// out only after the save succeeded, so a rotated refresh token is durable
+// before the new access token is used.
+type Caller struct {
+	opts CallerOptions
+	log  *slog.Logger
+	// locker excludes other processes sharing the store (pgstore) from
+	// refreshing the same connection at once; in-process for bbolt.
+	locker vault.Locker
+
+	mu         sync.Mutex // guards the fields below
+	flights    map[string]*flight
+	discovered map[string]*oidc.Provider
+}
+
+// flight is one refresh in progress; waiters block on done.
+type flight struct {
+	done chan struct{}
+	conn vault.Connection
+	err  error
+}
+
+// NewCaller validates opts and builds a Caller.
+func NewCaller(opts CallerOptions) (*Caller, error) {
+	if opts.Store == nil || opts.Providers == nil {
+		return nil, errors.New("oauthflow: NewCaller needs Store and Providers")
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.RefreshMargin <= 0 {
+		opts.RefreshMargin = 5 * time.Minute
+	}
+	if opts.RefreshAttempts <= 0 {
+		opts.RefreshAttempts = 3
+	}
+	if opts.RetryBackoff <= 0 {
+		opts.RetryBackoff = 200 * time.Millisecond
+	}
+	if opts.MaxRequestBody <= 0 {
+		opts.MaxRequestBody = 1 << 20
+	}
+	if opts.MaxResponseBody <= 0 {
+		opts.MaxResponseBody = 256 << 10
+	}
+	if opts.SaveTimeout <= 0 {
+		opts.SaveTimeout = 10 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Caller{opts: opts, log: log, locker: vault.LockerFor(opts.Store),
+		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}}, nil
+}
+
+// fresh reports whether c's access token can be used without refreshing.
+func (k *Caller) fresh(c vault.Connection) bool {
+	if c.Token.AccessToken == "" {
+		return false
+	}
+	if c.Token.Expiry.IsZero() {
+		return true
+	}
+	if c.Token.RefreshToken == "" {
+		// Nothing to refresh with: use it until it actually expires.
+		return k.opts.Now().Before(c.Token.Expiry)
+	}
+	// A token living shorter than twice the margin would be refreshed on
+	// every use: cap the margin at half the token's lifetime.
+	margin := k.opts.RefreshMargin
+	issued := c.Updated
+	if c.LastRefreshed.After(issued) {
+		issued = c.LastRefreshed
+	}
+	if life := c.Token.Expiry.Sub(issued); !issued.IsZero() && life > 0 && life/2 < margin {
+		margin = life / 2
+	}
+	return k.opts.Now().Add(margin).Before(c.Token.Expiry)
+}
+
+// Token returns connection id with an access token that is usable now,
+// refreshing first when it expires within the refresh margin. The result
+// holds token material: never log or return it to a client.
+func (k *Caller) Token(ctx context.Context, id string) (vault.Connection, error) {
+	c, err := k.opts.Store.GetConnection(ctx, id)
+	if err != nil {
+		return vault.Connection{}, fmt.Errorf("oauthflow: connection %s: %w", id, err)
+	}
+	if c.Status == vault.StatusNeedsReconnect {
+		return c, ErrNeedsReconnect
+	}
+	if k.fresh(c) {
+		return c, nil
+	}
+	return k.refresh(ctx, id, "")
+}
+
+// ForceRefresh refreshes connection id because the provider refused its
+// access token stale (a 401 on an unexpired token), unless the stored
+// access token already differs from stale (someone refreshed meanwhile).
+func (k *Caller) ForceRefresh(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
+	return k.refresh(ctx, id, stale)
+}
+
+// refresh joins or starts the connection's single refresh flight. The
+// flight runs detached from ctx, so one caller leaving does not fail the
+// others or lose a rotated refresh token; ctx only bounds the wait.
+func (k *Caller) refresh(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
+	k.mu.Lock()
+	f := k.flights[id]
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		k.flights[id] = f
+		go func() {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*k.opts.SaveTimeout+time.Minute)
+			defer cancel()
+			f.conn, f.err = k.refreshOnce(fctx, id, stale)
+			k.mu.Lock()
+			delete(k.flights, id)
+			k.mu.Unlock()
+			close(f.done)
+		}()
+	}
+	k.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.conn, f.err
+	case <-ctx.Done():
+		return vault.Connection{}, ctx.Err()
+	}
+}
+
+// refreshOnce is the body of a flight: reload, re-check, refresh, save.
+func (k *Caller) refreshOnce(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
+	// Lock → reload → "already refreshed?" → refresh → save: the lock spans
+	// other broker processes sharing the store, so a rotating refresh token
+	// is spent once.
+	unlock, err := k.locker.LockConnection(ctx, id)
+	if err != nil {
+		return vault.Connection{}, fmt.Errorf("%w: lock connection %s: %v", ErrProviderUnavailable, id, err)
+	}
+	defer unlock()
+	cur, err := k.opts.Store.GetConnection(ctx, id)
+	if err != nil {
+		return vault.Connection{}, fmt.Errorf("oauthflow: connection %s: %w", id, err)
+	}
+	if cur.Status == vault.StatusNeedsReconnect {
+		return cur, ErrNeedsReconnect
+	}
+	if stale == "" && k.fresh(cur) {
+		return cur, nil // refreshed by someone else meanwhile
+	}
+	if stale != "" && cur.Token.AccessToken != stale && k.fresh(cur) {
+		return cur, nil
+	}
+	log := k.log.With("provider", cur.Provider, "connection", cur.ID)
+	if cur.Token.RefreshToken == "" {
+		if stale == "" && cur.Token.AccessToken != "" && (cur.Token.Expiry.IsZero() || k.opts.Now().Before(cur.Token.Expiry)) {
+			return cur, nil
+		}
+		return k.markNeedsReconnect(ctx, cur, log, "expired access token and no refresh token")
+	}
+	p, ok := k.opts.Providers.Lookup(cur.Provider)
+	if !ok {
+		return vault.Connection{}, fmt.Errorf("%w: %s", ErrUnknownProvider, cur.Provider)
+	}
+	conf, err := k.tokenConfig(ctx, p)
+	if err != nil {
+		return vault.Connection{}, fmt.Errorf("%w: %v", ErrProviderUnavailable, err)
+	}
+	hctx := context.WithValue(ctx, oauth2.HTTPClient, noRedirectClient(k.opts.HTTPClient))
+	var tok *oauth2.Token
+	backoff := k.opts.RetryBackoff
+	for attempt := 1; ; attempt++ {
+		// An empty access token makes the source refresh immediately.
+		tok, err = conf.TokenSource(hctx, &oauth2.Token{RefreshToken: cur.Token.RefreshToken.Reveal()}).Token()
+		if err == nil {
+			break
+		}
+		var re *oauth2.RetrieveError
+		if errors.As(err, &re) && (re.ErrorCode == "invalid_grant" || re.Response != nil && re.Response.StatusCode < 500 && re.Response.StatusCode != http.StatusTooManyRequests) {
+			if re.ErrorCode == "invalid_grant" {
+				// Lost a race with another process that rotated the token?
+				if now, gerr := k.opts.Store.GetConnection(ctx, id); gerr == nil && now.Token.RefreshToken != cur.Token.RefreshToken {
+					return now, nil
+				}
+				return k.markNeedsReconnect(ctx, cur, log, reasonInvalidGrant)
+			}
+			log.Warn("oauthflow: token refresh refused", "err", describeTokenErr(err))
+			k.refreshFailed(ctx, p, cur, err)
+			return vault.Connection{}, fmt.Errorf("oauthflow: refresh %s: %s", p.Name, describeTokenErr(err))
+		}
+		log.Warn("oauthflow: token refresh failed", "attempt", attempt, "err", describeRefreshErr(err))
+		if attempt >= k.opts.RefreshAttempts {
+			k.refreshFailed(ctx, p, cur, err)
+			return vault.Connection{}, fmt.Errorf("%w: %s token endpoint: %s after %d attempts", ErrProviderUnavailable, p.Name, describeRefreshErr(err), attempt)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return vault.Connection{}, fmt.Errorf("%w: %v", ErrProviderUnavailable, ctx.Err())
+		}
+		backoff *= 2
+	}
+	if tok.AccessToken == "" {
+		return vault.Connection{}, fmt.Errorf("oauthflow: refresh %s: no access token in the answer", p.Name)
+	}
+	ts := vault.TokenSet{
+		AccessToken: vault.Secret(tok.AccessToken), RefreshToken: vault.Secret(tok.RefreshToken),
+		TokenType: tok.Type(), Expiry: tok.Expiry, IDToken: cur.Token.IDToken,
+	}
+	if ts.RefreshToken == "" {
+		ts.RefreshToken = cur.Token.RefreshToken
+	}
+	if raw, ok := tok.Extra("id_token").(string); ok && raw != "" {
+		ts.IDToken = vault.Secret(raw)
+	}
+	spent := cur.Token.RefreshToken
+	now := k.opts.Now()
+	saved, err := k.save(ctx, id, func(old vault.Connection) (vault.Connection, error) {
+		if old.Token.RefreshToken != spent {
+			return old, errRotatedElsewhere
+		}
+		old.Token, old.LastRefreshed, old.Updated, old.Status = ts, now, now, vault.StatusActive
+		return old, nil
+	})
+	if errors.Is(err, errRotatedElsewhere) {
+		log.Info("oauthflow: connection refreshed by another process; using its tokens")
+		return k.opts.Store.GetConnection(ctx, id)
+	}
+	if err != nil {
+		log.Error("oauthflow: saving refreshed tokens failed; the new access token is not used", "err", err)
+		return vault.Connection{}, fmt.Errorf("oauthflow: save refreshed tokens: %w", err)
+	}
+	log.Info("oauthflow: access token refreshed", "rotated", ts.RefreshToken != spent)
+	if k.opts.Observer != nil {
+		k.opts.Observer.Refresh(p.Name, telemetry.RefreshOK)
+	}
+	return saved, nil
+}
+
+var errRotatedElsewhere = errors.New("oauthflow: refresh token rotated by another process")
+
+// save applies fn with the store's compare-and-swap, detached from the
+// caller's cancellation and bounded by SaveTimeout.
+func (k *Caller) save(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.opts.SaveTimeout)
+	defer cancel()
+	var (
+		c   vault.Connection
+		err error
+	)
+	for range 3 {
+		c, err = k.opts.Store.UpdateConnection(sctx, id, fn)
+		if !errors.Is(err, vault.ErrConflict) {
+			break
+		}
+	}
+	return c, err
+}
+
+// markNeedsReconnect records that the user must connect again (an audit
+// event), unless the stored grant changed meanwhile.
+func (k *Caller) markNeedsReconnect(ctx context.Context, cur vault.Connection, log *slog.Logger, why string) (vault.Connection, error) {
+	now := k.opts.Now()
+	rt := cur.Token.RefreshToken
+	saved, err := k.save(ctx, cur.ID, func(old vault.Connection) (vault.Connection, error) {
+		if old.Token.RefreshToken != rt {
+			return old, errRotatedElsewhere
+		}
+		old.Status, old.Updated = vault.StatusNeedsReconnect, now
+		return old, nil
+	})
+	if errors.Is(err, errRotatedElsewhere) {
+		return k.opts.Store.GetConnection(ctx, cur.ID)
+	}
+	if err != nil {
+		return vault.Connection{}, fmt.Errorf("oauthflow: mark %s needs_reconnect: %w", cur.ID, err)
+	}
+	if k.opts.Observer == nil {
+		log.Warn("audit: connection needs reconnecting", "event", telemetry.EventNeedsReconnect, "reason", why,
+			"iss", cur.Principal.Issuer, "sub", cur.Principal.Subject)
+		return saved, ErrNeedsReconnect
+	}
+	if why == reasonInvalidGrant {
+		k.opts.Observer.Refresh(cur.Provider, telemetry.RefreshInvalidGrant)
+	}
+	k.opts.Observer.Audit(ctx, telemetry.Event{Kind: telemetry.EventNeedsReconnect, Principal: cur.Principal,
+		Provider: cur.Provider, Account: cur.AccountLogin, Connection: cur.ID, Via: "background", Outcome: why})
+	return saved, ErrNeedsReconnect
+}
+
+// reasonInvalidGrant is markNeedsReconnect's reason when the provider
+// refused the refresh token.
+const reasonInvalidGrant = "the provider answered invalid_grant"
+
+// refreshFailed counts and audits a refresh that failed without killing
+// the connection (its stored tokens stay as they were).
+func (k *Caller) refreshFailed(ctx context.Context, p *Provider, cur vault.Connection, err error) {
+	if k.opts.Observer == nil {
+		return
+	}
+	k.opts.Observer.Refresh(p.Name, telemetry.RefreshFailed)
+	k.opts.Observer.Audit(ctx, telemetry.Event{Kind: telemetry.EventRefreshFailed, Principal: cur.Principal,
+		Provider: p.Name, Account: cur.AccountLogin, Connection: cur.ID, Via: "background", Err: errors.New(describeRefreshErr(err))})
+}
+
+// tokenConfig is the x/oauth2 configuration used to refresh p's tokens.
+func (k *Caller) tokenConfig(ctx context.Context, p *Provider) (*oauth2.Config, error) {
+	style := oauth2.AuthStyleInHeader
+	if p.TokenAuthInParams {
+		style = oauth2.AuthStyleInParams
+	}
+	conf := &oauth2.Config{
+		ClientID: p.ClientID, ClientSecret: p.ClientSecret.Reveal(),
+		Endpoint: oauth2.Endpoint{TokenURL: p.TokenURL, AuthStyle: style},
+	}
+	if conf.Endpoint.TokenURL != "" || p.Type != TypeOIDC {
+		return conf, nil
+	}
+	k.mu.Lock()
+	op := k.discovered[p.Name]
+	k.mu.Unlock()
+	if op == nil {
+		dctx := oidc.ClientContext(ctx, k.opts.HTTPClient)
+		var err error
+		if op, err = oidc.NewProvider(dctx, p.Issuer); err != nil {
+			return nil, fmt.Errorf("discover %s: %w", p.Name, err)
+		}
+		k.mu.Lock()
+		k.discovered[p.Name] = op
+		k.mu.Unlock()
+	}
+	conf.Endpoint.TokenURL = op.Endpoint().TokenURL
+	return conf, nil
+}
+
+// describeRefreshErr renders a failed token request without the provider's
+// response body.
+func describeRefreshErr(err error) string {
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) {
+		return describeTokenErr(err)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	return "transport error"
+}
+
+// noRedirectClient returns a copy of c that never follows redirects: a
+// token endpoint has no business redirecting a request carrying secrets.
+func noRedirectClient(c *http.Client) *http.Client {
+	cc := *c
+	cc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &cc
+}

@@ -1,0 +1,243 @@
+// Package client is a small Go client for credbroker's sidecar API (see
+// package sidecar): a co-located MCP server uses it to make sure the user
+// has connected a provider and to call the provider's API through the
+// broker, without any OAuth code or token of its own.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Client talks to one broker's sidecar listener.
+type Client struct {
+	base   string
+	secret string
+	hc     *http.Client
+}
+
+// New returns a client for baseURL ("http://127.0.0.1:8081", or
+// "unix:///run/credbroker/sidecar.sock" for a Unix socket) authenticating
+// with the sidecar secret. hc may be nil.
+func New(baseURL, secret string, hc *http.Client) (*Client, error) {
+	if secret == "" {
+		return nil, errors.New("sidecar client: the sidecar secret is required")
+	}
+	if hc == nil {
+		hc = &http.Client{Timeout: 60 * time.Second}
+	}
+	if sock, ok := strings.CutPrefix(baseURL, "unix://"); ok {
+		if sock == "" {
+			return nil, errors.New("sidecar client: unix:// needs a socket path")
+		}
+		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}
+		cc := *hc
+		cc.Transport = tr
+		hc = &cc
+		baseURL = "http://sidecar"
+	}
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("sidecar client: %q is not an http(s) or unix:// URL", baseURL)
+	}
+	return &Client{base: strings.TrimSuffix(baseURL, "/"), secret: secret, hc: hc}, nil
+}
+
+// Error is an error answer of the sidecar API.
+type Error struct {
+	Status   int      `json:"-"`
+	Code     string   `json:"error"`
+	Message  string   `json:"message"`
+	Accounts []string `json:"accounts,omitempty"`
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("sidecar: HTTP %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Connection describes a connection (never a token).
+type Connection struct {
+	ID       string   `json:"id"`
+	Provider string   `json:"provider"`
+	Account  string   `json:"account"`
+	Scopes   []string `json:"scopes"`
+	Status   string   `json:"status"`
+}
+
+// InputRequest is an MCP input request to copy into the caller's own
+// InputRequiredResult.
+type InputRequest struct {
+	Method string            `json:"method"`
+	Params *mcp.ElicitParams `json:"params"`
+}
+
+// RequireResult is the answer of Require. Status is connected,
+// input_required, declined or cancelled.
+type RequireResult struct {
+	Status       string        `json:"status"`
+	Connection   *Connection   `json:"connection,omitempty"`
+	InputRequest *InputRequest `json:"input_request,omitempty"`
+	RequestState string        `json:"request_state,omitempty"`
+	Message      string        `json:"message,omitempty"`
+}
+
+// InputRequired returns the MCP tool result asking the user to connect:
+// the input request under key, and the state to echo on the retry.
+func (r *RequireResult) InputRequired(key string) *mcp.CallToolResult {
+	if r.InputRequest == nil {
+		return nil
+	}
+	return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{key: r.InputRequest.Params}, RequestState: r.RequestState}
+}
+
+func (c *Client) do(ctx context.Context, userToken, method, path string, hdr http.Header, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range hdr {
+		req.Header[k] = vs
+	}
+	req.Header.Set("Broker-Sidecar-Secret", c.secret)
+	req.Header.Set("Authorization", "Bearer "+userToken)
+	return c.hc.Do(req)
+}
+
+func (c *Client) postJSON(ctx context.Context, userToken, path string, in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, userToken, http.MethodPost, path, http.Header{"Content-Type": {"application/json"}}, bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("sidecar: %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("sidecar: %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return decodeError(resp.StatusCode, data)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("sidecar: %s: malformed answer", path)
+	}
+	return nil
+}
+
+func decodeError(status int, data []byte) error {
+	e := &Error{Status: status}
+	if json.Unmarshal(data, e) != nil || e.Code == "" {
+		e.Code, e.Message = "http_error", http.StatusText(status)
+	}
+	return e
+}
+
+// Require makes sure the user behind userToken has connected provider with
+// scopes. requestState is "" on the first call and the previous answer's
+// RequestState on the retry.
+func (c *Client) Require(ctx context.Context, userToken, provider string, scopes []string, requestState string) (*RequireResult, error) {
+	var out RequireResult
+	err := c.postJSON(ctx, userToken, "/v1/require", map[string]any{
+		"provider": provider, "scopes": scopes, "request_state": requestState,
+	}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Response is a provider API answer relayed by the broker.
+type Response struct {
+	Status    int
+	Header    http.Header
+	Body      []byte
+	Truncated bool
+}
+
+// Request describes a provider API call through the broker.
+type Request struct {
+	Method  string // default GET
+	Path    string // relative to the provider's API base, starting with /
+	Query   url.Values
+	Header  http.Header // only the broker's allow-listed headers are passed on
+	Body    []byte
+	Account string // needed when several accounts are connected
+}
+
+// Do calls provider's API as the user behind userToken. A non-nil error is
+// either a transport failure or an *Error from the broker; the provider's
+// own answers (any status) come back as a Response.
+func (c *Client) Do(ctx context.Context, userToken, provider string, r Request) (*Response, error) {
+	if r.Method == "" {
+		r.Method = http.MethodGet
+	}
+	path := "/v1/proxy/" + url.PathEscape(provider) + r.Path
+	if len(r.Query) > 0 {
+		path += "?" + r.Query.Encode()
+	}
+	hdr := r.Header.Clone()
+	if hdr == nil {
+		hdr = http.Header{}
+	}
+	if r.Account != "" {
+		hdr.Set("Broker-Account", r.Account)
+	}
+	resp, err := c.do(ctx, userToken, r.Method, path, hdr, bytes.NewReader(r.Body))
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: proxy: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: proxy: %w", err)
+	}
+	if resp.Header.Get("Broker-Truncated") == "" && isBrokerError(resp) {
+		return nil, decodeError(resp.StatusCode, data)
+	}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: data, Truncated: resp.Header.Get("Broker-Truncated") == "true"}, nil
+}
+
+// isBrokerError tells the broker's own refusals from relayed answers: the
+// broker's carry its JSON error body and one of its status codes.
+func isBrokerError(resp *http.Response) bool {
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusBadRequest, http.StatusNotFound, http.StatusConflict,
+		http.StatusRequestEntityTooLarge, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusInternalServerError,
+		http.StatusUnsupportedMediaType, http.StatusServiceUnavailable:
+	default:
+		return false
+	}
+	return resp.Header.Get("Broker-Error") == "true"
+}
+
+// Token is an exported access token (only for providers that opt in).
+type Token struct {
+	AccessToken string    `json:"access_token"`
+	TokenType   string    `json:"token_type"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
+// Token returns the current access token of the user's provider
+// connection, when the broker's configuration allows exporting it.
+func (c *Client) Token(ctx context.Context, userToken, provider, account string) (*Token, error) {
+	var out Token
+	if err := c.postJSON(ctx, userToken, "/v1/token", map[string]string{"provider": provider, "account": account}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

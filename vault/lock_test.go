@@ -1,0 +1,93 @@
+package vault_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"credbroker/vault"
+	"credbroker/vault/memstore"
+)
+
+// wrapped hides a store behind a wrapper that only offers Unwrap.
+type wrapped struct{ vault.Store }
+
+func (w wrapped) Unwrap() vault.Store { return w.Store }
+
+type lockingStore struct {
+	vault.Store
+	*vault.LocalLocker
+}
+
+func TestLockerFor(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := lockingStore{memstore.New(kr), vault.NewLocalLocker()}
+	tests := []struct {
+		name  string
+		store vault.Store
+		want  vault.Locker // nil: a fresh LocalLocker
+	}{
+		{"store is a Locker", ls, ls},
+		{"behind a wrapper", wrapped{wrapped{ls}}, ls},
+		{"no Locker anywhere", wrapped{memstore.New(kr)}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := vault.LockerFor(tt.store)
+			if tt.want != nil && got != tt.want {
+				t.Fatalf("LockerFor = %T, want the store's own Locker", got)
+			}
+			if _, ok := got.(*vault.LocalLocker); tt.want == nil && !ok {
+				t.Fatalf("LockerFor = %T, want a LocalLocker", got)
+			}
+		})
+	}
+}
+
+func TestLocalLocker(t *testing.T) {
+	l := vault.NewLocalLocker()
+	ctx := t.Context()
+	var inside, maxInside atomic.Int32
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			unlock, err := l.LockConnection(ctx, "c1")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			n := inside.Add(1)
+			for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
+			}
+			time.Sleep(100 * time.Microsecond)
+			inside.Add(-1)
+			unlock()
+			unlock() // idempotent
+		})
+	}
+	wg.Wait()
+	if maxInside.Load() != 1 {
+		t.Fatalf("%d holders at once", maxInside.Load())
+	}
+	// Another id is independent; a waiter gives up with its context.
+	u1, _ := l.LockConnection(ctx, "c1")
+	u2, err := l.LockConnection(ctx, "c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := l.LockConnection(short, "c1"); err == nil {
+		t.Fatal("took a held lock")
+	}
+	u1()
+	u2()
+	if l.Held() != 0 {
+		t.Fatalf("%d ids still tracked after every unlock", l.Held())
+	}
+}
