@@ -123,6 +123,9 @@ func runKeysRotate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	if isPostgresStore(f.store) {
+		return errors.New(pgRotateHelp)
+	}
 	path, err := storePath(f.store)
 	if err != nil {
 		return fmt.Errorf("--store: %w", err)
@@ -161,6 +164,14 @@ func runKeysRotate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return nil
 }
 
+// pgRotateHelp is the rotation procedure for replicas sharing PostgreSQL.
+// One command cannot do it: replicas still running with the old key ring
+// could not open records sealed with a key they do not have.
+const pgRotateHelp = `keys rotate re-seals a store that one broker uses; replicas sharing PostgreSQL rotate in two rolling restarts instead:
+  1. run ` + "`broker keys generate`" + ` and append its line LAST to every replica's key file (decrypt-only), then restart the replicas one by one;
+  2. move that line FIRST (the new primary) in every key file and restart them one by one again: each replica re-seals the records in the background on start (safe to run on all at once);
+  3. ` + "`broker keys status --store postgres://…`" + ` shows when the old key seals nothing; then remove it from every key file`
+
 func runKeysStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f keyFlags
 	if err := f.parse("keys status", args, stderr); err != nil {
@@ -170,13 +181,30 @@ func runKeysStatus(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	path, err := existingStore(f.store)
-	if err != nil {
-		return err
+	var s interface {
+		KeyUsage(context.Context) (map[string]int, error)
+		Close() error
 	}
-	s, err := openBolt(path, kr)
-	if err != nil {
-		return err
+	if isPostgresStore(f.store) {
+		ss, err := parseStore(f.store)
+		if err != nil {
+			return fmt.Errorf("--store: %w", err)
+		}
+		ps, err := openPostgres(ss.Postgres, kr)
+		if err != nil {
+			return err
+		}
+		s = ps
+	} else {
+		path, err := existingStore(f.store)
+		if err != nil {
+			return err
+		}
+		bs, err := openBolt(path, kr)
+		if err != nil {
+			return err
+		}
+		s = bs
 	}
 	defer s.Close()
 	usage, err := s.KeyUsage(ctx)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/pgstore/pgtest"
 	"credbroker/vault/vaulttest"
 )
 
@@ -114,7 +115,8 @@ func TestKeysErrors(t *testing.T) {
 		{"rotate with both", vault.GenerateKey(), []string{"keys", "rotate", "--keys-file", keysFile}, "use one", 1},
 		{"rotate with missing keys file", "", []string{"keys", "rotate", "--keys-file", filepath.Join(dir, "nope")}, "read keys file", 1},
 		{"status of missing store", "", []string{"keys", "status", "--keys-file", keysFile, "--store", filepath.Join(dir, "none.db")}, "none.db", 1},
-		{"unsupported store", "", []string{"keys", "status", "--keys-file", keysFile, "--store", "postgres://x"}, "unsupported store", 1},
+		{"remote postgres without TLS", "", []string{"keys", "status", "--keys-file", keysFile, "--store", "postgres://x"}, "not on loopback", 1},
+		{"rotate postgres", "", []string{"keys", "rotate", "--keys-file", keysFile, "--store", "postgres://127.0.0.1/db"}, "two rolling restarts", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -275,4 +277,44 @@ func TestKeysRotateWhileBrokerRuns(t *testing.T) {
 	}
 	s.Close()
 	checkSealed(t, dbPath, keysFile, n)
+}
+
+// TestKeysStatusPostgres: keys status reads a shared PostgreSQL store, so
+// operators can follow a rolling rotation there.
+func TestKeysStatusPostgres(t *testing.T) {
+	srv := pgtest.StartT(t)
+	url := srv.Schema(t)
+	dir := t.TempDir()
+	oldLine, newLine := vault.GenerateKey(), vault.GenerateKey()
+	oldRing, err := vault.ParseKeys(oldLine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openPostgres(url, oldRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c1", "c2"} {
+		if _, err := st.CreateConnection(context.Background(), vault.Connection{ID: id, Principal: vault.Principal{Issuer: "i", Subject: "s"},
+			Provider: "demo", AccountID: id, Token: vault.TokenSet{AccessToken: vault.Secret("at-" + id)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	// Step 1 of the rolling procedure: the new key is added decrypt-only.
+	keysFile := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keysFile, []byte(oldLine+"\n"+newLine+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCmd(t, "keys", "status", "--keys-file", keysFile, "--store", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldID, _, _ := strings.Cut(oldLine, ":")
+	newID, _, _ := strings.Cut(newLine, ":")
+	for _, want := range []string{oldID + "  primary       2", newID + "  decrypt-only  0", "key " + newID + " seals no records"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
 }
