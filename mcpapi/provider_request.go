@@ -168,6 +168,11 @@ func (s *Server) providerRequest(ctx context.Context, c *callContext) outcome {
 		if conn == nil {
 			return out
 		}
+		if in.Account != "" && !accountMatches(*conn, in.Account) {
+			// The browser step connected (or ensureConnection found) another
+			// account than the one asked for: never run the request as it.
+			return s.requestedAccount(ctx, c, info, req, in.Account)
+		}
 		return s.runRequest(ctx, c, info, *conn, req)
 	}
 	conns, err := s.providerConnections(ctx, c.principal, info.Name)
@@ -179,7 +184,7 @@ func (s *Server) providerRequest(ctx context.Context, c *callContext) outcome {
 	var match, active []vault.Connection
 	for _, conn := range conns {
 		accounts = append(accounts, viewOf(conn).Account)
-		if in.Account == "" || in.Account == conn.AccountLogin || in.Account == conn.AccountID {
+		if in.Account == "" || accountMatches(conn, in.Account) {
 			match = append(match, conn)
 			if conn.Status != vault.StatusNeedsReconnect {
 				active = append(active, conn)
@@ -197,6 +202,30 @@ func (s *Server) providerRequest(ctx context.Context, c *callContext) outcome {
 		return s.askAccount(c, info, active)
 	}
 	return s.runRequest(ctx, c, info, active[0], req)
+}
+
+// accountMatches reports whether c is the account a caller named (by login
+// or by the provider's account id).
+func accountMatches(c vault.Connection, account string) bool {
+	return account == c.AccountLogin || account == c.AccountID
+}
+
+// requestedAccount runs req as the named account when it is connected and
+// active, and otherwise refuses: a retry must not fall back to another
+// account of the same provider.
+func (s *Server) requestedAccount(ctx context.Context, c *callContext, info ProviderInfo, req oauthflow.APIRequest, account string) outcome {
+	conns, err := s.providerConnections(ctx, c.principal, info.Name)
+	if err != nil {
+		s.log.Error("mcpapi: list connections", "err", err.Error())
+		return internalError()
+	}
+	for _, conn := range conns {
+		if accountMatches(conn, account) && conn.Status != vault.StatusNeedsReconnect {
+			return s.runRequest(ctx, c, info, conn, req)
+		}
+	}
+	return toolError("The %s account %s is still not connected (the browser step connected another account). Nothing was sent; connect %s and call again.",
+		displayName(info), quote(account), quote(account))
 }
 
 // providerConnections returns p's connections to provider, ordered by login.

@@ -97,8 +97,38 @@ func TestProviderRequestFlows(t *testing.T) {
 			t.Fatalf("got %s", text)
 		}
 	})
+	t.Run("named account needs reconnecting; the browser connects another: refused", func(t *testing.T) {
+		// alice-work needs reconnecting; alice-gh stays active.
+		var work vault.Connection
+		conns, _ := h.store.ListConnections(context.Background(), alice)
+		for _, c := range conns {
+			if c.AccountLogin == "alice-work" {
+				work = c
+			}
+		}
+		if _, err := h.store.UpdateConnection(context.Background(), work.ID, func(c vault.Connection) (vault.Connection, error) {
+			c.Status = vault.StatusNeedsReconnect
+			return c, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		named := map[string]any{"provider": "github", "method": "DELETE", "path": "/repos/x/y", "account": "alice-work"}
+		_, d := h.callTool("alice", urlCaps, toolRequest, named, nil)
+		key, link, state := elicitation(t, d)
+		// In the browser alice signs in to a third account, not alice-work.
+		h.completeGrant(grantIDOf(t, link), alice, "alice-other")
+		before := len(api.used)
+		_, d = h.callTool("alice", urlCaps, toolRequest, named, map[string]any{"requestState": state,
+			"inputResponses": map[string]any{key: map[string]any{"action": "accept"}}})
+		text, _ := json.Marshal(d.Result)
+		if d.Result["isError"] != true || !strings.Contains(string(text), "still not connected") {
+			t.Fatalf("want a refusal, got %s", text)
+		}
+		if len(api.used) != before {
+			t.Fatalf("the request ran as another account: %v", api.used[before:])
+		}
+	})
 	if strings.Contains(h.logs.String(), providerSecret) {
 		t.Error("token in logs")
 	}
-	_ = vault.StatusActive
 }
