@@ -8,7 +8,8 @@
 //
 //	Broker-Sidecar-Secret: <BROKER_SIDECAR_SECRET>   compared in constant time
 //	Authorization: Bearer <the end user's token>     validated by the broker itself
-//	                                                  (issuer, signature, accepted audiences)
+//	                                                  (issuer, signature, accepted audiences,
+//	                                                  the broker's --required-scope if set)
 //
 // The caller never asserts who the user is: the principal comes from the
 // validated bearer token.
@@ -27,7 +28,9 @@
 //	                                 Broker-Account selects the account when several are connected.
 //	POST /v1/token                   {provider, account?} → {"access_token","token_type","expires_at"}
 //	                                 only for providers with sidecar_token_export: true; never
-//	                                 the refresh token.
+//	                                 the refresh token. Every export is an audit event
+//	                                 (token_export: principal, provider, account,
+//	                                 connection; never the token).
 //
 // The co-located server copies input_request into its own MCP
 // InputRequiredResult and sends request_state back on its retry; the state
@@ -35,7 +38,8 @@
 // "sidecar/require" and the digest of {provider, scopes}.
 //
 // Errors are JSON: {"error": code, "message": words, "accounts"?: […]}, with
-// codes unauthorized (401: secret or user token), invalid_request (400),
+// codes unauthorized (401: secret or user token), insufficient_scope (403:
+// the user token lacks the broker's --required-scope), invalid_request (400),
 // invalid_request_state (400), unknown_provider (404), not_connected and
 // needs_reconnect and account_required (409), request_refused (400),
 // body_too_large (413), token_export_disabled (403), provider_unavailable

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"credbroker/binding"
+	"credbroker/internal/telemetry"
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
 	"credbroker/vault"
@@ -40,9 +41,15 @@ type APICaller interface {
 	Do(ctx context.Context, connID string, req oauthflow.APIRequest) (oauthflow.APIResponse, error)
 }
 
+// Auditor records audit events (*telemetry.Recorder implements it).
+type Auditor interface {
+	Audit(ctx context.Context, e telemetry.Event)
+}
+
 var (
 	_ Requirer  = (*mcpapi.Server)(nil)
 	_ APICaller = (*oauthflow.Caller)(nil)
+	_ Auditor   = (*telemetry.Recorder)(nil)
 )
 
 // Options configures a Server.
@@ -56,11 +63,18 @@ type Options struct {
 	Caller    APICaller
 	Store     vault.Store
 	Providers *oauthflow.Registry
+	// RequiredScope, when set, must be among the user token's scopes (as
+	// on the MCP endpoint, broker --required-scope); tokens without it get
+	// 403 insufficient_scope on every route.
+	RequiredScope string
 	// ClientName is shown on the consent page as the requesting client
 	// (default "a co-located MCP server").
 	ClientName   string
 	MaxBodyBytes int64 // request bodies, default 1 MiB
 	Logger       *slog.Logger
+	// Audit receives an EventTokenExport for every token handed out by
+	// /v1/token (nil: log line only).
+	Audit Auditor
 }
 
 // Server serves the sidecar API.
@@ -135,6 +149,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.log.Info("sidecar: user token rejected")
 		writeError(w, http.StatusUnauthorized, "unauthorized", "the end user's token is invalid, expired or not meant for this broker", nil)
+		return
+	}
+	if s.opts.RequiredScope != "" && !slices.Contains(info.Scopes, s.opts.RequiredScope) {
+		s.log.Info("sidecar: user token lacks the required scope", "event", "sidecar_insufficient_scope")
+		w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer error=\"insufficient_scope\", scope=%q", s.opts.RequiredScope))
+		writeError(w, http.StatusForbidden, "insufficient_scope", fmt.Sprintf("the end user's token lacks the required scope %q", s.opts.RequiredScope), nil)
 		return
 	}
 	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, info.Principal)))
@@ -425,6 +445,11 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		out.ExpiresAt = &t
 	}
 	s.log.Info("sidecar: access token exported", "event", "token_exported", "provider", p.Name, "connection", c.ID)
+	if s.opts.Audit != nil {
+		v := viewOf(c)
+		s.opts.Audit.Audit(r.Context(), telemetry.Event{Kind: telemetry.EventTokenExport, Principal: principal(r),
+			Provider: p.Name, Account: v.Account, Connection: c.ID, Via: "sidecar"})
+	}
 	var buf bytes.Buffer
 	_ = json.NewEncoder(&buf).Encode(out)
 	w.Header().Set("Content-Type", "application/json")

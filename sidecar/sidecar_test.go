@@ -126,3 +126,112 @@ func isCode(err error, code string) bool {
 	var e *client.Error
 	return errors.As(err, &e) && e.Code == code
 }
+
+// connect makes user's demo account accountID connected and returns it.
+func connect(t *testing.T, st *sidecartest.Stack, sc *client.Client, userToken, user, accountID string) string {
+	t.Helper()
+	rr, err := sc.Require(context.Background(), userToken, "demo", []string{"repos"}, "")
+	if err != nil || rr.Status != "input_required" {
+		t.Fatalf("require: %+v %v", rr, err)
+	}
+	return st.CompleteConnect(rr.InputRequest.Params.URL, user, accountID).ID
+}
+
+func TestSidecarRequiredScope(t *testing.T) {
+	const scope = "broker:use"
+	for _, tc := range []struct {
+		name     string
+		required string
+		scopes   []string
+		refused  bool
+	}{
+		{"required, token has it", scope, []string{"openid", scope}, false},
+		{"required, token has none", scope, nil, true},
+		{"required, token has others", scope, []string{"openid", "broker:used"}, true},
+		{"not required, token has none", "", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := sidecartest.Start(t, sidecartest.Options{Export: true, RequiredScope: tc.required})
+			tok := st.UserTokenWithScopes("alice", "", tc.scopes)
+			for _, route := range []struct{ method, path, body string }{
+				{http.MethodPost, "/v1/require", `{"provider":"demo"}`},
+				{http.MethodPost, "/v1/token", `{"provider":"demo"}`},
+				{http.MethodGet, "/v1/proxy/demo/user", ``},
+			} {
+				status, body := raw(t, st, route.method, route.path, st.Secret, tok, route.body)
+				refused := status == http.StatusForbidden && strings.Contains(body, `"error":"insufficient_scope"`)
+				if refused != tc.refused {
+					t.Errorf("%s %s: HTTP %d %s; refused=%v, want %v", route.method, route.path, status, body, refused, tc.refused)
+				}
+			}
+			sc, err := client.New(st.URL, st.Secret, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = sc.Do(context.Background(), tok, "demo", client.Request{Path: "/user"})
+			if want := map[bool]string{true: "insufficient_scope", false: "not_connected"}[tc.refused]; !isCode(err, want) {
+				t.Errorf("client proxy call: %v, want %s", err, want)
+			}
+		})
+	}
+}
+
+func TestSidecarTokenExportIsAudited(t *testing.T) {
+	st := sidecartest.Start(t, sidecartest.Options{Export: true})
+	ctx := context.Background()
+	sc, err := client.New(st.URL, st.Secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := st.UserToken("alice", "")
+	connID := connect(t, st, sc, alice, "alice", "1001")
+	if st.AuditLog.String() != "" {
+		t.Fatalf("audit events before any export: %s", st.AuditLog.String())
+	}
+	tok, err := sc.Token(ctx, alice, "demo", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := st.AuditLog.String()
+	for _, want := range []string{"event=token_export", "provider=demo", "account=alice-demo",
+		"connection=" + connID, "principal.sub=alice", "principal.iss=" + st.IdP.Issuer(), "via=sidecar"} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("audit log lacks %q:\n%s", want, audit)
+		}
+	}
+	if strings.Contains(audit, tok.AccessToken) || strings.Contains(audit, alice) {
+		t.Error("audit log contains a token")
+	}
+	st.CheckNoTokens("audit log", audit)
+	if n := auditCount(t, st, "token_export"); n != 1 {
+		t.Errorf("credbroker_audit_events_total{event=token_export} = %v, want 1", n)
+	}
+	// A refused export (unknown account) is not an export.
+	if _, err := sc.Token(ctx, alice, "demo", "nobody"); !isCode(err, "not_connected") {
+		t.Fatalf("export for another account: %v", err)
+	}
+	if n := auditCount(t, st, "token_export"); n != 1 {
+		t.Errorf("after a refused export: %v events, want 1", n)
+	}
+}
+
+func auditCount(t *testing.T, st *sidecartest.Stack, kind string) float64 {
+	t.Helper()
+	mfs, err := st.Telemetry.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "credbroker_audit_events_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "event" && l.GetValue() == kind {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 
 	"credbroker/internal/telemetry"
 	"credbroker/mcpapi"
@@ -76,22 +78,21 @@ func startSidecar(ctx context.Context, d brokerDeps, mcp *mcpapi.Server, caller 
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	log := d.Logger.With("component", "sidecar")
+	var audit sidecar.Auditor
+	if d.Telemetry != nil {
+		audit = d.Telemetry
+	}
 	h, err := sidecar.New(sidecar.Options{
 		Secret: c.Secret, Verify: verify, Broker: mcp, Caller: caller,
 		Store: d.Store, Providers: d.Providers, Logger: log,
+		RequiredScope: d.RequiredScope, Audit: audit,
 	})
 	if err != nil {
 		return err
 	}
 	var ln net.Listener
 	if c.Socket != "" {
-		if fi, err := os.Lstat(c.Socket); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			os.Remove(c.Socket) // a stale socket of an earlier run
-		}
-		ln, err = net.Listen("unix", c.Socket)
-		if err == nil {
-			err = os.Chmod(c.Socket, 0o600)
-		}
+		ln, err = listenUnixPrivate(c.Socket)
 	} else {
 		ln, err = net.Listen("tcp", c.Addr)
 	}
@@ -106,6 +107,53 @@ func startSidecar(ctx context.Context, d brokerDeps, mcp *mcpapi.Server, caller 
 	}()
 	log.Info("sidecar API serving", "addr", ln.Addr().String())
 	return nil
+}
+
+// listenUnixPrivate listens on a Unix socket at path that is never more
+// open than 0600, whatever the umask: the socket is created inside a fresh
+// 0700 directory next to path, set to 0600 there, and only then linked
+// into place (link, unlike rename, never replaces an existing file). A
+// stale socket at path from an earlier run is removed first; any other
+// file there is an error. Closing the listener removes path.
+func listenUnixPrivate(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path) // a stale socket of an earlier run
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".sidecar-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false) // tmp goes with dir; path is removed by Close
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := os.Link(tmp, path); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return &unixListener{UnixListener: ln, path: path}, nil
+}
+
+// unixListener reports the socket's final path and removes it on Close.
+type unixListener struct {
+	*net.UnixListener
+	path string
+	once sync.Once
+}
+
+func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
+
+func (l *unixListener) Close() error {
+	err := l.UnixListener.Close()
+	l.once.Do(func() { os.Remove(l.path) })
+	return err
 }
 
 // newCaller builds the token and API caller shared by provider_request

@@ -16,10 +16,11 @@ const (
 	EventNeedsReconnect   = "needs_reconnect"   // a connection was marked needs_reconnect
 	EventIdentityMismatch = "identity_mismatch" // a connect link was opened by another principal
 	EventKeyRotation      = "key_rotation"      // records were re-sealed with a new primary key
+	EventTokenExport      = "token_export"      // a provider access token was handed to a sidecar
 )
 
 var knownEvents = []string{EventConnect, EventDisconnect, EventRevoke, EventRefreshFailed,
-	EventNeedsReconnect, EventIdentityMismatch, EventKeyRotation}
+	EventNeedsReconnect, EventIdentityMismatch, EventKeyRotation, EventTokenExport}
 
 // Event is one audit record. It has no field for secret material: tokens,
 // codes, cookies and client secrets have no place in it.

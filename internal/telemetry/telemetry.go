@@ -1,7 +1,7 @@
 // Package telemetry is what credbroker tells its operator: Prometheus
 // metrics (one registry per Recorder, served by Handler) and the audit log
 // (structured slog events for connect, disconnect, revoke, refresh failure,
-// needs_reconnect, identity mismatch and key rotation).
+// needs_reconnect, identity mismatch, key rotation and sidecar token export).
 //
 // A nil *Recorder is valid and records nothing, so every hook is optional.
 // Labels are bounded: method, tool, era and provider values outside the

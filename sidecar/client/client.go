@@ -22,39 +22,71 @@ import (
 
 // Client talks to one broker's sidecar listener.
 type Client struct {
-	base   string
-	secret string
-	hc     *http.Client
+	base string
+	hc   *http.Client
 }
 
 // New returns a client for baseURL ("http://127.0.0.1:8081", or
 // "unix:///run/credbroker/sidecar.sock" for a Unix socket) authenticating
-// with the sidecar secret. hc may be nil.
+// with the sidecar secret. hc may be nil; the client works on a copy of it
+// that never follows redirects (a provider's 3xx, relayed by /v1/proxy,
+// comes back as a Response) and that sends the sidecar secret and the
+// user's token only to the sidecar's own scheme and host.
 func New(baseURL, secret string, hc *http.Client) (*Client, error) {
 	if secret == "" {
 		return nil, errors.New("sidecar client: the sidecar secret is required")
 	}
-	if hc == nil {
-		hc = &http.Client{Timeout: 60 * time.Second}
+	cc := http.Client{Timeout: 60 * time.Second}
+	if hc != nil {
+		cc = *hc
 	}
+	next := cc.Transport
 	if sock, ok := strings.CutPrefix(baseURL, "unix://"); ok {
 		if sock == "" {
 			return nil, errors.New("sidecar client: unix:// needs a socket path")
 		}
-		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		next = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		}}
-		cc := *hc
-		cc.Transport = tr
-		hc = &cc
 		baseURL = "http://sidecar"
 	}
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("sidecar client: %q is not an http(s) or unix:// URL", baseURL)
 	}
-	return &Client{base: strings.TrimSuffix(baseURL, "/"), secret: secret, hc: hc}, nil
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	cc.Transport = &credTransport{scheme: u.Scheme, host: u.Host, secret: secret, next: next}
+	cc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Client{base: strings.TrimSuffix(baseURL, "/"), hc: &cc}, nil
 }
+
+// userTokenKey carries the end user's token of one call to credTransport.
+type userTokenKey struct{}
+
+// credTransport adds the sidecar secret and the user's token to requests
+// for the sidecar's scheme and host, and strips them from any other.
+type credTransport struct {
+	scheme, host string
+	secret       string
+	next         http.RoundTripper
+}
+
+func (t *credTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Header.Del(secretHeader)
+	r.Header.Del("Authorization")
+	if strings.EqualFold(r.URL.Scheme, t.scheme) && strings.EqualFold(r.URL.Host, t.host) {
+		r.Header.Set(secretHeader, t.secret)
+		if tok, ok := r.Context().Value(userTokenKey{}).(string); ok {
+			r.Header.Set("Authorization", "Bearer "+tok)
+		}
+	}
+	return t.next.RoundTrip(r)
+}
+
+const secretHeader = "Broker-Sidecar-Secret"
 
 // Error is an error answer of the sidecar API.
 type Error struct {
@@ -104,15 +136,13 @@ func (r *RequireResult) InputRequired(key string) *mcp.CallToolResult {
 }
 
 func (c *Client) do(ctx context.Context, userToken, method, path string, hdr http.Header, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	req, err := http.NewRequestWithContext(context.WithValue(ctx, userTokenKey{}, userToken), method, c.base+path, body)
 	if err != nil {
 		return nil, err
 	}
 	for k, vs := range hdr {
 		req.Header[k] = vs
 	}
-	req.Header.Set("Broker-Sidecar-Secret", c.secret)
-	req.Header.Set("Authorization", "Bearer "+userToken)
 	return c.hc.Do(req)
 }
 
@@ -216,7 +246,7 @@ func (c *Client) Do(ctx context.Context, userToken, provider string, r Request) 
 // broker's carry its JSON error body and one of its status codes.
 func isBrokerError(resp *http.Response) bool {
 	switch resp.StatusCode {
-	case http.StatusUnauthorized, http.StatusBadRequest, http.StatusNotFound, http.StatusConflict,
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusBadRequest, http.StatusNotFound, http.StatusConflict,
 		http.StatusRequestEntityTooLarge, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusInternalServerError,
 		http.StatusUnsupportedMediaType, http.StatusServiceUnavailable:
 	default:

@@ -25,6 +25,7 @@ import (
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
+	"credbroker/internal/telemetry"
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
 	"credbroker/sidecar"
@@ -44,6 +45,8 @@ const redirectURI = PublicURL + "/oauth/demo/callback"
 type Options struct {
 	// Export sets sidecar_token_export on the demo provider.
 	Export bool
+	// RequiredScope is the sidecar's Options.RequiredScope.
+	RequiredScope string
 }
 
 // Stack is the running broker core.
@@ -61,6 +64,9 @@ type Stack struct {
 	URL       string // the sidecar listener
 	Secret    string
 	Logs      *SyncBuffer
+	// Telemetry is the sidecar's Auditor; its audit log goes to AuditLog.
+	Telemetry *telemetry.Recorder
+	AuditLog  *SyncBuffer
 
 	mu     sync.Mutex // guards tokens
 	tokens []string
@@ -89,7 +95,7 @@ const demoSecret = "demo-client-secret-value-0123"
 // Start builds and starts the stack; everything stops at test cleanup.
 func Start(tb testing.TB, o Options) *Stack {
 	tb.Helper()
-	s := &Stack{tb: tb, Logs: &SyncBuffer{}, Secret: "sidecar-secret-0123456789abcdef"}
+	s := &Stack{tb: tb, Logs: &SyncBuffer{}, AuditLog: &SyncBuffer{}, Secret: "sidecar-secret-0123456789abcdef"}
 	log := slog.New(slog.NewTextHandler(s.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s.IdP = devidptest.Start(tb, nil, nil)
 	mux := http.NewServeMux()
@@ -147,9 +153,12 @@ func Start(tb testing.TB, o Options) *Stack {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	s.Telemetry = telemetry.New(telemetry.Options{Providers: s.Providers.Names(),
+		Audit: slog.New(slog.NewTextHandler(s.AuditLog, nil))})
 	s.Sidecar, err = sidecar.New(sidecar.Options{
 		Secret: vault.Secret(s.Secret), Verify: verify, Broker: s.MCP, Caller: s.Caller,
 		Store: s.Store, Providers: s.Providers, Logger: log.With("component", "sidecar"),
+		RequiredScope: o.RequiredScope, Audit: s.Telemetry,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -177,10 +186,16 @@ func (c catalog) ProviderNames() []string { return c.r.Names() }
 // audience aud (Audience when "").
 func (s *Stack) UserToken(user, aud string) string {
 	s.tb.Helper()
+	return s.UserTokenWithScopes(user, aud, nil)
+}
+
+// UserTokenWithScopes is UserToken with a scope claim.
+func (s *Stack) UserTokenWithScopes(user, aud string, scopes []string) string {
+	s.tb.Helper()
 	if aud == "" {
 		aud = Audience
 	}
-	tok, _, err := s.IdP.MintAccessToken(user, aud, nil, time.Hour)
+	tok, _, err := s.IdP.MintAccessToken(user, aud, scopes, time.Hour)
 	if err != nil {
 		s.tb.Fatal(err)
 	}
