@@ -3,6 +3,7 @@ package oauthflow
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -277,7 +278,8 @@ func (k *Caller) prepare(p *Provider, req APIRequest) (*url.URL, http.Header, er
 // when the API answers 401 to an unexpired token). Requests that could
 // leave the API base, or that the provider's allow-list does not name,
 // return a *RequestError before anything is sent. Redirects are followed
-// only on the API host, within the base path.
+// only on the API host, within the base path, to a method and path the
+// allow-list names; any other redirect is returned as is.
 func (k *Caller) Do(ctx context.Context, id string, req APIRequest) (APIResponse, error) {
 	meta, err := k.opts.Store.GetConnection(ctx, id)
 	if err != nil {
@@ -355,11 +357,10 @@ func (k *Caller) send(ctx context.Context, p *Provider, conn vault.Connection, m
 	hreq.Header.Set("Authorization", tt+" "+conn.Token.AccessToken.Reveal())
 	cl := *k.opts.HTTPClient
 	cl.CheckRedirect = func(r *http.Request, via []*http.Request) error {
-		if len(via) >= 5 {
-			return http.ErrUseLastResponse
-		}
-		if underBase(base, r.URL) != nil {
-			// Never follow with the token to another host or outside the base.
+		if len(via) >= 5 || !redirectAllowed(p, base, r) {
+			// Never follow with the token to another host, outside the base
+			// or to a method and path the allow-list does not name (a 307
+			// or 308 replays the method and body): the caller gets the 3xx.
 			return http.ErrUseLastResponse
 		}
 		return nil
@@ -380,30 +381,119 @@ func (k *Caller) send(ctx context.Context, p *Provider, conn vault.Connection, m
 		return APIResponse{}, fmt.Errorf("%w: %s API: %s", ErrProviderUnavailable, p.Name, describeRefreshErr(err))
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, k.opts.MaxResponseBody+1))
+	// An API that echoes the request (a debugging endpoint, an error
+	// message) must not hand the token back to the caller, in any of the
+	// encodings an echo is likely to use. A token starting before the cap
+	// is read whole so it is redacted whole, then the body is cut.
+	forms := secretForms(conn.Token.AccessToken.Reveal())
+	longest := 0
+	for _, f := range forms {
+		longest = max(longest, len(f))
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, k.opts.MaxResponseBody+int64(longest)+1))
 	if err != nil {
 		return APIResponse{}, fmt.Errorf("%w: %s API: reading the answer failed", ErrProviderUnavailable, p.Name)
 	}
 	out := APIResponse{Status: resp.StatusCode, Header: http.Header{}}
-	if int64(len(b)) > k.opts.MaxResponseBody {
-		b, out.Truncated = b[:k.opts.MaxResponseBody], true
-	}
-	// An API that echoes the request (a debugging endpoint, an error
-	// message) must not hand the token back to the caller.
-	secret := conn.Token.AccessToken.Reveal()
-	out.Body = b
-	if secret != "" {
-		out.Body = bytes.ReplaceAll(b, []byte(secret), []byte("REDACTED"))
-	}
+	out.Body, out.Truncated = redactCapped(b, forms, k.opts.MaxResponseBody)
 	for name, vs := range resp.Header {
 		if responseHeader(name) {
 			for _, v := range vs {
-				if secret != "" {
-					v = strings.ReplaceAll(v, secret, "REDACTED")
+				for _, f := range forms {
+					v = strings.ReplaceAll(v, string(f), redacted)
 				}
 				out.Header.Add(name, v)
 			}
 		}
 	}
 	return out, nil
+}
+
+// redirectAllowed reports whether the API client may follow a redirect to
+// r: on the API host, under the base path, to a path that passes
+// checkAPIPath and, with r's method, the provider's allow-list.
+func redirectAllowed(p *Provider, base *url.URL, r *http.Request) bool {
+	if underBase(base, r.URL) != nil {
+		return false
+	}
+	rel, ok := strings.CutPrefix(r.URL.EscapedPath(), strings.TrimSuffix(base.EscapedPath(), "/"))
+	if !ok || rel == "" {
+		return false
+	}
+	if _, err := checkAPIPath(rel); err != nil {
+		return false
+	}
+	return slices.Contains(APIMethods, r.Method) && p.requestAllowed(r.Method, rel)
+}
+
+// redacted replaces the access token in API answers.
+const redacted = "REDACTED"
+
+// secretForms returns the encodings of an access token an API might echo:
+// as is, JSON-escaped (with and without HTML escaping, with "\/") and URL-
+// encoded. Empty for an empty token.
+func secretForms(secret string) [][]byte {
+	if secret == "" {
+		return nil
+	}
+	quoted := func(escapeHTML bool) string {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(escapeHTML)
+		_ = enc.Encode(secret)
+		return strings.TrimSuffix(strings.TrimSpace(buf.String()), `"`)[1:]
+	}
+	jsonHTML, jsonPlain := quoted(true), quoted(false)
+	var forms [][]byte
+	for _, f := range []string{secret, jsonHTML, jsonPlain, strings.ReplaceAll(jsonHTML, "/", `\/`),
+		strings.ReplaceAll(jsonPlain, "/", `\/`), url.QueryEscape(secret), url.PathEscape(secret)} {
+		if !slices.ContainsFunc(forms, func(g []byte) bool { return string(g) == f }) {
+			forms = append(forms, []byte(f))
+		}
+	}
+	return forms
+}
+
+// redactCapped replaces every form in b that starts before limit with
+// redacted and cuts the rest at limit (of b's original positions, so text
+// shifting left after a replacement cannot bring a partial token in), and
+// the result at limit bytes. It reports whether anything was cut.
+func redactCapped(b []byte, forms [][]byte, limit int64) ([]byte, bool) {
+	out := make([]byte, 0, min(int64(len(b)), limit))
+	// next[f] caches where form f next occurs at or after i (-1: nowhere),
+	// so each form is searched for once per occurrence, not once per
+	// replacement.
+	next := make([]int, len(forms))
+	for f := range forms {
+		next[f] = -2
+	}
+	i := 0
+	for int64(i) < limit && i < len(b) {
+		at, form := -1, -1
+		for f, fb := range forms {
+			if next[f] == -2 || next[f] >= 0 && next[f] < i {
+				next[f] = -1
+				if j := bytes.Index(b[i:], fb); j >= 0 {
+					next[f] = i + j
+				}
+			}
+			if n := next[f]; n >= 0 && (at < 0 || n < at || n == at && len(fb) > len(forms[form])) {
+				at, form = n, f
+			}
+		}
+		if at < 0 || int64(at) >= limit {
+			end := int(min(limit, int64(len(b))))
+			out = append(out, b[i:end]...)
+			i = end
+			break
+		}
+		out = append(out, b[i:at]...)
+		out = append(out, redacted...)
+		i = at + len(forms[form])
+	}
+	if int64(len(out)) > limit {
+		// A replacement just before the cap ran past it.
+		return out[:limit], true
+	}
+	return out, i < len(b)
 }

@@ -115,7 +115,7 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 	if fs.Verifier != "" {
 		opts = append(opts, oauth2.VerifierOption(fs.Verifier))
 	}
-	tok, err := conf.Exchange(ctx, cp.Code, opts...)
+	tok, err := conf.Exchange(f.tokenCtx(r.Context()), cp.Code, opts...)
 	if err != nil {
 		f.exchangeFailed(w, s, p, err)
 		return

@@ -158,7 +158,8 @@ func (f *Flow) Revoke(ctx context.Context, c vault.Connection) (bool, error) {
 		return false, nil
 	}
 	req.SetBasicAuth(url.QueryEscape(p.ClientID), url.QueryEscape(p.ClientSecret.Reveal()))
-	resp, err := f.client.Do(req)
+	// Never redirected: a 307/308 would replay the token elsewhere.
+	resp, err := noRedirectClient(f.client).Do(req)
 	if err != nil {
 		return false, fmt.Errorf("oauthflow: revoke %s: %w", p.Name, err)
 	}

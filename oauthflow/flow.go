@@ -134,6 +134,14 @@ func (f *Flow) clientCtx(ctx context.Context) context.Context {
 	return oidc.ClientContext(ctx, f.client)
 }
 
+// tokenCtx carries, for x/oauth2, a copy of the configured HTTP client
+// that never follows redirects: a token request carries the code, the
+// PKCE verifier and the client secret, which a 307/308 would replay to
+// wherever it points.
+func (f *Flow) tokenCtx(ctx context.Context) context.Context {
+	return context.WithValue(ctx, oauth2.HTTPClient, noRedirectClient(f.client))
+}
+
 // Register mounts the browser routes on mux.
 func (f *Flow) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /connect/{grant}", f.handleLanding)
@@ -216,7 +224,7 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := f.clientCtx(r.Context())
-	tok, err := f.idpConf.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(ls.Verifier))
+	tok, err := f.idpConf.Exchange(f.tokenCtx(r.Context()), q.Get("code"), oauth2.VerifierOption(ls.Verifier))
 	if err != nil {
 		f.log.Warn("broker sign-in: code exchange failed", "err", describeTokenErr(err))
 		f.renderError(w, errorPage{Heading: "Sign-in failed", Status: http.StatusBadGateway,

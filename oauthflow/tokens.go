@@ -20,7 +20,8 @@ import (
 // Errors returned (wrapped) by Caller.
 var (
 	// ErrNeedsReconnect: the provider refused the stored grant
-	// (invalid_grant, or an expired token with no refresh token); the
+	// (invalid_grant, GitHub's bad_refresh_token, or an expired token with
+	// no refresh token); the
 	// connection is marked vault.StatusNeedsReconnect and the user must
 	// connect again.
 	ErrNeedsReconnect = errors.New("oauthflow: the connection must be reconnected")
@@ -86,11 +87,14 @@ type Caller struct {
 	discovered map[string]*oidc.Provider
 }
 
-// flight is one refresh in progress; waiters block on done.
+// flight is one refresh in progress; waiters block on done. stale is the
+// access token the flight was started to replace ("" for an ordinary
+// refresh before expiry).
 type flight struct {
-	done chan struct{}
-	conn vault.Connection
-	err  error
+	done  chan struct{}
+	stale vault.Secret
+	conn  vault.Connection
+	err   error
 }
 
 // NewCaller validates opts and builds a Caller.
@@ -182,29 +186,45 @@ func (k *Caller) ForceRefresh(ctx context.Context, id string, stale vault.Secret
 // refresh joins or starts the connection's single refresh flight. The
 // flight runs detached from ctx, so one caller leaving does not fail the
 // others or lose a rotated refresh token; ctx only bounds the wait.
+//
+// A forced refresh (stale set) that joined a flight started for another
+// reason may get back stale itself (that flight found it fresh): it then
+// runs a flight of its own, so the token the provider refused is replaced.
 func (k *Caller) refresh(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
+	for attempt := 1; ; attempt++ {
+		f := k.join(ctx, id, stale)
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return vault.Connection{}, ctx.Err()
+		}
+		// Bounded: other callers' flights cannot keep this one waiting.
+		if f.err != nil || stale == "" || f.stale == stale || f.conn.Token.AccessToken != stale || attempt == 3 {
+			return f.conn, f.err
+		}
+	}
+}
+
+// join returns the connection's flight in progress, starting one for
+// stale when there is none.
+func (k *Caller) join(ctx context.Context, id string, stale vault.Secret) *flight {
 	k.mu.Lock()
-	f := k.flights[id]
-	if f == nil {
-		f = &flight{done: make(chan struct{})}
-		k.flights[id] = f
-		go func() {
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*k.opts.SaveTimeout+time.Minute)
-			defer cancel()
-			f.conn, f.err = k.refreshOnce(fctx, id, stale)
-			k.mu.Lock()
-			delete(k.flights, id)
-			k.mu.Unlock()
-			close(f.done)
-		}()
+	defer k.mu.Unlock()
+	if f := k.flights[id]; f != nil {
+		return f
 	}
-	k.mu.Unlock()
-	select {
-	case <-f.done:
-		return f.conn, f.err
-	case <-ctx.Done():
-		return vault.Connection{}, ctx.Err()
-	}
+	f := &flight{done: make(chan struct{}), stale: stale}
+	k.flights[id] = f
+	go func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*k.opts.SaveTimeout+time.Minute)
+		defer cancel()
+		f.conn, f.err = k.refreshOnce(fctx, id, stale)
+		k.mu.Lock()
+		delete(k.flights, id)
+		k.mu.Unlock()
+		close(f.done)
+	}()
+	return f
 }
 
 // refreshOnce is the body of a flight: reload, re-check, refresh, save.
@@ -255,8 +275,8 @@ func (k *Caller) refreshOnce(ctx context.Context, id string, stale vault.Secret)
 			break
 		}
 		var re *oauth2.RetrieveError
-		if errors.As(err, &re) && (re.ErrorCode == "invalid_grant" || re.Response != nil && re.Response.StatusCode < 500 && re.Response.StatusCode != http.StatusTooManyRequests) {
-			if re.ErrorCode == "invalid_grant" {
+		if errors.As(err, &re) && (grantRefused(re.ErrorCode) || re.Response != nil && re.Response.StatusCode < 500 && re.Response.StatusCode != http.StatusTooManyRequests) {
+			if grantRefused(re.ErrorCode) {
 				// Lost a race with another process that rotated the token?
 				if now, gerr := k.opts.Store.GetConnection(ctx, id); gerr == nil && now.Token.RefreshToken != cur.Token.RefreshToken {
 					return now, nil
@@ -370,6 +390,13 @@ func (k *Caller) markNeedsReconnect(ctx context.Context, cur vault.Connection, l
 // reasonInvalidGrant is markNeedsReconnect's reason when the provider
 // refused the refresh token.
 const reasonInvalidGrant = "the provider answered invalid_grant"
+
+// grantRefused reports whether a token endpoint error code means the
+// refresh token is dead: RFC 6749's invalid_grant, or GitHub's
+// bad_refresh_token (which GitHub answers with HTTP 200).
+func grantRefused(code string) bool {
+	return code == "invalid_grant" || code == "bad_refresh_token"
+}
 
 // refreshFailed counts and audits a refresh that failed without killing
 // the connection (its stored tokens stay as they were).
