@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"html"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +20,7 @@ import (
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/fakeprovider"
+	"credbroker/internal/htmlform"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
 )
@@ -282,42 +281,15 @@ func (a *agent) post(u string, form url.Values) page {
 	return a.do(req)
 }
 
-var (
-	formRE  = regexp.MustCompile(`(?s)<form[^>]*method="post"[^>]*action="([^"]*)"[^>]*>(.*?)</form>`)
-	inputRE = regexp.MustCompile(`<input[^>]*>`)
-	attrRE  = regexp.MustCompile(`(\w+)="([^"]*)"`)
-)
-
 // submit posts the page's form whose action contains actionPart, with its
 // hidden inputs plus extra.
 func (a *agent) submit(p page, actionPart string, extra url.Values) page {
 	a.h.t.Helper()
-	for _, m := range formRE.FindAllStringSubmatch(p.body, -1) {
-		action := html.UnescapeString(m[1])
-		if !strings.Contains(action, actionPart) {
-			continue
-		}
-		vals := url.Values{}
-		for _, in := range inputRE.FindAllString(m[2], -1) {
-			attrs := map[string]string{}
-			for _, am := range attrRE.FindAllStringSubmatch(in, -1) {
-				attrs[am[1]] = html.UnescapeString(am[2])
-			}
-			if attrs["type"] == "hidden" {
-				vals.Set(attrs["name"], attrs["value"])
-			}
-		}
-		for k, v := range extra {
-			vals[k] = v
-		}
-		target, err := p.url.Parse(action)
-		if err != nil {
-			a.h.t.Fatal(err)
-		}
-		return a.post(target.String(), vals)
+	target, vals, err := htmlform.Find(p.url, p.body, actionPart, extra)
+	if err != nil {
+		a.h.t.Fatalf("%v on %s:\n%s", err, p.url, p.body)
 	}
-	a.h.t.Fatalf("no form with action containing %q on %s:\n%s", actionPart, p.url, p.body)
-	return page{}
+	return a.post(target.String(), vals)
 }
 
 // signInIfAsked completes the devidp sign-in form when p is it.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"html"
 	"io"
 	"net"
 	"net/http"
@@ -16,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,28 +25,11 @@ import (
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/fakeprovider"
+	"credbroker/internal/htmlform"
 	"credbroker/internal/telemetry"
 	"credbroker/oauthflow"
 	"credbroker/vault"
 )
-
-// lockedBuffer collects log output written from concurrent handlers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // opsStack is the whole broker mounted in-process exactly as `serve` mounts
 // it (bolt store, JSON logs behind the redacting handler, telemetry), with
@@ -58,7 +39,7 @@ type opsStack struct {
 	srv   *httptest.Server
 	idp   *devidp.IdP
 	gh    *fakeprovider.GitHub
-	logs  *lockedBuffer
+	logs  *syncBuffer
 	store vault.Store
 
 	mu      sync.Mutex
@@ -113,7 +94,7 @@ const (
 
 func newOpsStack(t *testing.T) *opsStack {
 	t.Helper()
-	s := &opsStack{t: t, logs: &lockedBuffer{}, secrets: map[string]string{}}
+	s := &opsStack{t: t, logs: &syncBuffer{}, secrets: map[string]string{}}
 	mux := http.NewServeMux()
 	s.srv = httptest.NewServer(mux)
 	t.Cleanup(s.srv.Close)
@@ -316,41 +297,17 @@ func (b *browser) get(u string) page {
 	return b.do(req)
 }
 
-var (
-	formRE  = regexp.MustCompile(`(?s)<form[^>]*method="post"[^>]*action="([^"]*)"[^>]*>(.*?)</form>`)
-	inputRE = regexp.MustCompile(`<input[^>]*>`)
-	attrRE  = regexp.MustCompile(`(\w+)="([^"]*)"`)
-)
-
 // submit posts p's form whose action contains actionPart: its hidden
 // inputs plus extra.
 func (b *browser) submit(p page, actionPart string, extra url.Values) page {
 	b.s.t.Helper()
-	for _, m := range formRE.FindAllStringSubmatch(p.body, -1) {
-		action := html.UnescapeString(m[1])
-		if !strings.Contains(action, actionPart) {
-			continue
-		}
-		vals := url.Values{}
-		for _, in := range inputRE.FindAllString(m[2], -1) {
-			attrs := map[string]string{}
-			for _, am := range attrRE.FindAllStringSubmatch(in, -1) {
-				attrs[am[1]] = html.UnescapeString(am[2])
-			}
-			if attrs["type"] == "hidden" {
-				vals.Set(attrs["name"], attrs["value"])
-			}
-		}
-		for k, v := range extra {
-			vals[k] = v
-		}
-		target, _ := p.url.Parse(action)
-		req, _ := http.NewRequest(http.MethodPost, target.String(), strings.NewReader(vals.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		return b.do(req)
+	target, vals, err := htmlform.Find(p.url, p.body, actionPart, extra)
+	if err != nil {
+		b.s.t.Fatalf("%v on %s:\n%s", err, p.url, p.body)
 	}
-	b.s.t.Fatalf("no form with action containing %q on %s (HTTP %d):\n%s", actionPart, p.url, p.status, p.body)
-	return page{}
+	req, _ := http.NewRequest(http.MethodPost, target.String(), strings.NewReader(vals.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return b.do(req)
 }
 
 // signIn completes the devidp sign-in form when p is it.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +23,7 @@ import (
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
+	"credbroker/internal/htmlform"
 	"credbroker/vault"
 	"credbroker/vault/pgstore"
 	"credbroker/vault/pgstore/pgtest"
@@ -35,14 +34,14 @@ type serveProc struct {
 	name   string
 	base   string // http://addr, the replica's own listener
 	cmd    *exec.Cmd
-	logs   *lockedBuffer
+	logs   *syncBuffer
 	exited chan struct{}
 }
 
 func startServe(t *testing.T, name, addr string, args, env []string) *serveProc {
 	t.Helper()
 	broker, _ := binaries(t)
-	p := &serveProc{name: name, base: "http://" + addr, logs: &lockedBuffer{}, exited: make(chan struct{})}
+	p := &serveProc{name: name, base: "http://" + addr, logs: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(broker, append([]string{"serve", "--addr", addr}, args...)...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
@@ -216,10 +215,7 @@ type httpPage struct {
 	body   string
 }
 
-var (
-	anyFormRE = regexp.MustCompile(`(?s)<form\b([^>]*)>(.*?)</form>`)
-	actionRE  = regexp.MustCompile(`\baction="([^"]*)"`)
-)
+var ()
 
 func fetch(t *testing.T, c *http.Client, req *http.Request) httpPage {
 	t.Helper()
@@ -236,31 +232,13 @@ func fetch(t *testing.T, c *http.Client, req *http.Request) httpPage {
 // hidden inputs plus extra, as a browser does.
 func submitForm(t *testing.T, c *http.Client, p httpPage, actionPart string, extra url.Values) httpPage {
 	t.Helper()
-	for _, m := range anyFormRE.FindAllStringSubmatch(p.body, -1) {
-		am := actionRE.FindStringSubmatch(m[1])
-		if am == nil || !strings.Contains(html.UnescapeString(am[1]), actionPart) {
-			continue
-		}
-		vals := url.Values{}
-		for _, in := range inputRE.FindAllString(m[2], -1) {
-			attrs := map[string]string{}
-			for _, a := range attrRE.FindAllStringSubmatch(in, -1) {
-				attrs[a[1]] = html.UnescapeString(a[2])
-			}
-			if attrs["type"] == "hidden" {
-				vals.Set(attrs["name"], attrs["value"])
-			}
-		}
-		for k, v := range extra {
-			vals[k] = v
-		}
-		target, _ := p.url.Parse(html.UnescapeString(am[1]))
-		req, _ := http.NewRequest(http.MethodPost, target.String(), strings.NewReader(vals.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		return fetch(t, c, req)
+	target, vals, err := htmlform.Find(p.url, p.body, actionPart, extra)
+	if err != nil {
+		t.Fatalf("%v on %s (HTTP %d):\n%.2000s", err, p.url, p.status, p.body)
 	}
-	t.Fatalf("no form with action containing %q on %s (HTTP %d):\n%.2000s", actionPart, p.url, p.status, p.body)
-	return httpPage{}
+	req, _ := http.NewRequest(http.MethodPost, target.String(), strings.NewReader(vals.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return fetch(t, c, req)
 }
 
 // replicaStack is two `broker serve` replicas sharing one PostgreSQL
