@@ -98,7 +98,10 @@ func startDev(t *testing.T, addr, data string) *devBroker {
 		t.Fatal(err)
 	}
 	ready := make(chan string, 1)
-	go func() {
+	// Both pipes are read to EOF before Wait, which closes them: calling
+	// Wait while a read is pending can lose the last output.
+	var readers sync.WaitGroup
+	readers.Go(func() {
 		sc := bufio.NewScanner(outR)
 		for sc.Scan() {
 			line := sc.Text()
@@ -109,14 +112,15 @@ func startDev(t *testing.T, addr, data string) *devBroker {
 				ready <- strings.TrimSuffix(f[2], "/mcp")
 			}
 		}
-	}()
-	go func() {
+		io.Copy(io.Discard, outR)
+	})
+	readers.Go(func() {
 		b, _ := io.ReadAll(errR)
 		d.mu.Lock()
 		d.stderr.Write(b)
 		d.mu.Unlock()
-	}()
-	go func() { d.cmd.Wait(); close(d.exited) }()
+	})
+	go func() { readers.Wait(); d.cmd.Wait(); close(d.exited) }()
 	t.Cleanup(d.Stop)
 	select {
 	case base := <-ready:
