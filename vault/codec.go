@@ -237,3 +237,22 @@ func CheckGrantUpdate(old, new Grant) error {
 	}
 	return nil
 }
+
+// DecodePrincipalConnections decodes the stored records a backend listed
+// for p (from its per-principal index) and checks each really belongs to p:
+// an index entry pointing at another principal's record is corruption, not
+// a result.
+func DecodePrincipalConnections(kr *Keyring, p Principal, recs [][]byte) ([]Connection, error) {
+	out := make([]Connection, 0, len(recs))
+	for _, rec := range recs {
+		c, err := DecodeConnection(kr, rec)
+		if err != nil {
+			return nil, err
+		}
+		if c.Principal != p {
+			return nil, fmt.Errorf("vault: connection %s is indexed under another principal: %w", c.ID, ErrMalformed)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}

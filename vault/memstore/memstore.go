@@ -104,15 +104,7 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 		recs = append(recs, s.conns[id])
 	}
 	s.mu.RUnlock()
-	out := make([]vault.Connection, 0, len(recs))
-	for _, b := range recs {
-		c, err := vault.DecodeConnection(s.kr, b)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return vault.DecodePrincipalConnections(s.kr, p, recs)
 }
 
 // UpdateConnection implements vault.Store.

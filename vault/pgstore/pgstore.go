@@ -361,18 +361,7 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: list connections: %w", err))
 	}
-	out := make([]vault.Connection, 0, len(recs))
-	for _, rec := range recs {
-		c, err := vault.DecodeConnection(s.kr, rec)
-		if err == nil && c.Principal != p {
-			err = fmt.Errorf("pgstore: connection %s is indexed under another principal: %w", c.ID, vault.ErrMalformed)
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return vault.DecodePrincipalConnections(s.kr, p, recs)
 }
 
 // UpdateConnection implements vault.Store: read, fn, then a write that only
