@@ -27,33 +27,37 @@ import (
 	"credbroker/vault/memstore"
 )
 
-// TestConcurrentProviderRequestsRefreshOnce is issue 6's refresh property
-// through the whole MCP endpoint: 100 concurrent provider_request calls on a
-// connection whose access token has expired reach the rotating demo
-// provider with exactly one refresh, all succeed, every API call uses the
-// refreshed token, and no token appears in any answer or log line.
-func TestConcurrentProviderRequestsRefreshOnce(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
-	idp := devidptest.Start(t, nil, nil)
+// demoBroker is an in-process broker (mount) with the dev IdP, the demo
+// provider on its own loopback server, a memstore and telemetry.
+type demoBroker struct {
+	srv      *httptest.Server
+	idp      *devidp.IdP
+	demo     *demoprovider.Provider
+	store    *memstore.Store
+	logs     *syncBuffer
+	redirect string
+}
 
-	// The demo provider on its own loopback server.
+func startDemoBroker(t *testing.T, ctx context.Context) *demoBroker {
+	t.Helper()
+	b := &demoBroker{idp: devidptest.Start(t, nil, nil), logs: &syncBuffer{}}
 	pmux := http.NewServeMux()
 	psrv := httptest.NewServer(pmux)
-	defer psrv.Close()
-
+	t.Cleanup(psrv.Close)
 	mux := http.NewServeMux()
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	redirect := srv.URL + "/oauth/demo/callback"
-	demo, err := demoprovider.New(demoprovider.Options{
+	b.srv = httptest.NewServer(mux)
+	t.Cleanup(b.srv.Close)
+	b.redirect = b.srv.URL + "/oauth/demo/callback"
+	var err error
+	b.demo, err = demoprovider.New(demoprovider.Options{
 		BaseURL: psrv.URL + devProviderPath, ClientID: devDemoClientID, ClientSecret: "demo-secret",
-		RedirectURIs: []string{redirect},
+		RedirectURIs: []string{b.redirect},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pmux.Handle(devProviderPath+"/", demo.Handler())
-	if err := idp.AddClient(devidp.Client{ID: devClientID, Secret: "idp-secret", RedirectURIs: []string{srv.URL + "/auth/callback"}}); err != nil {
+	pmux.Handle(devProviderPath+"/", b.demo.Handler())
+	if err := b.idp.AddClient(devidp.Client{ID: devClientID, Secret: "idp-secret", RedirectURIs: []string{b.srv.URL + "/auth/callback"}}); err != nil {
 		t.Fatal(err)
 	}
 	providers, err := oauthflow.ParseProviders("test providers",
@@ -66,25 +70,29 @@ func TestConcurrentProviderRequestsRefreshOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := memstore.New(kr)
-	var logs syncBuffer
-	log := newLogger(&logs, "json", slog.LevelDebug)
+	b.store = memstore.New(kr)
+	log := newLogger(b.logs, "json", slog.LevelDebug)
 	rec := telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log})
 	if _, err := mount(ctx, mux, brokerDeps{
-		PublicURL: srv.URL, Resource: srv.URL + "/mcp", Issuer: idp.Issuer(),
+		PublicURL: b.srv.URL, Resource: b.srv.URL + "/mcp", Issuer: b.idp.Issuer(),
 		ClientID: devClientID, ClientSecret: "idp-secret", DevMode: true,
 		GrantTTL: 10 * time.Minute, StateTTL: 10 * time.Minute,
-		Store: store, Keys: kr, Providers: providers,
+		Store: b.store, Keys: kr, Providers: providers,
 		Logger: log, HTTPClient: outboundClient(),
 		Telemetry: rec, MetricsOnMain: true,
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
 
-	// Alice's demo tokens, obtained with a real code flow, stored already expired.
-	tok := demoCodeFlow(t, demo, redirect)
-	if _, err := store.CreateConnection(ctx, vault.Connection{
-		ID: "conn-alice-demo", Principal: vault.Principal{Issuer: idp.Issuer(), Subject: "alice"},
+// connectAlice stores alice's demo connection from a real code flow, its
+// access token already expired.
+func (b *demoBroker) connectAlice(t *testing.T, ctx context.Context) *oauth2.Token {
+	t.Helper()
+	tok := demoCodeFlow(t, b.demo, b.redirect)
+	if _, err := b.store.CreateConnection(ctx, vault.Connection{
+		ID: "conn-alice-demo", Principal: vault.Principal{Issuer: b.idp.Issuer(), Subject: "alice"},
 		Provider: "demo", AccountID: "1001", AccountLogin: "alice-demo", Scopes: []string{"profile"},
 		Status: vault.StatusActive, Created: time.Now(), Updated: time.Now(),
 		Token: vault.TokenSet{AccessToken: vault.Secret(tok.AccessToken), RefreshToken: vault.Secret(tok.RefreshToken),
@@ -92,10 +100,29 @@ func TestConcurrentProviderRequestsRefreshOnce(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	bearer, _, err := idp.MintAccessToken("alice", srv.URL+"/mcp", nil, time.Hour)
+	return tok
+}
+
+func (b *demoBroker) bearer(t *testing.T, user string) string {
+	t.Helper()
+	tok, _, err := b.idp.MintAccessToken(user, b.srv.URL+"/mcp", nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tok
+}
+
+// TestConcurrentProviderRequestsRefreshOnce is issue 6's refresh property
+// through the whole MCP endpoint: 100 concurrent provider_request calls on a
+// connection whose access token has expired reach the rotating demo
+// provider with exactly one refresh, all succeed, every API call uses the
+// refreshed token, and no token appears in any answer or log line.
+func TestConcurrentProviderRequestsRefreshOnce(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	b := startDemoBroker(t, ctx)
+	srv, demo, store, logs := b.srv, b.demo, b.store, b.logs
+	tok := b.connectAlice(t, ctx)
+	bearer := b.bearer(t, "alice")
 
 	const n = 100
 	answers := make([]string, n)

@@ -215,8 +215,6 @@ type httpPage struct {
 	body   string
 }
 
-var ()
-
 func fetch(t *testing.T, c *http.Client, req *http.Request) httpPage {
 	t.Helper()
 	resp, err := c.Do(req)
