@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"credbroker/internal/telemetry"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 )
@@ -161,6 +163,9 @@ func runKeysRotate(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	fmt.Fprintf(stdout, "re-encrypted %d records with key %s\n", n, next.Primary())
+	// The rotation is an audit event like the broker's own (key_rotation).
+	telemetry.New(telemetry.Options{Audit: newLogger(stderr, "text", slog.LevelInfo)}).
+		Audit(ctx, telemetry.Event{Kind: telemetry.EventKeyRotation, KeyID: next.Primary(), Count: n, Via: "cli"})
 	return nil
 }
 

@@ -149,11 +149,20 @@ func TestKeysRotateAndStatus(t *testing.T) {
 	const n = 40
 	seedStore(t, dbPath, oldKR, n)
 
-	out, _, err := runCmd(t, "keys", "rotate", "--keys-file", keysFile, "--store", "bolt:"+dbPath)
+	out, errOut, err := runCmd(t, "keys", "rotate", "--keys-file", keysFile, "--store", "bolt:"+dbPath)
 	if err != nil {
 		t.Fatalf("rotate: %v", err)
 	}
 	kr := checkSealed(t, dbPath, keysFile, n)
+	// The rotation is recorded as an audit event naming the new key, never a key.
+	for _, want := range []string{"audit: key_rotation", "key_id=" + kr.Primary(), fmt.Sprintf("records=%d", n), "via=cli"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("audit line lacks %q: %s", want, errOut)
+		}
+	}
+	if keyLines, _ := os.ReadFile(keysFile); strings.Contains(errOut, strings.Split(strings.Split(string(keyLines), "\n")[1], ":")[1]) {
+		t.Error("the audit line contains key material")
+	}
 	if ids := kr.IDs(); len(ids) != 2 || ids[1] != oldKR.Primary() {
 		t.Fatalf("key file holds %v; want the new primary then %s", ids, oldKR.Primary())
 	}
@@ -265,13 +274,13 @@ func TestKeysRotateWhileBrokerRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-startBackgroundRekey(t.Context(), s, kr, nil):
+	case <-startBackgroundRekey(t.Context(), s, kr, nil, nil):
 	case <-time.After(30 * time.Second):
 		t.Fatal("background rekey did not finish")
 	}
 	// The next start knows there is nothing to do.
 	select {
-	case <-startBackgroundRekey(context.Background(), s, kr, nil):
+	case <-startBackgroundRekey(context.Background(), s, kr, nil, nil):
 	default:
 		t.Fatal("second background rekey did not return at once")
 	}

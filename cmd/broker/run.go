@@ -154,8 +154,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Info("metrics serving", "addr", mln.Addr().String())
 	}
 	go collectGrants(ctx, grants, log)
-	// Rotation progress goes to the audit log.
-	startBackgroundRekey(ctx, store, keys, log.With("audit", true, "event", telemetry.EventKeyRotation))
+	// A finished rotation is a key_rotation audit event.
+	startBackgroundRekey(ctx, store, keys, log, rec)
 	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "providers", strings.Join(providers.Names(), ","))
 	return serveUntilDone(ctx, newHTTPServer(mux, log), ln, log)
 }

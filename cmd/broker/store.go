@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"credbroker/internal/telemetry"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/pgstore"
@@ -129,7 +130,9 @@ const rekeyBatch = 500
 // file). It skips the scan when the store records that a rotation to this
 // primary already finished. The returned channel closes when it is done;
 // cancelling ctx stops it, and the next start resumes.
-func startBackgroundRekey(ctx context.Context, store vault.Store, kr *vault.Keyring, log *slog.Logger) <-chan struct{} {
+// A finished or failed rotation is an audit event (key_rotation) on rec
+// when given; progress otherwise goes to log.
+func startBackgroundRekey(ctx context.Context, store vault.Store, kr *vault.Keyring, log *slog.Logger, rec *telemetry.Recorder) <-chan struct{} {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -148,6 +151,7 @@ func startBackgroundRekey(ctx context.Context, store vault.Store, kr *vault.Keyr
 			log.Info("key rotation paused; it resumes on the next start", "rewritten", n, "key_id", kr.Primary())
 		case err != nil:
 			log.Error("key rotation failed", "rewritten", n, "key_id", kr.Primary(), "err", err)
+			rec.Audit(ctx, telemetry.Event{Kind: telemetry.EventKeyRotation, KeyID: kr.Primary(), Count: n, Via: "background", Err: err})
 		default:
 			if bs != nil {
 				if err := bs.MarkFullySealed(); err != nil {
@@ -156,6 +160,7 @@ func startBackgroundRekey(ctx context.Context, store vault.Store, kr *vault.Keyr
 			}
 			if n > 0 {
 				log.Info("key rotation finished", "rewritten", n, "key_id", kr.Primary(), "took", time.Since(start).Round(time.Millisecond))
+				rec.Audit(ctx, telemetry.Event{Kind: telemetry.EventKeyRotation, KeyID: kr.Primary(), Count: n, Via: "background"})
 			}
 		}
 	}()
