@@ -115,10 +115,15 @@ func startDev(t *testing.T, addr, data string) *devBroker {
 		io.Copy(io.Discard, outR)
 	})
 	readers.Go(func() {
-		b, _ := io.ReadAll(errR)
-		d.mu.Lock()
-		d.stderr.Write(b)
-		d.mu.Unlock()
+		// Line by line, so a failing test can show the log so far.
+		sc := bufio.NewScanner(errR)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			d.mu.Lock()
+			d.stderr.WriteString(sc.Text() + "\n")
+			d.mu.Unlock()
+		}
+		io.Copy(io.Discard, errR)
 	})
 	go func() { readers.Wait(); d.cmd.Wait(); close(d.exited) }()
 	t.Cleanup(d.Stop)
