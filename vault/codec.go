@@ -256,3 +256,35 @@ func DecodePrincipalConnections(kr *Keyring, p Principal, recs [][]byte) ([]Conn
 	}
 	return out, nil
 }
+
+// ApplyConnectionUpdate runs an UpdateConnection closure on the current
+// record and returns what the backend must store: fn's result, refused if
+// it changed an immutable field or the version, with Version one past old's.
+// Every backend's UpdateConnection goes through it, so the contract lives
+// in one place.
+func ApplyConnectionUpdate(old Connection, fn func(Connection) (Connection, error)) (Connection, error) {
+	nc, err := fn(old.Clone())
+	if err != nil {
+		return Connection{}, err
+	}
+	if err := CheckConnectionUpdate(old, nc); err != nil {
+		return Connection{}, err
+	}
+	nc = nc.Clone()
+	nc.Version = old.Version + 1
+	return nc, nil
+}
+
+// ApplyGrantUpdate is ApplyConnectionUpdate for grants.
+func ApplyGrantUpdate(old Grant, fn func(Grant) (Grant, error)) (Grant, error) {
+	ng, err := fn(old.Clone())
+	if err != nil {
+		return Grant{}, err
+	}
+	if err := CheckGrantUpdate(old, ng); err != nil {
+		return Grant{}, err
+	}
+	ng = ng.Clone()
+	ng.Version = old.Version + 1
+	return ng, nil
+}

@@ -481,17 +481,11 @@ func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.C
 			opErr = err
 			return nil
 		}
-		nc, err := fn(old.Clone())
+		nc, err := vault.ApplyConnectionUpdate(old, fn)
 		if err != nil {
 			opErr = err
 			return nil
 		}
-		if err := vault.CheckConnectionUpdate(old, nc); err != nil {
-			opErr = err
-			return nil
-		}
-		nc = nc.Clone()
-		nc.Version = old.Version + 1
 		nrec, err := vault.EncodeConnection(s.kr, nc)
 		if err != nil {
 			opErr = err
@@ -739,17 +733,11 @@ func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant)
 			opErr = err
 			return nil
 		}
-		ng, err := fn(old.Clone())
+		ng, err := vault.ApplyGrantUpdate(old, fn)
 		if err != nil {
 			opErr = err
 			return nil
 		}
-		if err := vault.CheckGrantUpdate(old, ng); err != nil {
-			opErr = err
-			return nil
-		}
-		ng = ng.Clone()
-		ng.Version = old.Version + 1
 		nrec, err := vault.EncodeGrant(ng)
 		if err != nil {
 			opErr = err

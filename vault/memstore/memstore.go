@@ -4,7 +4,6 @@
 package memstore
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -122,15 +121,10 @@ func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.C
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	nc, err := fn(old.Clone())
+	nc, err := vault.ApplyConnectionUpdate(old, fn)
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	if err := vault.CheckConnectionUpdate(old, nc); err != nil {
-		return vault.Connection{}, err
-	}
-	nc = nc.Clone()
-	nc.Version = old.Version + 1
 	nb, err := vault.EncodeConnection(s.kr, nc)
 	if err != nil {
 		return vault.Connection{}, err
@@ -233,21 +227,13 @@ func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant)
 	if err != nil {
 		return vault.Grant{}, err
 	}
-	ng, err := fn(old.Clone())
+	ng, err := vault.ApplyGrantUpdate(old, fn)
 	if err != nil {
 		return vault.Grant{}, err
 	}
-	if err := vault.CheckGrantUpdate(old, ng); err != nil {
-		return vault.Grant{}, err
-	}
-	ng = ng.Clone()
-	ng.Version = old.Version + 1
 	nb, err := vault.EncodeGrant(ng)
 	if err != nil {
 		return vault.Grant{}, err
-	}
-	if bytes.Equal(nb, b) {
-		return ng, nil
 	}
 	s.grants[id] = nb
 	return ng, nil

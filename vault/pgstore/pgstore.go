@@ -373,15 +373,10 @@ func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.C
 		if err != nil {
 			return vault.Connection{}, err
 		}
-		nc, err := fn(old.Clone())
+		nc, err := vault.ApplyConnectionUpdate(old, fn)
 		if err != nil {
 			return vault.Connection{}, err
 		}
-		if err := vault.CheckConnectionUpdate(old, nc); err != nil {
-			return vault.Connection{}, err
-		}
-		nc = nc.Clone()
-		nc.Version = old.Version + 1
 		rec, err := vault.EncodeConnection(s.kr, nc)
 		if err != nil {
 			return vault.Connection{}, err
@@ -582,15 +577,10 @@ func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant)
 		if err != nil {
 			return vault.Grant{}, err
 		}
-		ng, err := fn(old.Clone())
+		ng, err := vault.ApplyGrantUpdate(old, fn)
 		if err != nil {
 			return vault.Grant{}, err
 		}
-		if err := vault.CheckGrantUpdate(old, ng); err != nil {
-			return vault.Grant{}, err
-		}
-		ng = ng.Clone()
-		ng.Version = old.Version + 1
 		args, err := s.grantArgs(ng)
 		if err != nil {
 			return vault.Grant{}, err
