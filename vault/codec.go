@@ -238,14 +238,14 @@ func CheckGrantUpdate(old, new Grant) error {
 	return nil
 }
 
-// DecodePrincipalConnections decodes the stored records a backend listed
-// for p (from its per-principal index) and checks each really belongs to p:
-// an index entry pointing at another principal's record is corruption, not
-// a result.
-func DecodePrincipalConnections(kr *Keyring, p Principal, recs [][]byte) ([]Connection, error) {
+// DecodePrincipalConnections decodes the metadata of the stored records a
+// backend listed for p (from its per-principal index), opening no token
+// set, and checks each really belongs to p: an index entry pointing at
+// another principal's record is corruption, not a result.
+func DecodePrincipalConnections(p Principal, recs [][]byte) ([]Connection, error) {
 	out := make([]Connection, 0, len(recs))
 	for _, rec := range recs {
-		c, err := DecodeConnection(kr, rec)
+		c, err := ConnectionMeta(rec)
 		if err != nil {
 			return nil, err
 		}
@@ -287,4 +287,44 @@ func ApplyGrantUpdate(old Grant, fn func(Grant) (Grant, error)) (Grant, error) {
 	ng = ng.Clone()
 	ng.Version = old.Version + 1
 	return ng, nil
+}
+
+// ApplyConnectionMetaUpdate runs an UpdateConnectionMeta closure on the
+// stored record rec of connection id and returns the record to store and
+// its metadata. The sealed token set is copied as is: its additional data
+// binds only the immutable identity fields, so it still opens. fn must
+// leave Token empty. Every backend's UpdateConnectionMeta goes through it.
+func ApplyConnectionMetaUpdate(rec []byte, id string, fn func(Connection) (Connection, error)) ([]byte, Connection, error) {
+	var r connRecord
+	if err := json.Unmarshal(rec, &r); err != nil {
+		return nil, Connection{}, fmt.Errorf("vault: decode connection record: %w", err)
+	}
+	old, err := ConnectionMeta(rec)
+	if err != nil {
+		return nil, Connection{}, err
+	}
+	if old.ID != id {
+		return nil, Connection{}, fmt.Errorf("vault: connection %s: stored record names id %s: %w", id, old.ID, ErrMalformed)
+	}
+	nc, err := ApplyConnectionUpdate(old, fn)
+	if err != nil {
+		return nil, Connection{}, err
+	}
+	if nc.Token != (TokenSet{}) {
+		return nil, Connection{}, fmt.Errorf("vault: metadata update of connection %s set token material; use UpdateConnection", id)
+	}
+	if err := validUTF8(nc.AccountLogin, string(nc.Status)); err != nil {
+		return nil, Connection{}, fmt.Errorf("vault: connection %q: %w", id, err)
+	}
+	if err := validUTF8(nc.Scopes...); err != nil {
+		return nil, Connection{}, fmt.Errorf("vault: connection %q: scopes: %w", id, err)
+	}
+	r.AccountLogin, r.Scopes, r.Status = nc.AccountLogin, nc.Scopes, nc.Status
+	r.Created, r.Updated, r.LastUsed, r.LastRefreshed, r.Version = nc.Created, nc.Updated, nc.LastUsed, nc.LastRefreshed, nc.Version
+	out, err := json.Marshal(&r)
+	if err != nil {
+		return nil, Connection{}, err
+	}
+	nc.SealedWith = old.SealedWith
+	return out, nc, nil
 }

@@ -19,13 +19,17 @@ func TestDecodePrincipalConnections(t *testing.T) {
 		}
 		recs = append(recs, b)
 	}
-	got, err := DecodePrincipalConnections(kr, alice, recs)
-	if err != nil || len(got) != 2 || got[0].ID != "c1" || got[1].Token.AccessToken.Reveal() != "at" {
+	opens := kr.Opens()
+	got, err := DecodePrincipalConnections(alice, recs)
+	if err != nil || len(got) != 2 || got[0].ID != "c1" || got[1].AccountID != "c2" || got[1].SealedWith != kr.Primary() {
 		t.Fatalf("got %v %v", got, err)
+	}
+	if got[0].Token != (TokenSet{}) || kr.Opens() != opens {
+		t.Fatalf("a listing decrypted token sets (%d opens)", kr.Opens()-opens)
 	}
 	// An index entry that leads to someone else's record is corruption.
 	bob := Principal{Issuer: "https://idp", Subject: "bob"}
-	if _, err := DecodePrincipalConnections(kr, bob, recs); !errors.Is(err, ErrMalformed) {
+	if _, err := DecodePrincipalConnections(bob, recs); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("listing alice's records as bob: %v, want ErrMalformed", err)
 	}
 }

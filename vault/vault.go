@@ -131,9 +131,13 @@ type Store interface {
 	// CreateConnection stores a new connection (Version becomes 1).
 	// ErrExists if the id is taken.
 	CreateConnection(ctx context.Context, c Connection) (Connection, error)
-	// GetConnection returns the connection with its tokens decrypted.
+	// GetConnection returns the connection with its tokens decrypted. It is
+	// the one place a token set is opened: call it where the token is used.
 	GetConnection(ctx context.Context, id string) (Connection, error)
-	// ListConnections returns p's connections, ordered by id, via an index.
+	// ListConnections returns p's connections, ordered by id, via an index:
+	// metadata only. Token is empty and nothing is decrypted (SealedWith
+	// names the sealing key); a record whose ciphertext was tampered with is
+	// listed but fails to open in GetConnection.
 	ListConnections(ctx context.Context, p Principal) ([]Connection, error)
 	// UpdateConnection applies fn to the current record and stores the result
 	// atomically (Version+1): a compare-and-swap inside one transaction. ID,
@@ -144,6 +148,11 @@ type Store interface {
 	// batch writers and retry) and must not do I/O or have side effects
 	// beyond its result.
 	UpdateConnection(ctx context.Context, id string, fn func(Connection) (Connection, error)) (Connection, error)
+	// UpdateConnectionMeta is UpdateConnection for metadata (status, times,
+	// scopes, login): fn sees the record without its tokens and must leave
+	// Token empty, and the stored sealed token set is kept byte for byte,
+	// neither opened nor sealed again. The result has an empty Token.
+	UpdateConnectionMeta(ctx context.Context, id string, fn func(Connection) (Connection, error)) (Connection, error)
 	// DeleteConnection removes the connection. ErrNotFound if absent.
 	DeleteConnection(ctx context.Context, id string) error
 	// ConnectionIDs returns up to limit connection ids greater than after, in

@@ -64,6 +64,13 @@ func (t *timedStore) UpdateConnection(ctx context.Context, id string, fn func(va
 	return out, err
 }
 
+func (t *timedStore) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	start := time.Now()
+	out, err := t.next.UpdateConnectionMeta(ctx, id, fn)
+	t.done("update_connection_meta", start, err)
+	return out, err
+}
+
 func (t *timedStore) DeleteConnection(ctx context.Context, id string) error {
 	start := time.Now()
 	err := t.next.DeleteConnection(ctx, id)

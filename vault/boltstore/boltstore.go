@@ -453,7 +453,7 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 	if err != nil {
 		return nil, err
 	}
-	return vault.DecodePrincipalConnections(s.kr, p, recs)
+	return vault.DecodePrincipalConnections(p, recs)
 }
 
 // UpdateConnection implements vault.Store: read, fn, write in one transaction.
@@ -495,6 +495,44 @@ func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.C
 			return err
 		}
 		nc.SealedWith = s.kr.Primary()
+		out = nc
+		return nil
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	return out, nil
+}
+
+// UpdateConnectionMeta implements vault.Store: the sealed tokens are
+// copied, never opened.
+func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Connection{}, err
+	}
+	var (
+		out   vault.Connection
+		opErr error
+	)
+	err := s.batch(func(tx *bolt.Tx) error {
+		out, opErr = vault.Connection{}, nil
+		b := tx.Bucket(bConns)
+		rec := b.Get([]byte(id))
+		if rec == nil {
+			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
+			return nil
+		}
+		nrec, nc, err := vault.ApplyConnectionMetaUpdate(rec, id, fn)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		if err := b.Put([]byte(id), nrec); err != nil {
+			return err
+		}
 		out = nc
 		return nil
 	})

@@ -103,7 +103,7 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 		recs = append(recs, s.conns[id])
 	}
 	s.mu.RUnlock()
-	return vault.DecodePrincipalConnections(s.kr, p, recs)
+	return vault.DecodePrincipalConnections(p, recs)
 }
 
 // UpdateConnection implements vault.Store.
@@ -131,6 +131,25 @@ func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.C
 	}
 	s.conns[id] = nb
 	nc.SealedWith = s.kr.Primary()
+	return nc, nil
+}
+
+// UpdateConnectionMeta implements vault.Store.
+func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.Connection{}, err
+	}
+	b, ok := s.conns[id]
+	if !ok {
+		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
+	}
+	nb, nc, err := vault.ApplyConnectionMetaUpdate(b, id, fn)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	s.conns[id] = nb
 	return nc, nil
 }
 

@@ -361,7 +361,7 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: list connections: %w", err))
 	}
-	return vault.DecodePrincipalConnections(s.kr, p, recs)
+	return vault.DecodePrincipalConnections(p, recs)
 }
 
 // UpdateConnection implements vault.Store: read, fn, then a write that only
@@ -397,6 +397,50 @@ func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.C
 			return nc, nil
 		}
 		// Another writer won (or the row went away): read again.
+	}
+	return vault.Connection{}, fmt.Errorf("pgstore: update connection %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
+}
+
+// UpdateConnectionMeta implements vault.Store: the same compare-and-swap
+// as UpdateConnection, copying the sealed tokens instead of opening them.
+func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Connection{}, err
+	}
+	if !storable(id) {
+		return vault.Connection{}, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
+	}
+	for range s.attempts {
+		var rec []byte
+		var version int64
+		err := s.pool.QueryRow(ctx, "SELECT record, version FROM connections WHERE id = $1", id).Scan(&rec, &version)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return vault.Connection{}, fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
+		}
+		if err != nil {
+			return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: get connection %s: %w", id, err))
+		}
+		nrec, nc, err := vault.ApplyConnectionMetaUpdate(rec, id, fn)
+		if err != nil {
+			return vault.Connection{}, err
+		}
+		if int64(nc.Version) != version+1 {
+			return vault.Connection{}, fmt.Errorf("pgstore: connection %s: record version %d, column says %d: %w", id, nc.Version-1, version, vault.ErrMalformed)
+		}
+		row, err := rowFromRecord(nrec)
+		if err != nil {
+			return vault.Connection{}, err
+		}
+		a := row.args()
+		tag, err := s.pool.Exec(ctx, `UPDATE connections SET account_login = $2, status = $3, created = $4,
+			updated = $5, last_used = $6, last_refreshed = $7, sealed_with = $8, version = $9, record = $10
+			WHERE id = $1 AND version = $11`, append(append([]any{a[0]}, a[5:]...), version)...)
+		if err != nil {
+			return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: update connection %s: %w", id, err))
+		}
+		if tag.RowsAffected() == 1 {
+			return nc, nil
+		}
 	}
 	return vault.Connection{}, fmt.Errorf("pgstore: update connection %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
 }

@@ -30,6 +30,7 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"ConnectionImmutableFields", testConnectionImmutable},
 		{"ConnectionUpdateAbort", testConnectionUpdateAbort},
 		{"ConnectionStaleVersion", testConnectionStaleVersion},
+		{"ConnectionMetaUpdate", testConnectionMetaUpdate},
 		{"SeveralAccountsOneProvider", testSeveralAccounts},
 		{"ListIsolation", testListIsolation},
 		{"ConnectionIDs", testConnectionIDs},
@@ -317,6 +318,62 @@ func testConnectionStaleVersion(t *testing.T, s vault.Store) {
 	}
 }
 
+// testConnectionMetaUpdate: metadata updates see no tokens, keep the
+// sealed tokens byte for byte (same key, still opening), follow the
+// compare-and-swap rules, and refuse to set token material.
+func testConnectionMetaUpdate(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	orig := mustCreate(t, s, Conn("mu", alice, "github", "1"))
+	used := base.Add(time.Hour)
+	got, err := s.UpdateConnectionMeta(ctx, "mu", func(c vault.Connection) (vault.Connection, error) {
+		if c.Token != (vault.TokenSet{}) {
+			t.Error("metadata update saw token material")
+		}
+		if c.Version != 1 || c.AccountID != "1" || c.Provider != "github" || c.Principal != alice {
+			t.Errorf("metadata update saw v%d %s/%s", c.Version, c.Provider, c.AccountID)
+		}
+		c.LastUsed, c.Status, c.Scopes = used, vault.StatusNeedsReconnect, []string{"repo"}
+		return c, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != 2 || got.Token != (vault.TokenSet{}) || got.SealedWith != orig.SealedWith {
+		t.Fatalf("meta update returned v%d, sealed with %q (want v2, %q, no tokens)", got.Version, got.SealedWith, orig.SealedWith)
+	}
+	full := mustGet(t, s, "mu")
+	if full.Version != 2 || !full.LastUsed.Equal(used) || full.Status != vault.StatusNeedsReconnect ||
+		!slices.Equal(full.Scopes, []string{"repo"}) || full.Token != orig.Token || full.AccountLogin != orig.AccountLogin {
+		t.Fatalf("after meta update: v%d last used %v status %s scopes %v, tokens kept %v", full.Version, full.LastUsed, full.Status, full.Scopes, full.Token == orig.Token)
+	}
+	tests := []struct {
+		name string
+		fn   func(vault.Connection) (vault.Connection, error)
+		want error
+	}{
+		{"token set", func(c vault.Connection) (vault.Connection, error) {
+			c.Token.AccessToken = "new-at"
+			return c, nil
+		}, nil},
+		{"account id", func(c vault.Connection) (vault.Connection, error) { c.AccountID = "2"; return c, nil }, nil},
+		{"stale version", func(c vault.Connection) (vault.Connection, error) { c.Version = 1; return c, nil }, vault.ErrConflict},
+		{"aborted", func(c vault.Connection) (vault.Connection, error) { return c, vault.ErrExists }, vault.ErrExists},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.UpdateConnectionMeta(ctx, "mu", tt.fn)
+			if err == nil || tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want a refusal (%v)", err, tt.want)
+			}
+			if now := mustGet(t, s, "mu"); now.Version != 2 || now.Token != orig.Token {
+				t.Fatalf("refused meta update changed the record: v%d", now.Version)
+			}
+		})
+	}
+	_, err = s.UpdateConnectionMeta(ctx, "absent", func(c vault.Connection) (vault.Connection, error) { return c, nil })
+	wantErr(t, "meta update of an absent record", err, vault.ErrNotFound)
+}
+
 func testSeveralAccounts(t *testing.T, s vault.Store) {
 	ctx := t.Context()
 	for _, id := range []string{"gh-c", "gh-a", "gh-b"} {
@@ -330,8 +387,16 @@ func testSeveralAccounts(t *testing.T, s vault.Store) {
 	var ids []string
 	for _, c := range list {
 		ids = append(ids, c.ID)
-		if c.Token.AccessToken.Reveal() != "at-"+c.ID+"-secret" {
-			t.Errorf("list %s: tokens not decrypted", c.ID)
+		// Listing is metadata only: nothing is decrypted for a listing,
+		// and each record's tokens open where they are used.
+		if c.Token != (vault.TokenSet{}) {
+			t.Errorf("list %s: tokens were decrypted for a listing", c.ID)
+		}
+		if c.SealedWith == "" || c.Version != 1 || c.AccountID != "acct-"+c.ID && c.AccountID != "acct-go" {
+			t.Errorf("list %s: metadata incomplete: sealed with %q, v%d, account %q", c.ID, c.SealedWith, c.Version, c.AccountID)
+		}
+		if got := mustGet(t, s, c.ID); got.Token.AccessToken.Reveal() != "at-"+c.ID+"-secret" {
+			t.Errorf("get %s: tokens not decrypted", c.ID)
 		}
 	}
 	if want := []string{"gh-a", "gh-b", "gh-c", "go-a"}; !slices.Equal(ids, want) {
@@ -601,17 +666,18 @@ func testClosed(t *testing.T, s vault.Store) {
 	id := func(c vault.Connection) (vault.Connection, error) { return c, nil }
 	gid := func(g vault.Grant) (vault.Grant, error) { return g, nil }
 	calls := map[string]func() error{
-		"CreateConnection":    func() error { _, err := s.CreateConnection(ctx, Conn("x", alice, "g", "1")); return err },
-		"GetConnection":       func() error { _, err := s.GetConnection(ctx, "cl"); return err },
-		"ListConnections":     func() error { _, err := s.ListConnections(ctx, alice); return err },
-		"UpdateConnection":    func() error { _, err := s.UpdateConnection(ctx, "cl", id); return err },
-		"DeleteConnection":    func() error { return s.DeleteConnection(ctx, "cl") },
-		"ConnectionIDs":       func() error { _, err := s.ConnectionIDs(ctx, "", 10); return err },
-		"CreateGrant":         func() error { _, err := s.CreateGrant(ctx, grant("y", alice, base, base)); return err },
-		"GetGrant":            func() error { _, err := s.GetGrant(ctx, "gcl"); return err },
-		"UpdateGrant":         func() error { _, err := s.UpdateGrant(ctx, "gcl", gid); return err },
-		"CountGrants":         func() error { _, _, err := s.CountGrants(ctx, alice, base, base); return err },
-		"DeleteExpiredGrants": func() error { _, err := s.DeleteExpiredGrants(ctx, base.Add(time.Hour)); return err },
+		"CreateConnection":     func() error { _, err := s.CreateConnection(ctx, Conn("x", alice, "g", "1")); return err },
+		"GetConnection":        func() error { _, err := s.GetConnection(ctx, "cl"); return err },
+		"ListConnections":      func() error { _, err := s.ListConnections(ctx, alice); return err },
+		"UpdateConnection":     func() error { _, err := s.UpdateConnection(ctx, "cl", id); return err },
+		"UpdateConnectionMeta": func() error { _, err := s.UpdateConnectionMeta(ctx, "cl", id); return err },
+		"DeleteConnection":     func() error { return s.DeleteConnection(ctx, "cl") },
+		"ConnectionIDs":        func() error { _, err := s.ConnectionIDs(ctx, "", 10); return err },
+		"CreateGrant":          func() error { _, err := s.CreateGrant(ctx, grant("y", alice, base, base)); return err },
+		"GetGrant":             func() error { _, err := s.GetGrant(ctx, "gcl"); return err },
+		"UpdateGrant":          func() error { _, err := s.UpdateGrant(ctx, "gcl", gid); return err },
+		"CountGrants":          func() error { _, _, err := s.CountGrants(ctx, alice, base, base); return err },
+		"DeleteExpiredGrants":  func() error { _, err := s.DeleteExpiredGrants(ctx, base.Add(time.Hour)); return err },
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) { wantErr(t, name, call(), vault.ErrClosed) })
@@ -710,8 +776,12 @@ func testConcurrentCreateAndList(t *testing.T, s vault.Store) {
 				return
 			}
 			for _, c := range list {
-				if c.Token.AccessToken.Reveal() != "at-"+c.ID+"-secret" {
-					errs <- fmt.Errorf("listed %s with wrong tokens", c.ID)
+				if c.Token != (vault.TokenSet{}) {
+					errs <- fmt.Errorf("listed %s with its tokens", c.ID)
+					return
+				}
+				if got, err := s.GetConnection(ctx, c.ID); err != nil && ctx.Err() == nil || err == nil && got.Token.AccessToken.Reveal() != "at-"+c.ID+"-secret" {
+					errs <- fmt.Errorf("listed %s: its tokens do not open (%v)", c.ID, err)
 					return
 				}
 			}
