@@ -2,7 +2,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: run test build vet fmt-check unit bench bench-vault clean conformance-deps conformance
+.PHONY: run test build vet fmt-check tidy-check unit bench bench-vault clean conformance-deps conformance
 
 run:
 	$(GO) run ./cmd/broker dev --data $(DATA)
@@ -16,6 +16,11 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+# go.mod and go.sum must be what `go mod tidy` writes: direct dependencies
+# listed as direct, nothing unused.
+tidy-check:
+	@$(GO) mod tidy -diff >/dev/null 2>&1 || { echo "go.mod/go.sum are not tidy; run: go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
@@ -32,7 +37,7 @@ conformance-deps:
 conformance: conformance-deps
 	$(GO) test -count=1 -run TestConformance -v ./cmd/broker
 
-test: fmt-check vet conformance-deps unit
+test: fmt-check tidy-check vet conformance-deps unit
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,

@@ -40,11 +40,12 @@ import (
 	"time"
 
 	"credbroker/binding"
+	"credbroker/connections"
 	"credbroker/internal/devidp"
 	"credbroker/internal/logredact"
 	"credbroker/internal/telemetry"
 	"credbroker/mcpapi"
-	"credbroker/oauthflow"
+	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 )
@@ -124,19 +125,6 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// catalog is the provider list the tools see.
-type catalog map[string]mcpapi.ProviderInfo
-
-func (c catalog) Provider(name string) (mcpapi.ProviderInfo, bool) { p, ok := c[name]; return p, ok }
-func (c catalog) ProviderNames() []string {
-	var n []string
-	for k := range c {
-		n = append(n, k)
-	}
-	slices.Sort(n)
-	return n
-}
-
 // stack is the broker's MCP endpoint with its real dependencies, the IdP
 // and the baseline server, each on its own loopback listener.
 type stack struct {
@@ -213,12 +201,8 @@ func newStack(dir string) (*stack, error) {
 	}); err != nil {
 		return nil, err
 	}
-	cat := catalog{
-		"github": {Name: "github", DisplayName: "GitHub", DefaultScopes: []string{"read:user"}, AllowedScopes: []string{"read:user", "repo"}},
-		"demo":   {Name: "demo", DisplayName: "Demo", DefaultScopes: []string{"profile"}},
-	}
 	log := slog.New(logredact.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})))
-	rec := telemetry.New(telemetry.Options{Providers: cat.ProviderNames(), Audit: log, ProcessMetrics: true})
+	rec := telemetry.New(telemetry.Options{Providers: []string{"demo", "github"}, Audit: log, ProcessMetrics: true})
 	store := rec.WrapStore(st.store)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
@@ -236,7 +220,7 @@ func newStack(dir string) (*stack, error) {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
 		w.Write([]byte(`{"login":"octocat","id":583231,"name":"The Octocat","public_repos":8}`))
 	}))
-	reg, err := oauthflow.ParseProviders("bench providers", []byte(`providers:
+	reg, err := provider.ParseProviders("bench providers", []byte(`providers:
   github:
     display_name: GitHub
     type: oauth2
@@ -248,21 +232,33 @@ func newStack(dir string) (*stack, error) {
     allowed_scopes: [read:user, repo]
     account: {url: `+apiURL+`/user, id_field: id, login_field: login}
     api: {base_url: `+apiURL+`}
+  demo:
+    display_name: Demo
+    type: oauth2
+    authorization_url: `+apiURL+`/demo/authorize
+    token_url: `+apiURL+`/demo/token
+    client_id: bench
+    client_secret: ${SECRET}
+    default_scopes: [profile]
+    account: {url: `+apiURL+`/demo/user, id_field: id}
 `), func(string) string { return "bench-secret" })
 	if err != nil {
 		return nil, err
 	}
-	caller, err := oauthflow.NewCaller(oauthflow.CallerOptions{Store: store, Providers: reg, HTTPClient: client, Logger: log})
+	pc, err := provider.New(provider.Options{Store: store, Providers: reg, HTTPClient: client, Logger: log, Telemetry: rec})
+	if err != nil {
+		return nil, err
+	}
+	conns, err := connections.New(connections.Options{Store: store, Grants: binding.New(store, binding.Options{}),
+		Client: pc, PublicURL: base, Telemetry: rec, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	opts := mcpapi.Options{
-		PublicURL: base, Issuer: idp.Issuer(), DevMode: true,
-		Store: store, Grants: binding.New(store, binding.Options{}), Catalog: cat,
-		StateKeys: st.keys.Derive("requestState"), Logger: log, HTTPClient: client, Observer: rec,
-		Provider: caller,
+		PublicURL: base, Issuer: idp.Issuer(), DevMode: true, Connections: conns,
+		StateKeys: st.keys.Derive("requestState"), Logger: log, HTTPClient: client, Telemetry: rec,
 	}
-	srv, err := mcpapi.New(ctx, opts)
+	srv, err := mcpapi.New(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -273,8 +269,11 @@ func newStack(dir string) (*stack, error) {
 
 	// The MRTR run creates many grants for one user: same server, limits off.
 	st.mrtrGrant = binding.New(store, binding.Options{MaxPending: -1, MaxPerHour: -1})
-	opts.Grants = st.mrtrGrant
-	if st.mrtrSrv, err = mcpapi.New(ctx, opts); err != nil {
+	if opts.Connections, err = connections.New(connections.Options{Store: store, Grants: st.mrtrGrant,
+		Client: pc, PublicURL: base, Telemetry: rec, Logger: log}); err != nil {
+		return nil, err
+	}
+	if st.mrtrSrv, err = mcpapi.New(opts); err != nil {
 		return nil, err
 	}
 

@@ -3,8 +3,10 @@ package binding
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -73,12 +75,6 @@ func New(store vault.Store, opts Options) *Service {
 	return &Service{store: store, opts: opts}
 }
 
-// TTL returns the grant lifetime.
-func (s *Service) TTL() time.Duration { return s.opts.TTL }
-
-// Now returns the service clock's time.
-func (s *Service) Now() time.Time { return s.opts.Now() }
-
 const idBytes = 16
 
 // NewID returns a fresh opaque grant id: 128 random bits, base64url, 22 characters.
@@ -98,6 +94,15 @@ func ValidID(id string) bool {
 	}
 	b, err := base64.RawURLEncoding.DecodeString(id)
 	return err == nil && len(b) == idBytes
+}
+
+// Ref returns a short, non-reversible reference to grant id for logs,
+// audit events and error pages. A grant id is its owner's connect link, so
+// it is never logged as is; the reference lets a support request be
+// matched with the log.
+func Ref(id string) string {
+	sum := sha256.Sum256([]byte("credbroker/ref/" + id))
+	return hex.EncodeToString(sum[:6])
 }
 
 // SamePrincipal compares two principals in constant time (per field length).

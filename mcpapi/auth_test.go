@@ -2,6 +2,7 @@ package mcpapi
 
 import (
 	"context"
+	"credbroker/internal/bearer"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -120,9 +121,9 @@ func TestVerifiedTokensAreCached(t *testing.T) {
 	var calls atomic.Int32
 	var h *harness
 	h = newHarness(t, func(o *Options) {
-		o.Verifier = func(ctx context.Context, raw string) (TokenInfo, error) {
+		o.Verifier = func(ctx context.Context, raw string) (bearer.TokenInfo, error) {
 			calls.Add(1)
-			return TokenInfo{Principal: h.principal("alice"), Expiry: h.clock.Now().Add(time.Minute)}, nil
+			return bearer.TokenInfo{Principal: h.principal("alice"), Expiry: h.clock.Now().Add(time.Minute)}, nil
 		}
 	})
 	hd := h.modernHeaders("alice", "server/discover", "")
@@ -139,16 +140,6 @@ func TestVerifiedTokensAreCached(t *testing.T) {
 	h.do(rawCall{headers: hd, body: modernBody(1, "server/discover", "{}", nil)})
 	if calls.Load() != 2 {
 		t.Fatalf("verifier called %d times after expiry, want 2", calls.Load())
-	}
-}
-
-func TestTokenCacheIsBounded(t *testing.T) {
-	c := newTokenCache(4, func() time.Time { return epoch })
-	for i := range 10 {
-		c.put([32]byte{byte(i)}, TokenInfo{Expiry: epoch.Add(time.Hour)})
-	}
-	if len(c.entries) > 4 {
-		t.Fatalf("%d entries", len(c.entries))
 	}
 }
 

@@ -47,19 +47,28 @@
 //
 //	connect_account    {provider, scopes?}   connection description, or input_required (url elicitation)
 //	list_connections   {}                    the caller's connections (descriptions only)
-//	disconnect_account {provider, account?}  revoke at the provider (when supported), then delete
+//	disconnect_account {provider, account?}  revoke at the provider (revoked | not_confirmed |
+//	                                         not_supported), then delete
+//	provider_request   {provider, method, path, query?, headers?, body?, account?}
+//	                                         the provider API's status, selected headers and body;
+//	                                         input_required first when not connected, a form
+//	                                         elicitation to pick one of several accounts
 //
-// No result, error or log line ever contains a token.
+// The tools translate: every decision (which connection, whether to ask the
+// person, what disconnecting means) is the connections package's, and its
+// typed outcomes and errors become JSON-RPC results, tool errors or
+// protocol errors here. No result, error or log line ever contains a token;
+// grant ids are logged only as binding.Ref references.
 //
 // # MRTR
 //
 // connect_account for a provider the caller has not connected (or whose
-// connection needs reconnecting or lacks scopes) creates a grant
-// (package binding) and answers input_required with one elicitation/create
-// url entry whose URL is PublicURL/connect/<grant id>, plus a requestState
-// sealed with the "requestState" key (AEAD, AAD "credbroker/requestState/v1")
-// binding principal, tool, a SHA-256 digest of the canonical arguments, grant
-// id and expiry. A client without elicitation.url gets -32021. Legacy
+// connection needs reconnecting or lacks scopes) gets a connect request
+// from the connections layer and answers input_required with one
+// elicitation/create url entry whose URL is PublicURL/connect/<grant id>,
+// plus a requestState sealed by package internal/requeststate (AEAD, AAD
+// "credbroker/requestState/v1") binding principal, tool, a SHA-256 digest of
+// the canonical arguments, grant id and expiry. A client without elicitation.url gets -32021. Legacy
 // clients get -32042 (URLElicitationRequiredError, elicitationId = grant id)
 // when their initialize declared elicitation.url: the broker hands such a
 // client a sealed Mcp-Session-Id on initialize recording its capabilities,

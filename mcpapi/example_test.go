@@ -1,37 +1,53 @@
 package mcpapi_test
 
 import (
-	"context"
 	"log"
 	"net/http"
 
 	"credbroker/binding"
+	"credbroker/connections"
 	"credbroker/mcpapi"
+	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
 )
 
-type catalog map[string]mcpapi.ProviderInfo
-
-func (c catalog) Provider(name string) (mcpapi.ProviderInfo, bool) { p, ok := c[name]; return p, ok }
-func (c catalog) ProviderNames() []string                          { return []string{"github"} }
-
 // The broker mounts the MCP endpoint and its protected-resource metadata on
-// its mux; cmd/broker does this with the real store, grants and catalogue.
+// its mux; cmd/broker does this with the real store and catalogue.
 func ExampleServer_Register() {
 	kr, err := vault.ParseKeys(vault.GenerateKey())
 	if err != nil {
 		log.Fatal(err)
 	}
 	store := memstore.New(kr)
-	srv, err := mcpapi.New(context.Background(), mcpapi.Options{
-		PublicURL: "https://broker.example.com",
-		Issuer:    "https://idp.example.com",
-		Store:     store,
-		Grants:    binding.New(store, binding.Options{}),
-		Catalog: catalog{"github": {Name: "github", DisplayName: "GitHub",
-			DefaultScopes: []string{"read:user"}, AllowedScopes: []string{"read:user", "repo"}}},
-		StateKeys: kr.Derive("requestState"),
+	catalogue, err := provider.ParseProviders("providers.yaml", []byte(`providers:
+  github:
+    display_name: GitHub
+    type: oauth2
+    authorization_url: https://github.com/login/oauth/authorize
+    token_url: https://github.com/login/oauth/access_token
+    client_id: my-client
+    client_secret: ${GITHUB_CLIENT_SECRET}
+    default_scopes: [read:user]
+    account: {url: https://api.github.com/user, id_field: id, login_field: login}
+`), func(string) string { return "the-secret" })
+	if err != nil {
+		log.Fatal(err)
+	}
+	client, err := provider.New(provider.Options{Store: store, Providers: catalogue})
+	if err != nil {
+		log.Fatal(err)
+	}
+	conns, err := connections.New(connections.Options{Store: store, Grants: binding.New(store, binding.Options{}),
+		Client: client, PublicURL: "https://broker.example.com"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv, err := mcpapi.New(mcpapi.Options{
+		PublicURL:   "https://broker.example.com",
+		Issuer:      "https://idp.example.com",
+		Connections: conns,
+		StateKeys:   kr.Derive("requestState"),
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -48,11 +48,13 @@ var (
 	reElicitID   = regexp.MustCompile(`"elicitationId":"[A-Za-z0-9_-]{22}"`)
 	reState      = regexp.MustCompile(`"requestState":"[A-Za-z0-9_-]+"`)
 	reStateParam = regexp.MustCompile(`"requestState":"<requestState>"`)
+	reConnID     = regexp.MustCompile(`conn_[A-Za-z0-9_-]{22}`)
 )
 
 func (tr *transcript) normalise(s string) string {
 	s = strings.ReplaceAll(s, tr.h.iss.srv.URL, "http://issuer.test")
 	s = reGrantURL.ReplaceAllString(s, "/connect/<grant>")
+	s = reConnID.ReplaceAllString(s, "<connection>")
 	s = reElicitID.ReplaceAllString(s, `"elicitationId":"<grant>"`)
 	s = reState.ReplaceAllString(s, `"requestState":"<requestState>"`)
 	return s

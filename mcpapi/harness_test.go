@@ -1,12 +1,12 @@
 package mcpapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +20,9 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"credbroker/binding"
+	"credbroker/connections"
+	"credbroker/internal/logbuf"
+	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
 )
@@ -112,20 +115,6 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-type staticCatalog map[string]ProviderInfo
-
-func (c staticCatalog) Provider(name string) (ProviderInfo, bool) {
-	p, ok := c[name]
-	return p, ok
-}
-
-func (c staticCatalog) ProviderNames() []string { return []string{"github", "google"} }
-
-var testCatalog = staticCatalog{
-	"github": {Name: "github", DisplayName: "GitHub", DefaultScopes: []string{"read:user"}, AllowedScopes: []string{"read:user", "repo"}},
-	"google": {Name: "google", DisplayName: "Google", DefaultScopes: []string{"openid", "email"}, AllowedScopes: []string{"openid", "email"}},
-}
-
 const (
 	publicURL = "https://broker.example.com"
 	resource  = publicURL + "/mcp"
@@ -138,63 +127,73 @@ const (
 var epoch = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
 type harness struct {
-	t         testing.TB
-	iss       *testIssuer
-	clock     *clock
-	store     *memstore.Store
-	grants    *binding.Service
-	srv       *Server
-	http      *httptest.Server
-	logs      *syncBuffer
-	revoked   []string
-	revokeErr error
-	mu        sync.Mutex // guards revoked
-	connN     int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	t      testing.TB
+	iss    *testIssuer
+	clock  *clock
+	store  *memstore.Store
+	keys   *vault.Keyring
+	grants *binding.Service
+	client *provider.Client
+	conns  *connections.Service
+	srv    *Server
+	http   *httptest.Server
+	logs   *logbuf.Buffer
+	api    *testProvider
+	connN  int
 }
 
 type harnessOpt func(*Options)
 
 func newHarness(t testing.TB, mods ...harnessOpt) *harness {
 	t.Helper()
-	h := &harness{t: t, iss: newTestIssuer(t), clock: &clock{t: epoch}, logs: &syncBuffer{}}
+	h := &harness{t: t, iss: newTestIssuer(t), clock: &clock{t: epoch}, logs: &logbuf.Buffer{}}
+	h.api = newTestProvider(t)
 	kr, err := vault.ParseKeys(vault.GenerateKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.store = memstore.New(kr)
-	h.grants = binding.New(h.store, binding.Options{Now: h.clock.Now, MaxRounds: 3})
+	h.store, h.keys = memstore.New(kr), kr
+	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	reg, err := provider.ParseProviders("mcpapi test", []byte(`providers:
+  github:
+    display_name: GitHub
+    type: oauth2
+    authorization_url: `+h.api.srv.URL+`/authorize
+    token_url: `+h.api.srv.URL+`/token
+    client_id: test-client
+    client_secret: ${SECRET}
+    default_scopes: [read:user]
+    allowed_scopes: [read:user, repo]
+    account: {url: `+h.api.srv.URL+`/api/user, id_field: id, login_field: login}
+    api: {base_url: `+h.api.srv.URL+`/api}
+    revocation: {style: rfc7009, url: `+h.api.srv.URL+`/revoke}
+  google:
+    display_name: Google
+    type: oidc
+    issuer: `+h.api.srv.URL+`
+    client_id: test-client
+    client_secret: ${SECRET}
+    default_scopes: [openid, email]
+    allowed_scopes: [openid, email]
+    api: {base_url: `+h.api.srv.URL+`/api}
+`), func(string) string { return "test-client-secret" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.client, err = provider.New(provider.Options{Store: h.store, Providers: reg, Now: h.clock.Now, Logger: log,
+		RetryBackoff: time.Millisecond, HTTPClient: h.api.srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.setGrants(binding.Options{Now: h.clock.Now, MaxRounds: 3})
 	opts := Options{
-		PublicURL: publicURL, Issuer: h.iss.srv.URL, Store: h.store, Grants: h.grants, Catalog: testCatalog,
-		StateKeys: kr.Derive("requestState"), Now: h.clock.Now, ServerVersion: "test",
-		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Revoke: func(ctx context.Context, c vault.Connection) (bool, error) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.revoked = append(h.revoked, c.ID)
-			return h.revokeErr == nil, h.revokeErr
-		},
+		PublicURL: publicURL, Issuer: h.iss.srv.URL, Connections: h.conns,
+		StateKeys: kr.Derive("requestState"), Now: h.clock.Now, ServerVersion: "test", Logger: log,
 	}
 	for _, m := range mods {
 		m(&opts)
 	}
-	h.srv, err = New(context.Background(), opts)
+	h.srv, err = New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +202,102 @@ func newHarness(t testing.TB, mods ...harnessOpt) *harness {
 	h.http = httptest.NewServer(mux)
 	t.Cleanup(h.http.Close)
 	return h
+}
+
+// setGrants rebuilds the grant service and the connections layer with
+// opts (the server, once built, is switched to the new layer).
+func (h *harness) setGrants(opts binding.Options) {
+	h.t.Helper()
+	h.grants = binding.New(h.store, opts)
+	var err error
+	h.conns, err = connections.New(connections.Options{Store: h.store, Grants: h.grants, Client: h.client,
+		PublicURL: publicURL, Now: h.clock.Now, Logger: slog.New(slog.NewJSONHandler(h.logs, nil))})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if h.srv != nil {
+		h.srv.opts.Connections = h.conns
+	}
+}
+
+// testProvider is a loopback OAuth provider for the tools: an API that
+// records which connection's token called it, a token endpoint that
+// refreshes, and an RFC 7009 revocation endpoint. A connection's tokens
+// can be killed (the API answers 401 and the refresh invalid_grant).
+type testProvider struct {
+	srv *httptest.Server
+
+	mu        sync.Mutex // guards the fields below
+	used      []string   // connection ids, from the token suffix
+	dead      map[string]bool
+	revoked   []string
+	revokeErr bool
+}
+
+func newTestProvider(t testing.TB) *testProvider {
+	p := &testProvider{dead: map[string]bool{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		id, ok := strings.CutPrefix(tok, providerSecret+"-")
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !ok || p.dead[id] {
+			http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
+			return
+		}
+		p.used = append(p.used, id)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"path":"`+strings.TrimPrefix(r.URL.Path, "/api")+`"}`)
+	})
+	mux.HandleFunc("POST /token", func(w http.ResponseWriter, r *http.Request) {
+		id, _ := strings.CutPrefix(r.PostFormValue("refresh_token"), refreshSecret+"-")
+		p.mu.Lock()
+		dead := p.dead[id]
+		p.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if id == "" || dead {
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error":"invalid_grant"}`)
+			return
+		}
+		io.WriteString(w, `{"access_token":"`+providerSecret+"-"+id+`","refresh_token":"`+refreshSecret+"-"+id+`","token_type":"bearer","expires_in":3600}`)
+	})
+	mux.HandleFunc("POST /revoke", func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.revokeErr {
+			http.Error(w, `{"error":"server_error"}`, http.StatusInternalServerError)
+			return
+		}
+		p.revoked = append(p.revoked, r.PostFormValue("token"))
+	})
+	p.srv = httptest.NewServer(mux)
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+// kill makes connection id's tokens dead at the provider.
+func (p *testProvider) kill(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dead[id] = true
+}
+
+// lastUsed is the connection id of the last API call.
+func (p *testProvider) lastUsed() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.used) == 0 {
+		return ""
+	}
+	return p.used[len(p.used)-1]
+}
+
+func (p *testProvider) calls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.used)
 }
 
 func (h *harness) principal(sub string) vault.Principal {
@@ -219,10 +314,11 @@ func (h *harness) connect(p vault.Principal, provider, login string, scopes []st
 	h.t.Helper()
 	h.connN++
 	now := h.clock.Now()
+	id := fmt.Sprintf("conn-%d", h.connN)
 	c, err := h.store.CreateConnection(context.Background(), vault.Connection{
-		ID: "conn-" + string(rune('0'+h.connN)), Principal: p, Provider: provider, AccountID: "10" + string(rune('0'+h.connN)),
+		ID: id, Principal: p, Provider: provider, AccountID: fmt.Sprintf("10%d", h.connN),
 		AccountLogin: login, Scopes: scopes, Status: vault.StatusActive, Created: now, Updated: now,
-		Token: vault.TokenSet{AccessToken: providerSecret, RefreshToken: refreshSecret, TokenType: "bearer", Expiry: now.Add(time.Hour)},
+		Token: h.tokens(id),
 	})
 	if err != nil {
 		h.t.Fatal(err)
@@ -230,18 +326,52 @@ func (h *harness) connect(p vault.Principal, provider, login string, scopes []st
 	return c
 }
 
+// tokens is the token set the test provider issues for connection id.
+func (h *harness) tokens(id string) vault.TokenSet {
+	return vault.TokenSet{AccessToken: vault.Secret(providerSecret + "-" + id), RefreshToken: vault.Secret(refreshSecret + "-" + id),
+		TokenType: "bearer", Expiry: h.clock.Now().Add(time.Hour)}
+}
+
 // completeGrant approves grant id and completes it with a new connection,
 // as the broker's browser pages would.
 func (h *harness) completeGrant(id string, p vault.Principal, login string) vault.Connection {
+	h.t.Helper()
+	h.connN++
+	return h.save(id, p, provider.Account{ID: fmt.Sprintf("10%d", h.connN), Login: login})
+}
+
+// reconnect completes grant id for the account of existing connection c,
+// as a reconnect in the browser would: same connection, new tokens.
+func (h *harness) reconnect(id string, c vault.Connection) vault.Connection {
+	h.t.Helper()
+	h.api.mu.Lock()
+	delete(h.api.dead, c.ID)
+	h.api.mu.Unlock()
+	return h.save(id, c.Principal, provider.Account{ID: c.AccountID, Login: c.AccountLogin})
+}
+
+// save approves grant id and saves a browser step's result for it
+// through the connections layer.
+func (h *harness) save(id string, p vault.Principal, acct provider.Account) vault.Connection {
 	h.t.Helper()
 	ctx := context.Background()
 	g, err := h.grants.Approve(ctx, id, p)
 	if err != nil {
 		h.t.Fatalf("approve %s: %v", id, err)
 	}
-	c := h.connect(p, g.Provider, login, g.Scopes)
-	if _, err := h.grants.Complete(ctx, id, p, c.ID); err != nil {
-		h.t.Fatalf("complete %s: %v", id, err)
+	pr, _ := h.conns.Providers().Lookup(g.Provider)
+	// The connection id is only known once stored: store, then give it
+	// tokens the test provider recognises.
+	c, err := h.conns.Save(ctx, p, g, pr, provider.Exchanged{Account: acct, Scopes: g.Scopes, Token: h.tokens("pending")})
+	if err != nil {
+		h.t.Fatalf("save %s: %v", id, err)
+	}
+	c, err = h.store.UpdateConnection(ctx, c.ID, func(old vault.Connection) (vault.Connection, error) {
+		old.Token = h.tokens(old.ID)
+		return old, nil
+	})
+	if err != nil {
+		h.t.Fatal(err)
 	}
 	return c
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"credbroker/internal/bearer"
 	"credbroker/vault"
 )
 
@@ -106,7 +107,7 @@ func (b *bufferedResponse) Write(p []byte) (int, error) {
 // legacyMethods are the requests the broker serves to 2025-11-25 clients.
 var legacyMethods = map[string]bool{"initialize": true, "ping": true, "tools/list": true, "tools/call": true}
 
-func (s *Server) serveLegacy(w http.ResponseWriter, r *http.Request, body []byte, msg *rpcMessage, info TokenInfo) {
+func (s *Server) serveLegacy(w http.ResponseWriter, r *http.Request, body []byte, msg *rpcMessage, info bearer.TokenInfo) {
 	note(w, func(o *observedWriter) { o.era = versionLegacy })
 	if !msg.isNotification() && !legacyMethods[msg.Method] {
 		// 2025-11-25 carries JSON-RPC errors in a 200 response.

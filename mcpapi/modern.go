@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"credbroker/internal/bearer"
 	"credbroker/internal/telemetry"
 )
 
@@ -72,7 +73,7 @@ func decodeHeaderValue(v string) (string, bool) {
 	return v, true
 }
 
-func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMessage, p *modernParams, header string, info TokenInfo) {
+func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMessage, p *modernParams, header string, info bearer.TokenInfo) {
 	note(w, func(o *observedWriter) { o.era = versionModern })
 	id := msg.ID
 	if p.Meta.Version == nil {
@@ -150,7 +151,7 @@ func paramsProblem(err error) string {
 	return "params must be a JSON object"
 }
 
-func (s *Server) serveModernCall(w http.ResponseWriter, r *http.Request, id json.RawMessage, p *modernParams, cc *mcp.ClientCapabilities, info TokenInfo) {
+func (s *Server) serveModernCall(w http.ResponseWriter, r *http.Request, id json.RawMessage, p *modernParams, cc *mcp.ClientCapabilities, info bearer.TokenInfo) {
 	nameHeader, ok := decodeHeaderValue(r.Header.Get("Mcp-Name"))
 	switch {
 	case r.Header.Get("Mcp-Name") == "":

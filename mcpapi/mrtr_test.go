@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"credbroker/binding"
+	"credbroker/internal/requeststate"
 	"credbroker/vault"
 )
 
@@ -203,8 +205,7 @@ func TestToolErrors(t *testing.T) {
 
 func TestRateLimitedGrantGivesNoURL(t *testing.T) {
 	h := newHarness(t)
-	h.grants = binding.New(h.store, binding.Options{Now: h.clock.Now, MaxPending: 1})
-	h.srv.opts.Grants = h.grants
+	h.setGrants(binding.Options{Now: h.clock.Now, MaxPending: 1})
 	_, d := h.callTool("alice", urlCaps, "connect_account", map[string]any{"provider": "github"}, nil)
 	elicitation(t, d)
 	r, d := h.callTool("alice", urlCaps, "connect_account", map[string]any{"provider": "google"}, nil)
@@ -216,23 +217,31 @@ func TestRateLimitedGrantGivesNoURL(t *testing.T) {
 func TestDisconnect(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
-		revokeErr error
+		provider  string
+		revokeErr bool
 		want      string
 	}{
-		{"revoked", nil, "revoked"},
-		{"revocation failed", errors.New("provider said 500"), "failed"},
+		{"revoked", "github", false, "revoked"},
+		{"revocation not confirmed", "github", true, "not_confirmed"},
+		{"no revocation configured", "google", false, "not_supported"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
-			h.revokeErr = tt.revokeErr
-			c := h.connect(h.principal("alice"), "github", "octocat", []string{"repo"})
-			_, d := h.callTool("alice", "{}", "disconnect_account", map[string]any{"provider": "github"}, nil)
+			h.api.revokeErr = tt.revokeErr
+			c := h.connect(h.principal("alice"), tt.provider, "octocat", []string{"repo"})
+			_, d := h.callTool("alice", "{}", "disconnect_account", map[string]any{"provider": tt.provider}, nil)
 			sc := structured(t, d)
 			if sc["revocation"] != tt.want || sc["deleted"] != true {
 				t.Fatalf("got %v", sc)
 			}
 			if _, err := h.store.GetConnection(context.Background(), c.ID); !errors.Is(err, vault.ErrNotFound) {
 				t.Fatalf("connection still stored: %v", err)
+			}
+			h.api.mu.Lock()
+			revoked := slices.Clone(h.api.revoked)
+			h.api.mu.Unlock()
+			if sent := slices.Contains(revoked, refreshSecret+"-"+c.ID); sent != (tt.want == "revoked") {
+				t.Fatalf("revocation requests %v", revoked)
 			}
 		})
 	}
@@ -286,8 +295,8 @@ func TestRequestStateRejected(t *testing.T) {
 			if tool == "list_connections" {
 				// A state issued for connect_account replayed on a different
 				// tool: sealed tool name differs → rejected by openState.
-				_, err := openState(h.srv.opts.StateKeys, state, h.principal("alice"), tool, mustDigest(t, nil), h.clock.Now())
-				if !errors.Is(err, errBadState) {
+				_, err := requeststate.Open(h.srv.opts.StateKeys, state, h.principal("alice"), tool, mustDigest(t, nil), h.clock.Now())
+				if !errors.Is(err, requeststate.ErrInvalid) {
 					t.Fatalf("cross-tool state opened: %v", err)
 				}
 				return
@@ -302,7 +311,7 @@ func TestRequestStateRejected(t *testing.T) {
 }
 
 func mustDigest(t *testing.T, raw json.RawMessage) []byte {
-	d, err := argDigest(raw)
+	d, err := requeststate.Digest(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

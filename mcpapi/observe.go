@@ -2,25 +2,11 @@ package mcpapi
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"time"
 
 	"credbroker/internal/telemetry"
 )
-
-// Observer is told what the endpoint did, for metrics and the audit log.
-// *telemetry.Recorder implements it. A nil Observer records nothing.
-type Observer interface {
-	// MCPRequest is called once per answered request (telemetry.Outcome*).
-	MCPRequest(method, tool, era, outcome string, elapsed time.Duration)
-	// Elicitation reports a connect request event (telemetry.Elicitation*).
-	Elicitation(event string)
-	// Audit records a security-relevant event (disconnect, revoke).
-	Audit(ctx context.Context, e telemetry.Event)
-}
-
-var _ Observer = (*telemetry.Recorder)(nil)
 
 // observedWriter notes what serveMCP learned about a request so that one
 // MCPRequest call can describe it when the handler returns.
@@ -53,7 +39,7 @@ func (o *observedWriter) Unwrap() http.ResponseWriter { return o.ResponseWriter 
 
 // observeStart wraps w when an Observer is configured.
 func (s *Server) observeStart(w http.ResponseWriter) (http.ResponseWriter, *observedWriter) {
-	if s.opts.Observer == nil {
+	if s.opts.Telemetry == nil {
 		return w, nil
 	}
 	ow := &observedWriter{ResponseWriter: w, start: time.Now(), era: "none"}
@@ -78,28 +64,13 @@ func (s *Server) observeEnd(ow *observedWriter) {
 	case outcome == "":
 		outcome = telemetry.OutcomeComplete
 	}
-	s.opts.Observer.MCPRequest(ow.method, ow.tool, ow.era, outcome, time.Since(ow.start))
+	s.opts.Telemetry.MCPRequest(ow.method, ow.tool, ow.era, outcome, time.Since(ow.start))
 }
 
 // note records facts about the request on w when it is observed.
 func note(w http.ResponseWriter, f func(*observedWriter)) {
 	if ow, ok := w.(*observedWriter); ok {
 		f(ow)
-	}
-}
-
-// elicitation reports a connect request event to the Observer.
-func (s *Server) elicitation(event string) {
-	if s.opts.Observer != nil {
-		s.opts.Observer.Elicitation(event)
-	}
-}
-
-// audit records e with the Observer.
-func (s *Server) audit(ctx context.Context, e telemetry.Event) {
-	if s.opts.Observer != nil {
-		e.Via = "mcp"
-		s.opts.Observer.Audit(ctx, e)
 	}
 }
 

@@ -1,17 +1,16 @@
 package mcpapi
 
 import (
-	"context"
 	"strings"
 	"testing"
 )
 
 func TestNewReportsEveryProblem(t *testing.T) {
-	_, err := New(context.Background(), Options{PublicURL: "http://broker.example.com"})
+	_, err := New(Options{PublicURL: "http://broker.example.com"})
 	if err == nil {
 		t.Fatal("New accepted empty options")
 	}
-	for _, want := range []string{"must use https", "Issuer is required", "Store is required", "Grants is required", "Catalog is required", "StateKeys is required"} {
+	for _, want := range []string{"must use https", "Issuer is required", "Connections is required", "StateKeys is required"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

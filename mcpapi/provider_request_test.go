@@ -4,34 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 
-	"credbroker/oauthflow"
 	"credbroker/vault"
 )
 
-// fakeAPI answers provider requests and records which connection was used.
-type fakeAPI struct {
-	mu    sync.Mutex
-	used  []string
-	fails map[string]error
-}
-
-func (f *fakeAPI) Do(_ context.Context, id string, req oauthflow.APIRequest) (oauthflow.APIResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.fails[id]; err != nil {
-		delete(f.fails, id)
-		return oauthflow.APIResponse{}, err
-	}
-	f.used = append(f.used, id)
-	return oauthflow.APIResponse{Status: 200, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"path":"` + req.Path + `"}`)}, nil
-}
-
 func TestProviderRequestFlows(t *testing.T) {
-	api := &fakeAPI{fails: map[string]error{}}
-	h := newHarness(t, func(o *Options) { o.Provider = api })
+	h := newHarness(t)
+	api := h.api
 	alice := h.principal("alice")
 	args := map[string]any{"provider": "github", "method": "GET", "path": "/user"}
 
@@ -51,24 +31,25 @@ func TestProviderRequestFlows(t *testing.T) {
 		if sc == nil || sc["status"] != float64(200) || sc["body"] != `{"path":"/user"}` || sc["body_encoding"] != "text" {
 			t.Fatalf("got %+v", d)
 		}
-		if api.used[len(api.used)-1] != conn.ID {
+		if api.lastUsed() != conn.ID {
 			t.Fatalf("used %v, want %s", api.used, conn.ID)
 		}
-		// needs_reconnect → url elicitation saying revoked/expired → reconnect → same id.
-		api.fails[conn.ID] = oauthflow.ErrNeedsReconnect
+		// The provider kills the tokens: 401, then invalid_grant on the
+		// refresh → needs_reconnect → url elicitation saying
+		// revoked/expired → reconnect → same id.
+		api.kill(conn.ID)
 		_, d = h.callTool("alice", urlCaps, toolRequest, args, nil)
 		key, link, state = elicitation(t, d)
 		msg := d.Result["inputRequests"].(map[string]any)[key].(map[string]any)["params"].(map[string]any)["message"].(string)
 		if !strings.Contains(msg, "revoked or has expired") {
 			t.Errorf("message %q does not say revoked/expired", msg)
 		}
-		g, _ := h.grants.Approve(context.Background(), grantIDOf(t, link), alice)
-		if _, err := h.grants.Complete(context.Background(), g.ID, alice, conn.ID); err != nil {
-			t.Fatal(err)
+		if again := h.reconnect(grantIDOf(t, link), conn); again.ID != conn.ID {
+			t.Fatalf("reconnect stored %s, want %s", again.ID, conn.ID)
 		}
 		_, d = h.callTool("alice", urlCaps, toolRequest, args, map[string]any{"requestState": state,
 			"inputResponses": map[string]any{key: map[string]any{"action": "accept"}}})
-		if d.Result["isError"] == true || api.used[len(api.used)-1] != conn.ID {
+		if d.Result["isError"] == true || api.lastUsed() != conn.ID {
 			t.Fatalf("after reconnect: %+v used %v", d, api.used)
 		}
 	})
@@ -87,7 +68,7 @@ func TestProviderRequestFlows(t *testing.T) {
 		_, d = h.callTool("alice", `{"elicitation":{"form":{},"url":{}}}`, toolRequest, args, map[string]any{
 			"requestState":   d.Result["requestState"],
 			"inputResponses": map[string]any{chooseAccountKey: map[string]any{"action": "accept", "content": map[string]any{"account": "alice-work"}}}})
-		if d.Result["isError"] == true || api.used[len(api.used)-1] != second.ID {
+		if d.Result["isError"] == true || api.lastUsed() != second.ID {
 			t.Fatalf("chosen account not used: %+v %v", d, api.used)
 		}
 		// Without form capability: a tool error listing the accounts.
@@ -117,14 +98,14 @@ func TestProviderRequestFlows(t *testing.T) {
 		key, link, state := elicitation(t, d)
 		// In the browser alice signs in to a third account, not alice-work.
 		h.completeGrant(grantIDOf(t, link), alice, "alice-other")
-		before := len(api.used)
+		before := api.calls()
 		_, d = h.callTool("alice", urlCaps, toolRequest, named, map[string]any{"requestState": state,
 			"inputResponses": map[string]any{key: map[string]any{"action": "accept"}}})
 		text, _ := json.Marshal(d.Result)
 		if d.Result["isError"] != true || !strings.Contains(string(text), "still not connected") {
 			t.Fatalf("want a refusal, got %s", text)
 		}
-		if len(api.used) != before {
+		if api.calls() != before {
 			t.Fatalf("the request ran as another account: %v", api.used[before:])
 		}
 	})

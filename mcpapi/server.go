@@ -2,14 +2,12 @@ package mcpapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -17,31 +15,16 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"credbroker/binding"
+	"credbroker/connections"
+	"credbroker/internal/bearer"
+	"credbroker/internal/loopback"
+	"credbroker/internal/telemetry"
 	"credbroker/vault"
 )
 
-// ProviderInfo is what the tools need to know about a configured provider.
-type ProviderInfo struct {
-	Name, DisplayName            string
-	DefaultScopes, AllowedScopes []string
-}
-
-// Catalog is the provider registry as the tools see it.
-type Catalog interface {
-	Provider(name string) (ProviderInfo, bool)
-	ProviderNames() []string
-}
-
-// Revoker revokes a connection's tokens at its provider. revoked reports
-// whether the provider confirmed it. A nil Revoker means no provider
-// supports revocation.
-type Revoker func(ctx context.Context, c vault.Connection) (revoked bool, err error)
-
 // Options configures a Server.
 type Options struct {
-	// PublicURL is the broker's external base URL (https://broker.example.com);
-	// connect URLs are PublicURL + "/connect/" + grant id.
+	// PublicURL is the broker's external base URL (https://broker.example.com).
 	PublicURL string
 	// ResourceURI is the required JWT audience (default PublicURL + "/mcp").
 	ResourceURI string
@@ -56,26 +39,21 @@ type Options struct {
 	AllowedOrigins []string
 	DevMode        bool
 
-	Store   vault.Store
-	Grants  *binding.Service
-	Catalog Catalog
-	Revoke  Revoker
-	// Provider performs provider_request calls with stored connections
-	// (nil: the tool answers that provider requests are not configured).
-	Provider  ProviderCaller
-	StateKeys *vault.Keyring // derived for requestState by the caller
-	StateTTL  time.Duration  // requestState lifetime (default 10 minutes)
+	// Connections makes every decision about connections.
+	Connections *connections.Service
+	StateKeys   *vault.Keyring // derived for requestState by the caller
+	StateTTL    time.Duration  // requestState lifetime (default 10 minutes)
 
 	MaxBodyBytes int64 // default 1 MiB
 	Logger       *slog.Logger
 	Now          func() time.Time
 	HTTPClient   *http.Client // for OIDC discovery and JWKS
 	// Verifier overrides the default JWT verifier (tests, other token formats).
-	Verifier TokenVerifier
+	Verifier bearer.Verifier
 	// ServerVersion is reported in serverInfo (default "dev").
 	ServerVersion string
-	// Observer receives metrics and audit events (optional).
-	Observer Observer
+	// Telemetry receives request metrics (nil: none).
+	Telemetry *telemetry.Recorder
 }
 
 // Supported protocol versions, newest first.
@@ -90,8 +68,7 @@ var supportedVersions = []string{versionModern, versionLegacy}
 type Server struct {
 	opts        Options
 	log         *slog.Logger
-	verifier    TokenVerifier
-	tokens      *tokenCache
+	verifier    bearer.Verifier
 	origins     map[string]bool
 	metadataURL string
 	impl        *mcp.Implementation
@@ -109,26 +86,20 @@ type Server struct {
 
 // New validates opts and builds a Server. It performs no I/O: the IdP's
 // keys are fetched on the first request that needs them.
-func New(ctx context.Context, opts Options) (*Server, error) {
+func New(opts Options) (*Server, error) {
 	var errs []error
 	pu, err := url.Parse(opts.PublicURL)
 	if err != nil || pu.Scheme == "" || pu.Host == "" || pu.RawQuery != "" || pu.Fragment != "" {
 		errs = append(errs, fmt.Errorf("PublicURL %q must be an absolute http(s) URL", opts.PublicURL))
-	} else if pu.Scheme != "https" && !(opts.DevMode && pu.Scheme == "http") {
-		errs = append(errs, fmt.Errorf("PublicURL %q must use https outside development mode", opts.PublicURL))
+	} else if pu.Scheme != "https" && !(pu.Scheme == "http" && loopback.Host(pu.Hostname())) {
+		errs = append(errs, fmt.Errorf("PublicURL %q must use https (plain http only on loopback)", opts.PublicURL))
 	}
 	opts.PublicURL = strings.TrimSuffix(opts.PublicURL, "/")
 	if opts.Verifier == nil && opts.Issuer == "" {
 		errs = append(errs, errors.New("Issuer is required (or a Verifier)"))
 	}
-	if opts.Store == nil {
-		errs = append(errs, errors.New("Store is required"))
-	}
-	if opts.Grants == nil {
-		errs = append(errs, errors.New("Grants is required"))
-	}
-	if opts.Catalog == nil {
-		errs = append(errs, errors.New("Catalog is required"))
+	if opts.Connections == nil {
+		errs = append(errs, errors.New("Connections is required"))
 	}
 	if opts.StateKeys == nil {
 		errs = append(errs, errors.New("StateKeys is required"))
@@ -164,7 +135,6 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s := &Server{
 		opts:        opts,
 		log:         log,
-		tokens:      newTokenCache(10000, opts.Now),
 		origins:     map[string]bool{pu.Scheme + "://" + pu.Host: true},
 		metadataURL: opts.PublicURL + "/.well-known/oauth-protected-resource/mcp",
 		impl:        &mcp.Implementation{Name: "credbroker", Title: "credbroker", Version: opts.ServerVersion},
@@ -175,11 +145,13 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	for _, o := range opts.AllowedOrigins {
 		s.origins[strings.TrimSuffix(o, "/")] = true
 	}
-	s.verifier = opts.Verifier
-	if s.verifier == nil {
-		jv := &jwtVerifier{issuer: opts.Issuer, audience: opts.ResourceURI, client: opts.HTTPClient, now: opts.Now}
-		s.verifier = jv.verify
+	verify := opts.Verifier
+	if verify == nil {
+		if verify, err = bearer.NewJWTVerifier(opts.Issuer, []string{opts.ResourceURI}, opts.HTTPClient, opts.Now); err != nil {
+			return nil, fmt.Errorf("mcpapi: %w", err)
+		}
 	}
+	s.verifier = bearer.Cached(verify, 10000, opts.Now)
 	s.tools = s.toolFuncs()
 	md := protectedResourceMetadata{
 		Resource: opts.ResourceURI, AuthorizationServers: opts.AuthorizationServers,
@@ -204,7 +176,7 @@ func (s *Server) serverMeta() mcp.Meta {
 	return mcp.Meta{mcp.MetaKeyServerInfo: s.implJSON}
 }
 
-// staticResult prefixes an SDK result's encoding with resultType: the SDK's
+// withResultType prefixes an SDK result's encoding with resultType: the SDK's
 // types keep it in an unexported field.
 func withResultType(rt string, b []byte) []byte {
 	if len(b) < 2 || b[0] != '{' {
@@ -283,12 +255,7 @@ func (s *Server) originAllowed(origin string) bool {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Path != "" {
 		return false
 	}
-	host := u.Hostname()
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return loopback.Host(u.Hostname())
 }
 
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {

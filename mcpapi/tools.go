@@ -12,8 +12,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"credbroker/binding"
-	"credbroker/internal/telemetry"
+	"credbroker/connections"
+	"credbroker/internal/requeststate"
+	"credbroker/internal/untrusted"
+	"credbroker/provider"
 	"credbroker/vault"
 )
 
@@ -46,10 +48,9 @@ type outcome struct {
 
 // inputRequired is an MRTR answer: one url elicitation plus sealed state.
 type inputRequired struct {
-	key     string
-	params  *mcp.ElicitParams
-	grantID string
-	state   string
+	key    string
+	params *mcp.ElicitParams
+	state  string
 }
 
 type toolFunc func(ctx context.Context, c *callContext) outcome
@@ -68,11 +69,8 @@ type connectionView struct {
 
 func viewOf(c vault.Connection) connectionView {
 	v := connectionView{
-		ID: c.ID, Provider: c.Provider, Account: c.AccountLogin, Scopes: slices.Clone(c.Scopes),
+		ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: slices.Clone(c.Scopes),
 		Status: string(c.Status), Created: c.Created.UTC(),
-	}
-	if v.Account == "" {
-		v.Account = c.AccountID
 	}
 	if v.Scopes == nil {
 		v.Scopes = []string{}
@@ -97,7 +95,7 @@ type listOutput struct {
 type disconnectOutput struct {
 	Provider string `json:"provider"`
 	Account  string `json:"account"`
-	// Revocation: revoked | not_supported | not_revoked | failed.
+	// Revocation: revoked | not_confirmed | not_supported.
 	Revocation string `json:"revocation"`
 	Deleted    bool   `json:"deleted"`
 	Message    string `json:"message"`
@@ -156,7 +154,7 @@ func toolDefs() []*mcp.Tool {
 "required":["provider"],"additionalProperties":false}`),
 			OutputSchema: compactJSON(`{"type":"object","properties":{
 "provider":{"type":"string"},"account":{"type":"string"},
-"revocation":{"type":"string","enum":["revoked","not_supported","not_revoked","failed"]},
+"revocation":{"type":"string","enum":["revoked","not_confirmed","not_supported"]},
 "deleted":{"type":"boolean"},"message":{"type":"string"}},
 "required":["provider","account","revocation","deleted","message"],"additionalProperties":false}`),
 			Annotations: &mcp.ToolAnnotations{Title: "Disconnect an account", ReadOnlyHint: false,
@@ -206,12 +204,7 @@ func invalidParams(msg string) outcome {
 
 // quote renders untrusted text for a message: quoted, control characters
 // escaped, bounded.
-func quote(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "…"
-	}
-	return fmt.Sprintf("%q", s)
-}
+func quote(s string) string { return untrusted.Quote(s) }
 
 // decodeArgs decodes tool arguments strictly into v.
 func decodeArgs(raw json.RawMessage, v any) error {
@@ -237,43 +230,45 @@ func decodeArgs(raw json.RawMessage, v any) error {
 	return nil
 }
 
-// provider resolves and checks a provider name and requested scopes.
-func (s *Server) provider(name string, requested []string, checkScopes bool) (ProviderInfo, []string, *outcome) {
-	names := s.opts.Catalog.ProviderNames()
-	info, ok := s.opts.Catalog.Provider(name)
-	if name == "" || !ok {
-		o := toolError("Unknown provider %s. Valid providers: %s.", quote(name), strings.Join(names, ", "))
-		return ProviderInfo{}, nil, &o
-	}
-	if !checkScopes {
-		return info, nil, nil
-	}
-	allowed := info.AllowedScopes
-	if len(allowed) == 0 {
-		allowed = info.DefaultScopes
-	}
-	scopes := requested
-	if len(scopes) == 0 {
-		scopes = info.DefaultScopes
-	}
-	var out []string
-	for _, sc := range scopes {
-		if !slices.Contains(allowed, sc) {
-			o := toolError("Scope %s is not allowed for %s. Allowed scopes: %s.", quote(sc), info.Name, strings.Join(allowed, ", "))
-			return ProviderInfo{}, nil, &o
-		}
-		if !slices.Contains(out, sc) {
-			out = append(out, sc)
-		}
-	}
-	return info, out, nil
+// request builds the connections request of a tools/call.
+func (c *callContext) request(provider string, scopes []string, account string) connections.Request {
+	return connections.Request{Principal: c.principal, Provider: provider, Scopes: scopes, Account: account,
+		ClientName: c.clientName, Via: "mcp", CanAsk: c.urlCapable}
 }
 
-func displayName(info ProviderInfo) string {
-	if info.DisplayName != "" {
-		return info.DisplayName
+// answer reads the person's answer to the input request key from a retry.
+func (c *callContext) answer(key string) (connections.Answer, *outcome) {
+	r, ok := c.responses[key]
+	if !ok {
+		return connections.NoAnswer, nil
 	}
-	return info.Name
+	er, ok := r.(*mcp.ElicitResult)
+	if !ok {
+		o := invalidParams(fmt.Sprintf("inputResponses[%q] must be an elicitation result", key))
+		return "", &o
+	}
+	a, ok := connections.ParseAnswer(er.Action)
+	if !ok {
+		o := invalidParams(fmt.Sprintf("inputResponses[%q].action must be accept, decline or cancel", key))
+		return "", &o
+	}
+	return a, nil
+}
+
+// continued opens the sealed requestState of a retry of tool: the
+// continuation's reference, or the outcome to answer.
+func (s *Server) continued(c *callContext, tool string) (string, *outcome) {
+	digest, err := requeststate.Digest(c.args)
+	if err != nil {
+		o := invalidParams(requeststate.ErrInvalid.Error())
+		return "", &o
+	}
+	st, err := requeststate.Open(s.opts.StateKeys, c.state, c.principal, tool, digest, s.opts.Now())
+	if err != nil {
+		o := invalidParams(requeststate.ErrInvalid.Error())
+		return "", &o
+	}
+	return st.Ref, nil
 }
 
 func (s *Server) connectAccount(ctx context.Context, c *callContext) outcome {
@@ -284,257 +279,124 @@ func (s *Server) connectAccount(ctx context.Context, c *callContext) outcome {
 	if err := decodeArgs(c.args, &in); err != nil {
 		return toolError("Invalid arguments: %v.", err)
 	}
-	info, scopes, bad := s.provider(in.Provider, in.Scopes, true)
-	if bad != nil {
-		return *bad
-	}
-	conn, out := s.ensureConnection(ctx, c, toolConnect, info, scopes)
-	if conn == nil {
-		return out
-	}
-	v := viewOf(*conn)
-	return complete(connectOutput{
-		Status:     "connected",
-		Message:    fmt.Sprintf("Connected: %s account %s (scopes: %s).", displayName(info), v.Account, strings.Join(v.Scopes, " ")),
-		Connection: &v,
-	})
-}
-
-// missing returns what scopes wants that have does not.
-func missing(have, want []string) []string {
-	var m []string
-	for _, s := range want {
-		if !slices.Contains(have, s) {
-			m = append(m, s)
+	req := c.request(in.Provider, in.Scopes, "")
+	var (
+		o   connections.Outcome
+		err error
+	)
+	if c.state == "" {
+		o, err = s.opts.Connections.Ensure(ctx, req)
+	} else {
+		grant, bad := s.continued(c, toolConnect)
+		if bad != nil {
+			return *bad
 		}
+		answer, bad := c.answer("connect_" + in.Provider)
+		if bad != nil {
+			return *bad
+		}
+		o, err = s.opts.Connections.Resume(ctx, req, grant, answer)
 	}
-	return m
-}
-
-// findConnection returns p's best active connection to provider covering
-// scopes, or why there is none.
-func (s *Server) findConnection(ctx context.Context, p vault.Principal, provider string, scopes []string) (*vault.Connection, string, error) {
-	conns, err := s.opts.Store.ListConnections(ctx, p)
 	if err != nil {
-		return nil, "", err
+		return s.failed(err, in.Provider, toolConnect)
 	}
-	reason := "it is not connected yet"
-	var best *vault.Connection
-	for i := range conns {
-		c := &conns[i]
-		if c.Provider != provider || !binding.SamePrincipal(c.Principal, p) {
-			continue
-		}
-		switch {
-		case c.Status == vault.StatusNeedsReconnect:
-			reason = "the existing connection must be reconnected"
-		case len(missing(c.Scopes, scopes)) > 0:
-			reason = "the existing connection lacks the scopes " + strings.Join(missing(c.Scopes, scopes), " ")
-		default:
-			if best == nil || c.LastUsed.After(best.LastUsed) || c.LastUsed.Equal(best.LastUsed) && c.Created.After(best.Created) {
-				best = c
-			}
-		}
+	switch o := o.(type) {
+	case connections.Connected:
+		v := viewOf(o.Conn)
+		return complete(connectOutput{
+			Status:     "connected",
+			Message:    fmt.Sprintf("Connected: %s account %s (scopes: %s).", o.Provider.DisplayName, v.Account, strings.Join(v.Scopes, " ")),
+			Connection: &v,
+		})
+	case connections.Declined:
+		return declined(o.Provider)
+	case connections.Cancelled:
+		return complete(connectOutput{Status: "cancelled",
+			Message: fmt.Sprintf("Nothing was connected: the user dismissed the request to connect %s. The link stays usable until %s; call %s again to continue.",
+				o.Provider.DisplayName, o.Until.UTC().Format(time.RFC3339), toolConnect)})
+	case connections.NeedsUser:
+		return s.askToConnect(c, toolConnect, o)
 	}
-	if best != nil {
-		return best, "", nil
-	}
-	return nil, reason, nil
+	return internalError()
 }
 
-// ensureConnection returns p's connection covering scopes, or (nil, the
-// outcome to answer): input_required, a -32021/-32042 error, a tool error,
-// or the user's decline/cancel.
-func (s *Server) ensureConnection(ctx context.Context, c *callContext, tool string, info ProviderInfo, scopes []string) (*vault.Connection, outcome) {
-	if c.state != "" {
-		return s.resume(ctx, c, tool, info, scopes)
+// failed turns a connections error into the tool's answer: a tool error
+// the model can act on, -32602 for a bad requestState, or an internal
+// error (logged, never shown).
+func (s *Server) failed(err error, providerName string, tool string) outcome {
+	p, _ := s.opts.Connections.Providers().Lookup(providerName)
+	var up *connections.UnknownProviderError
+	var se *connections.ScopeError
+	var ae *connections.AccountError
+	var re *provider.RequestError
+	switch {
+	case errors.Is(err, connections.ErrUnknownRequest):
+		return invalidParams(requeststate.ErrInvalid.Error())
+	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae), errors.As(err, &re),
+		errors.Is(err, connections.ErrTooManyPending), errors.Is(err, connections.ErrRateLimited),
+		errors.Is(err, connections.ErrConnectionGone), errors.Is(err, provider.ErrProviderUnavailable),
+		errors.Is(err, vault.ErrNotFound), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return toolError("%s", connections.Describe(err, p))
+	case errors.Is(err, connections.ErrRequestExpired), errors.Is(err, connections.ErrTooManyRounds):
+		return toolError("%s Call %s again to start over.", strings.TrimSuffix(connections.Describe(err, p), " Start over."), tool)
 	}
-	conn, reason, err := s.findConnection(ctx, c.principal, info.Name, scopes)
-	if err != nil {
-		s.log.Error("mcpapi: list connections", "err", err.Error())
-		return nil, internalError()
+	s.log.Error("mcpapi: "+tool+" failed", "err", err.Error())
+	if tool == toolRequest && p != nil {
+		return toolError("%s", connections.Describe(err, p))
 	}
-	if conn != nil {
-		return conn, outcome{}
-	}
-	return nil, s.startConnect(ctx, c, tool, info, scopes, reason)
+	return internalError()
 }
 
-var urlCapability = map[string]any{"elicitation": map[string]any{"url": map[string]any{}}}
-
-func (s *Server) startConnect(ctx context.Context, c *callContext, tool string, info ProviderInfo, scopes []string, reason string) outcome {
-	if !c.urlCapable {
+// askToConnect answers with the url elicitation of a connect request:
+// input_required (2026-07-28) or -32042 (2025-11-25); or, when the client
+// cannot open links, -32021 (2026-07-28) or a tool error naming the
+// connections page (2025-11-25).
+func (s *Server) askToConnect(c *callContext, tool string, n connections.NeedsUser) outcome {
+	name := n.Provider.DisplayName
+	if n.Grant == nil {
 		if c.modern {
 			data, _ := json.Marshal(map[string]any{"requiredCapabilities": urlCapability})
 			return outcome{rpcErr: &rpcError{
 				Code:    codeMissingCapability,
-				Message: fmt.Sprintf("Connecting %s needs the client capability elicitation.url (%s)", displayName(info), reason),
+				Message: fmt.Sprintf("Connecting %s needs the client capability elicitation.url (%s)", name, n.Why),
 				Data:    data,
 			}}
 		}
 		return toolError("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability). Connect %s on the broker's connections page at %s, then call again.",
-			displayName(info), reason, displayName(info), s.opts.PublicURL+"/connections")
+			name, n.Why, name, s.opts.PublicURL+"/connections")
 	}
-	g, err := s.opts.Grants.Create(ctx, c.principal, info.Name, scopes, c.clientName)
-	switch {
-	case errors.Is(err, binding.ErrTooManyPending):
-		return toolError("Too many connect requests are open for this user. Finish or let the earlier connect links expire, then try again.")
-	case errors.Is(err, binding.ErrRateLimited):
-		return toolError("Too many connect requests were started in the last hour. Try again later.")
-	case err != nil:
-		s.log.Error("mcpapi: create grant", "err", err.Error())
-		return internalError()
-	}
-	s.log.Info("mcpapi: connect requested", "grant", g.ID, "provider", info.Name, "tool", tool)
-	s.elicitation(telemetry.ElicitationIssued)
-	msg := fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access for scopes %s.",
-		displayName(info), reason, strings.Join(scopes, " "))
-	return s.askToConnect(c, tool, g, info, msg)
-}
-
-// askToConnect answers with the url elicitation for grant g: input_required
-// (2026-07-28) or -32042 (2025-11-25).
-func (s *Server) askToConnect(c *callContext, tool string, g vault.Grant, info ProviderInfo, msg string) outcome {
-	url := s.connectURL(g.ID)
+	msg := n.Message()
 	if !c.modern {
-		err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: msg, URL: url, ElicitationID: g.ID}})
+		err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: msg, URL: n.URL, ElicitationID: n.Grant.ID}})
 		var re *rpcError
 		if errors.As(err, &re) {
-			re.Message = "Connect your " + displayName(info) + " account in the browser, then retry"
+			re.Message = "Connect your " + name + " account in the browser, then retry"
 			return outcome{rpcErr: re}
 		}
 		return internalError()
 	}
-	digest, err := argDigest(c.args)
+	digest, err := requeststate.Digest(c.args)
 	if err != nil {
 		return invalidParams("arguments are not valid JSON")
 	}
 	exp := s.opts.Now().Add(s.opts.StateTTL)
-	if g.Expires.Before(exp) {
-		exp = g.Expires
+	if n.Grant.Expires.Before(exp) {
+		exp = n.Grant.Expires
 	}
-	st := sealState(s.opts.StateKeys, requestState{
-		Issuer: c.principal.Issuer, Subject: c.principal.Subject, Tool: tool,
-		ArgDigest: digest, GrantID: g.ID, Expires: exp.Unix(),
-	})
+	st := requeststate.Seal(s.opts.StateKeys, requeststate.State{Principal: c.principal, Operation: tool,
+		ArgDigest: digest, Ref: n.Grant.ID, Expires: exp})
 	return outcome{input: &inputRequired{
-		key:     "connect_" + info.Name,
-		params:  &mcp.ElicitParams{Mode: "url", Message: msg, URL: url},
-		grantID: g.ID,
-		state:   st,
+		key:    "connect_" + n.Provider.Name,
+		params: &mcp.ElicitParams{Mode: "url", Message: msg, URL: n.URL},
+		state:  st,
 	}}
 }
 
-func (s *Server) connectURL(grantID string) string {
-	return s.opts.PublicURL + "/connect/" + grantID
-}
+var urlCapability = map[string]any{"elicitation": map[string]any{"url": map[string]any{}}}
 
-// resume handles an MRTR retry carrying requestState.
-func (s *Server) resume(ctx context.Context, c *callContext, tool string, info ProviderInfo, scopes []string) (*vault.Connection, outcome) {
-	digest, err := argDigest(c.args)
-	if err != nil {
-		return nil, invalidParams(errBadState.Error())
-	}
-	now := s.opts.Now()
-	st, err := openState(s.opts.StateKeys, c.state, c.principal, tool, digest, now)
-	if err != nil {
-		return nil, invalidParams(errBadState.Error())
-	}
-	g, err := s.opts.Grants.Authorize(ctx, st.GrantID, c.principal)
-	switch {
-	case errors.Is(err, binding.ErrExpired):
-		s.elicitation(telemetry.ElicitationExpired)
-		return nil, toolError("The connect request for %s expired before it was completed. Call %s again to start over.", displayName(info), tool)
-	case errors.Is(err, binding.ErrNotFound), errors.Is(err, binding.ErrWrongPrincipal):
-		return nil, invalidParams(errBadState.Error())
-	case err != nil:
-		s.log.Error("mcpapi: authorize grant", "grant", st.GrantID, "err", err.Error())
-		return nil, internalError()
-	}
-	if g.Provider != info.Name {
-		return nil, invalidParams(errBadState.Error())
-	}
-	key := "connect_" + info.Name
-	switch g.State {
-	case vault.GrantCompleted:
-		s.elicitation(telemetry.ElicitationCompleted)
-		return s.completedGrant(ctx, c, g, info)
-	case vault.GrantDenied:
-		s.elicitation(telemetry.ElicitationDeclined)
-		return nil, declined(info, tool)
-	}
-	var action string
-	if r, ok := c.responses[key]; ok {
-		er, ok := r.(*mcp.ElicitResult)
-		if !ok {
-			return nil, invalidParams(fmt.Sprintf("inputResponses[%q] must be an elicitation result", key))
-		}
-		action = er.Action
-	}
-	switch action {
-	case "decline":
-		if _, err := s.opts.Grants.Deny(ctx, g.ID, c.principal); err != nil && !errors.Is(err, binding.ErrClosed) {
-			s.log.Error("mcpapi: deny grant", "grant", g.ID, "err", err.Error())
-			return nil, internalError()
-		}
-		s.log.Info("mcpapi: connect declined by the user", "grant", g.ID, "provider", info.Name)
-		s.elicitation(telemetry.ElicitationDeclined)
-		return nil, declined(info, tool)
-	case "cancel":
-		s.elicitation(telemetry.ElicitationCancelled)
-		return nil, complete(connectOutput{Status: "cancelled",
-			Message: fmt.Sprintf("Nothing was connected: the user dismissed the request to connect %s. The link stays usable until %s; call %s again to continue.",
-				displayName(info), g.Expires.UTC().Format(time.RFC3339), tool)})
-	case "accept", "":
-	default:
-		return nil, invalidParams(fmt.Sprintf("inputResponses[%q].action must be accept, decline or cancel", key))
-	}
-	// Connected meanwhile by another route (the connections page)?
-	if conn, _, err := s.findConnection(ctx, c.principal, info.Name, scopes); err == nil && conn != nil {
-		s.elicitation(telemetry.ElicitationCompleted)
-		return conn, outcome{}
-	}
-	g, err = s.opts.Grants.Round(ctx, g.ID, c.principal)
-	switch {
-	case errors.Is(err, binding.ErrTooManyRounds):
-		return nil, toolError("The connect request for %s was retried too many times without being completed. Call %s again to start over.", displayName(info), tool)
-	case errors.Is(err, binding.ErrExpired):
-		s.elicitation(telemetry.ElicitationExpired)
-		return nil, toolError("The connect request for %s expired before it was completed. Call %s again to start over.", displayName(info), tool)
-	case err != nil:
-		s.log.Error("mcpapi: count round", "grant", st.GrantID, "err", err.Error())
-		return nil, internalError()
-	}
-	switch g.State {
-	case vault.GrantCompleted:
-		s.elicitation(telemetry.ElicitationCompleted)
-		return s.completedGrant(ctx, c, g, info)
-	case vault.GrantDenied:
-		s.elicitation(telemetry.ElicitationDeclined)
-		return nil, declined(info, tool)
-	}
-	msg := fmt.Sprintf("Connect your %s account to continue: open the link, sign in to the broker and approve access.", displayName(info))
-	if action == "accept" {
-		msg = fmt.Sprintf("Finish connecting your %s account in the browser, then retry.", displayName(info))
-	}
-	return nil, s.askToConnect(c, tool, g, info, msg)
-}
-
-func declined(info ProviderInfo, tool string) outcome {
+func declined(p *provider.Provider) outcome {
 	return complete(connectOutput{Status: "declined",
-		Message: fmt.Sprintf("The user declined to connect %s. Do not ask again unless the user asks for it.", displayName(info))})
-}
-
-func (s *Server) completedGrant(ctx context.Context, c *callContext, g vault.Grant, info ProviderInfo) (*vault.Connection, outcome) {
-	conn, err := s.opts.Store.GetConnection(ctx, g.ConnectionID)
-	if err != nil || !binding.SamePrincipal(conn.Principal, c.principal) || conn.Provider != info.Name {
-		if err != nil && !errors.Is(err, vault.ErrNotFound) {
-			s.log.Error("mcpapi: get connection", "grant", g.ID, "err", err.Error())
-			return nil, internalError()
-		}
-		return nil, toolError("The %s connection made through this request no longer exists. Call connect_account again.", displayName(info))
-	}
-	return &conn, outcome{}
+		Message: fmt.Sprintf("The user declined to connect %s. Do not ask again unless the user asks for it.", p.DisplayName)})
 }
 
 func (s *Server) listConnections(ctx context.Context, c *callContext) outcome {
@@ -542,16 +404,14 @@ func (s *Server) listConnections(ctx context.Context, c *callContext) outcome {
 	if err := decodeArgs(c.args, &in); err != nil {
 		return toolError("Invalid arguments: %v.", err)
 	}
-	conns, err := s.opts.Store.ListConnections(ctx, c.principal)
+	conns, err := s.opts.Connections.List(ctx, c.principal)
 	if err != nil {
 		s.log.Error("mcpapi: list connections", "err", err.Error())
 		return internalError()
 	}
-	out := listOutput{Connections: []connectionView{}}
+	out := listOutput{Connections: make([]connectionView, 0, len(conns))}
 	for _, conn := range conns {
-		if binding.SamePrincipal(conn.Principal, c.principal) {
-			out.Connections = append(out.Connections, viewOf(conn))
-		}
+		out.Connections = append(out.Connections, viewOf(conn))
 	}
 	return complete(out)
 }
@@ -564,71 +424,30 @@ func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome 
 	if err := decodeArgs(c.args, &in); err != nil {
 		return toolError("Invalid arguments: %v.", err)
 	}
-	info, _, bad := s.provider(in.Provider, nil, false)
-	if bad != nil {
-		return *bad
+	d, err := s.opts.Connections.Disconnect(ctx, c.request(in.Provider, nil, in.Account))
+	if d.Provider == nil {
+		var ae *connections.AccountError
+		if errors.As(err, &ae) && ae.Several {
+			return toolError("Several %s accounts are connected; say which with account: %s.", ae.Provider.DisplayName, strings.Join(ae.Accounts, ", "))
+		}
+		return s.failed(err, in.Provider, toolDisconnect)
 	}
-	conns, err := s.opts.Store.ListConnections(ctx, c.principal)
+	name := d.Provider.DisplayName
+	out := disconnectOutput{Provider: d.Provider.Name, Account: connections.AccountName(d.Conn), Revocation: string(d.Revocation), Deleted: err == nil}
 	if err != nil {
-		s.log.Error("mcpapi: list connections", "err", err.Error())
-		return internalError()
-	}
-	var match []vault.Connection
-	var accounts []string
-	for _, conn := range conns {
-		if conn.Provider != info.Name || !binding.SamePrincipal(conn.Principal, c.principal) {
-			continue
-		}
-		accounts = append(accounts, viewOf(conn).Account)
-		if in.Account == "" || in.Account == conn.AccountLogin || in.Account == conn.AccountID {
-			match = append(match, conn)
-		}
-	}
-	switch {
-	case len(match) == 0 && in.Account != "" && len(accounts) > 0:
-		return toolError("No %s connection for account %s. Connected accounts: %s.", displayName(info), quote(in.Account), strings.Join(accounts, ", "))
-	case len(match) == 0:
-		return toolError("No %s account is connected.", displayName(info))
-	case len(match) > 1:
-		return toolError("Several %s accounts are connected; say which with account: %s.", displayName(info), strings.Join(accounts, ", "))
-	}
-	conn := match[0]
-	out := disconnectOutput{Provider: info.Name, Account: viewOf(conn).Account, Revocation: "not_supported"}
-	log := s.log.With("provider", info.Name, "connection", conn.ID)
-	if s.opts.Revoke != nil {
-		revoked, err := s.opts.Revoke(ctx, conn)
-		switch {
-		case err != nil:
-			out.Revocation = "failed"
-			log.Warn("mcpapi: revocation at the provider failed", "err", err.Error())
-		case revoked:
-			out.Revocation = "revoked"
-		default:
-			out.Revocation = "not_revoked"
-		}
-		s.audit(ctx, telemetry.Event{Kind: telemetry.EventRevoke, Principal: c.principal, Provider: info.Name,
-			Account: viewOf(conn).Account, Connection: conn.ID, Outcome: out.Revocation, Err: err})
-	}
-	if err := s.opts.Store.DeleteConnection(ctx, conn.ID); err != nil && !errors.Is(err, vault.ErrNotFound) {
-		log.Error("mcpapi: delete connection", "err", err.Error())
-		out.Message = fmt.Sprintf("The %s connection for %s could not be deleted; try again.", displayName(info), out.Account)
+		s.log.Error("mcpapi: delete connection", "connection", d.Conn.ID, "err", err.Error())
+		out.Message = fmt.Sprintf("The %s connection for %s could not be deleted; try again.", name, out.Account)
 		o := complete(out)
 		o.result.IsError = true
 		return o
 	}
-	out.Deleted = true
-	log.Info("mcpapi: connection deleted", "revocation", out.Revocation)
-	s.audit(ctx, telemetry.Event{Kind: telemetry.EventDisconnect, Principal: c.principal, Provider: info.Name,
-		Account: out.Account, Connection: conn.ID})
-	switch out.Revocation {
-	case "revoked":
-		out.Message = fmt.Sprintf("Disconnected %s account %s: the tokens were revoked at %s and deleted from the broker.", displayName(info), out.Account, displayName(info))
-	case "failed":
-		out.Message = fmt.Sprintf("Disconnected %s account %s: revoking at %s failed, so the grant may still be listed in your %s settings; the tokens were deleted from the broker.", displayName(info), out.Account, displayName(info), displayName(info))
-	case "not_revoked":
-		out.Message = fmt.Sprintf("Disconnected %s account %s: %s did not confirm revocation; the tokens were deleted from the broker.", displayName(info), out.Account, displayName(info))
+	switch d.Revocation {
+	case provider.Revoked:
+		out.Message = fmt.Sprintf("Disconnected %s account %s: the tokens were revoked at %s and deleted from the broker.", name, out.Account, name)
+	case provider.NotConfirmed:
+		out.Message = fmt.Sprintf("Disconnected %s account %s: %s did not confirm the revocation, so the grant may still be listed in your %s settings; the tokens were deleted from the broker.", name, out.Account, name, name)
 	default:
-		out.Message = fmt.Sprintf("Disconnected %s account %s: %s offers no revocation, so remove the broker's access in your %s settings if you wish; the tokens were deleted from the broker.", displayName(info), out.Account, displayName(info), displayName(info))
+		out.Message = fmt.Sprintf("Disconnected %s account %s: %s offers no revocation, so remove the broker's access in your %s settings if you wish; the tokens were deleted from the broker.", name, out.Account, name, name)
 	}
 	return complete(out)
 }

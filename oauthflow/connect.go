@@ -1,9 +1,7 @@
 package oauthflow
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,55 +11,22 @@ import (
 
 	"credbroker/binding"
 	"credbroker/internal/telemetry"
+	"credbroker/provider"
 	"credbroker/vault"
 )
 
-// providerConfig returns the x/oauth2 configuration for p, discovering an
-// OIDC provider's endpoints on first use (cached after success).
-func (f *Flow) providerConfig(ctx context.Context, p *Provider) (*oauth2.Config, *oidc.Provider, error) {
-	conf := &oauth2.Config{
-		ClientID: p.ClientID, ClientSecret: p.ClientSecret.Reveal(),
-		RedirectURL: f.opts.PublicURL + "/oauth/" + p.Name + "/callback",
-		Endpoint:    oauth2.Endpoint{AuthURL: p.AuthURL, TokenURL: p.TokenURL, AuthStyle: oauth2.AuthStyleInHeader},
-	}
-	if p.TokenAuthInParams {
-		// Explicit styles: auto-detection would retry a failed exchange
-		// with the other style, sending the code twice.
-		conf.Endpoint.AuthStyle = oauth2.AuthStyleInParams
-	}
-	if p.Type != TypeOIDC {
-		return conf, nil, nil
-	}
-	f.mu.Lock()
-	op := f.discovered[p.Name]
-	f.mu.Unlock()
-	if op == nil {
-		var err error
-		op, err = oidc.NewProvider(f.clientCtx(ctx), p.Issuer)
-		if err != nil {
-			return nil, nil, fmt.Errorf("oauthflow: discover %s: %w", p.Name, err)
-		}
-		f.mu.Lock()
-		f.discovered[p.Name] = op
-		f.mu.Unlock()
-	}
-	ep := op.Endpoint()
-	if conf.Endpoint.AuthURL == "" {
-		conf.Endpoint.AuthURL = ep.AuthURL
-	}
-	if conf.Endpoint.TokenURL == "" {
-		conf.Endpoint.TokenURL = ep.TokenURL
-	}
-	return conf, op, nil
+// redirectURL is the provider callback of p.
+func (f *Flow) redirectURL(p *provider.Provider) string {
+	return f.opts.PublicURL + "/oauth/" + p.Name + "/callback"
 }
 
 // grantScopes returns the scopes to request for g at p.
-func grantScopes(p *Provider, g vault.Grant) []string {
+func grantScopes(p *provider.Provider, g vault.Grant) []string {
 	scopes := slices.Clone(g.Scopes)
 	if len(scopes) == 0 {
 		scopes = slices.Clone(p.DefaultScopes)
 	}
-	if p.Type == TypeOIDC && !slices.Contains(scopes, oidc.ScopeOpenID) {
+	if p.Type == provider.TypeOIDC && !slices.Contains(scopes, oidc.ScopeOpenID) {
 		scopes = append([]string{oidc.ScopeOpenID}, scopes...)
 	}
 	return scopes
@@ -70,12 +35,12 @@ func grantScopes(p *Provider, g vault.Grant) []string {
 // loadGrant authorizes the session against the grant and renders the page
 // for every outcome that stops the flow. ok is true only for an open grant
 // of the signed-in principal at a configured provider.
-func (f *Flow) loadGrant(w http.ResponseWriter, r *http.Request, s *session, id, stage string) (vault.Grant, *Provider, bool) {
+func (f *Flow) loadGrant(w http.ResponseWriter, r *http.Request, s *session, id, stage string) (vault.Grant, *provider.Provider, bool) {
 	g, err := f.opts.Grants.Authorize(r.Context(), id, s.principal())
 	ch := s.chrome()
 	switch {
 	case errors.Is(err, binding.ErrWrongPrincipal):
-		ref := reference(id)
+		ref := binding.Ref(id)
 		f.securityEvent(r, "identity_mismatch", s, "stage", stage, "grant_ref", ref)
 		f.audit(r.Context(), telemetry.Event{Kind: telemetry.EventIdentityMismatch, Principal: s.principal(),
 			Provider: g.Provider, Grant: id, Outcome: "refused_at_" + stage})
@@ -107,7 +72,7 @@ func (f *Flow) loadGrant(w http.ResponseWriter, r *http.Request, s *session, id,
 			Next:    "If you do want to connect, ask your app to start again."})
 		return g, nil, false
 	}
-	p, ok := f.opts.Providers.Lookup(g.Provider)
+	p, ok := f.providers.Lookup(g.Provider)
 	if !ok {
 		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusNotFound, Heading: "Provider not available",
 			Message: "This broker is not configured for the provider this link asks for.",
@@ -143,7 +108,7 @@ func (f *Flow) handleLanding(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	conf, _, err := f.providerConfig(r.Context(), p)
+	conf, _, err := f.opts.Client.OAuthConfig(r.Context(), p, f.redirectURL(p))
 	if err != nil {
 		f.providerUnavailable(w, r, s, p, err)
 		return
@@ -162,7 +127,7 @@ func (f *Flow) handleLanding(w http.ResponseWriter, r *http.Request) {
 	f.renderConsent(w, page, origin(conf.Endpoint.AuthURL))
 }
 
-func (f *Flow) providerUnavailable(w http.ResponseWriter, r *http.Request, s *session, p *Provider, err error) {
+func (f *Flow) providerUnavailable(w http.ResponseWriter, r *http.Request, s *session, p *provider.Provider, err error) {
 	f.log.Warn("provider unavailable", "provider", p.Name, "err", err)
 	f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadGateway, Heading: p.DisplayName + " is not reachable",
 		Message: "The broker could not reach " + p.DisplayName + ". Nothing was connected.",
@@ -208,7 +173,7 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 			f.fail(w, r, s, http.StatusConflict, "deny grant", err)
 			return
 		}
-		f.log.Info("grant denied in browser", "provider", p.Name, "grant_ref", reference(g.ID))
+		f.log.Info("grant denied in browser", "provider", p.Name, "grant_ref", binding.Ref(g.ID))
 		f.renderDenied(w, deniedPage{Chrome: s.chrome(), Provider: p.DisplayName})
 		return
 	case "approve":
@@ -217,7 +182,7 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 			Message: "The form did not say Approve or Deny. Nothing changed.", Next: "Open the link again and choose."})
 		return
 	}
-	conf, op, err := f.providerConfig(r.Context(), p)
+	conf, op, err := f.opts.Client.OAuthConfig(r.Context(), p, f.redirectURL(p))
 	if err != nil {
 		f.providerUnavailable(w, r, s, p, err)
 		return
@@ -247,7 +212,7 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 		f.fail(w, r, s, http.StatusInternalServerError, "flow cookie", err)
 		return
 	}
-	f.log.Info("grant approved; sending browser to provider", "provider", p.Name, "grant_ref", reference(g.ID))
+	f.log.Info("grant approved; sending browser to provider", "provider", p.Name, "grant_ref", binding.Ref(g.ID))
 	setPageHeaders(w.Header(), origin(conf.Endpoint.AuthURL))
 	http.Redirect(w, r, conf.AuthCodeURL(fs.State, opts...), http.StatusSeeOther)
 }

@@ -1,8 +1,9 @@
 // Package oauthflow is the browser side of credbroker: the broker's own OIDC
-// sign-in, session cookies, consent, the provider's authorization code flow
-// with PKCE, the callback with re-verification of the signed-in user, code
-// exchange, account lookup, revocation, and the provider registry built from
-// providers.yaml (LoadProviders).
+// sign-in, session cookies, consent, the redirect to the provider's
+// authorization code flow with PKCE, the callback with re-verification of
+// the signed-in user, and the "my connections" page. The code exchange and
+// account lookup are the provider package's (Client.Exchange); storing the
+// result, listing and disconnecting are the connections layer's.
 //
 // Routes mounted by (*Flow).Register:
 //
@@ -16,7 +17,8 @@
 //	                                      re-verify principal, exchange code, find account, store
 //	                                      the encrypted connection, complete the grant (single use)
 //	GET  /connections                     the signed-in user's connections
-//	POST /connections/{id}/disconnect     revoke at the provider (when supported), then delete (CSRF)
+//	POST /connections/{id}/disconnect     connections.DisconnectID: revoke at the provider (when
+//	                                      supported), then delete (CSRF); the page names the outcome
 //	POST /logout                          end the broker session (CSRF)
 //	GET  /static/                         the embedded CSS
 //
@@ -36,4 +38,5 @@
 // and served with a CSP that allows no script, nosniff, frame-ancestors
 // 'none', Referrer-Policy no-referrer and Cache-Control no-store. No token
 // value is ever rendered or logged; a failure at any step stores nothing.
+// Grant ids appear in logs only as binding.Ref references.
 package oauthflow

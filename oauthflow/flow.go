@@ -2,23 +2,23 @@ package oauthflow
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"html/template"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
 	"credbroker/binding"
+	"credbroker/connections"
+	"credbroker/internal/loopback"
+	"credbroker/internal/telemetry"
+	"credbroker/internal/untrusted"
+	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/web"
 )
@@ -34,9 +34,13 @@ type Options struct {
 	Issuer       string
 	ClientID     string
 	ClientSecret vault.Secret
-	Store        vault.Store
-	Grants       *binding.Service
-	Providers    *Registry
+	// Grants advances connect requests (approve, deny) as the person acts.
+	Grants *binding.Service
+	// Connections stores what the browser step produced, lists and
+	// disconnects.
+	Connections *connections.Service
+	// Client talks to the providers (configuration, code exchange).
+	Client *provider.Client
 	// CookieKeys is the key ring for cookies (pass kr.Derive("cookies")).
 	CookieKeys *vault.Keyring
 	HTTPClient *http.Client
@@ -44,8 +48,8 @@ type Options struct {
 	Now        func() time.Time
 	// DevMode (loopback only): cookies without Secure and __Host- prefix.
 	DevMode bool
-	// Observer receives audit events and provider metrics (optional).
-	Observer Observer
+	// Telemetry receives audit events (nil: none).
+	Telemetry *telemetry.Recorder
 }
 
 // Flow serves the browser side of credbroker. See the package doc for routes.
@@ -61,8 +65,7 @@ type Flow struct {
 	idpVer  *oidc.IDTokenVerifier
 	cop     *http.CrossOriginProtection
 
-	mu         sync.Mutex // guards discovered
-	discovered map[string]*oidc.Provider
+	providers *provider.Registry
 }
 
 // New validates opts, discovers the IdP and parses the templates.
@@ -73,7 +76,7 @@ func New(ctx context.Context, opts Options) (*Flow, error) {
 		name string
 	}{
 		{opts.PublicURL != "", "PublicURL"}, {opts.Issuer != "", "Issuer"}, {opts.ClientID != "", "ClientID"},
-		{opts.Store != nil, "Store"}, {opts.Grants != nil, "Grants"}, {opts.Providers != nil, "Providers"},
+		{opts.Grants != nil, "Grants"}, {opts.Connections != nil, "Connections"}, {opts.Client != nil, "Client"},
 		{opts.CookieKeys != nil, "CookieKeys"},
 	} {
 		if !m.ok {
@@ -84,14 +87,11 @@ func New(ctx context.Context, opts Options) (*Flow, error) {
 		return nil, fmt.Errorf("oauthflow: missing options: %s", strings.Join(missing, ", "))
 	}
 	pu, err := url.Parse(opts.PublicURL)
-	if err != nil || pu.Host == "" || (pu.Scheme != "https" && !(pu.Scheme == "http" && isLoopback(pu.Hostname()))) {
+	if err != nil || pu.Host == "" || (pu.Scheme != "https" && !(pu.Scheme == "http" && loopback.Host(pu.Hostname()))) {
 		return nil, fmt.Errorf("oauthflow: PublicURL %q must be an https URL (http only on loopback)", opts.PublicURL)
 	}
-	if opts.DevMode && !isLoopback(pu.Hostname()) {
+	if opts.DevMode && !loopback.Host(pu.Hostname()) {
 		return nil, fmt.Errorf("oauthflow: DevMode needs a loopback PublicURL, not %q", opts.PublicURL)
-	}
-	if pu.Scheme == "http" && !opts.DevMode {
-		return nil, errors.New("oauthflow: an http PublicURL needs DevMode (Secure cookies need https)")
 	}
 	opts.PublicURL = strings.TrimRight(opts.PublicURL, "/")
 	if opts.HTTPClient == nil {
@@ -105,9 +105,9 @@ func New(ctx context.Context, opts Options) (*Flow, error) {
 	}
 	f := &Flow{
 		opts: opts, log: opts.Logger, now: opts.Now, client: opts.HTTPClient,
-		jar:        newCookieJar(opts.CookieKeys, opts.DevMode, opts.Now),
-		discovered: map[string]*oidc.Provider{},
-		cop:        http.NewCrossOriginProtection(),
+		jar:       newCookieJar(opts.CookieKeys, opts.DevMode || pu.Scheme == "http", opts.Now),
+		providers: opts.Client.Providers(),
+		cop:       http.NewCrossOriginProtection(),
 	}
 	f.pages, err = parsePages(web.Templates)
 	if err != nil {
@@ -139,7 +139,7 @@ func (f *Flow) clientCtx(ctx context.Context) context.Context {
 // PKCE verifier and the client secret, which a 307/308 would replay to
 // wherever it points.
 func (f *Flow) tokenCtx(ctx context.Context) context.Context {
-	return context.WithValue(ctx, oauth2.HTTPClient, noRedirectClient(f.client))
+	return context.WithValue(ctx, oauth2.HTTPClient, provider.NoRedirectClient(f.client))
 }
 
 // Register mounts the browser routes on mux.
@@ -161,13 +161,6 @@ func (f *Flow) Register(mux *http.ServeMux) {
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		static.ServeHTTP(w, r)
 	}))
-}
-
-// reference is a short, non-reversible tag for logs and pages, so a support
-// request can be matched with the log without revealing the grant id.
-func reference(s string) string {
-	sum := sha256.Sum256([]byte("credbroker/ref/" + s))
-	return hex.EncodeToString(sum[:6])
 }
 
 // startLogin redirects the browser to the IdP and remembers where to return.
@@ -219,14 +212,14 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	if e := q.Get("error"); e != "" {
 		f.renderError(w, errorPage{Heading: "Sign-in did not complete", Status: http.StatusBadRequest,
-			Message: "The sign-in service did not sign you in (" + e + ").", Detail: truncate(q.Get("error_description"), 300),
+			Message: "The sign-in service did not sign you in (" + e + ").", Detail: untrusted.Clip(q.Get("error_description"), 300),
 			Next: "Open the link from your app again and complete the sign-in."})
 		return
 	}
 	ctx := f.clientCtx(r.Context())
 	tok, err := f.idpConf.Exchange(f.tokenCtx(r.Context()), q.Get("code"), oauth2.VerifierOption(ls.Verifier))
 	if err != nil {
-		f.log.Warn("broker sign-in: code exchange failed", "err", describeTokenErr(err))
+		f.log.Warn("broker sign-in: code exchange failed", "err", provider.DescribeTokenError(err))
 		f.renderError(w, errorPage{Heading: "Sign-in failed", Status: http.StatusBadGateway,
 			Message: "The sign-in service did not accept the sign-in.", Next: "Open the link from your app again."})
 		return
@@ -245,8 +238,8 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 		User  string `json:"preferred_username"`
 	}
 	_ = idt.Claims(&claims)
-	disp := firstNonEmpty(claims.Email, claims.User, claims.Name, idt.Subject)
-	s := session{Issuer: idt.Issuer, Subject: idt.Subject, Display: truncate(disp, 120), CSRF: randomToken(), Expires: f.now().Add(sessionTTL)}
+	disp := provider.FirstNonEmpty(claims.Email, claims.User, claims.Name, idt.Subject)
+	s := session{Issuer: idt.Issuer, Subject: idt.Subject, Display: untrusted.Clip(disp, 120), CSRF: randomToken(), Expires: f.now().Add(sessionTTL)}
 	if err := f.jar.set(w, "session", s, sessionTTL); err != nil {
 		f.fail(w, r, nil, http.StatusInternalServerError, "internal", err)
 		return
@@ -255,40 +248,6 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 	f.log.Info("broker sign-in", "iss", s.Issuer, "sub", s.Subject)
 	setPageHeaders(w.Header())
 	http.Redirect(w, r, safeReturn(ls.ReturnTo), http.StatusSeeOther)
-}
-
-func firstNonEmpty(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	if len(r) > n {
-		r = r[:n]
-	}
-	return string(r) + "…"
-}
-
-// describeTokenErr renders a token endpoint failure for the log without the
-// response body (which is the provider's and may echo request material).
-func describeTokenErr(err error) string {
-	var re *oauth2.RetrieveError
-	if errors.As(err, &re) {
-		status := 0
-		if re.Response != nil {
-			status = re.Response.StatusCode
-		}
-		return fmt.Sprintf("token endpoint: HTTP %d, error %q", status, re.ErrorCode)
-	}
-	return err.Error()
 }
 
 // securityEvent logs an attempt the broker refused. It names the acting
@@ -303,7 +262,7 @@ func (f *Flow) securityEvent(r *http.Request, event string, s *session, attrs ..
 
 // fail logs err and renders a generic error page.
 func (f *Flow) fail(w http.ResponseWriter, r *http.Request, s *session, status int, what string, err error) {
-	ref := reference(fmt.Sprint(f.now().UnixNano(), r.URL.Path))
+	ref := binding.Ref(fmt.Sprint(f.now().UnixNano(), r.URL.Path))
 	f.log.Error("browser flow failed", "what", what, "path", redactPath(r.URL.Path), "ref", ref, "err", err)
 	f.renderError(w, errorPage{Chrome: s.chrome(), Status: status, Heading: "Something went wrong",
 		Message: "The broker could not finish this step. Nothing was connected.",
@@ -313,19 +272,7 @@ func (f *Flow) fail(w http.ResponseWriter, r *http.Request, s *session, status i
 // redactPath hides grant ids in logged paths.
 func redactPath(p string) string {
 	if rest, ok := strings.CutPrefix(p, "/connect/"); ok {
-		return "/connect/" + reference(rest)
+		return "/connect/" + binding.Ref(rest)
 	}
 	return p
-}
-
-// readLimited reads at most n bytes of r.
-func readLimited(r io.Reader, n int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, n+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > n {
-		return nil, fmt.Errorf("response larger than %d bytes", n)
-	}
-	return b, nil
 }

@@ -2,13 +2,16 @@ package oauthflow
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"credbroker/internal/devidp"
+	"credbroker/internal/fakeprovider"
 	"credbroker/vault"
 )
 
@@ -384,22 +387,86 @@ func TestPhishingHTTP(t *testing.T) {
 	if c := h.gh.Counts().Token; c != 0 {
 		t.Fatalf("the forged callback reached the token endpoint (%d calls)", c)
 	}
-	events := 0
+	events, audits := 0, 0
 	for _, line := range strings.Split(h.logs.String(), "\n") {
 		if strings.Contains(line, "event=identity_mismatch") {
-			events++
+			if strings.Contains(line, "audit=true") {
+				audits++
+			} else {
+				events++
+			}
 			if strings.Contains(line, "alice") {
 				t.Errorf("security event names the grant's owner: %s", line)
 			}
 		}
 	}
-	if events != 2 {
-		t.Errorf("%d identity_mismatch events logged, want 2 (landing, callback):\n%s", events, h.logs.String())
+	if events != 2 || audits != 2 {
+		t.Errorf("%d identity_mismatch security events and %d audit events logged, want 2 each (landing, callback):\n%s", events, audits, h.logs.String())
 	}
 	// Alice's own completion still works.
 	mustContain(t, aliceB.get(cb.String()), "Connected: return to your app")
 	if n := len(h.connections("alice")); n != 1 {
 		t.Fatalf("alice has %d connections, want 1", n)
+	}
+	h.finalCheck()
+}
+
+// TestDisconnectOutcomesOnThePage: the connections page reports each of
+// the three revocation outcomes in words, deletes the connection whatever
+// the outcome, and audits it as every front door does.
+func TestDisconnectOutcomesOnThePage(t *testing.T) {
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":"server_error"}`, http.StatusInternalServerError)
+	}))
+	t.Cleanup(broken.Close)
+	h := newHarness(t, func(h *harness) (string, map[string]string) {
+		doc, env := fakeProviders(h)
+		other := fakeprovider.NewGitHub(h.t, fakeprovider.Options{ClientID: "gh-client", ClientSecret: "gh-secret-value",
+			RedirectURIs: []string{h.srv.URL + "/oauth/plain/callback", h.srv.URL + "/oauth/broken/callback"}})
+		entry := func(name, revocation string) string {
+			return `  ` + name + `:
+    type: oauth2
+    authorization_url: ` + other.URL() + `/login/oauth/authorize
+    token_url: ` + other.URL() + `/login/oauth/access_token
+    client_id: gh-client
+    client_secret: ${GITHUB_CLIENT_SECRET}
+    account: {url: ` + other.URL() + `/user, id_field: id, login_field: login}
+` + revocation
+		}
+		return doc + entry("plain", "") + entry("broken", "    revocation: {style: rfc7009, url: "+broken.URL+"/revoke}\n"), env
+	})
+	a := h.newAgent()
+	for _, tt := range []struct {
+		provider, outcome, words string
+	}{
+		{"github", "revoked", "revoked access at the provider"},
+		{"plain", "not_supported", "no way to revoke"},
+		{"broken", "not_confirmed", "did not confirm the revocation"},
+	} {
+		t.Run(tt.outcome, func(t *testing.T) {
+			g := h.grant("alice", tt.provider, nil, "Agent")
+			done := a.get(a.toCallback(g, "alice").String())
+			mustContain(t, done, "Connected: return to your app")
+			var conn vault.Connection
+			for _, c := range h.connections("alice") {
+				if c.Provider == tt.provider {
+					conn = c
+				}
+			}
+			h.secret(conn.Token.AccessToken.Reveal())
+			list := a.get(h.srv.URL + "/connections")
+			after := a.submit(list, "/connections/"+conn.ID+"/disconnect", nil)
+			mustContain(t, after, "Disconnected", tt.words)
+			if _, err := h.store.GetConnection(context.Background(), conn.ID); !errors.Is(err, vault.ErrNotFound) {
+				t.Fatalf("connection still stored after disconnect: %v", err)
+			}
+			logs := h.logs.String()
+			for _, want := range []string{"event=revoke", "outcome=" + tt.outcome, "connection=" + conn.ID, "via=browser", "event=disconnect"} {
+				if !strings.Contains(logs, want) {
+					t.Errorf("audit lacks %q", want)
+				}
+			}
+		})
 	}
 	h.finalCheck()
 }

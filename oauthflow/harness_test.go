@@ -1,7 +1,6 @@
 package oauthflow
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -17,31 +16,17 @@ import (
 	"time"
 
 	"credbroker/binding"
+	"credbroker/connections"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/fakeprovider"
 	"credbroker/internal/htmlform"
+	"credbroker/internal/logbuf"
+	"credbroker/internal/telemetry"
+	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
 )
-
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // testClock is real time plus an adjustable offset.
 type testClock struct{ offset atomic.Int64 }
@@ -60,8 +45,10 @@ type harness struct {
 	flow   *Flow
 	store  *memstore.Store
 	grants *binding.Service
+	client *provider.Client
+	conns  *connections.Service
 	clock  *testClock
-	logs   *syncBuffer
+	logs   *logbuf.Buffer
 	gh     *fakeprovider.GitHub
 	google *fakeprovider.Google
 	// hold makes the broker's server record provider callbacks in held
@@ -83,7 +70,7 @@ const brokerClientSecret = "broker-client-secret-value"
 // (IdP and broker server running) and returns providers.yaml text plus the env for its references.
 func newHarness(t testing.TB, providers func(h *harness) (string, map[string]string)) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: &testClock{}, logs: &syncBuffer{}}
+	h := &harness{t: t, clock: &testClock{}, logs: &logbuf.Buffer{}}
 	h.idp = devidptest.Start(t, nil, nil)
 	h.mux = http.NewServeMux()
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -104,7 +91,7 @@ func newHarness(t testing.TB, providers func(h *harness) (string, map[string]str
 		t.Fatal(err)
 	}
 	doc, envm := providers(h)
-	reg, err := ParseProviders("test-providers.yaml", []byte(doc), func(k string) string { return envm[k] })
+	reg, err := provider.ParseProviders("test-providers.yaml", []byte(doc), func(k string) string { return envm[k] })
 	if err != nil {
 		t.Fatalf("providers: %v", err)
 	}
@@ -114,11 +101,21 @@ func newHarness(t testing.TB, providers func(h *harness) (string, map[string]str
 	}
 	h.store = memstore.New(kr)
 	h.grants = binding.New(h.store, binding.Options{Now: h.clock.Now})
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rec := telemetry.New(telemetry.Options{Providers: reg.Names(), Audit: log})
+	h.client, err = provider.New(provider.Options{Store: h.store, Providers: reg, Now: h.clock.Now, Logger: log, Telemetry: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.conns, err = connections.New(connections.Options{Store: h.store, Grants: h.grants, Client: h.client,
+		PublicURL: h.srv.URL, Now: h.clock.Now, Logger: log, Telemetry: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.flow, err = New(context.Background(), Options{
 		PublicURL: h.srv.URL, Issuer: h.idp.Issuer(), ClientID: "broker", ClientSecret: vault.Secret(brokerClientSecret),
-		Store: h.store, Grants: h.grants, Providers: reg, CookieKeys: kr.Derive("cookies"),
-		Logger: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Now:    h.clock.Now, DevMode: true,
+		Grants: h.grants, Connections: h.conns, Client: h.client, CookieKeys: kr.Derive("cookies"),
+		Logger: log, Now: h.clock.Now, DevMode: true, Telemetry: rec,
 	})
 	if err != nil {
 		t.Fatalf("oauthflow.New: %v", err)
@@ -204,11 +201,18 @@ func (h *harness) grant(user, provider string, scopes []string, client string) v
 	return g
 }
 
+// connections returns user's connections with their token sets opened
+// (a listing is metadata only).
 func (h *harness) connections(user string) []vault.Connection {
 	h.t.Helper()
 	cs, err := h.store.ListConnections(context.Background(), vault.Principal{Issuer: h.idp.Issuer(), Subject: user})
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	for i, c := range cs {
+		if cs[i], err = h.store.GetConnection(context.Background(), c.ID); err != nil {
+			h.t.Fatal(err)
+		}
 	}
 	return cs
 }

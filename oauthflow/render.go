@@ -2,6 +2,7 @@ package oauthflow
 
 import (
 	"bytes"
+	"credbroker/provider"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -158,7 +159,7 @@ func origin(raw string) string {
 }
 
 // plainScope turns a scope into words when the provider entry gives none.
-func plainScope(p *Provider, s string) scopeLine {
+func plainScope(p *provider.Provider, s string) scopeLine {
 	if w, ok := p.ScopeDescriptions[s]; ok && w != "" {
 		return scopeLine{Scope: s, Words: w}
 	}

@@ -34,8 +34,13 @@
 //
 // The co-located server copies input_request into its own MCP
 // InputRequiredResult and sends request_state back on its retry; the state
-// is sealed like an MCP requestState, bound to the principal,
-// "sidecar/require" and the digest of {provider, scopes}.
+// is sealed like an MCP requestState (package internal/requeststate), bound
+// to the principal, "sidecar/require" and the digest of {provider, scopes}.
+//
+// Every decision (which connection, whether to start a connect request,
+// token export) is the connections package's; this package translates its
+// outcomes and errors into the REST answers above and imports no other
+// front door.
 //
 // Errors are JSON: {"error": code, "message": words, "accounts"?: […]}, with
 // codes unauthorized (401: secret or user token), insufficient_scope (403:

@@ -15,10 +15,10 @@ import (
 	"strings"
 	"time"
 
-	"credbroker/binding"
-	"credbroker/internal/telemetry"
-	"credbroker/mcpapi"
-	"credbroker/oauthflow"
+	"credbroker/connections"
+	"credbroker/internal/bearer"
+	"credbroker/internal/requeststate"
+	"credbroker/provider"
 	"credbroker/vault"
 )
 
@@ -30,39 +30,19 @@ const (
 	ErrorHeader     = "Broker-Error"
 )
 
-// Requirer is the broker's connect logic (*mcpapi.Server implements it).
-type Requirer interface {
-	Require(ctx context.Context, p vault.Principal, clientName, provider string, scopes []string, state string) mcpapi.RequireResult
-}
-
-// APICaller gets tokens and performs API requests (*oauthflow.Caller).
-type APICaller interface {
-	Token(ctx context.Context, connID string) (vault.Connection, error)
-	Do(ctx context.Context, connID string, req oauthflow.APIRequest) (oauthflow.APIResponse, error)
-}
-
-// Auditor records audit events (*telemetry.Recorder implements it).
-type Auditor interface {
-	Audit(ctx context.Context, e telemetry.Event)
-}
-
-var (
-	_ Requirer  = (*mcpapi.Server)(nil)
-	_ APICaller = (*oauthflow.Caller)(nil)
-	_ Auditor   = (*telemetry.Recorder)(nil)
-)
-
 // Options configures a Server.
 type Options struct {
 	// Secret is the shared sidecar secret (BROKER_SIDECAR_SECRET), at
 	// least 16 bytes.
 	Secret vault.Secret
-	// Verify validates the end user's bearer token (mcpapi.NewTokenVerifier).
-	Verify    mcpapi.TokenVerifier
-	Broker    Requirer
-	Caller    APICaller
-	Store     vault.Store
-	Providers *oauthflow.Registry
+	// Verify validates the end user's bearer token.
+	Verify bearer.Verifier
+	// Connections makes every decision about connections.
+	Connections *connections.Service
+	// StateKeys seal request_state (pass kr.Derive("requestState")).
+	StateKeys *vault.Keyring
+	// StateTTL bounds a request_state's life (default 10 minutes).
+	StateTTL time.Duration
 	// RequiredScope, when set, must be among the user token's scopes (as
 	// on the MCP endpoint, broker --required-scope); tokens without it get
 	// 403 insufficient_scope on every route.
@@ -72,9 +52,7 @@ type Options struct {
 	ClientName   string
 	MaxBodyBytes int64 // request bodies, default 1 MiB
 	Logger       *slog.Logger
-	// Audit receives an EventTokenExport for every token handed out by
-	// /v1/token (nil: log line only).
-	Audit Auditor
+	Now          func() time.Time
 }
 
 // Server serves the sidecar API.
@@ -93,8 +71,7 @@ func New(opts Options) (*Server, error) {
 	for _, m := range []struct {
 		ok   bool
 		name string
-	}{{opts.Verify != nil, "Verify"}, {opts.Broker != nil, "Broker"}, {opts.Caller != nil, "Caller"},
-		{opts.Store != nil, "Store"}, {opts.Providers != nil, "Providers"}} {
+	}{{opts.Verify != nil, "Verify"}, {opts.Connections != nil, "Connections"}, {opts.StateKeys != nil, "StateKeys"}} {
 		if !m.ok {
 			missing = append(missing, m.name)
 		}
@@ -107,6 +84,12 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
+	}
+	if opts.StateTTL <= 0 {
+		opts.StateTTL = 10 * time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux()}
 	if s.log == nil {
@@ -130,19 +113,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "unauthorized", "the "+SecretHeader+" header is missing or wrong", nil)
 		return
 	}
-	h := r.Header.Values("Authorization")
-	scheme, raw, ok := "", "", false
-	if len(h) == 1 {
-		scheme, raw, ok = strings.Cut(h[0], " ")
-		raw = strings.TrimSpace(raw)
-	}
-	if !ok || !strings.EqualFold(scheme, "Bearer") || raw == "" {
+	raw, err := bearer.FromHeader(r.Header.Values("Authorization"))
+	if err != nil {
 		writeError(w, http.StatusUnauthorized, "unauthorized", "the end user's token is required: Authorization: Bearer <token>", nil)
 		return
 	}
 	info, err := s.opts.Verify(r.Context(), raw)
 	if err != nil || info.Principal.Issuer == "" || info.Principal.Subject == "" {
-		if err != nil && !errors.Is(err, mcpapi.ErrInvalidToken) {
+		if err != nil && !errors.Is(err, bearer.ErrInvalidToken) {
 			s.log.Error("sidecar: cannot verify user tokens", "err", err.Error())
 			writeError(w, http.StatusServiceUnavailable, "internal", "user tokens cannot be verified right now", nil)
 			return
@@ -226,10 +204,7 @@ type ConnectionView struct {
 }
 
 func viewOf(c vault.Connection) ConnectionView {
-	v := ConnectionView{ID: c.ID, Provider: c.Provider, Account: c.AccountLogin, Scopes: slices.Clone(c.Scopes), Status: string(c.Status)}
-	if v.Account == "" {
-		v.Account = c.AccountID
-	}
+	v := ConnectionView{ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: slices.Clone(c.Scopes), Status: string(c.Status)}
 	if v.Scopes == nil {
 		v.Scopes = []string{}
 	}
@@ -247,12 +222,28 @@ type inputRequest struct {
 	Params any    `json:"params"`
 }
 
+// elicitParams is the url elicitation relayed to the host.
+type elicitParams struct {
+	Mode    string `json:"mode"`
+	Message string `json:"message"`
+	URL     string `json:"url"`
+}
+
 type requireResponse struct {
 	Status       string          `json:"status"`
 	Connection   *ConnectionView `json:"connection,omitempty"`
 	InputRequest *inputRequest   `json:"input_request,omitempty"`
 	RequestState string          `json:"request_state,omitempty"`
 	Message      string          `json:"message,omitempty"`
+}
+
+// requireOperation is what a sidecar request_state is bound to, with the
+// digest of {provider, scopes}.
+const requireOperation = "sidecar/require"
+
+func (s *Server) request(r *http.Request, provider string, scopes []string, account string) connections.Request {
+	return connections.Request{Principal: principal(r), Provider: provider, Scopes: scopes, Account: account,
+		ClientName: s.opts.ClientName, Via: "sidecar", CanAsk: true}
 }
 
 func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
@@ -264,20 +255,56 @@ func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", "provider is required", nil)
 		return
 	}
-	res := s.opts.Broker.Require(r.Context(), principal(r), s.opts.ClientName, in.Provider, in.Scopes, in.RequestState)
-	switch {
-	case res.Connection != nil:
-		v := viewOf(*res.Connection)
+	args, _ := json.Marshal(struct {
+		Provider string   `json:"provider"`
+		Scopes   []string `json:"scopes,omitempty"`
+	}{in.Provider, in.Scopes})
+	digest, _ := requeststate.Digest(args)
+	req := s.request(r, in.Provider, in.Scopes, "")
+	var (
+		o   connections.Outcome
+		err error
+	)
+	if in.RequestState == "" {
+		o, err = s.opts.Connections.Ensure(r.Context(), req)
+	} else {
+		st, serr := requeststate.Open(s.opts.StateKeys, in.RequestState, req.Principal, requireOperation, digest, s.opts.Now())
+		if serr != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_state", requeststate.ErrInvalid.Error(), nil)
+			return
+		}
+		o, err = s.opts.Connections.Resume(r.Context(), req, st.Ref, connections.NoAnswer)
+	}
+	var up *connections.UnknownProviderError
+	if errors.As(err, &up) {
+		writeError(w, http.StatusBadRequest, "invalid_request", up.Error(), nil)
+		return
+	}
+	if err != nil {
+		s.failed(w, err, in.Provider)
+		return
+	}
+	switch o := o.(type) {
+	case connections.Connected:
+		v := viewOf(o.Conn)
 		writeJSON(w, http.StatusOK, requireResponse{Status: "connected", Connection: &v})
-	case res.Input != nil:
+	case connections.NeedsUser:
+		exp := s.opts.Now().Add(s.opts.StateTTL)
+		if o.Grant.Expires.Before(exp) {
+			exp = o.Grant.Expires
+		}
+		state := requeststate.Seal(s.opts.StateKeys, requeststate.State{Principal: req.Principal, Operation: requireOperation,
+			ArgDigest: digest, Ref: o.Grant.ID, Expires: exp})
 		writeJSON(w, http.StatusOK, requireResponse{Status: "input_required",
-			InputRequest: &inputRequest{Method: "elicitation/create", Params: res.Input}, RequestState: res.RequestState})
-	case res.Code == "declined" || res.Code == "cancelled":
-		writeJSON(w, http.StatusOK, requireResponse{Status: res.Code, Message: res.Message})
-	case res.Code == "invalid_request", res.Code == "invalid_request_state":
-		writeError(w, http.StatusBadRequest, res.Code, res.Message, nil)
-	case res.Code == "refused":
-		writeError(w, http.StatusConflict, "refused", res.Message, nil)
+			InputRequest: &inputRequest{Method: "elicitation/create", Params: elicitParams{Mode: "url", Message: o.Message(), URL: o.URL}},
+			RequestState: state})
+	case connections.Declined:
+		writeJSON(w, http.StatusOK, requireResponse{Status: "declined",
+			Message: fmt.Sprintf("The user declined to connect %s. Do not ask again unless the user asks for it.", o.Provider.DisplayName)})
+	case connections.Cancelled:
+		writeJSON(w, http.StatusOK, requireResponse{Status: "cancelled",
+			Message: fmt.Sprintf("Nothing was connected: the user dismissed the request to connect %s. The link stays usable until %s.",
+				o.Provider.DisplayName, o.Until.UTC().Format(time.RFC3339))})
 	default:
 		writeError(w, http.StatusInternalServerError, "internal", "internal error", nil)
 	}
@@ -285,89 +312,83 @@ func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
 
 // pick returns the caller's one usable connection to provider, or writes
 // why there is none.
-func (s *Server) pick(w http.ResponseWriter, r *http.Request, provider, account string) (vault.Connection, *oauthflow.Provider, bool) {
-	p, ok := s.opts.Providers.Lookup(provider)
-	if !ok {
-		writeError(w, http.StatusNotFound, "unknown_provider", fmt.Sprintf("provider %q is not configured; known: %s", truncate(provider), strings.Join(s.opts.Providers.Names(), ", ")), nil)
-		return vault.Connection{}, nil, false
-	}
-	pr := principal(r)
-	all, err := s.opts.Store.ListConnections(r.Context(), pr)
+func (s *Server) pick(w http.ResponseWriter, r *http.Request, provider, account string) (vault.Connection, bool) {
+	req := s.request(r, provider, nil, account)
+	req.CanAsk = false // /v1/require starts connect requests; these routes only say so
+	o, err := s.opts.Connections.Pick(r.Context(), req)
 	if err != nil {
-		s.log.Error("sidecar: list connections", "err", err.Error())
-		writeError(w, http.StatusInternalServerError, "internal", "internal error", nil)
-		return vault.Connection{}, nil, false
+		s.failed(w, err, provider)
+		return vault.Connection{}, false
 	}
-	var accounts []string
-	var any, active []vault.Connection
-	for _, c := range all {
-		if c.Provider != provider || !binding.SamePrincipal(c.Principal, pr) {
-			continue
+	switch o := o.(type) {
+	case connections.Connected:
+		return o.Conn, true
+	case connections.Ambiguous:
+		writeError(w, http.StatusConflict, "account_required", fmt.Sprintf("several %s accounts are connected: name one in the %s header (or account field)", o.Provider.DisplayName, AccountHeader), o.Accounts)
+	case connections.NeedsUser:
+		if o.Why.Kind == connections.Reconnect {
+			writeError(w, http.StatusConflict, "needs_reconnect", fmt.Sprintf("the %s access was revoked or has expired: call POST /v1/require to reconnect", o.Provider.DisplayName), nil)
+		} else {
+			writeError(w, http.StatusConflict, "not_connected", fmt.Sprintf("no %s account is connected: call POST /v1/require first", o.Provider.DisplayName), nil)
 		}
-		v := viewOf(c)
-		accounts = append(accounts, v.Account)
-		if account == "" || account == c.AccountLogin || account == c.AccountID {
-			any = append(any, c)
-			if c.Status != vault.StatusNeedsReconnect {
-				active = append(active, c)
-			}
-		}
-	}
-	switch {
-	case len(any) == 0 && account != "" && len(accounts) > 0:
-		writeError(w, http.StatusConflict, "not_connected", fmt.Sprintf("no %s connection for account %q", p.DisplayName, truncate(account)), accounts)
-	case len(any) == 0:
-		writeError(w, http.StatusConflict, "not_connected", fmt.Sprintf("no %s account is connected: call POST /v1/require first", p.DisplayName), nil)
-	case len(active) == 0:
-		writeError(w, http.StatusConflict, "needs_reconnect", fmt.Sprintf("the %s access was revoked or has expired: call POST /v1/require to reconnect", p.DisplayName), nil)
-	case len(active) > 1:
-		writeError(w, http.StatusConflict, "account_required", fmt.Sprintf("several %s accounts are connected: name one in the %s header (or account field)", p.DisplayName, AccountHeader), accounts)
 	default:
-		return active[0], p, true
+		writeError(w, http.StatusInternalServerError, "internal", "internal error", nil)
 	}
-	return vault.Connection{}, nil, false
+	return vault.Connection{}, false
 }
 
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
-
-// callError answers a failed token or API call.
-func (s *Server) callError(w http.ResponseWriter, p *oauthflow.Provider, conn vault.Connection, err error) {
-	var re *oauthflow.RequestError
+// failed answers a connections or provider error: the code and status of
+// each kind, the words from connections.Describe.
+func (s *Server) failed(w http.ResponseWriter, err error, providerName string) {
+	p, _ := s.opts.Connections.Providers().Lookup(providerName)
+	msg := connections.Describe(err, p)
+	var up *connections.UnknownProviderError
+	var se *connections.ScopeError
+	var ae *connections.AccountError
+	var re *provider.RequestError
 	switch {
+	case errors.As(err, &up):
+		writeError(w, http.StatusNotFound, "unknown_provider", msg, nil)
+	case errors.As(err, &se):
+		writeError(w, http.StatusBadRequest, "invalid_request", msg, nil)
+	case errors.As(err, &ae):
+		writeError(w, http.StatusConflict, "not_connected", msg, ae.Accounts)
+	case errors.Is(err, connections.ErrUnknownRequest):
+		writeError(w, http.StatusBadRequest, "invalid_request_state", msg, nil)
+	case errors.Is(err, connections.ErrRequestExpired), errors.Is(err, connections.ErrTooManyRounds),
+		errors.Is(err, connections.ErrTooManyPending), errors.Is(err, connections.ErrRateLimited), errors.Is(err, connections.ErrConnectionGone):
+		writeError(w, http.StatusConflict, "refused", msg, nil)
 	case errors.As(err, &re):
 		writeError(w, http.StatusBadRequest, "request_refused", re.Msg, nil)
-	case errors.Is(err, oauthflow.ErrNeedsReconnect):
-		writeError(w, http.StatusConflict, "needs_reconnect", fmt.Sprintf("the %s access was revoked or has expired: call POST /v1/require to reconnect", p.DisplayName), nil)
-	case errors.Is(err, oauthflow.ErrProviderUnavailable):
-		s.log.Warn("sidecar: provider unavailable", "provider", p.Name, "connection", conn.ID, "err", err.Error())
-		writeError(w, http.StatusBadGateway, "provider_unavailable", p.DisplayName+" did not answer properly (timeouts or server errors, after retries); nothing was changed", nil)
+	case errors.Is(err, provider.ErrNeedsReconnect):
+		writeError(w, http.StatusConflict, "needs_reconnect", msg+" Call POST /v1/require to reconnect.", nil)
+	case errors.Is(err, provider.ErrProviderUnavailable):
+		s.log.Warn("sidecar: provider unavailable", "provider", providerName, "err", err.Error())
+		writeError(w, http.StatusBadGateway, "provider_unavailable", msg, nil)
 	case errors.Is(err, vault.ErrNotFound):
-		writeError(w, http.StatusConflict, "not_connected", "the connection no longer exists: call POST /v1/require", nil)
+		writeError(w, http.StatusConflict, "not_connected", msg+" Call POST /v1/require.", nil)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, "provider_unavailable", "the request was cancelled or timed out", nil)
+		writeError(w, http.StatusGatewayTimeout, "provider_unavailable", msg, nil)
+	case errors.Is(err, connections.ErrExportDisabled):
+		writeError(w, http.StatusForbidden, "token_export_disabled", msg, nil)
 	default:
-		s.log.Error("sidecar: provider call failed", "provider", p.Name, "connection", conn.ID, "err", err.Error())
+		s.log.Error("sidecar: request failed", "provider", providerName, "err", err.Error())
 		writeError(w, http.StatusInternalServerError, "internal", "internal error", nil)
 	}
 }
 
 func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
-	provider := r.PathValue("provider")
+	providerName := r.PathValue("provider")
 	// The raw (still encoded) path, so encoded slashes and dots are seen
 	// and refused rather than decoded away.
 	raw := r.URL.EscapedPath()
-	prefix := "/v1/proxy/" + provider
+	prefix := "/v1/proxy/" + providerName
 	path, ok := strings.CutPrefix(raw, prefix)
 	if !ok || path == "" {
 		writeError(w, http.StatusBadRequest, "request_refused", "the path after /v1/proxy/{provider} must start with /", nil)
 		return
 	}
-	conn, p, ok := s.pick(w, r, provider, r.Header.Get(AccountHeader))
+	conn, ok := s.pick(w, r, providerName, r.Header.Get(AccountHeader))
 	if !ok {
 		return
 	}
@@ -381,18 +402,18 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", "the request body could not be read", nil)
 		return
 	}
-	req := oauthflow.APIRequest{Method: r.Method, Path: path, Query: r.URL.Query(), Header: http.Header{}, Body: body}
+	req := provider.APIRequest{Method: r.Method, Path: path, Query: r.URL.Query(), Header: http.Header{}, Body: body}
 	if len(req.Query) == 0 {
 		req.Query = nil
 	}
-	for _, name := range oauthflow.AllowedRequestHeaders() {
+	for _, name := range provider.AllowedRequestHeaders() {
 		if vs := r.Header.Values(name); len(vs) > 0 {
 			req.Header[name] = vs
 		}
 	}
-	resp, err := s.opts.Caller.Do(r.Context(), conn.ID, req)
+	resp, err := s.opts.Connections.Call(r.Context(), conn, req)
 	if err != nil {
-		s.callError(w, p, conn, err)
+		s.failed(w, err, providerName)
 		return
 	}
 	for k, vs := range resp.Header {
@@ -421,34 +442,25 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	if !s.readJSON(w, r, &in) {
 		return
 	}
-	if p, ok := s.opts.Providers.Lookup(in.Provider); ok && !p.SidecarTokenExport {
+	if p, ok := s.opts.Connections.Providers().Lookup(in.Provider); ok && !p.SidecarTokenExport {
 		s.log.Warn("sidecar: token export refused", "event", "token_export_refused", "provider", p.Name)
 		writeError(w, http.StatusForbidden, "token_export_disabled",
 			fmt.Sprintf("handing out %s tokens is disabled; use /v1/proxy/%s/… (an operator can set sidecar_token_export: true in providers.yaml)", p.DisplayName, p.Name), nil)
 		return
 	}
-	conn, p, ok := s.pick(w, r, in.Provider, in.Account)
+	conn, ok := s.pick(w, r, in.Provider, in.Account)
 	if !ok {
 		return
 	}
-	c, err := s.opts.Caller.Token(r.Context(), conn.ID)
+	ex, err := s.opts.Connections.Export(r.Context(), s.request(r, in.Provider, nil, in.Account), conn)
 	if err != nil {
-		s.callError(w, p, conn, err)
+		s.failed(w, err, in.Provider)
 		return
 	}
-	out := tokenResponse{AccessToken: c.Token.AccessToken.Reveal(), TokenType: c.Token.TokenType}
-	if out.TokenType == "" {
-		out.TokenType = "Bearer"
-	}
-	if !c.Token.Expiry.IsZero() {
-		t := c.Token.Expiry.UTC()
+	out := tokenResponse{AccessToken: ex.AccessToken.Reveal(), TokenType: ex.TokenType}
+	if !ex.Expiry.IsZero() {
+		t := ex.Expiry.UTC()
 		out.ExpiresAt = &t
-	}
-	s.log.Info("sidecar: access token exported", "event", "token_exported", "provider", p.Name, "connection", c.ID)
-	if s.opts.Audit != nil {
-		v := viewOf(c)
-		s.opts.Audit.Audit(r.Context(), telemetry.Event{Kind: telemetry.EventTokenExport, Principal: principal(r),
-			Provider: p.Name, Account: v.Account, Connection: c.ID, Via: "sidecar"})
 	}
 	var buf bytes.Buffer
 	_ = json.NewEncoder(&buf).Encode(out)

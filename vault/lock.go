@@ -56,6 +56,8 @@ type localLock struct {
 	refs int           // holders and waiters; guarded by LocalLocker.mu
 }
 
+var _ Locker = (*LocalLocker)(nil)
+
 // NewLocalLocker returns an empty LocalLocker.
 func NewLocalLocker() *LocalLocker { return &LocalLocker{m: map[string]*localLock{}} }
 

@@ -21,7 +21,7 @@ import (
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/telemetry"
-	"credbroker/oauthflow"
+	"credbroker/provider"
 	"credbroker/vault"
 )
 
@@ -123,7 +123,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		ln.Close()
 		return fmt.Errorf("demo provider: %w", err)
 	}
-	providers, err := oauthflow.ParseProviders("dev providers",
+	providers, err := provider.ParseProviders("dev providers",
 		[]byte(strings.ReplaceAll(devProvidersYAML, "{{BASE}}", base+devProviderPath)),
 		func(k string) string {
 			if k == "DEMO_CLIENT_SECRET" {

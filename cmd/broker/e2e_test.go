@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"credbroker/internal/browsertest"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -108,7 +109,7 @@ func mcpSession(t *testing.T, ctx context.Context, endpoint, token string, handl
 	})
 	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint:             endpoint,
-		HTTPClient:           &http.Client{Transport: bearer{token, http.DefaultTransport}},
+		HTTPClient:           &http.Client{Transport: bearerTransport{token, http.DefaultTransport}},
 		DisableStandaloneSSE: true,
 	}, nil)
 	if err != nil {
@@ -118,12 +119,12 @@ func mcpSession(t *testing.T, ctx context.Context, endpoint, token string, handl
 	return cs
 }
 
-type bearer struct {
+type bearerTransport struct {
 	token string
 	next  http.RoundTripper
 }
 
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)

@@ -22,12 +22,14 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/binding"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/fakeprovider"
 	"credbroker/internal/htmlform"
+	"credbroker/internal/logbuf"
 	"credbroker/internal/telemetry"
-	"credbroker/oauthflow"
+	"credbroker/provider"
 	"credbroker/vault"
 )
 
@@ -39,7 +41,7 @@ type opsStack struct {
 	srv   *httptest.Server
 	idp   *devidp.IdP
 	gh    *fakeprovider.GitHub
-	logs  *syncBuffer
+	logs  *logbuf.Buffer
 	store vault.Store
 
 	mu      sync.Mutex
@@ -94,7 +96,7 @@ const (
 
 func newOpsStack(t *testing.T) *opsStack {
 	t.Helper()
-	s := &opsStack{t: t, logs: &syncBuffer{}, secrets: map[string]string{}}
+	s := &opsStack{t: t, logs: &logbuf.Buffer{}, secrets: map[string]string{}}
 	mux := http.NewServeMux()
 	s.srv = httptest.NewServer(mux)
 	t.Cleanup(s.srv.Close)
@@ -119,7 +121,7 @@ func newOpsStack(t *testing.T) *opsStack {
     api: {base_url: ` + gh + `}
     revocation: {style: github_grant, url: "` + gh + `/applications/{client_id}/grant"}
 `
-	reg, err := oauthflow.ParseProviders("ops-providers.yaml", []byte(doc), func(k string) string {
+	reg, err := provider.ParseProviders("ops-providers.yaml", []byte(doc), func(k string) string {
 		if k == "GH_SECRET" {
 			return opsGHSecret
 		}
@@ -452,8 +454,8 @@ func TestOperateFullFlow(t *testing.T) {
 			if pr["sub"] != w.sub || pr["iss"] != s.idp.Issuer() {
 				t.Errorf("%s: principal %v, want sub %s", w.kind, pr, w.sub)
 			}
-			if w.grant != "" && found["grant"] != w.grant {
-				t.Errorf("%s: grant %v, want %s", w.kind, found["grant"], w.grant)
+			if w.grant != "" && found["grant_ref"] != binding.Ref(w.grant) {
+				t.Errorf("%s: grant_ref %v, want %s (the reference of the grant)", w.kind, found["grant_ref"], binding.Ref(w.grant))
 			}
 			for _, f := range w.fields {
 				if v, _ := found[f].(string); v == "" {

@@ -75,7 +75,10 @@ func TestReconnectAfterInvalidGrant(t *testing.T) {
 	if err != nil || len(list) != 1 {
 		t.Fatalf("alice has %d connections (%v), want the one, reconnected", len(list), err)
 	}
-	now := list[0]
+	now, err := b.store.GetConnection(ctx, list[0].ID) // a listing carries no tokens
+	if err != nil {
+		t.Fatal(err)
+	}
 	if now.ID != "conn-alice-demo" || now.Status != vault.StatusActive || now.Token.RefreshToken.Reveal() == old.RefreshToken {
 		t.Fatalf("after reconnecting: id %s status %s, refresh token replaced %v", now.ID, now.Status, now.Token.RefreshToken.Reveal() != old.RefreshToken)
 	}

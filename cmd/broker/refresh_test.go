@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -19,10 +17,12 @@ import (
 	"golang.org/x/oauth2"
 
 	"credbroker/internal/demoprovider"
+	"credbroker/internal/demoprovider/demotest"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
+	"credbroker/internal/logbuf"
 	"credbroker/internal/telemetry"
-	"credbroker/oauthflow"
+	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
 )
@@ -34,13 +34,13 @@ type demoBroker struct {
 	idp      *devidp.IdP
 	demo     *demoprovider.Provider
 	store    *memstore.Store
-	logs     *syncBuffer
+	logs     *logbuf.Buffer
 	redirect string
 }
 
 func startDemoBroker(t *testing.T, ctx context.Context) *demoBroker {
 	t.Helper()
-	b := &demoBroker{idp: devidptest.Start(t, nil, nil), logs: &syncBuffer{}}
+	b := &demoBroker{idp: devidptest.Start(t, nil, nil), logs: &logbuf.Buffer{}}
 	pmux := http.NewServeMux()
 	psrv := httptest.NewServer(pmux)
 	t.Cleanup(psrv.Close)
@@ -60,7 +60,7 @@ func startDemoBroker(t *testing.T, ctx context.Context) *demoBroker {
 	if err := b.idp.AddClient(devidp.Client{ID: devClientID, Secret: "idp-secret", RedirectURIs: []string{b.srv.URL + "/auth/callback"}}); err != nil {
 		t.Fatal(err)
 	}
-	providers, err := oauthflow.ParseProviders("test providers",
+	providers, err := provider.ParseProviders("test providers",
 		[]byte(strings.ReplaceAll(devProvidersYAML, "{{BASE}}", psrv.URL+devProviderPath)),
 		func(string) string { return "demo-secret" })
 	if err != nil {
@@ -222,45 +222,6 @@ func providerRequest(t *testing.T, base, bearer string, id int) string {
 // browser would (consent form posted) and exchanges the code.
 func demoCodeFlow(t *testing.T, demo *demoprovider.Provider, redirect string) *oauth2.Token {
 	t.Helper()
-	cfg := oauth2.Config{ClientID: devDemoClientID, ClientSecret: "demo-secret", RedirectURL: redirect, Scopes: []string{"profile"},
-		Endpoint: oauth2.Endpoint{AuthURL: demo.AuthURL(), TokenURL: demo.TokenURL(), AuthStyle: oauth2.AuthStyleInHeader}}
-	verifier := oauth2.GenerateVerifier()
-	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noFollow.Get(cfg.AuthCodeURL("st", oauth2.S256ChallengeOption(verifier)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	m := regexp.MustCompile(`name="request" value="([^"]+)"`).FindSubmatch(page)
-	if m == nil {
-		t.Fatalf("no consent form: %s", page)
-	}
-	resp, err = noFollow.PostForm(demo.AuthURL(), url.Values{"request": {string(m[1])}, "decision": {"approve"}, "account": {"1001"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	loc, err := url.Parse(resp.Header.Get("Location"))
-	if err != nil || loc.Query().Get("code") == "" {
-		t.Fatalf("consent answered %d %q", resp.StatusCode, resp.Header.Get("Location"))
-	}
-	tok, err := cfg.Exchange(context.Background(), loc.Query().Get("code"), oauth2.VerifierOption(verifier))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
+	return demotest.Client{AuthURL: demo.AuthURL(), TokenURL: demo.TokenURL(), ClientID: devDemoClientID,
+		ClientSecret: "demo-secret", RedirectURL: redirect}.CodeFlow(t, "1001", []string{"profile"})
 }
-
-// syncBuffer is a bytes.Buffer safe for concurrent log writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -24,6 +24,7 @@ import (
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/htmlform"
+	"credbroker/internal/logbuf"
 	"credbroker/vault"
 	"credbroker/vault/pgstore"
 	"credbroker/vault/pgstore/pgtest"
@@ -34,14 +35,14 @@ type serveProc struct {
 	name   string
 	base   string // http://addr, the replica's own listener
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *logbuf.Buffer
 	exited chan struct{}
 }
 
 func startServe(t *testing.T, name, addr string, args, env []string) *serveProc {
 	t.Helper()
 	broker, _ := binaries(t)
-	p := &serveProc{name: name, base: "http://" + addr, logs: &syncBuffer{}, exited: make(chan struct{})}
+	p := &serveProc{name: name, base: "http://" + addr, logs: &logbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(broker, append([]string{"serve", "--addr", addr}, args...)...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
@@ -381,7 +382,11 @@ func TestReplicas(t *testing.T) {
 		if err != nil || len(list) != 1 {
 			t.Fatalf("alice's connections: %d, %v", len(list), err)
 		}
-		id, oldRT := list[0].ID, list[0].Token.RefreshToken
+		full, err := s.store.GetConnection(t.Context(), list[0].ID) // a listing carries no tokens
+		if err != nil || full.Token.RefreshToken == "" {
+			t.Fatalf("alice's connection: %v (refresh token present: %v)", err, full.Token.RefreshToken != "")
+		}
+		id, oldRT := full.ID, full.Token.RefreshToken
 		if _, err := s.store.UpdateConnection(t.Context(), id, func(c vault.Connection) (vault.Connection, error) {
 			c.Token.Expiry = time.Now().Add(-time.Minute)
 			return c, nil

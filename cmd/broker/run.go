@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"credbroker/internal/telemetry"
-	"credbroker/oauthflow"
+	"credbroker/provider"
 	"credbroker/vault"
 )
 
@@ -99,7 +99,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		keys = kr
 	}
-	providers, err := oauthflow.LoadProviders(cfg.ProvidersFile, os.Getenv)
+	providers, err := provider.LoadProviders(cfg.ProvidersFile, os.Getenv)
 	if err != nil {
 		problems = append(problems, err)
 	}

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"credbroker/binding"
+	"credbroker/connections"
 	"credbroker/internal/telemetry"
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
+	"credbroker/provider"
 	"credbroker/vault"
 )
 
@@ -30,7 +32,7 @@ type brokerDeps struct {
 
 	Store     vault.Store
 	Keys      *vault.Keyring
-	Providers *oauthflow.Registry
+	Providers *provider.Registry
 	Logger    *slog.Logger
 	// HTTPClient is used for everything the broker says to the IdP and providers.
 	HTTPClient *http.Client
@@ -44,44 +46,50 @@ type brokerDeps struct {
 	Sidecar sidecarConfig
 }
 
-// mount builds the browser flow and the MCP endpoint and registers their
-// routes on mux. The IdP must be reachable (discovery runs here).
+// mount builds the provider client, the connections layer, the browser
+// flow and the MCP endpoint and registers their routes on mux. The IdP
+// must be reachable (discovery runs here).
 func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Service, error) {
 	plainStore := d.Store
 	d.Store = d.Telemetry.WrapStore(d.Store)
-	var flowObs oauthflow.Observer
-	var mcpObs mcpapi.Observer
-	if d.Telemetry != nil {
-		flowObs, mcpObs = d.Telemetry, d.Telemetry
-	}
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
-	caller, err := newCaller(d)
+	client, err := provider.New(provider.Options{
+		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
+		Logger: d.Logger.With("component", "provider"), RefreshMargin: d.RefreshMargin,
+		Telemetry: d.Telemetry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	conns, err := connections.New(connections.Options{
+		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
+		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
+	})
 	if err != nil {
 		return nil, err
 	}
 	flow, err := oauthflow.New(ctx, oauthflow.Options{
 		PublicURL: d.PublicURL, Issuer: d.Issuer, ClientID: d.ClientID, ClientSecret: d.ClientSecret,
-		Store: d.Store, Grants: grants, Providers: d.Providers,
+		Grants: grants, Connections: conns, Client: client,
 		CookieKeys: d.Keys.Derive("cookies"), HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "oauthflow"), DevMode: d.DevMode,
-		Observer: flowObs,
+		Telemetry: d.Telemetry,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("browser flow: %w", err)
 	}
-	mcp, err := mcpapi.New(ctx, mcpapi.Options{
+	mcp, err := mcpapi.New(mcpapi.Options{
 		PublicURL: d.PublicURL, ResourceURI: d.Resource, Issuer: d.Issuer,
 		RequiredScope: d.RequiredScope, DevMode: d.DevMode,
-		Store: d.Store, Grants: grants, Catalog: catalog{d.Providers}, Revoke: flow.Revoke,
-		StateKeys: d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
+		Connections: conns,
+		StateKeys:   d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
 		Logger: d.Logger.With("component", "mcpapi"), HTTPClient: d.HTTPClient,
-		Provider: caller,
-		Observer: mcpObs,
+		Telemetry: d.Telemetry,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("MCP endpoint: %w", err)
 	}
-	if err := startSidecar(ctx, d, mcp, caller); err != nil {
+	if err := startSidecar(ctx, d, conns); err != nil {
 		return nil, err
 	}
 	flow.Register(mux)
@@ -92,21 +100,6 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Serv
 	}
 	return grants, nil
 }
-
-// catalog presents the provider registry to the MCP tools.
-type catalog struct{ r *oauthflow.Registry }
-
-var _ mcpapi.Catalog = catalog{}
-
-func (c catalog) Provider(name string) (mcpapi.ProviderInfo, bool) {
-	p, ok := c.r.Lookup(name)
-	if !ok {
-		return mcpapi.ProviderInfo{}, false
-	}
-	return mcpapi.ProviderInfo{Name: p.Name, DisplayName: p.DisplayName, DefaultScopes: p.DefaultScopes, AllowedScopes: p.AllowedScopes}, true
-}
-
-func (c catalog) ProviderNames() []string { return c.r.Names() }
 
 // newHTTPServer returns a server with every timeout set.
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {

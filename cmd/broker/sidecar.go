@@ -10,9 +10,8 @@ import (
 	"strings"
 	"sync"
 
-	"credbroker/internal/telemetry"
-	"credbroker/mcpapi"
-	"credbroker/oauthflow"
+	"credbroker/connections"
+	"credbroker/internal/bearer"
 	"credbroker/sidecar"
 	"credbroker/vault"
 )
@@ -64,7 +63,7 @@ func newSidecarConfig(addr, socket, audiences string) sidecarConfig {
 
 // startSidecar serves the sidecar API until ctx ends. The listener is
 // opened before returning, so a bad address fails the start.
-func startSidecar(ctx context.Context, d brokerDeps, mcp *mcpapi.Server, caller *oauthflow.Caller) error {
+func startSidecar(ctx context.Context, d brokerDeps, conns *connections.Service) error {
 	c := d.Sidecar
 	if !c.enabled() {
 		return nil
@@ -73,19 +72,15 @@ func startSidecar(ctx context.Context, d brokerDeps, mcp *mcpapi.Server, caller 
 	if len(auds) == 0 {
 		auds = []string{d.Resource}
 	}
-	verify, err := mcpapi.NewTokenVerifier(d.Issuer, auds, d.HTTPClient, nil)
+	verify, err := bearer.NewJWTVerifier(d.Issuer, auds, d.HTTPClient, nil)
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	log := d.Logger.With("component", "sidecar")
-	var audit sidecar.Auditor
-	if d.Telemetry != nil {
-		audit = d.Telemetry
-	}
 	h, err := sidecar.New(sidecar.Options{
-		Secret: c.Secret, Verify: verify, Broker: mcp, Caller: caller,
-		Store: d.Store, Providers: d.Providers, Logger: log,
-		RequiredScope: d.RequiredScope, Audit: audit,
+		Secret: c.Secret, Verify: bearer.Cached(verify, 10000, nil), Connections: conns,
+		StateKeys: d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
+		Logger: log, RequiredScope: d.RequiredScope,
 	})
 	if err != nil {
 		return err
@@ -154,23 +149,4 @@ func (l *unixListener) Close() error {
 	err := l.UnixListener.Close()
 	l.once.Do(func() { os.Remove(l.path) })
 	return err
-}
-
-// newCaller builds the token and API caller shared by provider_request
-// and the sidecar API.
-func newCaller(d brokerDeps) (*oauthflow.Caller, error) {
-	return oauthflow.NewCaller(oauthflow.CallerOptions{
-		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
-		Logger: d.Logger.With("component", "caller"), RefreshMargin: d.RefreshMargin,
-		Observer: observerOrNil(d.Telemetry),
-	})
-}
-
-// observerOrNil keeps a nil *telemetry.Recorder from becoming a non-nil
-// interface value.
-func observerOrNil(r *telemetry.Recorder) oauthflow.Observer {
-	if r == nil {
-		return nil
-	}
-	return r
 }

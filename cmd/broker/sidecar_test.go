@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"credbroker/internal/devidp/devidptest"
-	"credbroker/oauthflow"
+	"credbroker/provider"
 	"credbroker/sidecar/client"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
@@ -25,7 +25,7 @@ func TestSidecarWiringRequiredScope(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	idp := devidptest.Start(t, nil, nil)
-	reg, err := oauthflow.ParseProviders("providers.yaml", []byte(`providers:
+	reg, err := provider.ParseProviders("providers.yaml", []byte(`providers:
   demo:
     display_name: Demo
     type: oauth2

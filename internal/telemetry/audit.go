@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"credbroker/binding"
 	"credbroker/vault"
 )
 
@@ -33,7 +34,7 @@ type Event struct {
 	Owner      vault.Principal
 	Provider   string
 	Account    string // provider account login or id
-	Grant      string // grant (connect request) id
+	Grant      string // grant (connect request) id; logged as its binding.Ref only
 	Connection string // connection id
 	Via        string // "mcp", "browser", "sidecar", "background"
 	Outcome    string // e.g. revoke: revoked, not_revoked, not_supported, failed
@@ -61,7 +62,10 @@ func (e Event) attrs() []slog.Attr {
 	}
 	add("provider", e.Provider)
 	add("account", e.Account)
-	add("grant", e.Grant)
+	if e.Grant != "" {
+		// Never the grant id itself: it is its owner's connect link.
+		add("grant_ref", binding.Ref(e.Grant))
+	}
 	add("connection", e.Connection)
 	add("via", e.Via)
 	add("outcome", e.Outcome)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/binding"
 	"credbroker/internal/logredact"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
@@ -149,7 +150,7 @@ func TestAuditRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"level": "WARN", "audit": true, "event": "identity_mismatch", "provider": "github",
-		"grant": "g123", "via": "browser", "outcome": "refused_at_landing",
+		"grant_ref": binding.Ref("g123"), "via": "browser", "outcome": "refused_at_landing",
 		"principal": map[string]any{"iss": "https://idp.test", "sub": "bob"}}
 	for k, v := range want {
 		got, _ := json.Marshal(rec[k])
@@ -157,6 +158,9 @@ func TestAuditRecord(t *testing.T) {
 		if !bytes.Equal(got, exp) {
 			t.Errorf("%s = %s, want %s", k, got, exp)
 		}
+	}
+	if strings.Contains(buf.String(), "g123") {
+		t.Errorf("the grant id itself was logged: %s", lines[0])
 	}
 	if strings.Contains(lines[1], "abc123secret") || !strings.Contains(lines[1], `"level":"WARN"`) {
 		t.Errorf("revoke failure record: %s", lines[1])

@@ -1,19 +1,15 @@
 // Package sidecartest starts a complete broker core for tests of the
 // sidecar API and of servers built on it: a development IdP (real JWTs),
 // the demo provider (rotating refresh tokens, event log), an encrypted
-// in-memory store, the MCP server's connect logic, the token Caller and
-// the sidecar API, all on loopback.
+// in-memory store, the provider client, the connections layer and the
+// sidecar API, all on loopback.
 package sidecartest
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -22,12 +18,15 @@ import (
 	"golang.org/x/oauth2"
 
 	"credbroker/binding"
+	"credbroker/connections"
+	"credbroker/internal/bearer"
 	"credbroker/internal/demoprovider"
+	"credbroker/internal/demoprovider/demotest"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
+	"credbroker/internal/logbuf"
 	"credbroker/internal/telemetry"
-	"credbroker/mcpapi"
-	"credbroker/oauthflow"
+	"credbroker/provider"
 	"credbroker/sidecar"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
@@ -57,37 +56,19 @@ type Stack struct {
 	DemoURL   string
 	Store     *memstore.Store
 	Grants    *binding.Service
-	Providers *oauthflow.Registry
-	Caller    *oauthflow.Caller
-	MCP       *mcpapi.Server
+	Providers *provider.Registry
+	Client    *provider.Client
+	Conns     *connections.Service
 	Sidecar   *sidecar.Server
 	URL       string // the sidecar listener
 	Secret    string
-	Logs      *SyncBuffer
-	// Telemetry is the sidecar's Auditor; its audit log goes to AuditLog.
+	Logs      *logbuf.Buffer
+	// Telemetry records the connections layer's audit events in AuditLog.
 	Telemetry *telemetry.Recorder
-	AuditLog  *SyncBuffer
+	AuditLog  *logbuf.Buffer
 
 	mu     sync.Mutex // guards tokens
 	tokens []string
-}
-
-// SyncBuffer collects log output from concurrent handlers.
-type SyncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *SyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *SyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 const demoSecret = "demo-client-secret-value-0123"
@@ -95,7 +76,7 @@ const demoSecret = "demo-client-secret-value-0123"
 // Start builds and starts the stack; everything stops at test cleanup.
 func Start(tb testing.TB, o Options) *Stack {
 	tb.Helper()
-	s := &Stack{tb: tb, Logs: &SyncBuffer{}, AuditLog: &SyncBuffer{}, Secret: "sidecar-secret-0123456789abcdef"}
+	s := &Stack{tb: tb, Logs: &logbuf.Buffer{}, AuditLog: &logbuf.Buffer{}, Secret: "sidecar-secret-0123456789abcdef"}
 	log := slog.New(slog.NewTextHandler(s.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s.IdP = devidptest.Start(tb, nil, nil)
 	mux := http.NewServeMux()
@@ -127,7 +108,7 @@ func Start(tb testing.TB, o Options) *Stack {
     api: {base_url: ` + s.DemoURL + `/api}
     revocation: {style: rfc7009, url: ` + s.DemoURL + `/revoke}
 ` + export
-	s.Providers, err = oauthflow.ParseProviders("test", []byte(doc), func(string) string { return demoSecret })
+	s.Providers, err = provider.ParseProviders("test", []byte(doc), func(string) string { return demoSecret })
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -137,28 +118,26 @@ func Start(tb testing.TB, o Options) *Stack {
 	}
 	s.Store = memstore.New(kr)
 	s.Grants = binding.New(s.Store, binding.Options{})
-	verify, err := mcpapi.NewTokenVerifier(s.IdP.Issuer(), []string{Audience}, nil, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s.Caller, err = oauthflow.NewCaller(oauthflow.CallerOptions{Store: s.Store, Providers: s.Providers,
-		Logger: log.With("component", "caller"), RetryBackoff: 10 * time.Millisecond})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s.MCP, err = mcpapi.New(context.Background(), mcpapi.Options{
-		PublicURL: PublicURL, Verifier: verify, Store: s.Store, Grants: s.Grants, Catalog: catalog{s.Providers},
-		StateKeys: kr.Derive("requestState"), Provider: s.Caller, Logger: log.With("component", "mcpapi"),
-	})
+	verify, err := bearer.NewJWTVerifier(s.IdP.Issuer(), []string{Audience}, nil, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	s.Telemetry = telemetry.New(telemetry.Options{Providers: s.Providers.Names(),
 		Audit: slog.New(slog.NewTextHandler(s.AuditLog, nil))})
+	s.Client, err = provider.New(provider.Options{Store: s.Store, Providers: s.Providers,
+		Logger: log.With("component", "provider"), RetryBackoff: 10 * time.Millisecond, Telemetry: s.Telemetry})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.Conns, err = connections.New(connections.Options{Store: s.Store, Grants: s.Grants, Client: s.Client,
+		PublicURL: PublicURL, Telemetry: s.Telemetry, Logger: log.With("component", "connections")})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	s.Sidecar, err = sidecar.New(sidecar.Options{
-		Secret: vault.Secret(s.Secret), Verify: verify, Broker: s.MCP, Caller: s.Caller,
-		Store: s.Store, Providers: s.Providers, Logger: log.With("component", "sidecar"),
-		RequiredScope: o.RequiredScope, Audit: s.Telemetry,
+		Secret: vault.Secret(s.Secret), Verify: verify, Connections: s.Conns,
+		StateKeys: kr.Derive("requestState"), Logger: log.With("component", "sidecar"),
+		RequiredScope: o.RequiredScope,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -168,19 +147,6 @@ func Start(tb testing.TB, o Options) *Stack {
 	s.URL = srv.URL
 	return s
 }
-
-// catalog presents the registry to mcpapi.
-type catalog struct{ r *oauthflow.Registry }
-
-func (c catalog) Provider(name string) (mcpapi.ProviderInfo, bool) {
-	p, ok := c.r.Lookup(name)
-	if !ok {
-		return mcpapi.ProviderInfo{}, false
-	}
-	return mcpapi.ProviderInfo{Name: p.Name, DisplayName: p.DisplayName, DefaultScopes: p.DefaultScopes, AllowedScopes: p.AllowedScopes}, true
-}
-
-func (c catalog) ProviderNames() []string { return c.r.Names() }
 
 // UserToken mints an access token for a development user (alice, bob) with
 // audience aud (Audience when "").
@@ -215,39 +181,12 @@ func (s *Stack) ProviderTokens() []string {
 	return append([]string(nil), s.tokens...)
 }
 
-var requestRE = regexp.MustCompile(`name="request" value="([^"]+)"`)
-
 // Authorize runs the demo provider's consent for account (1001 alice-demo,
 // 1002 bob-demo) the way a browser would and returns the tokens.
 func (s *Stack) Authorize(accountID string, scopes []string) *oauth2.Token {
 	s.tb.Helper()
-	conf := oauth2.Config{ClientID: "demo-client", ClientSecret: demoSecret, RedirectURL: redirectURI, Scopes: scopes,
-		Endpoint: oauth2.Endpoint{AuthURL: s.DemoURL + "/authorize", TokenURL: s.DemoURL + "/token", AuthStyle: oauth2.AuthStyleInHeader}}
-	verifier := oauth2.GenerateVerifier()
-	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := hc.Get(conf.AuthCodeURL("st", oauth2.S256ChallengeOption(verifier)))
-	if err != nil {
-		s.tb.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	m := requestRE.FindSubmatch(page)
-	if m == nil {
-		s.tb.Fatalf("demo consent page without request id: %s", page)
-	}
-	resp, err = hc.PostForm(s.DemoURL+"/authorize", url.Values{"request": {string(m[1])}, "account": {accountID}, "decision": {"approve"}})
-	if err != nil {
-		s.tb.Fatal(err)
-	}
-	resp.Body.Close()
-	loc, err := url.Parse(resp.Header.Get("Location"))
-	if err != nil || loc.Query().Get("code") == "" {
-		s.tb.Fatalf("demo consent: no code in %q", resp.Header.Get("Location"))
-	}
-	tok, err := conf.Exchange(context.Background(), loc.Query().Get("code"), oauth2.VerifierOption(verifier))
-	if err != nil {
-		s.tb.Fatal(err)
-	}
+	tok := demotest.Client{AuthURL: s.DemoURL + "/authorize", TokenURL: s.DemoURL + "/token", ClientID: "demo-client",
+		ClientSecret: demoSecret, RedirectURL: redirectURI}.CodeFlow(s.tb, accountID, scopes)
 	s.mu.Lock()
 	s.tokens = append(s.tokens, tok.AccessToken, tok.RefreshToken)
 	s.mu.Unlock()
@@ -255,9 +194,9 @@ func (s *Stack) Authorize(accountID string, scopes []string) *oauth2.Token {
 }
 
 // CompleteConnect completes the connect link as user would in the
-// browser: approve the grant, authorize demo account accountID, store the
-// connection (updating an existing one of the same account) and complete
-// the grant.
+// browser: approve the grant, authorize demo account accountID, and save
+// the result through the connections layer (which updates an existing
+// connection of the same account and completes the grant).
 func (s *Stack) CompleteConnect(link, user, accountID string) vault.Connection {
 	s.tb.Helper()
 	ctx := context.Background()
@@ -272,27 +211,11 @@ func (s *Stack) CompleteConnect(link, user, accountID string) vault.Connection {
 	}
 	tok := s.Authorize(accountID, g.Scopes)
 	login := map[string]string{"1001": "alice-demo", "1002": "bob-demo"}[accountID]
-	ts := vault.TokenSet{AccessToken: vault.Secret(tok.AccessToken), RefreshToken: vault.Secret(tok.RefreshToken), TokenType: tok.Type(), Expiry: tok.Expiry}
-	now := time.Now()
-	var conn vault.Connection
-	existing, _ := s.Store.ListConnections(ctx, p)
-	for _, c := range existing {
-		if c.Provider == "demo" && c.AccountID == accountID {
-			conn, err = s.Store.UpdateConnection(ctx, c.ID, func(old vault.Connection) (vault.Connection, error) {
-				old.Token, old.Status, old.Updated = ts, vault.StatusActive, now
-				return old, nil
-			})
-		}
-	}
-	if conn.ID == "" {
-		conn, err = s.Store.CreateConnection(ctx, vault.Connection{ID: "conn_" + binding.NewID(), Principal: p, Provider: "demo",
-			AccountID: accountID, AccountLogin: login, Scopes: g.Scopes, Token: ts, Status: vault.StatusActive, Created: now, Updated: now})
-	}
+	demo, _ := s.Providers.Lookup("demo")
+	conn, err := s.Conns.Save(ctx, p, g, demo, provider.Exchanged{Account: provider.Account{ID: accountID, Login: login},
+		Scopes: g.Scopes, Token: provider.TokenSet(tok)})
 	if err != nil {
 		s.tb.Fatalf("store connection: %v", err)
-	}
-	if _, err := s.Grants.Complete(ctx, id, p, conn.ID); err != nil {
-		s.tb.Fatalf("complete: %v", err)
 	}
 	return conn
 }

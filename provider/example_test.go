@@ -1,10 +1,10 @@
-package oauthflow_test
+package provider_test
 
 import (
 	"fmt"
 	"os"
 
-	"credbroker/oauthflow"
+	"credbroker/provider"
 )
 
 // Secrets are given by reference; every problem is reported with its line.
@@ -18,7 +18,7 @@ func ExampleParseProviders() {
     client_secret: hunter2
     colour: blue
 `)
-	_, err := oauthflow.ParseProviders("providers.yaml", doc, os.Getenv)
+	_, err := provider.ParseProviders("providers.yaml", doc, os.Getenv)
 	fmt.Println(err)
 	// Output:
 	// providers: 4 problems:

@@ -1,4 +1,4 @@
-package oauthflow
+package provider
 
 import (
 	"bytes"
@@ -26,8 +26,11 @@ func reqErrorf(format string, args ...any) error {
 	return &RequestError{Msg: fmt.Sprintf(format, args...)}
 }
 
-// APIMethods are the HTTP methods an API request may use.
-var APIMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+// apiMethods are the HTTP methods an API request may use.
+var apiMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// apiMethods returns the HTTP methods an API request may use.
+func APIMethods() []string { return slices.Clone(apiMethods) }
 
 // allowedRequestHeaders may be set by the caller of an API request; every
 // other header (Authorization above all) is refused.
@@ -45,7 +48,7 @@ func AllowedRequestHeaders() []string { return slices.Clone(allowedRequestHeader
 // other PATH matches itself and everything below it ("/user" matches
 // "/user" and "/user/repos" but not "/users").
 type RequestPattern struct {
-	Methods []string // empty: every method in APIMethods
+	Methods []string // empty: every method in apiMethods
 	Path    string
 }
 
@@ -56,8 +59,8 @@ func ParseRequestPattern(s string) (RequestPattern, error) {
 	if m, rest, ok := strings.Cut(path, " "); ok {
 		for meth := range strings.SplitSeq(m, ",") {
 			meth = strings.ToUpper(strings.TrimSpace(meth))
-			if !slices.Contains(APIMethods, meth) {
-				return rp, fmt.Errorf("%q: method %q is not one of %s", s, meth, strings.Join(APIMethods, ", "))
+			if !slices.Contains(apiMethods, meth) {
+				return rp, fmt.Errorf("%q: method %q is not one of %s", s, meth, strings.Join(apiMethods, ", "))
 			}
 			rp.Methods = append(rp.Methods, meth)
 		}
@@ -160,7 +163,7 @@ func checkAPIPath(path string) (string, error) {
 func ResolveAPIURL(base, path string, query url.Values) (*url.URL, error) {
 	b, err := url.Parse(base)
 	if err != nil || b.Host == "" {
-		return nil, errors.New("oauthflow: provider has an invalid API base URL")
+		return nil, errors.New("provider: provider has an invalid API base URL")
 	}
 	dec, err := checkAPIPath(path)
 	if err != nil {
@@ -234,12 +237,12 @@ func responseHeader(name string) bool {
 }
 
 // prepare validates req against p and returns the upstream URL and headers.
-func (k *Caller) prepare(p *Provider, req APIRequest) (*url.URL, http.Header, error) {
+func (k *Client) prepare(p *Provider, req APIRequest) (*url.URL, http.Header, error) {
 	if p.APIBaseURL == "" {
 		return nil, nil, reqErrorf("provider %s has no API configured (api.base_url in providers.yaml)", p.Name)
 	}
-	if !slices.Contains(APIMethods, req.Method) {
-		return nil, nil, reqErrorf("method %q is not allowed: use %s", req.Method, strings.Join(APIMethods, ", "))
+	if !slices.Contains(apiMethods, req.Method) {
+		return nil, nil, reqErrorf("method %q is not allowed: use %s", req.Method, strings.Join(apiMethods, ", "))
 	}
 	if int64(len(req.Body)) > k.opts.MaxRequestBody {
 		return nil, nil, reqErrorf("request body is %d bytes, more than the %d allowed", len(req.Body), k.opts.MaxRequestBody)
@@ -275,26 +278,27 @@ func (k *Caller) prepare(p *Provider, req APIRequest) (*url.URL, http.Header, er
 
 // Do performs req against the API of connection id's provider with its
 // access token (refreshed before expiry; refreshed once more and retried
-// when the API answers 401 to an unexpired token). Requests that could
-// leave the API base, or that the provider's allow-list does not name,
-// return a *RequestError before anything is sent. Redirects are followed
-// only on the API host, within the base path, to a method and path the
-// allow-list names; any other redirect is returned as is.
-func (k *Caller) Do(ctx context.Context, id string, req APIRequest) (APIResponse, error) {
-	meta, err := k.opts.Store.GetConnection(ctx, id)
+// when the API answers 401 to an unexpired token). The connection's token
+// set is opened once; a refresh reloads it under the refresh lock.
+// Requests that could leave the API base, or that the provider's allow-list
+// does not name, return a *RequestError before anything is sent (a refresh
+// included). Redirects are followed only on the API host, within the base
+// path, to a method and path the allow-list names; any other redirect is
+// returned as is. Do does not record the use (the connections layer does).
+func (k *Client) Do(ctx context.Context, id string, req APIRequest) (APIResponse, error) {
+	conn, err := k.opts.Store.GetConnection(ctx, id)
 	if err != nil {
-		return APIResponse{}, fmt.Errorf("oauthflow: connection %s: %w", id, err)
+		return APIResponse{}, fmt.Errorf("provider: connection %s: %w", id, err)
 	}
-	p, ok := k.opts.Providers.Lookup(meta.Provider)
+	p, ok := k.opts.Providers.Lookup(conn.Provider)
 	if !ok {
-		return APIResponse{}, fmt.Errorf("%w: %s", ErrUnknownProvider, meta.Provider)
+		return APIResponse{}, fmt.Errorf("%w: %s", ErrUnknownProvider, conn.Provider)
 	}
 	u, hdr, err := k.prepare(p, req)
 	if err != nil {
 		return APIResponse{}, err
 	}
-	conn, err := k.Token(ctx, id)
-	if err != nil {
+	if conn, err = k.usable(ctx, conn); err != nil {
 		return APIResponse{}, err
 	}
 	resp, err := k.send(ctx, p, conn, req.Method, u, hdr, req.Body)
@@ -313,37 +317,11 @@ func (k *Caller) Do(ctx context.Context, id string, req APIRequest) (APIResponse
 			}
 		}
 	}
-	k.touch(ctx, conn)
 	return resp, nil
 }
 
-// lastUsedEvery bounds LastUsed writes to one per connection per interval,
-// so a busy connection does not pay a durable write per API call.
-const lastUsedEvery = time.Minute
-
-var errUnchanged = errors.New("oauthflow: unchanged")
-
-// touch records that c was just used (LastUsed), at most once per
-// lastUsedEvery. A failure is logged, never returned: the call succeeded.
-func (k *Caller) touch(ctx context.Context, c vault.Connection) {
-	now := k.opts.Now()
-	if now.Sub(c.LastUsed) < lastUsedEvery {
-		return
-	}
-	_, err := k.save(ctx, c.ID, func(old vault.Connection) (vault.Connection, error) {
-		if now.Sub(old.LastUsed) < lastUsedEvery {
-			return old, errUnchanged
-		}
-		old.LastUsed = now
-		return old, nil
-	})
-	if err != nil && !errors.Is(err, errUnchanged) {
-		k.log.Warn("oauthflow: recording the connection's last use failed", "connection", c.ID, "err", err)
-	}
-}
-
 // send performs one upstream request and reads the capped answer.
-func (k *Caller) send(ctx context.Context, p *Provider, conn vault.Connection, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
+func (k *Client) send(ctx context.Context, p *Provider, conn vault.Connection, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
 	base, _ := url.Parse(p.APIBaseURL)
 	hreq, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
 	if err != nil {
@@ -367,13 +345,11 @@ func (k *Caller) send(ctx context.Context, p *Provider, conn vault.Connection, m
 	}
 	start := time.Now()
 	resp, err := cl.Do(hreq)
-	if k.opts.Observer != nil {
-		status := 0
-		if err == nil {
-			status = resp.StatusCode
-		}
-		k.opts.Observer.ProviderCall(p.Name, status, time.Since(start))
+	status := 0
+	if err == nil {
+		status = resp.StatusCode
 	}
+	k.opts.Telemetry.ProviderCall(p.Name, status, time.Since(start))
 	if err != nil {
 		if ctx.Err() != nil {
 			return APIResponse{}, ctx.Err()
@@ -423,7 +399,7 @@ func redirectAllowed(p *Provider, base *url.URL, r *http.Request) bool {
 	if _, err := checkAPIPath(rel); err != nil {
 		return false
 	}
-	return slices.Contains(APIMethods, r.Method) && p.requestAllowed(r.Method, rel)
+	return slices.Contains(apiMethods, r.Method) && p.requestAllowed(r.Method, rel)
 }
 
 // redacted replaces the access token in API answers.

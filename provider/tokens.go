@@ -1,11 +1,10 @@
-package oauthflow
+package provider
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -17,24 +16,24 @@ import (
 	"credbroker/vault"
 )
 
-// Errors returned (wrapped) by Caller.
+// Errors returned (wrapped) by Client.
 var (
 	// ErrNeedsReconnect: the provider refused the stored grant
 	// (invalid_grant, GitHub's bad_refresh_token, or an expired token with
 	// no refresh token); the
 	// connection is marked vault.StatusNeedsReconnect and the user must
 	// connect again.
-	ErrNeedsReconnect = errors.New("oauthflow: the connection must be reconnected")
+	ErrNeedsReconnect = errors.New("provider: the connection must be reconnected")
 	// ErrProviderUnavailable: the provider's token endpoint or API timed out
 	// or answered 5xx through every retry. Stored tokens are untouched.
-	ErrProviderUnavailable = errors.New("oauthflow: the provider is unavailable")
+	ErrProviderUnavailable = errors.New("provider: the provider is unavailable")
 	// ErrUnknownProvider: the connection names a provider that is no longer
 	// configured.
-	ErrUnknownProvider = errors.New("oauthflow: provider not configured")
+	ErrUnknownProvider = errors.New("provider: provider not configured")
 )
 
-// CallerOptions configures a Caller.
-type CallerOptions struct {
+// Options configures a Client.
+type Options struct {
 	Store     vault.Store
 	Providers *Registry
 	// HTTPClient talks to token endpoints and APIs (redirects to other
@@ -57,12 +56,12 @@ type CallerOptions struct {
 	// SaveTimeout bounds saving refreshed tokens, which survives the caller
 	// going away (default 10s).
 	SaveTimeout time.Duration
-	// Observer counts refreshes and provider calls and records the
+	// Telemetry counts refreshes and provider calls and records the
 	// refresh_failed and needs_reconnect audit events (nil: log only).
-	Observer Observer
+	Telemetry *telemetry.Recorder
 }
 
-// Caller uses stored connections without handing their tokens out: it keeps
+// Client uses stored connections without handing their tokens out: it keeps
 // access tokens fresh (refreshing at most once per connection at a time)
 // and performs provider API requests with them.
 //
@@ -75,8 +74,8 @@ type CallerOptions struct {
 // process refreshed: reload and use theirs). The new access token is handed
 // out only after the save succeeded, so a rotated refresh token is durable
 // before the new access token is used.
-type Caller struct {
-	opts CallerOptions
+type Client struct {
+	opts Options
 	log  *slog.Logger
 	// locker excludes other processes sharing the store (pgstore) from
 	// refreshing the same connection at once; in-process for bbolt.
@@ -97,10 +96,10 @@ type flight struct {
 	err   error
 }
 
-// NewCaller validates opts and builds a Caller.
-func NewCaller(opts CallerOptions) (*Caller, error) {
+// New validates opts and builds a Client.
+func New(opts Options) (*Client, error) {
 	if opts.Store == nil || opts.Providers == nil {
-		return nil, errors.New("oauthflow: NewCaller needs Store and Providers")
+		return nil, errors.New("provider: New needs Store and Providers")
 	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
@@ -130,12 +129,12 @@ func NewCaller(opts CallerOptions) (*Caller, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Caller{opts: opts, log: log, locker: vault.LockerFor(opts.Store),
+	return &Client{opts: opts, log: log, locker: vault.LockerFor(opts.Store),
 		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}}, nil
 }
 
 // fresh reports whether c's access token can be used without refreshing.
-func (k *Caller) fresh(c vault.Connection) bool {
+func (k *Client) fresh(c vault.Connection) bool {
 	if c.Token.AccessToken == "" {
 		return false
 	}
@@ -162,24 +161,29 @@ func (k *Caller) fresh(c vault.Connection) bool {
 // Token returns connection id with an access token that is usable now,
 // refreshing first when it expires within the refresh margin. The result
 // holds token material: never log or return it to a client.
-func (k *Caller) Token(ctx context.Context, id string) (vault.Connection, error) {
+func (k *Client) Token(ctx context.Context, id string) (vault.Connection, error) {
 	c, err := k.opts.Store.GetConnection(ctx, id)
 	if err != nil {
-		return vault.Connection{}, fmt.Errorf("oauthflow: connection %s: %w", id, err)
+		return vault.Connection{}, fmt.Errorf("provider: connection %s: %w", id, err)
 	}
+	return k.usable(ctx, c)
+}
+
+// usable returns c when its access token can be used now, else refreshes.
+func (k *Client) usable(ctx context.Context, c vault.Connection) (vault.Connection, error) {
 	if c.Status == vault.StatusNeedsReconnect {
 		return c, ErrNeedsReconnect
 	}
 	if k.fresh(c) {
 		return c, nil
 	}
-	return k.refresh(ctx, id, "")
+	return k.refresh(ctx, c.ID, "")
 }
 
 // ForceRefresh refreshes connection id because the provider refused its
 // access token stale (a 401 on an unexpired token), unless the stored
 // access token already differs from stale (someone refreshed meanwhile).
-func (k *Caller) ForceRefresh(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
+func (k *Client) ForceRefresh(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
 	return k.refresh(ctx, id, stale)
 }
 
@@ -190,9 +194,14 @@ func (k *Caller) ForceRefresh(ctx context.Context, id string, stale vault.Secret
 // A forced refresh (stale set) that joined a flight started for another
 // reason may get back stale itself (that flight found it fresh): it then
 // runs a flight of its own, so the token the provider refused is replaced.
-func (k *Caller) refresh(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
+func (k *Client) refresh(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
 	for attempt := 1; ; attempt++ {
 		f := k.join(ctx, id, stale)
+		if err := ctx.Err(); err != nil {
+			// The flight goes on without this caller; it leaves now, not
+			// when a race with the flight's end decides.
+			return vault.Connection{}, err
+		}
 		select {
 		case <-f.done:
 		case <-ctx.Done():
@@ -207,7 +216,7 @@ func (k *Caller) refresh(ctx context.Context, id string, stale vault.Secret) (va
 
 // join returns the connection's flight in progress, starting one for
 // stale when there is none.
-func (k *Caller) join(ctx context.Context, id string, stale vault.Secret) *flight {
+func (k *Client) join(ctx context.Context, id string, stale vault.Secret) *flight {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if f := k.flights[id]; f != nil {
@@ -228,7 +237,7 @@ func (k *Caller) join(ctx context.Context, id string, stale vault.Secret) *fligh
 }
 
 // refreshOnce is the body of a flight: reload, re-check, refresh, save.
-func (k *Caller) refreshOnce(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
+func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
 	// Lock → reload → "already refreshed?" → refresh → save: the lock spans
 	// other broker processes sharing the store, so a rotating refresh token
 	// is spent once.
@@ -239,7 +248,7 @@ func (k *Caller) refreshOnce(ctx context.Context, id string, stale vault.Secret)
 	defer unlock()
 	cur, err := k.opts.Store.GetConnection(ctx, id)
 	if err != nil {
-		return vault.Connection{}, fmt.Errorf("oauthflow: connection %s: %w", id, err)
+		return vault.Connection{}, fmt.Errorf("provider: connection %s: %w", id, err)
 	}
 	if cur.Status == vault.StatusNeedsReconnect {
 		return cur, ErrNeedsReconnect
@@ -261,11 +270,11 @@ func (k *Caller) refreshOnce(ctx context.Context, id string, stale vault.Secret)
 	if !ok {
 		return vault.Connection{}, fmt.Errorf("%w: %s", ErrUnknownProvider, cur.Provider)
 	}
-	conf, err := k.tokenConfig(ctx, p)
+	conf, err := k.refreshConfig(ctx, p)
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("%w: %v", ErrProviderUnavailable, err)
 	}
-	hctx := context.WithValue(ctx, oauth2.HTTPClient, noRedirectClient(k.opts.HTTPClient))
+	hctx := context.WithValue(ctx, oauth2.HTTPClient, NoRedirectClient(k.opts.HTTPClient))
 	var tok *oauth2.Token
 	backoff := k.opts.RetryBackoff
 	for attempt := 1; ; attempt++ {
@@ -283,11 +292,11 @@ func (k *Caller) refreshOnce(ctx context.Context, id string, stale vault.Secret)
 				}
 				return k.markNeedsReconnect(ctx, cur, log, reasonInvalidGrant)
 			}
-			log.Warn("oauthflow: token refresh refused", "err", describeTokenErr(err))
+			log.Warn("provider: token refresh refused", "err", DescribeTokenError(err))
 			k.refreshFailed(ctx, p, cur, err)
-			return vault.Connection{}, fmt.Errorf("oauthflow: refresh %s: %s", p.Name, describeTokenErr(err))
+			return vault.Connection{}, fmt.Errorf("provider: refresh %s: %s", p.Name, DescribeTokenError(err))
 		}
-		log.Warn("oauthflow: token refresh failed", "attempt", attempt, "err", describeRefreshErr(err))
+		log.Warn("provider: token refresh failed", "attempt", attempt, "err", describeRefreshErr(err))
 		if attempt >= k.opts.RefreshAttempts {
 			k.refreshFailed(ctx, p, cur, err)
 			return vault.Connection{}, fmt.Errorf("%w: %s token endpoint: %s after %d attempts", ErrProviderUnavailable, p.Name, describeRefreshErr(err), attempt)
@@ -300,17 +309,14 @@ func (k *Caller) refreshOnce(ctx context.Context, id string, stale vault.Secret)
 		backoff *= 2
 	}
 	if tok.AccessToken == "" {
-		return vault.Connection{}, fmt.Errorf("oauthflow: refresh %s: no access token in the answer", p.Name)
+		return vault.Connection{}, fmt.Errorf("provider: refresh %s: no access token in the answer", p.Name)
 	}
-	ts := vault.TokenSet{
-		AccessToken: vault.Secret(tok.AccessToken), RefreshToken: vault.Secret(tok.RefreshToken),
-		TokenType: tok.Type(), Expiry: tok.Expiry, IDToken: cur.Token.IDToken,
-	}
+	ts := TokenSet(tok)
 	if ts.RefreshToken == "" {
 		ts.RefreshToken = cur.Token.RefreshToken
 	}
-	if raw, ok := tok.Extra("id_token").(string); ok && raw != "" {
-		ts.IDToken = vault.Secret(raw)
+	if ts.IDToken == "" {
+		ts.IDToken = cur.Token.IDToken
 	}
 	spent := cur.Token.RefreshToken
 	now := k.opts.Now()
@@ -322,25 +328,23 @@ func (k *Caller) refreshOnce(ctx context.Context, id string, stale vault.Secret)
 		return old, nil
 	})
 	if errors.Is(err, errRotatedElsewhere) {
-		log.Info("oauthflow: connection refreshed by another process; using its tokens")
+		log.Info("provider: connection refreshed by another process; using its tokens")
 		return k.opts.Store.GetConnection(ctx, id)
 	}
 	if err != nil {
-		log.Error("oauthflow: saving refreshed tokens failed; the new access token is not used", "err", err)
-		return vault.Connection{}, fmt.Errorf("oauthflow: save refreshed tokens: %w", err)
+		log.Error("provider: saving refreshed tokens failed; the new access token is not used", "err", err)
+		return vault.Connection{}, fmt.Errorf("provider: save refreshed tokens: %w", err)
 	}
-	log.Info("oauthflow: access token refreshed", "rotated", ts.RefreshToken != spent)
-	if k.opts.Observer != nil {
-		k.opts.Observer.Refresh(p.Name, telemetry.RefreshOK)
-	}
+	log.Info("provider: access token refreshed", "rotated", ts.RefreshToken != spent)
+	k.opts.Telemetry.Refresh(p.Name, telemetry.RefreshOK)
 	return saved, nil
 }
 
-var errRotatedElsewhere = errors.New("oauthflow: refresh token rotated by another process")
+var errRotatedElsewhere = errors.New("provider: refresh token rotated by another process")
 
 // save applies fn with the store's compare-and-swap, detached from the
 // caller's cancellation and bounded by SaveTimeout.
-func (k *Caller) save(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+func (k *Client) save(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.opts.SaveTimeout)
 	defer cancel()
 	var (
@@ -358,7 +362,7 @@ func (k *Caller) save(ctx context.Context, id string, fn func(vault.Connection) 
 
 // markNeedsReconnect records that the user must connect again (an audit
 // event), unless the stored grant changed meanwhile.
-func (k *Caller) markNeedsReconnect(ctx context.Context, cur vault.Connection, log *slog.Logger, why string) (vault.Connection, error) {
+func (k *Client) markNeedsReconnect(ctx context.Context, cur vault.Connection, log *slog.Logger, why string) (vault.Connection, error) {
 	now := k.opts.Now()
 	rt := cur.Token.RefreshToken
 	saved, err := k.save(ctx, cur.ID, func(old vault.Connection) (vault.Connection, error) {
@@ -372,17 +376,17 @@ func (k *Caller) markNeedsReconnect(ctx context.Context, cur vault.Connection, l
 		return k.opts.Store.GetConnection(ctx, cur.ID)
 	}
 	if err != nil {
-		return vault.Connection{}, fmt.Errorf("oauthflow: mark %s needs_reconnect: %w", cur.ID, err)
+		return vault.Connection{}, fmt.Errorf("provider: mark %s needs_reconnect: %w", cur.ID, err)
 	}
-	if k.opts.Observer == nil {
+	if k.opts.Telemetry == nil {
 		log.Warn("audit: connection needs reconnecting", "event", telemetry.EventNeedsReconnect, "reason", why,
 			"iss", cur.Principal.Issuer, "sub", cur.Principal.Subject)
 		return saved, ErrNeedsReconnect
 	}
 	if why == reasonInvalidGrant {
-		k.opts.Observer.Refresh(cur.Provider, telemetry.RefreshInvalidGrant)
+		k.opts.Telemetry.Refresh(cur.Provider, telemetry.RefreshInvalidGrant)
 	}
-	k.opts.Observer.Audit(ctx, telemetry.Event{Kind: telemetry.EventNeedsReconnect, Principal: cur.Principal,
+	k.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventNeedsReconnect, Principal: cur.Principal,
 		Provider: cur.Provider, Account: cur.AccountLogin, Connection: cur.ID, Via: "background", Outcome: why})
 	return saved, ErrNeedsReconnect
 }
@@ -400,66 +404,20 @@ func grantRefused(code string) bool {
 
 // refreshFailed counts and audits a refresh that failed without killing
 // the connection (its stored tokens stay as they were).
-func (k *Caller) refreshFailed(ctx context.Context, p *Provider, cur vault.Connection, err error) {
-	if k.opts.Observer == nil {
-		return
-	}
-	k.opts.Observer.Refresh(p.Name, telemetry.RefreshFailed)
-	k.opts.Observer.Audit(ctx, telemetry.Event{Kind: telemetry.EventRefreshFailed, Principal: cur.Principal,
+func (k *Client) refreshFailed(ctx context.Context, p *Provider, cur vault.Connection, err error) {
+	k.opts.Telemetry.Refresh(p.Name, telemetry.RefreshFailed)
+	k.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventRefreshFailed, Principal: cur.Principal,
 		Provider: p.Name, Account: cur.AccountLogin, Connection: cur.ID, Via: "background", Err: errors.New(describeRefreshErr(err))})
 }
 
-// tokenConfig is the x/oauth2 configuration used to refresh p's tokens.
-func (k *Caller) tokenConfig(ctx context.Context, p *Provider) (*oauth2.Config, error) {
-	style := oauth2.AuthStyleInHeader
-	if p.TokenAuthInParams {
-		style = oauth2.AuthStyleInParams
+// refreshConfig is the configuration for p's token endpoint: discovery
+// runs only for an OIDC provider without a configured token_url.
+func (k *Client) refreshConfig(ctx context.Context, p *Provider) (*oauth2.Config, error) {
+	if p.TokenURL != "" {
+		conf, _, err := k.OAuthConfig(ctx, &Provider{Name: p.Name, Type: TypeOAuth2, ClientID: p.ClientID,
+			ClientSecret: p.ClientSecret, TokenURL: p.TokenURL, TokenAuthInParams: p.TokenAuthInParams}, "")
+		return conf, err
 	}
-	conf := &oauth2.Config{
-		ClientID: p.ClientID, ClientSecret: p.ClientSecret.Reveal(),
-		Endpoint: oauth2.Endpoint{TokenURL: p.TokenURL, AuthStyle: style},
-	}
-	if conf.Endpoint.TokenURL != "" || p.Type != TypeOIDC {
-		return conf, nil
-	}
-	k.mu.Lock()
-	op := k.discovered[p.Name]
-	k.mu.Unlock()
-	if op == nil {
-		dctx := oidc.ClientContext(ctx, k.opts.HTTPClient)
-		var err error
-		if op, err = oidc.NewProvider(dctx, p.Issuer); err != nil {
-			return nil, fmt.Errorf("discover %s: %w", p.Name, err)
-		}
-		k.mu.Lock()
-		k.discovered[p.Name] = op
-		k.mu.Unlock()
-	}
-	conf.Endpoint.TokenURL = op.Endpoint().TokenURL
-	return conf, nil
-}
-
-// describeRefreshErr renders a failed token request without the provider's
-// response body.
-func describeRefreshErr(err error) string {
-	var re *oauth2.RetrieveError
-	if errors.As(err, &re) {
-		return describeTokenErr(err)
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout"
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return "timeout"
-	}
-	return "transport error"
-}
-
-// noRedirectClient returns a copy of c that never follows redirects: a
-// token endpoint has no business redirecting a request carrying secrets.
-func noRedirectClient(c *http.Client) *http.Client {
-	cc := *c
-	cc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &cc
+	conf, _, err := k.OAuthConfig(ctx, p, "")
+	return conf, err
 }

@@ -1,11 +1,10 @@
-package oauthflow
+package provider
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"credbroker/internal/loopback"
 	"credbroker/vault"
 )
 
@@ -133,6 +133,17 @@ type Provider struct {
 // ScopeAllowed reports whether s may be requested from this provider.
 func (p *Provider) ScopeAllowed(s string) bool {
 	return len(p.AllowedScopes) == 0 || slices.Contains(p.AllowedScopes, s)
+}
+
+// MissingScopes returns the scopes of want that granted does not cover.
+func (p *Provider) MissingScopes(granted, want []string) []string {
+	var m []string
+	for _, s := range want {
+		if !slices.Contains(granted, s) {
+			m = append(m, s)
+		}
+	}
+	return m
 }
 
 // Registry is the set of configured providers.
@@ -272,155 +283,200 @@ func problemLine(s string) int {
 }
 
 func validateProvider(name string, s providerSpec, getenv func(string) string, perr func(key, format string, args ...any)) (*Provider, bool) {
-	bad := false
-	fail := func(key, format string, args ...any) {
-		bad = true
-		perr(key, format, args...)
-	}
+	v := &specCheck{perr: perr}
 	p := &Provider{
 		Name: name, DisplayName: s.DisplayName, Type: s.Type, PKCE: true,
 		DefaultScopes: slices.Clone(s.DefaultScopes), AllowedScopes: slices.Clone(s.AllowedScopes),
 		ScopeDescriptions: s.ScopeDescription, ExtraAuthParams: s.ExtraAuthParams,
+		SidecarTokenExport: s.SidecarTokenExport,
+	}
+	if p.DisplayName == "" {
+		p.DisplayName = name
+	}
+	if s.PKCE != nil {
+		p.PKCE = *s.PKCE
+	}
+	v.endpoints(p, s)
+	v.client(p, s, getenv)
+	v.scopes(p, s)
+	v.account(p, s)
+	v.api(p, s)
+	v.revocation(p, s)
+	return p, !v.bad
+}
+
+// specCheck collects the problems of one provider entry.
+type specCheck struct {
+	perr func(key, format string, args ...any)
+	bad  bool
+}
+
+func (v *specCheck) fail(key, format string, args ...any) {
+	v.bad = true
+	v.perr(key, format, args...)
+}
+
+// url checks an endpoint URL; required ones must be present.
+func (v *specCheck) url(key, val string, required bool) string {
+	if val == "" {
+		if required {
+			v.fail(key, "%s is required", key)
+		}
+		return ""
+	}
+	if err := checkEndpoint(val); err != nil {
+		v.fail(key, "%s: %v", key, err)
+		return ""
+	}
+	return val
+}
+
+// endpoints checks the type and the authorization and token endpoints.
+func (v *specCheck) endpoints(p *Provider, s providerSpec) {
+	switch s.Type {
+	case TypeOAuth2:
+		p.AuthURL = v.url("authorization_url", s.AuthorizationURL, true)
+		p.TokenURL = v.url("token_url", s.TokenURL, true)
+		if s.Issuer != "" {
+			v.fail("issuer", "issuer is only for type %q", TypeOIDC)
+		}
+		if s.Account == nil {
+			v.fail("account", "account (url, id_field, login_field) is required for type %q: it tells which account was connected", TypeOAuth2)
+		}
+	case TypeOIDC:
+		p.Issuer = v.url("issuer", s.Issuer, true)
+		p.AuthURL = v.url("authorization_url", s.AuthorizationURL, false)
+		p.TokenURL = v.url("token_url", s.TokenURL, false)
+	case "":
+		v.fail("type", "type is required (%q or %q)", TypeOAuth2, TypeOIDC)
+	default:
+		v.fail("type", "type %q: want %q or %q", s.Type, TypeOAuth2, TypeOIDC)
 	}
 	switch s.TokenAuth {
 	case "", "client_secret_basic":
 	case "client_secret_post":
 		p.TokenAuthInParams = true
 	default:
-		fail("token_endpoint_auth", "token_endpoint_auth %q: want client_secret_basic or client_secret_post", s.TokenAuth)
+		v.fail("token_endpoint_auth", "token_endpoint_auth %q: want client_secret_basic or client_secret_post", s.TokenAuth)
 	}
-	if s.PKCE != nil {
-		p.PKCE = *s.PKCE
-	}
-	if p.DisplayName == "" {
-		p.DisplayName = name
-	}
-	checkURL := func(key, v string, required bool) string {
-		if v == "" {
-			if required {
-				fail(key, "%s is required", key)
-			}
-			return ""
-		}
-		if err := checkEndpoint(v); err != nil {
-			fail(key, "%s: %v", key, err)
-			return ""
-		}
-		return v
-	}
-	switch s.Type {
-	case TypeOAuth2:
-		p.AuthURL = checkURL("authorization_url", s.AuthorizationURL, true)
-		p.TokenURL = checkURL("token_url", s.TokenURL, true)
-		if s.Issuer != "" {
-			fail("issuer", "issuer is only for type %q", TypeOIDC)
-		}
-		if s.Account == nil {
-			fail("account", "account (url, id_field, login_field) is required for type %q: it tells which account was connected", TypeOAuth2)
-		}
-	case TypeOIDC:
-		p.Issuer = checkURL("issuer", s.Issuer, true)
-		p.AuthURL = checkURL("authorization_url", s.AuthorizationURL, false)
-		p.TokenURL = checkURL("token_url", s.TokenURL, false)
-	case "":
-		fail("type", "type is required (%q or %q)", TypeOAuth2, TypeOIDC)
-	default:
-		fail("type", "type %q: want %q or %q", s.Type, TypeOAuth2, TypeOIDC)
-	}
+}
+
+// client resolves the client id and the secret, given by reference only.
+func (v *specCheck) client(p *Provider, s providerSpec, getenv func(string) string) {
 	if s.ClientID == "" {
-		fail("client_id", "client_id is required")
+		v.fail("client_id", "client_id is required")
 	} else if m := envRefRE.FindStringSubmatch(s.ClientID); m != nil {
 		p.ClientID = getenv(m[1])
 		if p.ClientID == "" {
-			fail("client_id", "client_id: environment variable %s is not set", m[1])
+			v.fail("client_id", "client_id: environment variable %s is not set", m[1])
 		}
 	} else if strings.Contains(s.ClientID, "${") {
-		fail("client_id", "client_id: malformed reference %q (want ${NAME})", s.ClientID)
+		v.fail("client_id", "client_id: malformed reference %q (want ${NAME})", s.ClientID)
 	} else {
 		p.ClientID = s.ClientID
 	}
 	switch {
 	case s.ClientSecret != "" && s.ClientSecretFile != "":
-		fail("client_secret", "give client_secret or client_secret_file, not both")
+		v.fail("client_secret", "give client_secret or client_secret_file, not both")
 	case s.ClientSecret != "":
 		m := envRefRE.FindStringSubmatch(s.ClientSecret)
 		if m == nil {
-			fail("client_secret", "client_secret must be a reference ${NAME} to an environment variable (or use client_secret_file); secrets are never written in this file")
-			break
+			v.fail("client_secret", "client_secret must be a reference ${NAME} to an environment variable (or use client_secret_file); secrets are never written in this file")
+			return
 		}
-		v := getenv(m[1])
-		if v == "" {
-			fail("client_secret", "client_secret: environment variable %s is not set", m[1])
+		val := getenv(m[1])
+		if val == "" {
+			v.fail("client_secret", "client_secret: environment variable %s is not set", m[1])
 		}
-		p.ClientSecret = vault.Secret(v)
+		p.ClientSecret = vault.Secret(val)
 	case s.ClientSecretFile != "":
 		b, err := os.ReadFile(s.ClientSecretFile)
 		if err != nil {
-			fail("client_secret_file", "client_secret_file: cannot read %s", s.ClientSecretFile)
-			break
+			v.fail("client_secret_file", "client_secret_file: cannot read %s", s.ClientSecretFile)
+			return
 		}
-		v := strings.TrimSpace(string(b))
-		if v == "" {
-			fail("client_secret_file", "client_secret_file: %s is empty", s.ClientSecretFile)
+		val := strings.TrimSpace(string(b))
+		if val == "" {
+			v.fail("client_secret_file", "client_secret_file: %s is empty", s.ClientSecretFile)
 		}
-		p.ClientSecret = vault.Secret(v)
+		p.ClientSecret = vault.Secret(val)
 	default:
-		fail("client_id", "client_secret or client_secret_file is required")
+		v.fail("client_id", "client_secret or client_secret_file is required")
 	}
+}
+
+// scopes checks the scope lists and the extra authorization parameters.
+func (v *specCheck) scopes(p *Provider, s providerSpec) {
 	for _, sc := range s.DefaultScopes {
 		if !validScope(sc) {
-			fail("default_scopes", "default scope %q is not a valid scope token", sc)
+			v.fail("default_scopes", "default scope %q is not a valid scope token", sc)
 		} else if !p.ScopeAllowed(sc) {
-			fail("default_scopes", "default scope %q is not in allowed_scopes", sc)
+			v.fail("default_scopes", "default scope %q is not in allowed_scopes", sc)
 		}
 	}
 	for _, sc := range s.AllowedScopes {
 		if !validScope(sc) {
-			fail("allowed_scopes", "allowed scope %q is not a valid scope token", sc)
+			v.fail("allowed_scopes", "allowed scope %q is not a valid scope token", sc)
 		}
 	}
 	for k := range s.ExtraAuthParams {
 		switch k {
 		case "state", "code_challenge", "code_challenge_method", "nonce", "redirect_uri", "client_id", "response_type", "scope":
-			fail("extra_auth_params", "extra_auth_params: %q is set by the broker and cannot be configured", k)
+			v.fail("extra_auth_params", "extra_auth_params: %q is set by the broker and cannot be configured", k)
 		}
 	}
-	if a := s.Account; a != nil {
-		p.AccountURL = checkURL("account", a.URL, s.Type == TypeOAuth2)
-		p.AccountIDField, p.AccountLoginField = a.IDField, a.LoginField
-		if a.IDField == "" {
-			fail("account", "account.id_field is required")
-		}
-		if a.LoginField == "" {
-			p.AccountLoginField = a.IDField
-		}
+}
+
+// account checks the account endpoint (required for plain OAuth 2.0).
+func (v *specCheck) account(p *Provider, s providerSpec) {
+	a := s.Account
+	if a == nil {
+		return
 	}
-	if a := s.API; a != nil {
-		p.APIBaseURL = checkURL("api", a.BaseURL, true)
-		for _, ap := range a.AllowedPaths {
-			rp, err := ParseRequestPattern(ap)
-			if err != nil {
-				fail("api", "api.allowed_paths: %v", err)
-				continue
-			}
-			p.AllowedRequests = append(p.AllowedRequests, rp)
-		}
-		p.AllowedPaths = slices.Clone(a.AllowedPaths)
+	p.AccountURL = v.url("account", a.URL, s.Type == TypeOAuth2)
+	p.AccountIDField, p.AccountLoginField = a.IDField, a.LoginField
+	if a.IDField == "" {
+		v.fail("account", "account.id_field is required")
 	}
-	p.SidecarTokenExport = s.SidecarTokenExport
-	if rv := s.Revocation; rv != nil {
-		switch rv.Style {
-		case RevokeRFC7009, RevokeGitHubGrant:
-			p.RevocationStyle = rv.Style
-		default:
-			fail("revocation", "revocation.style %q: want %q or %q", rv.Style, RevokeRFC7009, RevokeGitHubGrant)
-		}
-		p.RevocationURL = checkURL("revocation", strings.ReplaceAll(rv.URL, "{client_id}", "client_id"), true)
-		if p.RevocationURL != "" {
-			p.RevocationURL = rv.URL
-		}
+	if a.LoginField == "" {
+		p.AccountLoginField = a.IDField
 	}
-	return p, !bad
+}
+
+// api checks the API base URL and the allow-list.
+func (v *specCheck) api(p *Provider, s providerSpec) {
+	a := s.API
+	if a == nil {
+		return
+	}
+	p.APIBaseURL = v.url("api", a.BaseURL, true)
+	for _, ap := range a.AllowedPaths {
+		rp, err := ParseRequestPattern(ap)
+		if err != nil {
+			v.fail("api", "api.allowed_paths: %v", err)
+			continue
+		}
+		p.AllowedRequests = append(p.AllowedRequests, rp)
+	}
+	p.AllowedPaths = slices.Clone(a.AllowedPaths)
+}
+
+// revocation checks the revocation style and endpoint.
+func (v *specCheck) revocation(p *Provider, s providerSpec) {
+	rv := s.Revocation
+	if rv == nil {
+		return
+	}
+	switch rv.Style {
+	case RevokeRFC7009, RevokeGitHubGrant:
+		p.RevocationStyle = rv.Style
+	default:
+		v.fail("revocation", "revocation.style %q: want %q or %q", rv.Style, RevokeRFC7009, RevokeGitHubGrant)
+	}
+	p.RevocationURL = v.url("revocation", strings.ReplaceAll(rv.URL, "{client_id}", "client_id"), true)
+	if p.RevocationURL != "" {
+		p.RevocationURL = rv.URL
+	}
 }
 
 func validScope(s string) bool {
@@ -448,20 +504,12 @@ func checkEndpoint(v string) error {
 	case "https":
 		return nil
 	case "http":
-		if isLoopback(u.Hostname()) {
+		if loopback.Host(u.Hostname()) {
 			return nil
 		}
 		return fmt.Errorf("%q must use https (http is allowed on loopback only)", v)
 	}
 	return fmt.Errorf("%q must use https", v)
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // mapValue returns the value node for key in mapping node m.

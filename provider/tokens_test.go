@@ -1,16 +1,13 @@
-package oauthflow
+package provider
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,20 +17,22 @@ import (
 	"golang.org/x/oauth2"
 
 	"credbroker/internal/demoprovider"
+	"credbroker/internal/demoprovider/demotest"
+	"credbroker/internal/logbuf"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
 )
 
 // demoRig is the demo provider (rotating refresh tokens, event log) on
-// loopback, a store and a Caller.
+// loopback, a store and a Client.
 type demoRig struct {
 	t      *testing.T
 	demo   *demoprovider.Provider
 	url    string
 	store  *memstore.Store
 	reg    *Registry
-	caller *Caller
-	logs   *syncBuffer
+	caller *Client
+	logs   *logbuf.Buffer
 	// apiHook runs at every API request before the demo provider sees it.
 	apiHook atomic.Pointer[func(r *http.Request)]
 	// tokenFail makes the next n token requests answer 503.
@@ -47,7 +46,7 @@ const rigRedirect = "https://broker.test/oauth/demo/callback"
 
 func newDemoRig(t *testing.T, extraYAML string) *demoRig {
 	t.Helper()
-	r := &demoRig{t: t, logs: &syncBuffer{}}
+	r := &demoRig{t: t, logs: &logbuf.Buffer{}}
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if strings.HasSuffix(req.URL.Path, "/token") && r.tokenFail.Load() > 0 {
@@ -87,7 +86,7 @@ func newDemoRig(t *testing.T, extraYAML string) *demoRig {
 	}
 	kr, _ := vault.ParseKeys(vault.GenerateKey())
 	r.store = memstore.New(kr)
-	r.caller, err = NewCaller(CallerOptions{Store: r.store, Providers: r.reg, RetryBackoff: 5 * time.Millisecond,
+	r.caller, err = New(Options{Store: r.store, Providers: r.reg, RetryBackoff: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -95,35 +94,11 @@ func newDemoRig(t *testing.T, extraYAML string) *demoRig {
 	return r
 }
 
-var requestIDRE = regexp.MustCompile(`name="request" value="([^"]+)"`)
-
 // authorize runs the demo consent for account and exchanges the code.
 func (r *demoRig) authorize(account string) *oauth2.Token {
 	r.t.Helper()
-	conf := oauth2.Config{ClientID: "demo-client", ClientSecret: "demo-secret-value", RedirectURL: rigRedirect,
-		Endpoint: oauth2.Endpoint{AuthURL: r.url + "/authorize", TokenURL: r.url + "/token", AuthStyle: oauth2.AuthStyleInHeader}}
-	v := oauth2.GenerateVerifier()
-	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := hc.Get(conf.AuthCodeURL("s", oauth2.S256ChallengeOption(v)))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	m := requestIDRE.FindSubmatch(b)
-	if m == nil {
-		r.t.Fatalf("no consent form: %s", b)
-	}
-	resp, err = hc.PostForm(r.url+"/authorize", url.Values{"request": {string(m[1])}, "account": {account}, "decision": {"approve"}})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	resp.Body.Close()
-	loc, _ := url.Parse(resp.Header.Get("Location"))
-	tok, err := conf.Exchange(context.Background(), loc.Query().Get("code"), oauth2.VerifierOption(v))
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	tok := demotest.Client{AuthURL: r.url + "/authorize", TokenURL: r.url + "/token", ClientID: "demo-client",
+		ClientSecret: "demo-secret-value", RedirectURL: rigRedirect}.CodeFlow(r.t, account, nil)
 	r.mu.Lock()
 	r.issued = append(r.issued, tok.AccessToken, tok.RefreshToken)
 	r.mu.Unlock()
@@ -272,8 +247,9 @@ func TestForcedRefreshOn401(t *testing.T) {
 }
 
 // TestInvalidGrantNeedsReconnect: a refused refresh token marks the
-// connection needs_reconnect (audit-logged); reconnecting the same account
-// (as the callback does) makes the same connection id work again.
+// connection needs_reconnect (audit-logged) and no further call reaches the
+// provider. (Reconnecting the same account is connections'
+// TestReconnectSameAccountKeepsTheConnection.)
 func TestInvalidGrantNeedsReconnect(t *testing.T) {
 	r := newDemoRig(t, "")
 	c := r.connect(time.Now().Add(-time.Minute))
@@ -301,18 +277,6 @@ func TestInvalidGrantNeedsReconnect(t *testing.T) {
 	}
 	if len(r.demo.Events()) != before {
 		t.Error("a needs_reconnect connection still reached the provider")
-	}
-	// Reconnect: storeConnection updates the same provider account in place.
-	f := &Flow{opts: Options{Store: r.store}, now: time.Now}
-	tok := r.authorize("1001")
-	p, _ := r.reg.Lookup("demo")
-	again, err := f.storeConnection(context.Background(), c.Principal, p, account{ID: "1001", Login: "alice-demo"}, tok, nil)
-	if err != nil || again.ID != c.ID || again.Status != vault.StatusActive {
-		t.Fatalf("reconnect stored %+v, %v; want the same id, active", again.ID, err)
-	}
-	resp, err := r.caller.Do(context.Background(), "conn-1", APIRequest{Method: "GET", Path: "/user"})
-	if err != nil || resp.Status != 200 {
-		t.Fatalf("after reconnect: %v %+v", err, resp)
 	}
 	r.checkNoTokens("logs", r.logs.String())
 }

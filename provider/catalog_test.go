@@ -1,4 +1,4 @@
-package oauthflow
+package provider
 
 import (
 	"errors"

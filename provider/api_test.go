@@ -1,4 +1,4 @@
-package oauthflow
+package provider
 
 import (
 	"context"
@@ -104,9 +104,9 @@ func TestRequestPatterns(t *testing.T) {
 }
 
 // apiRig is an API host, a second ("evil") host recording what reaches it,
-// and a Caller with one connection whose token is known.
+// and a Client with one connection whose token is known.
 type apiRig struct {
-	caller *Caller
+	caller *Client
 	mu     sync.Mutex // guards evilAuth, evilHits
 	// evilAuth records Authorization headers that reached the other host.
 	evilAuth []string
@@ -167,7 +167,7 @@ func newAPIRig(t *testing.T, api http.HandlerFunc, allowed string, maxResp int64
 		Token: vault.TokenSet{AccessToken: apiToken, TokenType: "bearer", Expiry: time.Now().Add(time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}
-	r.caller, err = NewCaller(CallerOptions{Store: st, Providers: reg, MaxResponseBody: maxResp, MaxRequestBody: 1024})
+	r.caller, err = New(Options{Store: st, Providers: reg, MaxResponseBody: maxResp, MaxRequestBody: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,45 +256,5 @@ func TestAPICallSafety(t *testing.T) {
 				t.Error("error names the token")
 			}
 		})
-	}
-}
-
-// TestLastUsedRecordedAtMostOncePerMinute: a provider call records the
-// connection's last use, but a busy connection is written at most once a
-// minute.
-func TestLastUsedRecordedAtMostOncePerMinute(t *testing.T) {
-	r := newDemoRig(t, "")
-	r.connect(time.Time{})
-	var mu sync.Mutex
-	clk := time.Now()
-	advance := func(d time.Duration) { mu.Lock(); clk = clk.Add(d); mu.Unlock() }
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clk }
-	caller, err := NewCaller(CallerOptions{Store: r.store, Providers: r.reg, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	use := func() vault.Connection {
-		t.Helper()
-		if _, err := caller.Do(ctx, "conn-1", APIRequest{Method: "GET", Path: "/user"}); err != nil {
-			t.Fatal(err)
-		}
-		c, err := r.store.GetConnection(ctx, "conn-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	first := use()
-	if !first.LastUsed.Equal(now()) {
-		t.Fatalf("LastUsed = %v, want %v", first.LastUsed, now())
-	}
-	advance(30 * time.Second)
-	if again := use(); again.Version != first.Version || !again.LastUsed.Equal(first.LastUsed) {
-		t.Fatalf("a second use within a minute wrote the record (version %d → %d)", first.Version, again.Version)
-	}
-	advance(31 * time.Second)
-	if later := use(); later.Version != first.Version+1 || !later.LastUsed.Equal(now()) {
-		t.Fatalf("a use a minute later: version %d, LastUsed %v", later.Version, later.LastUsed)
 	}
 }

@@ -1,0 +1,729 @@
+package connections
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"credbroker/binding"
+	"credbroker/internal/telemetry"
+	"credbroker/provider"
+	"credbroker/vault"
+)
+
+// Options configures a Service.
+type Options struct {
+	Store  vault.Store
+	Grants *binding.Service
+	// Client talks to providers (catalogue, refresh, API calls, revocation).
+	Client *provider.Client
+	// PublicURL is the broker's external base URL: connect links are
+	// PublicURL + "/connect/" + grant id.
+	PublicURL string
+	// Telemetry receives elicitation metrics and audit events (nil: none).
+	Telemetry *telemetry.Recorder
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// Service makes the product's decisions about connections.
+type Service struct {
+	opts      Options
+	log       *slog.Logger
+	providers *provider.Registry
+}
+
+// New validates opts and builds a Service.
+func New(opts Options) (*Service, error) {
+	var missing []string
+	for _, m := range []struct {
+		ok   bool
+		name string
+	}{{opts.Store != nil, "Store"}, {opts.Grants != nil, "Grants"}, {opts.Client != nil, "Client"}, {opts.PublicURL != "", "PublicURL"}} {
+		if !m.ok {
+			missing = append(missing, m.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("connections: missing options: %s", strings.Join(missing, ", "))
+	}
+	opts.PublicURL = strings.TrimRight(opts.PublicURL, "/")
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{opts: opts, log: log, providers: opts.Client.Providers()}, nil
+}
+
+// Providers returns the catalogue.
+func (s *Service) Providers() *provider.Registry { return s.providers }
+
+// Request is what a front door asks on a person's behalf.
+type Request struct {
+	// Principal is the person, from a validated credential.
+	Principal vault.Principal
+	// Provider is the catalogue name ("github").
+	Provider string
+	// Scopes the connection must cover (empty: the provider's defaults).
+	Scopes []string
+	// Account names one of several accounts (login or provider id).
+	Account string
+	// ClientName is the asking client's self-asserted name (untrusted),
+	// shown on the consent page.
+	ClientName string
+	// Via names the front door for audit events: "mcp", "sidecar", "browser".
+	Via string
+	// CanAsk: the caller can send the person to a connect link. Without
+	// it, NeedsUser carries no connect request.
+	CanAsk bool
+}
+
+// Outcome is the answer to Ensure, Resume and Pick: Connected, NeedsUser,
+// Declined, Cancelled or Ambiguous.
+type Outcome interface{ outcome() }
+
+// Connected: the connection to use. Conn is metadata only (no tokens).
+type Connected struct {
+	Conn     vault.Connection
+	Provider *provider.Provider
+}
+
+// NeedsUser: the person must act in the browser. Grant and URL are set
+// when the request could ask (Request.CanAsk) and a connect request was
+// started or is still open.
+type NeedsUser struct {
+	Provider *provider.Provider
+	Scopes   []string
+	Why      Reason
+	Grant    *vault.Grant
+	URL      string
+}
+
+// Declined: the person explicitly refused; do not ask again unprompted.
+type Declined struct{ Provider *provider.Provider }
+
+// Cancelled: the person dismissed the request without deciding; the link
+// stays usable until Until.
+type Cancelled struct {
+	Provider *provider.Provider
+	Until    time.Time
+}
+
+// Ambiguous: several active accounts qualify and none was named.
+type Ambiguous struct {
+	Provider *provider.Provider
+	// Accounts are the qualifying accounts' display names, sorted.
+	Accounts []string
+}
+
+func (Connected) outcome() {}
+func (NeedsUser) outcome() {}
+func (Declined) outcome()  {}
+func (Cancelled) outcome() {}
+func (Ambiguous) outcome() {}
+
+// ReasonKind says why the person must act.
+type ReasonKind int
+
+const (
+	// NotConnected: no connection to the provider yet.
+	NotConnected ReasonKind = iota
+	// Reconnect: the stored access was revoked or has expired.
+	Reconnect
+	// MissingScopes: the connection lacks some requested scopes.
+	MissingScopes
+	// Pending: a connect request is open and not finished yet.
+	Pending
+)
+
+// Reason is why the person must act.
+type Reason struct {
+	Kind ReasonKind
+	// Missing lists the scopes lacking (MissingScopes).
+	Missing []string
+	// Accepted: the person said they would open the link (Pending).
+	Accepted bool
+}
+
+// String is the reason in words, fit for a sentence after a colon.
+func (r Reason) String() string {
+	switch r.Kind {
+	case Reconnect:
+		return "the broker's access was revoked or has expired, so the account must be reconnected"
+	case MissingScopes:
+		return "the existing connection lacks the scopes " + strings.Join(r.Missing, " ")
+	case Pending:
+		return "the connect request is not finished yet"
+	}
+	return "it is not connected yet"
+}
+
+// Message is what the person is told with the connect link.
+func (n NeedsUser) Message() string {
+	name := n.Provider.DisplayName
+	switch {
+	case n.Why.Kind == Pending && n.Why.Accepted:
+		return fmt.Sprintf("Finish connecting your %s account in the browser, then retry.", name)
+	case n.Why.Kind == Pending:
+		return fmt.Sprintf("Connect your %s account to continue: open the link, sign in to the broker and approve access.", name)
+	}
+	return fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access for scopes %s.",
+		name, n.Why, strings.Join(n.Scopes, " "))
+}
+
+// Resolve checks a provider name and the requested scopes (empty: the
+// provider's defaults; each must be allowed by the catalogue entry) and
+// returns them deduplicated.
+func (s *Service) Resolve(name string, scopes []string) (*provider.Provider, []string, error) {
+	p, err := s.provider(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(scopes) == 0 {
+		scopes = p.DefaultScopes
+	}
+	var out []string
+	for _, sc := range scopes {
+		if !p.ScopeAllowed(sc) {
+			return nil, nil, &ScopeError{Provider: p, Scope: sc}
+		}
+		if !slices.Contains(out, sc) {
+			out = append(out, sc)
+		}
+	}
+	return p, out, nil
+}
+
+func (s *Service) provider(name string) (*provider.Provider, error) {
+	p, ok := s.providers.Lookup(name)
+	if name == "" || !ok {
+		return nil, &UnknownProviderError{Name: name, Known: s.providers.Names()}
+	}
+	return p, nil
+}
+
+// List returns p's connections, metadata only, ordered by id.
+func (s *Service) List(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
+	all, err := s.opts.Store.ListConnections(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, c := range all {
+		if binding.SamePrincipal(c.Principal, p) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// providerConnections returns p's connections to provider, ordered by
+// account name.
+func (s *Service) providerConnections(ctx context.Context, p vault.Principal, provider string) ([]vault.Connection, error) {
+	all, err := s.List(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	var out []vault.Connection
+	for _, c := range all {
+		if c.Provider == provider {
+			out = append(out, c)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b vault.Connection) int { return cmp.Compare(AccountName(a), AccountName(b)) })
+	return out, nil
+}
+
+// AccountName is how a connection's account is shown: its login, or its
+// provider id when there is none.
+func AccountName(c vault.Connection) string {
+	if c.AccountLogin != "" {
+		return c.AccountLogin
+	}
+	return c.AccountID
+}
+
+// accountMatches reports whether c is the account a caller named.
+func accountMatches(c vault.Connection, account string) bool {
+	return account != "" && (account == c.AccountLogin || account == c.AccountID)
+}
+
+// best picks the connection to use among conns (one provider) for
+// scopes: active, covering the scopes, most recently used (then created).
+// Without one it says why.
+func best(p *provider.Provider, conns []vault.Connection, scopes []string) (*vault.Connection, Reason) {
+	why := Reason{Kind: NotConnected}
+	var out *vault.Connection
+	for i := range conns {
+		c := &conns[i]
+		switch {
+		case c.Status == vault.StatusNeedsReconnect:
+			why = Reason{Kind: Reconnect}
+		case len(p.MissingScopes(c.Scopes, scopes)) > 0:
+			why = Reason{Kind: MissingScopes, Missing: p.MissingScopes(c.Scopes, scopes)}
+		default:
+			if out == nil || c.LastUsed.After(out.LastUsed) || c.LastUsed.Equal(out.LastUsed) && c.Created.After(out.Created) {
+				out = c
+			}
+		}
+	}
+	return out, why
+}
+
+// Ensure answers whether req's person has a connection to req.Provider
+// covering req.Scopes: Connected, or NeedsUser with a new connect request
+// (when req.CanAsk).
+func (s *Service) Ensure(ctx context.Context, req Request) (Outcome, error) {
+	p, scopes, err := s.Resolve(req.Provider, req.Scopes)
+	if err != nil {
+		return nil, err
+	}
+	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	if c, why := best(p, conns, scopes); c == nil {
+		return s.start(ctx, req, p, scopes, why)
+	} else {
+		return Connected{Conn: *c, Provider: p}, nil
+	}
+}
+
+// start opens a connect request for req (when it can ask).
+func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, scopes []string, why Reason) (Outcome, error) {
+	need := NeedsUser{Provider: p, Scopes: slices.Clone(scopes), Why: why}
+	if !req.CanAsk {
+		return need, nil
+	}
+	g, err := s.opts.Grants.Create(ctx, req.Principal, p.Name, scopes, req.ClientName)
+	switch {
+	case errors.Is(err, binding.ErrTooManyPending):
+		return nil, ErrTooManyPending
+	case errors.Is(err, binding.ErrRateLimited):
+		return nil, ErrRateLimited
+	case err != nil:
+		return nil, fmt.Errorf("connections: start connect request: %w", err)
+	}
+	s.log.Info("connections: connect requested", "grant_ref", binding.Ref(g.ID), "provider", p.Name, "via", req.Via)
+	s.opts.Telemetry.Elicitation(telemetry.ElicitationIssued)
+	need.Grant, need.URL = &g, s.ConnectURL(g.ID)
+	return need, nil
+}
+
+// Reconnect starts a connect request because the provider refused the
+// stored access (a Call failed with provider.ErrNeedsReconnect).
+func (s *Service) Reconnect(ctx context.Context, req Request) (Outcome, error) {
+	p, err := s.provider(req.Provider)
+	if err != nil {
+		return nil, err
+	}
+	return s.start(ctx, req, p, p.DefaultScopes, Reason{Kind: Reconnect})
+}
+
+// ConnectURL is the browser link of connect request id.
+func (s *Service) ConnectURL(id string) string {
+	return s.opts.PublicURL + "/connect/" + id
+}
+
+// Answer is the person's reply to a relayed connect request, as the
+// client reports it on a retry.
+type Answer string
+
+const (
+	// NoAnswer: the client retried without relaying an answer.
+	NoAnswer Answer = ""
+	// Accept: the person agreed to open the link (not that they finished).
+	Accept Answer = "accept"
+	// Decline: the person explicitly refused.
+	Decline Answer = "decline"
+	// Cancel: the person dismissed the request without deciding.
+	Cancel Answer = "cancel"
+)
+
+// ParseAnswer checks an untrusted elicitation action.
+func ParseAnswer(action string) (Answer, bool) {
+	switch a := Answer(action); a {
+	case Accept, Decline, Cancel:
+		return a, true
+	}
+	return NoAnswer, false
+}
+
+// Resume continues connect request grantID (from a sealed continuation the
+// front door opened and bound to req's person and arguments) with the
+// person's answer: Connected once it completed (or the person connected by
+// another route), Declined, Cancelled, or NeedsUser with the same request
+// while it is open. When req.Account is set, the connection must be that
+// account.
+func (s *Service) Resume(ctx context.Context, req Request, grantID string, answer Answer) (Outcome, error) {
+	p, scopes, err := s.Resolve(req.Provider, req.Scopes)
+	if err != nil {
+		return nil, err
+	}
+	g, err := s.opts.Grants.Authorize(ctx, grantID, req.Principal)
+	switch {
+	case errors.Is(err, binding.ErrExpired):
+		s.opts.Telemetry.Elicitation(telemetry.ElicitationExpired)
+		return nil, ErrRequestExpired
+	case errors.Is(err, binding.ErrNotFound), errors.Is(err, binding.ErrWrongPrincipal):
+		return nil, ErrUnknownRequest
+	case err != nil:
+		return nil, fmt.Errorf("connections: resume %s: %w", binding.Ref(grantID), err)
+	}
+	if g.Provider != p.Name {
+		return nil, ErrUnknownRequest
+	}
+	if o, done, err := s.settled(ctx, req, p, g); done {
+		return o, err
+	}
+	switch answer {
+	case Decline:
+		if _, err := s.opts.Grants.Deny(ctx, g.ID, req.Principal); err != nil && !errors.Is(err, binding.ErrClosed) {
+			return nil, fmt.Errorf("connections: decline %s: %w", binding.Ref(g.ID), err)
+		}
+		s.log.Info("connections: connect declined by the user", "grant_ref", binding.Ref(g.ID), "provider", p.Name, "via", req.Via)
+		s.opts.Telemetry.Elicitation(telemetry.ElicitationDeclined)
+		return Declined{Provider: p}, nil
+	case Cancel:
+		s.opts.Telemetry.Elicitation(telemetry.ElicitationCancelled)
+		return Cancelled{Provider: p, Until: g.Expires}, nil
+	}
+	// Connected meanwhile by another route (the connections page)?
+	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	if c, _ := best(p, conns, scopes); c != nil {
+		s.opts.Telemetry.Elicitation(telemetry.ElicitationCompleted)
+		return s.named(ctx, req, p, *c)
+	}
+	g, err = s.opts.Grants.Round(ctx, g.ID, req.Principal)
+	switch {
+	case errors.Is(err, binding.ErrTooManyRounds):
+		return nil, ErrTooManyRounds
+	case errors.Is(err, binding.ErrExpired):
+		s.opts.Telemetry.Elicitation(telemetry.ElicitationExpired)
+		return nil, ErrRequestExpired
+	case err != nil:
+		return nil, fmt.Errorf("connections: count round of %s: %w", binding.Ref(g.ID), err)
+	}
+	if o, done, err := s.settled(ctx, req, p, g); done {
+		return o, err
+	}
+	return NeedsUser{Provider: p, Scopes: g.Scopes, Why: Reason{Kind: Pending, Accepted: answer == Accept},
+		Grant: &g, URL: s.ConnectURL(g.ID)}, nil
+}
+
+// settled answers a connect request that is final: Connected when it
+// completed, Declined when it was refused.
+func (s *Service) settled(ctx context.Context, req Request, p *provider.Provider, g vault.Grant) (Outcome, bool, error) {
+	switch g.State {
+	case vault.GrantCompleted:
+		s.opts.Telemetry.Elicitation(telemetry.ElicitationCompleted)
+		conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+		if err != nil {
+			return nil, true, err
+		}
+		for _, c := range conns {
+			if c.ID == g.ConnectionID {
+				o, err := s.named(ctx, req, p, c)
+				return o, true, err
+			}
+		}
+		return nil, true, ErrConnectionGone
+	case vault.GrantDenied:
+		s.opts.Telemetry.Elicitation(telemetry.ElicitationDeclined)
+		return Declined{Provider: p}, true, nil
+	}
+	return nil, false, nil
+}
+
+// named returns c, or, when req names another account, that account if it
+// is connected and active: a retry never runs as another account than the
+// one named.
+func (s *Service) named(ctx context.Context, req Request, p *provider.Provider, c vault.Connection) (Outcome, error) {
+	if req.Account == "" || accountMatches(c, req.Account) {
+		return Connected{Conn: c, Provider: p}, nil
+	}
+	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	for _, other := range conns {
+		if accountMatches(other, req.Account) && other.Status != vault.StatusNeedsReconnect {
+			return Connected{Conn: other, Provider: p}, nil
+		}
+	}
+	return nil, &AccountError{Provider: p, Named: req.Account, Accounts: names(conns), OtherConnected: true}
+}
+
+// Pick chooses the connection a provider call runs as: Connected; NeedsUser
+// when nothing usable is connected (a connect request is started when
+// req.CanAsk); Ambiguous when several accounts qualify and none is named;
+// *AccountError when the named account is not connected.
+func (s *Service) Pick(ctx context.Context, req Request) (Outcome, error) {
+	p, err := s.provider(req.Provider)
+	if err != nil {
+		return nil, err
+	}
+	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	var match, active []vault.Connection
+	for _, c := range conns {
+		if req.Account == "" || accountMatches(c, req.Account) {
+			match = append(match, c)
+			if c.Status != vault.StatusNeedsReconnect {
+				active = append(active, c)
+			}
+		}
+	}
+	switch {
+	case len(conns) == 0:
+		return s.start(ctx, req, p, p.DefaultScopes, Reason{Kind: NotConnected})
+	case len(match) == 0:
+		return nil, &AccountError{Provider: p, Named: req.Account, Accounts: names(conns)}
+	case len(active) == 0:
+		return s.start(ctx, req, p, p.DefaultScopes, Reason{Kind: Reconnect})
+	case len(active) > 1:
+		return Ambiguous{Provider: p, Accounts: names(active)}, nil
+	}
+	return Connected{Conn: active[0], Provider: p}, nil
+}
+
+func names(conns []vault.Connection) []string {
+	out := make([]string, 0, len(conns))
+	for _, c := range conns {
+		out = append(out, AccountName(c))
+	}
+	return out
+}
+
+// Call performs an API request with connection c (metadata from Pick or
+// Ensure) and records the use. Errors are the provider package's:
+// *provider.RequestError (refused before sending), provider.ErrNeedsReconnect
+// (then Reconnect), provider.ErrProviderUnavailable, vault.ErrNotFound
+// (disconnected meanwhile), or the context's.
+func (s *Service) Call(ctx context.Context, c vault.Connection, req provider.APIRequest) (provider.APIResponse, error) {
+	resp, err := s.opts.Client.Do(ctx, c.ID, req)
+	if err != nil {
+		return provider.APIResponse{}, err
+	}
+	s.recordUse(ctx, c)
+	return resp, nil
+}
+
+// Exported is an access token handed to a co-located server (never a
+// refresh token).
+type Exported struct {
+	AccessToken vault.Secret
+	TokenType   string
+	Expiry      time.Time
+}
+
+// Export hands c's access token (refreshed when needed) to a co-located
+// server, when c's provider opts in (sidecar_token_export). Every export is
+// an audit event.
+func (s *Service) Export(ctx context.Context, req Request, c vault.Connection) (Exported, error) {
+	p, err := s.provider(c.Provider)
+	if err != nil {
+		return Exported{}, err
+	}
+	if !p.SidecarTokenExport {
+		return Exported{}, ErrExportDisabled
+	}
+	full, err := s.opts.Client.Token(ctx, c.ID)
+	if err != nil {
+		return Exported{}, err
+	}
+	out := Exported{AccessToken: full.Token.AccessToken, TokenType: full.Token.TokenType, Expiry: full.Token.Expiry}
+	if out.TokenType == "" || strings.EqualFold(out.TokenType, "bearer") {
+		out.TokenType = "Bearer"
+	}
+	s.log.Info("connections: access token exported", "event", telemetry.EventTokenExport, "provider", p.Name, "connection", c.ID, "via", req.Via)
+	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventTokenExport, Principal: req.Principal,
+		Provider: p.Name, Account: AccountName(c), Connection: c.ID, Via: req.Via})
+	s.recordUse(ctx, c)
+	return out, nil
+}
+
+// lastUsedEvery bounds LastUsed writes to one per connection per interval,
+// so a busy connection does not pay a durable write per API call.
+const lastUsedEvery = time.Minute
+
+var errUnchanged = errors.New("connections: unchanged")
+
+// recordUse notes that c was just used (LastUsed), at most once per
+// lastUsedEvery, rewriting metadata only. A failure is logged, never
+// returned: the call itself succeeded.
+func (s *Service) recordUse(ctx context.Context, c vault.Connection) {
+	now := s.opts.Now()
+	if now.Sub(c.LastUsed) < lastUsedEvery {
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, err := s.opts.Store.UpdateConnectionMeta(wctx, c.ID, func(old vault.Connection) (vault.Connection, error) {
+		if now.Sub(old.LastUsed) < lastUsedEvery {
+			return old, errUnchanged
+		}
+		old.LastUsed = now
+		return old, nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) && !errors.Is(err, vault.ErrNotFound) {
+		s.log.Warn("connections: recording the connection's last use failed", "connection", c.ID, "err", err)
+	}
+}
+
+// Disconnected reports a disconnect: which connection, and what revoking
+// at the provider came to.
+type Disconnected struct {
+	Conn       vault.Connection
+	Provider   *provider.Provider
+	Revocation provider.Revocation
+}
+
+// Disconnect revokes and deletes req's person's connection to
+// req.Provider (req.Account names one of several). *AccountError when
+// none or several match.
+func (s *Service) Disconnect(ctx context.Context, req Request) (Disconnected, error) {
+	p, err := s.provider(req.Provider)
+	if err != nil {
+		return Disconnected{}, err
+	}
+	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	if err != nil {
+		return Disconnected{}, err
+	}
+	var match []vault.Connection
+	for _, c := range conns {
+		if req.Account == "" || accountMatches(c, req.Account) {
+			match = append(match, c)
+		}
+	}
+	switch {
+	case len(match) == 0:
+		return Disconnected{}, &AccountError{Provider: p, Named: req.Account, Accounts: names(conns)}
+	case len(match) > 1:
+		return Disconnected{}, &AccountError{Provider: p, Accounts: names(conns), Several: true}
+	}
+	return s.disconnect(ctx, req, p, match[0].ID)
+}
+
+// DisconnectID revokes and deletes connection id of req's person (the
+// connections page). Absent and "not yours" are both vault.ErrNotFound.
+func (s *Service) DisconnectID(ctx context.Context, req Request, id string) (Disconnected, error) {
+	conns, err := s.List(ctx, req.Principal)
+	if err != nil {
+		return Disconnected{}, err
+	}
+	for _, c := range conns {
+		if c.ID == id {
+			p, ok := s.providers.Lookup(c.Provider)
+			if !ok {
+				// A provider removed from the catalogue: nothing to revoke with.
+				p = &provider.Provider{Name: c.Provider, DisplayName: c.Provider}
+			}
+			return s.disconnect(ctx, req, p, id)
+		}
+	}
+	return Disconnected{}, fmt.Errorf("connections: connection %s: %w", id, vault.ErrNotFound)
+}
+
+// disconnect is the one disconnect: open the token set (revocation needs
+// it), revoke, audit the revocation's outcome, delete, audit the deletion.
+// The deletion happens whatever the revocation came to.
+func (s *Service) disconnect(ctx context.Context, req Request, p *provider.Provider, id string) (Disconnected, error) {
+	full, err := s.opts.Store.GetConnection(ctx, id)
+	if err != nil {
+		return Disconnected{}, fmt.Errorf("connections: connection %s: %w", id, err)
+	}
+	if !binding.SamePrincipal(full.Principal, req.Principal) {
+		return Disconnected{}, fmt.Errorf("connections: connection %s: %w", id, vault.ErrNotFound)
+	}
+	meta := full
+	meta.Token = vault.TokenSet{}
+	out := Disconnected{Conn: meta, Provider: p, Revocation: provider.NotSupported}
+	log := s.log.With("provider", p.Name, "connection", id, "via", req.Via)
+	var rerr error
+	if _, ok := s.providers.Lookup(full.Provider); ok {
+		out.Revocation, rerr = s.opts.Client.Revoke(ctx, full)
+	}
+	if rerr != nil {
+		log.Warn("connections: revocation at the provider was not confirmed; deleting anyway", "err", rerr)
+	}
+	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventRevoke, Principal: req.Principal, Provider: p.Name,
+		Account: AccountName(meta), Connection: id, Via: req.Via, Outcome: string(out.Revocation), Err: rerr})
+	if err := s.opts.Store.DeleteConnection(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, vault.ErrNotFound) {
+		return out, fmt.Errorf("connections: delete %s: %w", id, err)
+	}
+	log.Info("connections: connection deleted", "revocation", string(out.Revocation))
+	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventDisconnect, Principal: req.Principal, Provider: p.Name,
+		Account: AccountName(meta), Connection: id, Via: req.Via})
+	return out, nil
+}
+
+// Save stores what a completed browser step produced for grant g (already
+// checked to be the signed-in person's, approved, for provider p) and
+// completes g. A connection to the same provider account of the same
+// person is updated in place, never duplicated. When g can no longer be
+// completed (used or expired meanwhile), a connection created just now is
+// removed again and ErrRequestExpired is returned.
+func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
+	conn, err := s.store(ctx, pr, p, ex)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	if _, err := s.opts.Grants.Complete(ctx, g.ID, pr, conn.ID); err != nil {
+		if conn.Version == 1 {
+			// Nothing else can reference a connection created a moment ago.
+			_ = s.opts.Store.DeleteConnection(context.WithoutCancel(ctx), conn.ID)
+		}
+		if errors.Is(err, binding.ErrClosed) || errors.Is(err, binding.ErrExpired) {
+			return vault.Connection{}, ErrRequestExpired
+		}
+		return vault.Connection{}, fmt.Errorf("connections: complete %s: %w", binding.Ref(g.ID), err)
+	}
+	s.log.Info("connections: connection stored", "provider", p.Name, "connection", conn.ID, "grant_ref", binding.Ref(g.ID), "updated", conn.Version > 1)
+	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventConnect, Principal: pr, Provider: p.Name,
+		Account: AccountName(conn), Grant: g.ID, Connection: conn.ID, Via: "browser"})
+	conn.Token = vault.TokenSet{}
+	return conn, nil
+}
+
+// store creates the connection or updates the person's existing one to
+// the same provider account.
+func (s *Service) store(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
+	now := s.opts.Now()
+	existing, err := s.providerConnections(ctx, pr, p.Name)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	for _, c := range existing {
+		if c.AccountID != ex.Account.ID {
+			continue
+		}
+		return s.opts.Store.UpdateConnection(ctx, c.ID, func(old vault.Connection) (vault.Connection, error) {
+			keepRefresh := old.Token.RefreshToken
+			old.Token = ex.Token
+			if old.Token.RefreshToken == "" {
+				old.Token.RefreshToken = keepRefresh
+			}
+			old.AccountLogin, old.Scopes, old.Status, old.Updated = ex.Account.Login, slices.Clone(ex.Scopes), vault.StatusActive, now
+			return old, nil
+		})
+	}
+	return s.opts.Store.CreateConnection(ctx, vault.Connection{
+		ID: "conn_" + binding.NewID(), Principal: pr, Provider: p.Name, AccountID: ex.Account.ID, AccountLogin: ex.Account.Login,
+		Scopes: slices.Clone(ex.Scopes), Token: ex.Token, Status: vault.StatusActive, Created: now, Updated: now,
+	})
+}

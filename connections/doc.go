@@ -1,0 +1,37 @@
+// Package connections makes credbroker's product decisions once, for every
+// front door (the MCP endpoint, the sidecar API, the browser pages and,
+// later, the authorization server): does this person have a connection to
+// that provider covering these scopes, and if not, start or resume a
+// connect request; which of several accounts to use; what a listing shows;
+// what disconnecting means (revocation with a three-way outcome, then
+// deletion); and recording that a connection was used.
+//
+// It answers with typed outcomes and errors, never with MCP, HTTP or HTML
+// shapes; each front door translates them into its own wire form:
+//
+//	Connected{Conn}              the connection to use (metadata only)
+//	NeedsUser{Grant, URL, Why}   the person must act in the browser; Grant is
+//	                             nil when the caller cannot send them a link
+//	Declined / Cancelled         the person said no / did not decide
+//	Ambiguous{Accounts}          several accounts qualify; the caller must name one
+//
+// Errors: *UnknownProviderError, *ScopeError, *NoSuchAccountError,
+// ErrUnknownRequest (no such connect request for this person and call),
+// ErrRequestExpired, ErrTooManyRounds, ErrTooManyPending, ErrRateLimited,
+// ErrConnectionGone, and from Call the provider package's typed errors.
+// Describe turns any of them into words fit for a person or a model.
+//
+// # Decrypting
+//
+// Listing and picking work on metadata (vault.Store.ListConnections opens
+// nothing). The one record whose token is used is opened once, by the
+// provider client, where it is used; recording the use rewrites metadata
+// only (vault.Store.UpdateConnectionMeta).
+//
+// # Logging connect requests
+//
+// A grant id is a capability for its owner's connect link, so it is never
+// logged or audited as is: logs and audit events carry binding.Ref(id), a
+// short non-reversible reference that a support request (the error page
+// shows the same reference) can be matched with.
+package connections

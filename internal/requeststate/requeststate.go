@@ -1,0 +1,131 @@
+// Package requeststate seals the continuation a front door hands a client
+// when it answers "the person must act first" (MCP's requestState, the
+// sidecar's request_state): which connect request the retry continues,
+// bound to the person, the operation and a digest of its arguments, with
+// an expiry. The client echoes it unread; the broker keeps no state.
+//
+// The sealed value is attacker-controlled input: it is authenticated
+// before anything in it is parsed, and every failure (tampered, expired,
+// another person, another operation, other arguments) is the one error
+// ErrInvalid, so a caller learns nothing from the difference.
+package requeststate
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"credbroker/vault"
+)
+
+const (
+	// aad separates these values from every other sealed value the broker
+	// hands out (cookies, legacy MCP session ids).
+	aad = "credbroker/requestState/v1"
+	// maxSealedLen bounds what is accepted for opening (a real state is
+	// about 200 bytes).
+	maxSealedLen = 4096
+)
+
+// ErrInvalid is the one answer to every failure to open a state.
+var ErrInvalid = errors.New("Invalid or expired requestState")
+
+// State is what a continuation says.
+type State struct {
+	Principal vault.Principal
+	// Operation names what is continued (an MCP tool name, "sidecar/require").
+	Operation string
+	// ArgDigest is Digest of the operation's arguments.
+	ArgDigest []byte
+	// Ref is what the retry continues: a connect request id, or a marker
+	// of the front door's own (never a valid grant id).
+	Ref     string
+	Expires time.Time
+}
+
+// wire is the sealed plaintext (field names kept stable so states issued
+// before an upgrade still open).
+type wire struct {
+	V         int    `json:"v"`
+	Issuer    string `json:"iss"`
+	Subject   string `json:"sub"`
+	Tool      string `json:"tool"`
+	ArgDigest []byte `json:"args"`
+	GrantID   string `json:"grant"`
+	Expires   int64  `json:"exp"`
+}
+
+// Seal seals st with keys (a ring derived for this purpose).
+func Seal(keys *vault.Keyring, st State) string {
+	pt, err := json.Marshal(wire{V: 1, Issuer: st.Principal.Issuer, Subject: st.Principal.Subject, Tool: st.Operation,
+		ArgDigest: st.ArgDigest, GrantID: st.Ref, Expires: st.Expires.Unix()})
+	if err != nil {
+		panic("requeststate: marshal: " + err.Error())
+	}
+	return base64.RawURLEncoding.EncodeToString(keys.Seal(pt, []byte(aad)))
+}
+
+// Open authenticates and decrypts sealed and checks that it was issued to
+// p for operation with arguments whose digest is digest, and has not
+// expired at now. Nothing is parsed before authentication succeeds.
+func Open(keys *vault.Keyring, sealed string, p vault.Principal, operation string, digest []byte, now time.Time) (State, error) {
+	if len(sealed) == 0 || len(sealed) > maxSealedLen {
+		return State{}, ErrInvalid
+	}
+	ct, err := base64.RawURLEncoding.DecodeString(sealed)
+	if err != nil {
+		return State{}, ErrInvalid
+	}
+	pt, _, err := keys.Open(ct, []byte(aad))
+	if err != nil {
+		return State{}, ErrInvalid
+	}
+	var w wire
+	if err := json.Unmarshal(pt, &w); err != nil || w.V != 1 {
+		return State{}, ErrInvalid
+	}
+	same := subtle.ConstantTimeCompare([]byte(w.Issuer), []byte(p.Issuer)) &
+		subtle.ConstantTimeCompare([]byte(w.Subject), []byte(p.Subject)) &
+		subtle.ConstantTimeCompare([]byte(w.Tool), []byte(operation)) &
+		subtle.ConstantTimeCompare(w.ArgDigest, digest)
+	exp := time.Unix(w.Expires, 0)
+	if same != 1 || !now.Before(exp) || w.GrantID == "" {
+		return State{}, ErrInvalid
+	}
+	return State{Principal: p, Operation: w.Tool, ArgDigest: w.ArgDigest, Ref: w.GrantID, Expires: exp}, nil
+}
+
+// Canonical renders JSON arguments in a canonical form (object keys
+// sorted, insignificant space removed, numbers as written) so a digest
+// does not depend on the client's formatting. Absent or null arguments are
+// {}.
+func Canonical(raw json.RawMessage) ([]byte, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return []byte("{}"), nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after arguments")
+	}
+	return json.Marshal(v)
+}
+
+// Digest is the SHA-256 of Canonical(raw).
+func Digest(raw json.RawMessage) ([]byte, error) {
+	c, err := Canonical(raw)
+	if err != nil {
+		return nil, err
+	}
+	d := sha256.Sum256(c)
+	return d[:], nil
+}

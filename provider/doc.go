@@ -1,0 +1,35 @@
+// Package provider is everything credbroker says to the providers people
+// connect (GitHub, Google, any OAuth 2.0 or OIDC service): the catalogue
+// (providers.yaml: ParseProviders, strict, every problem with its line),
+// OAuth configuration with OIDC discovery (one cache per Client), the code
+// exchange and account lookup at the callback, the token source with
+// single-flight refresh, API calls with their guards and redaction, and
+// revocation.
+//
+// It hands no token to a front door: Exchange's result goes to the
+// connections layer's store, Do and Revoke use tokens where they are
+// needed. (The one exception is the opt-in sidecar token export, which the
+// connections layer audits.)
+//
+// # Refresh protocol (per connection)
+//
+// In-process single flight keyed by the connection id → the store's lock
+// (a PostgreSQL advisory lock across replicas) → reload → already
+// refreshed by someone else? use theirs → refresh at the token endpoint
+// with a fixed client authentication style → save with compare-and-swap,
+// applied only if the stored refresh token is still the one spent. The new
+// access token is used only after the save succeeded, so a rotated refresh
+// token is durable before the new access token is used. A refused refresh
+// token (invalid_grant, GitHub's bad_refresh_token) marks the connection
+// needs_reconnect.
+//
+// # API calls
+//
+// A path relative to the API base, refused before anything is sent when it
+// could leave the base (absolute or scheme-relative URLs, dot segments,
+// encoded separators, double encoding) or when the entry's allow-list does
+// not name it; only AllowedRequestHeaders pass; redirects are followed on
+// the API host, under the base, to allowed paths only; the answer is
+// capped and the token is redacted from it in the encodings an echo is
+// likely to use.
+package provider
