@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
+	"credbroker/internal/htmlform"
 )
 
 const rpCallback = "http://127.0.0.1:1/rp/callback" // never dialled: redirects to it are stopped
@@ -42,8 +41,6 @@ func browser(t *testing.T) *http.Client {
 		},
 	}
 }
-
-var hiddenID = regexp.MustCompile(`name="authRequestID" value="([^"]+)"`)
 
 // page is one response: its final URL, status and body.
 type page struct {
@@ -73,17 +70,40 @@ func read(t *testing.T, resp *http.Response) page {
 	return page{url: resp.Request.URL, status: resp.StatusCode, body: string(b), loc: resp.Header.Get("Location"), header: resp.Header}
 }
 
-// submitLogin posts the sign-in form found on p.
+// submitLogin posts the sign-in form found on p as a browser would: its
+// hidden inputs (auth request id, CSRF token) plus the credentials.
 func submitLogin(t *testing.T, c *http.Client, p page, user, pass string) page {
 	t.Helper()
-	m := hiddenID.FindStringSubmatch(p.body)
-	if m == nil {
-		t.Fatalf("no sign-in form on %s (status %d): %s", p.url, p.status, p.body)
+	return post(t, c, loginForm(t, p, url.Values{"username": {user}, "password": {pass}}), nil)
+}
+
+// loginForm reads the sign-in form on p: where it posts and what.
+func loginForm(t *testing.T, p page, extra url.Values) form {
+	t.Helper()
+	target, vals, err := htmlform.Find(p.url, p.body, "login", extra)
+	if err != nil {
+		t.Fatalf("no sign-in form on %s (status %d): %v\n%s", p.url, p.status, err, p.body)
 	}
-	action := p.url.ResolveReference(&url.URL{Path: "login"})
-	resp, err := c.PostForm(action.String(), url.Values{
-		"authRequestID": {html.UnescapeString(m[1])}, "username": {user}, "password": {pass},
-	})
+	return form{target: target.String(), vals: vals}
+}
+
+type form struct {
+	target string
+	vals   url.Values
+}
+
+// post sends f with the given extra headers (Origin, Referer, ...).
+func post(t *testing.T, c *http.Client, f form, header http.Header) page {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, f.target, strings.NewReader(f.vals.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,5 +471,111 @@ func TestIssuerAtRoot(t *testing.T) {
 	r := newRP(t, idp, "a", "sa")
 	if idt, _ := r.login(t, browser(t), "bob", "bob"); idt.Subject != "bob" {
 		t.Fatalf("sub %q", idt.Subject)
+	}
+}
+
+// TestLoginCSRF: the sign-in form cannot be posted from another site or
+// without the token this browser was given for this auth request (login
+// CSRF: signing the visitor's browser in as someone else). Every refused
+// post carries bob's correct password, so a refusal that came too late
+// would sign bob in.
+func TestLoginCSRF(t *testing.T) {
+	idp := devidptest.Start(t, nil, []devidp.Client{{ID: "a", Secret: "sa", RedirectURIs: []string{rpCallback}}})
+	r := newRP(t, idp, "a", "sa")
+	iss, _ := url.Parse(idp.Issuer())
+	self := iss.Scheme + "://" + iss.Host
+	bob := url.Values{"username": {"bob"}, "password": {"bob"}}
+	loginPage := func(t *testing.T, c *http.Client) page {
+		t.Helper()
+		p := get(t, c, r.config.AuthCodeURL("st", oauth2.S256ChallengeOption(oauth2.GenerateVerifier())))
+		if p.status != http.StatusOK || !strings.Contains(p.body, `name="password"`) {
+			t.Fatalf("no sign-in form: %d %s", p.status, p.body)
+		}
+		return p
+	}
+
+	// Mallory starts an auth request herself: its id is live, and she can
+	// read its form, token included, in her own browser.
+	mallory := browser(t)
+	attack := loginForm(t, loginPage(t, mallory), bob)
+	// The victim's browser has been to the IdP before and holds open forms
+	// of its own.
+	victim := browser(t)
+	own1, own2 := loginForm(t, loginPage(t, victim), bob), loginForm(t, loginPage(t, victim), bob)
+	if attack.vals.Get("csrf") == "" || own1.vals.Get("csrf") == own2.vals.Get("csrf") || own1.vals.Get("csrf") == attack.vals.Get("csrf") {
+		t.Fatalf("tokens: attack %q, own %q and %q; want distinct per request and browser", attack.vals.Get("csrf"), own1.vals.Get("csrf"), own2.vals.Get("csrf"))
+	}
+	with := func(f form, k, v string) form {
+		vals := url.Values{}
+		for key, vv := range f.vals {
+			vals[key] = append([]string(nil), vv...)
+		}
+		if v == "" {
+			vals.Del(k)
+		} else {
+			vals.Set(k, v)
+		}
+		return form{target: f.target, vals: vals}
+	}
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	refused := []struct {
+		name   string
+		f      form
+		header http.Header
+	}{
+		// The attack: another site posts mallory's live request from the
+		// victim's browser.
+		{"cross-site post of a live request", attack, hdr("Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site")},
+		{"cross-site post from a browser without Sec-Fetch-Site", attack, hdr("Origin", "http://evil.example")},
+		{"same post from a browser sending no Origin", attack, nil},
+		// The origin check alone: the victim's own valid form, posted from elsewhere.
+		{"Origin of another site", own1, hdr("Origin", "http://evil.example")},
+		{"Origin of another port", own1, hdr("Origin", "http://127.0.0.1:1")},
+		{"opaque Origin", own1, hdr("Origin", "null")},
+		{"Sec-Fetch-Site cross-site", own1, hdr("Sec-Fetch-Site", "cross-site")},
+		{"Sec-Fetch-Site same-site", own1, hdr("Sec-Fetch-Site", "same-site")},
+		{"Referer of another site without Origin", own1, hdr("Referer", "http://evil.example/page")},
+		// The token check alone: same-origin posts.
+		{"no token", with(own1, "csrf", ""), hdr("Origin", self)},
+		{"another request's token", with(own1, "csrf", own2.vals.Get("csrf")), hdr("Origin", self)},
+		{"tampered token", with(own1, "csrf", own1.vals.Get("csrf")[1:]+"A"), hdr("Origin", self)},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			got := post(t, victim, tt.f, tt.header)
+			if got.status != http.StatusForbidden || got.loc != "" || !strings.Contains(got.body, "nobody was signed in") {
+				t.Fatalf("got %d loc=%q: %s", got.status, got.loc, got.body)
+			}
+			if sc := got.header.Values("Set-Cookie"); len(sc) != 0 {
+				t.Fatalf("refused post set cookies: %q", sc)
+			}
+		})
+	}
+	// Mallory's request is still waiting for a sign-in, the victim's
+	// browser has no session, and her own forms still work.
+	if p := get(t, mallory, attack.target+"?authRequestID="+url.QueryEscape(attack.vals.Get("authRequestID"))); p.status != http.StatusOK || !strings.Contains(p.body, `name="password"`) {
+		t.Fatalf("mallory's request was used: %d %s", p.status, p.body)
+	}
+	loginPage(t, victim) // the form again: no session was started
+	for _, ok := range []struct {
+		name   string
+		f      form
+		header http.Header
+	}{
+		{"same-origin browser post", own1, hdr("Origin", self, "Sec-Fetch-Site", "same-origin")},
+		{"same-origin Referer without Origin", own2, hdr("Referer", attack.target)},
+	} {
+		t.Run(ok.name, func(t *testing.T) {
+			f := with(with(ok.f, "username", "alice"), "password", "alice")
+			if q := callbackParams(t, post(t, victim, f, ok.header)); q.Get("code") == "" {
+				t.Fatalf("no code: %v", q)
+			}
+		})
 	}
 }
