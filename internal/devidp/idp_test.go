@@ -478,7 +478,8 @@ func TestIssuerAtRoot(t *testing.T) {
 // without the token this browser was given for this auth request (login
 // CSRF: signing the visitor's browser in as someone else). Every refused
 // post carries bob's correct password, so a refusal that came too late
-// would sign bob in.
+// would sign bob in. Each case uses a fresh victim browser holding two open
+// forms of its own, so one failing check does not spill into the next case.
 func TestLoginCSRF(t *testing.T) {
 	idp := devidptest.Start(t, nil, []devidp.Client{{ID: "a", Secret: "sa", RedirectURIs: []string{rpCallback}}})
 	r := newRP(t, idp, "a", "sa")
@@ -489,21 +490,9 @@ func TestLoginCSRF(t *testing.T) {
 		t.Helper()
 		p := get(t, c, r.config.AuthCodeURL("st", oauth2.S256ChallengeOption(oauth2.GenerateVerifier())))
 		if p.status != http.StatusOK || !strings.Contains(p.body, `name="password"`) {
-			t.Fatalf("no sign-in form: %d %s", p.status, p.body)
+			t.Fatalf("no sign-in form (a session exists?): %d %s", p.status, p.body)
 		}
 		return p
-	}
-
-	// Mallory starts an auth request herself: its id is live, and she can
-	// read its form, token included, in her own browser.
-	mallory := browser(t)
-	attack := loginForm(t, loginPage(t, mallory), bob)
-	// The victim's browser has been to the IdP before and holds open forms
-	// of its own.
-	victim := browser(t)
-	own1, own2 := loginForm(t, loginPage(t, victim), bob), loginForm(t, loginPage(t, victim), bob)
-	if attack.vals.Get("csrf") == "" || own1.vals.Get("csrf") == own2.vals.Get("csrf") || own1.vals.Get("csrf") == attack.vals.Get("csrf") {
-		t.Fatalf("tokens: attack %q, own %q and %q; want distinct per request and browser", attack.vals.Get("csrf"), own1.vals.Get("csrf"), own2.vals.Get("csrf"))
 	}
 	with := func(f form, k, v string) form {
 		vals := url.Values{}
@@ -524,56 +513,75 @@ func TestLoginCSRF(t *testing.T) {
 		}
 		return h
 	}
+	// setup is one case's world: mallory's live request and its form (she
+	// started it, so she can read its token), and a victim browser that
+	// holds two open forms of its own.
+	type world struct{ attack, own1, own2 form }
+	setup := func(t *testing.T) (world, *http.Client) {
+		t.Helper()
+		w := world{attack: loginForm(t, loginPage(t, browser(t)), bob)}
+		victim := browser(t)
+		w.own1, w.own2 = loginForm(t, loginPage(t, victim), bob), loginForm(t, loginPage(t, victim), bob)
+		if w.attack.vals.Get("csrf") == "" || w.own1.vals.Get("csrf") == w.own2.vals.Get("csrf") {
+			t.Fatalf("tokens: attack %q, own %q and %q; want one per request", w.attack.vals.Get("csrf"), w.own1.vals.Get("csrf"), w.own2.vals.Get("csrf"))
+		}
+		return w, victim
+	}
+
 	refused := []struct {
 		name   string
-		f      form
+		post   func(w world) form
 		header http.Header
 	}{
 		// The attack: another site posts mallory's live request from the
 		// victim's browser.
-		{"cross-site post of a live request", attack, hdr("Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site")},
-		{"cross-site post from a browser without Sec-Fetch-Site", attack, hdr("Origin", "http://evil.example")},
-		{"same post from a browser sending no Origin", attack, nil},
+		{"cross-site post of a live request", func(w world) form { return w.attack }, hdr("Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site")},
+		{"cross-site post from a browser without Sec-Fetch-Site", func(w world) form { return w.attack }, hdr("Origin", "http://evil.example")},
+		{"same post from a browser sending no Origin", func(w world) form { return w.attack }, nil},
 		// The origin check alone: the victim's own valid form, posted from elsewhere.
-		{"Origin of another site", own1, hdr("Origin", "http://evil.example")},
-		{"Origin of another port", own1, hdr("Origin", "http://127.0.0.1:1")},
-		{"opaque Origin", own1, hdr("Origin", "null")},
-		{"Sec-Fetch-Site cross-site", own1, hdr("Sec-Fetch-Site", "cross-site")},
-		{"Sec-Fetch-Site same-site", own1, hdr("Sec-Fetch-Site", "same-site")},
-		{"Referer of another site without Origin", own1, hdr("Referer", "http://evil.example/page")},
+		{"Origin of another site", func(w world) form { return w.own1 }, hdr("Origin", "http://evil.example")},
+		{"Origin of another port", func(w world) form { return w.own1 }, hdr("Origin", "http://127.0.0.1:1")},
+		{"opaque Origin", func(w world) form { return w.own1 }, hdr("Origin", "null")},
+		{"Sec-Fetch-Site cross-site", func(w world) form { return w.own1 }, hdr("Sec-Fetch-Site", "cross-site")},
+		{"Sec-Fetch-Site same-site", func(w world) form { return w.own1 }, hdr("Sec-Fetch-Site", "same-site")},
+		{"Referer of another site without Origin", func(w world) form { return w.own1 }, hdr("Referer", "http://evil.example/page")},
 		// The token check alone: same-origin posts.
-		{"no token", with(own1, "csrf", ""), hdr("Origin", self)},
-		{"another request's token", with(own1, "csrf", own2.vals.Get("csrf")), hdr("Origin", self)},
-		{"tampered token", with(own1, "csrf", own1.vals.Get("csrf")[1:]+"A"), hdr("Origin", self)},
+		{"no token", func(w world) form { return with(w.own1, "csrf", "") }, hdr("Origin", self)},
+		{"another request's token", func(w world) form { return with(w.own1, "csrf", w.own2.vals.Get("csrf")) }, hdr("Origin", self)},
+		{"tampered token", func(w world) form { return with(w.own1, "csrf", w.own1.vals.Get("csrf")[1:]+"A") }, hdr("Origin", self)},
 	}
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {
-			got := post(t, victim, tt.f, tt.header)
+			w, victim := setup(t)
+			got := post(t, victim, tt.post(w), tt.header)
 			if got.status != http.StatusForbidden || got.loc != "" || !strings.Contains(got.body, "nobody was signed in") {
 				t.Fatalf("got %d loc=%q: %s", got.status, got.loc, got.body)
 			}
 			if sc := got.header.Values("Set-Cookie"); len(sc) != 0 {
 				t.Fatalf("refused post set cookies: %q", sc)
 			}
+			// Nobody signed in: mallory's request still waits for a
+			// sign-in, and the victim's browser has no session.
+			a := w.attack
+			if p := get(t, browser(t), a.target+"?authRequestID="+url.QueryEscape(a.vals.Get("authRequestID"))); p.status != http.StatusOK || !strings.Contains(p.body, `name="password"`) {
+				t.Fatalf("mallory's request was used: %d %s", p.status, p.body)
+			}
+			loginPage(t, victim)
 		})
 	}
-	// Mallory's request is still waiting for a sign-in, the victim's
-	// browser has no session, and her own forms still work.
-	if p := get(t, mallory, attack.target+"?authRequestID="+url.QueryEscape(attack.vals.Get("authRequestID"))); p.status != http.StatusOK || !strings.Contains(p.body, `name="password"`) {
-		t.Fatalf("mallory's request was used: %d %s", p.status, p.body)
-	}
-	loginPage(t, victim) // the form again: no session was started
-	for _, ok := range []struct {
+	accepted := []struct {
 		name   string
-		f      form
 		header http.Header
 	}{
-		{"same-origin browser post", own1, hdr("Origin", self, "Sec-Fetch-Site", "same-origin")},
-		{"same-origin Referer without Origin", own2, hdr("Referer", attack.target)},
-	} {
-		t.Run(ok.name, func(t *testing.T) {
-			f := with(with(ok.f, "username", "alice"), "password", "alice")
-			if q := callbackParams(t, post(t, victim, f, ok.header)); q.Get("code") == "" {
+		{"same-origin browser post", hdr("Origin", self, "Sec-Fetch-Site", "same-origin")},
+		{"same-origin Referer without Origin", hdr("Referer", self+"/idp/login")},
+		{"no Origin, no Referer", nil},
+	}
+	for _, tt := range accepted {
+		t.Run(tt.name, func(t *testing.T) {
+			w, victim := setup(t)
+			f := with(with(w.own2, "username", "alice"), "password", "alice")
+			if q := callbackParams(t, post(t, victim, f, tt.header)); q.Get("code") == "" {
 				t.Fatalf("no code: %v", q)
 			}
 		})
