@@ -137,8 +137,10 @@ func (g Grant) Clone() Grant {
 // insert, so concurrent creates (on one process or many sharing the store)
 // can never pass a limit together. A limit of zero or less is not enforced.
 type GrantLimits struct {
+	// Since starts the window: grants created before it do not count.
 	Since time.Time
-	Now   time.Time
+	// Now decides which grants are still open.
+	Now time.Time
 	// MaxOpen bounds the open grants; reaching it gives ErrTooManyOpenGrants.
 	MaxOpen int
 	// MaxCreated bounds the grants created since Since; reaching it gives
@@ -159,9 +161,9 @@ func (l GrantLimits) Counts(g Grant) (created, open bool) {
 	return true, !g.State.Final() && l.Now.Before(g.Expires)
 }
 
-// Check returns the error for a principal holding open open grants and
-// created grants created in the window, or nil when one more is allowed.
-// The open-grants limit is reported first.
+// Check returns the refusal for a principal with created grants in the
+// window, open of them still open, or nil when one more is allowed. The
+// open-grants limit is reported first.
 func (l GrantLimits) Check(created, open int) error {
 	if l.MaxOpen > 0 && open >= l.MaxOpen {
 		return ErrTooManyOpenGrants
