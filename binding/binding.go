@@ -112,30 +112,27 @@ func SamePrincipal(a, b vault.Principal) bool {
 	return iss&sub == 1 && a.Issuer != "" && a.Subject != ""
 }
 
-// Create starts a grant for p. Limits on open and recent grants apply.
+// Create starts a grant for p. Limits on open and recent grants apply; the
+// store checks them atomically with the insert, so concurrent calls (on
+// any number of replicas sharing the store) never pass them together.
 func (s *Service) Create(ctx context.Context, p vault.Principal, provider string, scopes []string, clientName string) (vault.Grant, error) {
 	if p.IsZero() || p.Issuer == "" || p.Subject == "" {
 		return vault.Grant{}, errors.New("binding: create: empty principal")
 	}
 	now := s.opts.Now()
-	if s.opts.MaxPending > 0 || s.opts.MaxPerHour > 0 {
-		created, open, err := s.store.CountGrants(ctx, p, now.Add(-time.Hour), now)
-		if err != nil {
-			return vault.Grant{}, fmt.Errorf("binding: create: %w", err)
-		}
-		if s.opts.MaxPending > 0 && open >= s.opts.MaxPending {
-			return vault.Grant{}, ErrTooManyPending
-		}
-		if s.opts.MaxPerHour > 0 && created >= s.opts.MaxPerHour {
-			return vault.Grant{}, ErrRateLimited
-		}
-	}
 	g := vault.Grant{
 		ID: NewID(), Principal: p, Provider: provider, Scopes: slices.Clone(scopes),
 		ClientName: clientName, Created: now, Expires: now.Add(s.opts.TTL), State: vault.GrantPending,
 	}
-	g, err := s.store.CreateGrant(ctx, g)
-	if err != nil {
+	g, err := s.store.CreateGrantLimited(ctx, g, vault.GrantLimits{
+		Since: now.Add(-time.Hour), Now: now, MaxOpen: s.opts.MaxPending, MaxCreated: s.opts.MaxPerHour,
+	})
+	switch {
+	case errors.Is(err, vault.ErrTooManyOpenGrants):
+		return vault.Grant{}, ErrTooManyPending
+	case errors.Is(err, vault.ErrTooManyRecentGrants):
+		return vault.Grant{}, ErrRateLimited
+	case err != nil:
 		return vault.Grant{}, fmt.Errorf("binding: create: %w", err)
 	}
 	return g, nil

@@ -10,6 +10,10 @@
 //	   └──(TTL passes)──────────▶ expired
 //
 // Every transition names the acting principal and is refused unless it is
-// the grant's own (compared in constant time). binding knows nothing about
+// the grant's own (compared in constant time). Create enforces per-principal
+// limits on open grants and on grants started per hour; the store counts and
+// inserts in one atomic step (vault.Store.CreateGrantLimited), so concurrent
+// requests, on one replica or several, never pass a limit together.
+// binding knows nothing about
 // HTTP or MCP; mcpapi creates grants and polls them, oauthflow completes them.
 package binding

@@ -17,6 +17,12 @@ var (
 	ErrConflict = errors.New("vault: conflict")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("vault: store closed")
+	// ErrTooManyOpenGrants: CreateGrantLimited refused a grant because its
+	// principal already holds GrantLimits.MaxOpen open grants.
+	ErrTooManyOpenGrants = errors.New("vault: too many open grants")
+	// ErrTooManyRecentGrants: CreateGrantLimited refused a grant because its
+	// principal created GrantLimits.MaxCreated grants since GrantLimits.Since.
+	ErrTooManyRecentGrants = errors.New("vault: too many grants created recently")
 )
 
 // Principal identifies a person: the issuer and subject of a validated
@@ -125,6 +131,49 @@ func (g Grant) Clone() Grant {
 	return g
 }
 
+// GrantLimits bounds one principal's grants. CreateGrantLimited counts the
+// principal's grants created at or after Since, and of those the ones still
+// open at Now (not final, Expires after Now), in the same atomic step as the
+// insert, so concurrent creates (on one process or many sharing the store)
+// can never pass a limit together. A limit of zero or less is not enforced.
+type GrantLimits struct {
+	// Since starts the window: grants created before it do not count.
+	Since time.Time
+	// Now decides which grants are still open.
+	Now time.Time
+	// MaxOpen bounds the open grants; reaching it gives ErrTooManyOpenGrants.
+	MaxOpen int
+	// MaxCreated bounds the grants created since Since; reaching it gives
+	// ErrTooManyRecentGrants.
+	MaxCreated int
+}
+
+// Enforced reports whether l limits anything.
+func (l GrantLimits) Enforced() bool { return l.MaxOpen > 0 || l.MaxCreated > 0 }
+
+// Counts reports whether g counts towards l: created is true when g was
+// created at or after l.Since, open when it is also still open at l.Now.
+// Stores use it on the grants they count.
+func (l GrantLimits) Counts(g Grant) (created, open bool) {
+	if g.Created.Before(l.Since) {
+		return false, false
+	}
+	return true, !g.State.Final() && l.Now.Before(g.Expires)
+}
+
+// Check returns the refusal for a principal with created grants in the
+// window, open of them still open, or nil when one more is allowed. The
+// open-grants limit is reported first.
+func (l GrantLimits) Check(created, open int) error {
+	if l.MaxOpen > 0 && open >= l.MaxOpen {
+		return ErrTooManyOpenGrants
+	}
+	if l.MaxCreated > 0 && created >= l.MaxCreated {
+		return ErrTooManyRecentGrants
+	}
+	return nil
+}
+
 // Store is the persistence contract. All methods are safe for concurrent use.
 // Errors wrap the sentinels above so callers can use errors.Is.
 type Store interface {
@@ -166,6 +215,11 @@ type Store interface {
 	// UpdateGrant is the compare-and-swap mutation of a grant, with the same
 	// rules as UpdateConnection. ID and Principal are immutable.
 	UpdateGrant(ctx context.Context, id string, fn func(Grant) (Grant, error)) (Grant, error)
+	// CreateGrantLimited is CreateGrant that first counts g.Principal's
+	// grants under lim, atomically with the insert: it fails with
+	// ErrTooManyOpenGrants or ErrTooManyRecentGrants, storing nothing, when
+	// lim.Check refuses, so N concurrent calls store at most the limit.
+	CreateGrantLimited(ctx context.Context, g Grant, lim GrantLimits) (Grant, error)
 	// CountGrants returns how many of p's grants were created at or after
 	// since, and how many of those are still open (pending or approved, not
 	// yet expired at now).

@@ -11,7 +11,7 @@
 //	GET  /keys                               JWKS (one RS256 key)
 //	GET  /authorize                          authorization request; redirects to /login
 //	GET  /login?authRequestID=…              sign-in form (or immediate success, see below)
-//	POST /login                              checks username and password
+//	POST /login                              checks origin, CSRF token, username and password
 //	GET  /authorize/callback?id=…            finishes the request; redirects to the client
 //	POST /oauth/token                        authorization_code grant
 //	GET  /userinfo                           OIDC userinfo (Bearer access token)
@@ -23,9 +23,18 @@
 // max_age=0) forces the form; `prompt=none` without a session answers
 // login_required to the client. Without the cookie the form is always shown.
 //
+// Login CSRF: the sign-in form carries a hidden csrf token, an HMAC (under a
+// per-IdP random key) of the auth request id and of a random value in the
+// browser's devidp_csrf cookie (HttpOnly, SameSite=Strict), set when the form
+// is shown. A post from another origin (Sec-Fetch-Site, Origin, or a Referer
+// when there is no Origin), or without the cookie and the matching token, is
+// refused with 403 before the password is checked, and signs nobody in.
+//
 // Stable UI contract (browser tests rely on it): the sign-in page is an HTML
-// form with inputs named username and password and exactly one submit
-// button; a wrong password shows the form again with an error. Pages carry a
+// form with inputs named username and password, hidden inputs authRequestID
+// and csrf, and exactly one submit button; a wrong password shows the form
+// again with an error. Clients that post the form themselves keep cookies and
+// send its hidden inputs back (internal/htmlform does). Pages carry a
 // Content-Security-Policy without inline scripts.
 //
 // ID tokens always carry sub, nonce (when the request had one), email and

@@ -2,8 +2,10 @@ package devidp
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
@@ -55,6 +57,8 @@ func DefaultUsers() []User {
 
 const (
 	sessionCookie = "devidp_session"
+	csrfCookie    = "devidp_csrf"
+	csrfField     = "csrf"
 	sessionTTL    = 8 * time.Hour
 	maxFormBytes  = 16 << 10
 	cspHeader     = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; frame-ancestors 'none'"
@@ -70,6 +74,10 @@ type IdP struct {
 	signer   jose.Signer
 	log      *slog.Logger
 	handler  http.Handler
+	// csrfKey keys the sign-in form's CSRF tokens (see csrfToken).
+	csrfKey [32]byte
+	// cop refuses cross-origin posts of the sign-in form.
+	cop *http.CrossOriginProtection
 
 	mu       sync.Mutex // guards sessions
 	sessions map[string]session
@@ -108,6 +116,15 @@ func New(opts Options) (*IdP, error) {
 		path:     u.Path,
 		log:      logger,
 		sessions: map[string]session{},
+		cop:      http.NewCrossOriginProtection(),
+	}
+	if _, err := rand.Read(p.csrfKey[:]); err != nil {
+		return nil, fmt.Errorf("devidp: csrf key: %w", err)
+	}
+	// Behind a proxy that rewrites Host, the issuer's own origin still
+	// counts as same-origin.
+	if err := p.cop.AddTrustedOrigin(u.Scheme + "://" + u.Host); err != nil {
+		return nil, fmt.Errorf("devidp: issuer origin: %w", err)
 	}
 	p.store = &storage{
 		key:      key,
@@ -286,10 +303,112 @@ func (p *IdP) callbackURL(id string) string {
 
 type loginData struct {
 	RequestID string
+	CSRF      string
 	ClientID  string
 	Username  string
 	Error     string
 	CSS       string
+}
+
+// The sign-in form is protected against cross-site posts (login CSRF: a
+// page elsewhere signing the visitor's browser in as someone else) twice:
+//
+//   - Origin: a post whose Sec-Fetch-Site, Origin or (without Origin)
+//     Referer names another origin is refused.
+//   - Token: the form carries csrfToken(browser, request id), an HMAC under
+//     a per-IdP random key of the auth request id and a random value held
+//     in this browser's devidp_csrf cookie (HttpOnly, SameSite=Strict). A
+//     post without the cookie, without the token, or with the token of
+//     another request or another browser is refused. Binding the token to
+//     the browser matters: whoever starts an auth request can open its
+//     form and read that request's token, but cannot read or set another
+//     browser's cookie.
+//
+// Both checks run before the password is looked at.
+
+// browserIDBytes is the size of the random value in the devidp_csrf cookie.
+const browserIDBytes = 24
+
+// validBrowserID reports whether v has the shape of a devidp_csrf value.
+func validBrowserID(v string) bool {
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	return err == nil && len(b) == browserIDBytes
+}
+
+// browserID returns this browser's devidp_csrf value, setting a new cookie
+// when it has none. An existing value is kept so that several sign-in
+// forms open in one browser stay valid.
+func (p *IdP) browserID(w http.ResponseWriter, r *http.Request) (string, error) {
+	if c, err := r.Cookie(csrfCookie); err == nil && validBrowserID(c.Value) {
+		return c.Value, nil
+	}
+	id, err := randomString(browserIDBytes)
+	if err != nil {
+		return "", err
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name:     csrfCookie,
+		Value:    id,
+		Path:     p.path + "/",
+		MaxAge:   int(sessionTTL / time.Second),
+		HttpOnly: true,
+		Secure:   r.TLS != nil,
+		SameSite: http.SameSiteStrictMode,
+	})
+	return id, nil
+}
+
+// csrfToken is the sign-in form's token for auth request id in the browser
+// whose devidp_csrf cookie holds browser. Neither value contains NUL, so
+// the encoding is unambiguous.
+func (p *IdP) csrfToken(browser, id string) string {
+	m := hmac.New(sha256.New, p.csrfKey[:])
+	m.Write([]byte("credbroker/devidp/login-csrf/v1\x00"))
+	m.Write([]byte(browser))
+	m.Write([]byte{0})
+	m.Write([]byte(id))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// checkCSRFToken reports whether the post carries the token of auth request
+// id for the browser that sent it, comparing in constant time.
+func (p *IdP) checkCSRFToken(r *http.Request, id string) bool {
+	c, err := r.Cookie(csrfCookie)
+	if err != nil || !validBrowserID(c.Value) {
+		return false
+	}
+	return hmac.Equal([]byte(r.PostForm.Get(csrfField)), []byte(p.csrfToken(c.Value, id)))
+}
+
+// errCrossOrigin: the sign-in form was posted from another origin.
+var errCrossOrigin = errors.New("devidp: cross-origin sign-in post")
+
+// checkSameOrigin refuses a post that a browser says came from another
+// origin: Sec-Fetch-Site and Origin through http.CrossOriginProtection
+// (the issuer's origin is trusted), then, when there is no Origin header,
+// a Referer naming another host. A post with neither header (a non-browser
+// client, or a browser honouring the page's no-referrer policy on an old
+// engine) is left to the token check.
+func (p *IdP) checkSameOrigin(r *http.Request) error {
+	if err := p.cop.Check(r); err != nil {
+		return err
+	}
+	if r.Header.Get("Origin") != "" {
+		return nil
+	}
+	ref := r.Header.Get("Referer")
+	if ref == "" {
+		return nil
+	}
+	u, err := url.Parse(ref)
+	if err != nil || u.Host == "" {
+		return errCrossOrigin
+	}
+	iss, _ := url.Parse(p.issuer)
+	if u.Host == r.Host || u.Scheme == iss.Scheme && u.Host == iss.Host {
+		return nil
+	}
+	return errCrossOrigin
 }
 
 func (p *IdP) loginPage(w http.ResponseWriter, r *http.Request) {
@@ -307,10 +426,20 @@ func (p *IdP) loginPage(w http.ResponseWriter, r *http.Request) {
 		op.AuthRequestError(w, r, req, oidc.ErrLoginRequired(), p.provider)
 		return
 	}
-	p.renderLogin(w, http.StatusOK, loginData{RequestID: id, ClientID: req.clientID})
+	browser, err := p.browserID(w, r)
+	if err != nil {
+		p.errorPage(w, http.StatusInternalServerError, "Could not prepare the sign-in form.")
+		return
+	}
+	p.renderLogin(w, http.StatusOK, loginData{RequestID: id, CSRF: p.csrfToken(browser, id), ClientID: req.clientID})
 }
 
 func (p *IdP) loginSubmit(w http.ResponseWriter, r *http.Request) {
+	if err := p.checkSameOrigin(r); err != nil {
+		p.log.Warn("devidp: sign-in post from another origin refused", "origin", r.Header.Get("Origin"))
+		p.errorPage(w, http.StatusForbidden, "This sign-in form was sent from another site, so nobody was signed in. Start again from the application.")
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
 		p.errorPage(w, http.StatusBadRequest, "The form could not be read.")
@@ -320,6 +449,11 @@ func (p *IdP) loginSubmit(w http.ResponseWriter, r *http.Request) {
 	req, err := p.store.request(id)
 	if err != nil || req.done {
 		p.errorPage(w, http.StatusBadRequest, "This sign-in request is unknown or has expired. Start again from the application.")
+		return
+	}
+	if !p.checkCSRFToken(r, id) {
+		p.log.Warn("devidp: sign-in post without this browser's token for the request refused", "client", req.clientID)
+		p.errorPage(w, http.StatusForbidden, "This sign-in form was not opened in this browser, so nobody was signed in. Start again from the application.")
 		return
 	}
 	username, password := r.PostForm.Get("username"), r.PostForm.Get("password")
@@ -333,7 +467,7 @@ func (p *IdP) loginSubmit(w http.ResponseWriter, r *http.Request) {
 	if subtle.ConstantTimeCompare([]byte(want), []byte(password)) != 1 || !ok {
 		p.log.Info("devidp: sign-in failed", "client", req.clientID)
 		p.renderLogin(w, http.StatusUnauthorized, loginData{
-			RequestID: id, ClientID: req.clientID, Username: username,
+			RequestID: id, CSRF: r.PostForm.Get(csrfField), ClientID: req.clientID, Username: username,
 			Error: "Wrong username or password.",
 		})
 		return
@@ -367,6 +501,7 @@ var pages = template.Must(template.New("").Parse(`
 {{if .Error}}<p class="error" role="alert">{{.Error}}</p>{{end}}
 <form method="post" action="login">
 <input type="hidden" name="authRequestID" value="{{.RequestID}}">
+<input type="hidden" name="csrf" value="{{.CSRF}}">
 <label>Username <input name="username" autocomplete="username" value="{{.Username}}" required autofocus></label>
 <label>Password <input type="password" name="password" autocomplete="current-password" required></label>
 <button type="submit">Sign in</button>

@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
+	"credbroker/internal/htmlform"
 )
 
 const rpCallback = "http://127.0.0.1:1/rp/callback" // never dialled: redirects to it are stopped
@@ -42,8 +41,6 @@ func browser(t *testing.T) *http.Client {
 		},
 	}
 }
-
-var hiddenID = regexp.MustCompile(`name="authRequestID" value="([^"]+)"`)
 
 // page is one response: its final URL, status and body.
 type page struct {
@@ -73,17 +70,40 @@ func read(t *testing.T, resp *http.Response) page {
 	return page{url: resp.Request.URL, status: resp.StatusCode, body: string(b), loc: resp.Header.Get("Location"), header: resp.Header}
 }
 
-// submitLogin posts the sign-in form found on p.
+// submitLogin posts the sign-in form found on p as a browser would: its
+// hidden inputs (auth request id, CSRF token) plus the credentials.
 func submitLogin(t *testing.T, c *http.Client, p page, user, pass string) page {
 	t.Helper()
-	m := hiddenID.FindStringSubmatch(p.body)
-	if m == nil {
-		t.Fatalf("no sign-in form on %s (status %d): %s", p.url, p.status, p.body)
+	return post(t, c, loginForm(t, p, url.Values{"username": {user}, "password": {pass}}), nil)
+}
+
+// loginForm reads the sign-in form on p: where it posts and what.
+func loginForm(t *testing.T, p page, extra url.Values) form {
+	t.Helper()
+	target, vals, err := htmlform.Find(p.url, p.body, "login", extra)
+	if err != nil {
+		t.Fatalf("no sign-in form on %s (status %d): %v\n%s", p.url, p.status, err, p.body)
 	}
-	action := p.url.ResolveReference(&url.URL{Path: "login"})
-	resp, err := c.PostForm(action.String(), url.Values{
-		"authRequestID": {html.UnescapeString(m[1])}, "username": {user}, "password": {pass},
-	})
+	return form{target: target.String(), vals: vals}
+}
+
+type form struct {
+	target string
+	vals   url.Values
+}
+
+// post sends f with the given extra headers (Origin, Referer, ...).
+func post(t *testing.T, c *http.Client, f form, header http.Header) page {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, f.target, strings.NewReader(f.vals.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,5 +471,119 @@ func TestIssuerAtRoot(t *testing.T) {
 	r := newRP(t, idp, "a", "sa")
 	if idt, _ := r.login(t, browser(t), "bob", "bob"); idt.Subject != "bob" {
 		t.Fatalf("sub %q", idt.Subject)
+	}
+}
+
+// TestLoginCSRF: the sign-in form cannot be posted from another site or
+// without the token this browser was given for this auth request (login
+// CSRF: signing the visitor's browser in as someone else). Every refused
+// post carries bob's correct password, so a refusal that came too late
+// would sign bob in. Each case uses a fresh victim browser holding two open
+// forms of its own, so one failing check does not spill into the next case.
+func TestLoginCSRF(t *testing.T) {
+	idp := devidptest.Start(t, nil, []devidp.Client{{ID: "a", Secret: "sa", RedirectURIs: []string{rpCallback}}})
+	r := newRP(t, idp, "a", "sa")
+	iss, _ := url.Parse(idp.Issuer())
+	self := iss.Scheme + "://" + iss.Host
+	bob := url.Values{"username": {"bob"}, "password": {"bob"}}
+	loginPage := func(t *testing.T, c *http.Client) page {
+		t.Helper()
+		p := get(t, c, r.config.AuthCodeURL("st", oauth2.S256ChallengeOption(oauth2.GenerateVerifier())))
+		if p.status != http.StatusOK || !strings.Contains(p.body, `name="password"`) {
+			t.Fatalf("no sign-in form (a session exists?): %d %s", p.status, p.body)
+		}
+		return p
+	}
+	with := func(f form, k, v string) form {
+		vals := url.Values{}
+		for key, vv := range f.vals {
+			vals[key] = append([]string(nil), vv...)
+		}
+		if v == "" {
+			vals.Del(k)
+		} else {
+			vals.Set(k, v)
+		}
+		return form{target: f.target, vals: vals}
+	}
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	// setup is one case's world: mallory's live request and its form (she
+	// started it, so she can read its token), and a victim browser that
+	// holds two open forms of its own.
+	type world struct{ attack, own1, own2 form }
+	setup := func(t *testing.T) (world, *http.Client) {
+		t.Helper()
+		w := world{attack: loginForm(t, loginPage(t, browser(t)), bob)}
+		victim := browser(t)
+		w.own1, w.own2 = loginForm(t, loginPage(t, victim), bob), loginForm(t, loginPage(t, victim), bob)
+		if w.attack.vals.Get("csrf") == "" || w.own1.vals.Get("csrf") == w.own2.vals.Get("csrf") {
+			t.Fatalf("tokens: attack %q, own %q and %q; want one per request", w.attack.vals.Get("csrf"), w.own1.vals.Get("csrf"), w.own2.vals.Get("csrf"))
+		}
+		return w, victim
+	}
+
+	refused := []struct {
+		name   string
+		post   func(w world) form
+		header http.Header
+	}{
+		// The attack: another site posts mallory's live request from the
+		// victim's browser.
+		{"cross-site post of a live request", func(w world) form { return w.attack }, hdr("Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site")},
+		{"cross-site post from a browser without Sec-Fetch-Site", func(w world) form { return w.attack }, hdr("Origin", "http://evil.example")},
+		{"same post from a browser sending no Origin", func(w world) form { return w.attack }, nil},
+		// The origin check alone: the victim's own valid form, posted from elsewhere.
+		{"Origin of another site", func(w world) form { return w.own1 }, hdr("Origin", "http://evil.example")},
+		{"Origin of another port", func(w world) form { return w.own1 }, hdr("Origin", "http://127.0.0.1:1")},
+		{"opaque Origin", func(w world) form { return w.own1 }, hdr("Origin", "null")},
+		{"Sec-Fetch-Site cross-site", func(w world) form { return w.own1 }, hdr("Sec-Fetch-Site", "cross-site")},
+		{"Sec-Fetch-Site same-site", func(w world) form { return w.own1 }, hdr("Sec-Fetch-Site", "same-site")},
+		{"Referer of another site without Origin", func(w world) form { return w.own1 }, hdr("Referer", "http://evil.example/page")},
+		// The token check alone: same-origin posts.
+		{"no token", func(w world) form { return with(w.own1, "csrf", "") }, hdr("Origin", self)},
+		{"another request's token", func(w world) form { return with(w.own1, "csrf", w.own2.vals.Get("csrf")) }, hdr("Origin", self)},
+		{"tampered token", func(w world) form { return with(w.own1, "csrf", w.own1.vals.Get("csrf")[1:]+"A") }, hdr("Origin", self)},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			w, victim := setup(t)
+			got := post(t, victim, tt.post(w), tt.header)
+			if got.status != http.StatusForbidden || got.loc != "" || !strings.Contains(got.body, "nobody was signed in") {
+				t.Fatalf("got %d loc=%q: %s", got.status, got.loc, got.body)
+			}
+			if sc := got.header.Values("Set-Cookie"); len(sc) != 0 {
+				t.Fatalf("refused post set cookies: %q", sc)
+			}
+			// Nobody signed in: mallory's request still waits for a
+			// sign-in, and the victim's browser has no session.
+			a := w.attack
+			if p := get(t, browser(t), a.target+"?authRequestID="+url.QueryEscape(a.vals.Get("authRequestID"))); p.status != http.StatusOK || !strings.Contains(p.body, `name="password"`) {
+				t.Fatalf("mallory's request was used: %d %s", p.status, p.body)
+			}
+			loginPage(t, victim)
+		})
+	}
+	accepted := []struct {
+		name   string
+		header http.Header
+	}{
+		{"same-origin browser post", hdr("Origin", self, "Sec-Fetch-Site", "same-origin")},
+		{"same-origin Referer without Origin", hdr("Referer", self+"/idp/login")},
+		{"no Origin, no Referer", nil},
+	}
+	for _, tt := range accepted {
+		t.Run(tt.name, func(t *testing.T) {
+			w, victim := setup(t)
+			f := with(with(w.own2, "username", "alice"), "password", "alice")
+			if q := callbackParams(t, post(t, victim, f, tt.header)); q.Get("code") == "" {
+				t.Fatalf("no code: %v", q)
+			}
+		})
 	}
 }

@@ -92,6 +92,13 @@ func (t *timedStore) CreateGrant(ctx context.Context, g vault.Grant) (vault.Gran
 	return out, err
 }
 
+func (t *timedStore) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
+	start := time.Now()
+	out, err := t.next.CreateGrantLimited(ctx, g, lim)
+	t.done("create_grant_limited", start, err)
+	return out, err
+}
+
 func (t *timedStore) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
 	start := time.Now()
 	out, err := t.next.GetGrant(ctx, id)

@@ -23,6 +23,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -109,7 +110,7 @@ func New(opts Options) *Recorder {
 		}, []string{"provider"}),
 		vaultDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "credbroker_vault_operation_duration_seconds", Buckets: fastBuckets,
-			Help: "Latency of vault store operations by operation and outcome (ok, not_found, conflict, error).",
+			Help: "Latency of vault store operations by operation and outcome (ok, not_found, conflict, limited, error).",
 		}, []string{"op", "outcome"}),
 		auditEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "credbroker_audit_events_total",
@@ -244,6 +245,8 @@ func (r *Recorder) vaultOp(op string, err error, elapsed time.Duration) {
 		outcome = "not_found"
 	case isConflict(err):
 		outcome = "conflict"
+	case errors.Is(err, vault.ErrTooManyOpenGrants), errors.Is(err, vault.ErrTooManyRecentGrants):
+		outcome = "limited" // a person's limit refused a grant: not a store failure
 	default:
 		outcome = "error"
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -118,12 +119,22 @@ func TestWrapStore(t *testing.T) {
 	if _, err := s.ListConnections(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+	// A grant refused by a person's limit is "limited", not a store error.
+	lim := vault.GrantLimits{Since: now.Add(-time.Hour), Now: now, MaxOpen: 1}
+	for i, want := range []error{nil, vault.ErrTooManyOpenGrants} {
+		g := vault.Grant{ID: fmt.Sprintf("grant_%d", i), Principal: p, Provider: "github", Created: now, Expires: now.Add(time.Minute), State: vault.GrantPending}
+		if _, err := s.CreateGrantLimited(ctx, g, lim); !errors.Is(err, want) {
+			t.Fatalf("grant %d: %v, want %v", i, err, want)
+		}
+	}
 	m := scrape(t, r)
 	for _, want := range []string{
 		`credbroker_vault_operation_duration_seconds_count{op="create_connection",outcome="ok"} 1`,
 		`credbroker_vault_operation_duration_seconds_count{op="get_connection",outcome="not_found"} 1`,
 		`credbroker_vault_operation_duration_seconds_count{op="update_connection",outcome="conflict"} 1`,
 		`credbroker_vault_operation_duration_seconds_count{op="list_connections",outcome="ok"} 1`,
+		`credbroker_vault_operation_duration_seconds_count{op="create_grant_limited",outcome="ok"} 1`,
+		`credbroker_vault_operation_duration_seconds_count{op="create_grant_limited",outcome="limited"} 1`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)

@@ -693,6 +693,15 @@ func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 
 // CreateGrant implements vault.Store.
 func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, error) {
+	return s.CreateGrantLimited(ctx, g, vault.GrantLimits{})
+}
+
+// CreateGrantLimited implements vault.Store: the principal's grants are
+// counted inside the batched write transaction that inserts the grant.
+// Batch runs its closures one after another in one transaction (and may
+// run a closure again), so each closure's count sees every grant inserted
+// before it, including those of the same batch.
+func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
 	if err := s.ready(ctx); err != nil {
 		return vault.Grant{}, err
 	}
@@ -711,6 +720,16 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 		if b.Get(id) != nil {
 			opErr = fmt.Errorf("boltstore: grant %s: %w", g.ID, vault.ErrExists)
 			return nil
+		}
+		if lim.Enforced() {
+			created, open, err := countGrants(tx, g.Principal, lim)
+			if err == nil {
+				err = lim.Check(created, open)
+			}
+			if err != nil {
+				opErr = fmt.Errorf("boltstore: grant %s: %w", g.ID, err)
+				return nil
+			}
 		}
 		if err := b.Put(id, rec); err != nil {
 			return err
@@ -814,38 +833,46 @@ func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant)
 	return out, nil
 }
 
-// CountGrants implements vault.Store: a seek to (principal, since) on the
-// principal index, then only that principal's recent grants are read.
+// CountGrants implements vault.Store.
 func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now time.Time) (created, open int, err error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, 0, err
 	}
-	prefix := principalKey(p, timeKeyLen)
-	start := timeKey(bytes.Clone(prefix), since)
-	var recs [][]byte
 	err = s.view(func(tx *bolt.Tx) error {
-		grants := tx.Bucket(bGrants)
-		c := tx.Bucket(bGrantByPrin).Cursor()
-		for k, _ := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			if len(k) < len(prefix)+timeKeyLen {
-				continue
-			}
-			if rec := grants.Get(k[len(prefix)+timeKeyLen:]); rec != nil {
-				recs = append(recs, bytes.Clone(rec))
-			}
-		}
-		return nil
+		created, open, err = countGrants(tx, p, vault.GrantLimits{Since: since, Now: now})
+		return err
 	})
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, rec := range recs {
+	return created, open, nil
+}
+
+// countGrants counts p's grants in lim's window: a seek to (principal,
+// since) on the principal index, then only that principal's recent grants
+// are read.
+func countGrants(tx *bolt.Tx, p vault.Principal, lim vault.GrantLimits) (created, open int, err error) {
+	prefix := principalKey(p, timeKeyLen)
+	start := timeKey(bytes.Clone(prefix), lim.Since)
+	grants := tx.Bucket(bGrants)
+	c := tx.Bucket(bGrantByPrin).Cursor()
+	for k, _ := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		if len(k) < len(prefix)+timeKeyLen {
+			continue
+		}
+		rec := grants.Get(k[len(prefix)+timeKeyLen:])
+		if rec == nil {
+			continue
+		}
 		g, err := vault.DecodeGrant(rec)
 		if err != nil {
 			return 0, 0, err
 		}
-		created++
-		if !g.State.Final() && now.Before(g.Expires) {
+		cr, op := lim.Counts(g)
+		if cr {
+			created++
+		}
+		if op {
 			open++
 		}
 	}

@@ -198,6 +198,12 @@ func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]s
 
 // CreateGrant implements vault.Store.
 func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, error) {
+	return s.CreateGrantLimited(ctx, g, vault.GrantLimits{})
+}
+
+// CreateGrantLimited implements vault.Store: the count and the insert
+// happen under one hold of the write lock.
+func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
 	g = g.Clone()
 	g.Version = 1
 	b, err := vault.EncodeGrant(g)
@@ -211,6 +217,15 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 	}
 	if _, ok := s.grants[g.ID]; ok {
 		return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", g.ID, vault.ErrExists)
+	}
+	if lim.Enforced() {
+		created, open, err := s.countGrants(g.Principal, lim)
+		if err != nil {
+			return vault.Grant{}, err
+		}
+		if err := lim.Check(created, open); err != nil {
+			return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", g.ID, err)
+		}
 	}
 	s.grants[g.ID] = b
 	return g, nil
@@ -265,6 +280,11 @@ func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now t
 	if err := s.check(); err != nil {
 		return 0, 0, err
 	}
+	return s.countGrants(p, vault.GrantLimits{Since: since, Now: now})
+}
+
+// countGrants counts p's grants in lim's window; s.mu must be held.
+func (s *Store) countGrants(p vault.Principal, lim vault.GrantLimits) (created, open int, err error) {
 	for _, b := range s.grants {
 		g, err := vault.DecodeGrant(b)
 		if err != nil {
@@ -273,11 +293,11 @@ func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now t
 		if g.Principal != p {
 			continue
 		}
-		if g.Created.Before(since) {
-			continue
+		c, o := lim.Counts(g)
+		if c {
+			created++
 		}
-		created++
-		if !g.State.Final() && now.Before(g.Expires) {
+		if o {
 			open++
 		}
 	}

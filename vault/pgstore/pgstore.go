@@ -17,7 +17,9 @@
 // Updates are compare-and-swap on the version column
 // (UPDATE … WHERE id = $1 AND version = $2), re-running the caller's
 // function on the fresh record when another writer won; single-use grants
-// are consumed by exactly one such update. LockConnection (vault.Locker)
+// are consumed by exactly one such update. A grant created under limits
+// (CreateGrantLimited) is counted and inserted in one transaction holding a
+// per-person advisory transaction lock. LockConnection (vault.Locker)
 // takes a PostgreSQL advisory lock on a dedicated connection so one replica
 // at a time refreshes a connection's tokens.
 package pgstore
@@ -61,11 +63,13 @@ type Store struct {
 	pool     *pgxpool.Pool // data
 	lockPool *pgxpool.Pool // sessions holding advisory locks, apart so they never starve writes
 	kr       *vault.Keyring
-	local    *vault.LocalLocker
-	locksMu  sync.Mutex // guards locks
-	locks    map[*heldLock]struct{}
-	attempts int
-	closed   atomic.Bool
+	local    *vault.LocalLocker // queues this process's LockConnection callers
+	// grantLocal queues this process's limited grant creates per principal.
+	grantLocal *vault.LocalLocker
+	locksMu    sync.Mutex // guards locks
+	locks      map[*heldLock]struct{}
+	attempts   int
+	closed     atomic.Bool
 }
 
 var (
@@ -106,7 +110,7 @@ func Open(ctx context.Context, url string, kr *vault.Keyring, opts Options) (*St
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts}
+	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), grantLocal: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts}
 	if err := s.prepare(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -561,6 +565,17 @@ const insertGrant = `INSERT INTO grants (id, iss, sub, provider, state, created_
 
 // CreateGrant implements vault.Store.
 func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, error) {
+	return s.CreateGrantLimited(ctx, g, vault.GrantLimits{})
+}
+
+// CreateGrantLimited implements vault.Store. With limits, the count and the
+// insert run in one transaction that first takes a transaction-level
+// advisory lock on the principal, so creates for one person are serialised
+// across every replica: each count (a new snapshot, taken after the lock)
+// sees every grant committed by the holders before it. Waiters in this
+// process queue on an in-process lock first, so one person's burst holds
+// at most one pooled connection per replica.
+func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
 	if err := s.ready(ctx); err != nil {
 		return vault.Grant{}, err
 	}
@@ -570,14 +585,60 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 	if err != nil {
 		return vault.Grant{}, err
 	}
-	tag, err := s.pool.Exec(ctx, insertGrant, args...)
+	if !lim.Enforced() {
+		tag, err := s.pool.Exec(ctx, insertGrant, args...)
+		if err != nil {
+			return vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: create grant %s: %w", g.ID, err))
+		}
+		if tag.RowsAffected() == 0 {
+			return vault.Grant{}, fmt.Errorf("pgstore: grant %s: %w", g.ID, vault.ErrExists)
+		}
+		return g, nil
+	}
+	name := grantLockName(g.Principal)
+	unlock, err := s.grantLocal.LockConnection(ctx, name)
+	if err != nil {
+		return vault.Grant{}, err
+	}
+	defer unlock()
+	var opErr error
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		opErr = nil
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(name)); err != nil {
+			return err
+		}
+		var created, open int
+		if err := tx.QueryRow(ctx, countGrantsSQL, []byte(g.Principal.Issuer), []byte(g.Principal.Subject),
+			nanos(lim.Since), nanos(lim.Now)).Scan(&created, &open); err != nil {
+			return err
+		}
+		if err := lim.Check(created, open); err != nil {
+			opErr = err
+			return nil // nothing written; the commit only releases the lock
+		}
+		tag, err := tx.Exec(ctx, insertGrant, args...)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			opErr = vault.ErrExists
+		}
+		return nil
+	})
 	if err != nil {
 		return vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: create grant %s: %w", g.ID, err))
 	}
-	if tag.RowsAffected() == 0 {
-		return vault.Grant{}, fmt.Errorf("pgstore: grant %s: %w", g.ID, vault.ErrExists)
+	if opErr != nil {
+		return vault.Grant{}, fmt.Errorf("pgstore: grant %s: %w", g.ID, opErr)
 	}
 	return g, nil
+}
+
+// grantLockName names the lock that serialises p's grant creation. The
+// lengths keep principals whose issuer and subject split one string
+// differently apart.
+func grantLockName(p vault.Principal) string {
+	return fmt.Sprintf("credbroker/grants/%d:%s/%d:%s", len(p.Issuer), p.Issuer, len(p.Subject), p.Subject)
 }
 
 // GetGrant implements vault.Store.
@@ -642,14 +703,18 @@ func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant)
 	return vault.Grant{}, fmt.Errorf("pgstore: update grant %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
 }
 
+// countGrantsSQL counts a principal's grants created at or after $3 and,
+// of those, the ones open at $4: one range scan of grants_by_principal.
+const countGrantsSQL = `SELECT count(*),
+	count(*) FILTER (WHERE state NOT IN ('completed', 'denied', 'expired') AND expires_ns > $4)
+	FROM grants WHERE iss = $1 AND sub = $2 AND created_ns >= $3`
+
 // CountGrants implements vault.Store with one index range scan.
 func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now time.Time) (created, open int, err error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, 0, err
 	}
-	err = s.pool.QueryRow(ctx, `SELECT count(*),
-		count(*) FILTER (WHERE state NOT IN ('completed', 'denied', 'expired') AND expires_ns > $4)
-		FROM grants WHERE iss = $1 AND sub = $2 AND created_ns >= $3`,
+	err = s.pool.QueryRow(ctx, countGrantsSQL,
 		[]byte(p.Issuer), []byte(p.Subject), nanos(since), nanos(now)).Scan(&created, &open)
 	if err != nil {
 		return 0, 0, s.dbErr(fmt.Errorf("pgstore: count grants: %w", err))

@@ -371,3 +371,57 @@ func TestLockConnectionExcludesReplicas(t *testing.T) {
 	}
 	u3()
 }
+
+// TestGrantLimitsAcrossReplicas: 100 concurrent limited creates for one
+// person spread over eight replicas (eight stores on one database, each
+// serialising its own callers) store exactly the limit: the per-person
+// lock must hold across processes, not only inside one.
+func TestGrantLimitsAcrossReplicas(t *testing.T) {
+	srv := pgtest.Shared(t)
+	url := srv.Schema(t)
+	kr := newKeyring(t)
+	const replicas, calls = 8, 100
+	var stores []*pgstore.Store
+	for range replicas {
+		stores = append(stores, open(t, url, kr))
+	}
+	now := time.Now()
+	for _, tt := range []struct {
+		name    string
+		lim     vault.GrantLimits
+		want    int
+		refusal error
+	}{
+		{"open", vault.GrantLimits{MaxOpen: 10}, 10, vault.ErrTooManyOpenGrants},
+		{"per hour", vault.GrantLimits{MaxCreated: 30}, 30, vault.ErrTooManyRecentGrants},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := vault.Principal{Issuer: alice.Issuer, Subject: "replicas-" + tt.name}
+			lim := tt.lim
+			lim.Since, lim.Now = now.Add(-time.Hour), now
+			var ok atomic.Int32
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range calls {
+				s := stores[i%replicas]
+				wg.Go(func() {
+					<-start
+					g := vault.Grant{ID: fmt.Sprintf("%s-%03d", p.Subject, i), Principal: p, Provider: "github",
+						Created: now, Expires: now.Add(10 * time.Minute), State: vault.GrantPending}
+					_, err := s.CreateGrantLimited(t.Context(), g, lim)
+					switch {
+					case err == nil:
+						ok.Add(1)
+					case !errors.Is(err, tt.refusal):
+						t.Errorf("%s: %v", g.ID, err)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			if got := ok.Load(); got != int32(tt.want) {
+				t.Fatalf("%d of %d creates on %d replicas succeeded, want exactly %d", got, calls, replicas, tt.want)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +38,8 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"GrantCRUD", testGrantCRUD},
 		{"GrantImmutableAndAbort", testGrantImmutable},
 		{"CountGrants", testCountGrants},
+		{"GrantLimits", testGrantLimits},
+		{"ConcurrentGrantLimits", testConcurrentGrantLimits},
 		{"DeleteExpiredGrants", testDeleteExpired},
 		{"Closed", testClosed},
 		{"ConcurrentUpdates", testConcurrentUpdates},
@@ -607,6 +610,168 @@ func testCountGrants(t *testing.T, s vault.Store) {
 	}
 }
 
+// testGrantLimits: what CreateGrantLimited counts, which limit it reports,
+// and that a refusal stores nothing.
+func testGrantLimits(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	now := base.Add(time.Hour)
+	bob := vault.Principal{Issuer: alice.Issuer, Subject: "alice2"} // subject extends alice's
+	for _, g := range []struct {
+		id      string
+		created time.Duration // relative to now
+		ttl     time.Duration
+		state   vault.GrantState
+	}{
+		{"old", -2 * time.Hour, 3 * time.Hour, vault.GrantPending},       // before the window: not counted
+		{"open", -5 * time.Minute, 10 * time.Minute, vault.GrantPending}, // created and open
+		{"expired", -30 * time.Minute, 10 * time.Minute, vault.GrantApproved},
+		{"done", -2 * time.Minute, 10 * time.Minute, vault.GrantCompleted},
+	} {
+		gr := grant(g.id, alice, now.Add(g.created), now.Add(g.created+g.ttl))
+		gr.State = g.state
+		if _, err := s.CreateGrant(ctx, gr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// In the window: 3 created, 1 open.
+	lim := func(maxOpen, maxCreated int) vault.GrantLimits {
+		return vault.GrantLimits{Since: now.Add(-time.Hour), Now: now, MaxOpen: maxOpen, MaxCreated: maxCreated}
+	}
+	tests := []struct {
+		name string
+		id   string
+		p    vault.Principal
+		lim  vault.GrantLimits
+		want error
+	}{
+		{"open limit reached", "n1", alice, lim(1, 0), vault.ErrTooManyOpenGrants},
+		{"open limit reported first", "n2", alice, lim(1, 3), vault.ErrTooManyOpenGrants},
+		{"created limit reached", "n3", alice, lim(2, 3), vault.ErrTooManyRecentGrants},
+		{"limits of another principal", "n4", bob, lim(1, 1), nil},
+		{"taken id", "open", alice, lim(10, 10), vault.ErrExists},
+		{"no limits", "n5", alice, vault.GrantLimits{Since: now.Add(-time.Hour), Now: now}, nil},
+		// n5 is now a second open grant, the 4th created.
+		{"under both limits", "n6", alice, lim(3, 5), nil},
+		{"created limit counts n5 and n6", "n7", alice, lim(10, 5), vault.ErrTooManyRecentGrants},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := grant(tt.id, tt.p, now, now.Add(10*time.Minute))
+			got, err := s.CreateGrantLimited(ctx, g, tt.lim)
+			wantErr(t, "CreateGrantLimited", err, tt.want)
+			if tt.want == nil && (got.Version != 1 || got.ID != tt.id) {
+				t.Fatalf("created %+v", got)
+			}
+			_, err = s.GetGrant(ctx, tt.id)
+			switch {
+			case tt.want == nil || errors.Is(tt.want, vault.ErrExists):
+				if err != nil {
+					t.Fatalf("GetGrant: %v", err)
+				}
+			default:
+				wantErr(t, "refused grant was stored", err, vault.ErrNotFound)
+			}
+		})
+	}
+	if c, o, err := s.CountGrants(ctx, alice, now.Add(-time.Hour), now); err != nil || c != 5 || o != 3 {
+		t.Fatalf("CountGrants = %d created, %d open, %v; want 5, 3", c, o, err)
+	}
+}
+
+// testConcurrentGrantLimits: 100 concurrent creates for one person store
+// exactly the limit, for the open-grants limit and for the per-hour limit,
+// while another person's creates race with them unaffected.
+func testConcurrentGrantLimits(t *testing.T, s vault.Store) {
+	now := base.Add(time.Hour)
+	tests := []struct {
+		name     string
+		lim      vault.GrantLimits
+		prepare  func(t *testing.T, prefix string, p vault.Principal) // grants that exist before the race
+		want     int
+		refusal  error
+		open     int // open grants of each person afterwards
+		inWindow int // grants created in the window afterwards
+	}{
+		{
+			name: "open", lim: vault.GrantLimits{MaxOpen: 10}, want: 10, refusal: vault.ErrTooManyOpenGrants,
+			// A closed grant in the window counts as created, not as open.
+			prepare: func(t *testing.T, prefix string, p vault.Principal) {
+				g := grant(prefix+"closed", p, now.Add(-time.Minute), now.Add(time.Minute))
+				g.State = vault.GrantDenied
+				if _, err := s.CreateGrant(t.Context(), g); err != nil {
+					t.Fatal(err)
+				}
+			},
+			open: 10, inWindow: 11,
+		},
+		{
+			name: "per hour", lim: vault.GrantLimits{MaxCreated: 30}, refusal: vault.ErrTooManyRecentGrants,
+			// One grant created in the window and already expired counts
+			// as created; one older than the window does not count.
+			prepare: func(t *testing.T, prefix string, p vault.Principal) {
+				for id, created := range map[string]time.Duration{"inside": -50 * time.Minute, "before": -61 * time.Minute} {
+					if _, err := s.CreateGrant(t.Context(), grant(prefix+id, p, now.Add(created), now.Add(created+10*time.Minute))); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			want: 29, open: 29, inWindow: 30,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			prefix := strings.ReplaceAll(tt.name, " ", "-") + "-"
+			lim := tt.lim
+			lim.Since, lim.Now = now.Add(-time.Hour), now
+			people := []vault.Principal{{Issuer: alice.Issuer, Subject: prefix + "alice"}, {Issuer: alice.Issuer, Subject: prefix + "bob"}}
+			for _, p := range people {
+				tt.prepare(t, p.Subject+"-", p)
+			}
+			const calls = 100
+			var (
+				wg    sync.WaitGroup
+				start = make(chan struct{})
+				mu    sync.Mutex
+				ok    = map[vault.Principal]int{}
+			)
+			errs := make(chan error, calls*len(people))
+			for i := range calls {
+				for _, p := range people {
+					wg.Go(func() {
+						<-start
+						g := grant(fmt.Sprintf("%s-%03d", p.Subject, i), p, now, now.Add(10*time.Minute))
+						_, err := s.CreateGrantLimited(ctx, g, lim)
+						switch {
+						case err == nil:
+							mu.Lock()
+							ok[p]++
+							mu.Unlock()
+						case !errors.Is(err, tt.refusal):
+							errs <- fmt.Errorf("%s: %w", g.ID, err)
+						}
+					})
+				}
+			}
+			close(start)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			for _, p := range people {
+				if ok[p] != tt.want {
+					t.Errorf("%s: %d of %d concurrent creates succeeded, want exactly %d", p.Subject, ok[p], calls, tt.want)
+				}
+				c, o, err := s.CountGrants(ctx, p, lim.Since, now)
+				if err != nil || c != tt.inWindow || o != tt.open {
+					t.Errorf("%s: stored %d created, %d open, %v; want %d, %d", p.Subject, c, o, err, tt.inWindow, tt.open)
+				}
+			}
+		})
+	}
+}
+
 func testDeleteExpired(t *testing.T, s vault.Store) {
 	ctx := t.Context()
 	now := base.Add(time.Hour)
@@ -677,7 +842,11 @@ func testClosed(t *testing.T, s vault.Store) {
 		"GetGrant":             func() error { _, err := s.GetGrant(ctx, "gcl"); return err },
 		"UpdateGrant":          func() error { _, err := s.UpdateGrant(ctx, "gcl", gid); return err },
 		"CountGrants":          func() error { _, _, err := s.CountGrants(ctx, alice, base, base); return err },
-		"DeleteExpiredGrants":  func() error { _, err := s.DeleteExpiredGrants(ctx, base.Add(time.Hour)); return err },
+		"CreateGrantLimited": func() error {
+			_, err := s.CreateGrantLimited(ctx, grant("z", alice, base, base), vault.GrantLimits{MaxOpen: 1})
+			return err
+		},
+		"DeleteExpiredGrants": func() error { _, err := s.DeleteExpiredGrants(ctx, base.Add(time.Hour)); return err },
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) { wantErr(t, name, call(), vault.ErrClosed) })
