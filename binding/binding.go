@@ -138,6 +138,35 @@ func (s *Service) Create(ctx context.Context, p vault.Principal, provider string
 	return g, nil
 }
 
+// minReuseLeft is how much of its life a pending grant must have left to
+// be handed out again by Pending: enough to sign in and approve.
+const minReuseLeft = 2 * time.Minute
+
+// Pending returns p's newest grant that is still pending (not approved,
+// not final, with at least minReuseLeft before it expires) for the same
+// provider, the same set of scopes and the same client, so a caller that
+// cannot carry a grant id between retries (a 2025-11-25 client) hands out
+// the link the person may already be looking at instead of a new one.
+func (s *Service) Pending(ctx context.Context, p vault.Principal, provider string, scopes []string, clientName string) (vault.Grant, bool, error) {
+	now := s.opts.Now()
+	list, err := s.store.ListGrants(ctx, p, now.Add(-s.opts.TTL))
+	if err != nil {
+		return vault.Grant{}, false, fmt.Errorf("binding: pending: %w", err)
+	}
+	want := slices.Clone(scopes)
+	slices.Sort(want)
+	for _, g := range slices.Backward(list) {
+		have := slices.Clone(g.Scopes)
+		slices.Sort(have)
+		if g.State == vault.GrantPending && g.Provider == provider && g.ClientName == clientName &&
+			slices.Equal(slices.Compact(have), slices.Compact(want)) && SamePrincipal(g.Principal, p) &&
+			now.Add(minReuseLeft).Before(g.Expires) {
+			return g, true, nil
+		}
+	}
+	return vault.Grant{}, false, nil
+}
+
 // Lookup returns the grant by id without checking who asks. Expired grants
 // report ErrExpired (along with the grant). Use Authorize for anything that
 // acts on the grant.

@@ -284,3 +284,53 @@ func TestConcurrentCompleteOnce(t *testing.T) {
 		t.Fatalf("%d completions succeeded, want 1", wins.Load())
 	}
 }
+
+// TestPending: the open request handed out again is the person's own,
+// pending, for the same provider, scope set and client, with time left.
+func TestPending(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newService(t, binding.Options{})
+	g, err := s.Create(ctx, alice, "github", []string{"repo", "read:user"}, "Agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	approved, _ := s.Create(ctx, alice, "google", []string{"email"}, "Agent")
+	if _, err := s.Approve(ctx, approved.ID, alice); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name     string
+		p        vault.Principal
+		provider string
+		scopes   []string
+		client   string
+		want     bool
+	}{
+		{"same request, scopes in another order", alice, "github", []string{"read:user", "repo"}, "Agent", true},
+		{"another person", bob, "github", []string{"repo", "read:user"}, "Agent", false},
+		{"same subject at another issuer", aliceElsewhere, "github", []string{"repo", "read:user"}, "Agent", false},
+		{"other scopes", alice, "github", []string{"repo"}, "Agent", false},
+		{"another client", alice, "github", []string{"repo", "read:user"}, "Other", false},
+		{"another provider", alice, "gitlab", []string{"repo", "read:user"}, "Agent", false},
+		{"approved already", alice, "google", []string{"email"}, "Agent", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok, err := s.Pending(ctx, tt.p, tt.provider, tt.scopes, tt.client)
+			if err != nil || ok != tt.want || ok && got.ID != g.ID {
+				t.Fatalf("Pending = %s, %v, %v; want %v", got.ID, ok, err, tt.want)
+			}
+		})
+	}
+	// Near its expiry a request is not handed out again: a new link is better.
+	clk.Advance(9 * time.Minute)
+	if _, ok, _ := s.Pending(ctx, alice, "github", []string{"repo", "read:user"}, "Agent"); ok {
+		t.Fatal("a request about to expire was handed out again")
+	}
+	if _, err := s.Deny(ctx, g.ID, alice); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(-9 * time.Minute)
+	if _, ok, _ := s.Pending(ctx, alice, "github", []string{"repo", "read:user"}, "Agent"); ok {
+		t.Fatal("a denied request was handed out again")
+	}
+}

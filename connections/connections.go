@@ -84,6 +84,12 @@ type Request struct {
 	// CanAsk: the caller can send the person to a connect link. Without
 	// it, NeedsUser carries no connect request.
 	CanAsk bool
+	// ReuseOpen: hand out the person's pending connect request for the
+	// same provider, scopes and client when there is one, instead of a new
+	// one. For callers that cannot carry a request between retries (2025-11-25
+	// clients retry the whole call), so the link the person is looking at
+	// stays valid.
+	ReuseOpen bool
 }
 
 // Outcome is the answer to Ensure, Resume and Pick: Connected, NeedsUser,
@@ -302,6 +308,17 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 	need := NeedsUser{Provider: p, Scopes: slices.Clone(scopes), Why: why}
 	if !req.CanAsk {
 		return need, nil
+	}
+	if req.ReuseOpen {
+		g, ok, err := s.opts.Grants.Pending(ctx, req.Principal, p.Name, scopes, req.ClientName)
+		if err != nil {
+			return nil, fmt.Errorf("connections: find an open connect request: %w", err)
+		}
+		if ok {
+			s.log.Info("connections: open connect request handed out again", "grant_ref", binding.Ref(g.ID), "provider", p.Name, "via", req.Via)
+			need.Grant, need.URL = &g, s.ConnectURL(g.ID)
+			return need, nil
+		}
 	}
 	g, err := s.opts.Grants.Create(ctx, req.Principal, p.Name, scopes, req.ClientName)
 	switch {

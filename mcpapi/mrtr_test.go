@@ -367,3 +367,78 @@ func TestConnectURLCarriesNothingPersonal(t *testing.T) {
 		}
 	}
 }
+
+// TestLegacyRetryReusesTheLink: a 2025-11-25 client retries the whole
+// call while the person is still in the browser; it gets the same link
+// (the same grant) back, not a new one, until the grant is used, and a
+// different client or scope set still gets its own.
+func TestLegacyRetryReusesTheLink(t *testing.T) {
+	h := newHarness(t)
+	alice := h.principal("alice")
+	var session string
+	initialize := func(client string) {
+		r := h.do(rawCall{headers: map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"Authorization": "Bearer " + h.bearer("alice")},
+			body: jsonBody(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{
+				"protocolVersion": versionLegacy, "capabilities": map[string]any{"elicitation": map[string]any{"url": map[string]any{}}},
+				"clientInfo": map[string]any{"name": client, "version": "1"}}})})
+		if session = r.header.Get("Mcp-Session-Id"); session == "" {
+			t.Fatal("no session id")
+		}
+	}
+	call := func(args map[string]any) string {
+		t.Helper()
+		r := h.do(rawCall{headers: map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"Authorization": "Bearer " + h.bearer("alice"), "Mcp-Session-Id": session, "MCP-Protocol-Version": versionLegacy},
+			body: jsonBody(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": map[string]any{"name": "connect_account", "arguments": args}})})
+		var d struct {
+			Error *struct {
+				Code int `json:"code"`
+				Data struct {
+					Elicitations []struct {
+						URL string `json:"url"`
+					} `json:"elicitations"`
+				} `json:"data"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(r.body, &d); err != nil || d.Error == nil || d.Error.Code != -32042 || len(d.Error.Data.Elicitations) != 1 {
+			t.Fatalf("want -32042 with one elicitation, got %s", r.body)
+		}
+		return d.Error.Data.Elicitations[0].URL
+	}
+	initialize("legacy-agent")
+	gh := map[string]any{"provider": "github"}
+	first := call(gh)
+	for range 3 {
+		if again := call(gh); again != first {
+			t.Fatalf("retry got a new link %s, want %s", again, first)
+		}
+	}
+	if other := call(map[string]any{"provider": "github", "scopes": []string{"read:user", "repo"}}); other == first {
+		t.Fatal("other scopes reused the link")
+	}
+	if created, _, _ := h.store.CountGrants(t.Context(), alice, epoch.Add(-time.Hour), h.clock.Now()); created != 2 {
+		t.Fatalf("%d grants created, want 2 (one per scope set)", created)
+	}
+	initialize("another-agent")
+	if other := call(gh); other == first {
+		t.Fatal("another client reused the link")
+	}
+	// Once the link was used, the next call is a new request.
+	initialize("legacy-agent")
+	h.completeGrant(grantIDOf(t, first), alice, "octocat")
+	h.store.DeleteConnection(t.Context(), h.mustOnlyConnection(alice).ID)
+	if next := call(gh); next == first {
+		t.Fatal("a completed request's link was handed out again")
+	}
+}
+
+// mustOnlyConnection returns p's one connection.
+func (h *harness) mustOnlyConnection(p vault.Principal) vault.Connection {
+	h.t.Helper()
+	cs, err := h.store.ListConnections(context.Background(), p)
+	if err != nil || len(cs) != 1 {
+		h.t.Fatalf("%d connections, %v; want one", len(cs), err)
+	}
+	return cs[0]
+}

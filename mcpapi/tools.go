@@ -233,7 +233,10 @@ func decodeArgs(raw json.RawMessage, v any) error {
 // request builds the connections request of a tools/call.
 func (c *callContext) request(provider string, scopes []string, account string) connections.Request {
 	return connections.Request{Principal: c.principal, Provider: provider, Scopes: scopes, Account: account,
-		ClientName: c.clientName, Via: "mcp", CanAsk: c.urlCapable}
+		ClientName: c.clientName, Via: "mcp", CanAsk: c.urlCapable,
+		// A 2025-11-25 client retries the whole call while the person is in
+		// the browser: give it the link it already has.
+		ReuseOpen: !c.modern}
 }
 
 // answer reads the person's answer to the input request key from a retry.

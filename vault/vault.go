@@ -220,6 +220,9 @@ type Store interface {
 	// ErrTooManyOpenGrants or ErrTooManyRecentGrants, storing nothing, when
 	// lim.Check refuses, so N concurrent calls store at most the limit.
 	CreateGrantLimited(ctx context.Context, g Grant, lim GrantLimits) (Grant, error)
+	// ListGrants returns p's grants created at or after since (expiry is not
+	// applied here), oldest first, via the per-principal index.
+	ListGrants(ctx context.Context, p Principal, since time.Time) ([]Grant, error)
 	// CountGrants returns how many of p's grants were created at or after
 	// since, and how many of those are still open (pending or approved, not
 	// yet expired at now).

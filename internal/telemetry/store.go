@@ -120,6 +120,13 @@ func (t *timedStore) CountGrants(ctx context.Context, p vault.Principal, since, 
 	return created, open, err
 }
 
+func (t *timedStore) ListGrants(ctx context.Context, p vault.Principal, since time.Time) ([]vault.Grant, error) {
+	start := time.Now()
+	out, err := t.next.ListGrants(ctx, p, since)
+	t.done("list_grants", start, err)
+	return out, err
+}
+
 func (t *timedStore) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error) {
 	start := time.Now()
 	n, err := t.next.DeleteExpiredGrants(ctx, now)

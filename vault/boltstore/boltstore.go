@@ -848,6 +848,43 @@ func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now t
 	return created, open, nil
 }
 
+// ListGrants implements vault.Store: the same seek on the principal index
+// as countGrants.
+func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Time) ([]vault.Grant, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	var out []vault.Grant
+	err := s.view(func(tx *bolt.Tx) error {
+		out = nil
+		prefix := principalKey(p, timeKeyLen)
+		grants := tx.Bucket(bGrants)
+		c := tx.Bucket(bGrantByPrin).Cursor()
+		for k, _ := c.Seek(timeKey(bytes.Clone(prefix), since)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if len(k) < len(prefix)+timeKeyLen {
+				continue
+			}
+			rec := grants.Get(k[len(prefix)+timeKeyLen:])
+			if rec == nil {
+				continue
+			}
+			g, err := vault.DecodeGrant(rec)
+			if err != nil {
+				return err
+			}
+			if g.Principal != p {
+				return fmt.Errorf("boltstore: grant %s is indexed under another principal: %w", g.ID, vault.ErrMalformed)
+			}
+			out = append(out, g)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // countGrants counts p's grants in lim's window: a seek to (principal,
 // since) on the principal index, then only that principal's recent grants
 // are read.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -281,6 +282,32 @@ func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now t
 		return 0, 0, err
 	}
 	return s.countGrants(p, vault.GrantLimits{Since: since, Now: now})
+}
+
+// ListGrants implements vault.Store.
+func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Time) ([]vault.Grant, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var out []vault.Grant
+	for _, b := range s.grants {
+		g, err := vault.DecodeGrant(b)
+		if err != nil {
+			return nil, err
+		}
+		if g.Principal == p && !g.Created.Before(since) {
+			out = append(out, g)
+		}
+	}
+	slices.SortFunc(out, func(a, b vault.Grant) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
 }
 
 // countGrants counts p's grants in lim's window; s.mu must be held.

@@ -722,6 +722,34 @@ func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now t
 	return created, open, nil
 }
 
+// ListGrants implements vault.Store: an index scan on (iss, sub, created).
+func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Time) ([]vault.Grant, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT record FROM grants WHERE iss = $1 AND sub = $2 AND created_ns >= $3 ORDER BY created_ns, id",
+		[]byte(p.Issuer), []byte(p.Subject), nanos(since))
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: list grants: %w", err))
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: list grants: %w", err))
+	}
+	out := make([]vault.Grant, 0, len(recs))
+	for _, rec := range recs {
+		g, err := vault.DecodeGrant(rec)
+		if err != nil {
+			return nil, err
+		}
+		if g.Principal != p {
+			return nil, fmt.Errorf("pgstore: grant %s is listed under another principal: %w", g.ID, vault.ErrMalformed)
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
 // DeleteExpiredGrants implements vault.Store, a thousand grants per
 // statement. Rows another replica is deleting at the same moment are
 // skipped (FOR UPDATE SKIP LOCKED), so every replica can sweep at once

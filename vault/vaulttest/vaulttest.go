@@ -598,6 +598,33 @@ func testCountGrants(t *testing.T, s vault.Store) {
 			}
 		})
 	}
+	// ListGrants: the same window, oldest first, the principal's own only.
+	for _, tt := range []struct {
+		p    vault.Principal
+		want []string
+	}{
+		{alice, []string{"edge", "expired", "open1", "done", "open2"}},
+		{bob, []string{"bob"}},
+		{vault.Principal{Issuer: alice.Issuer, Subject: "ali"}, nil},
+	} {
+		list, err := s.ListGrants(ctx, tt.p, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, g := range list {
+			ids = append(ids, g.ID)
+			if g.Principal != tt.p || g.Provider != "github" || g.ClientName != "Claude <script>" {
+				t.Fatalf("ListGrants(%s) returned %+v", tt.p.Subject, g)
+			}
+		}
+		if !slices.Equal(ids, tt.want) {
+			t.Fatalf("ListGrants(%s) = %v, want %v", tt.p.Subject, ids, tt.want)
+		}
+	}
+	if all, err := s.ListGrants(ctx, alice, time.Time{}); err != nil || len(all) != 6 || all[0].ID != "old" {
+		t.Fatalf("ListGrants since the zero time: %d grants, %v; want 6 starting with old", len(all), err)
+	}
 	// Completing a grant closes it.
 	if _, err := s.UpdateGrant(ctx, "open1", func(g vault.Grant) (vault.Grant, error) {
 		g.State = vault.GrantDenied
