@@ -117,6 +117,9 @@ func Describe(err error, p *provider.Provider) string {
 		return fmt.Sprintf("Handing out %s tokens is disabled; use the proxy instead.", name)
 	case errors.Is(err, provider.ErrNeedsReconnect):
 		return fmt.Sprintf("The %s access was revoked or has expired; the account must be reconnected.", name)
+	case errors.Is(err, provider.ErrUninspectableAnswer):
+		return fmt.Sprintf("%s answered in a form the broker cannot check for secrets (%s), so nothing of the answer was returned.",
+			name, strings.TrimPrefix(err.Error(), provider.ErrUninspectableAnswer.Error()+": "))
 	case errors.Is(err, provider.ErrProviderUnavailable):
 		return fmt.Sprintf("%s did not answer properly (timeouts or server errors, after retries). Nothing was changed; try again later.", name)
 	case errors.Is(err, vault.ErrNotFound):

@@ -21,6 +21,7 @@ import (
 
 	"credbroker/binding"
 	"credbroker/connections"
+	"credbroker/internal/echoapi"
 	"credbroker/internal/logbuf"
 	"credbroker/provider"
 	"credbroker/vault"
@@ -148,6 +149,7 @@ func newHarness(t testing.TB, mods ...harnessOpt) *harness {
 	t.Helper()
 	h := &harness{t: t, iss: newTestIssuer(t), clock: &clock{t: epoch}, logs: &logbuf.Buffer{}}
 	h.api = newTestProvider(t)
+	echo := echoapi.Start(t)
 	kr, err := vault.ParseKeys(vault.GenerateKey())
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +178,15 @@ func newHarness(t testing.TB, mods ...harnessOpt) *harness {
     default_scopes: [openid, email]
     allowed_scopes: [openid, email]
     api: {base_url: `+h.api.srv.URL+`/api}
+  echo:
+    display_name: Echo
+    type: oauth2
+    authorization_url: `+echo.URL+`/authorize
+    token_url: `+echo.URL+`/token
+    client_id: test-client
+    client_secret: ${SECRET}
+    account: {url: `+echo.URL+`/user, id_field: id}
+    api: {base_url: `+echo.URL+`}
 `), func(string) string { return "test-client-secret" })
 	if err != nil {
 		t.Fatal(err)

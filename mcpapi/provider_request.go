@@ -45,6 +45,9 @@ type requestOutput struct {
 	Body         string            `json:"body"`
 	BodyEncoding string            `json:"body_encoding"` // text | base64
 	Truncated    bool              `json:"truncated"`
+	// Decoded names the content encoding the provider applied unasked and
+	// the broker undid to check the answer for secrets.
+	Decoded string `json:"decoded,omitempty"`
 }
 
 func providerRequestTool() *mcp.Tool {
@@ -66,7 +69,8 @@ func providerRequestTool() *mcp.Tool {
 "required":["provider","method","path"],"additionalProperties":false}`),
 		OutputSchema: compactJSON(`{"type":"object","properties":{
 "status":{"type":"integer"},"headers":{"type":"object","additionalProperties":{"type":"string"}},
-"body":{"type":"string"},"body_encoding":{"type":"string","enum":["text","base64"]},"truncated":{"type":"boolean"}},
+"body":{"type":"string"},"body_encoding":{"type":"string","enum":["text","base64"]},"truncated":{"type":"boolean"},
+"decoded":{"type":"string","description":"The content encoding (gzip, deflate) the provider applied unasked, which the broker undid to check the answer for secrets."}},
 "required":["status","headers","body","body_encoding","truncated"],"additionalProperties":false}`),
 		Annotations: &mcp.ToolAnnotations{Title: "Call a provider's API", ReadOnlyHint: false,
 			DestructiveHint: boolPtr(true), IdempotentHint: false, OpenWorldHint: boolPtr(true)},
@@ -266,7 +270,7 @@ func (s *Server) runRequest(ctx context.Context, c *callContext, p *provider.Pro
 	default:
 		return s.failed(err, p.Name, toolRequest)
 	}
-	out := requestOutput{Status: resp.Status, Headers: map[string]string{}, Truncated: resp.Truncated}
+	out := requestOutput{Status: resp.Status, Headers: map[string]string{}, Truncated: resp.Truncated, Decoded: resp.Decoded}
 	for k, vs := range resp.Header {
 		out.Headers[strings.ToLower(k)] = strings.Join(vs, ", ")
 	}

@@ -3,9 +3,11 @@ package mcpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
+	"credbroker/internal/echoapi"
 	"credbroker/vault"
 )
 
@@ -111,5 +113,42 @@ func TestProviderRequestFlows(t *testing.T) {
 	})
 	if strings.Contains(h.logs.String(), providerSecret) {
 		t.Error("token in logs")
+	}
+}
+
+// TestProviderRequestRedactsEncodedEchoes: an API that reflects the token
+// base64-encoded (alone, as "Bearer <token>", buried in a longer base64
+// text at any offset), hex-encoded, or compressed without being asked
+// never hands any form of it back; an encoding the broker cannot undo is
+// refused.
+func TestProviderRequestRedactsEncodedEchoes(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect(h.principal("alice"), "echo", "echo-user", nil)
+	token := providerSecret + "-" + c.ID
+	for _, form := range echoapi.Forms {
+		t.Run(form, func(t *testing.T) {
+			_, d := h.callTool("alice", "{}", toolRequest, map[string]any{"provider": "echo", "method": "GET", "path": "/echo/" + form}, nil)
+			raw, _ := json.Marshal(d)
+			sc, _ := d.Result["structuredContent"].(map[string]any)
+			if sc == nil || sc["status"] != float64(200) {
+				t.Fatalf("got %s", raw)
+			}
+			if leaks := echoapi.Leaks(string(raw), token); len(leaks) > 0 {
+				t.Fatalf("the token came back as %v: %s", leaks, raw)
+			}
+			if !strings.Contains(fmt.Sprint(sc["body"]), "REDACTED") {
+				t.Fatalf("nothing was redacted: %s", raw)
+			}
+			if compressed := form == "gzip" || form == "deflate" || form == "raw-deflate"; compressed != (sc["decoded"] != nil) {
+				t.Fatalf("decoded = %v for %s", sc["decoded"], form)
+			}
+		})
+	}
+	for _, form := range echoapi.Refused {
+		_, d := h.callTool("alice", "{}", toolRequest, map[string]any{"provider": "echo", "method": "GET", "path": "/echo/" + form}, nil)
+		raw, _ := json.Marshal(d)
+		if d.Result["isError"] != true || !strings.Contains(string(raw), "cannot check for secrets") || strings.Contains(string(raw), token) {
+			t.Fatalf("%s: want a refusal naming why, got %s", form, raw)
+		}
 	}
 }

@@ -338,6 +338,7 @@ func (s *Server) failed(err error, providerName string, tool string) outcome {
 	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae), errors.As(err, &re),
 		errors.Is(err, connections.ErrTooManyPending), errors.Is(err, connections.ErrRateLimited),
 		errors.Is(err, connections.ErrConnectionGone), errors.Is(err, provider.ErrProviderUnavailable),
+		errors.Is(err, provider.ErrUninspectableAnswer),
 		errors.Is(err, vault.ErrNotFound), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return toolError("%s", connections.Describe(err, p))
 	case errors.Is(err, connections.ErrRequestExpired), errors.Is(err, connections.ErrTooManyRounds):

@@ -1,9 +1,12 @@
 package provider
 
 import (
+	"bufio"
 	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"credbroker/internal/untrusted"
 	"credbroker/vault"
 )
 
@@ -222,6 +226,44 @@ type APIResponse struct {
 	Header    http.Header // selected headers only (see responseHeader)
 	Body      []byte
 	Truncated bool
+	// Decoded names the Content-Encoding (gzip, deflate) the provider
+	// applied although the broker asked for none, which the broker undid
+	// to check the answer for secrets; "" when the answer came plain.
+	Decoded string
+}
+
+// ErrUninspectableAnswer: the provider answered in a form the broker
+// cannot check for secrets (an unknown or undecodable content encoding),
+// so nothing of the answer is returned.
+var ErrUninspectableAnswer = errors.New("provider: the answer cannot be checked for secrets")
+
+// decodedBody returns resp's body with a gzip or deflate content encoding
+// undone (the broker asked for identity; a provider may still compress),
+// and which encoding that was. Any other encoding is refused.
+func decodedBody(resp *http.Response) (io.Reader, string, error) {
+	enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	switch enc {
+	case "", "identity":
+		return resp.Body, "", nil
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return nil, "", fmt.Errorf("the gzip answer does not decode")
+		}
+		return zr, "gzip", nil
+	case "deflate":
+		// HTTP's deflate is the zlib format; some servers send raw deflate.
+		br := bufio.NewReader(resp.Body)
+		if head, err := br.Peek(2); err == nil && (uint16(head[0])<<8|uint16(head[1]))%31 == 0 && head[0]&0x0f == 8 {
+			zr, err := zlib.NewReader(br)
+			if err != nil {
+				return nil, "", fmt.Errorf("the deflate answer does not decode")
+			}
+			return zr, "deflate", nil
+		}
+		return flate.NewReader(br), "deflate", nil
+	}
+	return nil, "", fmt.Errorf("the answer uses Content-Encoding %q, which the broker does not decode", untrusted.Clip(enc, 32))
 }
 
 // responseHeader reports whether an upstream response header is passed on:
@@ -333,6 +375,9 @@ func (k *Client) send(ctx context.Context, p *Provider, conn vault.Connection, m
 		tt = "Bearer"
 	}
 	hreq.Header.Set("Authorization", tt+" "+conn.Token.AccessToken.Reveal())
+	// An answer must be read to be redacted: ask for it uncompressed (and
+	// keep Go's transport from decompressing behind our back).
+	hreq.Header.Set("Accept-Encoding", "identity")
 	cl := *k.opts.HTTPClient
 	cl.CheckRedirect = func(r *http.Request, via []*http.Request) error {
 		if len(via) >= 5 || !redirectAllowed(p, base, r) {
@@ -366,11 +411,18 @@ func (k *Client) send(ctx context.Context, p *Provider, conn vault.Connection, m
 	for _, f := range forms {
 		longest = max(longest, len(f))
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, k.opts.MaxResponseBody+int64(longest)+1))
+	answer, decoded, err := decodedBody(resp)
 	if err != nil {
+		return APIResponse{}, fmt.Errorf("%w: %s API: %v", ErrUninspectableAnswer, p.Name, err)
+	}
+	b, err := io.ReadAll(io.LimitReader(answer, k.opts.MaxResponseBody+int64(longest)+1))
+	if err != nil {
+		if decoded != "" {
+			return APIResponse{}, fmt.Errorf("%w: %s API: the %s answer does not decode", ErrUninspectableAnswer, p.Name, decoded)
+		}
 		return APIResponse{}, fmt.Errorf("%w: %s API: reading the answer failed", ErrProviderUnavailable, p.Name)
 	}
-	out := APIResponse{Status: resp.StatusCode, Header: http.Header{}}
+	out := APIResponse{Status: resp.StatusCode, Header: http.Header{}, Decoded: decoded}
 	out.Body, out.Truncated = redactCapped(b, forms, k.opts.MaxResponseBody)
 	for name, vs := range resp.Header {
 		if responseHeader(name) {
@@ -400,76 +452,4 @@ func redirectAllowed(p *Provider, base *url.URL, r *http.Request) bool {
 		return false
 	}
 	return slices.Contains(apiMethods, r.Method) && p.requestAllowed(r.Method, rel)
-}
-
-// redacted replaces the access token in API answers.
-const redacted = "REDACTED"
-
-// secretForms returns the encodings of an access token an API might echo:
-// as is, JSON-escaped (with and without HTML escaping, with "\/") and URL-
-// encoded. Empty for an empty token.
-func secretForms(secret string) [][]byte {
-	if secret == "" {
-		return nil
-	}
-	quoted := func(escapeHTML bool) string {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(escapeHTML)
-		_ = enc.Encode(secret)
-		return strings.TrimSuffix(strings.TrimSpace(buf.String()), `"`)[1:]
-	}
-	jsonHTML, jsonPlain := quoted(true), quoted(false)
-	var forms [][]byte
-	for _, f := range []string{secret, jsonHTML, jsonPlain, strings.ReplaceAll(jsonHTML, "/", `\/`),
-		strings.ReplaceAll(jsonPlain, "/", `\/`), url.QueryEscape(secret), url.PathEscape(secret)} {
-		if !slices.ContainsFunc(forms, func(g []byte) bool { return string(g) == f }) {
-			forms = append(forms, []byte(f))
-		}
-	}
-	return forms
-}
-
-// redactCapped replaces every form in b that starts before limit with
-// redacted and cuts the rest at limit (of b's original positions, so text
-// shifting left after a replacement cannot bring a partial token in), and
-// the result at limit bytes. It reports whether anything was cut.
-func redactCapped(b []byte, forms [][]byte, limit int64) ([]byte, bool) {
-	out := make([]byte, 0, min(int64(len(b)), limit))
-	// next[f] caches where form f next occurs at or after i (-1: nowhere),
-	// so each form is searched for once per occurrence, not once per
-	// replacement.
-	next := make([]int, len(forms))
-	for f := range forms {
-		next[f] = -2
-	}
-	i := 0
-	for int64(i) < limit && i < len(b) {
-		at, form := -1, -1
-		for f, fb := range forms {
-			if next[f] == -2 || next[f] >= 0 && next[f] < i {
-				next[f] = -1
-				if j := bytes.Index(b[i:], fb); j >= 0 {
-					next[f] = i + j
-				}
-			}
-			if n := next[f]; n >= 0 && (at < 0 || n < at || n == at && len(fb) > len(forms[form])) {
-				at, form = n, f
-			}
-		}
-		if at < 0 || int64(at) >= limit {
-			end := int(min(limit, int64(len(b))))
-			out = append(out, b[i:end]...)
-			i = end
-			break
-		}
-		out = append(out, b[i:at]...)
-		out = append(out, redacted...)
-		i = at + len(forms[form])
-	}
-	if int64(len(out)) > limit {
-		// A replacement just before the cap ran past it.
-		return out[:limit], true
-	}
-	return out, i < len(b)
 }

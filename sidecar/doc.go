@@ -24,7 +24,9 @@
 //	ANY  /v1/proxy/{provider}/{path…} the provider API request with the stored token injected
 //	                                 (same path rules, allow-list, caps and refresh as
 //	                                 provider_request); the upstream status, selected headers
-//	                                 and body, plus Broker-Truncated: true when the body was cut.
+//	                                 and body, plus Broker-Truncated: true when the body was cut and
+//	                                 Broker-Decoded: gzip|deflate when the provider compressed its
+//	                                 answer unasked (the broker decodes it to check it for secrets).
 //	                                 Broker-Account selects the account when several are connected.
 //	POST /v1/token                   {provider, account?} → {"access_token","token_type","expires_at"}
 //	                                 only for providers with sidecar_token_export: true; never
@@ -47,6 +49,7 @@
 // the user token lacks the broker's --required-scope), invalid_request (400),
 // invalid_request_state (400), unknown_provider (404), not_connected and
 // needs_reconnect and account_required (409), request_refused (400),
-// body_too_large (413), token_export_disabled (403), provider_unavailable
+// body_too_large (413), token_export_disabled (403), provider_answer_refused
+// (502: an answer in an encoding the broker cannot check), provider_unavailable
 // (502) and internal (500).
 package sidecar

@@ -27,7 +27,10 @@ const (
 	SecretHeader    = "Broker-Sidecar-Secret"
 	AccountHeader   = "Broker-Account"
 	TruncatedHeader = "Broker-Truncated"
-	ErrorHeader     = "Broker-Error"
+	// DecodedHeader names the content encoding (gzip, deflate) the provider
+	// applied unasked, which the broker undid to check the answer.
+	DecodedHeader = "Broker-Decoded"
+	ErrorHeader   = "Broker-Error"
 )
 
 // Options configures a Server.
@@ -362,6 +365,9 @@ func (s *Server) failed(w http.ResponseWriter, err error, providerName string) {
 		writeError(w, http.StatusBadRequest, "request_refused", re.Msg, nil)
 	case errors.Is(err, provider.ErrNeedsReconnect):
 		writeError(w, http.StatusConflict, "needs_reconnect", msg+" Call POST /v1/require to reconnect.", nil)
+	case errors.Is(err, provider.ErrUninspectableAnswer):
+		s.log.Warn("sidecar: provider answer refused", "provider", providerName, "err", err.Error())
+		writeError(w, http.StatusBadGateway, "provider_answer_refused", msg, nil)
 	case errors.Is(err, provider.ErrProviderUnavailable):
 		s.log.Warn("sidecar: provider unavailable", "provider", providerName, "err", err.Error())
 		writeError(w, http.StatusBadGateway, "provider_unavailable", msg, nil)
@@ -421,6 +427,9 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	if resp.Truncated {
 		w.Header().Set(TruncatedHeader, "true")
+	}
+	if resp.Decoded != "" {
+		w.Header().Set(DecodedHeader, resp.Decoded)
 	}
 	w.WriteHeader(resp.Status)
 	w.Write(resp.Body)

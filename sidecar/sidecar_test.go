@@ -9,8 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"credbroker/internal/echoapi"
+	"credbroker/sidecar"
 	"credbroker/sidecar/client"
 	"credbroker/sidecar/sidecartest"
+	"credbroker/vault"
 )
 
 func raw(t *testing.T, st *sidecartest.Stack, method, path, secret, token, body string) (int, string) {
@@ -234,4 +237,63 @@ func auditCount(t *testing.T, st *sidecartest.Stack, kind string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestSidecarProxyRedactsEncodedEchoes: the proxy never hands back any
+// form of the token an API reflects (base64, hex, buried in base64 text,
+// compressed unasked), and refuses an encoding it cannot undo.
+func TestSidecarProxyRedactsEncodedEchoes(t *testing.T) {
+	echo := echoapi.Start(t)
+	st := sidecartest.Start(t, sidecartest.Options{ExtraProviders: `  echo:
+    type: oauth2
+    authorization_url: ` + echo.URL + `/authorize
+    token_url: ` + echo.URL + `/token
+    client_id: echo-client
+    client_secret: ${DEMO_SECRET}
+    account: {url: ` + echo.URL + `/user, id_field: id}
+    api: {base_url: ` + echo.URL + `}
+`})
+	const token = "echo-access-token-0123456789abcdefghij"
+	if _, err := st.Store.CreateConnection(context.Background(), vault.Connection{ID: "conn-echo", Principal: st.Principal("alice"),
+		Provider: "echo", AccountID: "1", Status: vault.StatusActive, Token: vault.TokenSet{AccessToken: token, TokenType: "Bearer"}}); err != nil {
+		t.Fatal(err)
+	}
+	alice := st.UserToken("alice", "")
+	get := func(form string) (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodGet, st.URL+"/v1/proxy/echo/echo/"+form, nil)
+		req.Header.Set(sidecar.SecretHeader, st.Secret)
+		req.Header.Set("Authorization", "Bearer "+alice)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	for _, form := range echoapi.Forms {
+		t.Run(form, func(t *testing.T) {
+			resp, body := get(form)
+			if resp.StatusCode != http.StatusOK || !strings.Contains(body, "REDACTED") {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			if leaks := echoapi.Leaks(body, token); len(leaks) > 0 {
+				t.Fatalf("the token came back as %v: %s", leaks, body)
+			}
+			if compressed := form == "gzip" || form == "deflate" || form == "raw-deflate"; compressed != (resp.Header.Get(sidecar.DecodedHeader) != "") ||
+				resp.Header.Get("Content-Encoding") != "" {
+				t.Fatalf("%s: %s %q, Content-Encoding %q", form, sidecar.DecodedHeader, resp.Header.Get(sidecar.DecodedHeader), resp.Header.Get("Content-Encoding"))
+			}
+		})
+	}
+	for _, form := range echoapi.Refused {
+		resp, body := get(form)
+		if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, `"provider_answer_refused"`) || strings.Contains(body, token) {
+			t.Fatalf("%s: %d %s", form, resp.StatusCode, body)
+		}
+	}
+	st.CheckNoTokens("logs", st.Logs.String())
+	if strings.Contains(st.Logs.String(), token) {
+		t.Fatal("the token is in the log")
+	}
 }

@@ -46,6 +46,9 @@ type Options struct {
 	Export bool
 	// RequiredScope is the sidecar's Options.RequiredScope.
 	RequiredScope string
+	// ExtraProviders are more providers.yaml entries (indented two spaces,
+	// under providers:), e.g. one whose API is a test server.
+	ExtraProviders string
 }
 
 // Stack is the running broker core.
@@ -107,7 +110,7 @@ func Start(tb testing.TB, o Options) *Stack {
     account: {url: ` + s.DemoURL + `/api/user, id_field: id, login_field: login}
     api: {base_url: ` + s.DemoURL + `/api}
     revocation: {style: rfc7009, url: ` + s.DemoURL + `/revoke}
-` + export
+` + export + o.ExtraProviders
 	s.Providers, err = provider.ParseProviders("test", []byte(doc), func(string) string { return demoSecret })
 	if err != nil {
 		tb.Fatal(err)

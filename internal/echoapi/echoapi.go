@@ -1,0 +1,134 @@
+// Package echoapi is a hostile provider API for tests: it reflects the
+// Authorization header the broker sent in the encodings a careless or
+// malicious API might use (base64 of the header or of the token alone,
+// hex, buried inside a longer base64 text, compressed without being
+// asked), so tests can show that no form of the token comes back out of
+// provider_request or the sidecar proxy.
+package echoapi
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// Forms are the echo forms served at /echo/{form}.
+var Forms = []string{
+	"raw", "base64-header", "base64-token", "base64url-token", "base64url-nopad-token", "base64-nopad-token",
+	"hex", "hex-upper", "embedded-0", "embedded-1", "embedded-2", "embedded-url-1",
+	"gzip", "deflate", "raw-deflate",
+}
+
+// Refused are forms the broker must refuse rather than pass on.
+var Refused = []string{"br"}
+
+// Start serves the echo API on loopback until the test ends; its base URL
+// is the server's URL.
+func Start(tb testing.TB) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(serve))
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+func serve(w http.ResponseWriter, r *http.Request) {
+	form, ok := strings.CutPrefix(r.URL.Path, "/echo/")
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	header := r.Header.Get("Authorization")
+	_, token, _ := strings.Cut(header, " ")
+	var body []byte
+	encoding := ""
+	b64 := base64.StdEncoding.EncodeToString
+	switch form {
+	case "raw":
+		body = []byte(`{"you_sent":"` + header + `"}`)
+	case "base64-header":
+		body = []byte(`{"auth":"` + b64([]byte(header)) + `"}`)
+	case "base64-token":
+		body = []byte(`{"t":"` + b64([]byte(token)) + `"}`)
+	case "base64url-token":
+		body = []byte(`{"t":"` + base64.URLEncoding.EncodeToString([]byte(token)) + `"}`)
+	case "base64url-nopad-token":
+		body = []byte(`{"t":"` + base64.RawURLEncoding.EncodeToString([]byte(token)) + `"}`)
+	case "base64-nopad-token":
+		body = []byte(`{"t":"` + base64.RawStdEncoding.EncodeToString([]byte(token)) + `"}`)
+	case "hex":
+		body = []byte(`{"t":"` + hex.EncodeToString([]byte(token)) + `"}`)
+	case "hex-upper":
+		body = []byte(`{"t":"` + strings.ToUpper(hex.EncodeToString([]byte(token))) + `"}`)
+	case "embedded-0", "embedded-1", "embedded-2":
+		// The token inside a larger JSON document, base64-encoded whole,
+		// at three offsets mod 3.
+		pad := strings.Repeat("x", int(form[len(form)-1]-'0'))
+		body = []byte(`{"blob":"` + b64([]byte(`{"p":"`+pad+`","authorization":"`+header+`","n":42}`)) + `"}`)
+	case "embedded-url-1":
+		body = []byte(`{"blob":"` + base64.RawURLEncoding.EncodeToString([]byte("x"+token+"yz")) + `"}`)
+	case "gzip", "deflate", "raw-deflate", "br":
+		plain := []byte(`{"you_sent":"` + header + `"}`)
+		var buf bytes.Buffer
+		switch form {
+		case "gzip":
+			zw := gzip.NewWriter(&buf)
+			zw.Write(plain)
+			zw.Close()
+			encoding = "gzip"
+		case "deflate":
+			zw := zlib.NewWriter(&buf)
+			zw.Write(plain)
+			zw.Close()
+			encoding = "deflate"
+		case "raw-deflate":
+			zw, _ := flate.NewWriter(&buf, flate.BestSpeed)
+			zw.Write(plain)
+			zw.Close()
+			encoding = "deflate"
+		case "br":
+			// Not real brotli: the broker must refuse the encoding by name.
+			buf.Write(plain)
+			encoding = "br"
+		}
+		body = buf.Bytes()
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if encoding != "" {
+		w.Header().Set("Content-Encoding", encoding)
+	}
+	w.Write(body)
+}
+
+// Leaks returns the forms of token found in text (every encoding Forms
+// produce, and base64 fragments of it at any offset), so a test can say
+// which one leaked.
+func Leaks(text, token string) []string {
+	var found []string
+	check := func(name, f string) {
+		if len(f) >= 8 && strings.Contains(text, f) {
+			found = append(found, name)
+		}
+	}
+	check("raw", token)
+	check("hex", hex.EncodeToString([]byte(token)))
+	check("hex-upper", strings.ToUpper(hex.EncodeToString([]byte(token))))
+	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+		for lead := range 3 {
+			skip := (3 - lead) % 3
+			whole := (len(token) - skip) / 3 * 3
+			if whole > 0 {
+				check("base64 fragment", enc.EncodeToString([]byte(token)[skip:skip+whole]))
+			}
+		}
+	}
+	return found
+}
