@@ -289,6 +289,30 @@ func ApplyGrantUpdate(old Grant, fn func(Grant) (Grant, error)) (Grant, error) {
 	return ng, nil
 }
 
+// ApplyConnectionRecordUpdate runs an UpdateConnection closure on the
+// stored record rec of connection id: it opens the token set, applies fn
+// (ApplyConnectionUpdate's rules) and seals the result with kr's primary
+// key. Every backend's UpdateConnection goes through it.
+func ApplyConnectionRecordUpdate(kr *Keyring, rec []byte, id string, fn func(Connection) (Connection, error)) ([]byte, Connection, error) {
+	old, err := DecodeConnection(kr, rec)
+	if err == nil && old.ID != id {
+		err = fmt.Errorf("vault: connection %s: stored record names id %s: %w", id, old.ID, ErrMalformed)
+	}
+	if err != nil {
+		return nil, Connection{}, err
+	}
+	nc, err := ApplyConnectionUpdate(old, fn)
+	if err != nil {
+		return nil, Connection{}, err
+	}
+	nrec, err := EncodeConnection(kr, nc)
+	if err != nil {
+		return nil, Connection{}, err
+	}
+	nc.SealedWith = kr.Primary()
+	return nrec, nc, nil
+}
+
 // ApplyConnectionMetaUpdate runs an UpdateConnectionMeta closure on the
 // stored record rec of connection id and returns the record to store and
 // its metadata. The sealed token set is copied as is: its additional data

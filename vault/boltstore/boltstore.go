@@ -458,58 +458,22 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 
 // UpdateConnection implements vault.Store: read, fn, write in one transaction.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Connection{}, err
-	}
-	var (
-		out   vault.Connection
-		opErr error
-	)
-	err := s.batch(func(tx *bolt.Tx) error {
-		out, opErr = vault.Connection{}, nil
-		b := tx.Bucket(bConns)
-		rec := b.Get([]byte(id))
-		if rec == nil {
-			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
-			return nil
-		}
-		old, err := vault.DecodeConnection(s.kr, rec)
-		if err == nil && old.ID != id {
-			err = fmt.Errorf("boltstore: connection %s: stored record names id %s: %w", id, old.ID, vault.ErrMalformed)
-		}
-		if err != nil {
-			opErr = err
-			return nil
-		}
-		nc, err := vault.ApplyConnectionUpdate(old, fn)
-		if err != nil {
-			opErr = err
-			return nil
-		}
-		nrec, err := vault.EncodeConnection(s.kr, nc)
-		if err != nil {
-			opErr = err
-			return nil
-		}
-		if err := b.Put([]byte(id), nrec); err != nil {
-			return err
-		}
-		nc.SealedWith = s.kr.Primary()
-		out = nc
-		return nil
+	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
+		return vault.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
 	})
-	if err == nil {
-		err = opErr
-	}
-	if err != nil {
-		return vault.Connection{}, err
-	}
-	return out, nil
 }
 
 // UpdateConnectionMeta implements vault.Store: the sealed tokens are
 // copied, never opened.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
+		return vault.ApplyConnectionMetaUpdate(rec, id, fn)
+	})
+}
+
+// rewriteConnection replaces connection id's record with what rewrite
+// makes of it, in one batched write transaction.
+func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, err
 	}
@@ -525,7 +489,7 @@ func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vau
 			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
 			return nil
 		}
-		nrec, nc, err := vault.ApplyConnectionMetaUpdate(rec, id, fn)
+		nrec, nc, err := rewrite(rec)
 		if err != nil {
 			opErr = err
 			return nil

@@ -109,34 +109,21 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 
 // UpdateConnection implements vault.Store.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return vault.Connection{}, err
-	}
-	b, ok := s.conns[id]
-	if !ok {
-		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
-	}
-	old, err := vault.DecodeConnection(s.kr, b)
-	if err != nil {
-		return vault.Connection{}, err
-	}
-	nc, err := vault.ApplyConnectionUpdate(old, fn)
-	if err != nil {
-		return vault.Connection{}, err
-	}
-	nb, err := vault.EncodeConnection(s.kr, nc)
-	if err != nil {
-		return vault.Connection{}, err
-	}
-	s.conns[id] = nb
-	nc.SealedWith = s.kr.Primary()
-	return nc, nil
+	return s.rewriteConnection(id, func(rec []byte) ([]byte, vault.Connection, error) {
+		return vault.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
+	})
 }
 
 // UpdateConnectionMeta implements vault.Store.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	return s.rewriteConnection(id, func(rec []byte) ([]byte, vault.Connection, error) {
+		return vault.ApplyConnectionMetaUpdate(rec, id, fn)
+	})
+}
+
+// rewriteConnection replaces connection id's record with what rewrite
+// makes of it, under the write lock.
+func (s *Store) rewriteConnection(id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
@@ -146,7 +133,7 @@ func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vau
 	if !ok {
 		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
 	}
-	nb, nc, err := vault.ApplyConnectionMetaUpdate(b, id, fn)
+	nb, nc, err := rewrite(b)
 	if err != nil {
 		return vault.Connection{}, err
 	}

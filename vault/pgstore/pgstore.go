@@ -318,25 +318,9 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 
 // GetConnection implements vault.Store.
 func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection, error) {
-	c, _, err := s.getConnection(ctx, id)
-	return c, err
-}
-
-func (s *Store) getConnection(ctx context.Context, id string) (vault.Connection, int64, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Connection{}, 0, err
-	}
-	if !storable(id) {
-		return vault.Connection{}, 0, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
-	}
-	var rec []byte
-	var version int64
-	err := s.pool.QueryRow(ctx, "SELECT record, version FROM connections WHERE id = $1", id).Scan(&rec, &version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return vault.Connection{}, 0, fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
-	}
+	rec, version, err := s.connectionRecord(ctx, id)
 	if err != nil {
-		return vault.Connection{}, 0, s.dbErr(fmt.Errorf("pgstore: get connection %s: %w", id, err))
+		return vault.Connection{}, err
 	}
 	c, err := vault.DecodeConnection(s.kr, rec)
 	if err == nil && c.ID != id {
@@ -346,9 +330,30 @@ func (s *Store) getConnection(ctx context.Context, id string) (vault.Connection,
 		err = fmt.Errorf("pgstore: connection %s: record version %d, column says %d: %w", id, c.Version, version, vault.ErrMalformed)
 	}
 	if err != nil {
-		return vault.Connection{}, 0, err
+		return vault.Connection{}, err
 	}
-	return c, version, nil
+	return c, nil
+}
+
+// connectionRecord reads connection id's stored record and its version
+// column.
+func (s *Store) connectionRecord(ctx context.Context, id string) ([]byte, int64, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, 0, err
+	}
+	if !storable(id) {
+		return nil, 0, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
+	}
+	var rec []byte
+	var version int64
+	err := s.pool.QueryRow(ctx, "SELECT record, version FROM connections WHERE id = $1", id).Scan(&rec, &version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
+	}
+	if err != nil {
+		return nil, 0, s.dbErr(fmt.Errorf("pgstore: get connection %s: %w", id, err))
+	}
+	return rec, version, nil
 }
 
 // ListConnections implements vault.Store: an index scan on (iss, sub, id).
@@ -372,59 +377,29 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 // succeeds if the version is still the one read; on a lost race fn runs
 // again on the fresh record.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	for range s.attempts {
-		old, version, err := s.getConnection(ctx, id)
-		if err != nil {
-			return vault.Connection{}, err
-		}
-		nc, err := vault.ApplyConnectionUpdate(old, fn)
-		if err != nil {
-			return vault.Connection{}, err
-		}
-		rec, err := vault.EncodeConnection(s.kr, nc)
-		if err != nil {
-			return vault.Connection{}, err
-		}
-		row, err := rowFromRecord(rec)
-		if err != nil {
-			return vault.Connection{}, err
-		}
-		a := row.args()
-		tag, err := s.pool.Exec(ctx, `UPDATE connections SET account_login = $2, status = $3, created = $4,
-			updated = $5, last_used = $6, last_refreshed = $7, sealed_with = $8, version = $9, record = $10
-			WHERE id = $1 AND version = $11`, append(append([]any{a[0]}, a[5:]...), version)...)
-		if err != nil {
-			return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: update connection %s: %w", id, err))
-		}
-		if tag.RowsAffected() == 1 {
-			nc.SealedWith = s.kr.Primary()
-			return nc, nil
-		}
-		// Another writer won (or the row went away): read again.
-	}
-	return vault.Connection{}, fmt.Errorf("pgstore: update connection %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
+	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
+		return vault.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
+	})
 }
 
 // UpdateConnectionMeta implements vault.Store: the same compare-and-swap
 // as UpdateConnection, copying the sealed tokens instead of opening them.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Connection{}, err
-	}
-	if !storable(id) {
-		return vault.Connection{}, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
-	}
+	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
+		return vault.ApplyConnectionMetaUpdate(rec, id, fn)
+	})
+}
+
+// rewriteConnection replaces connection id's record with what rewrite
+// makes of it, with a write that only lands if the version column still
+// is the one read.
+func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
 	for range s.attempts {
-		var rec []byte
-		var version int64
-		err := s.pool.QueryRow(ctx, "SELECT record, version FROM connections WHERE id = $1", id).Scan(&rec, &version)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return vault.Connection{}, fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
-		}
+		rec, version, err := s.connectionRecord(ctx, id)
 		if err != nil {
-			return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: get connection %s: %w", id, err))
+			return vault.Connection{}, err
 		}
-		nrec, nc, err := vault.ApplyConnectionMetaUpdate(rec, id, fn)
+		nrec, nc, err := rewrite(rec)
 		if err != nil {
 			return vault.Connection{}, err
 		}
@@ -445,6 +420,7 @@ func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vau
 		if tag.RowsAffected() == 1 {
 			return nc, nil
 		}
+		// Another writer won (or the row went away): read again.
 	}
 	return vault.Connection{}, fmt.Errorf("pgstore: update connection %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
 }
