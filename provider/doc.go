@@ -21,7 +21,12 @@
 // access token is used only after the save succeeded, so a rotated refresh
 // token is durable before the new access token is used. A refused refresh
 // token (invalid_grant, GitHub's bad_refresh_token) marks the connection
-// needs_reconnect.
+// needs_reconnect. A token request is retried only when it provably never
+// reached the provider (a dial or TLS failure before it was written) or the
+// provider said it did not process it (429); after a 5xx, a timeout or a
+// dropped connection the provider may already have spent a rotating refresh
+// token, so nothing is re-posted: the refresh fails, the connection stays
+// as it was, and its next use tries again.
 //
 // # API calls
 //

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -25,7 +27,9 @@ var (
 	// connect again.
 	ErrNeedsReconnect = errors.New("provider: the connection must be reconnected")
 	// ErrProviderUnavailable: the provider's token endpoint or API timed out
-	// or answered 5xx through every retry. Stored tokens are untouched.
+	// or answered 5xx (a token request that reached the provider is never
+	// re-sent at once; one that never left is retried within the bound).
+	// Stored tokens are untouched.
 	ErrProviderUnavailable = errors.New("provider: the provider is unavailable")
 	// ErrUnknownProvider: the connection names a provider that is no longer
 	// configured.
@@ -44,9 +48,12 @@ type Options struct {
 	// RefreshMargin: an access token expiring sooner than this is refreshed
 	// before use (default 5 minutes).
 	RefreshMargin time.Duration
-	// RefreshAttempts bounds token requests per refresh when the provider
-	// times out or answers 5xx (default 3); RetryBackoff is the first pause,
-	// doubled after each failure (default 200ms).
+	// RefreshAttempts bounds token requests per refresh when the request
+	// provably never reached the provider (a dial or TLS failure) or the
+	// provider answered 429 (default 3); RetryBackoff is the first pause,
+	// doubled after each failure (default 200ms). A request that was
+	// written is never re-sent within one refresh: the provider may have
+	// spent a rotating refresh token.
 	RefreshAttempts int
 	RetryBackoff    time.Duration
 	// MaxRequestBody caps API request bodies (default 1 MiB);
@@ -274,17 +281,32 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret)
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("%w: %v", ErrProviderUnavailable, err)
 	}
-	hctx := context.WithValue(ctx, oauth2.HTTPClient, NoRedirectClient(k.opts.HTTPClient))
+	// sent records whether the token request was written to the provider:
+	// once it was, the provider may have spent a rotating refresh token,
+	// and posting it again would look like theft (reuse detection ends the
+	// whole grant). Only a request that never left is retried.
+	var sent atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			sent.Store(true)
+		}
+	}}
+	hctx := httptrace.WithClientTrace(context.WithValue(ctx, oauth2.HTTPClient, NoRedirectClient(k.opts.HTTPClient)), trace)
 	var tok *oauth2.Token
 	backoff := k.opts.RetryBackoff
 	for attempt := 1; ; attempt++ {
+		sent.Store(false)
 		// An empty access token makes the source refresh immediately.
 		tok, err = conf.TokenSource(hctx, &oauth2.Token{RefreshToken: cur.Token.RefreshToken.Reveal()}).Token()
 		if err == nil {
 			break
 		}
 		var re *oauth2.RetrieveError
-		if errors.As(err, &re) && (grantRefused(re.ErrorCode) || re.Response != nil && re.Response.StatusCode < 500 && re.Response.StatusCode != http.StatusTooManyRequests) {
+		status := 0
+		if errors.As(err, &re) && re.Response != nil {
+			status = re.Response.StatusCode
+		}
+		if errors.As(err, &re) && (grantRefused(re.ErrorCode) || status > 0 && status < 500 && status != http.StatusTooManyRequests) {
 			if grantRefused(re.ErrorCode) {
 				// Lost a race with another process that rotated the token?
 				if now, gerr := k.opts.Store.GetConnection(ctx, id); gerr == nil && now.Token.RefreshToken != cur.Token.RefreshToken {
@@ -295,6 +317,16 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret)
 			log.Warn("provider: token refresh refused", "err", DescribeTokenError(err))
 			k.refreshFailed(ctx, p, cur, err)
 			return vault.Connection{}, fmt.Errorf("provider: refresh %s: %s", p.Name, DescribeTokenError(err))
+		}
+		// A 429 says the request was not processed; anything else after
+		// the request was written (a 5xx, a timeout, a dropped connection)
+		// may have spent the refresh token: the connection stays as it is
+		// and the next use checks again, rather than re-posting now.
+		if sent.Load() && status != http.StatusTooManyRequests {
+			log.Warn("provider: token refresh failed after the request reached the provider; not re-sent", "attempt", attempt, "err", describeRefreshErr(err))
+			k.refreshFailed(ctx, p, cur, err)
+			return vault.Connection{}, fmt.Errorf("%w: %s token endpoint: %s (not re-sent: the provider may have used the refresh token; the next use tries again)",
+				ErrProviderUnavailable, p.Name, describeRefreshErr(err))
 		}
 		log.Warn("provider: token refresh failed", "attempt", attempt, "err", describeRefreshErr(err))
 		if attempt >= k.opts.RefreshAttempts {

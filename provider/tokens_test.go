@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,8 +36,10 @@ type demoRig struct {
 	logs   *logbuf.Buffer
 	// apiHook runs at every API request before the demo provider sees it.
 	apiHook atomic.Pointer[func(r *http.Request)]
-	// tokenFail makes the next n token requests answer 503.
-	tokenFail atomic.Int32
+	// tokenFail makes the next n token requests answer tokenFailStatus
+	// (503 when unset) without reaching the demo provider.
+	tokenFail       atomic.Int32
+	tokenFailStatus atomic.Int32
 
 	mu     sync.Mutex // guards issued
 	issued []string
@@ -51,7 +54,11 @@ func newDemoRig(t *testing.T, extraYAML string) *demoRig {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if strings.HasSuffix(req.URL.Path, "/token") && r.tokenFail.Load() > 0 {
 			r.tokenFail.Add(-1)
-			http.Error(w, `{"error":"temporarily_unavailable"}`, http.StatusServiceUnavailable)
+			status := int(r.tokenFailStatus.Load())
+			if status == 0 {
+				status = http.StatusServiceUnavailable
+			}
+			http.Error(w, `{"error":"temporarily_unavailable"}`, status)
 			return
 		}
 		if strings.Contains(req.URL.Path, "/api/") {
@@ -281,9 +288,11 @@ func TestInvalidGrantNeedsReconnect(t *testing.T) {
 	r.checkNoTokens("logs", r.logs.String())
 }
 
-// TestRefreshProviderDown: 5xx from the token endpoint → bounded retries,
-// then ErrProviderUnavailable, with the stored tokens untouched; a later
-// call succeeds.
+// TestRefreshProviderDown: a 5xx from the token endpoint ends the refresh
+// at once (the request reached the provider, which may have spent a
+// rotating refresh token: it is not re-posted), with
+// ErrProviderUnavailable and the stored tokens untouched; the next use
+// tries again and succeeds.
 func TestRefreshProviderDown(t *testing.T) {
 	r := newDemoRig(t, "")
 	c := r.connect(time.Now().Add(-time.Minute))
@@ -292,17 +301,82 @@ func TestRefreshProviderDown(t *testing.T) {
 	if !errors.Is(err, ErrProviderUnavailable) {
 		t.Fatalf("err = %v, want ErrProviderUnavailable", err)
 	}
-	if r.tokenFail.Load() != 0 {
-		t.Errorf("%d failing answers unused: the caller did not retry 3 times", r.tokenFail.Load())
+	if n := r.tokenFail.Load(); n != 2 {
+		t.Errorf("%d token requests were sent, want exactly 1 (a written request is never re-sent)", 3-n)
 	}
 	got, _ := r.store.GetConnection(context.Background(), "conn-1")
 	if got.Version != c.Version || got.Status != vault.StatusActive {
 		t.Fatalf("stored connection changed: version %d→%d, status %s", c.Version, got.Version, got.Status)
 	}
-	r.tokenFail.Store(2) // two failures, then success within the bound
+	r.tokenFail.Store(0)
 	if resp, err := r.caller.Do(context.Background(), "conn-1", APIRequest{Method: "GET", Path: "/user"}); err != nil || resp.Status != 200 {
 		t.Fatalf("after recovery: %v", err)
 	}
+}
+
+// TestRefreshRetriedOnlyWhenNeverSent: a 429 (the provider says it did not
+// process the request) and dial failures (the request never left) are
+// retried within the bound; the refresh then succeeds.
+func TestRefreshRetriedOnlyWhenNeverSent(t *testing.T) {
+	t.Run("429", func(t *testing.T) {
+		r := newDemoRig(t, "")
+		r.connect(time.Now().Add(-time.Minute))
+		r.tokenFailStatus.Store(http.StatusTooManyRequests)
+		r.tokenFail.Store(2)
+		if resp, err := r.caller.Do(context.Background(), "conn-1", APIRequest{Method: "GET", Path: "/user"}); err != nil || resp.Status != 200 {
+			t.Fatalf("after two 429s: %v", err)
+		}
+		if n := r.tokenFail.Load(); n != 0 {
+			t.Fatalf("%d 429 answers unused: not retried", n)
+		}
+	})
+	t.Run("dial failures", func(t *testing.T) {
+		r := newDemoRig(t, "")
+		r.connect(time.Now().Add(-time.Minute))
+		var failDials atomic.Int32
+		failDials.Store(2)
+		dialer := &net.Dialer{}
+		client, err := New(Options{Store: r.store, Providers: r.reg, RetryBackoff: time.Millisecond, HTTPClient: &http.Client{
+			Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if failDials.Add(-1) >= 0 {
+					return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("connection refused")}
+				}
+				return dialer.DialContext(ctx, network, addr)
+			}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := len(r.events("token"))
+		if resp, err := client.Do(context.Background(), "conn-1", APIRequest{Method: "GET", Path: "/user"}); err != nil || resp.Status != 200 {
+			t.Fatalf("after two failed dials: %v", err)
+		}
+		if n := len(r.events("token")) - before; n != 1 {
+			t.Fatalf("%d token requests reached the provider, want 1", n)
+		}
+	})
+}
+
+// TestRefreshNotResentAfterLostAnswer: the provider rotates the tokens,
+// then the answer is lost (502). Re-posting the spent refresh token at
+// once would trip the provider's reuse detection and end the grant; the
+// refresh instead fails once, the connection stays active, and the
+// provider saw exactly one refresh.
+func TestRefreshNotResentAfterLostAnswer(t *testing.T) {
+	r := newDemoRig(t, "")
+	c := r.connect(time.Now().Add(-time.Minute))
+	r.demo.LoseRefreshAnswers(1)
+	_, err := r.caller.Do(context.Background(), "conn-1", APIRequest{Method: "GET", Path: "/user"})
+	if !errors.Is(err, ErrProviderUnavailable) || errors.Is(err, ErrNeedsReconnect) {
+		t.Fatalf("err = %v, want ErrProviderUnavailable", err)
+	}
+	if n := len(r.events("token")); n != 2 { // the code exchange, then one refresh
+		t.Fatalf("%d token requests, want the exchange and exactly one refresh: %+v", n, r.events("token"))
+	}
+	got, _ := r.store.GetConnection(context.Background(), "conn-1")
+	if got.Status != vault.StatusActive || got.Token.RefreshToken != c.Token.RefreshToken {
+		t.Fatalf("after a lost answer: status %s, tokens changed %v", got.Status, got.Token.RefreshToken != c.Token.RefreshToken)
+	}
+	r.checkNoTokens("logs", r.logs.String())
 }
 
 // TestRefreshSurvivesCallerCancel: the caller going away does not lose a

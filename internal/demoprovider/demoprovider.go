@@ -112,6 +112,19 @@ type Provider struct {
 	tokens  map[string]*token     // by key(token)
 	events  []Event
 	seq     int
+	// loseAnswers makes the next refreshes do their work (spend the old
+	// refresh token, issue new ones) and then answer 502, as a gateway
+	// whose upstream finished the request would.
+	loseAnswers int
+}
+
+// LoseRefreshAnswers makes the next n refreshes rotate the tokens and then
+// answer 502 Bad Gateway instead of the new tokens: the provider consumed
+// the refresh token, but the client never learns the new one.
+func (p *Provider) LoseRefreshAnswers(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loseAnswers = n
 }
 
 type pendingAuth struct {
@@ -422,6 +435,13 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 	p.tokens[key(access)] = &token{grantID: grantID, scope: scope, account: acct, expiry: now.Add(p.opts.AccessTTL)}
 	p.tokens[key(refresh)] = &token{refresh: true, grantID: grantID, scope: scope, account: acct, expiry: now.Add(refreshTTL)}
 	ev.Account, ev.Token = acct.Login, Fingerprint(access)
+	if ev.GrantType == "refresh_token" && p.loseAnswers > 0 {
+		p.loseAnswers--
+		ev.Status, ev.Error = http.StatusBadGateway, "answer_lost"
+		p.record(ev)
+		http.Error(w, "bad gateway", http.StatusBadGateway)
+		return
+	}
 	p.record(ev)
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, tokenResponse{
