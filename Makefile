@@ -23,22 +23,23 @@ build:
 
 # The container image (Dockerfile; docs/DEPLOY.md). `make image` pulls
 # nothing: image-rootfs assembles the image's files on this machine under
-# IMAGE_DIR: rootfs/ (the static broker, CA certificates and tzdata from
-# the Debian packages ca-certificates and tzdata, passwd/group naming user
-# 65532, providers.yaml) and data/ (the empty volume, owned by 65532 in the
+# IMAGE_DIR: rootfs/ (the static broker, the CA certificates of the Debian
+# package ca-certificates, without CAs added locally on the build machine,
+# tzdata, passwd/group naming user 65532, providers.yaml) and data/ (the empty volume, owned by 65532 in the
 # image). The Dockerfile's runtime stage is then built FROM scratch with
 # IMAGE_DIR standing in for its `build` stage, whose own build runs this
 # same target inside a Go image.
 IMAGE ?= localhost/credbroker:dev
 CONTAINER ?= podman
 IMAGE_DIR ?= bin/image
+IMAGE_BUILD_FLAGS ?=
 image-rootfs:
-	@test -f /etc/ssl/certs/ca-certificates.crt || { echo "image-rootfs: /etc/ssl/certs/ca-certificates.crt missing (apt-get install ca-certificates)"; exit 1; }
+	@ls /usr/share/ca-certificates/mozilla/*.crt >/dev/null 2>&1 || { echo "image-rootfs: /usr/share/ca-certificates/mozilla is empty (apt-get install ca-certificates)"; exit 1; }
 	@test -f /usr/share/zoneinfo/UTC || { echo "image-rootfs: /usr/share/zoneinfo missing (apt-get install tzdata)"; exit 1; }
 	rm -rf $(IMAGE_DIR)/rootfs $(IMAGE_DIR)/data
 	mkdir -p $(IMAGE_DIR)/data $(IMAGE_DIR)/rootfs/etc/ssl/certs $(IMAGE_DIR)/rootfs/etc/credbroker $(IMAGE_DIR)/rootfs/usr/share
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(IMAGE_DIR)/rootfs/broker ./cmd/broker
-	cp /etc/ssl/certs/ca-certificates.crt $(IMAGE_DIR)/rootfs/etc/ssl/certs/
+	cat /usr/share/ca-certificates/mozilla/*.crt > $(IMAGE_DIR)/rootfs/etc/ssl/certs/ca-certificates.crt
 	tar -C /usr/share -cf - --exclude=zoneinfo/right --exclude=zoneinfo/posix --exclude=zoneinfo/localtime zoneinfo | tar -C $(IMAGE_DIR)/rootfs/usr/share -xf -
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/data:/sbin/nologin\n' > $(IMAGE_DIR)/rootfs/etc/passwd
 	printf 'root:x:0:\nnonroot:x:65532:\n' > $(IMAGE_DIR)/rootfs/etc/group
@@ -47,7 +48,7 @@ image-rootfs:
 
 image:
 	$(MAKE) image-rootfs IMAGE_DIR="$(IMAGE_DIR)" VERSION="$(VERSION)" COMMIT="$(COMMIT)" BUILD_DATE="$(BUILD_DATE)"
-	$(CONTAINER) build --build-context build="$(IMAGE_DIR)" \
+	$(CONTAINER) build $(IMAGE_BUILD_FLAGS) --build-context build="$(IMAGE_DIR)" \
 		--build-arg VERSION="$(VERSION)" --build-arg COMMIT="$(COMMIT)" --build-arg BUILD_DATE="$(BUILD_DATE)" \
 		-t $(IMAGE) .
 

@@ -9,6 +9,7 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -154,7 +155,8 @@ func TestImage(t *testing.T) {
 	tag := "localhost/credbroker:test-" + randomHex(t, 6)
 	stamp := map[string]string{"VERSION": "v0.0.0-imagetest", "COMMIT": "0123456789abcdef0123456789abcdef01234567", "BUILD_DATE": "2026-12-01T10:11:12Z"}
 	start := time.Now()
-	mk := exec.Command("make", "image", "IMAGE="+tag, "IMAGE_DIR="+t.TempDir(),
+	// --layers=false: no intermediate images are left behind per run.
+	mk := exec.Command("make", "image", "IMAGE="+tag, "IMAGE_DIR="+t.TempDir(), "IMAGE_BUILD_FLAGS=--layers=false",
 		"VERSION="+stamp["VERSION"], "COMMIT="+stamp["COMMIT"], "BUILD_DATE="+stamp["BUILD_DATE"])
 	mk.Dir = ".."
 	mk.Env = rt.env
@@ -289,7 +291,7 @@ func checkImageFiles(t *testing.T, rt *containerRuntime, tag string) {
 		t.Fatal(err)
 	}
 	files := map[string]*tar.Header{}
-	var broker []byte
+	var broker, caBundle []byte
 	tr := tar.NewReader(stdout)
 	for {
 		h, err := tr.Next()
@@ -301,10 +303,14 @@ func checkImageFiles(t *testing.T, rt *containerRuntime, tag string) {
 		}
 		name := strings.TrimSuffix(path.Clean("/"+h.Name), "/")
 		files[name] = h
-		if name == "/broker" {
-			if broker, err = io.ReadAll(tr); err != nil {
-				t.Fatal(err)
-			}
+		switch name {
+		case "/broker":
+			broker, err = io.ReadAll(tr)
+		case "/etc/ssl/certs/ca-certificates.crt":
+			caBundle, err = io.ReadAll(tr)
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 	if err := cmd.Wait(); err != nil {
@@ -344,6 +350,7 @@ func checkImageFiles(t *testing.T, rt *containerRuntime, tag string) {
 	if h := files["/data"]; h != nil && (h.Typeflag != tar.TypeDir || h.Uid != imageUID || h.Gid != imageUID) {
 		t.Errorf("/data: uid %d gid %d; want a directory owned by %d:%d so a fresh volume is writable", h.Uid, h.Gid, imageUID, imageUID)
 	}
+	checkCABundle(t, caBundle)
 	ef, err := elf.NewFile(bytes.NewReader(broker))
 	if err != nil {
 		t.Fatalf("/broker is not an ELF executable: %v", err)
@@ -353,6 +360,41 @@ func checkImageFiles(t *testing.T, rt *containerRuntime, tag string) {
 			t.Errorf("/broker is dynamically linked (it has an ELF interpreter); the image has no libc: build with CGO_ENABLED=0")
 		}
 	}
+}
+
+// checkCABundle: the image trusts the distribution's CA set, not the CAs
+// added locally on the machine that built it (a corporate or sandbox
+// TLS-inspecting proxy's CA in /usr/local/share/ca-certificates).
+func checkCABundle(t *testing.T, bundle []byte) {
+	t.Helper()
+	inImage := map[string]bool{}
+	for rest := bundle; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		inImage[string(b.Bytes)] = true
+	}
+	if len(inImage) < 100 {
+		t.Errorf("the image's CA bundle holds %d certificates; want the distribution's full set", len(inImage))
+	}
+	local, _ := filepath.Glob("/usr/local/share/ca-certificates/*.crt")
+	for _, f := range local {
+		pemBytes, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rest := pemBytes; ; {
+			var b *pem.Block
+			if b, rest = pem.Decode(rest); b == nil {
+				break
+			}
+			if inImage[string(b.Bytes)] {
+				t.Errorf("the image trusts %s, a CA added locally on the build machine", f)
+			}
+		}
+	}
+	t.Logf("CA bundle: %d certificates; %d local CA file(s) on this machine, none in the image", len(inImage), len(local))
 }
 
 // runImage starts the image as a deployment would run it, against the
