@@ -24,11 +24,12 @@ build:
 # The container image (Dockerfile; docs/DEPLOY.md). `make image` pulls
 # nothing: image-rootfs assembles the image's files on this machine under
 # IMAGE_DIR: rootfs/ (the static broker, the CA certificates of the Debian
-# package ca-certificates, without CAs added locally on the build machine,
-# tzdata, passwd/group naming user 65532, providers.yaml) and data/ (the empty volume, owned by 65532 in the
-# image). The Dockerfile's runtime stage is then built FROM scratch with
-# IMAGE_DIR standing in for its `build` stage, whose own build runs this
-# same target inside a Go image.
+# package ca-certificates without CAs added locally on the build machine,
+# tzdata, passwd/group naming user 65532, providers.yaml) and data/ (the
+# empty volume, owned by 65532 in the image). The Dockerfile's runtime stage
+# is then built FROM scratch with IMAGE_DIR standing in for its `build`
+# stage, whose own build runs this same target inside a Go image.
+# IMAGE_BUILD_FLAGS are passed to the build (the image test: --layers=false).
 IMAGE ?= localhost/credbroker:dev
 CONTAINER ?= podman
 IMAGE_DIR ?= bin/image
