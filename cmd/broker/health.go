@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"credbroker/internal/buildinfo"
 	"credbroker/vault"
 )
 
@@ -111,12 +112,22 @@ func (rd *readiness) checkIdP(ctx context.Context) error {
 	return nil
 }
 
-// registerHealth mounts /healthz (the process answers) and /readyz.
+// healthReport is the /healthz body: the process answers, and which build
+// it is.
+type healthReport struct {
+	Status string `json:"status"`
+	buildinfo.Info
+}
+
+// registerHealth mounts /healthz (the process answers, with its version,
+// commit and build date) and /readyz.
 func registerHealth(mux *http.ServeMux, rd *readiness) {
+	health, _ := json.Marshal(healthReport{Status: "ok", Info: buildinfo.Get()})
+	health = append(health, '\n')
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		w.Write([]byte("ok\n"))
+		w.Write(health)
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		rep := rd.report(r.Context())

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 
+	"credbroker/internal/buildinfo"
 	"credbroker/internal/telemetry"
 	"credbroker/provider"
 	"credbroker/vault"
@@ -39,6 +40,7 @@ commands:
   keys rotate    add a new primary key to --keys-file and re-encrypt every record
   keys status    how many records each key seals (when an old key can be removed)
   migrate        copy a bolt store into PostgreSQL (--from bolt:PATH --to postgres://…)
+  version        print the version, commit and build date
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMigrate(ctx, args[1:], stdout, stderr)
 	case "dev":
 		return runDev(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		return runVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -156,6 +160,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	go collectGrants(ctx, grants, log)
 	// A finished rotation is a key_rotation audit event.
 	startBackgroundRekey(ctx, store, keys, log, rec)
-	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "providers", strings.Join(providers.Names(), ","))
+	bi := buildinfo.Get()
+	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "providers", strings.Join(providers.Names(), ","),
+		"version", bi.Version, "commit", bi.Commit)
 	return serveUntilDone(ctx, newHTTPServer(mux, log), ln, log)
 }
