@@ -430,6 +430,7 @@ func TestDisconnectOutcomesOnThePage(t *testing.T) {
     token_url: ` + other.URL() + `/login/oauth/access_token
     client_id: gh-client
     client_secret: ${GITHUB_CLIENT_SECRET}
+    token_endpoint_auth: client_secret_post
     account: {url: ` + other.URL() + `/user, id_field: id, login_field: login}
 ` + revocation
 		}
