@@ -124,6 +124,8 @@ type Event struct {
 	Scope     string
 	Host      string
 	UserAgent string
+	// Query is an authorization request's parameters.
+	Query url.Values
 }
 
 // Counts are totals per kind of event.

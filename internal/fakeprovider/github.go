@@ -118,7 +118,7 @@ func (g *GitHub) Client() *http.Client { return g.srv.Client() }
 
 func (g *GitHub) authorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	g.recordLocked(Event{Kind: "authorize", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK})
+	g.recordLocked(Event{Kind: "authorize", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK, Query: q})
 	if subtleEq(q.Get("client_id"), g.opts.ClientID) != 1 {
 		errorPage(w, http.StatusNotFound, "GitHub", "The client_id is not valid.")
 		return

@@ -113,6 +113,7 @@ type Google struct {
 //	www    GET /calendar/v3/users/me/calendarList  (calendar or calendar.readonly)
 //	       GET /drive/v3/files                     (drive, drive.readonly or drive.metadata.readonly)
 //	gmail  GET /gmail/v1/users/me/profile          (gmail.readonly, gmail.modify or https://mail.google.com/)
+//	people GET /v1/people/me                       (profile)
 func NewGoogle(tb testing.TB, opts Options) *Google {
 	tb.Helper()
 	c := newCore(opts, 1234567890, "Test User")
@@ -143,7 +144,7 @@ func NewGoogle(tb testing.TB, opts Options) *Google {
 	g.srv = httptest.NewServer(mux)
 	c.server = g.srv.URL
 	tb.Cleanup(g.srv.Close)
-	for _, name := range []string{"www", "gmail"} {
+	for _, name := range []string{"www", "gmail", "people"} {
 		api := &googleAPI{name: name}
 		api.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.api(w, r, name) }))
 		tb.Cleanup(api.srv.Close)
@@ -156,7 +157,8 @@ func NewGoogle(tb testing.TB, opts Options) *Google {
 func (g *Google) Issuer() string { return g.srv.URL }
 
 // APIURL is the base URL of one of Google's API hosts: "www" (stands for
-// https://www.googleapis.com) or "gmail" (https://gmail.googleapis.com).
+// https://www.googleapis.com), "gmail" (https://gmail.googleapis.com) or
+// "people" (https://people.googleapis.com).
 func (g *Google) APIURL(name string) string {
 	api, ok := g.apis[name]
 	if !ok {
@@ -248,7 +250,7 @@ func granular(scopes []string) bool {
 
 func (g *Google) authorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	g.recordLocked(Event{Kind: "authorize", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK, UserAgent: r.UserAgent()})
+	g.recordLocked(Event{Kind: "authorize", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK, UserAgent: r.UserAgent(), Query: q})
 	if subtleEq(q.Get("client_id"), g.opts.ClientID) != 1 {
 		errorPage(w, http.StatusUnauthorized, "Google", "Error 401: invalid_client. The OAuth client was not found.")
 		return
@@ -552,6 +554,9 @@ var googleRoutes = map[string]map[string][]string{
 	"gmail": {
 		"GET /gmail/v1/users/me/profile": {"https://www.googleapis.com/auth/gmail.readonly", "https://www.googleapis.com/auth/gmail.modify", "https://mail.google.com/"},
 	},
+	"people": {
+		"GET /v1/people/me": {googleUserinfoProfile},
+	},
 }
 
 // api serves one of Google's API hosts.
@@ -588,6 +593,8 @@ func (g *Google) api(w http.ResponseWriter, r *http.Request, host string) {
 		case strings.HasPrefix(r.URL.Path, "/calendar/"):
 			writeJSON(w, http.StatusOK, map[string]any{"kind": "calendar#calendarList", "items": []map[string]any{
 				{"kind": "calendar#calendarListEntry", "id": u.Email, "summary": u.Email, "primary": true}}})
+		case host == "people":
+			writeJSON(w, http.StatusOK, map[string]any{"resourceName": "people/" + u.Subject, "names": []map[string]any{{"displayName": u.Name}}})
 		case strings.HasPrefix(r.URL.Path, "/drive/"):
 			writeJSON(w, http.StatusOK, map[string]any{"kind": "drive#fileList", "files": []map[string]any{
 				{"kind": "drive#file", "id": "1a2b3c", "name": "Notes", "mimeType": "application/vnd.google-apps.document"}}})
