@@ -2,18 +2,15 @@ package provider
 
 import (
 	"net/http"
-	"runtime/debug"
+
+	"credbroker/internal/buildinfo"
 )
 
-// DefaultUserAgent is "credbroker/<version>": the module version the Go
-// toolchain recorded in the binary, or "devel" for a build without one.
-// GitHub asks every API client to name itself this way.
+// DefaultUserAgent is "credbroker/<version>", the version broker version
+// reports ("devel" for a build that carries none). GitHub asks every API
+// client to name itself this way.
 func DefaultUserAgent() string {
-	v := "devel"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	return "credbroker/" + v
+	return "credbroker/" + buildinfo.Get().Version
 }
 
 // userAgent sets User-Agent on every request to a provider (token
