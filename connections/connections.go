@@ -297,10 +297,38 @@ func (s *Service) Ensure(ctx context.Context, req Request) (Outcome, error) {
 		return nil, err
 	}
 	if c, why := best(p, conns, scopes); c == nil {
-		return s.start(ctx, req, p, scopes, why)
+		return s.start(ctx, req, p, s.keepGranted(p, conns, req.Account, scopes), why)
 	} else {
 		return Connected{Conn: *c, Provider: p}, nil
 	}
+}
+
+// keepGranted returns the scopes to ask for when the person must connect
+// again: scopes plus what the connection being upgraded or reconnected
+// (the named account's, else the most recently used) already holds, so a
+// new grant does not drop earlier scopes. Scopes the catalogue no longer
+// allows are not asked for again.
+func (s *Service) keepGranted(p *provider.Provider, conns []vault.Connection, account string, scopes []string) []string {
+	var base *vault.Connection
+	for i := range conns {
+		c := &conns[i]
+		if account != "" && !accountMatches(*c, account) {
+			continue
+		}
+		if base == nil || c.LastUsed.After(base.LastUsed) || c.LastUsed.Equal(base.LastUsed) && c.Created.After(base.Created) {
+			base = c
+		}
+	}
+	if base == nil {
+		return scopes
+	}
+	var held []string
+	for _, sc := range base.Scopes {
+		if p.ScopeAllowed(sc) {
+			held = append(held, sc)
+		}
+	}
+	return p.UnionScopes(held, scopes)
 }
 
 // start opens a connect request for req (when it can ask).
@@ -336,13 +364,24 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 }
 
 // Reconnect starts a connect request because the provider refused the
-// stored access (a Call failed with provider.ErrNeedsReconnect).
+// stored access (a Call failed with provider.ErrNeedsReconnect). It asks
+// for the scopes the connection held (and the defaults).
 func (s *Service) Reconnect(ctx context.Context, req Request) (Outcome, error) {
 	p, err := s.provider(req.Provider)
 	if err != nil {
 		return nil, err
 	}
-	return s.start(ctx, req, p, p.DefaultScopes, Reason{Kind: Reconnect})
+	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	var dead []vault.Connection
+	for _, c := range conns {
+		if c.Status == vault.StatusNeedsReconnect {
+			dead = append(dead, c)
+		}
+	}
+	return s.start(ctx, req, p, s.keepGranted(p, dead, req.Account, p.DefaultScopes), Reason{Kind: Reconnect})
 }
 
 // ConnectURL is the browser link of connect request id.
@@ -673,7 +712,15 @@ func (s *Service) disconnect(ctx context.Context, req Request, p *provider.Provi
 	log := s.log.With("provider", p.Name, "connection", id, "via", req.Via)
 	var rerr error
 	if _, ok := s.providers.Lookup(full.Provider); ok {
-		out.Revocation, rerr = s.opts.Client.Revoke(ctx, full)
+		// Revoking may end every token of the provider account, another
+		// person's connection to it included: look for one first.
+		var shared bool
+		shared, rerr = s.sharedAccount(ctx, full)
+		if rerr == nil {
+			out.Revocation, rerr = s.opts.Client.Revoke(ctx, full, shared)
+		} else {
+			out.Revocation = provider.NotConfirmed
+		}
 	}
 	if rerr != nil {
 		log.Warn("connections: revocation at the provider was not confirmed; deleting anyway", "err", rerr)
@@ -687,6 +734,29 @@ func (s *Service) disconnect(ctx context.Context, req Request, p *provider.Provi
 	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventDisconnect, Principal: req.Principal, Provider: p.Name,
 		Account: AccountName(meta), Connection: id, Via: req.Via})
 	return out, nil
+}
+
+// sharedAccount reports whether another connection uses c's provider
+// account.
+func (s *Service) sharedAccount(ctx context.Context, c vault.Connection) (bool, error) {
+	all, err := s.opts.Store.AccountConnections(ctx, c.Provider, c.AccountID)
+	if err != nil {
+		return false, fmt.Errorf("connections: connections to the same account: %w", err)
+	}
+	for _, o := range all {
+		if o.ID != c.ID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// MissingRefreshToken reports whether c was stored without a refresh token
+// although p's entry expects one (offline_access requested, or offline
+// access asked in extra_auth_params): its access ends when the access
+// token expires, and the person should know before it surprises them.
+func MissingRefreshToken(p *provider.Provider, c vault.Connection) bool {
+	return p != nil && c.NoRefreshToken && p.ExpectsRefreshToken(c.Scopes)
 }
 
 // Save stores what a completed browser step produced for grant g (already
@@ -713,6 +783,7 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 	s.log.Info("connections: connection stored", "provider", p.Name, "connection", conn.ID, "grant_ref", binding.Ref(g.ID), "updated", conn.Version > 1)
 	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventConnect, Principal: pr, Provider: p.Name,
 		Account: AccountName(conn), Grant: g.ID, Connection: conn.ID, Via: "browser"})
+	conn.NoRefreshToken = conn.Token.RefreshToken == ""
 	conn.Token = vault.TokenSet{}
 	return conn, nil
 }
@@ -730,17 +801,20 @@ func (s *Service) store(ctx context.Context, pr vault.Principal, p *provider.Pro
 			continue
 		}
 		return s.opts.Store.UpdateConnection(ctx, c.ID, func(old vault.Connection) (vault.Connection, error) {
-			keepRefresh := old.Token.RefreshToken
-			old.Token = ex.Token
+			keepRefresh, keepExpires := old.Token.RefreshToken, old.RefreshExpires
+			old.Token, old.RefreshExpires = ex.Token, ex.RefreshExpiry
 			if old.Token.RefreshToken == "" {
-				old.Token.RefreshToken = keepRefresh
+				// A provider issues the refresh token on first consent only
+				// (Google without prompt=consent): the one held still works.
+				old.Token.RefreshToken, old.RefreshExpires = keepRefresh, keepExpires
 			}
-			old.AccountLogin, old.Scopes, old.Status, old.Updated = ex.Account.Login, slices.Clone(ex.Scopes), vault.StatusActive, now
+			old.AccountLogin, old.Scopes, old.Status, old.Updated = ex.Account.Login, p.NormalizeScopes(ex.Scopes), vault.StatusActive, now
 			return old, nil
 		})
 	}
 	return s.opts.Store.CreateConnection(ctx, vault.Connection{
 		ID: "conn_" + binding.NewID(), Principal: pr, Provider: p.Name, AccountID: ex.Account.ID, AccountLogin: ex.Account.Login,
-		Scopes: slices.Clone(ex.Scopes), Token: ex.Token, Status: vault.StatusActive, Created: now, Updated: now,
+		Scopes: p.NormalizeScopes(ex.Scopes), Token: ex.Token, RefreshExpires: ex.RefreshExpiry,
+		Status: vault.StatusActive, Created: now, Updated: now,
 	})
 }

@@ -178,6 +178,7 @@ func newHarness(t testing.TB, mods ...harnessOpt) *harness {
     default_scopes: [openid, email]
     allowed_scopes: [openid, email]
     api: {base_url: `+h.api.srv.URL+`/api}
+    revocation: {style: none}
   echo:
     display_name: Echo
     type: oauth2

@@ -31,6 +31,7 @@ const chooseAccountKey = "choose_account"
 
 type requestInput struct {
 	Provider string                     `json:"provider"`
+	Host     string                     `json:"host"`
 	Method   string                     `json:"method"`
 	Path     string                     `json:"path"`
 	Query    map[string]json.RawMessage `json:"query"`
@@ -62,6 +63,7 @@ func providerRequestTool() *mcp.Tool {
 "provider":{"type":"string","description":"Provider name, as listed by the broker's configuration."},
 "method":{"type":"string","enum":["GET","POST","PUT","PATCH","DELETE"]},
 "path":{"type":"string","description":"Path relative to the provider's API base URL, starting with /, e.g. /user/repos."},
+"host":{"type":"string","description":"For a provider whose APIs live on several hosts (Google): the API host to call, e.g. gmail.googleapis.com; default: the provider's main API base URL."},
 "query":{"type":"object","additionalProperties":{"anyOf":[{"type":"string"},{"type":"number"},{"type":"boolean"},{"type":"array","items":{"type":"string"}}]}},
 "headers":{"type":"object","additionalProperties":{"type":"string"},"description":"Only ` + strings.Join(provider.AllowedRequestHeaders(), ", ") + `."},
 "body":{"description":"Request body: a JSON value (sent as JSON) or a string (sent as is)."},
@@ -80,7 +82,7 @@ func providerRequestTool() *mcp.Tool {
 // buildAPIRequest validates the arguments that do not depend on the
 // provider's configuration.
 func buildAPIRequest(in requestInput) (provider.APIRequest, error) {
-	req := provider.APIRequest{Method: strings.ToUpper(in.Method), Path: in.Path}
+	req := provider.APIRequest{Method: strings.ToUpper(in.Method), Path: in.Path, Host: in.Host}
 	if !slices.Contains(provider.APIMethods(), req.Method) {
 		return req, fmt.Errorf("method %s is not allowed: use %s", quote(in.Method), strings.Join(provider.APIMethods(), ", "))
 	}

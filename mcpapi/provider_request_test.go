@@ -55,6 +55,19 @@ func TestProviderRequestFlows(t *testing.T) {
 			t.Fatalf("after reconnect: %+v used %v", d, api.used)
 		}
 	})
+	t.Run("host names one of the provider's API hosts", func(t *testing.T) {
+		apiHost := strings.TrimPrefix(api.srv.URL, "http://")
+		with := map[string]any{"provider": "github", "method": "GET", "path": "/user", "host": apiHost}
+		if _, d := h.callTool("alice", urlCaps, toolRequest, with, nil); structured(t, d)["status"] != float64(200) {
+			t.Fatalf("the API's own host: %+v", d)
+		}
+		with["host"] = "evil.example"
+		_, d := h.callTool("alice", urlCaps, toolRequest, with, nil)
+		text := d.Result["content"].([]any)[0].(map[string]any)["text"].(string)
+		if d.Result["isError"] != true || !strings.Contains(text, "is not one of github's API hosts") {
+			t.Fatalf("another host: %+v", d)
+		}
+	})
 	t.Run("several accounts: form elicitation, then the chosen one", func(t *testing.T) {
 		second := h.connect(alice, "github", "alice-work", []string{"read:user"})
 		_, d := h.callTool("alice", `{"elicitation":{"form":{},"url":{}}}`, toolRequest, args, nil)

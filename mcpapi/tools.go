@@ -95,7 +95,7 @@ type listOutput struct {
 type disconnectOutput struct {
 	Provider string `json:"provider"`
 	Account  string `json:"account"`
-	// Revocation: revoked | not_confirmed | not_supported.
+	// Revocation: revoked | not_confirmed | not_supported | kept_shared.
 	Revocation string `json:"revocation"`
 	Deleted    bool   `json:"deleted"`
 	Message    string `json:"message"`
@@ -154,7 +154,7 @@ func toolDefs() []*mcp.Tool {
 "required":["provider"],"additionalProperties":false}`),
 			OutputSchema: compactJSON(`{"type":"object","properties":{
 "provider":{"type":"string"},"account":{"type":"string"},
-"revocation":{"type":"string","enum":["revoked","not_confirmed","not_supported"]},
+"revocation":{"type":"string","enum":["revoked","not_confirmed","not_supported","kept_shared"]},
 "deleted":{"type":"boolean"},"message":{"type":"string"}},
 "required":["provider","account","revocation","deleted","message"],"additionalProperties":false}`),
 			Annotations: &mcp.ToolAnnotations{Title: "Disconnect an account", ReadOnlyHint: false,
@@ -306,11 +306,12 @@ func (s *Server) connectAccount(ctx context.Context, c *callContext) outcome {
 	switch o := o.(type) {
 	case connections.Connected:
 		v := viewOf(o.Conn)
-		return complete(connectOutput{
-			Status:     "connected",
-			Message:    fmt.Sprintf("Connected: %s account %s (scopes: %s).", o.Provider.DisplayName, v.Account, strings.Join(v.Scopes, " ")),
-			Connection: &v,
-		})
+		msg := fmt.Sprintf("Connected: %s account %s (scopes: %s).", o.Provider.DisplayName, v.Account, strings.Join(v.Scopes, " "))
+		if connections.MissingRefreshToken(o.Provider, o.Conn) {
+			msg += fmt.Sprintf(" %s gave no refresh token, so this connection stops working when its access token expires; the user can then remove the app's access in their %s settings and connect again.",
+				o.Provider.DisplayName, o.Provider.DisplayName)
+		}
+		return complete(connectOutput{Status: "connected", Message: msg, Connection: &v})
 	case connections.Declined:
 		return declined(o.Provider)
 	case connections.Cancelled:
@@ -448,6 +449,8 @@ func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome 
 	switch d.Revocation {
 	case provider.Revoked:
 		out.Message = fmt.Sprintf("Disconnected %s account %s: the tokens were revoked at %s and deleted from the broker.", name, out.Account, name)
+	case provider.KeptShared:
+		out.Message = fmt.Sprintf("Disconnected %s account %s: the tokens were deleted from the broker but not revoked at %s, because another connection uses the same %s account and revoking would end its access too.", name, out.Account, name, name)
 	case provider.NotConfirmed:
 		out.Message = fmt.Sprintf("Disconnected %s account %s: %s did not confirm the revocation, so the grant may still be listed in your %s settings; the tokens were deleted from the broker.", name, out.Account, name, name)
 	default:

@@ -108,6 +108,12 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 			Message: p.DisplayName + " did not accept the authorization code. Nothing was connected.",
 			Next:    "Open the link from your app again and approve once more."})
 		return
+	case errors.Is(err, provider.ErrWrongDomain):
+		f.log.Warn("provider account outside the hosted domain", "provider", p.Name, "err", err.Error())
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusForbidden, Heading: "This " + p.DisplayName + " account is not allowed here",
+			Message: "This broker only connects " + p.DisplayName + " accounts of " + domainWords(p.HostedDomain) + ". The account you chose is not one of them, so nothing was stored.",
+			Next:    "Open the link from your app again and choose an account of that domain."})
+		return
 	case errors.Is(err, provider.ErrAccountUnknown):
 		f.log.Warn("provider account lookup failed", "provider", p.Name, "err", err.Error())
 		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadGateway, Heading: "Could not confirm your " + p.DisplayName + " account",
@@ -131,7 +137,16 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 		f.fail(w, r, s, http.StatusInternalServerError, "store connection", err)
 		return
 	}
-	f.renderDone(w, donePage{Chrome: s.chrome(), Provider: p.DisplayName, Account: conn.AccountLogin, Scopes: conn.Scopes})
+	f.renderDone(w, donePage{Chrome: s.chrome(), Provider: p.DisplayName, Account: conn.AccountLogin, Scopes: conn.Scopes,
+		NoRefresh: connections.MissingRefreshToken(p, conn)})
+}
+
+// domainWords names a hosted_domain for people.
+func domainWords(hd string) string {
+	if hd == "*" {
+		return "an organisation's Google Workspace"
+	}
+	return "the domain " + hd
 }
 
 func (f *Flow) providerError(w http.ResponseWriter, r *http.Request, s *session, p *provider.Provider, g vault.Grant, cp callbackParams) {

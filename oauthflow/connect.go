@@ -208,6 +208,11 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 	for k, v := range p.ExtraAuthParams {
 		opts = append(opts, oauth2.SetAuthURLParam(k, v))
 	}
+	if p.HostedDomain != "" {
+		// Steers Google's account chooser; the callback checks the ID
+		// token's hd claim, which is what proves the domain.
+		opts = append(opts, oauth2.SetAuthURLParam("hd", p.HostedDomain))
+	}
 	if err := f.jar.set(w, "flow", fs, flowTTL); err != nil {
 		f.fail(w, r, s, http.StatusInternalServerError, "flow cookie", err)
 		return

@@ -15,6 +15,7 @@ var notices = map[string]string{
 	string(provider.Revoked):      "Disconnected. The broker revoked access at the provider and deleted the stored tokens.",
 	string(provider.NotSupported): "Disconnected. The stored tokens were deleted; this provider offers no way to revoke them, so you may also remove the app in the provider's settings.",
 	string(provider.NotConfirmed): "Disconnected here, but the provider did not confirm the revocation. Remove the app's access in the provider's account settings to be sure.",
+	string(provider.KeptShared):   "Disconnected. The stored tokens were deleted; access at the provider was not revoked because another connection uses the same provider account, and revoking would end its access too.",
 	"not_found":                   "That connection does not exist (it may already be disconnected).",
 }
 
@@ -40,10 +41,16 @@ func (f *Flow) handleConnections(w http.ResponseWriter, r *http.Request) {
 		if c.Status == vault.StatusNeedsReconnect {
 			status = "Needs reconnecting"
 		}
-		page.Connections = append(page.Connections, connectionRow{
+		row := connectionRow{
 			ID: c.ID, Provider: name, Account: connections.AccountName(c), Scopes: c.Scopes, Status: status,
 			Created: c.Created.UTC().Format("2006-01-02 15:04 UTC"),
-		})
+		}
+		p, _ := f.providers.Lookup(c.Provider)
+		row.NoRefresh = c.Status != vault.StatusNeedsReconnect && connections.MissingRefreshToken(p, c)
+		if !c.RefreshExpires.IsZero() {
+			row.RefreshExpires = c.RefreshExpires.UTC().Format("2006-01-02 15:04 UTC")
+		}
+		page.Connections = append(page.Connections, row)
 	}
 	f.renderConnections(w, page)
 }

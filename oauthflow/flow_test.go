@@ -78,7 +78,9 @@ func TestGenericOIDCFlow(t *testing.T) {
 	list := a.get(h.srv.URL + "/connections")
 	mustContain(t, list, "Corp Directory", "alice@example.test", "Disconnect")
 	after := a.submit(list, "/disconnect", nil)
-	mustContain(t, after, "Disconnected.", "no way to revoke")
+	// No revocation is configured, but the IdP's discovery document
+	// advertises revocation_endpoint: the broker revokes there.
+	mustContain(t, after, "Disconnected.", "revoked access at the provider")
 	if n := len(h.connections("alice")); n != 0 {
 		t.Fatalf("after disconnect: %d connections", n)
 	}
@@ -430,6 +432,7 @@ func TestDisconnectOutcomesOnThePage(t *testing.T) {
     token_url: ` + other.URL() + `/login/oauth/access_token
     client_id: gh-client
     client_secret: ${GITHUB_CLIENT_SECRET}
+    token_endpoint_auth: client_secret_post
     account: {url: ` + other.URL() + `/user, id_field: id, login_field: login}
 ` + revocation
 		}

@@ -346,6 +346,7 @@ func fakeProviders(h *harness) (string, map[string]string) {
     token_url: ` + gh + `/login/oauth/access_token
     client_id: ${GITHUB_CLIENT_ID}
     client_secret: ${GITHUB_CLIENT_SECRET}
+    token_endpoint_auth: client_secret_post
     default_scopes: [read:user]
     scope_descriptions: {read:user: Read your profile information, repo: Full access to your repositories}
     account: {url: ` + gh + `/user, id_field: id, login_field: login}

@@ -119,7 +119,7 @@ func TestTokenRequestsNotRedirected(t *testing.T) {
 	})
 	t.Run("revocation", func(t *testing.T) {
 		rev, err := h.client.Revoke(context.Background(), vault.Connection{Provider: "trapped",
-			Token: vault.TokenSet{AccessToken: "at-revoke-me", RefreshToken: "rt-revoke-me"}})
+			Token: vault.TokenSet{AccessToken: "at-revoke-me", RefreshToken: "rt-revoke-me"}}, false)
 		if rev != provider.NotConfirmed || err == nil || !strings.Contains(err.Error(), "307") {
 			t.Fatalf("Revoke = %s, %v; want not_confirmed with an HTTP 307 error", rev, err)
 		}

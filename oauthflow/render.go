@@ -55,6 +55,9 @@ type donePage struct {
 	Provider string
 	Account  string
 	Scopes   []string
+	// NoRefresh: stored without the refresh token the entry expects, so
+	// access ends when the access token expires.
+	NoRefresh bool
 }
 
 type deniedPage struct {
@@ -77,6 +80,10 @@ type errorPage struct {
 type connectionRow struct {
 	ID, Provider, Account, Status, Created string
 	Scopes                                 []string
+	// RefreshExpires is when the refresh token expires ("" when the
+	// provider did not say); NoRefresh as on donePage.
+	RefreshExpires string
+	NoRefresh      bool
 }
 
 type connectionsPage struct {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -103,17 +104,41 @@ func (rp RequestPattern) Match(method, path string) bool {
 	return true
 }
 
-// requestAllowed applies p's allow-list (empty: everything under the base).
-func (p *Provider) requestAllowed(method, path string) bool {
-	if len(p.AllowedRequests) == 0 {
+// requestAllowed applies the base's allow-list (empty: everything under
+// the base).
+func (b APIBase) requestAllowed(method, path string) bool {
+	if len(b.AllowedRequests) == 0 {
 		return true
 	}
-	for _, rp := range p.AllowedRequests {
+	for _, rp := range b.AllowedRequests {
 		if rp.Match(method, path) {
 			return true
 		}
 	}
 	return false
+}
+
+// apiBase returns the API base a request names by host ("": the first).
+func (p *Provider) apiBase(host string) (APIBase, error) {
+	if len(p.APIBases) == 0 {
+		return APIBase{}, reqErrorf("provider %s has no API configured (api.base_url in providers.yaml)", p.Name)
+	}
+	if host == "" {
+		return p.APIBases[0], nil
+	}
+	for _, b := range p.APIBases {
+		if strings.EqualFold(b.Host, host) {
+			return b, nil
+		}
+	}
+	hosts := make([]string, len(p.APIBases))
+	for i, b := range p.APIBases {
+		hosts[i] = b.Host
+	}
+	if len(host) > 256 {
+		host = host[:256]
+	}
+	return APIBase{}, reqErrorf("host %q is not one of %s's API hosts (%s)", host, p.Name, strings.Join(hosts, ", "))
 }
 
 // checkAPIPath validates an untrusted API path relative to the API base and
@@ -212,6 +237,9 @@ func underBase(b, u *url.URL) error {
 
 // APIRequest is a request to a provider's API, relative to its base URL.
 type APIRequest struct {
+	// Host names one of the provider's API bases by host
+	// ("gmail.googleapis.com"); empty: the first, api.base_url.
+	Host   string
 	Method string
 	Path   string
 	Query  url.Values
@@ -278,23 +306,30 @@ func responseHeader(name string) bool {
 	return strings.HasPrefix(l, "x-ratelimit-") || strings.HasPrefix(l, "ratelimit")
 }
 
-// prepare validates req against p and returns the upstream URL and headers.
-func (k *Client) prepare(p *Provider, req APIRequest) (*url.URL, http.Header, error) {
-	if p.APIBaseURL == "" {
-		return nil, nil, reqErrorf("provider %s has no API configured (api.base_url in providers.yaml)", p.Name)
+// prepare validates req against p and returns the API base, the upstream
+// URL and headers.
+func (k *Client) prepare(p *Provider, req APIRequest) (APIBase, *url.URL, http.Header, error) {
+	base, err := p.apiBase(req.Host)
+	if err != nil {
+		return APIBase{}, nil, nil, err
 	}
+	u, h, err := k.prepareOn(p, base, req)
+	return base, u, h, err
+}
+
+func (k *Client) prepareOn(p *Provider, base APIBase, req APIRequest) (*url.URL, http.Header, error) {
 	if !slices.Contains(apiMethods, req.Method) {
 		return nil, nil, reqErrorf("method %q is not allowed: use %s", req.Method, strings.Join(apiMethods, ", "))
 	}
 	if int64(len(req.Body)) > k.opts.MaxRequestBody {
 		return nil, nil, reqErrorf("request body is %d bytes, more than the %d allowed", len(req.Body), k.opts.MaxRequestBody)
 	}
-	u, err := ResolveAPIURL(p.APIBaseURL, req.Path, req.Query)
+	u, err := ResolveAPIURL(base.URL, req.Path, req.Query)
 	if err != nil {
 		return nil, nil, err
 	}
-	if !p.requestAllowed(req.Method, req.Path) {
-		return nil, nil, reqErrorf("%s %s is not in the broker's allow-list for %s", req.Method, req.Path, p.Name)
+	if !base.requestAllowed(req.Method, req.Path) {
+		return nil, nil, reqErrorf("%s %s is not in the broker's allow-list for %s (%s)", req.Method, req.Path, p.Name, base.Host)
 	}
 	h := http.Header{}
 	for name, vs := range req.Header {
@@ -322,11 +357,18 @@ func (k *Client) prepare(p *Provider, req APIRequest) (*url.URL, http.Header, er
 // access token (refreshed before expiry; refreshed once more and retried
 // when the API answers 401 to an unexpired token). The connection's token
 // set is opened once; a refresh reloads it under the refresh lock.
-// Requests that could leave the API base, or that the provider's allow-list
-// does not name, return a *RequestError before anything is sent (a refresh
-// included). Redirects are followed only on the API host, within the base
-// path, to a method and path the allow-list names; any other redirect is
-// returned as is. Do does not record the use (the connections layer does).
+// Requests that could leave the API base req.Host names, or that its
+// allow-list does not name, return a *RequestError before anything is sent
+// (a refresh included). Redirects are followed only on that base's host,
+// within its path, to a method and path its allow-list names; any other
+// redirect is returned as is. Do does not record the use (the connections
+// layer does).
+//
+// A 401 the broker cannot cure marks the connection needs_reconnect and
+// returns ErrNeedsReconnect, so the next call asks the person to connect
+// again: a 401 to a token with no refresh token (a GitHub OAuth app token
+// revoked by its owner, or unused for a year), or a 401 again right after
+// a refresh.
 func (k *Client) Do(ctx context.Context, id string, req APIRequest) (APIResponse, error) {
 	conn, err := k.opts.Store.GetConnection(ctx, id)
 	if err != nil {
@@ -336,35 +378,56 @@ func (k *Client) Do(ctx context.Context, id string, req APIRequest) (APIResponse
 	if !ok {
 		return APIResponse{}, fmt.Errorf("%w: %s", ErrUnknownProvider, conn.Provider)
 	}
-	u, hdr, err := k.prepare(p, req)
+	base, u, hdr, err := k.prepare(p, req)
 	if err != nil {
 		return APIResponse{}, err
 	}
 	if conn, err = k.usable(ctx, conn); err != nil {
 		return APIResponse{}, err
 	}
-	resp, err := k.send(ctx, p, conn, req.Method, u, hdr, req.Body)
+	resp, err := k.send(ctx, p, base, conn, req.Method, u, hdr, req.Body)
+	if err != nil || resp.Status != http.StatusUnauthorized || !conn.Token.Expiry.IsZero() && !k.opts.Now().Before(conn.Token.Expiry) {
+		return resp, err
+	}
+	// An unexpired token was refused.
+	log := k.log.With("provider", p.Name, "connection", conn.ID)
+	if conn.Token.RefreshToken == "" {
+		// Nothing to refresh with: revoked outside the broker.
+		return APIResponse{}, k.refused(ctx, conn, log, "the provider refused the access token, and there is no refresh token")
+	}
+	// Refresh once and retry once.
+	fresh, err := k.ForceRefresh(ctx, id, conn.Token.AccessToken)
 	if err != nil {
 		return APIResponse{}, err
 	}
-	if resp.Status == http.StatusUnauthorized && (conn.Token.Expiry.IsZero() || k.opts.Now().Before(conn.Token.Expiry)) && conn.Token.RefreshToken != "" {
-		// An unexpired token was refused: refresh once and retry once.
-		fresh, err := k.ForceRefresh(ctx, id, conn.Token.AccessToken)
-		if err != nil {
-			return APIResponse{}, err
-		}
-		if fresh.Token.AccessToken != conn.Token.AccessToken {
-			if resp, err = k.send(ctx, p, fresh, req.Method, u, hdr, req.Body); err != nil {
-				return APIResponse{}, err
-			}
-		}
+	if fresh.Token.AccessToken == conn.Token.AccessToken {
+		return resp, nil
+	}
+	if resp, err = k.send(ctx, p, base, fresh, req.Method, u, hdr, req.Body); err != nil {
+		return APIResponse{}, err
+	}
+	if resp.Status == http.StatusUnauthorized {
+		return APIResponse{}, k.refused(ctx, fresh, log, "the provider refused the access token again right after a refresh")
 	}
 	return resp, nil
 }
 
+// refused marks c needs_reconnect because the provider refused its access
+// token and refreshing cannot help, and returns ErrNeedsReconnect (or the
+// failure to record it). When c's tokens changed meanwhile (reconnected in
+// the browser), c is left as it is and the caller's request fails with
+// ErrNeedsReconnect all the same; it is not retried.
+func (k *Client) refused(ctx context.Context, c vault.Connection, log *slog.Logger, why string) error {
+	_, err := k.markNeedsReconnect(ctx, c, log, why)
+	if err == nil || errors.Is(err, ErrNeedsReconnect) {
+		return fmt.Errorf("%w: %s", ErrNeedsReconnect, why)
+	}
+	return err
+}
+
 // send performs one upstream request and reads the capped answer.
-func (k *Client) send(ctx context.Context, p *Provider, conn vault.Connection, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
-	base, _ := url.Parse(p.APIBaseURL)
+func (k *Client) send(ctx context.Context, p *Provider, api APIBase, conn vault.Connection, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
+	base, _ := url.Parse(api.URL)
 	hreq, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return APIResponse{}, reqErrorf("the request could not be built")
@@ -380,7 +443,7 @@ func (k *Client) send(ctx context.Context, p *Provider, conn vault.Connection, m
 	hreq.Header.Set("Accept-Encoding", "identity")
 	cl := *k.opts.HTTPClient
 	cl.CheckRedirect = func(r *http.Request, via []*http.Request) error {
-		if len(via) >= 5 || !redirectAllowed(p, base, r) {
+		if len(via) >= 5 || !redirectAllowed(api, base, r) {
 			// Never follow with the token to another host, outside the base
 			// or to a method and path the allow-list does not name (a 307
 			// or 308 replays the method and body): the caller gets the 3xx.
@@ -438,9 +501,10 @@ func (k *Client) send(ctx context.Context, p *Provider, conn vault.Connection, m
 }
 
 // redirectAllowed reports whether the API client may follow a redirect to
-// r: on the API host, under the base path, to a path that passes
-// checkAPIPath and, with r's method, the provider's allow-list.
-func redirectAllowed(p *Provider, base *url.URL, r *http.Request) bool {
+// r: on the request's API host, under its base path, to a path that passes
+// checkAPIPath and, with r's method, that base's allow-list. A redirect to
+// another of the provider's API hosts is not followed either.
+func redirectAllowed(api APIBase, base *url.URL, r *http.Request) bool {
 	if underBase(base, r.URL) != nil {
 		return false
 	}
@@ -451,5 +515,5 @@ func redirectAllowed(p *Provider, base *url.URL, r *http.Request) bool {
 	if _, err := checkAPIPath(rel); err != nil {
 		return false
 	}
-	return slices.Contains(apiMethods, r.Method) && p.requestAllowed(r.Method, rel)
+	return slices.Contains(apiMethods, r.Method) && api.requestAllowed(r.Method, rel)
 }

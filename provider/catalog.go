@@ -34,8 +34,14 @@ const (
 	RevokeRFC7009 = "rfc7009"
 	// RevokeGitHubGrant deletes the whole OAuth app grant the GitHub way:
 	// DELETE {url} with the client's basic credentials and the access token
-	// in a JSON body. "{client_id}" in the URL is replaced.
+	// in a JSON body. "{client_id}" in the URL is replaced. When another
+	// connection uses the same GitHub account, only the one token is
+	// deleted (DELETE {token_url}), since deleting the grant would end the
+	// other connection's tokens too.
 	RevokeGitHubGrant = "github_grant"
+	// RevokeNone turns revocation off, also the one an OIDC provider's
+	// discovery advertises.
+	RevokeNone = "none"
 )
 
 // providersFile is the document shape of providers.yaml.
@@ -58,10 +64,20 @@ type providerSpec struct {
 	DefaultScopes    []string          `yaml:"default_scopes"`
 	AllowedScopes    []string          `yaml:"allowed_scopes"`
 	ScopeDescription map[string]string `yaml:"scope_descriptions"`
-	ExtraAuthParams  map[string]string `yaml:"extra_auth_params"`
-	Account          *accountSpec      `yaml:"account"`
-	API              *apiSpec          `yaml:"api"`
-	Revocation       *revocationSpec   `yaml:"revocation"`
+	// ScopeAliases: scope → the other names the provider answers for it
+	// (Google answers https://www.googleapis.com/auth/userinfo.email for
+	// email).
+	ScopeAliases map[string][]string `yaml:"scope_aliases"`
+	// ScopeImplies: scope → the scopes it includes (GitHub's repo includes
+	// public_repo and drops it from its answer).
+	ScopeImplies    map[string][]string `yaml:"scope_implies"`
+	ExtraAuthParams map[string]string   `yaml:"extra_auth_params"`
+	// HostedDomain (OIDC): the Google Workspace domain accounts must
+	// belong to; sent as hd= and checked against the ID token's hd claim.
+	HostedDomain string          `yaml:"hosted_domain"`
+	Account      *accountSpec    `yaml:"account"`
+	API          *apiSpec        `yaml:"api"`
+	Revocation   *revocationSpec `yaml:"revocation"`
 	// SidecarTokenExport lets the sidecar API hand this provider's access
 	// tokens to co-located servers (POST /v1/token). Off by default.
 	SidecarTokenExport bool `yaml:"sidecar_token_export"`
@@ -76,11 +92,24 @@ type accountSpec struct {
 type apiSpec struct {
 	BaseURL      string   `yaml:"base_url"`
 	AllowedPaths []string `yaml:"allowed_paths"`
+	// Hosts are further API bases of the same provider (Google serves its
+	// APIs from several hosts), each with its own allow-list.
+	Hosts []apiHostSpec `yaml:"hosts"`
+}
+
+type apiHostSpec struct {
+	BaseURL      string   `yaml:"base_url"`
+	AllowedPaths []string `yaml:"allowed_paths"`
 }
 
 type revocationSpec struct {
-	Style string `yaml:"style"`
-	URL   string `yaml:"url"`
+	Style    string `yaml:"style"`
+	URL      string `yaml:"url"`
+	TokenURL string `yaml:"token_url"`
+	// AccountWide: revoking one token ends every token the provider
+	// issued to this client for the account (Google's grant is per account
+	// and client).
+	AccountWide bool `yaml:"account_wide"`
 }
 
 // Provider is one validated provider entry. Its fields are read-only after
@@ -111,8 +140,16 @@ type Provider struct {
 	AllowedScopes []string
 	// ScopeDescriptions are plain-words explanations shown on the consent page.
 	ScopeDescriptions map[string]string
+	// ScopeAliases maps each other name the provider answers for a scope
+	// to the scope's name in the catalogue; ScopeImplies maps a scope to
+	// the scopes it includes. NormalizeScopes and MissingScopes use both.
+	ScopeAliases map[string]string
+	ScopeImplies map[string][]string
 	// ExtraAuthParams are added to the authorization request.
 	ExtraAuthParams map[string]string
+	// HostedDomain (OIDC only): the account's domain, sent as hd= and
+	// required in the ID token's hd claim ("*": any Workspace domain).
+	HostedDomain string
 	// AccountURL answers the connected account's identity as JSON;
 	// AccountIDField and AccountLoginField name the fields.
 	AccountURL, AccountIDField, AccountLoginField string
@@ -122,28 +159,45 @@ type Provider struct {
 	APIBaseURL      string
 	AllowedPaths    []string
 	AllowedRequests []RequestPattern
+	// APIBases are every API base of the provider, the first being
+	// APIBaseURL; a request names one by its host (APIRequest.Host).
+	APIBases []APIBase
 	// SidecarTokenExport: the sidecar API may return this provider's
 	// access tokens (never refresh tokens) to co-located servers.
 	SidecarTokenExport bool
 	// RevocationStyle is "", RevokeRFC7009 or RevokeGitHubGrant.
-	RevocationStyle string
-	RevocationURL   string
+	// RevocationURL may be empty for an OIDC provider: discovery's
+	// revocation_endpoint is used. RevocationTokenURL (GitHub) deletes one
+	// token instead of the whole grant.
+	RevocationStyle    string
+	RevocationURL      string
+	RevocationTokenURL string
+	// RevocationAccountWide: revoking any token ends every token of the
+	// app for the account (GitHub grants always do).
+	RevocationAccountWide bool
+	// RevocationDisabled: style none (an OIDC provider's discovered
+	// revocation_endpoint is not used either).
+	RevocationDisabled bool
 }
 
-// ScopeAllowed reports whether s may be requested from this provider.
+// APIBase is one API base URL of a provider with its allow-list.
+type APIBase struct {
+	// URL is the base ("https://gmail.googleapis.com").
+	URL string
+	// Host is URL's host (with its port when it has one), how a request
+	// names this base.
+	Host string
+	// AllowedPaths as written; AllowedRequests parsed (empty: anything
+	// under URL).
+	AllowedPaths    []string
+	AllowedRequests []RequestPattern
+}
+
+// ScopeAllowed reports whether s may be requested from this provider:
+// any scope when allowed_scopes is empty, else one it lists (an alias of a
+// listed scope counts as that scope).
 func (p *Provider) ScopeAllowed(s string) bool {
-	return len(p.AllowedScopes) == 0 || slices.Contains(p.AllowedScopes, s)
-}
-
-// MissingScopes returns the scopes of want that granted does not cover.
-func (p *Provider) MissingScopes(granted, want []string) []string {
-	var m []string
-	for _, s := range want {
-		if !slices.Contains(granted, s) {
-			m = append(m, s)
-		}
-	}
-	return m
+	return len(p.AllowedScopes) == 0 || slices.Contains(p.AllowedScopes, p.canonicalScope(s))
 }
 
 // Registry is the set of configured providers.
@@ -288,7 +342,7 @@ func validateProvider(name string, s providerSpec, getenv func(string) string, p
 		Name: name, DisplayName: s.DisplayName, Type: s.Type, PKCE: true,
 		DefaultScopes: slices.Clone(s.DefaultScopes), AllowedScopes: slices.Clone(s.AllowedScopes),
 		ScopeDescriptions: s.ScopeDescription, ExtraAuthParams: s.ExtraAuthParams,
-		SidecarTokenExport: s.SidecarTokenExport,
+		SidecarTokenExport: s.SidecarTokenExport, HostedDomain: s.HostedDomain,
 	}
 	if p.DisplayName == "" {
 		p.DisplayName = name
@@ -298,7 +352,9 @@ func validateProvider(name string, s providerSpec, getenv func(string) string, p
 	}
 	v.endpoints(p, s)
 	v.client(p, s, getenv)
+	v.scopeTables(p, s)
 	v.scopes(p, s)
+	v.hostedDomain(p, s)
 	v.account(p, s)
 	v.api(p, s)
 	v.revocation(p, s)
@@ -417,12 +473,16 @@ func (v *specCheck) scopes(p *Provider, s providerSpec) {
 	for _, sc := range s.AllowedScopes {
 		if !validScope(sc) {
 			v.fail("allowed_scopes", "allowed scope %q is not a valid scope token", sc)
+		} else if c := p.ScopeAliases[sc]; c != "" {
+			v.fail("allowed_scopes", "allowed scope %q is an alias: name it %s", sc, c)
 		}
 	}
 	for k := range s.ExtraAuthParams {
 		switch k {
 		case "state", "code_challenge", "code_challenge_method", "nonce", "redirect_uri", "client_id", "response_type", "scope":
 			v.fail("extra_auth_params", "extra_auth_params: %q is set by the broker and cannot be configured", k)
+		case "hd":
+			v.fail("extra_auth_params", "extra_auth_params: set hosted_domain instead of hd (the broker then also checks the ID token's hd claim)")
 		}
 	}
 }
@@ -450,15 +510,45 @@ func (v *specCheck) api(p *Provider, s providerSpec) {
 		return
 	}
 	p.APIBaseURL = v.url("api", a.BaseURL, true)
-	for _, ap := range a.AllowedPaths {
+	p.AllowedRequests = v.patterns("api.allowed_paths", a.AllowedPaths)
+	p.AllowedPaths = slices.Clone(a.AllowedPaths)
+	if p.APIBaseURL == "" {
+		return
+	}
+	seen := map[string]bool{}
+	add := func(base string, paths []string, reqs []RequestPattern) {
+		u, _ := url.Parse(base)
+		host := strings.ToLower(u.Host)
+		if seen[host] {
+			v.fail("api", "api.hosts: %s is given twice (one base per host)", host)
+			return
+		}
+		seen[host] = true
+		p.APIBases = append(p.APIBases, APIBase{URL: base, Host: host, AllowedPaths: slices.Clone(paths), AllowedRequests: reqs})
+	}
+	add(p.APIBaseURL, a.AllowedPaths, p.AllowedRequests)
+	for i, h := range a.Hosts {
+		key := fmt.Sprintf("api.hosts[%d]", i)
+		base := v.url("api", h.BaseURL, true)
+		reqs := v.patterns(key+".allowed_paths", h.AllowedPaths)
+		if base != "" {
+			add(base, h.AllowedPaths, reqs)
+		}
+	}
+}
+
+// patterns parses an allow-list.
+func (v *specCheck) patterns(key string, list []string) []RequestPattern {
+	var out []RequestPattern
+	for _, ap := range list {
 		rp, err := ParseRequestPattern(ap)
 		if err != nil {
-			v.fail("api", "api.allowed_paths: %v", err)
+			v.fail("api", "%s: %v", key, err)
 			continue
 		}
-		p.AllowedRequests = append(p.AllowedRequests, rp)
+		out = append(out, rp)
 	}
-	p.AllowedPaths = slices.Clone(a.AllowedPaths)
+	return out
 }
 
 // revocation checks the revocation style and endpoint.
@@ -470,13 +560,101 @@ func (v *specCheck) revocation(p *Provider, s providerSpec) {
 	switch rv.Style {
 	case RevokeRFC7009, RevokeGitHubGrant:
 		p.RevocationStyle = rv.Style
+		p.RevocationAccountWide = rv.AccountWide || rv.Style == RevokeGitHubGrant
+	case RevokeNone:
+		p.RevocationDisabled = true
+		if rv.URL != "" || rv.TokenURL != "" || rv.AccountWide {
+			v.fail("revocation", "revocation.style none takes no other field")
+		}
+		return
 	default:
-		v.fail("revocation", "revocation.style %q: want %q or %q", rv.Style, RevokeRFC7009, RevokeGitHubGrant)
+		v.fail("revocation", "revocation.style %q: want %q, %q or %q", rv.Style, RevokeRFC7009, RevokeGitHubGrant, RevokeNone)
 	}
-	p.RevocationURL = v.url("revocation", strings.ReplaceAll(rv.URL, "{client_id}", "client_id"), true)
-	if p.RevocationURL != "" {
+	// An OIDC provider's RFC 7009 endpoint may come from discovery
+	// (revocation_endpoint).
+	if rv.URL == "" && !(s.Type == TypeOIDC && rv.Style == RevokeRFC7009) {
+		v.fail("revocation", "revocation.url is required (only an oidc provider's rfc7009 endpoint can come from discovery)")
+	} else if v.url("revocation", strings.ReplaceAll(rv.URL, "{client_id}", "client_id"), false) != "" {
 		p.RevocationURL = rv.URL
 	}
+	if rv.TokenURL != "" && rv.Style != RevokeGitHubGrant {
+		v.fail("revocation", "revocation.token_url is only for style %q", RevokeGitHubGrant)
+	} else if v.url("revocation", strings.ReplaceAll(rv.TokenURL, "{client_id}", "client_id"), false) != "" {
+		p.RevocationTokenURL = rv.TokenURL
+	}
+}
+
+// scopeTables checks scope_aliases and scope_implies.
+func (v *specCheck) scopeTables(p *Provider, s providerSpec) {
+	if len(s.ScopeAliases) > 0 {
+		p.ScopeAliases = map[string]string{}
+	}
+	for _, sc := range sortedKeys(s.ScopeAliases) {
+		if !validScope(sc) {
+			v.fail("scope_aliases", "scope_aliases: %q is not a valid scope token", sc)
+			continue
+		}
+		for _, alias := range s.ScopeAliases[sc] {
+			switch {
+			case !validScope(alias):
+				v.fail("scope_aliases", "scope_aliases: %s: alias %q is not a valid scope token", sc, alias)
+			case alias == sc:
+				v.fail("scope_aliases", "scope_aliases: %s is given as its own alias", sc)
+			case s.ScopeAliases[alias] != nil:
+				v.fail("scope_aliases", "scope_aliases: %q is both a scope with aliases and an alias of %s", alias, sc)
+			case p.ScopeAliases[alias] != "":
+				v.fail("scope_aliases", "scope_aliases: %q is an alias of both %s and %s", alias, p.ScopeAliases[alias], sc)
+			default:
+				p.ScopeAliases[alias] = sc
+			}
+		}
+	}
+	if len(s.ScopeImplies) > 0 {
+		p.ScopeImplies = map[string][]string{}
+	}
+	for _, sc := range sortedKeys(s.ScopeImplies) {
+		if !validScope(sc) {
+			v.fail("scope_implies", "scope_implies: %q is not a valid scope token", sc)
+			continue
+		}
+		for _, in := range s.ScopeImplies[sc] {
+			switch {
+			case !validScope(in):
+				v.fail("scope_implies", "scope_implies: %s: %q is not a valid scope token", sc, in)
+			case in == sc:
+				v.fail("scope_implies", "scope_implies: %s is given as implying itself", sc)
+			case p.ScopeAliases[in] != "" || p.ScopeAliases[sc] != "":
+				v.fail("scope_implies", "scope_implies: %s: name scopes by their catalogue names, not by aliases", sc)
+			default:
+				p.ScopeImplies[sc] = append(p.ScopeImplies[sc], in)
+			}
+		}
+	}
+}
+
+var hostedDomainRE = regexp.MustCompile(`^(\*|[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+)$`)
+
+// hostedDomain checks hosted_domain (OIDC only: it is verified in the ID
+// token).
+func (v *specCheck) hostedDomain(p *Provider, s providerSpec) {
+	if s.HostedDomain == "" {
+		return
+	}
+	if s.Type != TypeOIDC {
+		v.fail("hosted_domain", "hosted_domain is only for type %q (it is checked in the ID token's hd claim)", TypeOIDC)
+	}
+	if len(s.HostedDomain) > 253 || !hostedDomainRE.MatchString(s.HostedDomain) {
+		v.fail("hosted_domain", "hosted_domain %q: want a lowercase domain name such as example.com, or * for any Workspace domain", s.HostedDomain)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func validScope(s string) bool {

@@ -2,8 +2,10 @@ package provider
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -29,10 +31,39 @@ func TestLoadProvidersRepoFile(t *testing.T) {
 		gh.ClientID != "gh-id" || gh.ClientSecret.Reveal() != "gh-secret" || gh.APIBaseURL != "https://api.github.com" {
 		t.Errorf("github entry = %+v", gh)
 	}
+	// GitHub documents the client credentials as body parameters; repo
+	// covers public_repo, which GitHub drops from its answer; a shared
+	// account's token can be deleted alone.
+	if !gh.TokenAuthInParams || len(gh.MissingScopes([]string{"repo"}, []string{"repo", "public_repo"})) != 0 ||
+		gh.RevocationTokenURL != "https://api.github.com/applications/{client_id}/token" {
+		t.Errorf("github entry: client_secret_post %v, scope_implies %v, token_url %q", gh.TokenAuthInParams, gh.ScopeImplies, gh.RevocationTokenURL)
+	}
 	g, _ := reg.Lookup("google")
 	if g.Type != TypeOIDC || g.Issuer != "https://accounts.google.com" || g.ExtraAuthParams["access_type"] != "offline" ||
-		g.ExtraAuthParams["prompt"] != "consent" || g.RevocationURL != "https://oauth2.googleapis.com/revoke" || g.RevocationStyle != RevokeRFC7009 {
+		g.ExtraAuthParams["prompt"] != "consent" || g.ExtraAuthParams["include_granted_scopes"] != "true" ||
+		g.RevocationURL != "" || g.RevocationStyle != RevokeRFC7009 || !g.RevocationAccountWide {
 		t.Errorf("google entry = %+v", g)
+	}
+	// The scopes the entry describes can be asked for; Google's answer
+	// names cover the short names; the per-API hosts are there.
+	for _, sc := range []string{"openid", "email", "https://www.googleapis.com/auth/calendar.readonly", "https://www.googleapis.com/auth/drive.readonly"} {
+		if !g.ScopeAllowed(sc) {
+			t.Errorf("google: %s not allowed", sc)
+		}
+	}
+	if g.ScopeAllowed("https://www.googleapis.com/auth/drive") {
+		t.Error("google: full Drive access allowed")
+	}
+	answered := ParseScopeAnswer("https://www.googleapis.com/auth/userinfo.email openid https://www.googleapis.com/auth/userinfo.profile")
+	if m := g.MissingScopes(answered, g.DefaultScopes); len(m) != 0 {
+		t.Errorf("google: %v missing from Google's answer", m)
+	}
+	var hosts []string
+	for _, b := range g.APIBases {
+		hosts = append(hosts, b.Host)
+	}
+	if strings.Join(hosts, " ") != "www.googleapis.com gmail.googleapis.com people.googleapis.com" {
+		t.Errorf("google API hosts = %v", hosts)
 	}
 	if _, ok := reg.Lookup("gitlab"); ok {
 		t.Error("Lookup(gitlab) found an unconfigured provider")
@@ -115,6 +146,38 @@ func TestParseProviders(t *testing.T) {
 			want: []string{"revocation.style \"magic\"", "must use https"}},
 		{name: "wrong value type", yaml: goodOAuth2 + "    pkce: maybe\n",
 			want: []string{"x.yaml:9:"}},
+		{name: "valid scope tables, api hosts and github token url", yaml: goodOAuth2 + `    scope_aliases: {email: [https://acme.example/auth/email]}
+    scope_implies: {admin: [write, read], write: [read]}
+    api:
+      base_url: https://api.acme.example
+      hosts: [{base_url: https://mail.acme.example, allowed_paths: [GET /v1/me]}]
+    revocation: {style: github_grant, url: "https://api.acme.example/a/{client_id}/grant", token_url: "https://api.acme.example/a/{client_id}/token"}
+`},
+		{name: "valid oidc with hosted domain and discovered revocation", yaml: `providers:
+  corp:
+    type: oidc
+    issuer: https://accounts.example
+    client_id: a
+    client_secret: ${ACME_SECRET}
+    hosted_domain: corp.example
+    revocation: {style: rfc7009, account_wide: true}
+`},
+		{name: "bad scope tables", yaml: goodOAuth2 + `    scope_aliases: {email: [email, "a b"], profile: [long], long: [x], mail: [m2], post: [m2]}
+    scope_implies: {repo: [repo], "x y": [z], admin: [m2]}
+    allowed_scopes: [m2, mail, post]
+`, want: []string{"email is given as its own alias", `alias "a b" is not a valid`, `"long" is both a scope with aliases`,
+			`"m2" is an alias of both mail and post`, "repo is given as implying itself", `"x y" is not a valid scope token`,
+			"name scopes by their catalogue names", `allowed scope "m2" is an alias`}},
+		{name: "bad hosted domain, hd param, api hosts, revocation", yaml: goodOAuth2 + `    hosted_domain: Corp.Example
+    extra_auth_params: {hd: corp.example}
+    api:
+      base_url: https://api.acme.example
+      hosts: [{base_url: https://API.acme.example/v2}, {base_url: http://mail.acme.example, allowed_paths: [x]}]
+    revocation: {style: rfc7009, token_url: https://acme.example/t}
+`, want: []string{"hosted_domain is only for type \"oidc\"", "hosted_domain \"Corp.Example\"", "set hosted_domain instead of hd",
+			"api.acme.example is given twice", "must use https", "api.hosts[1].allowed_paths", "revocation.url is required", "token_url is only for style"}},
+		{name: "revocation none with a url", yaml: goodOAuth2 + "    revocation: {style: none, url: https://acme.example/r}\n",
+			want: []string{"style none takes no other field"}},
 	}
 	getenv := env(map[string]string{"ACME_SECRET": "s3cret", "CORP_ID": "corp"})
 	for _, tc := range tests {
@@ -158,6 +221,9 @@ func FuzzParseProviders(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte("providers:\n  x: {type: oidc, issuer: 'http://[::1]:1/', client_id: a, client_secret: ${A}}\n"))
+	f.Add([]byte("providers:\n  x: {type: oidc, issuer: 'https://i', client_id: a, client_secret: ${A}, hosted_domain: a.b,\n" +
+		"    scope_aliases: {e: [l, m]}, scope_implies: {r: [p, e]},\n" +
+		"    api: {base_url: 'https://a', hosts: [{base_url: 'https://b/x', allowed_paths: [GET /y]}]}, revocation: {style: rfc7009}}\n"))
 	getenv := env(map[string]string{"ACME_SECRET": "s", "A": "a", "GITHUB_CLIENT_ID": "i", "GITHUB_CLIENT_SECRET": "s", "GOOGLE_CLIENT_ID": "i", "GOOGLE_CLIENT_SECRET": "s"})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 1<<16 {
@@ -176,10 +242,37 @@ func FuzzParseProviders(f *testing.F) {
 			if !ok || p.ClientID == "" {
 				t.Fatalf("accepted provider %q is incomplete: %+v", n, p)
 			}
-			for _, u := range []string{p.AuthURL, p.TokenURL, p.Issuer, p.AccountURL, p.APIBaseURL} {
+			urls := []string{p.AuthURL, p.TokenURL, p.Issuer, p.AccountURL, p.APIBaseURL,
+				strings.ReplaceAll(p.RevocationURL, "{client_id}", "c"), strings.ReplaceAll(p.RevocationTokenURL, "{client_id}", "c")}
+			hosts := map[string]bool{}
+			for _, b := range p.APIBases {
+				urls = append(urls, b.URL)
+				if hosts[b.Host] || b.Host == "" {
+					t.Fatalf("accepted provider %q has API host %q twice or empty", n, b.Host)
+				}
+				hosts[b.Host] = true
+			}
+			for _, u := range urls {
 				if u != "" && checkEndpoint(u) != nil {
 					t.Fatalf("accepted provider %q has bad URL %q", n, u)
 				}
+			}
+			if p.HostedDomain != "" && p.Type != TypeOIDC {
+				t.Fatalf("accepted provider %q has hosted_domain without OIDC", n)
+			}
+			for alias, c := range p.ScopeAliases {
+				if alias == c || p.ScopeAliases[c] != "" || !validScope(alias) || !validScope(c) {
+					t.Fatalf("accepted provider %q has a bad alias %q -> %q", n, alias, c)
+				}
+			}
+			// Scope comparison: whatever was granted covers itself, and
+			// normalising twice changes nothing.
+			granted := append(slices.Collect(maps.Keys(p.ScopeAliases)), p.DefaultScopes...)
+			if m := p.MissingScopes(granted, granted); len(m) != 0 {
+				t.Fatalf("provider %q: %v missing from itself", n, m)
+			}
+			if once := p.NormalizeScopes(granted); !slices.Equal(p.NormalizeScopes(once), once) {
+				t.Fatalf("provider %q: NormalizeScopes is not idempotent on %v", n, granted)
 			}
 		}
 	})

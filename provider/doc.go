@@ -30,11 +30,21 @@
 //
 // # API calls
 //
-// A path relative to the API base, refused before anything is sent when it
-// could leave the base (absolute or scheme-relative URLs, dot segments,
-// encoded separators, double encoding) or when the entry's allow-list does
+// A path relative to an API base (the entry's base_url, or another of its
+// api.hosts named by APIRequest.Host), refused before anything is sent when
+// it could leave that base (absolute or scheme-relative URLs, dot segments,
+// encoded separators, double encoding) or when that base's allow-list does
 // not name it; only AllowedRequestHeaders pass; redirects are followed on
-// the API host, under the base, to allowed paths only; the answer is
+// the same host, under the same base, to allowed paths only; the answer is
 // capped and the token is redacted from it in the encodings an echo is
-// likely to use.
+// likely to use. A 401 the broker cannot cure (no refresh token, or a 401
+// again right after a refresh) marks the connection needs_reconnect.
+//
+// # Scopes
+//
+// Providers answer granted scopes in their own words: NormalizeScopes maps
+// the entry's scope_aliases (Google's long names) to the catalogue's names
+// before anything is stored, and MissingScopes also counts what
+// scope_implies says a granted scope includes (GitHub's repo covers
+// public_repo).
 package provider

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
@@ -25,6 +27,9 @@ var (
 	// ErrAccountUnknown: the provider issued tokens, but which account
 	// they belong to could not be established.
 	ErrAccountUnknown = errors.New("provider: the connected account could not be established")
+	// ErrWrongDomain: the account is not in the entry's hosted_domain (the
+	// ID token's hd claim is absent or another domain).
+	ErrWrongDomain = errors.New("provider: the account is not in the required domain")
 )
 
 // Account is the provider account a token set belongs to.
@@ -40,9 +45,13 @@ type Account struct {
 type Exchanged struct {
 	Account Account
 	// Scopes are the scopes the provider says it granted (its "scope"
-	// answer), or the requested ones when it does not say.
+	// answer, under the catalogue's names), or the requested ones when it
+	// does not say.
 	Scopes []string
 	Token  vault.TokenSet
+	// RefreshExpiry is when the refresh token expires, from the answer's
+	// refresh_token_expires_in (zero: not said).
+	RefreshExpiry time.Time
 }
 
 // Exchange redeems an authorization code at p's token endpoint (PKCE
@@ -68,14 +77,55 @@ func (k *Client) Exchange(ctx context.Context, p *Provider, redirectURL, code, v
 		return Exchanged{}, fmt.Errorf("%w: %s", ErrProviderUnavailable, DescribeTokenError(err))
 	}
 	acct, err := k.findAccount(k.HTTPContext(ctx), p, op, tok, nonce)
+	if errors.Is(err, ErrWrongDomain) {
+		return Exchanged{}, err
+	}
 	if err != nil {
 		return Exchanged{}, fmt.Errorf("%w: %v", ErrAccountUnknown, err)
 	}
-	out := Exchanged{Account: acct, Scopes: requested, Token: TokenSet(tok)}
-	if granted, ok := tok.Extra("scope").(string); ok && granted != "" {
-		out.Scopes = strings.FieldsFunc(granted, func(r rune) bool { return r == ' ' || r == ',' })
+	out := Exchanged{Account: acct, Scopes: p.NormalizeScopes(requested), Token: TokenSet(tok),
+		RefreshExpiry: refreshExpiry(tok, k.opts.Now())}
+	if granted := grantedScopes(tok); granted != nil {
+		out.Scopes = p.NormalizeScopes(granted)
 	}
 	return out, nil
+}
+
+// grantedScopes returns the scope a token endpoint answered (nil when it
+// said none: GitHub Apps answer "", which says nothing).
+func grantedScopes(tok *oauth2.Token) []string {
+	if s, ok := tok.Extra("scope").(string); ok {
+		if granted := ParseScopeAnswer(s); len(granted) > 0 {
+			return granted
+		}
+	}
+	return nil
+}
+
+// refreshExpiry reads refresh_token_expires_in (a number, or a string in
+// GitHub's form-encoded answers) relative to now; zero when absent or
+// not a positive number of seconds.
+func refreshExpiry(tok *oauth2.Token, now time.Time) time.Time {
+	if tok.RefreshToken == "" {
+		return time.Time{}
+	}
+	var secs int64
+	// x/oauth2 gives a JSON number as float64, and a form-encoded value as
+	// int64 (or float64, or the string when it is not a number).
+	switch v := tok.Extra("refresh_token_expires_in").(type) {
+	case int64:
+		secs = v
+	case float64:
+		secs = int64(v)
+	case json.Number:
+		secs, _ = v.Int64()
+	case string:
+		secs, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	}
+	if secs <= 0 || secs > 100*365*24*3600 {
+		return time.Time{}
+	}
+	return now.Add(time.Duration(secs) * time.Second)
 }
 
 const maxAccountBody = 1 << 20
@@ -99,8 +149,14 @@ func (k *Client) findAccount(ctx context.Context, p *Provider, op *oidc.Provider
 			Email string `json:"email"`
 			User  string `json:"preferred_username"`
 			Name  string `json:"name"`
+			HD    string `json:"hd"`
 		}
 		_ = idt.Claims(&c)
+		if !domainOK(p.HostedDomain, c.HD) {
+			// Google: hd= only steers the account chooser; the claim is
+			// what proves the account's domain.
+			return Account{}, fmt.Errorf("%w: hd claim %q, want %q", ErrWrongDomain, untrusted.Clip(c.HD, 64), p.HostedDomain)
+		}
 		a := Account{ID: idt.Subject, Login: FirstNonEmpty(c.Email, c.User, c.Name, idt.Subject)}
 		if p.AccountURL == "" {
 			return a, nil
@@ -161,6 +217,18 @@ func parseAccount(body []byte, idField, loginField string) (Account, error) {
 		a.Login = a.ID
 	}
 	return a, nil
+}
+
+// domainOK reports whether an ID token's hd claim satisfies hosted_domain
+// want ("" accepts anything; "*" any non-empty domain).
+func domainOK(want, hd string) bool {
+	switch want {
+	case "":
+		return true
+	case "*":
+		return hd != ""
+	}
+	return strings.EqualFold(hd, want)
 }
 
 // FirstNonEmpty returns the first non-empty string of ss.

@@ -72,7 +72,7 @@ func TestBadRefreshTokenNeedsReconnect(t *testing.T) {
 			gh := fakeprovider.NewGitHub(t, fakeprovider.Options{ClientID: "gh-client", ClientSecret: "gh-secret",
 				RedirectURIs: []string{redirect}, ExpiringTokens: true, AutoApprove: true})
 			conf := oauth2.Config{ClientID: "gh-client", ClientSecret: "gh-secret", RedirectURL: redirect,
-				Endpoint: oauth2.Endpoint{AuthURL: gh.AuthURL(), TokenURL: gh.TokenURL(), AuthStyle: oauth2.AuthStyleInHeader}}
+				Endpoint: oauth2.Endpoint{AuthURL: gh.AuthURL(), TokenURL: gh.TokenURL(), AuthStyle: oauth2.AuthStyleInParams}}
 			rt := "ghr_neverissued0123456789"
 			if tc.spent {
 				noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -102,6 +102,7 @@ func TestBadRefreshTokenNeedsReconnect(t *testing.T) {
     token_url: ` + gh.TokenURL() + `
     client_id: gh-client
     client_secret: ${S}
+    token_endpoint_auth: client_secret_post
     account: {url: ` + gh.URL() + `/user, id_field: id}
     api: {base_url: ` + gh.URL() + `}
 `

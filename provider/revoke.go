@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -25,65 +26,192 @@ const (
 	NotConfirmed Revocation = "not_confirmed"
 	// NotSupported: no revocation is configured for the provider.
 	NotSupported Revocation = "not_supported"
+	// KeptShared: nothing was revoked because another connection of the
+	// broker uses the same provider account, and this provider can only
+	// revoke everything the app holds for the account at once.
+	KeptShared Revocation = "kept_shared"
 )
 
 const revokeTimeout = 15 * time.Second
 
-// Revoke asks c's provider to revoke its tokens: RFC 7009 (the refresh
-// token when there is one, since that ends the whole grant) or GitHub's
-// grant deletion. c must carry its token set (from GetConnection). The
-// error, set only with NotConfirmed, says why for the log; it never holds
-// token material.
-func (k *Client) Revoke(ctx context.Context, c vault.Connection) (Revocation, error) {
+// Revoke asks c's provider to revoke its tokens. c must carry its token
+// set (from GetConnection). shared says that another connection (another
+// person's, say) holds tokens of the same provider account.
+//
+//   - RFC 7009: the refresh token when there is one (that ends the grant),
+//     else the access token, with the entry's client authentication. When
+//     shared and the entry says revocation is account-wide (Google's is),
+//     nothing is revoked: KeptShared.
+//   - GitHub: the grant is deleted (DELETE …/grant), which ends every
+//     token of the app for the account; when shared, only c's token is
+//     deleted (DELETE …/token), or KeptShared without token_url. GitHub
+//     needs a valid access token for either, so an expiring token is
+//     refreshed first.
+//
+// The error, set only with NotConfirmed, says why for the log; it never
+// holds token material.
+func (k *Client) Revoke(ctx context.Context, c vault.Connection, shared bool) (Revocation, error) {
 	p, ok := k.opts.Providers.Lookup(c.Provider)
-	if !ok || p.RevocationStyle == "" {
+	if !ok {
 		return NotSupported, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, revokeTimeout)
 	defer cancel()
-	var req *http.Request
-	var err error
 	switch p.RevocationStyle {
-	case RevokeRFC7009:
-		form := url.Values{}
-		if rt := c.Token.RefreshToken.Reveal(); rt != "" {
-			form.Set("token", rt)
-			form.Set("token_type_hint", "refresh_token")
-		} else {
-			form.Set("token", c.Token.AccessToken.Reveal())
-			form.Set("token_type_hint", "access_token")
-		}
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, p.RevocationURL, strings.NewReader(form.Encode()))
-		if err != nil {
-			return NotConfirmed, fmt.Errorf("provider: revoke %s: %w", p.Name, err)
-		}
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	case RevokeGitHubGrant:
-		body, _ := json.Marshal(map[string]string{"access_token": c.Token.AccessToken.Reveal()})
-		u := strings.ReplaceAll(p.RevocationURL, "{client_id}", url.PathEscape(p.ClientID))
-		req, err = http.NewRequestWithContext(ctx, http.MethodDelete, u, bytes.NewReader(body))
-		if err != nil {
+		return k.revokeGitHub(ctx, p, c, shared)
+	case RevokeRFC7009:
+		return k.revokeRFC7009(ctx, p, c, p.RevocationURL, shared)
+	case "":
+		if p.Type == TypeOIDC && !p.RevocationDisabled {
+			return k.revokeRFC7009(ctx, p, c, "", shared)
+		}
+	}
+	return NotSupported, nil
+}
+
+// live reports whether c's access token can be assumed valid: the
+// connection is not known dead and the token has not expired.
+func (k *Client) live(c vault.Connection) bool {
+	return c.Status != vault.StatusNeedsReconnect && c.Token.AccessToken != "" &&
+		(c.Token.Expiry.IsZero() || k.opts.Now().Before(c.Token.Expiry))
+}
+
+// revokeRFC7009 posts c's token to endpoint ("": discovery's
+// revocation_endpoint).
+func (k *Client) revokeRFC7009(ctx context.Context, p *Provider, c vault.Connection, endpoint string, shared bool) (Revocation, error) {
+	if endpoint == "" {
+		var err error
+		if endpoint, err = k.discoveredRevocation(ctx, p); err != nil {
 			return NotConfirmed, fmt.Errorf("provider: revoke %s: %w", p.Name, err)
 		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/vnd.github+json")
-	default:
-		return NotSupported, nil
+		if endpoint == "" {
+			return NotSupported, nil
+		}
 	}
-	req.SetBasicAuth(url.QueryEscape(p.ClientID), url.QueryEscape(p.ClientSecret.Reveal()))
+	if shared && p.RevocationAccountWide {
+		return KeptShared, nil
+	}
+	form := url.Values{}
+	sentRefresh := false
+	if rt := c.Token.RefreshToken.Reveal(); rt != "" {
+		form.Set("token", rt)
+		form.Set("token_type_hint", "refresh_token")
+		sentRefresh = true
+	} else {
+		form.Set("token", c.Token.AccessToken.Reveal())
+		form.Set("token_type_hint", "access_token")
+	}
+	if p.TokenAuthInParams {
+		form.Set("client_id", p.ClientID)
+		form.Set("client_secret", p.ClientSecret.Reveal())
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return NotConfirmed, fmt.Errorf("provider: revoke %s: %w", p.Name, err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if !p.TokenAuthInParams {
+		req.SetBasicAuth(url.QueryEscape(p.ClientID), url.QueryEscape(p.ClientSecret.Reveal()))
+	}
+	status, code, err := k.sendRevocation(req, p)
+	if err != nil {
+		return NotConfirmed, err
+	}
+	switch {
+	case status >= 200 && status < 300:
+		return Revoked, nil
+	case status == http.StatusBadRequest && code == "invalid_token" && (sentRefresh || k.live(c)):
+		// Google answers 400 invalid_token for a token that is already
+		// dead: a refresh token (or a live access token) can only be dead
+		// because the grant was revoked, so access is gone.
+		return Revoked, nil
+	}
+	return NotConfirmed, fmt.Errorf("provider: revoke %s: HTTP %d %q", p.Name, status, code)
+}
+
+// revokeGitHub deletes c's GitHub grant, or only its token when shared.
+func (k *Client) revokeGitHub(ctx context.Context, p *Provider, c vault.Connection, shared bool) (Revocation, error) {
+	endpoint := p.RevocationURL
+	if shared {
+		if p.RevocationTokenURL == "" {
+			return KeptShared, nil
+		}
+		endpoint = p.RevocationTokenURL
+	}
+	if !k.fresh(c) && c.Token.RefreshToken != "" && c.ID != "" {
+		// GitHub deletes a grant or token only when given a valid access
+		// token, and GitHub App tokens expire after eight hours.
+		fresh, err := k.refresh(ctx, c.ID, "")
+		if err != nil {
+			return NotConfirmed, fmt.Errorf("provider: revoke %s: refreshing the expired access token first: %w", p.Name, err)
+		}
+		c = fresh
+	}
+	body, _ := json.Marshal(map[string]string{"access_token": c.Token.AccessToken.Reveal()})
+	u := strings.ReplaceAll(endpoint, "{client_id}", url.PathEscape(p.ClientID))
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u, bytes.NewReader(body))
+	if err != nil {
+		return NotConfirmed, fmt.Errorf("provider: revoke %s: %w", p.Name, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/vnd.github+json")
+	// GitHub requires basic authentication as the app here, whatever the
+	// token endpoint takes.
+	req.SetBasicAuth(p.ClientID, p.ClientSecret.Reveal())
+	status, _, err := k.sendRevocation(req, p)
+	if err != nil {
+		return NotConfirmed, err
+	}
+	switch {
+	case status >= 200 && status < 300:
+		return Revoked, nil
+	case status == http.StatusNotFound && k.live(c):
+		// The token was valid by everything the broker knows, and GitHub
+		// no longer knows it: it was revoked meanwhile. A 404 for a token
+		// that may have expired says nothing about the grant.
+		return Revoked, nil
+	}
+	return NotConfirmed, fmt.Errorf("provider: revoke %s: HTTP %d", p.Name, status)
+}
+
+// sendRevocation sends req without following redirects and returns the
+// status and the OAuth error code of the answer, if any.
+func (k *Client) sendRevocation(req *http.Request, p *Provider) (int, string, error) {
 	// Never redirected: a 307/308 would replay the token elsewhere.
 	resp, err := NoRedirectClient(k.opts.HTTPClient).Do(req)
 	if err != nil {
-		return NotConfirmed, fmt.Errorf("provider: revoke %s: %s", p.Name, describeRefreshErr(err))
+		return 0, "", fmt.Errorf("provider: revoke %s: %s", p.Name, describeRefreshErr(err))
 	}
 	defer resp.Body.Close()
-	_, _ = readLimited(resp.Body, 64<<10)
-	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return Revoked, nil
-	case resp.StatusCode == http.StatusNotFound && p.RevocationStyle == RevokeGitHubGrant:
-		// GitHub answers 404 when the token or grant no longer exists.
-		return Revoked, nil
+	body, _ := readLimited(resp.Body, 64<<10)
+	var e struct {
+		Error string `json:"error"`
 	}
-	return NotConfirmed, fmt.Errorf("provider: revoke %s: HTTP %d", p.Name, resp.StatusCode)
+	if resp.StatusCode >= 400 && json.Unmarshal(body, &e) == nil && len(e.Error) <= 64 && !strings.ContainsAny(e.Error, "\x00\r\n") {
+		return resp.StatusCode, e.Error, nil
+	}
+	return resp.StatusCode, "", nil
+}
+
+// discoveredRevocation returns the revocation_endpoint of p's OIDC
+// discovery document ("" when it has none).
+func (k *Client) discoveredRevocation(ctx context.Context, p *Provider) (string, error) {
+	if p.Type != TypeOIDC {
+		return "", nil
+	}
+	op, err := k.discover(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	var meta struct {
+		Revocation string `json:"revocation_endpoint"`
+	}
+	if err := op.Claims(&meta); err != nil || meta.Revocation == "" {
+		return "", nil
+	}
+	if err := checkEndpoint(meta.Revocation); err != nil {
+		return "", errors.New("discovery: revocation_endpoint " + err.Error())
+	}
+	return meta.Revocation, nil
 }

@@ -66,6 +66,9 @@ type Options struct {
 	// Telemetry counts refreshes and provider calls and records the
 	// refresh_failed and needs_reconnect audit events (nil: log only).
 	Telemetry *telemetry.Recorder
+	// UserAgent is sent with every request to a provider (default
+	// DefaultUserAgent()).
+	UserAgent string
 }
 
 // Client uses stored connections without handing their tokens out: it keeps
@@ -111,6 +114,10 @@ func New(opts Options) (*Client, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
+	if opts.UserAgent == "" {
+		opts.UserAgent = DefaultUserAgent()
+	}
+	opts.HTTPClient = withUserAgent(opts.HTTPClient, opts.UserAgent)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -352,11 +359,24 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret)
 	}
 	spent := cur.Token.RefreshToken
 	now := k.opts.Now()
+	// What the answer says it granted, when it says (Google lists the
+	// grant's scopes; a GitHub App answers "", which says nothing), and
+	// when the refresh token it returned expires.
+	granted := grantedScopes(tok)
+	rexp := refreshExpiry(tok, now)
 	saved, err := k.save(ctx, id, func(old vault.Connection) (vault.Connection, error) {
 		if old.Token.RefreshToken != spent {
 			return old, errRotatedElsewhere
 		}
 		old.Token, old.LastRefreshed, old.Updated, old.Status = ts, now, now, vault.StatusActive
+		if granted != nil {
+			old.Scopes = p.NormalizeScopes(granted)
+		}
+		if !rexp.IsZero() || ts.RefreshToken != spent {
+			// A new refresh token lives as long as its answer says
+			// (unknown when it does not say); a kept one keeps its date.
+			old.RefreshExpires = rexp
+		}
 		return old, nil
 	})
 	if errors.Is(err, errRotatedElsewhere) {
@@ -393,12 +413,13 @@ func (k *Client) save(ctx context.Context, id string, fn func(vault.Connection) 
 }
 
 // markNeedsReconnect records that the user must connect again (an audit
-// event), unless the stored grant changed meanwhile.
+// event), unless the stored tokens changed meanwhile (refreshed by another
+// process, or reconnected in the browser).
 func (k *Client) markNeedsReconnect(ctx context.Context, cur vault.Connection, log *slog.Logger, why string) (vault.Connection, error) {
 	now := k.opts.Now()
-	rt := cur.Token.RefreshToken
+	rt, at := cur.Token.RefreshToken, cur.Token.AccessToken
 	saved, err := k.save(ctx, cur.ID, func(old vault.Connection) (vault.Connection, error) {
-		if old.Token.RefreshToken != rt {
+		if old.Token.RefreshToken != rt || old.Token.AccessToken != at {
 			return old, errRotatedElsewhere
 		}
 		old.Status, old.Updated = vault.StatusNeedsReconnect, now

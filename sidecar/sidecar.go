@@ -24,8 +24,11 @@ import (
 
 // Header names of the sidecar API.
 const (
-	SecretHeader    = "Broker-Sidecar-Secret"
-	AccountHeader   = "Broker-Account"
+	SecretHeader  = "Broker-Sidecar-Secret"
+	AccountHeader = "Broker-Account"
+	// APIHostHeader names one of the provider's API hosts (Google serves
+	// its APIs from several); absent: the provider's main API base.
+	APIHostHeader   = "Broker-Api-Host"
 	TruncatedHeader = "Broker-Truncated"
 	// DecodedHeader names the content encoding (gzip, deflate) the provider
 	// applied unasked, which the broker undid to check the answer.
@@ -408,7 +411,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", "the request body could not be read", nil)
 		return
 	}
-	req := provider.APIRequest{Method: r.Method, Path: path, Query: r.URL.Query(), Header: http.Header{}, Body: body}
+	req := provider.APIRequest{Method: r.Method, Host: r.Header.Get(APIHostHeader), Path: path, Query: r.URL.Query(), Header: http.Header{}, Body: body}
 	if len(req.Query) == 0 {
 		req.Query = nil
 	}

@@ -98,6 +98,10 @@ func TestSidecarConnectProxyAndExport(t *testing.T) {
 		t.Fatalf("proxy: %+v %v", resp, err)
 	}
 	seen.Write(resp.Body)
+	// The API host a request names must be one of the provider's.
+	if _, err := sc.Do(ctx, alice, "demo", client.Request{Path: "/repos", APIHost: "evil.example"}); !isCode(err, "request_refused") {
+		t.Errorf("proxy to another host: %v, want request_refused", err)
+	}
 	for _, p := range []string{"/%2e%2e/token", "/repos%2f..%2fx", "/x@evil"} {
 		if _, err := sc.Do(ctx, alice, "demo", client.Request{Path: p}); !isCode(err, "request_refused") {
 			t.Errorf("proxy %s: %v, want request_refused", p, err)

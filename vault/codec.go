@@ -25,8 +25,12 @@ type connRecord struct {
 	Updated       time.Time        `json:"updated"`
 	LastUsed      time.Time        `json:"last_used,omitzero"`
 	LastRefreshed time.Time        `json:"last_refreshed,omitzero"`
-	Version       uint64           `json:"version"`
-	Tokens        []byte           `json:"tokens"`
+	// RefreshExpires is Connection.RefreshExpires; NoRefresh records, in
+	// the clear, that the sealed token set has no refresh token.
+	RefreshExpires time.Time `json:"refresh_expires,omitzero"`
+	NoRefresh      bool      `json:"no_refresh,omitempty"`
+	Version        uint64    `json:"version"`
+	Tokens         []byte    `json:"tokens"`
 }
 
 // tokenPlain is the plaintext that gets sealed. It exists only inside
@@ -71,6 +75,7 @@ func EncodeConnection(kr *Keyring, c Connection) ([]byte, error) {
 		Provider: c.Provider, AccountID: c.AccountID, AccountLogin: c.AccountLogin,
 		Scopes: c.Scopes, Status: c.Status, Created: c.Created, Updated: c.Updated,
 		LastUsed: c.LastUsed, LastRefreshed: c.LastRefreshed, Version: c.Version,
+		RefreshExpires: c.RefreshExpires, NoRefresh: c.Token.RefreshToken == "",
 	}
 	pt, err := json.Marshal(tokenPlain{
 		AccessToken: c.Token.AccessToken.Reveal(), RefreshToken: c.Token.RefreshToken.Reveal(),
@@ -106,6 +111,7 @@ func ConnectionMeta(b []byte) (Connection, error) {
 		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
 		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
 		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
+		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
 		SealedWith: kid,
 	}, nil
 }
@@ -139,6 +145,7 @@ func DecodeConnection(kr *Keyring, b []byte) (Connection, error) {
 		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
 		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
 		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
+		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
 		SealedWith: kid,
 		Token: TokenSet{
 			AccessToken: Secret(tp.AccessToken), RefreshToken: Secret(tp.RefreshToken),
@@ -257,6 +264,23 @@ func DecodePrincipalConnections(p Principal, recs [][]byte) ([]Connection, error
 	return out, nil
 }
 
+// DecodeAccountConnections decodes the metadata of stored records and
+// keeps those of provider's account accountID (a backend may pass every
+// record, or those its index found), opening no token set.
+func DecodeAccountConnections(provider, accountID string, recs [][]byte) ([]Connection, error) {
+	var out []Connection
+	for _, rec := range recs {
+		c, err := ConnectionMeta(rec)
+		if err != nil {
+			return nil, err
+		}
+		if c.Provider == provider && c.AccountID == accountID {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 // ApplyConnectionUpdate runs an UpdateConnection closure on the current
 // record and returns what the backend must store: fn's result, refused if
 // it changed an immutable field or the version, with Version one past old's.
@@ -345,10 +369,11 @@ func ApplyConnectionMetaUpdate(rec []byte, id string, fn func(Connection) (Conne
 	}
 	r.AccountLogin, r.Scopes, r.Status = nc.AccountLogin, nc.Scopes, nc.Status
 	r.Created, r.Updated, r.LastUsed, r.LastRefreshed, r.Version = nc.Created, nc.Updated, nc.LastUsed, nc.LastRefreshed, nc.Version
+	r.RefreshExpires = nc.RefreshExpires
 	out, err := json.Marshal(&r)
 	if err != nil {
 		return nil, Connection{}, err
 	}
-	nc.SealedWith = old.SealedWith
+	nc.SealedWith, nc.NoRefreshToken = old.SealedWith, old.NoRefreshToken
 	return out, nc, nil
 }

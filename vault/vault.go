@@ -72,6 +72,13 @@ type Connection struct {
 	Updated       time.Time
 	LastUsed      time.Time
 	LastRefreshed time.Time
+	// RefreshExpires is when the refresh token expires, as the provider
+	// said (refresh_token_expires_in); zero when it did not say.
+	RefreshExpires time.Time
+	// NoRefreshToken: the stored token set has no refresh token. It is
+	// metadata (listings show it without opening tokens): set by the store
+	// on read from what it sealed, ignored on write.
+	NoRefreshToken bool
 	// Version increases by one on every write; the store sets it.
 	Version uint64
 	// SealedWith is the id of the key that sealed the stored token set; set
@@ -207,6 +214,11 @@ type Store interface {
 	// ConnectionIDs returns up to limit connection ids greater than after, in
 	// order, without decrypting anything (for key rotation and migration).
 	ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error)
+	// AccountConnections returns every principal's connections to one
+	// provider account, ordered by id: metadata only, as ListConnections.
+	// Revoking at a provider ends the tokens of every connection to the
+	// account; this is how the broker finds them first.
+	AccountConnections(ctx context.Context, provider, accountID string) ([]Connection, error)
 
 	// CreateGrant stores a new grant (Version becomes 1). ErrExists if the id is taken.
 	CreateGrant(ctx context.Context, g Grant) (Grant, error)

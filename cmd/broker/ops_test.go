@@ -115,6 +115,7 @@ func newOpsStack(t *testing.T) *opsStack {
     token_url: ` + gh + `/login/oauth/access_token
     client_id: gh-ops
     client_secret: ${GH_SECRET}
+    token_endpoint_auth: client_secret_post
     default_scopes: [read:user]
     allowed_scopes: [read:user, repo]
     account: {url: ` + gh + `/user, id_field: id, login_field: login}

@@ -4,18 +4,35 @@
 // testing.TB and closed by its Cleanup) and must not be linked into the
 // broker itself.
 //
-// GitHub (NewGitHub): consent at GET /login/oauth/authorize; tokens at POST
-// /login/oauth/access_token, form-encoded unless Accept asks for JSON, errors
-// as HTTP 200 with an error field (bad_verification_code,
-// incorrect_client_credentials, redirect_uri_mismatch); PKCE S256 checked;
-// optional expiring tokens with rotating refresh tokens (GitHub Apps); API
-// GET /user, GET /user/repos; grant revocation at DELETE
-// /applications/{client_id}/grant. No OIDC.
+// The fakes imitate GitHub's and Google's documentation, not credbroker's
+// code: every quirk they reproduce is listed, with the page it comes from,
+// in docs/TESTING.md ("Provider quirks the fakes reproduce"). When the
+// broker and the documentation disagree, the fake follows the
+// documentation and a test fails.
 //
-// Google (NewGoogle): OIDC discovery, JWKS, consent at /o/oauth2/v2/auth,
-// POST /token (authorization_code with PKCE, refresh_token; a refresh token
-// only when access_type=offline and prompt=consent), RS256 ID tokens,
-// GET /v1/userinfo, POST /revoke (RFC 7009), expiring access tokens.
+// GitHub (NewGitHub): consent at GET /login/oauth/authorize; tokens at POST
+// /login/oauth/access_token with the client's credentials in the body only,
+// form-encoded unless Accept asks for JSON, errors as HTTP 200 with an error
+// field (bad_verification_code, incorrect_client_credentials,
+// redirect_uri_mismatch); PKCE S256 checked; scopes normalised (a scope
+// implied by another requested one is dropped) and answered comma-separated;
+// one grant per user and app; optional expiring tokens with rotating refresh
+// tokens (GitHub Apps: no scopes, the old access token dies with its refresh
+// token); tokens unused for a year stop working; API GET /user, GET
+// /user/repos (User-Agent required); grant and token deletion at DELETE
+// /applications/{client_id}/grant and …/token (basic auth as the app, a
+// valid access token, 422 otherwise). No OIDC.
+//
+// Google (NewGoogle): OIDC discovery, JWKS, consent at /o/oauth2/v2/auth
+// (granular consent: each non-sign-in scope is a checkbox, unchecked), POST
+// /token (authorization_code with PKCE, refresh_token; a refresh token the
+// first time an offline grant is made, or again with prompt=consent), the
+// scope answered under Google's long names (email →
+// https://www.googleapis.com/auth/userinfo.email, openid added), one grant
+// per user and client that include_granted_scopes=true extends, RS256 ID
+// tokens with the hd claim for Workspace accounts, GET /v1/userinfo, POST
+// /revoke (ends the whole grant; 400 invalid_token for a dead token), per-API
+// hosts (APIURL), and the 7-day refresh token of an app in Testing status.
 //
 // Consent pages follow the broker's stable UI contract: a form with
 // <button type="submit" name="decision" value="approve"> and value="deny".
@@ -58,6 +75,9 @@ type Options struct {
 	Email   string // default "<login>@example.test"
 	Name    string // default "The Octocat" / "Test User"
 	Subject string // Google "sub"; default the decimal ID
+	// HostedDomain is the Google Workspace domain of the account (the ID
+	// token's hd claim); empty for a consumer account.
+	HostedDomain string
 
 	// AccessTTL is the access token lifetime: Google default 1h; GitHub
 	// default 8h, used only with ExpiringTokens.
@@ -66,8 +86,12 @@ type Options struct {
 	// rotating refresh tokens, as GitHub Apps do.
 	ExpiringTokens bool
 	// AutoApprove skips the consent page: /authorize redirects at once as if
-	// the user had approved.
+	// the user had approved (every requested scope).
 	AutoApprove bool
+	// Testing (Google only): the app's OAuth consent screen is in
+	// "Testing" publishing status, so refresh tokens for more than the
+	// sign-in scopes expire after 7 days.
+	Testing bool
 
 	Now    func() time.Time // default time.Now
 	Logger *slog.Logger     // nil: discard
@@ -80,6 +104,8 @@ type User struct {
 	Email   string
 	Name    string
 	Subject string
+	// HostedDomain: the Google Workspace domain (hd claim), if any.
+	HostedDomain string
 }
 
 // Event is one recorded interaction, in order.
@@ -93,6 +119,13 @@ type Event struct {
 	Path      string
 	Status    int
 	Error     string // the OAuth/API error answered, if any
+	// Scope is what a token answer said was granted; Host the server
+	// that answered (Google's API hosts); UserAgent the client's.
+	Scope     string
+	Host      string
+	UserAgent string
+	// Query is an authorization request's parameters.
+	Query url.Values
 }
 
 // Counts are totals per kind of event.
@@ -101,7 +134,7 @@ type Counts struct {
 	Token, TokenErrors       int // all token requests; those answered with an error
 	Refresh                  int // successful refresh_token grants
 	API, APIErrors           int // API and userinfo calls; those refused
-	Revoke                   int
+	Revoke                   int // grant and token deletions, revocations
 }
 
 // pendingAuth is an authorization request waiting for the user's decision.
@@ -113,7 +146,10 @@ type pendingAuth struct {
 	nonce       string
 	challenge   string
 	method      string
-	offline     bool // Google: access_type=offline and prompt=consent
+	offline     bool // Google: access_type=offline
+	consent     bool // Google: prompt=consent
+	incremental bool // Google: include_granted_scopes=true
+	hd          string
 	created     time.Time
 }
 
@@ -130,11 +166,14 @@ type codeGrant struct {
 type token struct {
 	refresh bool
 	grantID string
-	scope   string
-	nonce   string
-	user    User
-	expiry  time.Time // zero: never
-	revoked bool
+	// pair links an access token to the refresh token issued with it.
+	pair     string
+	scope    string
+	nonce    string
+	user     User
+	expiry   time.Time // zero: never
+	lastUsed time.Time
+	revoked  bool
 }
 
 // core is the state and behaviour both fakes share.
@@ -145,6 +184,10 @@ type core struct {
 	prefix  string // token prefix
 	rprefix string // refresh token prefix
 
+	// idleTTL: a non-expiring token unused this long stops working
+	// (GitHub: one year); zero: never.
+	idleTTL time.Duration
+
 	mu           sync.Mutex // guards the fields below
 	user         User
 	pending      map[string]*pendingAuth
@@ -152,6 +195,7 @@ type core struct {
 	tokens       map[string]*token
 	events       []Event
 	failTokens   int
+	failAPI      int
 	authzErr     string
 	authzErrDesc string
 }
@@ -186,9 +230,10 @@ func newCore(opts Options, defID int64, defName string) *core {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &core{
-		opts:    opts,
-		log:     log,
-		user:    User{Login: opts.Login, ID: opts.ID, Email: opts.Email, Name: opts.Name, Subject: opts.Subject},
+		opts: opts,
+		log:  log,
+		user: User{Login: opts.Login, ID: opts.ID, Email: opts.Email, Name: opts.Name, Subject: opts.Subject,
+			HostedDomain: opts.HostedDomain},
 		pending: map[string]*pendingAuth{},
 		codes:   map[string]*codeGrant{},
 		tokens:  map[string]*token{},
@@ -203,6 +248,33 @@ func (c *core) SetUser(u User) {
 		u.Subject = fmt.Sprint(u.ID)
 	}
 	c.user = u
+}
+
+// FailNextAPI makes the next n API calls answer 401 as to a token the
+// provider no longer accepts.
+func (c *core) FailNextAPI(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failAPI = n
+}
+
+// UserRevokesAccess is the person removing the app in their account
+// settings: every token the app holds for user (by ID) stops working.
+func (c *core) UserRevokesAccess(u User) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.tokens {
+		if t.user.ID == u.ID {
+			t.revoked = true
+		}
+	}
+}
+
+// User returns the account that signs in.
+func (c *core) User() User {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.user
 }
 
 // FailNextTokens makes the next n token requests answer HTTP 500.
@@ -291,7 +363,11 @@ func (c *core) recordLocked(e Event) {
 }
 
 func (c *core) live(t *token) bool {
-	return !t.revoked && (t.expiry.IsZero() || c.opts.Now().Before(t.expiry))
+	now := c.opts.Now()
+	if t.expiry.IsZero() && c.idleTTL > 0 && now.Sub(t.lastUsed) > c.idleTTL {
+		t.revoked = true
+	}
+	return !t.revoked && (t.expiry.IsZero() || now.Before(t.expiry))
 }
 
 // clientCreds takes the client's credentials from HTTP Basic (whose parts
@@ -387,12 +463,13 @@ func (c *core) takePending(id string) (pendingAuth, bool) {
 	return *p, true
 }
 
-// issueCode creates a single-use code for an approved request.
+// issueCode creates a single-use code for an approved request. Both
+// providers keep one grant per user and app, so the grant is the user's.
 func (c *core) issueCode(p pendingAuth) string {
 	code := randomToken("", 20)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.codes[key(code)] = &codeGrant{req: p, user: c.user, expiry: c.opts.Now().Add(10 * time.Minute), grantID: randomToken("", 8)}
+	c.codes[key(code)] = &codeGrant{req: p, user: c.user, expiry: c.opts.Now().Add(10 * time.Minute), grantID: fmt.Sprint(c.user.ID)}
 	return code
 }
 
@@ -404,16 +481,36 @@ func (c *core) issueTokens(grantID, scope, nonce string, user User, ttl time.Dur
 	if ttl > 0 {
 		expiry = now.Add(ttl)
 	}
-	c.tokens[key(access)] = &token{grantID: grantID, scope: scope, nonce: nonce, user: user, expiry: expiry}
+	pair := randomToken("", 8)
+	c.tokens[key(access)] = &token{grantID: grantID, pair: pair, scope: scope, nonce: nonce, user: user, expiry: expiry, lastUsed: now}
 	if withRefresh {
 		refresh = randomToken(c.rprefix, 40)
 		var rexp time.Time
 		if refreshTTL > 0 {
 			rexp = now.Add(refreshTTL)
 		}
-		c.tokens[key(refresh)] = &token{refresh: true, grantID: grantID, scope: scope, nonce: nonce, user: user, expiry: rexp}
+		c.tokens[key(refresh)] = &token{refresh: true, grantID: grantID, pair: pair, scope: scope, nonce: nonce, user: user, expiry: rexp, lastUsed: now}
 	}
 	return access, refresh, expiry
+}
+
+// revokePair revokes a refresh token and the access token issued with it;
+// callers hold c.mu.
+func (c *core) revokePair(pair string) {
+	for _, t := range c.tokens {
+		if t.pair == pair {
+			t.revoked = true
+		}
+	}
+}
+
+// takeAPIFailure consumes one injected API failure; callers hold c.mu.
+func (c *core) takeAPIFailure() bool {
+	if c.failAPI > 0 {
+		c.failAPI--
+		return true
+	}
+	return false
 }
 
 // revokeGrant revokes every token of a grant; callers hold c.mu.
@@ -473,6 +570,9 @@ type consentData struct {
 	Scope     string
 	Login     string
 	Message   string
+	// Choices are scopes the user may grant one by one (Google's granular
+	// consent): unchecked checkboxes named "scope".
+	Choices []string
 }
 
 var pages = template.Must(template.New("").Parse(`
@@ -484,6 +584,8 @@ var pages = template.Must(template.New("").Parse(`
 <p>Scopes: <code>{{.Scope}}</code></p>
 <form method="post" action="{{.Action}}">
 <input type="hidden" name="request" value="{{.RequestID}}">
+{{range .Choices}}<label><input type="checkbox" name="scope" value="{{.}}"> {{.}}</label>
+{{end}}
 <button type="submit" name="decision" value="approve">Authorize</button>
 <button type="submit" name="decision" value="deny">Cancel</button>
 </form>

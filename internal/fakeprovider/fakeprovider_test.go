@@ -410,7 +410,10 @@ func TestGoogleFlow(t *testing.T) {
 		wantRefresh bool
 	}{
 		{"online", nil, false},
-		{"offline without consent prompt", []oauth2.AuthCodeOption{oauth2.AccessTypeOffline}, false},
+		// access_type=offline gives a refresh token the first time only;
+		// prompt=consent gives a new one every time.
+		{"offline, first time", []oauth2.AuthCodeOption{oauth2.AccessTypeOffline}, true},
+		{"offline again without consent prompt", []oauth2.AuthCodeOption{oauth2.AccessTypeOffline}, false},
 		{"offline with consent prompt", []oauth2.AuthCodeOption{oauth2.AccessTypeOffline, oauth2.ApprovalForce}, true},
 	}
 	var last *oauth2.Token

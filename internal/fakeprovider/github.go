@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,9 +18,53 @@ const (
 	maxBody              = 64 << 10
 	githubRefreshTTL     = 15897600 * time.Second // what GitHub reports for refresh tokens
 	githubDefaultAccess  = 8 * time.Hour
+	githubIdleTTL        = 365 * 24 * time.Hour // OAuth tokens unused this long are revoked
 	githubDocsURL        = "https://docs.github.com/rest"
 	githubOAuthErrorsURL = "https://docs.github.com/apps/managing-oauth-apps/troubleshooting-oauth-app-access-token-request-errors"
 )
+
+// githubImplied is GitHub's scope hierarchy ("Available scopes" in Scopes
+// for OAuth apps): each scope and the scopes it includes. A token is saved
+// with a normalised list, without the scopes another requested scope
+// includes.
+var githubImplied = map[string][]string{
+	"repo":                  {"repo:status", "repo_deployment", "public_repo", "repo:invite", "security_events"},
+	"admin:repo_hook":       {"write:repo_hook", "read:repo_hook"},
+	"write:repo_hook":       {"read:repo_hook"},
+	"admin:org":             {"write:org", "read:org", "manage_runners:org"},
+	"write:org":             {"read:org"},
+	"admin:public_key":      {"write:public_key", "read:public_key"},
+	"write:public_key":      {"read:public_key"},
+	"user":                  {"read:user", "user:email", "user:follow"},
+	"project":               {"read:project"},
+	"write:packages":        {"read:packages"},
+	"admin:gpg_key":         {"write:gpg_key", "read:gpg_key"},
+	"write:gpg_key":         {"read:gpg_key"},
+	"admin:ssh_signing_key": {"write:ssh_signing_key", "read:ssh_signing_key"},
+	"write:ssh_signing_key": {"read:ssh_signing_key"},
+	"codespace":             {"codespace:secrets"},
+	"admin:enterprise":      {"manage_runners:enterprise", "manage_billing:enterprise", "read:enterprise"},
+}
+
+// normalizeGitHubScopes drops every requested scope another requested
+// scope includes, keeping the request's order, comma-separated.
+func normalizeGitHubScopes(requested string) string {
+	parts := strings.FieldsFunc(requested, func(r rune) bool { return r == ' ' || r == ',' })
+	var out []string
+	for _, s := range parts {
+		implied := false
+		for _, o := range parts {
+			if o != s && slices.Contains(githubImplied[o], s) {
+				implied = true
+				break
+			}
+		}
+		if !implied && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, ",")
+}
 
 // GitHub is a fake of GitHub's OAuth App endpoints and a slice of its REST API.
 type GitHub struct {
@@ -33,16 +78,21 @@ type GitHub struct {
 //
 //	GET  /login/oauth/authorize              consent page (or injected error / AutoApprove)
 //	POST /login/oauth/authorize              the consent form's decision
-//	POST /login/oauth/access_token           code and refresh_token grants
-//	GET  /user, GET /user/repos              API (Authorization: Bearer or token)
-//	DELETE /applications/{client_id}/grant   revoke the grant (basic auth as the app)
+//	POST /login/oauth/access_token           code and refresh_token grants (client credentials in the body)
+//	GET  /user, GET /user/repos              API (Authorization: Bearer or token; User-Agent required)
+//	DELETE /applications/{client_id}/grant   delete the user's grant: every token (basic auth as the app)
+//	DELETE /applications/{client_id}/token   delete one token (basic auth as the app)
 func NewGitHub(tb testing.TB, opts Options) *GitHub {
 	tb.Helper()
 	c := newCore(opts, 12345, "The Octocat")
 	c.prefix, c.rprefix = "gho_", "ghr_"
+	if opts.ExpiringTokens {
+		c.prefix = "ghu_" // GitHub App user access tokens
+	}
 	if c.opts.AccessTTL == 0 {
 		c.opts.AccessTTL = githubDefaultAccess
 	}
+	c.idleTTL = githubIdleTTL
 	g := &GitHub{core: c}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /login/oauth/authorize", g.authorize)
@@ -51,6 +101,7 @@ func NewGitHub(tb testing.TB, opts Options) *GitHub {
 	mux.HandleFunc("GET /user", g.api)
 	mux.HandleFunc("GET /user/repos", g.api)
 	mux.HandleFunc("DELETE /applications/{client_id}/grant", g.revoke)
+	mux.HandleFunc("DELETE /applications/{client_id}/token", g.revoke)
 	mux.HandleFunc("/", g.api) // anything else: 404 as the API does, recorded
 	g.srv = httptest.NewServer(mux)
 	c.server = g.srv.URL
@@ -67,7 +118,7 @@ func (g *GitHub) Client() *http.Client { return g.srv.Client() }
 
 func (g *GitHub) authorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	g.recordLocked(Event{Kind: "authorize", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK})
+	g.recordLocked(Event{Kind: "authorize", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK, Query: q})
 	if subtleEq(q.Get("client_id"), g.opts.ClientID) != 1 {
 		errorPage(w, http.StatusNotFound, "GitHub", "The client_id is not valid.")
 		return
@@ -85,7 +136,7 @@ func (g *GitHub) authorize(w http.ResponseWriter, r *http.Request) {
 		errorPage(w, http.StatusBadRequest, "GitHub", "code_challenge_method must be S256.")
 		return
 	}
-	p := pendingAuth{redirectURI: redirect, scope: normalizeScope(q.Get("scope"), ","), state: q.Get("state"),
+	p := pendingAuth{redirectURI: redirect, scope: normalizeGitHubScopes(q.Get("scope")), state: q.Get("state"),
 		challenge: q.Get("code_challenge"), method: method}
 	g.mu.Lock()
 	errCode, errDesc, login := g.authzErr, g.authzErrDesc, g.user.Login
@@ -140,7 +191,9 @@ func (g *GitHub) approve(w http.ResponseWriter, r *http.Request, p pendingAuth) 
 	http.Redirect(w, r, authorizeRedirect(p.redirectURI, url.Values{"code": {code}, "state": {p.state}}), http.StatusFound)
 }
 
-// token answers both grants. GitHub answers errors with HTTP 200.
+// token answers both grants. GitHub answers errors with HTTP 200. The
+// client authenticates with client_id and client_secret in the body, as
+// GitHub documents for both grants; HTTP basic is not read.
 func (g *GitHub) token(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	if err := r.ParseForm(); err != nil {
@@ -152,8 +205,8 @@ func (g *GitHub) token(w http.ResponseWriter, r *http.Request) {
 	if grant == "" {
 		grant = "authorization_code"
 	}
-	ev := Event{Kind: "token", GrantType: grant, Method: r.Method, Path: r.URL.Path, Status: http.StatusOK}
-	id, secret := clientCreds(r)
+	ev := Event{Kind: "token", GrantType: grant, Method: r.Method, Path: r.URL.Path, Status: http.StatusOK, UserAgent: r.UserAgent()}
+	id, secret := f.Get("client_id"), f.Get("client_secret")
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.failTokens > 0 {
@@ -199,7 +252,9 @@ func (g *GitHub) token(w http.ResponseWriter, r *http.Request) {
 			fail("bad_refresh_token", "The refresh token passed is incorrect or expired.")
 			return
 		}
-		t.revoked = true // rotation: a refresh token works once
+		// Once a refresh token is used, it and the old access token no
+		// longer work.
+		g.revokePair(t.pair)
 		grantID, scope, user = t.grantID, t.scope, t.user
 	default:
 		fail("unsupported_grant_type", "The grant type is not supported.")
@@ -207,10 +262,12 @@ func (g *GitHub) token(w http.ResponseWriter, r *http.Request) {
 	}
 	var ttl time.Duration
 	if g.opts.ExpiringTokens {
-		ttl = g.opts.AccessTTL
+		// GitHub App user tokens carry the app's permissions, no scopes:
+		// the answer's scope is "".
+		ttl, scope = g.opts.AccessTTL, ""
 	}
 	access, refresh, _ := g.issueTokens(grantID, scope, "", user, ttl, g.opts.ExpiringTokens, githubRefreshTTL)
-	ev.Token = access
+	ev.Token, ev.Scope = access, scope
 	g.record(ev)
 	out := url.Values{"access_token": {access}, "scope": {scope}, "token_type": {"bearer"}}
 	if refresh != "" {
@@ -242,10 +299,18 @@ func (g *GitHub) reply(w http.ResponseWriter, r *http.Request, v url.Values) {
 
 func (g *GitHub) api(w http.ResponseWriter, r *http.Request) {
 	tok := bearer(r, true)
-	ev := Event{Kind: "api", Token: tok, Method: r.Method, Path: r.URL.Path}
+	ev := Event{Kind: "api", Token: tok, Method: r.Method, Path: r.URL.Path, UserAgent: r.UserAgent()}
+	if r.UserAgent() == "" {
+		// "Requests with no User-Agent header will be rejected."
+		ev.Status, ev.Error = http.StatusForbidden, "no_user_agent"
+		g.recordLocked(ev)
+		writeJSON(w, http.StatusForbidden, map[string]any{"message": "Request forbidden by administrative rules. Please make sure your request has a User-Agent header.",
+			"documentation_url": githubDocsURL, "status": "403"})
+		return
+	}
 	g.mu.Lock()
 	t, ok := g.lookupToken(tok)
-	valid := ok && !t.refresh && g.live(t)
+	valid := ok && !t.refresh && g.live(t) && !g.takeAPIFailure()
 	if !valid {
 		ev.Status, ev.Error = http.StatusUnauthorized, "bad_credentials"
 		g.record(ev)
@@ -253,6 +318,7 @@ func (g *GitHub) api(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, map[string]any{"message": "Bad credentials", "documentation_url": githubDocsURL, "status": "401"})
 		return
 	}
+	t.lastUsed = g.opts.Now()
 	u, scope := t.user, t.scope
 	var body any
 	switch {
@@ -279,8 +345,11 @@ func (g *GitHub) api(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, ev.Status, body)
 }
 
+// revoke deletes the user's grant (…/grant: every token of the app for the
+// user) or one token (…/token). GitHub requires basic authentication as
+// the app and a valid access token; it documents 204 and 422.
 func (g *GitHub) revoke(w http.ResponseWriter, r *http.Request) {
-	ev := Event{Kind: "revoke", Method: r.Method, Path: r.URL.Path}
+	ev := Event{Kind: "revoke", Method: r.Method, Path: r.URL.Path, UserAgent: r.UserAgent()}
 	id, secret, ok := r.BasicAuth()
 	var req struct {
 		AccessToken string `json:"access_token"`
@@ -297,13 +366,18 @@ func (g *GitHub) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, found := g.lookupToken(req.AccessToken)
-	if decErr != nil || !found || t.refresh || t.revoked {
-		ev.Status, ev.Error = http.StatusNotFound, "not_found"
+	if decErr != nil || !found || t.refresh || !g.live(t) {
+		// An unknown, revoked or expired token.
+		ev.Status, ev.Error = http.StatusUnprocessableEntity, "validation_failed"
 		g.record(ev)
-		writeJSON(w, http.StatusNotFound, map[string]any{"message": "Not Found", "documentation_url": githubDocsURL, "status": "404"})
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"message": "Validation Failed", "documentation_url": githubDocsURL, "status": "422"})
 		return
 	}
-	g.revokeGrant(t.grantID)
+	if strings.HasSuffix(r.URL.Path, "/token") {
+		t.revoked = true
+	} else {
+		g.revokeGrant(t.grantID)
+	}
 	ev.Status = http.StatusNoContent
 	g.record(ev)
 	w.WriteHeader(http.StatusNoContent)

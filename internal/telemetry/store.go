@@ -85,6 +85,13 @@ func (t *timedStore) ConnectionIDs(ctx context.Context, after string, limit int)
 	return out, err
 }
 
+func (t *timedStore) AccountConnections(ctx context.Context, provider, accountID string) ([]vault.Connection, error) {
+	start := time.Now()
+	out, err := t.next.AccountConnections(ctx, provider, accountID)
+	t.done("account_connections", start, err)
+	return out, err
+}
+
 func (t *timedStore) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, error) {
 	start := time.Now()
 	out, err := t.next.CreateGrant(ctx, g)

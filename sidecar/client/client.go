@@ -207,6 +207,9 @@ type Request struct {
 	Header  http.Header // only the broker's allow-listed headers are passed on
 	Body    []byte
 	Account string // needed when several accounts are connected
+	// APIHost names one of the provider's API hosts (Google serves its
+	// APIs from several); empty: the provider's main API base.
+	APIHost string
 }
 
 // Do calls provider's API as the user behind userToken. A non-nil error is
@@ -226,6 +229,9 @@ func (c *Client) Do(ctx context.Context, userToken, provider string, r Request) 
 	}
 	if r.Account != "" {
 		hdr.Set("Broker-Account", r.Account)
+	}
+	if r.APIHost != "" {
+		hdr.Set("Broker-Api-Host", r.APIHost)
 	}
 	resp, err := c.do(ctx, userToken, r.Method, path, hdr, bytes.NewReader(r.Body))
 	if err != nil {

@@ -539,6 +539,30 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 	return err
 }
 
+// AccountConnections implements vault.Store: a scan of every record's
+// metadata in one read transaction (it runs on a disconnect, not on the
+// hot path, so the file keeps no index for it).
+func (s *Store) AccountConnections(ctx context.Context, provider, accountID string) ([]vault.Connection, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	var out []vault.Connection
+	err := s.view(func(tx *bolt.Tx) error {
+		var recs [][]byte
+		err := tx.Bucket(bConns).ForEach(func(_, rec []byte) error {
+			recs = append(recs, rec)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		// Decoded inside the transaction: the metadata is copied out.
+		out, err = vault.DecodeAccountConnections(provider, accountID, recs)
+		return err
+	})
+	return out, err
+}
+
 // ConnectionIDs implements vault.Store.
 func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error) {
 	if err := s.ready(ctx); err != nil {

@@ -164,6 +164,27 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 	return nil
 }
 
+// AccountConnections implements vault.Store: a scan of every record's
+// metadata.
+func (s *Store) AccountConnections(ctx context.Context, provider, accountID string) ([]vault.Connection, error) {
+	s.mu.RLock()
+	if err := s.check(); err != nil {
+		s.mu.RUnlock()
+		return nil, err
+	}
+	ids := make([]string, 0, len(s.conns))
+	for id := range s.conns {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	recs := make([][]byte, 0, len(ids))
+	for _, id := range ids {
+		recs = append(recs, s.conns[id])
+	}
+	s.mu.RUnlock()
+	return vault.DecodeAccountConnections(provider, accountID, recs)
+}
+
 // ConnectionIDs implements vault.Store.
 func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error) {
 	s.mu.RLock()

@@ -373,6 +373,24 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 	return vault.DecodePrincipalConnections(p, recs)
 }
 
+// AccountConnections implements vault.Store through the (provider,
+// account_id) index; the records decide.
+func (s *Store) AccountConnections(ctx context.Context, provider, accountID string) ([]vault.Connection, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT record FROM connections WHERE provider = $1 AND account_id = $2 ORDER BY id",
+		shown(provider), shown(accountID))
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: account connections: %w", err))
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: account connections: %w", err))
+	}
+	return vault.DecodeAccountConnections(provider, accountID, recs)
+}
+
 // UpdateConnection implements vault.Store: read, fn, then a write that only
 // succeeds if the version is still the one read; on a lost race fn runs
 // again on the fresh record.

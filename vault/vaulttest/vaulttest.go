@@ -35,6 +35,8 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"SeveralAccountsOneProvider", testSeveralAccounts},
 		{"ListIsolation", testListIsolation},
 		{"ConnectionIDs", testConnectionIDs},
+		{"AccountConnections", testAccountConnections},
+		{"RefreshTokenMetadata", testRefreshTokenMetadata},
 		{"GrantCRUD", testGrantCRUD},
 		{"GrantImmutableAndAbort", testGrantImmutable},
 		{"CountGrants", testCountGrants},
@@ -375,6 +377,91 @@ func testConnectionMetaUpdate(t *testing.T, s vault.Store) {
 	}
 	_, err = s.UpdateConnectionMeta(ctx, "absent", func(c vault.Connection) (vault.Connection, error) { return c, nil })
 	wantErr(t, "meta update of an absent record", err, vault.ErrNotFound)
+}
+
+// testAccountConnections: every principal's connections to one provider
+// account, metadata only, ordered by id; nothing of other accounts or
+// providers.
+func testAccountConnections(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	bob := vault.Principal{Issuer: "https://idp.example", Subject: "bob"}
+	mustCreate(t, s, Conn("ac2", bob, "github", "42"))
+	mustCreate(t, s, Conn("ac1", alice, "github", "42"))
+	mustCreate(t, s, Conn("ac3", alice, "github", "43"))
+	mustCreate(t, s, Conn("ac4", bob, "google", "42"))
+	got, err := s.AccountConnections(ctx, "github", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range got {
+		ids = append(ids, c.ID)
+		if c.Token != (vault.TokenSet{}) {
+			t.Errorf("%s: AccountConnections returned token material", c.ID)
+		}
+	}
+	if !slices.Equal(ids, []string{"ac1", "ac2"}) {
+		t.Fatalf("AccountConnections(github, 42) = %v, want [ac1 ac2]", ids)
+	}
+	if got[1].Principal != bob || got[1].AccountLogin != "42@example.com" {
+		t.Errorf("metadata = %+v", got[1])
+	}
+	if none, err := s.AccountConnections(ctx, "github", "nobody"); err != nil || len(none) != 0 {
+		t.Fatalf("AccountConnections of an unknown account = %v, %v; want none", none, err)
+	}
+}
+
+// testRefreshTokenMetadata: RefreshExpires round-trips as metadata, and
+// NoRefreshToken tells from a listing (no token opened) whether the sealed
+// set has a refresh token, through every kind of write.
+func testRefreshTokenMetadata(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	exp := base.Add(180 * 24 * time.Hour)
+	with := Conn("rtm1", alice, "github", "1")
+	with.RefreshExpires = exp
+	without := Conn("rtm2", alice, "google", "2")
+	without.Token.RefreshToken = ""
+	without.NoRefreshToken = false // ignored on write: the store derives it
+	mustCreate(t, s, with)
+	mustCreate(t, s, without)
+	check := func(when string, wantNo map[string]bool) {
+		t.Helper()
+		list, err := s.ListConnections(ctx, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range list {
+			if c.NoRefreshToken != wantNo[c.ID] {
+				t.Errorf("%s: listed %s NoRefreshToken = %v, want %v", when, c.ID, c.NoRefreshToken, wantNo[c.ID])
+			}
+			if full := mustGet(t, s, c.ID); full.NoRefreshToken != wantNo[c.ID] || !full.RefreshExpires.Equal(c.RefreshExpires) {
+				t.Errorf("%s: opened %s NoRefreshToken = %v, RefreshExpires %v", when, c.ID, full.NoRefreshToken, full.RefreshExpires)
+			}
+		}
+	}
+	check("created", map[string]bool{"rtm2": true})
+	if got := mustGet(t, s, "rtm1"); !got.RefreshExpires.Equal(exp) {
+		t.Fatalf("RefreshExpires = %v, want %v", got.RefreshExpires, exp)
+	}
+	if _, err := s.UpdateConnection(ctx, "rtm2", func(c vault.Connection) (vault.Connection, error) {
+		c.Token.RefreshToken = "rt-now"
+		return c, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	later := exp.Add(time.Hour)
+	got, err := s.UpdateConnectionMeta(ctx, "rtm1", func(c vault.Connection) (vault.Connection, error) {
+		c.RefreshExpires = later
+		c.NoRefreshToken = true // ignored: the sealed set did not change
+		return c, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.NoRefreshToken || !got.RefreshExpires.Equal(later) {
+		t.Fatalf("meta update returned NoRefreshToken %v, RefreshExpires %v", got.NoRefreshToken, got.RefreshExpires)
+	}
+	check("updated", map[string]bool{})
 }
 
 func testSeveralAccounts(t *testing.T, s vault.Store) {
