@@ -18,6 +18,8 @@ import (
 // from the untrusted query string.
 type callbackParams struct {
 	Code, State, Error, ErrorDescription string
+	// Iss is RFC 9207's issuer identifier of the authorization response.
+	Iss string
 }
 
 // parseCallback validates the callback query: each parameter at most once,
@@ -31,7 +33,7 @@ func parseCallback(rawQuery string) (callbackParams, error) {
 		return callbackParams{}, fmt.Errorf("malformed query: %w", err)
 	}
 	var p callbackParams
-	for k, dst := range map[string]*string{"code": &p.Code, "state": &p.State, "error": &p.Error, "error_description": &p.ErrorDescription} {
+	for k, dst := range map[string]*string{"code": &p.Code, "state": &p.State, "error": &p.Error, "error_description": &p.ErrorDescription, "iss": &p.Iss} {
 		v := q[k]
 		if len(v) > 1 {
 			return callbackParams{}, fmt.Errorf("parameter %s repeated", k)
@@ -40,7 +42,7 @@ func parseCallback(rawQuery string) (callbackParams, error) {
 			*dst = v[0]
 		}
 	}
-	if len(p.Code) > 2048 || len(p.State) > 512 || len(p.Error) > 128 {
+	if len(p.Code) > 2048 || len(p.State) > 512 || len(p.Error) > 128 || len(p.Iss) > 512 {
 		return callbackParams{}, errors.New("parameter too long")
 	}
 	if p.State == "" {
@@ -94,6 +96,19 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 	if g.State != vault.GrantApproved || p.Name != pname {
 		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusConflict, Heading: "Connection not approved",
 			Message: "This connection was not approved in this browser. Nothing was connected.", Next: "Open the link from your app again."})
+		return
+	}
+	// RFC 9207: the answer must come from the provider the browser was
+	// sent to (mix-up defence), checked before a code or an error is
+	// believed.
+	if issuer, required, err := f.opts.Client.ResponseIssuer(r.Context(), p); err != nil {
+		f.providerUnavailable(w, r, s, p, err)
+		return
+	} else if cp.Iss == "" && required || cp.Iss != "" && issuer != "" && !equalToken(cp.Iss, issuer) {
+		f.securityEvent(r, "callback_issuer_mismatch", s, "provider", p.Name, "grant_ref", binding.Ref(g.ID), "iss_present", cp.Iss != "")
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
+			Message: "The answer did not come from " + p.DisplayName + " as the broker expected (its issuer was missing or different), so it was not used. Nothing was connected.",
+			Next:    "Open the link from your app again and approve once more."})
 		return
 	}
 	if cp.Error != "" {

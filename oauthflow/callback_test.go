@@ -20,6 +20,10 @@ func TestParseCallback(t *testing.T) {
 		{name: "malformed", query: "code=%zz&state=s", wantErr: "malformed"},
 		{name: "control chars in error", query: "error=a%0Ab&state=s", wantErr: "invalid characters"},
 		{name: "too long", query: "state=s&code=" + strings.Repeat("a", 9000), wantErr: "too long"},
+		{name: "iss", query: "code=abc&state=xyz&iss=https%3A%2F%2Faccounts.google.com",
+			want: callbackParams{Code: "abc", State: "xyz", Iss: "https://accounts.google.com"}},
+		{name: "repeated iss", query: "code=a&state=s&iss=https://a&iss=https://b", wantErr: "repeated"},
+		{name: "iss too long", query: "code=a&state=s&iss=" + strings.Repeat("i", 600), wantErr: "too long"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

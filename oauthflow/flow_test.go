@@ -473,3 +473,62 @@ func TestDisconnectOutcomesOnThePage(t *testing.T) {
 	}
 	h.finalCheck()
 }
+
+// TestCallbackIssuer (RFC 9207, mix-up defence): a provider whose metadata
+// promises the iss parameter must send its own issuer; a wrong iss, or
+// none when promised, stores nothing and never reaches the token
+// endpoint, while the right one connects.
+func TestCallbackIssuer(t *testing.T) {
+	for _, tt := range []struct {
+		mode    string
+		connect bool
+	}{
+		{"send", true},
+		{"wrong", false},
+		{"omit", false},
+	} {
+		t.Run(tt.mode, func(t *testing.T) {
+			h := newHarness(t, func(h *harness) (string, map[string]string) {
+				h.google = fakeprovider.NewGoogle(h.t, fakeprovider.Options{
+					ClientID: "google-client", ClientSecret: "google-secret-value", RedirectURIs: []string{h.srv.URL + "/oauth/google/callback"},
+					Email: "alice.g@example.test", IssParameter: tt.mode,
+				})
+				return `providers:
+  google:
+    display_name: Google
+    type: oidc
+    issuer: ` + h.google.Issuer() + `
+    client_id: google-client
+    client_secret: ${S}
+    default_scopes: [openid, email]
+`, map[string]string{"S": "google-secret-value"}
+			})
+			a := h.newAgent()
+			g := h.grant("alice", "google", nil, "c")
+			cb := a.toCallback(g, "alice")
+			if got := cb.Query().Get("iss"); (tt.mode == "send") != (got == h.google.Issuer()) {
+				t.Fatalf("the fake sent iss %q in mode %s", got, tt.mode)
+			}
+			p := a.get(cb.String())
+			if tt.connect {
+				mustContain(t, p, "Connected: return to your app")
+				if n := len(h.connections("alice")); n != 1 {
+					t.Fatalf("%d connections, want 1", n)
+				}
+			} else {
+				mustStatus(t, p, http.StatusBadRequest)
+				mustContain(t, p, "did not come from Google as the broker expected", "Nothing was connected")
+				if n := len(h.connections("alice")); n != 0 {
+					t.Fatalf("%d connections stored after a %s iss", n, tt.mode)
+				}
+				if c := h.google.Counts().Token; c != 0 {
+					t.Fatalf("the refused answer's code reached the token endpoint (%d calls)", c)
+				}
+				if !strings.Contains(h.logs.String(), "callback_issuer_mismatch") {
+					t.Error("no security event logged")
+				}
+			}
+			h.finalCheck()
+		})
+	}
+}

@@ -49,6 +49,30 @@ func (k *Client) OAuthConfig(ctx context.Context, p *Provider, redirectURL strin
 	return conf, op, nil
 }
 
+// ResponseIssuer says how p's authorization responses name their issuer
+// (RFC 9207): for an OIDC provider the discovered issuer, and whether its
+// metadata promises the iss parameter (authorization_response_iss_
+// parameter_supported), in which case a response without it must be
+// refused. A plain OAuth 2.0 entry has no metadata: ("", false, nil), and
+// an iss it sends cannot be checked.
+func (k *Client) ResponseIssuer(ctx context.Context, p *Provider) (issuer string, required bool, err error) {
+	if p.Type != TypeOIDC {
+		return "", false, nil
+	}
+	op, err := k.discover(ctx, p)
+	if err != nil {
+		return "", false, err
+	}
+	var md struct {
+		Issuer    string `json:"issuer"`
+		Supported bool   `json:"authorization_response_iss_parameter_supported"`
+	}
+	if err := op.Claims(&md); err != nil {
+		return "", false, fmt.Errorf("provider: %s metadata: %w", p.Name, err)
+	}
+	return md.Issuer, md.Supported, nil
+}
+
 // discover returns p's OIDC provider metadata, cached after success.
 func (k *Client) discover(ctx context.Context, p *Provider) (*oidc.Provider, error) {
 	k.mu.Lock()

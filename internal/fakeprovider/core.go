@@ -92,6 +92,12 @@ type Options struct {
 	// "Testing" publishing status, so refresh tokens for more than the
 	// sign-in scopes expire after 7 days.
 	Testing bool
+	// IssParameter (Google only) is RFC 9207 in the authorization
+	// response: "" sends none and advertises none (Google's documented
+	// behaviour); "send" advertises authorization_response_iss_parameter_
+	// supported and sends the issuer; "omit" advertises it but sends none;
+	// "wrong" advertises it and sends another issuer (a mix-up attack).
+	IssParameter string
 
 	Now    func() time.Time // default time.Now
 	Logger *slog.Logger     // nil: discard

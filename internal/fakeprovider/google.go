@@ -193,7 +193,7 @@ func (g *Google) UserRevokesAccess(u User) {
 
 func (g *Google) discovery(w http.ResponseWriter, _ *http.Request) {
 	b := g.srv.URL
-	writeJSON(w, http.StatusOK, map[string]any{
+	doc := map[string]any{
 		"issuer":                                b,
 		"authorization_endpoint":                b + "/o/oauth2/v2/auth",
 		"token_endpoint":                        b + "/token",
@@ -208,7 +208,23 @@ func (g *Google) discovery(w http.ResponseWriter, _ *http.Request) {
 		"claims_supported":                      []string{"aud", "email", "email_verified", "exp", "hd", "iat", "iss", "name", "sub", "nonce"},
 		"code_challenge_methods_supported":      []string{"plain", "S256"},
 		"grant_types_supported":                 []string{"authorization_code", "refresh_token"},
-	})
+	}
+	if g.opts.IssParameter != "" {
+		doc["authorization_response_iss_parameter_supported"] = true
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+// withIss adds RFC 9207's iss to authorization response parameters as
+// IssParameter says.
+func (g *Google) withIss(v url.Values) url.Values {
+	switch g.opts.IssParameter {
+	case "send":
+		v.Set("iss", g.srv.URL)
+	case "wrong":
+		v.Set("iss", "https://accounts.evil.example")
+	}
+	return v
 }
 
 func (g *Google) certs(w http.ResponseWriter, _ *http.Request) {
@@ -350,8 +366,8 @@ func (g *Google) decide(w http.ResponseWriter, r *http.Request) {
 func (g *Google) approve(w http.ResponseWriter, r *http.Request, p pendingAuth) {
 	code := g.issueCode(p)
 	g.recordLocked(Event{Kind: "approve", Method: r.Method, Path: r.URL.Path, Status: http.StatusFound})
-	http.Redirect(w, r, authorizeRedirect(p.redirectURI, url.Values{"code": {code}, "state": {p.state},
-		"scope": {googleScopeList(strings.Fields(p.scope))}}), http.StatusFound)
+	http.Redirect(w, r, authorizeRedirect(p.redirectURI, g.withIss(url.Values{"code": {code}, "state": {p.state},
+		"scope": {googleScopeList(strings.Fields(p.scope))}})), http.StatusFound)
 }
 
 // union returns a followed by what of b it lacks.
