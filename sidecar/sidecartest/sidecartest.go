@@ -2,7 +2,9 @@
 // sidecar API and of servers built on it: a development IdP (real JWTs),
 // the demo provider (rotating refresh tokens, event log), an encrypted
 // in-memory store, the provider client, the connections layer and the
-// sidecar API, all on loopback.
+// sidecar API, all on loopback. Every exchange with the sidecar is checked
+// against the API's OpenAPI document (docs/sidecar.openapi.yaml, see
+// Contract), so every test that uses the stack also tests the contract.
 package sidecartest
 
 import (
@@ -71,8 +73,11 @@ type Stack struct {
 	Conns     *connections.Service
 	Sidecar   *sidecar.Server
 	URL       string // the sidecar listener
-	Secret    string
-	Logs      *logbuf.Buffer
+	// Contract checks every exchange with the sidecar against the
+	// OpenAPI document; a mismatch fails the test.
+	Contract *Contract
+	Secret   string
+	Logs     *logbuf.Buffer
 	// Telemetry records the connections layer's audit events in AuditLog.
 	Telemetry *telemetry.Recorder
 	AuditLog  *logbuf.Buffer
@@ -177,7 +182,9 @@ func Start(tb testing.TB, o Options) *Stack {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := httptest.NewServer(s.Sidecar)
+	// Every exchange is checked against docs/sidecar.openapi.yaml.
+	s.Contract = NewContract(tb)
+	srv := httptest.NewServer(s.Contract.Handler(s.Sidecar))
 	tb.Cleanup(srv.Close)
 	s.URL = srv.URL
 	return s
