@@ -14,6 +14,7 @@ import (
 
 	"credbroker/internal/logbuf"
 	"credbroker/sidecar/client"
+	"credbroker/sidecar/sidecartest"
 )
 
 // readyWriter keeps what is written and closes ready at "Ready.".
@@ -165,7 +166,8 @@ func TestDevSidecar(t *testing.T) {
 			t.Fatalf("secret file: %v %v; want mode 0600", fi, err)
 		}
 		secret, _ := os.ReadFile(secretPath)
-		sc, err := client.New("http://"+free, strings.TrimSpace(string(secret)), nil)
+		checked := sidecartest.NewContract(t).Proxy("http://" + free)
+		sc, err := client.New(checked, strings.TrimSpace(string(secret)), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +175,7 @@ func TestDevSidecar(t *testing.T) {
 		if _, err := sc.Require(context.Background(), "not-a-token", client.RequireRequest{Provider: "demo"}); !isSidecarCode(err, "unauthorized") {
 			t.Fatalf("require with the dev secret and a bad user token: %v", err)
 		}
-		wrong, _ := client.New("http://"+free, "not-the-dev-secret-0123456789", nil)
+		wrong, _ := client.New(checked, "not-the-dev-secret-0123456789", nil)
 		if _, err := wrong.Require(context.Background(), "x", client.RequireRequest{Provider: "demo"}); !isSidecarCode(err, "unauthorized") {
 			t.Fatalf("wrong secret: %v", err)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"credbroker/internal/browsertest"
+	"credbroker/sidecar/sidecartest"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -317,6 +318,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 	}
 	sideAddr, demoAddr := freeAddr(t), freeAddr(t)
 	d := startDev(t, freeAddr(t), t.TempDir(), "--sidecar-addr", sideAddr)
+	contract := sidecartest.NewContract(t)
 	bctx := newBrowser(t)
 	ctx := testContext(t, 4*time.Minute)
 	_, ctl := binaries(t)
@@ -351,8 +353,12 @@ func TestReadmeWalkthrough(t *testing.T) {
 			}
 			env = append(env, name+"="+string(out))
 		case strings.HasPrefix(line, "$ go run ./examples/demorepos "):
-			// Its own terminal: it keeps running until the test ends.
-			startServer(t, ctx, root, env, strings.Replace(strings.TrimPrefix(line, "$ "), "go run ./examples/demorepos", demoreposBinary(t), 1))
+			// Its own terminal: it keeps running until the test ends. It
+			// reaches the sidecar API through a proxy that checks every
+			// exchange against docs/sidecar.openapi.yaml.
+			cmdline := strings.Replace(strings.TrimPrefix(line, "$ "), "go run ./examples/demorepos", demoreposBinary(t), 1)
+			cmdline = strings.Replace(cmdline, "http://"+sideAddr, contract.Proxy("http://"+sideAddr), 1)
+			startServer(t, ctx, root, env, cmdline)
 		case strings.HasPrefix(line, "$ "):
 			cmdline := strings.Replace(strings.TrimPrefix(line, "$ "), "go run ./cmd/brokerctl", ctl, 1)
 			cmd := exec.CommandContext(ctx, "bash", "-c", cmdline)
@@ -403,6 +409,9 @@ func TestReadmeWalkthrough(t *testing.T) {
 	// apart and unverified, to the host.
 	if len(consents) != 2 {
 		t.Fatalf("%d browser steps, want 2", len(consents))
+	}
+	if seen := contract.Checked(); seen["POST /v1/require 200"] < 2 || seen["GET /v1/proxy/{provider}/{path} 200"] < 1 {
+		t.Errorf("the example's exchanges checked against the document: %v; want its connect, retry and list", seen)
 	}
 	for _, want := range []string{"Requested by dev-sidecar, a server your administrator configured.", "brokerctl (name as reported by the app; not verified)"} {
 		if !strings.Contains(strings.Join(strings.Fields(consents[1]), " "), want) {

@@ -15,6 +15,7 @@ import (
 	"credbroker/provider"
 	"credbroker/sidecar"
 	"credbroker/sidecar/client"
+	"credbroker/sidecar/sidecartest"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
 )
@@ -61,7 +62,9 @@ func TestSidecarWiringRequiredScope(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	sc, err := client.New("unix://"+sock, secret, nil)
+	// The client talks to the socket through a proxy that checks every
+	// exchange against docs/sidecar.openapi.yaml.
+	sc, err := client.New(sidecartest.NewContract(t).Proxy("unix://"+sock), secret, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func runHost(t *testing.T, node, dir, mcpURL, token string, answer func(link str
 		out.WriteString(line + "\n")
 		var msg struct {
 			Elicit *struct{ Mode, URL string } `json:"elicit"`
-			Result json.RawMessage            `json:"result"`
+			Result json.RawMessage             `json:"result"`
 		}
 		if json.Unmarshal([]byte(line), &msg) != nil {
 			continue

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -190,15 +191,23 @@ func (c *Contract) Handler(next http.Handler) http.Handler {
 }
 
 // Proxy starts a loopback reverse proxy to the sidecar API at target
-// (http://host:port) that checks every exchange, and returns its URL:
-// point a co-located server at it to check a running broker's answers.
+// (http://host:port, or unix:///path/to.sock) that checks every exchange,
+// and returns its URL: point a co-located server at it to check a running
+// broker's answers.
 func (c *Contract) Proxy(target string) string {
 	c.tb.Helper()
+	var transport http.RoundTripper = http.DefaultTransport
+	if sock, ok := strings.CutPrefix(target, "unix://"); ok {
+		transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}
+		target = "http://sidecar"
+	}
 	u, err := url.Parse(target)
 	if err != nil {
 		c.tb.Fatal(err)
 	}
-	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }}
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, Transport: transport}
 	srv := httptest.NewServer(c.Handler(rp))
 	c.tb.Cleanup(srv.Close)
 	return srv.URL
