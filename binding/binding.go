@@ -112,18 +112,32 @@ func SamePrincipal(a, b vault.Principal) bool {
 	return iss&sub == 1 && a.Issuer != "" && a.Subject != ""
 }
 
-// Create starts a grant for p. Limits on open and recent grants apply; the
+// Create starts a grant for p, asked by the MCP client that calls itself
+// clientName (untrusted). Limits on open and recent grants apply; the
 // store checks them atomically with the insert, so concurrent calls (on
 // any number of replicas sharing the store) never pass them together.
 func (s *Service) Create(ctx context.Context, p vault.Principal, provider string, scopes []string, clientName string) (vault.Grant, error) {
+	return s.create(ctx, vault.Grant{Principal: p, Provider: provider, Scopes: slices.Clone(scopes), ClientName: clientName})
+}
+
+// CreateForServer is Create for a grant asked by the co-located MCP server
+// configured under the name server (trusted: the broker knows it from the
+// server's secret), on behalf of a host that calls itself clientName
+// (untrusted, may be empty).
+func (s *Service) CreateForServer(ctx context.Context, p vault.Principal, provider string, scopes []string, server, clientName string) (vault.Grant, error) {
+	if server == "" {
+		return vault.Grant{}, errors.New("binding: create: empty server name")
+	}
+	return s.create(ctx, vault.Grant{Principal: p, Provider: provider, Scopes: slices.Clone(scopes), ClientName: clientName, Server: server})
+}
+
+func (s *Service) create(ctx context.Context, g vault.Grant) (vault.Grant, error) {
+	p := g.Principal
 	if p.IsZero() || p.Issuer == "" || p.Subject == "" {
 		return vault.Grant{}, errors.New("binding: create: empty principal")
 	}
 	now := s.opts.Now()
-	g := vault.Grant{
-		ID: NewID(), Principal: p, Provider: provider, Scopes: slices.Clone(scopes),
-		ClientName: clientName, Created: now, Expires: now.Add(s.opts.TTL), State: vault.GrantPending,
-	}
+	g.ID, g.Created, g.Expires, g.State = NewID(), now, now.Add(s.opts.TTL), vault.GrantPending
 	g, err := s.store.CreateGrantLimited(ctx, g, vault.GrantLimits{
 		Since: now.Add(-time.Hour), Now: now, MaxOpen: s.opts.MaxPending, MaxCreated: s.opts.MaxPerHour,
 	})
@@ -146,7 +160,8 @@ const minReuseLeft = 2 * time.Minute
 // not final, with at least minReuseLeft before it expires) for the same
 // provider, the same set of scopes and the same client, so a caller that
 // cannot carry a grant id between retries (a 2025-11-25 client) hands out
-// the link the person may already be looking at instead of a new one.
+// the link the person may already be looking at instead of a new one. A
+// grant asked by a co-located server (Server set) is never handed out.
 func (s *Service) Pending(ctx context.Context, p vault.Principal, provider string, scopes []string, clientName string) (vault.Grant, bool, error) {
 	now := s.opts.Now()
 	list, err := s.store.ListGrants(ctx, p, now.Add(-s.opts.TTL))
@@ -158,7 +173,7 @@ func (s *Service) Pending(ctx context.Context, p vault.Principal, provider strin
 	for _, g := range slices.Backward(list) {
 		have := slices.Clone(g.Scopes)
 		slices.Sort(have)
-		if g.State == vault.GrantPending && g.Provider == provider && g.ClientName == clientName &&
+		if g.State == vault.GrantPending && g.Provider == provider && g.ClientName == clientName && g.Server == "" &&
 			slices.Equal(slices.Compact(have), slices.Compact(want)) && SamePrincipal(g.Principal, p) &&
 			now.Add(minReuseLeft).Before(g.Expires) {
 			return g, true, nil

@@ -334,3 +334,32 @@ func TestPending(t *testing.T) {
 		t.Fatal("a denied request was handed out again")
 	}
 }
+
+// TestCreateForServer: a grant asked through the sidecar keeps the
+// configured server's name next to the host's self-asserted one, and
+// carries through approval.
+func TestCreateForServer(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, binding.Options{})
+	g, err := s.CreateForServer(ctx, alice, "github", []string{"repo"}, "demorepos", "Claude")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Server != "demorepos" || g.ClientName != "Claude" {
+		t.Fatalf("created %+v", g)
+	}
+	if g, err = s.Approve(ctx, g.ID, alice); err != nil || g.Server != "demorepos" {
+		t.Fatalf("approve: %+v %v", g, err)
+	}
+	if g, err := s.Create(ctx, alice, "github", nil, "Claude"); err != nil || g.Server != "" {
+		t.Fatalf("an MCP client's grant names a server: %+v %v", g, err)
+	}
+	// A server's request is never handed out again to an MCP client that
+	// happens to give the same name.
+	if got, ok, err := s.Pending(ctx, alice, "github", []string{"repo"}, "Claude"); err != nil || ok {
+		t.Fatalf("Pending handed out %s (%v, %v), a co-located server's request", got.ID, ok, err)
+	}
+	if _, err := s.CreateForServer(ctx, alice, "github", nil, "", "Claude"); err == nil {
+		t.Fatal("a grant for an unnamed server was created")
+	}
+}

@@ -81,6 +81,11 @@ type Request struct {
 	ClientName string
 	// Via names the front door for audit events: "mcp", "sidecar", "browser".
 	Via string
+	// Server is the configured name of the co-located MCP server asking
+	// through the sidecar (vault.UnnamedServer for the unnamed secret):
+	// trusted, the front door knows it from the server's secret. Empty for
+	// MCP clients. Grants, audit events and the consent page carry it.
+	Server string
 	// CanAsk: the caller can send the person to a connect link. Without
 	// it, NeedsUser carries no connect request.
 	CanAsk bool
@@ -337,7 +342,7 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 	if !req.CanAsk {
 		return need, nil
 	}
-	if req.ReuseOpen {
+	if req.ReuseOpen && req.Server == "" {
 		g, ok, err := s.opts.Grants.Pending(ctx, req.Principal, p.Name, scopes, req.ClientName)
 		if err != nil {
 			return nil, fmt.Errorf("connections: find an open connect request: %w", err)
@@ -348,7 +353,13 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 			return need, nil
 		}
 	}
-	g, err := s.opts.Grants.Create(ctx, req.Principal, p.Name, scopes, req.ClientName)
+	var g vault.Grant
+	var err error
+	if req.Server != "" {
+		g, err = s.opts.Grants.CreateForServer(ctx, req.Principal, p.Name, scopes, req.Server, req.ClientName)
+	} else {
+		g, err = s.opts.Grants.Create(ctx, req.Principal, p.Name, scopes, req.ClientName)
+	}
 	switch {
 	case errors.Is(err, binding.ErrTooManyPending):
 		return nil, ErrTooManyPending
@@ -357,7 +368,7 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 	case err != nil:
 		return nil, fmt.Errorf("connections: start connect request: %w", err)
 	}
-	s.log.Info("connections: connect requested", "grant_ref", binding.Ref(g.ID), "provider", p.Name, "via", req.Via)
+	s.log.Info("connections: connect requested", "grant_ref", binding.Ref(g.ID), "provider", p.Name, "via", req.Via, "server", req.Server)
 	s.opts.Telemetry.Elicitation(telemetry.ElicitationIssued)
 	need.Grant, need.URL = &g, s.ConnectURL(g.ID)
 	return need, nil
@@ -605,9 +616,9 @@ func (s *Service) Export(ctx context.Context, req Request, c vault.Connection) (
 	if out.TokenType == "" || strings.EqualFold(out.TokenType, "bearer") {
 		out.TokenType = "Bearer"
 	}
-	s.log.Info("connections: access token exported", "event", telemetry.EventTokenExport, "provider", p.Name, "connection", c.ID, "via", req.Via)
+	s.log.Info("connections: access token exported", "event", telemetry.EventTokenExport, "provider", p.Name, "connection", c.ID, "via", req.Via, "server", req.Server)
 	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventTokenExport, Principal: req.Principal,
-		Provider: p.Name, Account: AccountName(c), Connection: c.ID, Via: req.Via})
+		Provider: p.Name, Account: AccountName(c), Connection: c.ID, Via: req.Via, Server: req.Server})
 	s.recordUse(ctx, c)
 	return out, nil
 }
@@ -782,7 +793,7 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 	}
 	s.log.Info("connections: connection stored", "provider", p.Name, "connection", conn.ID, "grant_ref", binding.Ref(g.ID), "updated", conn.Version > 1)
 	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventConnect, Principal: pr, Provider: p.Name,
-		Account: AccountName(conn), Grant: g.ID, Connection: conn.ID, Via: "browser"})
+		Account: AccountName(conn), Grant: g.ID, Connection: conn.ID, Via: "browser", Server: g.Server})
 	conn.NoRefreshToken = conn.Token.RefreshToken == ""
 	conn.Token = vault.TokenSet{}
 	return conn, nil

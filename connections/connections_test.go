@@ -356,3 +356,51 @@ func TestResumeOutcomes(t *testing.T) {
 		t.Fatalf("expired request: %v, want ErrRequestExpired", err)
 	}
 }
+
+// TestServerNameCarried: a connect request asked by a co-located server
+// stores the server's configured name with the grant (next to the host's
+// self-asserted name), and the connect audit event names it; requests of
+// MCP clients name no server.
+func TestServerNameCarried(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	req := r.req("demo")
+	req.Via, req.Server, req.ClientName = "sidecar", "demorepos", "Claude"
+	o, err := r.conns.Ensure(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	need, ok := o.(connections.NeedsUser)
+	if !ok || need.Grant == nil || need.Grant.Server != "demorepos" || need.Grant.ClientName != "Claude" {
+		t.Fatalf("Ensure = %#v, want a connect request by demorepos for Claude", o)
+	}
+	stored, err := r.store.GetGrant(ctx, need.Grant.ID)
+	if err != nil || stored.Server != "demorepos" {
+		t.Fatalf("stored grant %+v %v", stored, err)
+	}
+	g, err := binding.New(r.store, binding.Options{Now: r.clock.Now}).Approve(ctx, need.Grant.ID, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := r.oauth.CodeFlow(t, "1001", g.Scopes)
+	if _, err := r.conns.Save(ctx, alice, g, need.Provider, provider.Exchanged{
+		Account: provider.Account{ID: "1001", Login: "alice-demo"}, Scopes: g.Scopes, Token: provider.TokenSet(tok)}); err != nil {
+		t.Fatal(err)
+	}
+	var connectLine string
+	for _, l := range strings.Split(r.audit.String(), "\n") {
+		if strings.Contains(l, "event=connect ") {
+			connectLine = l
+		}
+	}
+	if !strings.Contains(connectLine, "server=demorepos") {
+		t.Fatalf("connect audit event does not name the server: %q", connectLine)
+	}
+	o, err = r.conns.Ensure(ctx, connections.Request{Principal: alice, Provider: "demo", Scopes: []string{"repos"}, Via: "mcp", CanAsk: true, ClientName: "Claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if need, ok := o.(connections.NeedsUser); !ok || need.Grant == nil || need.Grant.Server != "" {
+		t.Fatalf("an MCP client's request names a server: %#v", o)
+	}
+}

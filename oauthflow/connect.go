@@ -116,9 +116,10 @@ func (f *Flow) handleLanding(w http.ResponseWriter, r *http.Request) {
 	au, _ := url.Parse(conf.Endpoint.AuthURL)
 	page := consentPage{
 		Chrome: s.chrome(), Provider: p.DisplayName, Domain: au.Hostname(), ClientName: g.ClientName,
+		Server: g.Server, ServerUnnamed: g.Server == vault.UnnamedServer,
 		Identity: s.Display, Action: "/connect/" + g.ID,
 	}
-	if page.ClientName == "" {
+	if page.ClientName == "" && page.Server == "" {
 		page.ClientName = "an unnamed client"
 	}
 	for _, sc := range grantScopes(p, g) {

@@ -3,9 +3,11 @@ package oauthflow
 import (
 	"context"
 	"errors"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -529,6 +531,69 @@ func TestCallbackIssuer(t *testing.T) {
 				}
 			}
 			h.finalCheck()
+		})
+	}
+}
+
+// visibleText is a page's text as a person reads it: tags dropped,
+// entities decoded, white space collapsed.
+func visibleText(body string) string {
+	s := regexp.MustCompile(`(?s)<head>.*?</head>|<[^>]+>`).ReplaceAllString(body, "")
+	return strings.Join(strings.Fields(html.UnescapeString(s)), " ")
+}
+
+// TestConsentNamesTheRequestingServer: a connect request asked by a
+// co-located server through the sidecar names that server as the
+// administrator configured it, and shows the host's self-asserted name
+// apart, as not verified; an MCP client's request is shown as before.
+func TestConsentNamesTheRequestingServer(t *testing.T) {
+	h := newHarness(t, corpProvider)
+	alice := vault.Principal{Issuer: h.idp.Issuer(), Subject: "alice"}
+	const hostile = `<b>Claude</b> "Desktop"`
+	for _, tc := range []struct {
+		name, server, client string
+		want, notWant        []string
+	}{
+		{"named server, host named", "demorepos", hostile,
+			[]string{"Requested by demorepos, a server your administrator configured.", "Through the app " + hostile + " (name as reported by the app; not verified)"},
+			[]string{"An app wants"}},
+		{"named server, host silent", "demorepos", "",
+			[]string{"Requested by demorepos, a server your administrator configured."},
+			[]string{"Through the app", "not verified", "an unnamed client"}},
+		{"unnamed secret", vault.UnnamedServer, "Claude",
+			[]string{"Requested by an unnamed server your administrator configured.", "Through the app Claude (name as reported by the app; not verified)"},
+			[]string{"Requested by unnamed"}},
+		{"MCP client", "", "Claude",
+			[]string{"An app wants to use your Corp Directory account", "Requested by Claude (name as reported by the client; not verified)"},
+			[]string{"administrator configured"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var g vault.Grant
+			var err error
+			if tc.server != "" {
+				g, err = h.grants.CreateForServer(context.Background(), alice, "corp", nil, tc.server, tc.client)
+			} else {
+				g, err = h.grants.Create(context.Background(), alice, "corp", nil, tc.client)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			consent := h.newAgent().openConnect(g, "alice")
+			mustStatus(t, consent, http.StatusOK)
+			text := visibleText(consent.body)
+			for _, w := range tc.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("consent page text lacks %q:\n%s", w, text)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(text, w) {
+					t.Errorf("consent page text has %q:\n%s", w, text)
+				}
+			}
+			if strings.Contains(consent.body, "<b>Claude") {
+				t.Error("the host's name reached the page unescaped")
+			}
 		})
 	}
 }

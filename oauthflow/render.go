@@ -35,13 +35,19 @@ type chrome struct {
 type scopeLine struct{ Scope, Words string }
 
 type consentPage struct {
-	Chrome     chrome
-	Provider   string
-	Domain     string
+	Chrome   chrome
+	Provider string
+	Domain   string
+	// ClientName is the asking client's self-asserted name (untrusted).
 	ClientName string
-	Identity   string
-	Scopes     []scopeLine
-	Action     string
+	// Server is the configured name of the co-located server that asked
+	// through the sidecar (trusted), "" for MCP clients; ServerUnnamed
+	// when it used the unnamed secret.
+	Server        string
+	ServerUnnamed bool
+	Identity      string
+	Scopes        []scopeLine
+	Action        string
 }
 
 type mismatchPage struct {

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -11,13 +12,17 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/requeststate"
+	"credbroker/internal/telemetry"
+	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
 )
@@ -36,68 +41,138 @@ const (
 	ErrorHeader   = "Broker-Error"
 )
 
+// Caller is one co-located MCP server allowed to use the sidecar API: its
+// configured name and its own secret.
+type Caller struct {
+	// Name is the server's configured name (lowercase letters, digits,
+	// '.', '_' and '-', at most 64), shown on the consent page and in audit
+	// events and metrics; vault.UnnamedServer for the single unnamed secret.
+	Name string
+	// Secret is what the server sends in Broker-Sidecar-Secret, at least
+	// 16 bytes, different from every other caller's.
+	Secret vault.Secret
+	// Providers limits the server to these providers (empty: all).
+	Providers []string
+}
+
+// Audience is one audience accepted in end-user tokens, with the scope
+// such tokens must carry.
+type Audience struct {
+	URI string
+	// RequiredScope, when set, must be among the scopes of a token
+	// accepted for this audience.
+	RequiredScope string
+}
+
 // Options configures a Server.
 type Options struct {
-	// Secret is the shared sidecar secret (BROKER_SIDECAR_SECRET), at
-	// least 16 bytes.
-	Secret vault.Secret
-	// Verify validates the end user's bearer token.
+	// Callers are the co-located servers allowed in (at least one).
+	Callers []Caller
+	// Verify validates the end user's bearer token (its audience among
+	// Audiences' URIs).
 	Verify bearer.Verifier
+	// Audiences are the accepted token audiences with their policies. A
+	// token is accepted when it names one of them and carries that
+	// audience's required scope; tokens that name some but carry none of
+	// their scopes get 403 insufficient_scope. Empty: whatever Verify
+	// accepts, no scope required.
+	Audiences []Audience
 	// Connections makes every decision about connections.
 	Connections *connections.Service
 	// StateKeys seal request_state (pass kr.Derive("requestState")).
 	StateKeys *vault.Keyring
 	// StateTTL bounds a request_state's life (default 10 minutes).
 	StateTTL time.Duration
-	// RequiredScope, when set, must be among the user token's scopes (as
-	// on the MCP endpoint, broker --required-scope); tokens without it get
-	// 403 insufficient_scope on every route.
-	RequiredScope string
-	// ClientName is shown on the consent page as the requesting client
-	// (default "a co-located MCP server").
-	ClientName   string
+	// Telemetry counts requests per caller, route and status (nil: none).
+	Telemetry    *telemetry.Recorder
 	MaxBodyBytes int64 // request bodies, default 1 MiB
 	Logger       *slog.Logger
 	Now          func() time.Time
 }
 
+// callerNameRE is what a caller's configured name may look like: fit for
+// a metric label, an audit field and a sentence.
+var callerNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+// ValidCallerName reports whether name can name a co-located server.
+func ValidCallerName(name string) bool { return callerNameRE.MatchString(name) }
+
 // Server serves the sidecar API.
 type Server struct {
-	opts Options
-	log  *slog.Logger
-	mux  *http.ServeMux
+	opts    Options
+	log     *slog.Logger
+	mux     *http.ServeMux
+	callers []caller
 }
 
-// New validates opts and builds the Server.
+// caller is a Caller with its secret's digest, compared in constant time.
+type caller struct {
+	Caller
+	digest    [32]byte
+	providers map[string]bool // nil: all
+}
+
+// New validates opts (reporting every problem at once) and builds the
+// Server.
 func New(opts Options) (*Server, error) {
-	var missing []string
-	if len(opts.Secret.Reveal()) < 16 {
-		missing = append(missing, "Secret (at least 16 bytes)")
-	}
+	var problems []string
 	for _, m := range []struct {
 		ok   bool
 		name string
-	}{{opts.Verify != nil, "Verify"}, {opts.Connections != nil, "Connections"}, {opts.StateKeys != nil, "StateKeys"}} {
+	}{{opts.Verify != nil, "Verify"}, {opts.Connections != nil, "Connections"}, {opts.StateKeys != nil, "StateKeys"}, {len(opts.Callers) > 0, "Callers"}} {
 		if !m.ok {
-			missing = append(missing, m.name)
+			problems = append(problems, "missing option "+m.name)
 		}
 	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("sidecar: missing options: %s", strings.Join(missing, ", "))
-	}
-	if opts.ClientName == "" {
-		opts.ClientName = "a co-located MCP server"
-	}
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 1 << 20
-	}
-	if opts.StateTTL <= 0 {
-		opts.StateTTL = 10 * time.Minute
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
 	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	names, digests := map[string]bool{}, map[[32]byte]bool{}
+	for i, c := range opts.Callers {
+		label := fmt.Sprintf("caller %d (%q)", i+1, c.Name)
+		if !ValidCallerName(c.Name) {
+			problems = append(problems, label+": a name is lowercase letters, digits, '.', '_' and '-' (at most 64)")
+		}
+		if names[c.Name] {
+			problems = append(problems, label+": the name is taken by another caller")
+		}
+		names[c.Name] = true
+		if len(c.Secret.Reveal()) < 16 {
+			problems = append(problems, label+": the secret must be at least 16 bytes")
+		}
+		cc := caller{Caller: c, digest: sha256.Sum256([]byte(c.Secret.Reveal()))}
+		if digests[cc.digest] {
+			problems = append(problems, label+": the secret is another caller's too (each server needs its own)")
+		}
+		digests[cc.digest] = true
+		if len(c.Providers) > 0 {
+			cc.providers = map[string]bool{}
+			for _, p := range c.Providers {
+				if opts.Connections != nil {
+					if _, ok := opts.Connections.Providers().Lookup(p); !ok {
+						problems = append(problems, fmt.Sprintf("%s: unknown provider %q", label, p))
+					}
+				}
+				cc.providers[p] = true
+			}
+		}
+		s.callers = append(s.callers, cc)
+	}
+	for _, a := range opts.Audiences {
+		if a.URI == "" {
+			problems = append(problems, "an audience without a URI")
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("sidecar: %s", strings.Join(problems, "; "))
+	}
+	if s.opts.MaxBodyBytes <= 0 {
+		s.opts.MaxBodyBytes = 1 << 20
+	}
+	if s.opts.StateTTL <= 0 {
+		s.opts.StateTTL = 10 * time.Minute
+	}
+	if s.opts.Now == nil {
+		s.opts.Now = time.Now
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -107,18 +182,69 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-type principalKey struct{}
+type ctxKey struct{}
 
-// ServeHTTP checks both credentials, then routes.
+// identity is who a request comes from: the co-located server and the
+// person whose token it carries.
+type identity struct {
+	caller    *caller
+	principal vault.Principal
+}
+
+// statusWriter remembers the status answered, for the metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// route names a request path for the metrics.
+func route(path string) string {
+	switch {
+	case path == "/v1/require":
+		return telemetry.SidecarRequire
+	case path == "/v1/token":
+		return telemetry.SidecarToken
+	case strings.HasPrefix(path, "/v1/proxy/"):
+		return telemetry.SidecarProxy
+	}
+	return "other"
+}
+
+// ServeHTTP checks both credentials and the audience's policy, then routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w}
+	var from *caller
+	defer func() {
+		name := ""
+		if from != nil {
+			name = from.Name
+		}
+		s.opts.Telemetry.SidecarRequest(name, route(r.URL.Path), sw.status)
+	}()
+	w = sw
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	given := r.Header.Get(SecretHeader)
-	if subtle.ConstantTimeCompare([]byte(given), []byte(s.opts.Secret.Reveal())) != 1 {
+	from = s.identify(r.Header.Get(SecretHeader))
+	if from == nil {
 		s.log.Warn("sidecar: wrong or missing sidecar secret", "event", "sidecar_secret_rejected", "remote", r.RemoteAddr)
 		writeError(w, http.StatusUnauthorized, "unauthorized", "the "+SecretHeader+" header is missing or wrong", nil)
 		return
 	}
+	log := s.log.With("server", from.Name)
 	raw, err := bearer.FromHeader(r.Header.Values("Authorization"))
 	if err != nil {
 		writeError(w, http.StatusUnauthorized, "unauthorized", "the end user's token is required: Authorization: Bearer <token>", nil)
@@ -127,26 +253,95 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info, err := s.opts.Verify(r.Context(), raw)
 	if err != nil || info.Principal.Issuer == "" || info.Principal.Subject == "" {
 		if err != nil && !errors.Is(err, bearer.ErrInvalidToken) {
-			s.log.Error("sidecar: cannot verify user tokens", "err", err.Error())
+			log.Error("sidecar: cannot verify user tokens", "err", err.Error())
 			writeError(w, http.StatusServiceUnavailable, "internal", "user tokens cannot be verified right now", nil)
 			return
 		}
-		s.log.Info("sidecar: user token rejected")
+		log.Info("sidecar: user token rejected")
 		writeError(w, http.StatusUnauthorized, "unauthorized", "the end user's token is invalid, expired or not meant for this broker", nil)
 		return
 	}
-	if s.opts.RequiredScope != "" && !slices.Contains(info.Scopes, s.opts.RequiredScope) {
-		s.log.Info("sidecar: user token lacks the required scope", "event", "sidecar_insufficient_scope")
-		w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer error=\"insufficient_scope\", scope=%q", s.opts.RequiredScope))
-		writeError(w, http.StatusForbidden, "insufficient_scope", fmt.Sprintf("the end user's token lacks the required scope %q", s.opts.RequiredScope), nil)
+	if ok, scopes := s.allowed(info); !ok {
+		if len(scopes) == 0 {
+			log.Info("sidecar: user token names no accepted audience")
+			writeError(w, http.StatusUnauthorized, "unauthorized", "the end user's token is invalid, expired or not meant for this broker", nil)
+			return
+		}
+		log.Info("sidecar: user token lacks the required scope", "event", "sidecar_insufficient_scope")
+		w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer error=\"insufficient_scope\", scope=%q", strings.Join(scopes, " ")))
+		writeError(w, http.StatusForbidden, "insufficient_scope", fmt.Sprintf("the end user's token lacks the required scope %s", quoteAll(scopes)), nil)
 		return
 	}
-	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, info.Principal)))
+	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, identity{caller: from, principal: info.Principal})))
 }
 
-func principal(r *http.Request) vault.Principal {
-	p, _ := r.Context().Value(principalKey{}).(vault.Principal)
-	return p
+// identify returns the caller whose secret was given, comparing digests
+// in constant time against every caller.
+func (s *Server) identify(given string) *caller {
+	if given == "" {
+		return nil
+	}
+	d := sha256.Sum256([]byte(given))
+	var found *caller
+	for i := range s.callers {
+		if subtle.ConstantTimeCompare(d[:], s.callers[i].digest[:]) == 1 {
+			found = &s.callers[i]
+		}
+	}
+	return found
+}
+
+// allowed applies the audience policies to a verified token: accepted
+// when one audience it names has its required scope (or none). Otherwise
+// the scopes the named audiences require (none: it names no configured
+// audience).
+func (s *Server) allowed(info bearer.TokenInfo) (bool, []string) {
+	if len(s.opts.Audiences) == 0 {
+		return true, nil
+	}
+	var want []string
+	named := false
+	for _, a := range s.opts.Audiences {
+		if !slices.Contains(info.Audiences, a.URI) {
+			continue
+		}
+		named = true
+		if a.RequiredScope == "" || slices.Contains(info.Scopes, a.RequiredScope) {
+			return true, nil
+		}
+		if !slices.Contains(want, a.RequiredScope) {
+			want = append(want, a.RequiredScope)
+		}
+	}
+	if !named {
+		return false, nil
+	}
+	return false, want
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, " or ")
+}
+
+func who(r *http.Request) identity {
+	id, _ := r.Context().Value(ctxKey{}).(identity)
+	return id
+}
+
+// providerAllowed answers 403 provider_not_allowed when the calling server
+// is limited to other providers.
+func providerAllowed(w http.ResponseWriter, r *http.Request, provider string) bool {
+	c := who(r).caller
+	if c == nil || c.providers == nil || c.providers[provider] {
+		return true
+	}
+	writeError(w, http.StatusForbidden, "provider_not_allowed",
+		fmt.Sprintf("this server may not use the provider %s (its broker configuration limits it to: %s)", untrusted.Quote(provider), strings.Join(c.Providers, ", ")), nil)
+	return false
 }
 
 // errorBody is every error answer.
@@ -221,6 +416,46 @@ type requireRequest struct {
 	Provider     string   `json:"provider"`
 	Scopes       []string `json:"scopes"`
 	RequestState string   `json:"request_state"`
+	// InputResponses are the host's answers to the server's input
+	// requests (MCP inputResponses), passed through as they are; the
+	// broker reads the one under its own key (input_key).
+	InputResponses map[string]json.RawMessage `json:"input_responses"`
+	// ClientName is the host's self-asserted name (untrusted), shown on
+	// the consent page as not verified.
+	ClientName string `json:"client_name"`
+}
+
+// inputKey is the key of the broker's input request for provider, in the
+// server's inputRequests and the host's inputResponses (the MCP tools use
+// the same).
+func inputKey(provider string) string { return "connect_" + provider }
+
+// elicitResult is an MCP ElicitResult as the host sent it.
+type elicitResult struct {
+	Action  string          `json:"action"`
+	Content json.RawMessage `json:"content"`
+	Meta    json.RawMessage `json:"_meta"`
+}
+
+// answer reads the person's answer to the broker's input request from
+// responses: NoAnswer when there is none, an error message when it is not
+// an elicitation result.
+func answer(responses map[string]json.RawMessage, key string) (connections.Answer, string) {
+	raw, ok := responses[key]
+	if !ok {
+		return connections.NoAnswer, ""
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var er elicitResult
+	if err := dec.Decode(&er); err != nil {
+		return "", fmt.Sprintf("input_responses[%q] must be an elicitation result {action, content?}", key)
+	}
+	a, ok := connections.ParseAnswer(er.Action)
+	if !ok {
+		return "", fmt.Sprintf("input_responses[%q].action must be accept, decline or cancel", key)
+	}
+	return a, ""
 }
 
 type inputRequest struct {
@@ -238,6 +473,7 @@ type elicitParams struct {
 type requireResponse struct {
 	Status       string          `json:"status"`
 	Connection   *ConnectionView `json:"connection,omitempty"`
+	InputKey     string          `json:"input_key,omitempty"`
 	InputRequest *inputRequest   `json:"input_request,omitempty"`
 	RequestState string          `json:"request_state,omitempty"`
 	Message      string          `json:"message,omitempty"`
@@ -248,8 +484,9 @@ type requireResponse struct {
 const requireOperation = "sidecar/require"
 
 func (s *Server) request(r *http.Request, provider string, scopes []string, account string) connections.Request {
-	return connections.Request{Principal: principal(r), Provider: provider, Scopes: scopes, Account: account,
-		ClientName: s.opts.ClientName, Via: "sidecar", CanAsk: true}
+	id := who(r)
+	return connections.Request{Principal: id.principal, Provider: provider, Scopes: scopes, Account: account,
+		Via: "sidecar", Server: id.caller.Name, CanAsk: true}
 }
 
 func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
@@ -261,12 +498,25 @@ func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", "provider is required", nil)
 		return
 	}
+	if !providerAllowed(w, r, in.Provider) {
+		return
+	}
+	if in.InputResponses != nil && in.RequestState == "" {
+		writeError(w, http.StatusBadRequest, "invalid_request", "input_responses answer an earlier input_required: send its request_state with them", nil)
+		return
+	}
+	ans, bad := answer(in.InputResponses, inputKey(in.Provider))
+	if bad != "" {
+		writeError(w, http.StatusBadRequest, "invalid_request", bad, nil)
+		return
+	}
 	args, _ := json.Marshal(struct {
 		Provider string   `json:"provider"`
 		Scopes   []string `json:"scopes,omitempty"`
 	}{in.Provider, in.Scopes})
 	digest, _ := requeststate.Digest(args)
 	req := s.request(r, in.Provider, in.Scopes, "")
+	req.ClientName = untrusted.Clip(in.ClientName, 100)
 	var (
 		o   connections.Outcome
 		err error
@@ -279,7 +529,7 @@ func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "invalid_request_state", requeststate.ErrInvalid.Error(), nil)
 			return
 		}
-		o, err = s.opts.Connections.Resume(r.Context(), req, st.Ref, connections.NoAnswer)
+		o, err = s.opts.Connections.Resume(r.Context(), req, st.Ref, ans)
 	}
 	var up *connections.UnknownProviderError
 	if errors.As(err, &up) {
@@ -301,7 +551,7 @@ func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
 		}
 		state := requeststate.Seal(s.opts.StateKeys, requeststate.State{Principal: req.Principal, Operation: requireOperation,
 			ArgDigest: digest, Ref: o.Grant.ID, Expires: exp})
-		writeJSON(w, http.StatusOK, requireResponse{Status: "input_required",
+		writeJSON(w, http.StatusOK, requireResponse{Status: "input_required", InputKey: inputKey(in.Provider),
 			InputRequest: &inputRequest{Method: "elicitation/create", Params: elicitParams{Mode: "url", Message: o.Message(), URL: o.URL}},
 			RequestState: state})
 	case connections.Declined:
@@ -397,6 +647,9 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "request_refused", "the path after /v1/proxy/{provider} must start with /", nil)
 		return
 	}
+	if !providerAllowed(w, r, providerName) {
+		return
+	}
 	conn, ok := s.pick(w, r, providerName, r.Header.Get(AccountHeader))
 	if !ok {
 		return
@@ -454,8 +707,11 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	if !s.readJSON(w, r, &in) {
 		return
 	}
+	if !providerAllowed(w, r, in.Provider) {
+		return
+	}
 	if p, ok := s.opts.Connections.Providers().Lookup(in.Provider); ok && !p.SidecarTokenExport {
-		s.log.Warn("sidecar: token export refused", "event", "token_export_refused", "provider", p.Name)
+		s.log.Warn("sidecar: token export refused", "event", "token_export_refused", "provider", p.Name, "server", who(r).caller.Name)
 		writeError(w, http.StatusForbidden, "token_export_disabled",
 			fmt.Sprintf("handing out %s tokens is disabled; use /v1/proxy/%s/… (an operator can set sidecar_token_export: true in providers.yaml)", p.DisplayName, p.Name), nil)
 		return

@@ -6,9 +6,15 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"credbroker/internal/bearer"
 	"credbroker/internal/echoapi"
 	"credbroker/sidecar"
 	"credbroker/sidecar/client"
@@ -76,20 +82,20 @@ func TestSidecarConnectProxyAndExport(t *testing.T) {
 	}
 	alice, bob := st.UserToken("alice", ""), st.UserToken("bob", "")
 	var seen bytes.Buffer
-	rr, err := sc.Require(ctx, alice, "demo", []string{"repos"}, "")
+	rr, err := sc.Require(ctx, alice, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}})
 	if err != nil || rr.Status != "input_required" || rr.InputRequest.Method != "elicitation/create" || rr.InputRequest.Params.Mode != "url" {
 		t.Fatalf("require: %+v %v", rr, err)
 	}
 	// Bob cannot resume alice's state.
-	if _, err := sc.Require(ctx, bob, "demo", []string{"repos"}, rr.RequestState); !isCode(err, "invalid_request_state") {
+	if _, err := sc.Require(ctx, bob, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}, RequestState: rr.RequestState}); !isCode(err, "invalid_request_state") {
 		t.Fatalf("bob replaying alice's state: %v", err)
 	}
 	// Nor can it be used for other arguments.
-	if _, err := sc.Require(ctx, alice, "demo", []string{"profile"}, rr.RequestState); !isCode(err, "invalid_request_state") {
+	if _, err := sc.Require(ctx, alice, client.RequireRequest{Provider: "demo", Scopes: []string{"profile"}, RequestState: rr.RequestState}); !isCode(err, "invalid_request_state") {
 		t.Fatalf("state replayed for other scopes: %v", err)
 	}
 	conn := st.CompleteConnect(rr.InputRequest.Params.URL, "alice", "1001")
-	rr2, err := sc.Require(ctx, alice, "demo", []string{"repos"}, rr.RequestState)
+	rr2, err := sc.Require(ctx, alice, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}, RequestState: rr.RequestState})
 	if err != nil || rr2.Status != "connected" || rr2.Connection.ID != conn.ID || rr2.Connection.Account != "alice-demo" {
 		t.Fatalf("retry: %+v %v", rr2, err)
 	}
@@ -137,7 +143,7 @@ func isCode(err error, code string) bool {
 // connect makes user's demo account accountID connected and returns it.
 func connect(t *testing.T, st *sidecartest.Stack, sc *client.Client, userToken, user, accountID string) string {
 	t.Helper()
-	rr, err := sc.Require(context.Background(), userToken, "demo", []string{"repos"}, "")
+	rr, err := sc.Require(context.Background(), userToken, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}})
 	if err != nil || rr.Status != "input_required" {
 		t.Fatalf("require: %+v %v", rr, err)
 	}
@@ -299,5 +305,284 @@ func TestSidecarProxyRedactsEncodedEchoes(t *testing.T) {
 	st.CheckNoTokens("logs", st.Logs.String())
 	if strings.Contains(st.Logs.String(), token) {
 		t.Fatal("the token is in the log")
+	}
+}
+
+// TestSidecarAnswers: the host's answer to the relayed input request
+// (input_responses, keyed by input_key) reaches the broker, which answers
+// the three outcomes as connect_account does: accept keeps the same
+// request open until the person finished, decline closes it for good,
+// cancel leaves the link usable.
+func TestSidecarAnswers(t *testing.T) {
+	ctx := context.Background()
+	st := sidecartest.Start(t, sidecartest.Options{})
+	sc, err := client.New(st.URL, st.Secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := st.UserToken("alice", "")
+	ask := func(t *testing.T) *client.RequireResult {
+		t.Helper()
+		rr, err := sc.Require(ctx, alice, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}})
+		if err != nil || rr.Status != "input_required" || rr.InputKey != "connect_demo" {
+			t.Fatalf("require: %+v %v", rr, err)
+		}
+		return rr
+	}
+	retry := func(rr *client.RequireResult, action string) (*client.RequireResult, error) {
+		return sc.Require(ctx, alice, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}, RequestState: rr.RequestState,
+			InputResponses: mcp.InputResponseMap{rr.InputKey: &mcp.ElicitResult{Action: action}}})
+	}
+	grantOf := func(t *testing.T, rr *client.RequireResult) vault.Grant {
+		t.Helper()
+		id := strings.TrimPrefix(rr.InputRequest.Params.URL, sidecartest.PublicURL+"/connect/")
+		g, err := st.Store.GetGrant(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+
+	t.Run("decline", func(t *testing.T) {
+		rr := ask(t)
+		out, err := retry(rr, "decline")
+		if err != nil || out.Status != "declined" || !strings.Contains(out.Message, "declined to connect Demo") {
+			t.Fatalf("decline: %+v %v", out, err)
+		}
+		if g := grantOf(t, rr); g.State != vault.GrantDenied || g.Rounds != 0 {
+			t.Fatalf("after decline the grant is %s with %d rounds; want denied, no round", g.State, g.Rounds)
+		}
+		// The request stays declined, whatever a later retry says: no new round opens.
+		for _, action := range []string{"", "accept"} {
+			var again *client.RequireResult
+			if action == "" {
+				again, err = sc.Require(ctx, alice, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}, RequestState: rr.RequestState})
+			} else {
+				again, err = retry(rr, action)
+			}
+			if err != nil || again.Status != "declined" || again.InputRequest != nil {
+				t.Fatalf("retry (%q) after decline: %+v %v", action, again, err)
+			}
+		}
+		if g := grantOf(t, rr); g.Rounds != 0 {
+			t.Fatalf("retries after a decline counted %d rounds", g.Rounds)
+		}
+	})
+
+	t.Run("answers of the server's own requests are not the broker's", func(t *testing.T) {
+		rr := ask(t)
+		out, err := sc.Require(ctx, alice, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}, RequestState: rr.RequestState,
+			InputResponses: mcp.InputResponseMap{"confirm_delete": &mcp.ElicitResult{Action: "decline"}}})
+		if err != nil || out.Status != "input_required" {
+			t.Fatalf("another key's decline: %+v %v; want the request still open", out, err)
+		}
+	})
+
+	t.Run("malformed answers", func(t *testing.T) {
+		rr := ask(t)
+		state := strconv.Quote(rr.RequestState)
+		for _, body := range []string{
+			`{"provider":"demo","scopes":["repos"],"request_state":` + state + `,"input_responses":{"connect_demo":{"action":"maybe"}}}`,
+			`{"provider":"demo","scopes":["repos"],"request_state":` + state + `,"input_responses":{"connect_demo":"decline"}}`,
+			`{"provider":"demo","scopes":["repos"],"request_state":` + state + `,"input_responses":{"connect_demo":{"action":"decline","extra":1}}}`,
+			`{"provider":"demo","scopes":["repos"],"request_state":` + state + `,"input_responses":["decline"]}`,
+			`{"provider":"demo","scopes":["repos"],"input_responses":{"connect_demo":{"action":"decline"}}}`,
+		} {
+			status, out := raw(t, st, http.MethodPost, "/v1/require", st.Secret, alice, body)
+			if status != http.StatusBadRequest || !strings.Contains(out, `"error":"invalid_request"`) {
+				t.Errorf("%s: HTTP %d %s; want 400 invalid_request", body, status, out)
+			}
+		}
+		if g := grantOf(t, rr); g.State != vault.GrantPending {
+			t.Fatalf("a malformed answer changed the grant to %s", g.State)
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		rr := ask(t)
+		out, err := retry(rr, "cancel")
+		if err != nil || out.Status != "cancelled" || !strings.Contains(out.Message, "dismissed the request to connect Demo") {
+			t.Fatalf("cancel: %+v %v", out, err)
+		}
+		g := grantOf(t, rr)
+		if g.State != vault.GrantPending || g.Rounds != 0 {
+			t.Fatalf("after cancel the grant is %s with %d rounds; want pending, no round", g.State, g.Rounds)
+		}
+		if !strings.Contains(out.Message, g.Expires.UTC().Format(time.RFC3339)) {
+			t.Errorf("cancelled message %q does not say until when the link works", out.Message)
+		}
+		// The link still works: the person connects, the next retry is connected.
+		st.CompleteConnect(rr.InputRequest.Params.URL, "alice", "1001")
+		done, err := retry(rr, "accept")
+		if err != nil || done.Status != "connected" || done.Connection.Account != "alice-demo" {
+			t.Fatalf("retry after connecting: %+v %v", done, err)
+		}
+	})
+
+	t.Run("accept", func(t *testing.T) {
+		bob := st.UserToken("bob", "")
+		rr, err := sc.Require(ctx, bob, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}})
+		if err != nil || rr.Status != "input_required" {
+			t.Fatalf("require: %+v %v", rr, err)
+		}
+		again, err := sc.Require(ctx, bob, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}, RequestState: rr.RequestState,
+			InputResponses: mcp.InputResponseMap{rr.InputKey: &mcp.ElicitResult{Action: "accept"}}})
+		if err != nil || again.Status != "input_required" || again.InputRequest.Params.URL != rr.InputRequest.Params.URL ||
+			!strings.Contains(again.InputRequest.Params.Message, "Finish connecting") {
+			t.Fatalf("accept before finishing: %+v %v; want the same link, told to finish", again, err)
+		}
+		st.CompleteConnect(rr.InputRequest.Params.URL, "bob", "1002")
+		done, err := sc.Require(ctx, bob, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}, RequestState: again.RequestState,
+			InputResponses: mcp.InputResponseMap{rr.InputKey: &mcp.ElicitResult{Action: "accept"}}})
+		if err != nil || done.Status != "connected" || done.Connection.Account != "bob-demo" {
+			t.Fatalf("accept after finishing: %+v %v", done, err)
+		}
+	})
+
+}
+
+// TestSidecarNamedServers: each co-located server has its own secret and
+// name; the name reaches the grant (consent page), the audit log and the
+// metrics; a server limited to some providers is refused the others.
+func TestSidecarNamedServers(t *testing.T) {
+	ctx := context.Background()
+	const reposSecret, otherSecret = "repos-secret-0123456789abcdef", "other-secret-0123456789abcdef"
+	st := sidecartest.Start(t, sidecartest.Options{Export: true, Callers: []sidecar.Caller{
+		{Name: "demorepos", Secret: vault.Secret(reposSecret), Providers: []string{"demo"}},
+		{Name: "calendar", Secret: vault.Secret(otherSecret), Providers: []string{"notes"}},
+	}})
+	alice := st.UserToken("alice", "")
+	repos, _ := client.New(st.URL, reposSecret, nil)
+	other, _ := client.New(st.URL, otherSecret, nil)
+
+	rr, err := repos.Require(ctx, alice, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}, ClientName: "Claude <b>Desktop</b>"})
+	if err != nil || rr.Status != "input_required" {
+		t.Fatalf("require: %+v %v", rr, err)
+	}
+	g, err := st.Store.GetGrant(ctx, strings.TrimPrefix(rr.InputRequest.Params.URL, sidecartest.PublicURL+"/connect/"))
+	if err != nil || g.Server != "demorepos" || g.ClientName != "Claude <b>Desktop</b>" {
+		t.Fatalf("grant %+v %v; want server demorepos, the host's name kept as given", g, err)
+	}
+	st.CompleteConnect(rr.InputRequest.Params.URL, "alice", "1001")
+	if _, err := repos.Token(ctx, alice, "demo", ""); err != nil {
+		t.Fatal(err)
+	}
+	// The other server is limited to a provider that is not demo.
+	for name, call := range map[string]func() error{
+		"require": func() error {
+			_, err := other.Require(ctx, alice, client.RequireRequest{Provider: "demo"})
+			return err
+		},
+		"proxy": func() error { _, err := other.Do(ctx, alice, "demo", client.Request{Path: "/user"}); return err },
+		"token": func() error { _, err := other.Token(ctx, alice, "demo", ""); return err },
+	} {
+		if err := call(); !isCode(err, "provider_not_allowed") {
+			t.Errorf("%s by a server limited to other providers: %v, want provider_not_allowed", name, err)
+		}
+	}
+	if _, err := repos.Do(ctx, alice, "demo", client.Request{Path: "/user"}); err != nil {
+		t.Errorf("proxy by the allowed server: %v", err)
+	}
+	audit := st.AuditLog.String()
+	for _, want := range []string{"event=token_export", "via=sidecar server=demorepos", "event=connect"} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("audit log lacks %q:\n%s", want, audit)
+		}
+	}
+	m := metricText(t, st)
+	for _, want := range []string{
+		`credbroker_sidecar_requests_total{route="require",server="demorepos",status="200"} 1`,
+		`credbroker_sidecar_requests_total{route="token",server="demorepos",status="200"} 1`,
+		`credbroker_sidecar_requests_total{route="proxy",server="demorepos",status="200"} 1`,
+		`credbroker_sidecar_requests_total{route="proxy",server="calendar",status="403"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if status, _ := raw(t, st, http.MethodPost, "/v1/require", "not-a-configured-secret-000", alice, `{"provider":"demo"}`); status != 401 ||
+		!strings.Contains(metricText(t, st), `credbroker_sidecar_requests_total{route="require",server="none",status="401"} 1`) {
+		t.Errorf("a wrong secret: HTTP %d, or not counted as server none", status)
+	}
+}
+
+func metricText(t *testing.T, st *sidecartest.Stack) string {
+	t.Helper()
+	rr := httptest.NewRecorder()
+	st.Telemetry.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	return rr.Body.String()
+}
+
+// TestSidecarCallerConfigRefused: New reports every bad caller at once.
+func TestSidecarCallerConfigRefused(t *testing.T) {
+	st := sidecartest.Start(t, sidecartest.Options{})
+	verify := func(context.Context, string) (bearer.TokenInfo, error) {
+		return bearer.TokenInfo{}, bearer.ErrInvalidToken
+	}
+	kr, _ := vault.ParseKeys(vault.GenerateKey())
+	_, err := sidecar.New(sidecar.Options{Verify: verify, Connections: st.Conns, StateKeys: kr, Callers: []sidecar.Caller{
+		{Name: "ok", Secret: "same-secret-0123456789abcdef"},
+		{Name: "ok", Secret: "another-secret-0123456789abcdef"},
+		{Name: "Bad Name", Secret: "third-secret-0123456789abcdef"},
+		{Name: "short", Secret: "tiny"},
+		{Name: "copy", Secret: "same-secret-0123456789abcdef"},
+		{Name: "limited", Secret: "fourth-secret-0123456789abcdef", Providers: []string{"nope"}},
+	}})
+	if err == nil {
+		t.Fatal("New accepted bad callers")
+	}
+	for _, want := range []string{`caller 2 ("ok"): the name is taken`, `caller 3 ("Bad Name"): a name is`, `caller 4 ("short"): the secret must be at least 16 bytes`,
+		`caller 5 ("copy"): the secret is another caller's too`, `caller 6 ("limited"): unknown provider "nope"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}
+
+// TestSidecarAudiencePolicy: each accepted audience carries its own
+// required scope; the MCP endpoint's does not leak onto the others.
+func TestSidecarAudiencePolicy(t *testing.T) {
+	const tools, agents = "https://tools.example.test/mcp", "https://agents.example.test"
+	st := sidecartest.Start(t, sidecartest.Options{Audiences: []sidecar.Audience{
+		{URI: sidecartest.Audience, RequiredScope: "broker:use"},
+		{URI: tools},
+		{URI: agents, RequiredScope: "agents:run"},
+	}})
+	for _, tc := range []struct {
+		name, aud string
+		scopes    []string
+		status    int
+		code      string
+	}{
+		{"broker audience with its scope", sidecartest.Audience, []string{"broker:use"}, 409, "not_connected"},
+		{"broker audience without it", sidecartest.Audience, []string{"agents:run"}, 403, "insufficient_scope"},
+		{"audience without a policy", tools, nil, 409, "not_connected"},
+		{"audience with its own scope", agents, []string{"agents:run"}, 409, "not_connected"},
+		{"audience lacking its own scope", agents, []string{"broker:use"}, 403, "insufficient_scope"},
+		{"audience not accepted", "https://elsewhere.example.test", []string{"broker:use"}, 401, "unauthorized"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := raw(t, st, http.MethodGet, "/v1/proxy/demo/user", st.Secret, st.UserTokenWithScopes("alice", tc.aud, tc.scopes), "")
+			if status != tc.status || !strings.Contains(body, `"error":"`+tc.code+`"`) {
+				t.Fatalf("HTTP %d %s; want %d %s", status, body, tc.status, tc.code)
+			}
+		})
+	}
+}
+
+// TestSidecarLogMessagesReadable pins the words of the sidecar's log
+// messages as they come out of the redacting handler.
+func TestSidecarLogMessagesReadable(t *testing.T) {
+	st := sidecartest.Start(t, sidecartest.Options{})
+	alice := st.UserToken("alice", "")
+	raw(t, st, http.MethodPost, "/v1/require", st.Secret, "garbage-token", `{"provider":"demo"}`)
+	raw(t, st, http.MethodPost, "/v1/token", st.Secret, alice, `{"provider":"demo"}`)
+	logs := st.Logs.String()
+	for _, want := range []string{`msg="sidecar: user token rejected"`, `msg="sidecar: token export refused"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log lacks %s:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, "garbage-token") {
+		t.Error("the rejected token was logged")
 	}
 }

@@ -163,6 +163,7 @@ type grantRecord struct {
 	Provider     string     `json:"provider"`
 	Scopes       []string   `json:"scopes,omitempty"`
 	ClientName   string     `json:"client_name,omitempty"`
+	Server       string     `json:"server,omitempty"`
 	Created      time.Time  `json:"created"`
 	Expires      time.Time  `json:"expires"`
 	State        GrantState `json:"state"`
@@ -177,7 +178,7 @@ func EncodeGrant(g Grant) ([]byte, error) {
 		return nil, errors.New("vault: grant without id")
 	}
 	if err := validUTF8(g.ID, g.Principal.Issuer, g.Principal.Subject, g.Provider, g.ClientName,
-		string(g.State), g.ConnectionID); err != nil {
+		g.Server, string(g.State), g.ConnectionID); err != nil {
 		return nil, fmt.Errorf("vault: grant %q: %w", g.ID, err)
 	}
 	if err := validUTF8(g.Scopes...); err != nil {
@@ -185,7 +186,7 @@ func EncodeGrant(g Grant) ([]byte, error) {
 	}
 	return json.Marshal(grantRecord{
 		V: recordV1, ID: g.ID, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject,
-		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Created: g.Created,
+		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Server: g.Server, Created: g.Created,
 		Expires: g.Expires, State: g.State, ConnectionID: g.ConnectionID, Rounds: g.Rounds,
 		Version: g.Version,
 	})
@@ -205,7 +206,7 @@ func DecodeGrant(b []byte) (Grant, error) {
 	}
 	return Grant{
 		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject}, Provider: r.Provider,
-		Scopes: r.Scopes, ClientName: r.ClientName, Created: r.Created, Expires: r.Expires,
+		Scopes: r.Scopes, ClientName: r.ClientName, Server: r.Server, Created: r.Created, Expires: r.Expires,
 		State: r.State, ConnectionID: r.ConnectionID, Rounds: r.Rounds, Version: r.Version,
 	}, nil
 }

@@ -33,3 +33,40 @@ func TestDecodePrincipalConnections(t *testing.T) {
 		t.Fatalf("listing alice's records as bob: %v, want ErrMalformed", err)
 	}
 }
+
+// TestGrantRecordServer: the requesting server's name is stored with a
+// grant, and records written before the field existed still decode (as
+// no server), byte for byte otherwise.
+func TestGrantRecordServer(t *testing.T) {
+	old := []byte(`{"v":1,"id":"g1","iss":"https://idp","sub":"alice","provider":"demo","scopes":["repos"],` +
+		`"client_name":"Claude","created":"2026-01-02T03:04:05Z","expires":"2026-01-02T03:14:05Z","state":"pending","version":1}`)
+	g, err := DecodeGrant(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Server != "" || g.ClientName != "Claude" || g.Provider != "demo" || g.Version != 1 {
+		t.Fatalf("old record decoded as %+v", g)
+	}
+	// Re-encoding a grant without a server writes no server member, so a
+	// broker of the previous release reads it as before.
+	again, err := EncodeGrant(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(again) != string(old) {
+		t.Fatalf("re-encoded old record differs:\n%s\n%s", again, old)
+	}
+	g.Server = "demorepos"
+	rec, err := EncodeGrant(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeGrant(rec)
+	if err != nil || back.Server != "demorepos" || back.ClientName != "Claude" {
+		t.Fatalf("round trip: %+v %v", back, err)
+	}
+	g.Server = "bad\xff"
+	if _, err := EncodeGrant(g); err == nil {
+		t.Fatal("a server name that is not UTF-8 was encoded")
+	}
+}

@@ -53,7 +53,7 @@ func FuzzDecodeConnection(f *testing.F) {
 }
 
 func FuzzDecodeGrant(f *testing.F) {
-	g := vault.Grant{ID: "g1", Principal: alice, Provider: "github", Scopes: []string{"repo"}, ClientName: "c", State: vault.GrantPending}
+	g := vault.Grant{ID: "g1", Principal: alice, Provider: "github", Scopes: []string{"repo"}, ClientName: "c", Server: "demorepos", State: vault.GrantPending}
 	rec, err := vault.EncodeGrant(g)
 	if err != nil {
 		f.Fatal(err)
@@ -76,7 +76,7 @@ func FuzzDecodeGrant(f *testing.F) {
 		}
 		again, err := vault.DecodeGrant(rec)
 		if err != nil || again.ID != g.ID || again.Principal != g.Principal || again.State != g.State ||
-			!again.Expires.Equal(g.Expires) || again.Rounds != g.Rounds {
+			!again.Expires.Equal(g.Expires) || again.Rounds != g.Rounds || again.Server != g.Server || again.ClientName != g.ClientName {
 			t.Fatalf("round trip: %+v vs %+v, %v", again, g, err)
 		}
 	})

@@ -114,6 +114,11 @@ func (s GrantState) Final() bool {
 	return s == GrantCompleted || s == GrantDenied || s == GrantExpired
 }
 
+// UnnamedServer is Grant.Server for a co-located server that authenticated
+// with the single unnamed sidecar secret (BROKER_SIDECAR_SECRET); no named
+// server may take this name.
+const UnnamedServer = "unnamed"
+
 // Grant is a pending connect request, bound to the principal that started it.
 type Grant struct {
 	ID        string
@@ -122,9 +127,15 @@ type Grant struct {
 	Scopes    []string
 	// ClientName is the requesting MCP client's self-reported name: untrusted text.
 	ClientName string
-	Created    time.Time
-	Expires    time.Time
-	State      GrantState
+	// Server is the configured name of the co-located MCP server that
+	// asked through the sidecar API, set by the broker from the secret the
+	// server authenticated with (trusted): UnnamedServer for the single
+	// unnamed secret, empty for requests of MCP clients. Records written
+	// before this field existed read as empty.
+	Server  string
+	Created time.Time
+	Expires time.Time
+	State   GrantState
 	// ConnectionID is set when State is GrantCompleted.
 	ConnectionID string
 	// Rounds counts MRTR retries answered while the grant was open.

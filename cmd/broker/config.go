@@ -32,11 +32,12 @@ type serveConfig struct {
 	LogLevel      string
 	CheckConfig   bool
 	// Sidecar API (off unless an address or socket is given) and refresh.
-	SidecarAddr      string
-	SidecarSocket    string
-	SidecarAudiences string
-	RefreshMargin    time.Duration
-	MetricsAddr      string // separate listener for /metrics; empty: on the main listener
+	SidecarAddr        string
+	SidecarSocket      string
+	SidecarAudiences   string
+	SidecarSecretsFile string
+	RefreshMargin      time.Duration
+	MetricsAddr        string // separate listener for /metrics; empty: on the main listener
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -55,11 +56,16 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&c.CheckConfig, "check-config", false, "validate the configuration and providers, then exit")
-	fs.StringVar(&c.SidecarAddr, "sidecar-addr", os.Getenv("BROKER_SIDECAR_ADDR"), "serve the sidecar API for co-located MCP servers on this loopback address, e.g. 127.0.0.1:8081 (needs BROKER_SIDECAR_SECRET; off by default)")
+	fs.StringVar(&c.SidecarAddr, "sidecar-addr", os.Getenv("BROKER_SIDECAR_ADDR"), "serve the sidecar API for co-located MCP servers on this loopback address, e.g. 127.0.0.1:8081 (needs BROKER_SIDECAR_SECRET or --sidecar-secrets-file; off by default)")
 	fs.StringVar(&c.SidecarSocket, "sidecar-socket", os.Getenv("BROKER_SIDECAR_SOCKET"), "serve the sidecar API on this Unix socket instead (mode 0600)")
-	fs.StringVar(&c.SidecarAudiences, "sidecar-audiences", os.Getenv("BROKER_SIDECAR_AUDIENCES"), "comma-separated audiences accepted in user tokens on the sidecar API (default: the MCP resource URI)")
+	fs.StringVar(&c.SidecarSecretsFile, "sidecar-secrets-file", os.Getenv("BROKER_SIDECAR_SECRETS_FILE"), "file of name:secret lines, one per co-located server (optionally followed by providers=a,b); BROKER_SIDECAR_SECRET is the unnamed one")
+	fs.StringVar(&c.SidecarAudiences, "sidecar-audiences", os.Getenv("BROKER_SIDECAR_AUDIENCES"), "comma-separated AUDIENCE or AUDIENCE=SCOPE accepted in user tokens on the sidecar API, each with the scope its tokens must carry (default: the MCP resource URI with --required-scope)")
 	fs.DurationVar(&c.RefreshMargin, "refresh-margin", 5*time.Minute, "refresh provider access tokens this long before they expire")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", os.Getenv("BROKER_METRICS_ADDR"), "serve /metrics on this separate address instead of the main listener (env BROKER_METRICS_ADDR)")
+}
+
+func (c *serveConfig) sidecar() sidecarConfig {
+	return newSidecarConfig(c.SidecarAddr, c.SidecarSocket, c.SidecarSecretsFile, c.SidecarAudiences)
 }
 
 func envOr(k, def string) string {
@@ -113,7 +119,7 @@ func (c *serveConfig) validate() error {
 			bad("--metrics-addr %q is the same as --addr; leave it empty to serve /metrics on the main listener", c.MetricsAddr)
 		}
 	}
-	errs = append(errs, newSidecarConfig(c.SidecarAddr, c.SidecarSocket, c.SidecarAudiences).validate()...)
+	errs = append(errs, c.sidecar().validate()...)
 	if c.RefreshMargin < 0 || c.RefreshMargin > time.Hour {
 		bad("--refresh-margin %s: must be between 0 and 1h", c.RefreshMargin)
 	}

@@ -22,6 +22,7 @@ import (
 	"credbroker/internal/devidp"
 	"credbroker/internal/telemetry"
 	"credbroker/provider"
+	"credbroker/sidecar"
 	"credbroker/vault"
 )
 
@@ -60,17 +61,38 @@ const devProvidersYAML = `providers:
       url: {{BASE}}/revoke
 `
 
+// devSidecarAddr is where broker dev serves the sidecar API unless told
+// otherwise; devSidecarName is the name its development secret goes by.
+const (
+	devSidecarAddr = "127.0.0.1:8081"
+	devSidecarName = "dev-sidecar"
+)
+
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runDevWith(ctx, args, stdout, stderr, devSidecarAddr)
+}
+
+// runDevWith is runDev with the default sidecar address given (tests take
+// one they hold, to see what dev mode does when it is in use).
+func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, defaultSidecar string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "loopback address to listen on (port 0 picks a free port)")
 	dataDir := fs.String("data", "./data", "directory for the database and the development keys")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	sidecarAddr := fs.String("sidecar-addr", defaultSidecar, "loopback address of the sidecar API for co-located MCP servers (off: none); when the default is in use, dev mode runs without it")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("dev: unexpected argument %q", fs.Arg(0))}
+	}
+	explicitSidecar := false
+	fs.Visit(func(f *flag.Flag) { explicitSidecar = explicitSidecar || f.Name == "sidecar-addr" })
+	if *sidecarAddr != "off" {
+		if err := checkSidecarAddr(*sidecarAddr); err != nil {
+			return usageError{err.Error()}
+		}
 	}
 	host, _, err := net.SplitHostPort(*addr)
 	if err != nil {
@@ -100,6 +122,35 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	base := "http://" + ln.Addr().String()
 	resource := base + "/mcp"
+
+	// The sidecar API, with a development secret kept next to the keys.
+	// The default address may be taken (another development broker, say):
+	// then dev mode says so and runs without it. An address given on the
+	// command line must work.
+	side := devSidecar{secretPath: filepath.Join(*dataDir, "sidecar.secret")}
+	var sideCfg sidecarConfig
+	if *sidecarAddr == "off" {
+		side.off = "off (--sidecar-addr off)"
+	} else {
+		secret, err := devSidecarSecret(side.secretPath)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		sln, err := net.Listen("tcp", *sidecarAddr)
+		switch {
+		case err != nil && explicitSidecar:
+			ln.Close()
+			return fmt.Errorf("sidecar API: listen on --sidecar-addr %s: %w", *sidecarAddr, err)
+		case err != nil:
+			side.off = fmt.Sprintf("off: %s is in use (another broker dev?); pass --sidecar-addr 127.0.0.1:PORT to choose another", *sidecarAddr)
+			log.Warn("sidecar API off: its default address is in use", "addr", *sidecarAddr, "err", err.Error())
+		default:
+			side.url = "http://" + sln.Addr().String()
+			sideCfg = sidecarConfig{Listener: sln, Callers: []sidecar.Caller{{Name: devSidecarName, Secret: vault.Secret(secret)}}}
+			defer sln.Close() // closed by its server once mounted; this covers a failed start
+		}
+	}
 
 	idpSecret, demoSecret := randomSecret(), randomSecret()
 	idp, err := devidp.New(devidp.Options{
@@ -154,9 +205,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		GrantTTL: 10 * time.Minute, StateTTL: 10 * time.Minute,
 		Store: store, Keys: keys, Providers: providers, Logger: log,
 		HTTPClient: outboundClient(),
-		Telemetry:  telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log, ProcessMetrics: true}),
+		Telemetry: telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log, ProcessMetrics: true,
+			SidecarServers: []string{devSidecarName}}),
 		// Loopback only: /metrics on the main listener.
 		MetricsOnMain: true,
+		Sidecar:       sideCfg,
 	})
 	if err != nil {
 		stopServing()
@@ -164,8 +217,44 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	go collectGrants(sctx, grants, log)
-	printDevBanner(stdout, base, dbPath, keysPath)
+	printDevBanner(stdout, base, dbPath, keysPath, side)
 	return <-serveErr
+}
+
+// devSidecar is what the banner says about the sidecar API.
+type devSidecar struct {
+	url        string // "" when off
+	off        string // why it is off
+	secretPath string
+}
+
+// devSidecarSecret reads the development sidecar secret at path, creating
+// it (random, mode 0600) on the first run.
+func devSidecarSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		s := strings.TrimSpace(string(b))
+		if len(s) < 16 {
+			return "", fmt.Errorf("%s: the sidecar secret must be at least 16 characters (remove the file to get a new one)", path)
+		}
+		return s, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	s := randomSecret()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("create %s: %w", path, err)
+	}
+	_, werr := f.WriteString(s + "\n")
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return "", fmt.Errorf("write %s: %w", path, werr)
+	}
+	return s, nil
 }
 
 // devKeys loads the development keys from dir, creating them on the very
@@ -249,7 +338,7 @@ func devTokenHandler(idp *devidp.IdP, audience string) http.Handler {
 	})
 }
 
-func printDevBanner(w io.Writer, base, dbPath, keysPath string) {
+func printDevBanner(w io.Writer, base, dbPath, keysPath string, side devSidecar) {
 	fmt.Fprintf(w, `
 credbroker development mode (loopback only; not for real accounts)
 
@@ -258,18 +347,41 @@ credbroker development mode (loopback only; not for real accounts)
   identity provider %[1]s%[2]s   users: alice / alice, bob / bob
   demo provider     %[1]s%[3]s
   data              %[4]s (keys: %[5]s)
-
+`, base, devIdPPath, devProviderPath, dbPath, keysPath)
+	if side.url != "" {
+		fmt.Fprintf(w, "  sidecar API       %s (secret: %s)\n", side.url, side.secretPath)
+	} else {
+		fmt.Fprintf(w, "  sidecar API       %s\n", side.off)
+	}
+	fmt.Fprintf(w, `
 Get a token for alice (valid one hour):
   curl -s -X POST -d user=alice %[1]s/dev/token
 
 Try it with the reference client:
   export BROKER_TOKEN=$(curl -s -H 'Accept: text/plain' -d user=alice %[1]s/dev/token)
   go run ./cmd/brokerctl --url %[1]s/mcp connect demo
-
+`, base)
+	if side.url != "" {
+		fmt.Fprintf(w, `
+Start the example MCP server on the sidecar API, then call its tool:
+  %s
+  go run ./cmd/brokerctl --url http://%s/mcp call list_demo_repos
+`, demoreposCommand(side), demoreposAddr)
+	}
+	fmt.Fprintf(w, `
 MCP client configuration (paste the token in place of <token>):
   {"mcpServers": {"credbroker": {"type": "http", "url": "%[1]s/mcp",
     "headers": {"Authorization": "Bearer <token>"}}}}
 
 Ready.
-`, base, devIdPPath, devProviderPath, dbPath, keysPath)
+`, base)
+}
+
+// demoreposAddr is where the banner's command starts examples/demorepos.
+const demoreposAddr = "127.0.0.1:8090"
+
+// demoreposCommand is the one command that starts examples/demorepos
+// against this broker's sidecar API.
+func demoreposCommand(side devSidecar) string {
+	return fmt.Sprintf("go run ./examples/demorepos -addr %s -sidecar-url %s -secret-file %s", demoreposAddr, side.url, side.secretPath)
 }

@@ -13,12 +13,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"credbroker/internal/browsertest"
+	"credbroker/sidecar/sidecartest"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -52,11 +54,14 @@ func waitForText(ctx context.Context, want string) error {
 // completeInBrowser does what a person does with a connect link in
 // development mode: sign in at the dev IdP, approve on the broker, pick the
 // demo account and approve at the demo provider, and land on "Connected".
-func completeInBrowser(t *testing.T, bctx context.Context, link, user, demoAccount string) {
+// It returns the text of the broker's consent page.
+func completeInBrowser(t *testing.T, bctx context.Context, link, user, demoAccount string) string {
 	t.Helper()
-	if err := browseConnect(bctx, link, user, demoAccount); err != nil {
+	consent, err := browseConsent(bctx, link, user, demoAccount)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return consent
 }
 
 // pickAccountJS selects the option whose visible text is %s (a JS string).
@@ -67,9 +72,17 @@ const pickAccountJS = `(() => { const s = document.querySelector('select[name=ac
 // browseConnect is completeInBrowser returning an error, for callers that
 // run inside an MCP client's elicitation handler.
 func browseConnect(bctx context.Context, link, user, demoAccount string) error {
+	_, err := browseConsent(bctx, link, user, demoAccount)
+	return err
+}
+
+// browseConsent is browseConnect that also returns the text of the
+// broker's consent page.
+func browseConsent(bctx context.Context, link, user, demoAccount string) (string, error) {
 	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
 	defer cancel()
 	approve := chromedp.CSS(`button[name=decision][value=approve]`)
+	var consent string
 	err := chromedp.Do(ctx,
 		chromedp.Navigate(link),
 		chromedp.WaitVisible(chromedp.CSS(`input[name=username]`)),
@@ -77,9 +90,16 @@ func browseConnect(bctx context.Context, link, user, demoAccount string) error {
 		chromedp.SendKeys(chromedp.CSS(`input[name=password]`), user),
 		chromedp.Click(chromedp.CSS(`form [type=submit]`)),
 		chromedp.WaitVisible(approve),
-		chromedp.Click(approve),
-		chromedp.WaitVisible(chromedp.CSS(`select[name=account]`)),
 	)
+	if err == nil {
+		consent, err = chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+	}
+	if err == nil {
+		err = chromedp.Do(ctx,
+			chromedp.Click(approve),
+			chromedp.WaitVisible(chromedp.CSS(`select[name=account]`)),
+		)
+	}
 	if err == nil {
 		// Pick the demo account by its visible login.
 		var picked bool
@@ -96,9 +116,9 @@ func browseConnect(bctx context.Context, link, user, demoAccount string) error {
 	}
 	if err != nil {
 		page, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`body`)))
-		return fmt.Errorf("browser step: %v\npage now: %s", err, page)
+		return "", fmt.Errorf("browser step: %v\npage now: %s", err, page)
 	}
-	return nil
+	return consent, nil
 }
 
 func mcpSession(t *testing.T, ctx context.Context, endpoint, token string, handler func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) *mcp.ClientSession {
@@ -269,11 +289,14 @@ func TestDevEndToEnd(t *testing.T) {
 	})
 }
 
-// TestReadmeWalkthrough runs the README's walkthrough block command by
+// TestReadmeWalkthrough runs the README's walkthrough blocks command by
 // command against a dev broker, so the documentation cannot drift: every
-// `$ ` line is executed by bash from the repository root with the broker's
-// address substituted for 127.0.0.1:8080, and a "# browser:" line is done
-// in headless Chromium.
+// `$ ` line is executed by bash from the repository root with the
+// broker's addresses substituted for 127.0.0.1:8080 (broker), :8081
+// (sidecar API) and :8090 (examples/demorepos), and the data directory
+// for data/; brokerctl's prompts are answered, and the browser step is
+// done in headless Chromium. examples/demorepos keeps running in the
+// background, as in its own terminal.
 func TestReadmeWalkthrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test")
@@ -289,18 +312,34 @@ func TestReadmeWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := regexp.MustCompile("(?s)<!-- walkthrough -->\\s*```sh\\n(.*?)```").FindSubmatch(readme)
-	if block == nil {
-		t.Fatal("README.md has no <!-- walkthrough --> sh block")
+	blocks := regexp.MustCompile("(?s)<!-- walkthrough -->\\s*```sh\\n(.*?)```").FindAllSubmatch(readme, -1)
+	if len(blocks) < 2 {
+		t.Fatalf("README.md has %d <!-- walkthrough --> sh blocks, want the broker's and the sidecar's", len(blocks))
 	}
-	d := startDev(t, freeAddr(t), t.TempDir())
+	sideAddr, demoAddr := freeAddr(t), freeAddr(t)
+	d := startDev(t, freeAddr(t), t.TempDir(), "--sidecar-addr", sideAddr)
+	contract := sidecartest.NewContract(t)
 	bctx := newBrowser(t)
-	ctx := testContext(t, 3*time.Minute)
+	ctx := testContext(t, 4*time.Minute)
 	_, ctl := binaries(t)
 	env := os.Environ()
-	ran := 0
-	for _, line := range strings.Split(string(block[1]), "\n") {
-		line = strings.TrimSpace(strings.ReplaceAll(line, "http://127.0.0.1:8080", d.BaseURL))
+	ran, consents := 0, []string{}
+	var lines []string
+	for _, b := range blocks {
+		lines = append(lines, strings.Split(string(b[1]), "\n")...)
+	}
+	for _, line := range lines {
+		line = strings.TrimSpace(line)
+		// The broker's and the sidecar's addresses and the data directory
+		// are this test's; the banner must print the same commands.
+		line = strings.NewReplacer("127.0.0.1:8080", d.Addr, "127.0.0.1:8081", sideAddr, " data/", " "+d.Data+"/").Replace(line)
+		if strings.HasPrefix(line, "$ go run ./examples/demorepos ") && !strings.Contains(d.Stdout(), "\n  "+strings.TrimPrefix(line, "$ ")+"\n") {
+			t.Errorf("banner and README disagree on the command that starts examples/demorepos (%s):\n%s", line, d.Stdout())
+		}
+		if strings.Contains(line, "call list_demo_repos") && !strings.Contains(d.Stdout(), "\n  "+strings.TrimPrefix(line, "$ ")+"\n") {
+			t.Errorf("banner and README disagree on calling the example's tool (%s):\n%s", line, d.Stdout())
+		}
+		line = strings.ReplaceAll(line, "127.0.0.1:8090", demoAddr)
 		switch {
 		case line == "$ make run":
 			continue // the broker is already running
@@ -313,6 +352,13 @@ func TestReadmeWalkthrough(t *testing.T) {
 				t.Fatalf("%s: %v", line, err)
 			}
 			env = append(env, name+"="+string(out))
+		case strings.HasPrefix(line, "$ go run ./examples/demorepos "):
+			// Its own terminal: it keeps running until the test ends. It
+			// reaches the sidecar API through a proxy that checks every
+			// exchange against docs/sidecar.openapi.yaml.
+			cmdline := strings.Replace(strings.TrimPrefix(line, "$ "), "go run ./examples/demorepos", demoreposBinary(t), 1)
+			cmdline = strings.Replace(cmdline, "http://"+sideAddr, contract.Proxy("http://"+sideAddr), 1)
+			startServer(t, ctx, root, env, cmdline)
 		case strings.HasPrefix(line, "$ "):
 			cmdline := strings.Replace(strings.TrimPrefix(line, "$ "), "go run ./cmd/brokerctl", ctl, 1)
 			cmd := exec.CommandContext(ctx, "bash", "-c", cmdline)
@@ -333,11 +379,12 @@ func TestReadmeWalkthrough(t *testing.T) {
 				case strings.Contains(chunk, "? [y]es"):
 					io.WriteString(stdin, "y\n")
 				case strings.Contains(chunk, "Press Enter"):
-					link := regexp.MustCompile(`URL:\s+(\S+)`).FindStringSubmatch(transcript.String())
-					if link == nil {
+					links := regexp.MustCompile(`URL:\s+(\S+)`).FindAllStringSubmatch(transcript.String(), -1)
+					if links == nil {
 						t.Fatalf("no URL shown before the prompt:\n%s", transcript.String())
 					}
-					completeInBrowser(t, bctx, link[1], "alice", "alice-demo")
+					// A person's browser, signed in to nothing yet.
+					consents = append(consents, completeInBrowser(t, personBrowser(t, bctx), links[len(links)-1][1], "alice", "alice-demo"))
 					io.WriteString(stdin, "\n")
 				}
 			}
@@ -350,12 +397,70 @@ func TestReadmeWalkthrough(t *testing.T) {
 			ran++
 		}
 	}
-	if ran < 2 {
-		t.Fatalf("walkthrough ran %d brokerctl commands, want at least connect and list", ran)
+	if ran < 3 {
+		t.Fatalf("walkthrough ran %d brokerctl commands, want at least connect, list and the example's tool", ran)
 	}
 	// The banner shows the same token command as the README.
 	if !strings.Contains(d.Stdout(), "curl -s -H 'Accept: text/plain' -d user=alice "+d.BaseURL+"/dev/token") {
 		t.Errorf("banner and README disagree on the token command:\n%s", d.Stdout())
+	}
+	// Two browser steps: brokerctl's own connect, then the example's,
+	// which the consent page attributes to the configured server and,
+	// apart and unverified, to the host.
+	if len(consents) != 2 {
+		t.Fatalf("%d browser steps, want 2", len(consents))
+	}
+	if seen := contract.Checked(); seen["POST /v1/require 200"] < 2 || seen["GET /v1/proxy/{provider}/{path} 200"] < 1 {
+		t.Errorf("the example's exchanges checked against the document: %v; want its connect, retry and list", seen)
+	}
+	for _, want := range []string{"Requested by dev-sidecar, a server your administrator configured.", "brokerctl (name as reported by the app; not verified)"} {
+		if !strings.Contains(strings.Join(strings.Fields(consents[1]), " "), want) {
+			t.Errorf("the example's consent page lacks %q:\n%s", want, consents[1])
+		}
+	}
+}
+
+// startServer starts cmdline (a server that runs until the test ends) and
+// waits for it to say where it listens.
+func startServer(t *testing.T, ctx context.Context, dir string, env []string, cmdline string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "bash", "-c", "exec "+cmdline)
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	listening := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		said := false
+		for sc.Scan() {
+			logs.WriteString(sc.Text() + "\n")
+			if !said && strings.Contains(sc.Text(), "MCP endpoint on http://") {
+				said = true
+				listening <- true
+			}
+		}
+		if !said {
+			listening <- false
+		}
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	select {
+	case ok := <-listening:
+		if !ok {
+			t.Fatalf("%s exited before listening", cmdline)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not say where it listens", cmdline)
 	}
 }
 

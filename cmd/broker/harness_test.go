@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,8 +33,8 @@ func binaries(t *testing.T) (broker, brokerctl string) {
 		if buildErr != nil {
 			return
 		}
-		for _, pkg := range []string{"broker", "brokerctl"} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "credbroker/cmd/"+pkg).CombinedOutput()
+		for _, pkg := range []string{"cmd/broker", "cmd/brokerctl", "examples/demorepos"} {
+			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, filepath.Base(pkg)), "credbroker/"+pkg).CombinedOutput()
 			if err != nil {
 				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 				return
@@ -44,6 +45,12 @@ func binaries(t *testing.T) (broker, brokerctl string) {
 		t.Fatal(buildErr)
 	}
 	return filepath.Join(binDir, "broker"), filepath.Join(binDir, "brokerctl")
+}
+
+// demoreposBinary is examples/demorepos, built with the others.
+func demoreposBinary(t *testing.T) string {
+	binaries(t)
+	return filepath.Join(binDir, "demorepos")
 }
 
 func TestMain(m *testing.M) {
@@ -79,12 +86,24 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startDev runs `broker dev` on addr with data dir, waits for its banner.
-func startDev(t *testing.T, addr, data string) *devBroker {
+// startDev runs `broker dev` on addr with data dir (and extra flags),
+// waits for its banner. The sidecar API is off unless extra gives
+// --sidecar-addr: tests never take the default port a developer's own
+// `make run` wants.
+func startDev(t *testing.T, addr, data string, extra ...string) *devBroker {
+	t.Helper()
+	if !slices.Contains(extra, "--sidecar-addr") {
+		extra = append(extra, "--sidecar-addr", "off")
+	}
+	return startDevArgs(t, addr, data, extra)
+}
+
+// startDevArgs is startDev with exactly the extra flags given.
+func startDevArgs(t *testing.T, addr, data string, extra []string) *devBroker {
 	t.Helper()
 	broker, _ := binaries(t)
 	d := &devBroker{t: t, Data: data, Addr: addr, exited: make(chan struct{})}
-	d.cmd = exec.Command(broker, "dev", "--addr", addr, "--data", data)
+	d.cmd = exec.Command(broker, append([]string{"dev", "--addr", addr, "--data", data}, extra...)...)
 	d.cmd.Env = append(os.Environ(), "NO_COLOR=1")
 	outR, err := d.cmd.StdoutPipe()
 	if err != nil {

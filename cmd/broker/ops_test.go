@@ -671,6 +671,8 @@ func TestCheckConfig(t *testing.T) {
     default_scopes: [read:user]
     account: {url: https://api.github.com/user, id_field: id, login_field: login}
 `), 0o600)
+	secrets := filepath.Join(dir, "sidecar.secrets")
+	os.WriteFile(secrets, []byte("calendar:calendar-secret-0123456789 providers=github,gitlab\n"), 0o600)
 	base := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
 	tests := []struct {
 		name  string
@@ -683,6 +685,11 @@ func TestCheckConfig(t *testing.T) {
 			"--metrics-addr", "nope", "--grant-ttl", "1s", "--providers", filepath.Join(dir, "missing.yaml"), "--store", "ftp://x"},
 			nil, 1, []string{"must use https", "--issuer is required", "--client-id is required", "client secret is missing",
 				"no encryption keys", "--log-format", "--metrics-addr", "--grant-ttl", "missing.yaml", "--store"}},
+		{"sidecar problems", []string{"--public-url", "https://broker.example.com", "--issuer", "https://idp.example.com",
+			"--client-id", "broker", "--providers", good, "--sidecar-addr", "127.0.0.1:8081", "--sidecar-secrets-file", secrets,
+			"--sidecar-audiences", "https://broker.example.com/mcp,https://tools.example.com="},
+			[]string{"BROKER_KEYS=" + vault.GenerateKey(), "BROKER_CLIENT_SECRET=s3cret-value", "GH_SECRET=gh"}, 1,
+			[]string{`calendar may use provider "gitlab", which is not in`, `--sidecar-audiences entry "https://tools.example.com="`}},
 		{"good", []string{"--public-url", "https://broker.example.com", "--issuer", "https://idp.example.com",
 			"--client-id", "broker", "--providers", good, "--metrics-addr", "127.0.0.1:9090"},
 			[]string{"BROKER_KEYS=" + vault.GenerateKey(), "BROKER_CLIENT_SECRET=s3cret-value", "GH_SECRET=gh"}, 0,
@@ -709,8 +716,8 @@ func TestCheckConfig(t *testing.T) {
 					t.Errorf("output lacks %q:\n%s", w, out.String())
 				}
 			}
-			if strings.Contains(out.String(), "s3cret-value") {
-				t.Errorf("the client secret was printed")
+			if strings.Contains(out.String(), "s3cret-value") || strings.Contains(out.String(), "calendar-secret") {
+				t.Errorf("a secret was printed")
 			}
 		})
 	}

@@ -107,6 +107,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		problems = append(problems, err)
 	}
+	sc := cfg.sidecar()
+	var sidecarNames []string
+	if callers, err := sc.callers(); sc.enabled() && err == nil {
+		for _, c := range callers {
+			sidecarNames = append(sidecarNames, c.Name)
+			for _, p := range c.Providers {
+				if providers == nil {
+					break
+				}
+				if _, ok := providers.Lookup(p); !ok {
+					problems = append(problems, fmt.Errorf("--sidecar-secrets-file: %s may use provider %q, which is not in %s", c.Name, p, cfg.ProvidersFile))
+				}
+			}
+		}
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("configuration has problems:\n%w", errors.Join(problems...))
 	}
@@ -128,7 +143,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if resource == "" {
 		resource = publicURL + "/mcp"
 	}
-	rec := telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log, ProcessMetrics: true})
+	rec := telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log, ProcessMetrics: true, SidecarServers: sidecarNames})
 	mux := http.NewServeMux()
 	grants, err := mount(ctx, mux, brokerDeps{
 		PublicURL: publicURL, Resource: resource, Issuer: cfg.Issuer,
@@ -137,7 +152,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Store: store, Keys: keys, Providers: providers, Logger: log, HTTPClient: outboundClient(),
 		Telemetry: rec, MetricsOnMain: cfg.MetricsAddr == "",
 		RefreshMargin: cfg.RefreshMargin,
-		Sidecar:       newSidecarConfig(cfg.SidecarAddr, cfg.SidecarSocket, cfg.SidecarAudiences),
+		Sidecar:       sc,
 	})
 	if err != nil {
 		return err

@@ -89,7 +89,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Serv
 	if err != nil {
 		return nil, fmt.Errorf("MCP endpoint: %w", err)
 	}
-	if err := startSidecar(ctx, d, conns); err != nil {
+	if _, err := startSidecar(ctx, d, conns); err != nil {
 		return nil, err
 	}
 	flow.Register(mux)

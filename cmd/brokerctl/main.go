@@ -1,5 +1,6 @@
 // Command brokerctl is a small MCP client for credbroker, for people and
-// scripts: connect, list, disconnect and request.
+// scripts: connect, list, disconnect and request, and call for any tool of
+// any MCP server (such as one built on the broker's sidecar API).
 //
 // It behaves as a careful MCP host should with URL-mode elicitation: it shows
 // the full URL with its domain set apart (and a warning when the host is
@@ -11,6 +12,7 @@
 //	brokerctl list
 //	brokerctl disconnect demo
 //	brokerctl request demo GET /api/user
+//	brokerctl --url http://127.0.0.1:8090/mcp call list_demo_repos   (any MCP server)
 //
 // Exit status: 0 success, 1 failure (including a tool error), 2 usage,
 // 3 (--non-interactive) the user must open the printed URL, then run the

@@ -34,6 +34,8 @@ commands:
   disconnect PROVIDER [--account LOGIN] revoke and delete a connection
   request PROVIDER METHOD PATH [--body JSON] [--query k=v ...]
                                         call the provider's API through the broker
+  call TOOL [--args JSON]               call any tool of the MCP server at --url (a server
+                                        on the broker's sidecar API, say), browser step included
 
 flags:
 `
@@ -108,6 +110,7 @@ func parseCommand(args []string) (string, map[string]any, error) {
 	scopes := fs.String("scopes", "", "comma-separated scopes")
 	account := fs.String("account", "", "account login, when several are connected")
 	body := fs.String("body", "", "request body")
+	toolArgs := fs.String("args", "{}", "the tool's arguments, a JSON object")
 	var query multiFlag
 	fs.Var(&query, "query", "query parameter k=v (repeatable)")
 	positional, err := parseInterleaved(fs, args)
@@ -168,8 +171,18 @@ func parseCommand(args []string) (string, map[string]any, error) {
 			a["query"] = q
 		}
 		return "provider_request", a, nil
+	case "call":
+		if err := need(1, "TOOL"); err != nil {
+			return "", nil, err
+		}
+		dec := json.NewDecoder(strings.NewReader(*toolArgs))
+		dec.UseNumber()
+		if err := dec.Decode(&a); err != nil || a == nil || dec.More() {
+			return "", nil, fmt.Errorf("call: --args %q is not one JSON object", *toolArgs)
+		}
+		return positional[0], a, nil
 	}
-	return "", nil, fmt.Errorf("unknown command %q (want connect, list, disconnect or request)", cmd)
+	return "", nil, fmt.Errorf("unknown command %q (want connect, list, disconnect, request or call)", cmd)
 }
 
 // parseInterleaved lets flags follow positional arguments.
@@ -340,7 +353,7 @@ func hostWarnings(u *url.URL, brokerURL string) []string {
 		}
 	}
 	if b, err := url.Parse(brokerURL); err == nil && !strings.EqualFold(b.Host, u.Host) {
-		w = append(w, fmt.Sprintf("the link's host %q is not the broker's host %q", u.Host, b.Host))
+		w = append(w, fmt.Sprintf("the link's host %q is not the host you called (%q); expected only when that server relays the broker's link", u.Host, b.Host))
 	}
 	if u.Scheme == "http" && !isLoopback(host) {
 		w = append(w, "the link is not HTTPS")

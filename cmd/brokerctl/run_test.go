@@ -157,8 +157,8 @@ func TestHostWarnings(t *testing.T) {
 		{"http://127.0.0.1:8080/connect/x", "http://127.0.0.1:8080/mcp", nil},
 		{"https://broker.example.com/connect/x", "https://broker.example.com/mcp", nil},
 		{"https://xn--brker-jua.example.com/connect/x", "https://xn--brker-jua.example.com/mcp", []string{"punycode"}},
-		{"https://bröker.example.com/connect/x", "https://broker.example.com/mcp", []string{"non-ASCII", "not the broker's host"}},
-		{"https://evil.example/connect/x", "https://broker.example.com/mcp", []string{"not the broker's host"}},
+		{"https://bröker.example.com/connect/x", "https://broker.example.com/mcp", []string{"non-ASCII", "not the host you called"}},
+		{"https://evil.example/connect/x", "https://broker.example.com/mcp", []string{"not the host you called"}},
 		{"http://broker.example.com/connect/x", "http://broker.example.com/mcp", []string{"not HTTPS"}},
 	}
 	for _, tt := range tests {
@@ -191,6 +191,11 @@ func TestParseCommand(t *testing.T) {
 		{[]string{"list"}, "list_connections", `{}`, ""},
 		{[]string{"disconnect", "github", "--account", "octocat"}, "disconnect_account", `{"account":"octocat","provider":"github"}`, ""},
 		{[]string{"request", "demo", "get", "/api/user", "--query", "a=1"}, "provider_request", `{"method":"GET","path":"/api/user","provider":"demo","query":{"a":"1"}}`, ""},
+		{[]string{"call", "list_demo_repos"}, "list_demo_repos", `{}`, ""},
+		{[]string{"call", "search", "--args", `{"q":"x","n":2}`}, "search", `{"n":2,"q":"x"}`, ""},
+		{[]string{"call", "search", "--args", `[1]`}, "", "", "not one JSON object"},
+		{[]string{"call", "search", "--args", `{} {}`}, "", "", "not one JSON object"},
+		{[]string{"call"}, "", "", "want TOOL"},
 		{[]string{"connect"}, "", "", "want PROVIDER"},
 		{[]string{"request", "demo", "GET", "/x", "--query", "noeq"}, "", "", "want k=v"},
 		{[]string{"frobnicate"}, "", "", "unknown command"},

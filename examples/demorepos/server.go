@@ -2,10 +2,13 @@
 // and offers one tool, list_demo_repos, through the broker's sidecar API.
 // It contains no OAuth code and never sees a token: when the user has not
 // connected the demo provider yet, it copies the broker's input request
-// into its own InputRequiredResult and sends the request_state back on the
-// client's retry.
+// into its own InputRequiredResult, and on the client's retry it passes
+// the requestState and the person's answer (inputResponses: accept,
+// decline or cancel) back to the broker.
 //
-//	BROKER_SIDECAR_URL=http://127.0.0.1:8081 BROKER_SIDECAR_SECRET=… go run ./examples/demorepos -addr 127.0.0.1:8090
+//	go run ./examples/demorepos -addr 127.0.0.1:8090 -sidecar-url http://127.0.0.1:8081 -secret-file data/sidecar.secret
+//
+// (`broker dev` prints this command with its own address and secret file.)
 package main
 
 import (
@@ -70,7 +73,7 @@ func listRepos(ctx context.Context, sc *client.Client, req *mcp.CallToolRequest)
 	if tok == "" {
 		return toolError("This server needs the user's bearer token (Authorization header)."), nil
 	}
-	rr, err := sc.Require(ctx, tok, "demo", []string{"repos"}, req.Params.RequestState)
+	rr, err := sc.Require(ctx, tok, client.RequireFrom(req, "demo", "repos"))
 	if err != nil {
 		var se *client.Error
 		if errors.As(err, &se) {
@@ -80,10 +83,16 @@ func listRepos(ctx context.Context, sc *client.Client, req *mcp.CallToolRequest)
 	}
 	switch rr.Status {
 	case "input_required":
-		return rr.InputRequired("connect_demo"), nil
+		return rr.InputRequired(), nil
+	case "declined":
+		// An answer, not a failure: the person said no.
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: rr.Message}},
+			StructuredContent: map[string]string{"status": "declined", "message": rr.Message}}, nil
+	case "cancelled":
+		return toolError("Nothing listed: %s", rr.Message), nil
 	case "connected":
 	default:
-		return toolError("Not connected: %s", rr.Message), nil
+		return toolError("The broker answered %q.", rr.Status), nil
 	}
 	resp, err := sc.Do(ctx, tok, "demo", client.Request{Path: "/repos", Account: rr.Connection.Account})
 	if err != nil {

@@ -28,6 +28,9 @@ type TokenInfo struct {
 	Principal vault.Principal
 	Scopes    []string
 	Expiry    time.Time
+	// Audiences are the token's aud claim (at least one of them is an
+	// audience the verifier accepts).
+	Audiences []string
 }
 
 // Verifier validates a raw bearer token. Failures that should answer 401
@@ -112,7 +115,7 @@ func (j *jwtVerifier) verify(ctx context.Context, raw string) (TokenInfo, error)
 	if tok.Issuer == "" || c.Subject == "" {
 		return TokenInfo{}, fmt.Errorf("%w: missing iss or sub", ErrInvalidToken)
 	}
-	info := TokenInfo{Principal: vault.Principal{Issuer: tok.Issuer, Subject: c.Subject}, Expiry: exp}
+	info := TokenInfo{Principal: vault.Principal{Issuer: tok.Issuer, Subject: c.Subject}, Expiry: exp, Audiences: slices.Clone(tok.Audience)}
 	info.Scopes = strings.Fields(c.Scope)
 	if len(c.Scp) > 0 {
 		var list []string

@@ -37,10 +37,13 @@ type Event struct {
 	Grant      string // grant (connect request) id; logged as its binding.Ref only
 	Connection string // connection id
 	Via        string // "mcp", "browser", "sidecar", "background"
-	Outcome    string // e.g. revoke: revoked, not_revoked, not_supported, failed
-	KeyID      string // key rotation: the new primary key id
-	Count      int    // key rotation: records re-sealed
-	Err        error  // what went wrong, for failures (scrubbed by the redacting handler)
+	// Server is the configured name of the co-located MCP server the event
+	// came from or was asked by (sidecar), when there is one.
+	Server  string
+	Outcome string // e.g. revoke: revoked, not_revoked, not_supported, failed
+	KeyID   string // key rotation: the new primary key id
+	Count   int    // key rotation: records re-sealed
+	Err     error  // what went wrong, for failures (scrubbed by the redacting handler)
 }
 
 func principalAttr(key string, p vault.Principal) slog.Attr {
@@ -68,6 +71,7 @@ func (e Event) attrs() []slog.Attr {
 	}
 	add("connection", e.Connection)
 	add("via", e.Via)
+	add("server", e.Server)
 	add("outcome", e.Outcome)
 	add("key_id", e.KeyID)
 	if e.Kind == EventKeyRotation {

@@ -19,6 +19,11 @@
 //	credbroker_provider_request_duration_seconds{provider}
 //	credbroker_vault_operation_duration_seconds{op,outcome}
 //	credbroker_audit_events_total{event}
+//	credbroker_sidecar_requests_total{server,route,status}
+//
+// The server label of the sidecar series is the configured name of the
+// co-located server (Options.SidecarServers, "unnamed" for the unnamed
+// secret), "none" when the request did not authenticate, "other" otherwise.
 package telemetry
 
 import (
@@ -47,6 +52,9 @@ type Options struct {
 	Audit *slog.Logger
 	// ProcessMetrics adds the Go runtime and process collectors.
 	ProcessMetrics bool
+	// SidecarServers are the configured names of co-located servers (the
+	// sidecar's named secrets); other values are recorded as "other".
+	SidecarServers []string
 }
 
 // Recorder holds the metrics and the audit logger. Its methods are safe for
@@ -55,6 +63,7 @@ type Recorder struct {
 	reg       *prometheus.Registry
 	audit     *slog.Logger
 	providers []string
+	servers   []string
 
 	mcpRequests   *prometheus.CounterVec
 	mcpDuration   *prometheus.HistogramVec
@@ -65,6 +74,7 @@ type Recorder struct {
 	provDuration  *prometheus.HistogramVec
 	vaultDuration *prometheus.HistogramVec
 	auditEvents   *prometheus.CounterVec
+	sidecar       *prometheus.CounterVec
 }
 
 // Latency buckets: the broker answers in well under a millisecond; provider
@@ -80,6 +90,7 @@ func New(opts Options) *Recorder {
 		reg:       prometheus.NewRegistry(),
 		audit:     opts.Audit,
 		providers: slices.Clone(opts.Providers),
+		servers:   append(slices.Clone(opts.SidecarServers), vault.UnnamedServer),
 		mcpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "credbroker_mcp_requests_total",
 			Help: "MCP requests by JSON-RPC method, tool, protocol era and outcome.",
@@ -116,9 +127,13 @@ func New(opts Options) *Recorder {
 			Name: "credbroker_audit_events_total",
 			Help: "Audit events by kind.",
 		}, []string{"event"}),
+		sidecar: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "credbroker_sidecar_requests_total",
+			Help: "Sidecar API requests by co-located server (its configured name; none: not authenticated), route (require, proxy, token) and HTTP status.",
+		}, []string{"server", "route", "status"}),
 	}
 	r.reg.MustRegister(r.mcpRequests, r.mcpDuration, r.elicitations, r.mismatches, r.refreshes,
-		r.provRequests, r.provDuration, r.vaultDuration, r.auditEvents)
+		r.provRequests, r.provDuration, r.vaultDuration, r.auditEvents, r.sidecar)
 	if opts.ProcessMetrics {
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -234,6 +249,31 @@ func (r *Recorder) ProviderCall(provider string, status int, elapsed time.Durati
 	}
 	r.provRequests.WithLabelValues(p, s).Inc()
 	r.provDuration.WithLabelValues(p).Observe(elapsed.Seconds())
+}
+
+// Sidecar routes (the route label).
+const (
+	SidecarRequire = "require"
+	SidecarProxy   = "proxy"
+	SidecarToken   = "token"
+)
+
+// SidecarRequest records one answered sidecar API request: server is the
+// co-located server's configured name ("" when it did not authenticate),
+// route a Sidecar* route, status the HTTP status answered.
+func (r *Recorder) SidecarRequest(server, route string, status int) {
+	if r == nil {
+		return
+	}
+	label := "none"
+	if server != "" {
+		label = bounded(server, r.servers)
+	}
+	s := "other"
+	if status >= 100 && status <= 599 {
+		s = strconv.Itoa(status)
+	}
+	r.sidecar.WithLabelValues(label, bounded(route, []string{SidecarRequire, SidecarProxy, SidecarToken}), s).Inc()
 }
 
 // vaultOp records one store operation.

@@ -36,6 +36,7 @@ func TestNilRecorderIsANoOp(t *testing.T) {
 	r.Elicitation(ElicitationIssued)
 	r.Refresh("github", RefreshOK)
 	r.ProviderCall("github", 200, time.Millisecond)
+	r.SidecarRequest("demorepos", SidecarRequire, 200)
 	r.Audit(context.Background(), Event{Kind: EventConnect})
 	s := memstore.New(mustKeys(t))
 	if got := r.WrapStore(s); got != vault.Store(s) {
@@ -58,16 +59,20 @@ func mustKeys(t *testing.T) *vault.Keyring {
 // TestLabelsAreBounded feeds attacker-chosen strings where labels come from
 // requests: they all fold into "other".
 func TestLabelsAreBounded(t *testing.T) {
-	r := New(Options{Providers: []string{"github"}})
+	r := New(Options{Providers: []string{"github"}, SidecarServers: []string{"demorepos"}})
 	hostile := []string{"evil/method", "alice@example.com", strings.Repeat("x", 300), "grant_0123456789"}
 	for _, h := range hostile {
 		r.MCPRequest(h, h, h, h, time.Millisecond)
 		r.Elicitation(h)
 		r.Refresh(h, h)
 		r.ProviderCall(h, 999, time.Millisecond)
+		r.SidecarRequest(h, h, 999)
 		r.Audit(context.Background(), Event{Kind: h})
 	}
 	r.ProviderCall("github", 404, 10*time.Millisecond)
+	r.SidecarRequest("demorepos", SidecarProxy, 200)
+	r.SidecarRequest(vault.UnnamedServer, SidecarToken, 403)
+	r.SidecarRequest("", SidecarRequire, 401)
 	m := scrape(t, r)
 	for _, h := range hostile {
 		if strings.Contains(m, h) {
@@ -81,6 +86,10 @@ func TestLabelsAreBounded(t *testing.T) {
 		`credbroker_provider_requests_total{provider="other",status="error"} 4`,
 		`credbroker_provider_requests_total{provider="github",status="404"} 1`,
 		`credbroker_audit_events_total{event="other"} 4`,
+		`credbroker_sidecar_requests_total{route="other",server="other",status="other"} 4`,
+		`credbroker_sidecar_requests_total{route="proxy",server="demorepos",status="200"} 1`,
+		`credbroker_sidecar_requests_total{route="token",server="unnamed",status="403"} 1`,
+		`credbroker_sidecar_requests_total{route="require",server="none",status="401"} 1`,
 	}
 	for _, want := range tests {
 		if !strings.Contains(m, want) {
@@ -152,8 +161,10 @@ func TestAuditRecord(t *testing.T) {
 		Grant: "g123", Via: "browser", Outcome: "refused_at_landing"})
 	r.Audit(context.Background(), Event{Kind: EventRevoke, Principal: actor, Provider: "github", Account: "octocat",
 		Connection: "conn_1", Outcome: "failed", Err: errors.New("revoke: POST https://x/revoke?token=abc123secret: HTTP 500")})
+	r.Audit(context.Background(), Event{Kind: EventTokenExport, Principal: actor, Provider: "github", Account: "octocat",
+		Connection: "conn_1", Via: "sidecar", Server: "demorepos"})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 2 {
+	if len(lines) != 3 {
 		t.Fatalf("want 2 records, got:\n%s", buf.String())
 	}
 	var rec map[string]any
@@ -175,6 +186,9 @@ func TestAuditRecord(t *testing.T) {
 	}
 	if strings.Contains(lines[1], "abc123secret") || !strings.Contains(lines[1], `"level":"WARN"`) {
 		t.Errorf("revoke failure record: %s", lines[1])
+	}
+	if !strings.Contains(lines[2], `"via":"sidecar","server":"demorepos"`) || strings.Contains(lines[0], `"server"`) {
+		t.Errorf("the server name is not where it belongs: %s / %s", lines[2], lines[0])
 	}
 	m := scrape(t, r)
 	for _, w := range []string{`credbroker_identity_mismatches_total 1`, `credbroker_audit_events_total{event="revoke"} 1`} {

@@ -119,20 +119,58 @@ type InputRequest struct {
 // RequireResult is the answer of Require. Status is connected,
 // input_required, declined or cancelled.
 type RequireResult struct {
-	Status       string        `json:"status"`
-	Connection   *Connection   `json:"connection,omitempty"`
+	Status     string      `json:"status"`
+	Connection *Connection `json:"connection,omitempty"`
+	// InputKey is the key to place InputRequest under in the server's own
+	// inputRequests; the host answers under the same key.
+	InputKey     string        `json:"input_key,omitempty"`
 	InputRequest *InputRequest `json:"input_request,omitempty"`
 	RequestState string        `json:"request_state,omitempty"`
-	Message      string        `json:"message,omitempty"`
+	// Message says, for declined and cancelled, what happened in words
+	// fit for the person.
+	Message string `json:"message,omitempty"`
 }
 
 // InputRequired returns the MCP tool result asking the user to connect:
-// the input request under key, and the state to echo on the retry.
-func (r *RequireResult) InputRequired(key string) *mcp.CallToolResult {
+// the input request under InputKey, and the state to echo on the retry.
+func (r *RequireResult) InputRequired() *mcp.CallToolResult {
 	if r.InputRequest == nil {
 		return nil
 	}
-	return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{key: r.InputRequest.Params}, RequestState: r.RequestState}
+	return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{r.InputKey: r.InputRequest.Params}, RequestState: r.RequestState}
+}
+
+// RequireRequest is what Require asks.
+type RequireRequest struct {
+	Provider string
+	Scopes   []string
+	// RequestState is "" on a first call, and on a retry what the host
+	// echoed (the previous answer's RequestState).
+	RequestState string
+	// InputResponses are the host's answers on a retry, passed on as they
+	// came (the broker reads the one under its InputKey: accept, decline
+	// or cancel).
+	InputResponses mcp.InputResponseMap
+	// ClientName is the host's self-asserted name, shown to the person as
+	// not verified.
+	ClientName string
+}
+
+// RequireFrom builds the RequireRequest of an MCP tool call: the host's
+// requestState, inputResponses and name come from req.
+func RequireFrom(req *mcp.CallToolRequest, provider string, scopes ...string) RequireRequest {
+	out := RequireRequest{Provider: provider, Scopes: scopes}
+	if req == nil || req.Params == nil {
+		return out
+	}
+	out.RequestState, out.InputResponses = req.Params.RequestState, req.Params.InputResponses
+	if info := req.ClientInfo(); info != nil {
+		out.ClientName = info.Title
+		if out.ClientName == "" {
+			out.ClientName = info.Name
+		}
+	}
+	return out
 }
 
 func (c *Client) do(ctx context.Context, userToken, method, path string, hdr http.Header, body io.Reader) (*http.Response, error) {
@@ -177,15 +215,25 @@ func decodeError(status int, data []byte) error {
 	return e
 }
 
-// Require makes sure the user behind userToken has connected provider with
-// scopes. requestState is "" on the first call and the previous answer's
-// RequestState on the retry.
-func (c *Client) Require(ctx context.Context, userToken, provider string, scopes []string, requestState string) (*RequireResult, error) {
+// Require makes sure the user behind userToken has connected r.Provider
+// with r.Scopes: connected, input_required (return InputRequired() to the
+// host), or, once the host answered, declined or cancelled.
+func (c *Client) Require(ctx context.Context, userToken string, r RequireRequest) (*RequireResult, error) {
+	body := map[string]any{"provider": r.Provider}
+	if len(r.Scopes) > 0 {
+		body["scopes"] = r.Scopes
+	}
+	if r.RequestState != "" {
+		body["request_state"] = r.RequestState
+		if len(r.InputResponses) > 0 {
+			body["input_responses"] = r.InputResponses
+		}
+	}
+	if r.ClientName != "" {
+		body["client_name"] = r.ClientName
+	}
 	var out RequireResult
-	err := c.postJSON(ctx, userToken, "/v1/require", map[string]any{
-		"provider": provider, "scopes": scopes, "request_state": requestState,
-	}, &out)
-	if err != nil {
+	if err := c.postJSON(ctx, userToken, "/v1/require", body, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

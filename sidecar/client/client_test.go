@@ -107,7 +107,7 @@ func TestClientNeverForwardsCredentialsOnRedirect(t *testing.T) {
 				t.Errorf("proxy POST: %+v %v; want the 307 itself", resp, err)
 			}
 			var e *client.Error
-			if _, err := c.Require(ctx, userToken, "github", nil, ""); !errors.As(err, &e) || e.Status != http.StatusTemporaryRedirect {
+			if _, err := c.Require(ctx, userToken, client.RequireRequest{Provider: "github"}); !errors.As(err, &e) || e.Status != http.StatusTemporaryRedirect {
 				t.Errorf("require: %v; want an HTTP 307 error", err)
 			}
 			if _, err := c.Token(ctx, userToken, "github", ""); !errors.As(err, &e) || e.Status != http.StatusTemporaryRedirect {

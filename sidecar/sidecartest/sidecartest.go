@@ -2,7 +2,9 @@
 // sidecar API and of servers built on it: a development IdP (real JWTs),
 // the demo provider (rotating refresh tokens, event log), an encrypted
 // in-memory store, the provider client, the connections layer and the
-// sidecar API, all on loopback.
+// sidecar API, all on loopback. Every exchange with the sidecar is checked
+// against the API's OpenAPI document (docs/sidecar.openapi.yaml, see
+// Contract), so every test that uses the stack also tests the contract.
 package sidecartest
 
 import (
@@ -25,6 +27,7 @@ import (
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/logbuf"
+	"credbroker/internal/logredact"
 	"credbroker/internal/telemetry"
 	"credbroker/provider"
 	"credbroker/sidecar"
@@ -44,14 +47,20 @@ const redirectURI = PublicURL + "/oauth/demo/callback"
 type Options struct {
 	// Export sets sidecar_token_export on the demo provider.
 	Export bool
-	// RequiredScope is the sidecar's Options.RequiredScope.
+	// RequiredScope is the scope user tokens for Audience must carry.
 	RequiredScope string
 	// ExtraProviders are more providers.yaml entries (indented two spaces,
 	// under providers:), e.g. one whose API is a test server.
 	ExtraProviders string
+	// Callers replace the default single caller: the unnamed server
+	// (vault.UnnamedServer) with Stack.Secret.
+	Callers []sidecar.Caller
+	// Audiences replace the default policy: Audience with RequiredScope.
+	Audiences []sidecar.Audience
 }
 
-// Stack is the running broker core.
+// Stack is the running broker core. Its catalogue has the demo provider
+// and a second one, notes (the same demo endpoints under another name).
 type Stack struct {
 	tb        testing.TB
 	IdP       *devidp.IdP
@@ -64,8 +73,11 @@ type Stack struct {
 	Conns     *connections.Service
 	Sidecar   *sidecar.Server
 	URL       string // the sidecar listener
-	Secret    string
-	Logs      *logbuf.Buffer
+	// Contract checks every exchange with the sidecar against the
+	// OpenAPI document; a mismatch fails the test.
+	Contract *Contract
+	Secret   string
+	Logs     *logbuf.Buffer
 	// Telemetry records the connections layer's audit events in AuditLog.
 	Telemetry *telemetry.Recorder
 	AuditLog  *logbuf.Buffer
@@ -80,7 +92,8 @@ const demoSecret = "demo-client-secret-value-0123"
 func Start(tb testing.TB, o Options) *Stack {
 	tb.Helper()
 	s := &Stack{tb: tb, Logs: &logbuf.Buffer{}, AuditLog: &logbuf.Buffer{}, Secret: "sidecar-secret-0123456789abcdef"}
-	log := slog.New(slog.NewTextHandler(s.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// The logs pass the redacting handler, as the broker's own do.
+	log := slog.New(logredact.New(slog.NewTextHandler(s.Logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	s.IdP = devidptest.Start(tb, nil, nil)
 	mux := http.NewServeMux()
 	demoSrv := httptest.NewServer(mux)
@@ -110,7 +123,16 @@ func Start(tb testing.TB, o Options) *Stack {
     account: {url: ` + s.DemoURL + `/api/user, id_field: id, login_field: login}
     api: {base_url: ` + s.DemoURL + `/api}
     revocation: {style: rfc7009, url: ` + s.DemoURL + `/revoke}
-` + export + o.ExtraProviders
+` + export + `  notes:
+    display_name: Notes
+    type: oauth2
+    authorization_url: ` + s.DemoURL + `/authorize
+    token_url: ` + s.DemoURL + `/token
+    client_id: demo-client
+    client_secret: ${DEMO_SECRET}
+    account: {url: ` + s.DemoURL + `/api/user, id_field: id, login_field: login}
+    api: {base_url: ` + s.DemoURL + `/api}
+` + o.ExtraProviders
 	s.Providers, err = provider.ParseProviders("test", []byte(doc), func(string) string { return demoSecret })
 	if err != nil {
 		tb.Fatal(err)
@@ -121,11 +143,26 @@ func Start(tb testing.TB, o Options) *Stack {
 	}
 	s.Store = memstore.New(kr)
 	s.Grants = binding.New(s.Store, binding.Options{})
-	verify, err := bearer.NewJWTVerifier(s.IdP.Issuer(), []string{Audience}, nil, nil)
+	callers := o.Callers
+	if len(callers) == 0 {
+		callers = []sidecar.Caller{{Name: vault.UnnamedServer, Secret: vault.Secret(s.Secret)}}
+	}
+	auds := o.Audiences
+	if len(auds) == 0 {
+		auds = []sidecar.Audience{{URI: Audience, RequiredScope: o.RequiredScope}}
+	}
+	var uris, names []string
+	for _, a := range auds {
+		uris = append(uris, a.URI)
+	}
+	for _, c := range callers {
+		names = append(names, c.Name)
+	}
+	verify, err := bearer.NewJWTVerifier(s.IdP.Issuer(), uris, nil, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s.Telemetry = telemetry.New(telemetry.Options{Providers: s.Providers.Names(),
+	s.Telemetry = telemetry.New(telemetry.Options{Providers: s.Providers.Names(), SidecarServers: names,
 		Audit: slog.New(slog.NewTextHandler(s.AuditLog, nil))})
 	s.Client, err = provider.New(provider.Options{Store: s.Store, Providers: s.Providers,
 		Logger: log.With("component", "provider"), RetryBackoff: 10 * time.Millisecond, Telemetry: s.Telemetry})
@@ -138,14 +175,16 @@ func Start(tb testing.TB, o Options) *Stack {
 		tb.Fatal(err)
 	}
 	s.Sidecar, err = sidecar.New(sidecar.Options{
-		Secret: vault.Secret(s.Secret), Verify: verify, Connections: s.Conns,
+		Callers: callers, Verify: verify, Audiences: auds, Connections: s.Conns,
 		StateKeys: kr.Derive("requestState"), Logger: log.With("component", "sidecar"),
-		RequiredScope: o.RequiredScope,
+		Telemetry: s.Telemetry,
 	})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := httptest.NewServer(s.Sidecar)
+	// Every exchange is checked against docs/sidecar.openapi.yaml.
+	s.Contract = NewContract(tb)
+	srv := httptest.NewServer(s.Contract.Handler(s.Sidecar))
 	tb.Cleanup(srv.Close)
 	s.URL = srv.URL
 	return s

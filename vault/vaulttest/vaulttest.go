@@ -83,7 +83,7 @@ func Conn(id string, p vault.Principal, provider, account string) vault.Connecti
 func grant(id string, p vault.Principal, created, expires time.Time) vault.Grant {
 	return vault.Grant{
 		ID: id, Principal: p, Provider: "github", Scopes: []string{"repo"},
-		ClientName: "Claude <script>", Created: created, Expires: expires, State: vault.GrantPending,
+		ClientName: "Claude <script>", Server: "demorepos", Created: created, Expires: expires, State: vault.GrantPending,
 	}
 }
 
@@ -583,7 +583,7 @@ func testGrantCRUD(t *testing.T, s vault.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ClientName != g.ClientName || !got.Expires.Equal(g.Expires) || got.State != vault.GrantPending || got.Version != 1 {
+	if got.ClientName != g.ClientName || got.Server != g.Server || !got.Expires.Equal(g.Expires) || got.State != vault.GrantPending || got.Version != 1 {
 		t.Fatalf("got %+v", got)
 	}
 	_, err = s.GetGrant(ctx, "nope")
