@@ -12,6 +12,7 @@ import (
 
 	"credbroker/internal/bearer"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/untrusted"
 )
 
 // reqMeta is the per-request _meta of a 2026-07-28 request.
@@ -183,15 +184,14 @@ func (s *Server) serveModernCall(w http.ResponseWriter, r *http.Request, id json
 	s.writeOutcome(w, id, tool(r.Context(), c))
 }
 
+// clientName is the client's self-asserted name (untrusted): its title or
+// name, valid UTF-8, at most 100 characters.
 func clientName(impl *mcp.Implementation) string {
 	name := impl.Title
 	if name == "" {
 		name = impl.Name
 	}
-	if len(name) > 100 {
-		name = name[:100]
-	}
-	return name
+	return untrusted.Clip(name, 100)
 }
 
 func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outcome) {

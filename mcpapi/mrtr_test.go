@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"credbroker/binding"
 	"credbroker/internal/requeststate"
@@ -441,4 +442,22 @@ func (h *harness) mustOnlyConnection(p vault.Principal) vault.Connection {
 		h.t.Fatalf("%d connections, %v; want one", len(cs), err)
 	}
 	return cs[0]
+}
+
+// TestLongClientNameStillConnects: a client name longer than the stored
+// limit, or not valid UTF-8, is clipped to valid text; the connect
+// request is created (not refused as an unstorable record).
+func TestLongClientNameStillConnects(t *testing.T) {
+	h := newHarness(t)
+	for _, name := range []string{strings.Repeat("€", 120), "a" + strings.Repeat("é", 120)} {
+		hd := h.modernHeaders("alice", "tools/call", "connect_account")
+		body := strings.Replace(modernBody(1, "tools/call", urlCaps, map[string]any{"name": "connect_account",
+			"arguments": map[string]any{"provider": "github"}}), `"name":"test-agent"`, `"name":`+jsonBody(name), 1)
+		r := h.do(rawCall{headers: hd, body: body})
+		_, link, _ := elicitation(t, decode(t, r.body))
+		g, err := h.grants.Lookup(context.Background(), grantIDOf(t, link))
+		if err != nil || !utf8.ValidString(g.ClientName) || utf8.RuneCountInString(g.ClientName) > 101 {
+			t.Fatalf("grant client name %q, %v", g.ClientName, err)
+		}
+	}
 }
