@@ -3,8 +3,8 @@
 // temporary directory, unix socket inside it, trust authentication on
 // loopback only), or the server named by CREDBROKER_TEST_POSTGRES (a URL).
 //
-// When no server can be started the tests that need one skip with a message
-// saying why, unless CREDBROKER_REQUIRE_POSTGRES=1 (CI sets it): then they fail.
+// When no server can be started the tests that need one fail, saying why
+// (or skip when CREDBROKER_ALLOW_SKIP=1; see internal/testskip).
 //
 // As root, the server runs as the "postgres" user (PostgreSQL refuses to run
 // as root) with its directory chowned to it. The server process gets
@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"credbroker/internal/testskip"
 )
 
 // Environment variables read by this package.
@@ -39,8 +41,6 @@ const (
 	// EnvURL names an existing server to use instead of starting one. The
 	// role must be allowed to create schemas in its database.
 	EnvURL = "CREDBROKER_TEST_POSTGRES"
-	// EnvRequire makes "no server" a test failure instead of a skip.
-	EnvRequire = "CREDBROKER_REQUIRE_POSTGRES"
 	// EnvBin is an optional directory holding initdb and postgres.
 	EnvBin = "CREDBROKER_PG_BIN"
 )
@@ -306,18 +306,15 @@ func redactURL(raw string) string {
 	return u.Redacted()
 }
 
-// Unavailable skips t because no server could be started (err says why),
-// or fails it when CREDBROKER_REQUIRE_POSTGRES=1.
+// Unavailable stops t because no server could be started (err says why):
+// it fails, or skips when CREDBROKER_ALLOW_SKIP=1 (see internal/testskip).
 func Unavailable(t testing.TB, err error) {
 	t.Helper()
-	if os.Getenv(EnvRequire) == "1" {
-		t.Fatalf("PostgreSQL is required (%s=1) but no server could be started: %v", EnvRequire, err)
-	}
-	t.Skipf("skipping: no PostgreSQL server (%v); install postgresql or set %s to a server URL", err, EnvURL)
+	testskip.Missing(t, "postgresql", fmt.Sprintf("no PostgreSQL server could be started (%v); install the server binaries with: apt-get install -y postgresql (.ci/deps does this), or set %s to a server URL", err, EnvURL))
 }
 
-// StartT starts a server for one test and stops it when t ends; it skips
-// (or fails, see Unavailable) when no server can be started.
+// StartT starts a server for one test and stops it when t ends; it fails
+// (or skips, see Unavailable) when no server can be started.
 func StartT(t testing.TB) *Server {
 	t.Helper()
 	s, err := Start()
@@ -336,7 +333,7 @@ var (
 )
 
 // Shared returns one server for the whole test binary, started on first
-// use; it skips (or fails) t when none can be started. Call Main from
+// use; it fails (or skips, see Unavailable) t when none can be started. Call Main from
 // TestMain so the server is stopped when the tests end.
 func Shared(t testing.TB) *Server {
 	t.Helper()
