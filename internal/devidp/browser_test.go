@@ -112,9 +112,7 @@ func TestBrowserSignIn(t *testing.T) {
 // password. The IdP refuses it, the victim's browser gets no session (her
 // next authorization shows the form), and mallory's request stays unused.
 func TestBrowserCrossSiteSignInRefused(t *testing.T) {
-	if testing.Short() {
-		t.Skip("browser test")
-	}
+	testskip.Short(t, "browser test")
 	rpMux := http.NewServeMux()
 	rp := httptest.NewServer(rpMux)
 	defer rp.Close()
