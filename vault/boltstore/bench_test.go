@@ -53,6 +53,9 @@ func benchPrincipal(i int) vault.Principal {
 }
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(crashDBEnv); path != "" {
+		crashChild(path) // TestCrashSafety's child process; never returns
+	}
 	code := m.Run()
 	if fixtureDir != "" {
 		os.RemoveAll(fixtureDir)

@@ -3,6 +3,7 @@ package boltstore_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,34 +16,38 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"credbroker/internal/powercut"
+	"credbroker/internal/testskip"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/vaulttest"
 )
 
-// Environment of the crash child: the database path and its key line.
+// Environment of the crash child: the database path, its key line, and
+// whether to open the store with NoSync (the control case).
 const (
-	crashDBEnv   = "CREDBROKER_CRASH_CHILD_DB"
-	crashKeysEnv = "CREDBROKER_CRASH_CHILD_KEYS"
+	crashDBEnv     = "CREDBROKER_CRASH_CHILD_DB"
+	crashKeysEnv   = "CREDBROKER_CRASH_CHILD_KEYS"
+	crashNoSyncEnv = "CREDBROKER_CRASH_CHILD_NOSYNC"
 )
 
-// TestCrashChild is the child process of TestCrashSafety: it writes
-// connections from several goroutines forever and prints "ack <id>" after
-// each write the store acknowledged. It does nothing in a normal test run.
-func TestCrashChild(t *testing.T) {
-	path := os.Getenv(crashDBEnv)
-	if path == "" {
-		t.Skip("child process of TestCrashSafety only")
+// crashChild is TestCrashSafety's child process (TestMain runs it when
+// crashDBEnv is set): it writes connections from several goroutines
+// forever and prints "ack <id>" after each write the store acknowledged.
+func crashChild(path string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		os.Exit(3)
 	}
 	kr, err := vault.ParseKeys(os.Getenv(crashKeysEnv))
 	if err != nil {
-		t.Fatal(err)
+		fail(err)
 	}
-	s, err := boltstore.Open(path, kr, boltstore.Options{})
+	s, err := boltstore.Open(path, kr, boltstore.Options{NoSync: os.Getenv(crashNoSyncEnv) == "1"})
 	if err != nil {
-		t.Fatal(err)
+		fail(err)
 	}
-	var mu sync.Mutex // guards stdout
+	var mu sync.Mutex // guards out
 	out := bufio.NewWriter(os.Stdout)
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -51,8 +56,7 @@ func TestCrashChild(t *testing.T) {
 				id := fmt.Sprintf("w%d-%06d", w, i)
 				p := vault.Principal{Issuer: "https://idp.example", Subject: fmt.Sprintf("user%d", i%7)}
 				if _, err := s.CreateConnection(context.Background(), vaulttest.Conn(id, p, "github", id)); err != nil {
-					fmt.Fprintln(os.Stderr, "create:", err)
-					os.Exit(3)
+					fail(fmt.Errorf("create: %w", err))
 				}
 				mu.Lock()
 				fmt.Fprintln(out, "ack", id)
@@ -64,11 +68,78 @@ func TestCrashChild(t *testing.T) {
 	wg.Wait()
 }
 
+// TestCrashSafety kills a process that is writing to a bbolt store with
+// SIGKILL and then cuts the power: the store lives on a powercut file
+// system, which drops every write not covered by an fsync, as losing the
+// page cache does. Every write the store acknowledged must be there after
+// the restart, and the file must pass bbolt's consistency check. The
+// control case runs the same child with NoSync, and the cut must lose
+// acknowledged writes: otherwise the test could not tell a durable store
+// from one that never syncs.
 func TestCrashSafety(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns a child process")
-	}
-	path := filepath.Join(t.TempDir(), "crash.db")
+	testskip.Short(t, "spawns a child process")
+	t.Run("fsync on: every acknowledged write survives", func(t *testing.T) {
+		s, acked := crashAndRestart(t, false)
+		for _, id := range acked {
+			c, err := s.GetConnection(t.Context(), id)
+			if err != nil {
+				t.Fatalf("acknowledged write %s: %v", id, err)
+			}
+			if c.Token.AccessToken.Reveal() != "at-"+id+"-secret" {
+				t.Fatalf("acknowledged write %s: wrong token after the restart", id)
+			}
+		}
+		listed := 0
+		for u := range 7 {
+			list, err := s.ListConnections(t.Context(), vault.Principal{Issuer: "https://idp.example", Subject: fmt.Sprintf("user%d", u)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed += len(list)
+		}
+		if listed < len(acked) {
+			t.Fatalf("index lists %d connections, %d were acknowledged", listed, len(acked))
+		}
+		var problems []error
+		err := s.DB().View(func(tx *bolt.Tx) error {
+			for err := range tx.Check() {
+				problems = append(problems, err)
+			}
+			return nil
+		})
+		if err != nil || len(problems) > 0 {
+			t.Fatalf("bbolt consistency check: %v %v", err, problems)
+		}
+		t.Logf("%d acknowledged writes survived SIGKILL and a power cut; %d records listed", len(acked), listed)
+	})
+
+	t.Run("control: with NoSync the power cut loses acknowledged writes", func(t *testing.T) {
+		s, acked := crashAndRestart(t, true)
+		lost := 0
+		for _, id := range acked {
+			_, err := s.GetConnection(t.Context(), id)
+			switch {
+			case errors.Is(err, vault.ErrNotFound):
+				lost++
+			case err != nil:
+				t.Fatalf("read %s: %v", id, err)
+			}
+		}
+		if lost == 0 {
+			t.Fatalf("all %d acknowledged writes of a store that never syncs survived the power cut: the cut does not discard unsynced writes", len(acked))
+		}
+		t.Logf("the power cut lost %d of %d acknowledged writes made without fsync", lost, len(acked))
+	})
+}
+
+// crashAndRestart runs the crash child on a fresh powercut file system
+// until it has acknowledged at least 300 writes, kills it mid-stream, cuts
+// the power and opens the store again. It returns the store (closed when t
+// ends) and the ids whose writes were acknowledged.
+func crashAndRestart(t *testing.T, noSync bool) (*boltstore.Store, []string) {
+	t.Helper()
+	pfs := powercut.MountT(t)
+	path := filepath.Join(pfs.Dir, "crash.db")
 	keyLine := vault.GenerateKey()
 	kr, err := vault.ParseKeys(keyLine)
 	if err != nil {
@@ -77,8 +148,11 @@ func TestCrashSafety(t *testing.T) {
 	const acksWanted = 300
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+	cmd := exec.CommandContext(ctx, os.Args[0])
 	cmd.Env = append(os.Environ(), crashDBEnv+"="+path, crashKeysEnv+"="+keyLine)
+	if noSync {
+		cmd.Env = append(cmd.Env, crashNoSyncEnv+"=1")
+	}
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -110,41 +184,24 @@ func TestCrashSafety(t *testing.T) {
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child was not killed by SIGKILL: %v", err)
 	}
+	st := pfs.Stats()
+	cut := pfs.Cut()
+	t.Logf("child: %d writes acknowledged, %d fsyncs; power cut: %+v", len(acked), st.Fsyncs, cut)
 
-	s, err := boltstore.Open(path, kr, boltstore.Options{})
+	// What survived, on an ordinary file: this process serves the mount,
+	// so it must not mmap files on it (see internal/powercut).
+	survived, ok := pfs.Contents("crash.db")
+	if !ok {
+		t.Fatal("crash.db is gone after the power cut")
+	}
+	restarted := filepath.Join(t.TempDir(), "crash.db")
+	if err := os.WriteFile(restarted, survived, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := boltstore.Open(restarted, kr, boltstore.Options{})
 	if err != nil {
-		t.Fatalf("reopen after kill -9: %v", err)
+		t.Fatalf("reopen after kill -9 and a power cut: %v", err)
 	}
-	defer s.Close()
-	for _, id := range acked {
-		c, err := s.GetConnection(t.Context(), id)
-		if err != nil {
-			t.Fatalf("acknowledged write %s: %v", id, err)
-		}
-		if c.Token.AccessToken.Reveal() != "at-"+id+"-secret" {
-			t.Fatalf("acknowledged write %s: wrong token after reopen", id)
-		}
-	}
-	listed := 0
-	for u := range 7 {
-		list, err := s.ListConnections(t.Context(), vault.Principal{Issuer: "https://idp.example", Subject: fmt.Sprintf("user%d", u)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		listed += len(list)
-	}
-	if listed < len(acked) {
-		t.Fatalf("index lists %d connections, %d were acknowledged", listed, len(acked))
-	}
-	var problems []error
-	err = s.DB().View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			problems = append(problems, err)
-		}
-		return nil
-	})
-	if err != nil || len(problems) > 0 {
-		t.Fatalf("bbolt consistency check: %v %v", err, problems)
-	}
-	t.Logf("%d acknowledged writes survived SIGKILL; %d records listed", len(acked), listed)
+	t.Cleanup(func() { s.Close() })
+	return s, acked
 }

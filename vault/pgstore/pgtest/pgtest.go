@@ -3,8 +3,8 @@
 // temporary directory, unix socket inside it, trust authentication on
 // loopback only), or the server named by CREDBROKER_TEST_POSTGRES (a URL).
 //
-// When no server can be started the tests that need one skip with a message
-// saying why, unless CREDBROKER_REQUIRE_POSTGRES=1 (CI sets it): then they fail.
+// When no server can be started the tests that need one fail, saying why
+// (or skip when CREDBROKER_ALLOW_SKIP=1; see internal/testskip).
 //
 // As root, the server runs as the "postgres" user (PostgreSQL refuses to run
 // as root) with its directory chowned to it. The server process gets
@@ -12,11 +12,13 @@
 package pgtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -32,6 +34,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
+
+	"credbroker/internal/testskip"
 )
 
 // Environment variables read by this package.
@@ -39,8 +44,6 @@ const (
 	// EnvURL names an existing server to use instead of starting one. The
 	// role must be allowed to create schemas in its database.
 	EnvURL = "CREDBROKER_TEST_POSTGRES"
-	// EnvRequire makes "no server" a test failure instead of a skip.
-	EnvRequire = "CREDBROKER_REQUIRE_POSTGRES"
 	// EnvBin is an optional directory holding initdb and postgres.
 	EnvBin = "CREDBROKER_PG_BIN"
 )
@@ -51,11 +54,16 @@ type Server struct {
 	// the role named by CREDBROKER_TEST_POSTGRES).
 	URL string
 
-	dir    string
-	cmd    *exec.Cmd
+	dir  string // everything below lives here
+	data string
+	logf string
+	bin  string
+	port int
+	cred *syscall.Credential
+
+	mu     sync.Mutex // guards the fields below
+	cmd    *exec.Cmd  // the running postmaster
 	exited chan struct{}
-	logf   string
-	mu     sync.Mutex
 	closed bool
 }
 
@@ -128,7 +136,7 @@ func startLocal(bin string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, exited: make(chan struct{}), logf: filepath.Join(dir, "server.log")}
+	s := &Server{dir: dir, data: filepath.Join(dir, "data"), logf: filepath.Join(dir, "server.log"), bin: bin, cred: cred}
 	fail := func(err error) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, err
@@ -138,56 +146,229 @@ func startLocal(bin string) (*Server, error) {
 			return fail(err)
 		}
 	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", s.data, "-U", "postgres",
 		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
 	initdb.Dir = dir
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("initdb: %v\n%s", err, out))
 	}
-	port, err := freePort()
+	if s.port, err = freePort(); err != nil {
+		return fail(err)
+	}
+	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+	s.mu.Lock()
+	err = s.start()
+	s.mu.Unlock()
 	if err != nil {
 		return fail(err)
 	}
-	logFile, err := os.Create(s.logf)
+	return s, nil
+}
+
+// readyLine is what the server logs once it accepts connections (after
+// crash recovery, on a restart).
+const readyLine = "database system is ready to accept connections"
+
+// start runs the postmaster on s.data and waits until it logs readyLine.
+// The caller holds s.mu.
+func (s *Server) start() error {
+	logFile, err := os.OpenFile(s.logf, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data,
+	out := &readyWatch{w: logFile, ready: make(chan struct{})}
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data,
 		"-c", "listen_addresses=127.0.0.1",
-		"-c", "port="+strconv.Itoa(port),
-		"-c", "unix_socket_directories="+dir,
+		"-c", "port="+strconv.Itoa(s.port),
+		"-c", "unix_socket_directories="+s.dir,
 		"-c", "max_connections=300",
 		"-c", "shared_buffers=64MB",
-		"-c", "log_min_messages=warning",
+		"-c", "log_min_messages=warning", // LOG lines, readyLine among them, still appear
+		// Durable commits, the default, stated because tests rely on it.
+		"-c", "fsync=on",
+		"-c", "synchronous_commit=on",
 	)
-	s.cmd.Dir = dir
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGINT, Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group, so Kill reaches every backend at once.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGINT, Setpgid: true}
+	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return fail(fmt.Errorf("start postgres: %w", err))
+		return fmt.Errorf("start postgres: %w", err)
 	}
-	go func() { s.cmd.Wait(); logFile.Close(); close(s.exited) }()
-	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	deadline := time.Now().Add(30 * time.Second)
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); logFile.Close(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	select {
+	case <-out.ready:
+	case <-exited:
+		log, _ := os.ReadFile(s.logf)
+		return fmt.Errorf("postgres exited at start: %s", strings.TrimSpace(string(log)))
+	case <-time.After(60 * time.Second):
+		s.stop()
+		return errors.New("postgres did not log that it accepts connections within 60s")
+	}
+	return ping(s.URL, 10*time.Second)
+}
+
+// readyWatch passes the server's output to its log file and closes ready
+// at the first line that contains readyLine.
+type readyWatch struct {
+	w     io.Writer
+	ready chan struct{}
+	line  []byte // the unfinished last line
+	seen  bool
+}
+
+func (r *readyWatch) Write(p []byte) (int, error) {
+	n, err := r.w.Write(p)
+	r.line = append(r.line, p...)
 	for {
-		err := ping(s.URL, 2*time.Second)
-		if err == nil {
-			return s, nil
+		i := bytes.IndexByte(r.line, '\n')
+		if i < 0 {
+			break
 		}
-		select {
-		case <-s.exited:
-			log, _ := os.ReadFile(s.logf)
-			return fail(fmt.Errorf("postgres exited at start: %s", strings.TrimSpace(string(log))))
-		default:
+		if !r.seen && bytes.Contains(r.line[:i], []byte(readyLine)) {
+			r.seen = true
+			close(r.ready)
 		}
-		if time.Now().After(deadline) {
-			s.Close()
-			return nil, fmt.Errorf("postgres did not accept connections within 30s: %w", err)
+		r.line = r.line[i+1:]
+	}
+	return n, err
+}
+
+// stop asks the postmaster for a fast shutdown and waits for it to exit.
+// The caller holds s.mu.
+func (s *Server) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.exited:
+	case <-time.After(20 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// Kill crashes the server: SIGKILL to the postmaster and all its
+// processes (each backend is in a session of its own, so one signal to a
+// process group would miss them), as a crash of the machine's processes
+// would, and returns once every one of them has exited. Nothing is shut
+// down cleanly; Restart then starts the server again on the same data and
+// port, and PostgreSQL recovers from its write-ahead log (fsync is on, so
+// every committed transaction must come back).
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.closed {
+		return errors.New("pgtest: Kill needs a running server started by this package")
+	}
+	pid := s.cmd.Process.Pid
+	// Stopped, the postmaster starts no new process while its children die.
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pgtest: stop postmaster %d: %w", pid, err)
+	}
+	kids, err := openChildren(pid)
+	if err != nil {
+		return err
+	}
+	defer kids.close()
+	for _, k := range kids {
+		_ = syscall.Kill(k.pid, syscall.SIGKILL)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("pgtest: kill postmaster %d: %w", pid, err)
+	}
+	<-s.exited
+	// The next start refuses to run while a killed backend still holds the
+	// shared memory.
+	return kids.wait(30 * time.Second)
+}
+
+// Restart starts a server stopped by Kill again, on the same data
+// directory and port (so URLs handed out stay valid), and waits until it
+// accepts connections again.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.closed {
+		return errors.New("pgtest: Restart needs a server started by this package")
+	}
+	select {
+	case <-s.exited:
+	default:
+		return errors.New("pgtest: Restart: the server is still running")
+	}
+	return s.start()
+}
+
+// process is a process with a pidfd, which the kernel makes readable
+// when the process exits.
+type process struct{ pid, fd int }
+
+type processes []process
+
+// openChildren opens pidfds for the children of pid (from /proc).
+func openChildren(pid int) (processes, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var ps processes
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
 		}
-		time.Sleep(50 * time.Millisecond)
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		if f := strings.Fields(string(b[i+1:])); len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		fd, err := unix.PidfdOpen(child, 0)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		ps = append(ps, process{child, fd})
+	}
+	return ps, nil
+}
+
+// wait waits until every process has exited.
+func (ps processes) wait(timeout time.Duration) error {
+	fds := make([]unix.PollFd, len(ps))
+	for i, p := range ps {
+		fds[i] = unix.PollFd{Fd: int32(p.fd), Events: unix.POLLIN}
+	}
+	deadline := time.Now().Add(timeout)
+	for left := len(fds); left > 0; {
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return fmt.Errorf("pgtest: %d server processes still running after %v", left, timeout)
+		}
+		if _, err := unix.Poll(fds, int(wait.Milliseconds())+1); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("pgtest: poll pidfds: %w", err)
+		}
+		for i := range fds {
+			if fds[i].Revents != 0 {
+				fds[i] = unix.PollFd{Fd: -1} // poll skips negative fds
+				left--
+			}
+		}
+	}
+	return nil
+}
+
+func (ps processes) close() {
+	for _, p := range ps {
+		unix.Close(p.fd)
 	}
 }
 
@@ -221,22 +402,21 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	_ = s.cmd.Process.Signal(syscall.SIGINT)
 	select {
-	case <-s.exited:
-	case <-time.After(20 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
-	// The server's last children may still be exiting: retry briefly.
-	var err error
-	for range 50 {
-		if err = os.RemoveAll(s.dir); err == nil {
-			return nil
+	case <-s.exited: // killed and not restarted
+	default:
+		// The postmaster may exit before its last children have.
+		kids, err := openChildren(s.cmd.Process.Pid)
+		if err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
+		defer kids.close()
+		s.stop()
+		if err := kids.wait(20 * time.Second); err != nil {
+			return err
+		}
 	}
-	return err
+	return os.RemoveAll(s.dir)
 }
 
 // Log returns the server's log (empty for an external server).
@@ -306,18 +486,15 @@ func redactURL(raw string) string {
 	return u.Redacted()
 }
 
-// Unavailable skips t because no server could be started (err says why),
-// or fails it when CREDBROKER_REQUIRE_POSTGRES=1.
+// Unavailable stops t because no server could be started (err says why):
+// it fails, or skips when CREDBROKER_ALLOW_SKIP=1 (see internal/testskip).
 func Unavailable(t testing.TB, err error) {
 	t.Helper()
-	if os.Getenv(EnvRequire) == "1" {
-		t.Fatalf("PostgreSQL is required (%s=1) but no server could be started: %v", EnvRequire, err)
-	}
-	t.Skipf("skipping: no PostgreSQL server (%v); install postgresql or set %s to a server URL", err, EnvURL)
+	testskip.Missing(t, "postgresql", fmt.Sprintf("no PostgreSQL server could be started (%v); install the server binaries with: apt-get install -y postgresql (.ci/deps does this), or set %s to a server URL", err, EnvURL))
 }
 
-// StartT starts a server for one test and stops it when t ends; it skips
-// (or fails, see Unavailable) when no server can be started.
+// StartT starts a server for one test and stops it when t ends; it fails
+// (or skips, see Unavailable) when no server can be started.
 func StartT(t testing.TB) *Server {
 	t.Helper()
 	s, err := Start()
@@ -336,7 +513,7 @@ var (
 )
 
 // Shared returns one server for the whole test binary, started on first
-// use; it skips (or fails) t when none can be started. Call Main from
+// use; it fails (or skips, see Unavailable) t when none can be started. Call Main from
 // TestMain so the server is stopped when the tests end.
 func Shared(t testing.TB) *Server {
 	t.Helper()
