@@ -279,7 +279,7 @@ func TestDisconnectOutcomes(t *testing.T) {
 			if err != nil || d.Revocation != tt.want || d.Conn.ID != c.ID {
 				t.Fatalf("Disconnect = %+v, %v; want %s", d, err, tt.want)
 			}
-			if d.Conn.Token != (vault.TokenSet{}) {
+			if !d.Conn.Token.IsZero() {
 				t.Fatal("the outcome carries token material")
 			}
 			if _, err := r.store.GetConnection(ctx, c.ID); !errors.Is(err, vault.ErrNotFound) {
