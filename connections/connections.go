@@ -180,6 +180,9 @@ func (r Reason) String() string {
 // Message is what the person is told with the connect link.
 func (n NeedsUser) Message() string {
 	name := n.Provider.DisplayName
+	if n.Provider.IsAPIKey() {
+		return keyMessage(n)
+	}
 	switch {
 	case n.Why.Kind == Pending && n.Why.Accepted:
 		return fmt.Sprintf("Finish connecting your %s account in the browser, then retry.", name)
@@ -197,6 +200,10 @@ func (s *Service) Resolve(name string, scopes []string) (*provider.Provider, []s
 	p, err := s.provider(name)
 	if err != nil {
 		return nil, nil, err
+	}
+	if p.IsAPIKey() && len(scopes) > 0 {
+		// A key has no scopes: asking for one could never be satisfied.
+		return nil, nil, &ScopeError{Provider: p, Scope: scopes[0]}
 	}
 	if len(scopes) == 0 {
 		scopes = p.DefaultScopes
@@ -605,7 +612,8 @@ func (s *Service) Export(ctx context.Context, req Request, c vault.Connection) (
 	if err != nil {
 		return Exported{}, err
 	}
-	if !p.SidecarTokenExport {
+	if !p.SidecarTokenExport || p.IsAPIKey() {
+		// An API key is never handed out, whatever the entry says.
 		return Exported{}, ErrExportDisabled
 	}
 	full, err := s.opts.Client.Token(ctx, c.ID)

@@ -32,8 +32,11 @@ type rig struct {
 	store *memstore.Store
 	keys  *vault.Keyring
 	conns *connections.Service
-	audit *bytes.Buffer
-	clock *clock
+	// grants and client are the ones conns uses.
+	grants *binding.Service
+	client *provider.Client
+	audit  *bytes.Buffer
+	clock  *clock
 	// broken answers 500 to every revocation request.
 	broken *httptest.Server
 }
@@ -85,7 +88,7 @@ func newRig(t *testing.T) *rig {
 	doc := "providers:\n" +
 		entry("demo", "    revocation: {style: rfc7009, url: "+srv.URL+"/demo/revoke}\n") +
 		entry("plain", "") +
-		entry("broken", "    revocation: {style: rfc7009, url: "+r.broken.URL+"/revoke}\n")
+		entry("broken", "    revocation: {style: rfc7009, url: "+r.broken.URL+"/revoke}\n") + demoKeysEntry(r.demo)
 	reg, err := provider.ParseProviders("rig", []byte(doc), func(string) string { return "demo-secret-value" })
 	if err != nil {
 		t.Fatal(err)
@@ -94,12 +97,13 @@ func newRig(t *testing.T) *rig {
 	r.store = memstore.New(r.keys)
 	log := slog.New(slog.NewTextHandler(r.audit, nil))
 	rec := telemetry.New(telemetry.Options{Providers: reg.Names(), Audit: log})
-	client, err := provider.New(provider.Options{Store: r.store, Providers: reg, Now: r.clock.Now, Telemetry: rec})
+	r.client, err = provider.New(provider.Options{Store: r.store, Providers: reg, Now: r.clock.Now, Telemetry: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.conns, err = connections.New(connections.Options{Store: r.store, Grants: binding.New(r.store, binding.Options{Now: r.clock.Now}),
-		Client: client, PublicURL: "https://broker.test", Telemetry: rec, Logger: log, Now: r.clock.Now})
+	r.grants = binding.New(r.store, binding.Options{Now: r.clock.Now})
+	r.conns, err = connections.New(connections.Options{Store: r.store, Grants: r.grants,
+		Client: r.client, PublicURL: "https://broker.test", Telemetry: rec, Logger: log, Now: r.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +283,7 @@ func TestDisconnectOutcomes(t *testing.T) {
 			if err != nil || d.Revocation != tt.want || d.Conn.ID != c.ID {
 				t.Fatalf("Disconnect = %+v, %v; want %s", d, err, tt.want)
 			}
-			if d.Conn.Token != (vault.TokenSet{}) {
+			if !d.Conn.Token.IsZero() {
 				t.Fatal("the outcome carries token material")
 			}
 			if _, err := r.store.GetConnection(ctx, c.ID); !errors.Is(err, vault.ErrNotFound) {

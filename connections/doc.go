@@ -21,6 +21,18 @@
 // ErrConnectionGone, and from Call the provider package's typed errors.
 // Describe turns any of them into words fit for a person or a model.
 //
+// # API keys
+//
+// A connection to a type: api_key provider is decided exactly like an
+// OAuth one (Ensure, Resume, Pick, Call, List, Disconnect): the person is
+// asked in the browser (url mode only: a key is never asked for in a form
+// the client renders), Save stores the verified key with the same
+// one-connection-per-account rule, and a key the provider refuses makes
+// the connection needs_reconnect, so the next call asks for a new key.
+// ReplaceKey puts a new key into one existing connection (same account
+// only); Export never hands a key out; Disconnect has nothing to revoke
+// (provider.NotSupported) and the front doors say where to revoke the key.
+//
 // # Decrypting
 //
 // Listing and picking work on metadata (vault.Store.ListConnections opens

@@ -49,6 +49,10 @@ type ScopeError struct {
 }
 
 func (e *ScopeError) Error() string {
+	if e.Provider.IsAPIKey() {
+		return fmt.Sprintf("Scope %s is not allowed for %s: it uses an API key, which has no scopes. Call again without scopes.",
+			untrusted.Quote(e.Scope), e.Provider.Name)
+	}
 	allowed := "the provider's default scopes"
 	if len(e.Provider.AllowedScopes) > 0 {
 		allowed = strings.Join(e.Provider.AllowedScopes, ", ")
@@ -96,9 +100,20 @@ func Describe(err error, p *provider.Provider) string {
 	var se *ScopeError
 	var ae *AccountError
 	var re *provider.RequestError
+	var ke *KeyAccountError
+	var kr *provider.KeyRefusedError
+	var kf *provider.KeyFormatError
 	switch {
-	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae):
+	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae), errors.As(err, &ke):
 		return err.Error()
+	case errors.As(err, &kr):
+		return fmt.Sprintf("The key was refused by %s (%d). Nothing was stored.", name, kr.Status)
+	case errors.As(err, &kf):
+		return kf.Error() + ". Nothing was sent to " + name + " and nothing was stored."
+	case errors.Is(err, provider.ErrNotAToken), errors.Is(err, ErrExportDisabled) && p != nil && p.IsAPIKey():
+		return fmt.Sprintf("%s uses an API key, which is never handed out; use the proxy instead.", name)
+	case errors.Is(err, provider.ErrNeedsReconnect) && p != nil && p.IsAPIKey():
+		return fmt.Sprintf("Your %s key was rejected (revoked or expired at %s); enter a new one.", name, name)
 	case errors.As(err, &re):
 		return "Request refused: " + re.Msg + ". Nothing was sent."
 	case errors.Is(err, ErrRequestExpired):

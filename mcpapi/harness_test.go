@@ -123,6 +123,8 @@ const (
 	// connection; no response or log line may contain it.
 	providerSecret = "gho_PROVIDERSECRET0123456789"
 	refreshSecret  = "ghr_REFRESHSECRET0123456789"
+	// keySecret prefixes every API key of the test key service.
+	keySecret = "mk_KEYSECRET0123456789abcdef"
 )
 
 var epoch = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -146,6 +148,13 @@ type harness struct {
 type harnessOpt func(*Options)
 
 func newHarness(t testing.TB, mods ...harnessOpt) *harness {
+	t.Helper()
+	return newHarnessExtra(t, func(*harness, string) string { return "" }, mods...)
+}
+
+// newHarnessExtra is newHarness with more providers.yaml entries: extra
+// gets the harness (its test provider running) and the echo API's URL.
+func newHarnessExtra(t testing.TB, extra func(h *harness, echoURL string) string, mods ...harnessOpt) *harness {
 	t.Helper()
 	h := &harness{t: t, iss: newTestIssuer(t), clock: &clock{t: epoch}, logs: &logbuf.Buffer{}}
 	h.api = newTestProvider(t)
@@ -188,7 +197,7 @@ func newHarness(t testing.TB, mods ...harnessOpt) *harness {
     client_secret: ${SECRET}
     account: {url: `+echo.URL+`/user, id_field: id}
     api: {base_url: `+echo.URL+`}
-`), func(string) string { return "test-client-secret" })
+`+extra(h, echo.URL)), func(string) string { return "test-client-secret" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,6 +270,20 @@ func newTestProvider(t testing.TB) *testProvider {
 		p.used = append(p.used, id)
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"path":"`+strings.TrimPrefix(r.URL.Path, "/api")+`"}`)
+	})
+	// The key service: X-Api-Key keySecret-<login> is that login's key
+	// until it is killed.
+	mux.HandleFunc("/keysapi/", func(w http.ResponseWriter, r *http.Request) {
+		login, ok := strings.CutPrefix(r.Header.Get("X-Api-Key"), keySecret+"-")
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !ok || p.dead["key:"+login] {
+			http.Error(w, `{"message":"invalid key"}`, http.StatusUnauthorized)
+			return
+		}
+		p.used = append(p.used, "key:"+login)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"id-`+login+`","login":"`+login+`","path":"`+strings.TrimPrefix(r.URL.Path, "/keysapi")+`"}`)
 	})
 	mux.HandleFunc("POST /token", func(w http.ResponseWriter, r *http.Request) {
 		id, _ := strings.CutPrefix(r.PostFormValue("refresh_token"), refreshSecret+"-")

@@ -446,12 +446,15 @@ func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome 
 		o.result.IsError = true
 		return o
 	}
-	switch d.Revocation {
-	case provider.Revoked:
+	switch {
+	case d.Provider.IsAPIKey():
+		out.Message = fmt.Sprintf("Disconnected %s account %s: the key was deleted from the broker. The broker cannot revoke an API key; revoke it at %s as well: %s",
+			name, out.Account, name, d.Provider.APIKey.InstructionsURL)
+	case d.Revocation == provider.Revoked:
 		out.Message = fmt.Sprintf("Disconnected %s account %s: the tokens were revoked at %s and deleted from the broker.", name, out.Account, name)
-	case provider.KeptShared:
+	case d.Revocation == provider.KeptShared:
 		out.Message = fmt.Sprintf("Disconnected %s account %s: the tokens were deleted from the broker but not revoked at %s, because another connection uses the same %s account and revoking would end its access too.", name, out.Account, name, name)
-	case provider.NotConfirmed:
+	case d.Revocation == provider.NotConfirmed:
 		out.Message = fmt.Sprintf("Disconnected %s account %s: %s did not confirm the revocation, so the grant may still be listed in your %s settings; the tokens were deleted from the broker.", name, out.Account, name, name)
 	default:
 		out.Message = fmt.Sprintf("Disconnected %s account %s: %s offers no revocation, so remove the broker's access in your %s settings if you wish; the tokens were deleted from the broker.", name, out.Account, name, name)

@@ -108,6 +108,10 @@ func (f *Flow) handleLanding(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if p.IsAPIKey() {
+		f.keyLanding(w, r, s, g, p)
+		return
+	}
 	conf, _, err := f.opts.Client.OAuthConfig(r.Context(), p, f.redirectURL(p))
 	if err != nil {
 		f.providerUnavailable(w, r, s, p, err)
@@ -181,6 +185,10 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 	default:
 		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "No decision",
 			Message: "The form did not say Approve or Deny. Nothing changed.", Next: "Open the link again and choose."})
+		return
+	}
+	if p.IsAPIKey() {
+		f.keyApproveHere(w, s, p)
 		return
 	}
 	conf, op, err := f.opts.Client.OAuthConfig(r.Context(), p, f.redirectURL(p))

@@ -3,6 +3,7 @@ package oauthflow
 import (
 	"errors"
 	"net/http"
+	"net/url"
 
 	"credbroker/connections"
 	"credbroker/provider"
@@ -32,20 +33,29 @@ func (f *Flow) handleConnections(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := connectionsPage{Chrome: s.chrome(), Notice: notices[r.URL.Query().Get("notice")]}
+	f.keyNotice(&page, r.URL.Query())
 	for _, c := range conns {
 		name := c.Provider
-		if p, ok := f.providers.Lookup(c.Provider); ok {
+		p, known := f.providers.Lookup(c.Provider)
+		if known {
 			name = p.DisplayName
 		}
+		key := known && p.IsAPIKey()
 		status := "Active"
-		if c.Status == vault.StatusNeedsReconnect {
+		switch {
+		case c.Status == vault.StatusNeedsReconnect && key:
+			status = "Key rejected: replace it"
+		case c.Status == vault.StatusNeedsReconnect:
 			status = "Needs reconnecting"
+		}
+		lastUsed := "never"
+		if !c.LastUsed.IsZero() {
+			lastUsed = c.LastUsed.UTC().Format("2006-01-02 15:04 UTC")
 		}
 		row := connectionRow{
 			ID: c.ID, Provider: name, Account: connections.AccountName(c), Scopes: c.Scopes, Status: status,
-			Created: c.Created.UTC().Format("2006-01-02 15:04 UTC"),
+			Created: c.Created.UTC().Format("2006-01-02 15:04 UTC"), LastUsed: lastUsed, Key: key,
 		}
-		p, _ := f.providers.Lookup(c.Provider)
 		row.NoRefresh = c.Status != vault.StatusNeedsReconnect && connections.MissingRefreshToken(p, c)
 		if !c.RefreshExpires.IsZero() {
 			row.RefreshExpires = c.RefreshExpires.UTC().Format("2006-01-02 15:04 UTC")
@@ -72,6 +82,9 @@ func (f *Flow) handleDisconnect(w http.ResponseWriter, r *http.Request) {
 		f.redirectNotice(w, r, "not_found")
 	case err != nil:
 		f.fail(w, r, s, http.StatusInternalServerError, "disconnect", err)
+	case d.Provider.IsAPIKey():
+		// Nothing to revoke remotely: say so, with where to revoke it.
+		f.redirectNotice(w, r, noticeKeyDeleted+"&provider="+url.QueryEscape(d.Provider.Name))
 	default:
 		f.redirectNotice(w, r, string(d.Revocation))
 	}

@@ -16,15 +16,26 @@
 //	GET  /oauth/{provider}/callback       provider callback: flow cookie state (constant time),
 //	                                      re-verify principal, exchange code, find account, store
 //	                                      the encrypted connection, complete the grant (single use)
+//	POST /connect/{grant}/key             API-key providers: the key entry form (CSRF), after the same
+//	                                      landing (GET /connect/{grant} shows it instead of consent):
+//	                                      re-check the person, pattern checks (nothing sent on a
+//	                                      mismatch), the provider's verify request, store sealed,
+//	                                      complete the grant; deny declines
 //	GET  /connections                     the signed-in user's connections
 //	POST /connections/{id}/disconnect     connections.DisconnectID: revoke at the provider (when
 //	                                      supported), then delete (CSRF); the page names the outcome
+//	GET  /connections/{id}/key            "Replace key": the entry form for one API-key connection
+//	POST /connections/{id}/key            verify the new key, store it in the same connection (same
+//	                                      account only; CSRF)
 //	POST /logout                          end the broker session (CSRF)
 //	GET  /static/                         the embedded CSS
 //
 // The consent page's buttons are a stable contract for automation:
 // <button type="submit" name="decision" value="approve"> and value="deny",
-// inside a POST form that carries a hidden csrf field.
+// inside a POST form that carries a hidden csrf field. The key entry page
+// keeps the same buttons (approve submits the key) and names its inputs
+// field.<name> (secret ones type=password, autocomplete=off, maxlength).
+// No page shows an entered key, and none is logged.
 //
 // Cookies (securecookie: AES-256 + HMAC-SHA256 with keys derived from the
 // broker's key ring, all ring keys accepted for rotation; HttpOnly,

@@ -146,6 +146,9 @@ func (f *Flow) tokenCtx(ctx context.Context) context.Context {
 func (f *Flow) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /connect/{grant}", f.handleLanding)
 	mux.Handle("POST /connect/{grant}", f.cop.Handler(http.HandlerFunc(f.handleDecision)))
+	mux.Handle("POST /connect/{grant}/key", f.cop.Handler(http.HandlerFunc(f.handleKeySubmit)))
+	mux.HandleFunc("GET /connections/{id}/key", f.handleReplaceKeyPage)
+	mux.Handle("POST /connections/{id}/key", f.cop.Handler(http.HandlerFunc(f.handleReplaceKey)))
 	mux.HandleFunc("GET /auth/callback", f.handleLoginCallback)
 	mux.HandleFunc("GET /oauth/{provider}/callback", f.handleProviderCallback)
 	mux.HandleFunc("GET /connections", f.handleConnections)

@@ -17,6 +17,7 @@ import (
 
 	"credbroker/binding"
 	"credbroker/connections"
+	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/fakeprovider"
@@ -43,7 +44,7 @@ type harness struct {
 	srv    *httptest.Server
 	mux    *http.ServeMux
 	flow   *Flow
-	store  *memstore.Store
+	store  vault.Store
 	grants *binding.Service
 	client *provider.Client
 	conns  *connections.Service
@@ -51,6 +52,7 @@ type harness struct {
 	logs   *logbuf.Buffer
 	gh     *fakeprovider.GitHub
 	google *fakeprovider.Google
+	demo   *demoprovider.Provider // the demo-keys service (apikey_test.go)
 	// hold makes the broker's server record provider callbacks in held
 	// instead of serving them.
 	hold   atomic.Bool
@@ -69,6 +71,13 @@ const brokerClientSecret = "broker-client-secret-value"
 // newHarness starts the IdP and the broker; providers receives the harness
 // (IdP and broker server running) and returns providers.yaml text plus the env for its references.
 func newHarness(t testing.TB, providers func(h *harness) (string, map[string]string)) *harness {
+	t.Helper()
+	return newHarnessStore(t, providers, nil)
+}
+
+// newHarnessStore is newHarness on the store openStore opens with the
+// harness's key ring (nil: an encrypted in-memory store).
+func newHarnessStore(t testing.TB, providers func(h *harness) (string, map[string]string), openStore func(testing.TB, *vault.Keyring) vault.Store) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: &testClock{}, logs: &logbuf.Buffer{}}
 	h.idp = devidptest.Start(t, nil, nil)
@@ -99,7 +108,11 @@ func newHarness(t testing.TB, providers func(h *harness) (string, map[string]str
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.store = memstore.New(kr)
+	if openStore == nil {
+		h.store = memstore.New(kr)
+	} else {
+		h.store = openStore(t, kr)
+	}
 	h.grants = binding.New(h.store, binding.Options{Now: h.clock.Now})
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rec := telemetry.New(telemetry.Options{Providers: reg.Names(), Audit: log})

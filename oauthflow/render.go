@@ -12,7 +12,7 @@ import (
 )
 
 // pageNames are the templates parsed at start-up, each with layout.html.
-var pageNames = []string{"consent", "mismatch", "done", "denied", "error", "connections", "signedout"}
+var pageNames = []string{"consent", "mismatch", "done", "denied", "error", "connections", "signedout", "keyentry"}
 
 func parsePages(fsys fs.FS) (map[string]*template.Template, error) {
 	pages := make(map[string]*template.Template, len(pageNames))
@@ -84,18 +84,23 @@ type errorPage struct {
 }
 
 type connectionRow struct {
-	ID, Provider, Account, Status, Created string
-	Scopes                                 []string
+	ID, Provider, Account, Status, Created, LastUsed string
+	Scopes                                           []string
 	// RefreshExpires is when the refresh token expires ("" when the
 	// provider did not say); NoRefresh as on donePage.
 	RefreshExpires string
 	NoRefresh      bool
+	// Key: an API-key connection (Replace key instead of scopes).
+	Key bool
 }
 
 type connectionsPage struct {
-	Chrome      chrome
-	Notice      string
-	Connections []connectionRow
+	Chrome chrome
+	Notice string
+	// NoticeLink (with NoticeLinkText) follows the notice: where to revoke
+	// a deleted API key at its provider.
+	NoticeLink, NoticeLinkText string
+	Connections                []connectionRow
 }
 
 type signedOutPage struct{ Chrome chrome }

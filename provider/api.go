@@ -369,6 +369,10 @@ func (k *Client) prepareOn(p *Provider, base APIBase, req APIRequest) (*url.URL,
 // again: a 401 to a token with no refresh token (a GitHub OAuth app token
 // revoked by its owner, or unused for a year), or a 401 again right after
 // a refresh.
+//
+// For an api_key provider the stored key is injected as the entry's
+// inject says, every secret field is redacted from the answer, and a 401
+// marks the connection needs_reconnect and returns ErrNeedsReconnect.
 func (k *Client) Do(ctx context.Context, id string, req APIRequest) (APIResponse, error) {
 	conn, err := k.opts.Store.GetConnection(ctx, id)
 	if err != nil {
@@ -382,10 +386,13 @@ func (k *Client) Do(ctx context.Context, id string, req APIRequest) (APIResponse
 	if err != nil {
 		return APIResponse{}, err
 	}
+	if p.IsAPIKey() {
+		return k.doKey(ctx, p, base, conn, req.Method, u, hdr, req.Body)
+	}
 	if conn, err = k.usable(ctx, conn); err != nil {
 		return APIResponse{}, err
 	}
-	resp, err := k.send(ctx, p, base, conn, req.Method, u, hdr, req.Body)
+	resp, err := k.send(ctx, p, base, bearerCredential(conn), req.Method, u, hdr, req.Body)
 	if err != nil || resp.Status != http.StatusUnauthorized || !conn.Token.Expiry.IsZero() && !k.opts.Now().Before(conn.Token.Expiry) {
 		return resp, err
 	}
@@ -403,7 +410,7 @@ func (k *Client) Do(ctx context.Context, id string, req APIRequest) (APIResponse
 	if fresh.Token.AccessToken == conn.Token.AccessToken {
 		return resp, nil
 	}
-	if resp, err = k.send(ctx, p, base, fresh, req.Method, u, hdr, req.Body); err != nil {
+	if resp, err = k.send(ctx, p, base, bearerCredential(fresh), req.Method, u, hdr, req.Body); err != nil {
 		return APIResponse{}, err
 	}
 	if resp.Status == http.StatusUnauthorized {
@@ -425,19 +432,36 @@ func (k *Client) refused(ctx context.Context, c vault.Connection, log *slog.Logg
 	return err
 }
 
+// credential is what goes on an API request on a connection's behalf:
+// set puts it on the request's headers; forms are the byte strings the
+// answer is scrubbed of (the secrets in the encodings an echo would use).
+type credential struct {
+	set   func(h http.Header)
+	forms [][]byte
+}
+
+// bearerCredential is an OAuth connection's access token.
+func bearerCredential(conn vault.Connection) credential {
+	tt := conn.Token.TokenType
+	if tt == "" || strings.EqualFold(tt, "bearer") {
+		tt = "Bearer"
+	}
+	at := conn.Token.AccessToken.Reveal()
+	return credential{
+		set:   func(h http.Header) { h.Set("Authorization", tt+" "+at) },
+		forms: secretForms(at),
+	}
+}
+
 // send performs one upstream request and reads the capped answer.
-func (k *Client) send(ctx context.Context, p *Provider, api APIBase, conn vault.Connection, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
+func (k *Client) send(ctx context.Context, p *Provider, api APIBase, cred credential, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
 	base, _ := url.Parse(api.URL)
 	hreq, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return APIResponse{}, reqErrorf("the request could not be built")
 	}
 	hreq.Header = hdr.Clone()
-	tt := conn.Token.TokenType
-	if tt == "" || strings.EqualFold(tt, "bearer") {
-		tt = "Bearer"
-	}
-	hreq.Header.Set("Authorization", tt+" "+conn.Token.AccessToken.Reveal())
+	cred.set(hreq.Header)
 	// An answer must be read to be redacted: ask for it uncompressed (and
 	// keep Go's transport from decompressing behind our back).
 	hreq.Header.Set("Accept-Encoding", "identity")
@@ -469,7 +493,7 @@ func (k *Client) send(ctx context.Context, p *Provider, api APIBase, conn vault.
 	// message) must not hand the token back to the caller, in any of the
 	// encodings an echo is likely to use. A token starting before the cap
 	// is read whole so it is redacted whole, then the body is cut.
-	forms := secretForms(conn.Token.AccessToken.Reveal())
+	forms := cred.forms
 	longest := 0
 	for _, f := range forms {
 		longest = max(longest, len(f))

@@ -81,6 +81,13 @@ type providerSpec struct {
 	// SidecarTokenExport lets the sidecar API hand this provider's access
 	// tokens to co-located servers (POST /v1/token). Off by default.
 	SidecarTokenExport bool `yaml:"sidecar_token_export"`
+
+	// type: api_key entries (see apikey.go).
+	Instructions    string         `yaml:"instructions"`
+	InstructionsURL string         `yaml:"instructions_url"`
+	Fields          []keyFieldSpec `yaml:"fields"`
+	Inject          *injectSpec    `yaml:"inject"`
+	Verify          *verifySpec    `yaml:"verify"`
 }
 
 type accountSpec struct {
@@ -178,6 +185,8 @@ type Provider struct {
 	// RevocationDisabled: style none (an OIDC provider's discovered
 	// revocation_endpoint is not used either).
 	RevocationDisabled bool
+	// APIKey describes a TypeAPIKey entry (nil for OAuth providers).
+	APIKey *APIKey
 }
 
 // APIBase is one API base URL of a provider with its allow-list.
@@ -310,7 +319,14 @@ func ParseProviders(name string, data []byte, getenv func(string) string) (*Regi
 		perr := func(key, format string, args ...any) {
 			addf(lineOf(key), "%s: %s", pname, fmt.Sprintf(format, args...))
 		}
-		p, ok := validateProvider(pname, spec, getenv, perr)
+		var p *Provider
+		var ok bool
+		if spec.Type == TypeAPIKey {
+			p, ok = validateAPIKeyProvider(pname, spec, pn, line, addf)
+		} else {
+			p, ok = validateProvider(pname, spec, getenv, perr)
+			ok = noAPIKeyKeys(pn, perr) && ok
+		}
 		if !providerNameRE.MatchString(pname) {
 			addf(line, "provider name %q: use 1-32 lowercase letters, digits, '-' or '_', starting with a letter", pname)
 			ok = false
@@ -404,9 +420,9 @@ func (v *specCheck) endpoints(p *Provider, s providerSpec) {
 		p.AuthURL = v.url("authorization_url", s.AuthorizationURL, false)
 		p.TokenURL = v.url("token_url", s.TokenURL, false)
 	case "":
-		v.fail("type", "type is required (%q or %q)", TypeOAuth2, TypeOIDC)
+		v.fail("type", "type is required (%q, %q or %q)", TypeOAuth2, TypeOIDC, TypeAPIKey)
 	default:
-		v.fail("type", "type %q: want %q or %q", s.Type, TypeOAuth2, TypeOIDC)
+		v.fail("type", "type %q: want %q, %q or %q", s.Type, TypeOAuth2, TypeOIDC, TypeAPIKey)
 	}
 	switch s.TokenAuth {
 	case "", "client_secret_basic":

@@ -224,6 +224,7 @@ func FuzzParseProviders(f *testing.F) {
 	f.Add([]byte("providers:\n  x: {type: oidc, issuer: 'https://i', client_id: a, client_secret: ${A}, hosted_domain: a.b,\n" +
 		"    scope_aliases: {e: [l, m]}, scope_implies: {r: [p, e]},\n" +
 		"    api: {base_url: 'https://a', hosts: [{base_url: 'https://b/x', allowed_paths: [GET /y]}]}, revocation: {style: rfc7009}}\n"))
+	f.Add([]byte(keyProvidersDoc("http://127.0.0.1:1")))
 	getenv := env(map[string]string{"ACME_SECRET": "s", "A": "a", "GITHUB_CLIENT_ID": "i", "GITHUB_CLIENT_SECRET": "s", "GOOGLE_CLIENT_ID": "i", "GOOGLE_CLIENT_SECRET": "s"})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 1<<16 {
@@ -239,8 +240,12 @@ func FuzzParseProviders(f *testing.F) {
 		}
 		for _, n := range reg.Names() {
 			p, ok := reg.Lookup(n)
-			if !ok || p.ClientID == "" {
+			if !ok || !p.IsAPIKey() && p.ClientID == "" {
 				t.Fatalf("accepted provider %q is incomplete: %+v", n, p)
+			}
+			if a := p.APIKey; p.IsAPIKey() && (len(a.Fields) == 0 || a.VerifyPath == "" || a.AccountID.IsZero() ||
+				a.Header == "" && a.BasicPass.Empty() || p.APIBaseURL == "" || checkEndpoint(a.InstructionsURL) != nil) {
+				t.Fatalf("accepted api_key provider %q is incomplete: %+v", n, a)
 			}
 			urls := []string{p.AuthURL, p.TokenURL, p.Issuer, p.AccountURL, p.APIBaseURL,
 				strings.ReplaceAll(p.RevocationURL, "{client_id}", "c"), strings.ReplaceAll(p.RevocationTokenURL, "{client_id}", "c")}

@@ -47,4 +47,21 @@
 // before anything is stored, and MissingScopes also counts what
 // scope_implies says a granted scope includes (GitHub's repo covers
 // public_repo).
+//
+// # API keys
+//
+// A `type: api_key` entry (apikey.go) is a service without OAuth for
+// individuals. Its entry page's fields (secret or not, with a pattern and
+// a length cap), how the credential is injected (a header template such
+// as "Authorization: Bearer {api_key}", or basic authentication from
+// templates) and the verify request (a path under the API base, and JSON
+// pointers to the account's id and login) are validated like the rest of
+// the catalogue. VerifyKey checks what a person entered (nothing is sent
+// when a check fails), then sends the verify request and answers the
+// account with the entered fields as the token set (vault.TokenSet.Fields)
+// for the connections layer to seal. Do injects the stored fields, redacts
+// every secret field and the composed header or basic-auth value from the
+// answer in every encoding, and turns a 401 into needs_reconnect. There
+// is no refresh, no revocation at the provider, and Token refuses to hand
+// an API key out (ErrNotAToken).
 package provider

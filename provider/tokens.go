@@ -175,11 +175,15 @@ func (k *Client) fresh(c vault.Connection) bool {
 
 // Token returns connection id with an access token that is usable now,
 // refreshing first when it expires within the refresh margin. The result
-// holds token material: never log or return it to a client.
+// holds token material: never log or return it to a client. An API-key
+// connection has no token to give: ErrNotAToken.
 func (k *Client) Token(ctx context.Context, id string) (vault.Connection, error) {
 	c, err := k.opts.Store.GetConnection(ctx, id)
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("provider: connection %s: %w", id, err)
+	}
+	if isKeyConnection(c) {
+		return vault.Connection{}, ErrNotAToken
 	}
 	return k.usable(ctx, c)
 }

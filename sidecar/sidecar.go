@@ -710,7 +710,12 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	if !providerAllowed(w, r, in.Provider) {
 		return
 	}
-	if p, ok := s.opts.Connections.Providers().Lookup(in.Provider); ok && !p.SidecarTokenExport {
+	if p, ok := s.opts.Connections.Providers().Lookup(in.Provider); ok && p.IsAPIKey() {
+		s.log.Warn("sidecar: token export refused", "event", "token_export_refused", "provider", p.Name, "server", who(r).caller.Name)
+		writeError(w, http.StatusForbidden, "token_export_disabled",
+			fmt.Sprintf("%s uses an API key, which is never handed out; use /v1/proxy/%s/…", p.DisplayName, p.Name), nil)
+		return
+	} else if ok && !p.SidecarTokenExport {
 		s.log.Warn("sidecar: token export refused", "event", "token_export_refused", "provider", p.Name, "server", who(r).caller.Name)
 		writeError(w, http.StatusForbidden, "token_export_disabled",
 			fmt.Sprintf("handing out %s tokens is disabled; use /v1/proxy/%s/… (an operator can set sidecar_token_export: true in providers.yaml)", p.DisplayName, p.Name), nil)

@@ -586,3 +586,64 @@ func TestSidecarLogMessagesReadable(t *testing.T) {
 		t.Error("the rejected token was logged")
 	}
 }
+
+// TestSidecarAPIKey: a demo-keys connection works through the sidecar as
+// an OAuth one does (require, url elicitation, retry, proxy with the key
+// injected), is never exported by /v1/token, and a 401 to the stored key
+// is needs_reconnect until a new key is entered. No answer or log line
+// carries a key.
+func TestSidecarAPIKey(t *testing.T) {
+	st := sidecartest.Start(t, sidecartest.Options{DemoKeys: true, Export: true})
+	ctx := context.Background()
+	sc, err := client.New(st.URL, st.Secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := st.UserToken("alice", "")
+	var seen bytes.Buffer
+	keys := client.RequireRequest{Provider: "demo-keys"}
+	rr, err := sc.Require(ctx, alice, keys)
+	if err != nil || rr.Status != "input_required" || rr.InputRequest.Params.Mode != "url" || !strings.Contains(rr.InputRequest.Params.Message, "enter your Demo keys key there") {
+		t.Fatalf("require: %+v %v", rr, err)
+	}
+	conn := st.CompleteKeyConnect(rr.InputRequest.Params.URL, "alice", "alice-demo")
+	retry := keys
+	retry.RequestState = rr.RequestState
+	rr2, err := sc.Require(ctx, alice, retry)
+	if err != nil || rr2.Status != "connected" || rr2.Connection.ID != conn.ID || rr2.Connection.Account != "alice-demo" {
+		t.Fatalf("retry: %+v %v", rr2, err)
+	}
+	resp, err := sc.Do(ctx, alice, "demo-keys", client.Request{Path: "/me"})
+	if err != nil || resp.Status != 200 || !strings.Contains(string(resp.Body), `"login":"alice-demo"`) {
+		t.Fatalf("proxy: %+v %v", resp, err)
+	}
+	seen.Write(resp.Body)
+	// Never exported, whatever the request says.
+	if _, err := sc.Token(ctx, alice, "demo-keys", ""); !isCode(err, "token_export_disabled") {
+		t.Fatalf("export of an API key: %v", err)
+	}
+	status, body := raw(t, st, http.MethodPost, "/v1/token", st.Secret, alice, `{"provider":"demo-keys"}`)
+	seen.WriteString(body)
+	if status != http.StatusForbidden || !strings.Contains(body, "never handed out") {
+		t.Fatalf("export: HTTP %d %s", status, body)
+	}
+	// The key is replaced at the provider: 401 → needs_reconnect.
+	if _, err := st.Demo.RotateKey("alice-demo"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.Do(ctx, alice, "demo-keys", client.Request{Path: "/me"}); !isCode(err, "needs_reconnect") {
+		t.Fatalf("proxy with a rejected key: %v", err)
+	}
+	rr3, err := sc.Require(ctx, alice, keys)
+	if err != nil || rr3.Status != "input_required" || !strings.Contains(rr3.InputRequest.Params.Message, "key was rejected; enter a new one") {
+		t.Fatalf("require after a 401: %+v %v", rr3, err)
+	}
+	if again := st.CompleteKeyConnect(rr3.InputRequest.Params.URL, "alice", "alice-demo"); again.ID != conn.ID {
+		t.Fatalf("a new key made connection %s, want %s", again.ID, conn.ID)
+	}
+	if resp, err = sc.Do(ctx, alice, "demo-keys", client.Request{Path: "/me"}); err != nil || resp.Status != 200 {
+		t.Fatalf("proxy with the new key: %+v %v", resp, err)
+	}
+	st.CheckNoTokens("logs", st.Logs.String()+st.AuditLog.String())
+	st.CheckNoTokens("answers", seen.String())
+}

@@ -41,6 +41,9 @@ type tokenPlain struct {
 	TokenType    string    `json:"tt,omitempty"`
 	Expiry       time.Time `json:"exp,omitzero"`
 	IDToken      string    `json:"idt,omitempty"`
+	// Fields are an API-key connection's entered values; absent in
+	// records written before API keys existed, which open as before.
+	Fields map[string]string `json:"f,omitempty"`
 }
 
 const recordV1 = 1
@@ -70,6 +73,19 @@ func EncodeConnection(kr *Keyring, c Connection) ([]byte, error) {
 	if err := validUTF8(c.Scopes...); err != nil {
 		return nil, fmt.Errorf("vault: connection %q: scopes: %w", c.ID, err)
 	}
+	var fields map[string]string
+	if len(c.Token.Fields) > 0 {
+		fields = make(map[string]string, len(c.Token.Fields))
+		for k, v := range c.Token.Fields {
+			if k == "" {
+				return nil, fmt.Errorf("vault: connection %q: token field without a name", c.ID)
+			}
+			if err := validUTF8(k, v.Reveal()); err != nil {
+				return nil, fmt.Errorf("vault: connection %q: token field: %w", c.ID, err)
+			}
+			fields[k] = v.Reveal()
+		}
+	}
 	r := connRecord{
 		V: recordV1, ID: c.ID, Issuer: c.Principal.Issuer, Subject: c.Principal.Subject,
 		Provider: c.Provider, AccountID: c.AccountID, AccountLogin: c.AccountLogin,
@@ -80,6 +96,7 @@ func EncodeConnection(kr *Keyring, c Connection) ([]byte, error) {
 	pt, err := json.Marshal(tokenPlain{
 		AccessToken: c.Token.AccessToken.Reveal(), RefreshToken: c.Token.RefreshToken.Reveal(),
 		TokenType: c.Token.TokenType, Expiry: c.Token.Expiry, IDToken: c.Token.IDToken.Reveal(),
+		Fields: fields,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("vault: encode tokens: %w", err)
@@ -140,6 +157,13 @@ func DecodeConnection(kr *Keyring, b []byte) (Connection, error) {
 	if err != nil {
 		return Connection{}, fmt.Errorf("vault: connection %s: decode tokens: %w", r.ID, err)
 	}
+	var fields map[string]Secret
+	if len(tp.Fields) > 0 {
+		fields = make(map[string]Secret, len(tp.Fields))
+		for k, v := range tp.Fields {
+			fields[k] = Secret(v)
+		}
+	}
 	return Connection{
 		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject},
 		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
@@ -150,6 +174,7 @@ func DecodeConnection(kr *Keyring, b []byte) (Connection, error) {
 		Token: TokenSet{
 			AccessToken: Secret(tp.AccessToken), RefreshToken: Secret(tp.RefreshToken),
 			TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: Secret(tp.IDToken),
+			Fields: fields,
 		},
 	}, nil
 }
@@ -359,7 +384,7 @@ func ApplyConnectionMetaUpdate(rec []byte, id string, fn func(Connection) (Conne
 	if err != nil {
 		return nil, Connection{}, err
 	}
-	if nc.Token != (TokenSet{}) {
+	if !nc.Token.IsZero() {
 		return nil, Connection{}, fmt.Errorf("vault: metadata update of connection %s set token material; use UpdateConnection", id)
 	}
 	if err := validUTF8(nc.AccountLogin, string(nc.Status)); err != nil {

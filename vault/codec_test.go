@@ -24,7 +24,7 @@ func TestDecodePrincipalConnections(t *testing.T) {
 	if err != nil || len(got) != 2 || got[0].ID != "c1" || got[1].AccountID != "c2" || got[1].SealedWith != kr.Primary() {
 		t.Fatalf("got %v %v", got, err)
 	}
-	if got[0].Token != (TokenSet{}) || kr.Opens() != opens {
+	if !got[0].Token.IsZero() || kr.Opens() != opens {
 		t.Fatalf("a listing decrypted token sets (%d opens)", kr.Opens()-opens)
 	}
 	// An index entry that leads to someone else's record is corruption.

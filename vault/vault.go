@@ -3,6 +3,7 @@ package vault
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 )
@@ -54,6 +55,28 @@ type TokenSet struct {
 	TokenType    string    `json:"-"`
 	Expiry       time.Time `json:"-"`
 	IDToken      Secret    `json:"-"`
+	// Fields are the values a person entered for an API-key connection
+	// (field name → value, e.g. "api_key", or "email" and "api_token"),
+	// sealed with the rest; nil for OAuth connections.
+	Fields map[string]Secret `json:"-"`
+}
+
+// IsZero reports whether t holds no token material at all.
+func (t TokenSet) IsZero() bool {
+	return t.AccessToken == "" && t.RefreshToken == "" && t.TokenType == "" && t.Expiry.IsZero() &&
+		t.IDToken == "" && len(t.Fields) == 0
+}
+
+// Equal reports whether t and o hold the same token material.
+func (t TokenSet) Equal(o TokenSet) bool {
+	return t.AccessToken == o.AccessToken && t.RefreshToken == o.RefreshToken && t.TokenType == o.TokenType &&
+		t.Expiry.Equal(o.Expiry) && t.IDToken == o.IDToken && maps.Equal(t.Fields, o.Fields)
+}
+
+// Clone returns a copy of t whose Fields map is its own.
+func (t TokenSet) Clone() TokenSet {
+	t.Fields = maps.Clone(t.Fields)
+	return t
 }
 
 // Connection links a principal to one account at one provider.
@@ -89,6 +112,7 @@ type Connection struct {
 // Clone returns a deep copy of c.
 func (c Connection) Clone() Connection {
 	c.Scopes = slices.Clone(c.Scopes)
+	c.Token = c.Token.Clone()
 	return c
 }
 

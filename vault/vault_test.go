@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"os"
 	"testing"
 
 	"credbroker/vault"
@@ -59,8 +60,17 @@ func withTokens(t *testing.T, m map[string]any, ct []byte) []byte {
 }
 
 func TestCodecTamperEveryByte(t *testing.T) {
+	for name, c := range map[string]vault.Connection{
+		"oauth":   vaulttest.Conn("c1", alice, "github", "1"),
+		"api key": vaulttest.KeyConn("k1", alice, "jira", "1"),
+	} {
+		t.Run(name, func(t *testing.T) { tamperEveryByte(t, c) })
+	}
+}
+
+func tamperEveryByte(t *testing.T, c vault.Connection) {
 	kr := fuzzKeyring(t)
-	rec, err := vault.EncodeConnection(kr, vaulttest.Conn("c1", alice, "github", "1"))
+	rec, err := vault.EncodeConnection(kr, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +89,32 @@ func TestCodecTamperEveryByte(t *testing.T) {
 	for n := range len(ct) {
 		_, err := vault.DecodeConnection(kr, withTokens(t, m, ct[:n]))
 		wantCryptoErr(t, err)
+	}
+}
+
+// TestCodecOpensRecordsWrittenBeforeKeyFields: a record sealed by the
+// codec before API-key fields existed (testdata, written with the fixed
+// fuzz key) still opens, with its tokens and no fields, and re-encodes.
+func TestCodecOpensRecordsWrittenBeforeKeyFields(t *testing.T) {
+	kr := fuzzKeyring(t)
+	rec, err := os.ReadFile("testdata/connection-before-key-fields.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := vault.DecodeConnection(kr, bytes.TrimSpace(rec))
+	if err != nil {
+		t.Fatalf("an old record does not open: %v", err)
+	}
+	want := vaulttest.Conn("old1", alice, "github", "1")
+	if !c.Token.Equal(want.Token) || c.Token.Fields != nil || c.AccountLogin != want.AccountLogin {
+		t.Fatalf("old record opened as %+v", c)
+	}
+	again, err := vault.EncodeConnection(kr, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2, err := vault.DecodeConnection(kr, again); err != nil || !c2.Token.Equal(want.Token) {
+		t.Fatalf("re-encoded old record: %v", err)
 	}
 }
 

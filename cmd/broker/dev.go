@@ -59,6 +59,21 @@ const devProvidersYAML = `providers:
     revocation:
       style: rfc7009
       url: {{BASE}}/revoke
+  demo-keys:
+    display_name: Demo keys
+    type: api_key
+    instructions: >-
+      The demo provider's key page shows an API key for each demo account.
+      Copy the key of your demo account (alice-demo or bob-demo) and paste it here.
+    instructions_url: {{BASE}}/keys
+    fields:
+      - {name: api_key, label: API key, secret: true, pattern: '` + demoprovider.KeyPattern + `'}
+    inject:
+      header: "X-Api-Key: {api_key}"
+    verify: {path: /me, account_id: /id, account_login: /login}
+    api:
+      base_url: {{BASE}}/keys-api
+      allowed_paths: [GET /me]
 `
 
 // devSidecarAddr is where broker dev serves the sidecar API unless told
@@ -345,7 +360,7 @@ credbroker development mode (loopback only; not for real accounts)
   MCP endpoint      %[1]s/mcp
   my connections    %[1]s/connections
   identity provider %[1]s%[2]s   users: alice / alice, bob / bob
-  demo provider     %[1]s%[3]s
+  demo provider     %[1]s%[3]s   (API keys of demo-keys: %[1]s%[3]s/keys)
   data              %[4]s (keys: %[5]s)
 `, base, devIdPPath, devProviderPath, dbPath, keysPath)
 	if side.url != "" {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"credbroker/binding"
+	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/fakeprovider"
@@ -41,6 +42,7 @@ type opsStack struct {
 	srv   *httptest.Server
 	idp   *devidp.IdP
 	gh    *fakeprovider.GitHub
+	demo  *demoprovider.Provider // its demo-keys API-key service
 	logs  *logbuf.Buffer
 	store vault.Store
 
@@ -107,6 +109,15 @@ func newOpsStack(t *testing.T) *opsStack {
 	s.gh = fakeprovider.NewGitHub(t, fakeprovider.Options{ClientID: "gh-ops", ClientSecret: opsGHSecret,
 		RedirectURIs: []string{s.srv.URL + "/oauth/github/callback"}})
 	gh := s.gh.URL()
+	demoMux := http.NewServeMux()
+	demoSrv := httptest.NewServer(demoMux)
+	t.Cleanup(demoSrv.Close)
+	var err error
+	s.demo, err = demoprovider.New(demoprovider.Options{BaseURL: demoSrv.URL + "/demo", ClientID: "unused", RedirectURIs: []string{demoSrv.URL + "/unused"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	demoMux.Handle("/demo/", s.demo.Handler())
 	doc := `providers:
   github:
     display_name: GitHub
@@ -121,6 +132,15 @@ func newOpsStack(t *testing.T) *opsStack {
     account: {url: ` + gh + `/user, id_field: id, login_field: login}
     api: {base_url: ` + gh + `}
     revocation: {style: github_grant, url: "` + gh + `/applications/{client_id}/grant"}
+  demo-keys:
+    display_name: Demo keys
+    type: api_key
+    instructions: Copy your demo account's key from the demo provider's key page.
+    instructions_url: ` + s.demo.KeysURL() + `
+    fields: [{name: api_key, label: API key, secret: true, pattern: '` + demoprovider.KeyPattern + `'}]
+    inject: {header: "X-Api-Key: {api_key}"}
+    verify: {path: /me, account_id: /id, account_login: /login}
+    api: {base_url: ` + s.demo.KeysAPIBase() + `, allowed_paths: [GET /me]}
 `
 	reg, err := provider.ParseProviders("ops-providers.yaml", []byte(doc), func(k string) string {
 		if k == "GH_SECRET" {
@@ -793,4 +813,110 @@ func TestGracefulShutdown(t *testing.T) {
 	if !strings.Contains(d.Stderr(), "shutting down") {
 		t.Errorf("no shutdown message in:\n%s", d.Stderr())
 	}
+}
+
+// TestOperateAPIKeyFlow runs the API-key flow through the whole broker as
+// serve mounts it (bolt, JSON logs at debug level behind the redacting
+// handler): connect_account for demo-keys, a wrong key and then the right
+// one on the entry page, the retry, provider_request, a key replaced at
+// the provider (needs_reconnect, re-elicitation, a new key), disconnect.
+// Every API key used, and the usual secrets, are then grepped for in the
+// log, the MCP answers and the pages; the audit trail is checked.
+func TestOperateAPIKeyFlow(t *testing.T) {
+	refuseDefault(t)
+	s := newOpsStack(t)
+	alice := s.bearer("alice")
+	for _, a := range demoprovider.Accounts() {
+		s.secret(s.demo.APIKey(a.Login), "API key of "+a.Login)
+	}
+	wrong := "demo_" + strings.Repeat("W", 43)
+	s.secret(wrong, "API key typed wrong")
+	var seen strings.Builder
+	call := func(tool string, args, extra map[string]any) mcpAnswer {
+		a := s.call(alice, tool, args, extra)
+		seen.WriteString(a.Raw)
+		return a
+	}
+	page := func(p page) page {
+		seen.WriteString(p.body)
+		return p
+	}
+	keysArgs := map[string]any{"provider": "demo-keys"}
+	me := map[string]any{"provider": "demo-keys", "method": "GET", "path": "/me"}
+
+	first := call("connect_account", keysArgs, nil)
+	link := s.link(first)
+	br := s.browser()
+	p := page(br.signIn(br.get(link), "alice"))
+	if !strings.Contains(p.body, `type="password" name="field.api_key"`) {
+		t.Fatalf("no key entry form (HTTP %d):\n%s", p.status, p.body)
+	}
+	p = page(br.submit(p, "/key", url.Values{"decision": {"approve"}, "field.api_key": {wrong}}))
+	if p.status != http.StatusBadRequest || !strings.Contains(p.body, "refused by Demo keys (401)") {
+		t.Fatalf("wrong key: HTTP %d\n%s", p.status, p.body)
+	}
+	p = page(br.submit(br.get(link), "/key", url.Values{"decision": {"approve"}, "field.api_key": {s.demo.APIKey("alice-demo")}}))
+	if !strings.Contains(p.body, "Connected") {
+		t.Fatalf("right key: HTTP %d\n%s", p.status, p.body)
+	}
+	retry := call("connect_account", keysArgs, map[string]any{"requestState": first.Result.RequestState,
+		"inputResponses": map[string]any{"connect_demo-keys": map[string]any{"action": "accept"}}})
+	if retry.Result.StructuredContent["status"] != "connected" {
+		t.Fatalf("retry: %s", retry.Raw)
+	}
+	if a := call("provider_request", me, nil); a.Result.StructuredContent["status"] != float64(200) || !strings.Contains(a.Raw, `alice-demo`) {
+		t.Fatalf("provider_request: %s", a.Raw)
+	}
+	rotated, err := s.demo.RotateKey("alice-demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.secret(rotated, "API key of alice-demo (new)")
+	again := call("provider_request", me, nil)
+	if !strings.Contains(again.Raw, "key was rejected; enter a new one") {
+		t.Fatalf("after the key was replaced at the provider: %s", again.Raw)
+	}
+	page(br.submit(br.get(s.link(again)), "/key", url.Values{"decision": {"approve"}, "field.api_key": {rotated}}))
+	done := call("provider_request", me, map[string]any{"requestState": again.Result.RequestState,
+		"inputResponses": map[string]any{"connect_demo-keys": map[string]any{"action": "accept"}}})
+	if done.Result.StructuredContent["status"] != float64(200) {
+		t.Fatalf("with the new key: %s", done.Raw)
+	}
+	page(br.get(s.srv.URL + "/connections"))
+	disc := call("disconnect_account", keysArgs, nil)
+	if disc.Result.StructuredContent["revocation"] != "not_supported" || !strings.Contains(disc.Raw, s.demo.KeysURL()) {
+		t.Fatalf("disconnect: %s", disc.Raw)
+	}
+
+	t.Run("no API key or other secret anywhere", func(t *testing.T) {
+		logs := s.logs.String()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		keys := 0
+		for v, what := range s.secrets {
+			if strings.Contains(logs, v) {
+				t.Errorf("the log contains a %s", what)
+			}
+			if strings.HasPrefix(what, "API key") {
+				keys++
+				if strings.Contains(seen.String(), v) {
+					t.Errorf("an MCP answer or a page contains the %s", what)
+				}
+			}
+		}
+		if keys < 4 {
+			t.Errorf("only %d API keys collected; the grep would prove little", keys)
+		}
+	})
+	t.Run("audit events", func(t *testing.T) {
+		count := map[string]int{}
+		for _, e := range s.auditEvents() {
+			if e["provider"] == "demo-keys" {
+				count[e["event"].(string)]++
+			}
+		}
+		if count[telemetry.EventConnect] != 2 || count[telemetry.EventNeedsReconnect] != 1 || count[telemetry.EventRevoke] != 1 || count[telemetry.EventDisconnect] != 1 {
+			t.Errorf("demo-keys audit events %v; want 2 connect, 1 needs_reconnect, 1 revoke (not_supported), 1 disconnect", count)
+		}
+	})
 }

@@ -15,6 +15,18 @@
 //	GET  /api/repos   a small list of demo repositories
 //	GET  /style.css   the pages' stylesheet
 //
+// The same provider runs an API-key service, demo-keys, for services that
+// have no OAuth (the broker's type: api_key):
+//
+//	GET  /keys          a page showing each demo account's key (<code class="key"
+//	                    data-login="alice-demo">), with a "Make a new key" button per account
+//	POST /keys          account=<id>: replace that account's key (the old one stops working)
+//	GET  /keys-api/me   with X-Api-Key: a current key → {"id":1001,"login":"alice-demo"};
+//	                    anything else → 401 {"error":"invalid_key"}
+//
+// Keys are "demo_" plus 43 base64url characters, made afresh when the
+// provider starts.
+//
 // Tokens: access tokens live AccessTTL (default 5 minutes). Refresh tokens
 // rotate: each refresh_token grant returns a new refresh token and spends the
 // old one. Presenting a spent refresh token answers invalid_grant and, as the
@@ -116,6 +128,8 @@ type Provider struct {
 	// refresh token, issue new ones) and then answer 502, as a gateway
 	// whose upstream finished the request would.
 	loseAnswers int
+	// apiKeys are the demo-keys service's current keys, by account login.
+	apiKeys map[string]string
 }
 
 // LoseRefreshAnswers makes the next n refreshes rotate the tokens and then
@@ -187,6 +201,10 @@ func New(opts Options) (*Provider, error) {
 		pending: map[string]*pendingAuth{},
 		codes:   map[string]*codeGrant{},
 		tokens:  map[string]*token{},
+		apiKeys: map[string]string{},
+	}
+	for _, a := range accounts {
+		p.apiKeys[a.Login] = newAPIKey()
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -199,6 +217,9 @@ func New(opts Options) (*Provider, error) {
 	mux.HandleFunc("GET "+p.path+"/api/user", p.api)
 	mux.HandleFunc("GET "+p.path+"/api/repos", p.api)
 	mux.HandleFunc("GET "+p.path+"/style.css", serveCSS)
+	mux.HandleFunc("GET "+p.path+"/keys", p.keysPage)
+	mux.HandleFunc("POST "+p.path+"/keys", p.rotateKeyForm)
+	mux.HandleFunc("GET "+p.path+"/keys-api/me", p.keysAPI)
 	p.handler = mux
 	return p, nil
 }
@@ -213,6 +234,39 @@ func (p *Provider) AuthURL() string   { return p.opts.BaseURL + "/authorize" }
 func (p *Provider) TokenURL() string  { return p.opts.BaseURL + "/token" }
 func (p *Provider) RevokeURL() string { return p.opts.BaseURL + "/revoke" }
 func (p *Provider) APIBase() string   { return p.opts.BaseURL + "/api" }
+
+// KeysURL is the demo-keys page showing each account's key; KeysAPIBase
+// is the demo-keys API's base URL.
+func (p *Provider) KeysURL() string     { return p.opts.BaseURL + "/keys" }
+func (p *Provider) KeysAPIBase() string { return p.opts.BaseURL + "/keys-api" }
+
+// KeyPattern is what a demo-keys key looks like (a regular expression
+// for providers.yaml's pattern).
+const KeyPattern = `demo_[A-Za-z0-9_-]{43}`
+
+func newAPIKey() string { return "demo_" + randomToken(32) }
+
+// APIKey returns the current demo-keys key of the account login ("" if
+// there is no such account).
+func (p *Provider) APIKey(login string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.apiKeys[login]
+}
+
+// RotateKey gives account login a new demo-keys key and returns it; the
+// old key is refused from now on.
+func (p *Provider) RotateKey(login string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.apiKeys[login]; !ok {
+		return "", fmt.Errorf("demoprovider: no account %q", login)
+	}
+	k := newAPIKey()
+	p.apiKeys[login] = k
+	p.record(Event{Kind: "rotate-key", Account: login, Token: Fingerprint(k)})
+	return k, nil
+}
 
 // Events returns a copy of the event log, oldest first.
 func (p *Provider) Events() []Event {
@@ -532,6 +586,67 @@ func (p *Provider) api(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// keysPage is GET /keys: every demo account with its current key.
+func (p *Provider) keysPage(w http.ResponseWriter, r *http.Request) {
+	var d consentData
+	p.mu.Lock()
+	for _, a := range accounts {
+		d.Keys = append(d.Keys, accountKey{Account: a, Key: p.apiKeys[a.Login]})
+	}
+	p.mu.Unlock()
+	p.render(w, http.StatusOK, "keys", d)
+}
+
+// rotateKeyForm is POST /keys: account=<id> gets a new key.
+func (p *Provider) rotateKeyForm(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	if err := r.ParseForm(); err != nil {
+		p.errorPage(w, http.StatusBadRequest, "The form could not be read.")
+		return
+	}
+	for _, a := range accounts {
+		if strconv.FormatInt(a.ID, 10) == r.PostForm.Get("account") {
+			_, _ = p.RotateKey(a.Login)
+			http.Redirect(w, r, "keys", http.StatusSeeOther)
+			return
+		}
+	}
+	p.errorPage(w, http.StatusBadRequest, "Unknown account.")
+}
+
+// keysAPI is GET /keys-api/me: the account whose key is in X-Api-Key.
+func (p *Provider) keysAPI(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("X-Api-Key")
+	ev := Event{Kind: "keys-api", Method: r.Method, Path: r.URL.Path, Token: Fingerprint(key)}
+	var acct *Account
+	p.mu.Lock()
+	for i, a := range accounts {
+		if cur := p.apiKeys[a.Login]; key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(cur)) == 1 {
+			acct = &accounts[i]
+		}
+	}
+	if acct == nil {
+		ev.Status, ev.Error = http.StatusUnauthorized, "invalid_key"
+		if key == "" {
+			ev.Error = "missing_key"
+		}
+	} else {
+		ev.Status, ev.Account = http.StatusOK, acct.Login
+	}
+	p.record(ev)
+	p.mu.Unlock()
+	if acct == nil {
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_key", "message": "A valid X-Api-Key header is required."})
+		return
+	}
+	writeJSON(w, http.StatusOK, *acct)
+}
+
+type accountKey struct {
+	Account
+	Key string
+}
+
 // consentData is what the consent page shows.
 type consentData struct {
 	RequestID string
@@ -539,6 +654,7 @@ type consentData struct {
 	Scope     string
 	Accounts  []Account
 	Message   string
+	Keys      []accountKey
 }
 
 var pages = template.Must(template.New("").Parse(`
@@ -562,11 +678,25 @@ var pages = template.Must(template.New("").Parse(`
 </form>
 <p class="note">This is a local demonstration provider for <code>broker dev</code>; no real account is involved.</p>
 </main></body></html>{{end}}
+{{define "keys"}}{{template "head" "API keys · Demo provider"}}
+<body><main>
+<h1>Demo provider: API keys</h1>
+<p>The <code>demo-keys</code> service takes these keys in an <code>X-Api-Key</code> header. Copy your account's key and paste it into the broker's page.</p>
+<table class="keys">
+{{range .Keys}}<tr>
+<th>{{.Login}}</th>
+<td><code class="key" data-login="{{.Login}}">{{.Key}}</code></td>
+<td><form method="post" action="keys"><input type="hidden" name="account" value="{{.ID}}"><button type="submit" name="rotate" value="{{.Login}}">Make a new key</button></form></td>
+</tr>
+{{end}}</table>
+<p class="note">A new key replaces the old one at once: anything still using the old key gets 401. This is a local demonstration provider for <code>broker dev</code>; no real account is involved.</p>
+</main></body></html>{{end}}
 {{define "error"}}{{template "head" "Error · Demo provider"}}
 <body><main><h1>Demo provider</h1><p class="error">{{.Message}}</p></main></body></html>{{end}}
 `))
 
 const css = `body{font-family:system-ui,sans-serif;background:#f3f6f4;margin:0}
+table.keys th{text-align:left;padding-right:1rem}table.keys td{padding:.3rem}code.key{word-break:break-all}
 main{max-width:28rem;margin:4rem auto;background:#fff;padding:2rem;border-radius:8px;box-shadow:0 1px 4px #0002}
 label{display:block;margin:1rem 0}select{display:block;margin-top:.3rem;padding:.3rem}
 .buttons button{margin-right:.6rem;padding:.5rem 1.2rem}.error{color:#a00}.note{color:#666;font-size:.9em}`

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -442,5 +443,96 @@ func TestNewValidation(t *testing.T) {
 	_, err := demoprovider.New(demoprovider.Options{})
 	if msg := err.Error(); !strings.Contains(msg, "BaseURL") || !strings.Contains(msg, "ClientID") || !strings.Contains(msg, "redirect") {
 		t.Fatalf("error %q", msg)
+	}
+}
+
+// TestKeysService: the demo-keys page shows each account's key, the keys
+// API answers the key's account and 401 otherwise, and "Make a new key"
+// retires the old key at once. The event log holds fingerprints only.
+func TestKeysService(t *testing.T) {
+	e := start(t)
+	page := func() string {
+		resp, err := http.Get(e.p.KeysURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Security-Policy") == "" {
+			t.Fatalf("keys page: HTTP %d", resp.StatusCode)
+		}
+		return string(b)
+	}
+	shown := regexp.MustCompile(`<code class="key" data-login="([a-z-]+)">([^<]+)</code>`)
+	keys := map[string]string{}
+	for _, m := range shown.FindAllStringSubmatch(page(), -1) {
+		keys[m[1]] = m[2]
+	}
+	keyRE := regexp.MustCompile(`^` + demoprovider.KeyPattern + `$`)
+	for _, a := range demoprovider.Accounts() {
+		if k := keys[a.Login]; !keyRE.MatchString(k) || k != e.p.APIKey(a.Login) {
+			t.Fatalf("%s's key on the page = %q", a.Login, k)
+		}
+	}
+	if keys["alice-demo"] == keys["bob-demo"] {
+		t.Fatal("two accounts share a key")
+	}
+	me := func(key string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, e.p.KeysAPIBase()+"/me", nil)
+		if key != "" {
+			req.Header.Set("X-Api-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := me(keys["alice-demo"]); code != 200 || !strings.Contains(body, `"login":"alice-demo"`) || !strings.Contains(body, `"id":1001`) {
+		t.Fatalf("alice's key: %d %s", code, body)
+	}
+	if code, body := me(keys["bob-demo"]); code != 200 || !strings.Contains(body, `"login":"bob-demo"`) {
+		t.Fatalf("bob's key: %d %s", code, body)
+	}
+	for _, bad := range []string{"", "demo_" + strings.Repeat("x", 43), keys["alice-demo"] + "x"} {
+		if code, body := me(bad); code != 401 || !strings.Contains(body, "invalid_key") {
+			t.Fatalf("key %q: %d %s", bad, code, body)
+		}
+	}
+	// The page's button makes a new key for that account only.
+	resp, err := noFollow.PostForm(e.p.KeysURL(), url.Values{"account": {"1001"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("rotate: HTTP %d", resp.StatusCode)
+	}
+	fresh := e.p.APIKey("alice-demo")
+	if fresh == keys["alice-demo"] || !strings.Contains(page(), fresh) {
+		t.Fatal("alice's key did not change on the page")
+	}
+	if code, _ := me(keys["alice-demo"]); code != 401 {
+		t.Fatalf("the old key still works (%d)", code)
+	}
+	if code, _ := me(fresh); code != 200 {
+		t.Fatalf("the new key does not work (%d)", code)
+	}
+	if code, _ := me(keys["bob-demo"]); code != 200 {
+		t.Fatal("bob's key stopped working")
+	}
+	var kinds []string
+	for _, ev := range e.p.Events() {
+		kinds = append(kinds, ev.Kind)
+		for _, k := range []string{keys["alice-demo"], keys["bob-demo"], fresh} {
+			if strings.Contains(ev.Token+ev.Error+ev.Path, k) {
+				t.Fatal("the event log holds a key")
+			}
+		}
+	}
+	if !strings.Contains(strings.Join(kinds, " "), "keys-api keys-api") || !slices.Contains(kinds, "rotate-key") {
+		t.Fatalf("events %v", kinds)
 	}
 }

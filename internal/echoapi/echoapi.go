@@ -1,5 +1,5 @@
 // Package echoapi is a hostile provider API for tests: it reflects the
-// Authorization header the broker sent in the encodings a careless or
+// Authorization header (or, without one, the X-Api-Key header) the broker sent in the encodings a careless or
 // malicious API might use (base64 of the header or of the token alone,
 // hex, buried inside a longer base64 text, compressed without being
 // asked), so tests can show that no form of the token comes back out of
@@ -37,14 +37,26 @@ func Start(tb testing.TB) *httptest.Server {
 	return srv
 }
 
+// Handler serves the echo API's routes (/echo/{form}), for tests that
+// mount it under a path of their own (with http.StripPrefix).
+func Handler() http.Handler { return http.HandlerFunc(serve) }
+
 func serve(w http.ResponseWriter, r *http.Request) {
 	form, ok := strings.CutPrefix(r.URL.Path, "/echo/")
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
+	// The credential the broker injected: the Authorization header
+	// (bearer or basic), or else an API key header.
 	header := r.Header.Get("Authorization")
-	_, token, _ := strings.Cut(header, " ")
+	if header == "" {
+		header = r.Header.Get("X-Api-Key")
+	}
+	_, token, found := strings.Cut(header, " ")
+	if !found {
+		token = header
+	}
 	var body []byte
 	encoding := ""
 	b64 := base64.StdEncoding.EncodeToString

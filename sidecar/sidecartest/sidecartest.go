@@ -57,6 +57,9 @@ type Options struct {
 	Callers []sidecar.Caller
 	// Audiences replace the default policy: Audience with RequiredScope.
 	Audiences []sidecar.Audience
+	// DemoKeys also configures the demo provider's API-key service as
+	// "demo-keys" (type api_key, X-Api-Key), as broker dev does.
+	DemoKeys bool
 }
 
 // Stack is the running broker core. Its catalogue has the demo provider
@@ -133,6 +136,18 @@ func Start(tb testing.TB, o Options) *Stack {
     account: {url: ` + s.DemoURL + `/api/user, id_field: id, login_field: login}
     api: {base_url: ` + s.DemoURL + `/api}
 ` + o.ExtraProviders
+	if o.DemoKeys {
+		doc += `  demo-keys:
+    display_name: Demo keys
+    type: api_key
+    instructions: Copy your demo account's key from the demo provider's key page.
+    instructions_url: ` + s.Demo.KeysURL() + `
+    fields: [{name: api_key, label: API key, secret: true, pattern: '` + demoprovider.KeyPattern + `'}]
+    inject: {header: "X-Api-Key: {api_key}"}
+    verify: {path: /me, account_id: /id, account_login: /login}
+    api: {base_url: ` + s.Demo.KeysAPIBase() + `}
+`
+	}
 	s.Providers, err = provider.ParseProviders("test", []byte(doc), func(string) string { return demoSecret })
 	if err != nil {
 		tb.Fatal(err)
@@ -256,6 +271,38 @@ func (s *Stack) CompleteConnect(link, user, accountID string) vault.Connection {
 	demo, _ := s.Providers.Lookup("demo")
 	conn, err := s.Conns.Save(ctx, p, g, demo, provider.Exchanged{Account: provider.Account{ID: accountID, Login: login},
 		Scopes: g.Scopes, Token: provider.TokenSet(tok)})
+	if err != nil {
+		s.tb.Fatalf("store connection: %v", err)
+	}
+	return conn
+}
+
+// CompleteKeyConnect completes the connect link of a demo-keys request as
+// user would on the key entry page: approve the grant, verify the demo
+// account login's current key at the demo provider, and save it through
+// the connections layer.
+func (s *Stack) CompleteKeyConnect(link, user, login string) vault.Connection {
+	s.tb.Helper()
+	ctx := context.Background()
+	id, ok := strings.CutPrefix(link, PublicURL+"/connect/")
+	if !ok {
+		s.tb.Fatalf("connect link %q is not under %s/connect/", link, PublicURL)
+	}
+	p := s.Principal(user)
+	g, err := s.Grants.Approve(ctx, id, p)
+	if err != nil {
+		s.tb.Fatalf("approve: %v", err)
+	}
+	keys, _ := s.Providers.Lookup("demo-keys")
+	key := s.Demo.APIKey(login)
+	s.mu.Lock()
+	s.tokens = append(s.tokens, key)
+	s.mu.Unlock()
+	ex, err := s.Client.VerifyKey(ctx, keys, map[string]string{"api_key": key})
+	if err != nil {
+		s.tb.Fatalf("verify key: %v", err)
+	}
+	conn, err := s.Conns.Save(ctx, p, g, keys, ex)
 	if err != nil {
 		s.tb.Fatalf("store connection: %v", err)
 	}

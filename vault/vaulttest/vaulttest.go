@@ -32,6 +32,7 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"ConnectionUpdateAbort", testConnectionUpdateAbort},
 		{"ConnectionStaleVersion", testConnectionStaleVersion},
 		{"ConnectionMetaUpdate", testConnectionMetaUpdate},
+		{"KeyConnection", testKeyConnection},
 		{"SeveralAccountsOneProvider", testSeveralAccounts},
 		{"ListIsolation", testListIsolation},
 		{"ConnectionIDs", testConnectionIDs},
@@ -80,6 +81,20 @@ func Conn(id string, p vault.Principal, provider, account string) vault.Connecti
 	}
 }
 
+// KeyConn returns an API-key connection for tests: no OAuth tokens, only
+// the entered fields (distinct values derived from id), no scopes.
+func KeyConn(id string, p vault.Principal, provider, account string) vault.Connection {
+	return vault.Connection{
+		ID: id, Principal: p, Provider: provider, AccountID: account, AccountLogin: account + "@example.com",
+		Token: vault.TokenSet{Fields: map[string]vault.Secret{
+			"email":     vault.Secret(account + "@example.com"),
+			"api_token": vault.Secret("key-" + id + "-secret"),
+		}},
+		Status:  vault.StatusActive,
+		Created: base, Updated: base,
+	}
+}
+
 func grant(id string, p vault.Principal, created, expires time.Time) vault.Grant {
 	return vault.Grant{
 		ID: id, Principal: p, Provider: "github", Scopes: []string{"repo"},
@@ -119,13 +134,21 @@ func sameConnection(t *testing.T, got, want vault.Connection) {
 		ID, Iss, Sub, Provider, Account, Login string
 		Scopes                                 []string
 		AT, RT, TT, IDT                        string
+		Fields                                 map[string]string
 		Expiry, Created, Updated, Used, Refr   time.Time
 		Status                                 vault.ConnectionStatus
 	}
 	f := func(c vault.Connection) flat {
+		var fields map[string]string
+		if len(c.Token.Fields) > 0 {
+			fields = map[string]string{}
+			for k, v := range c.Token.Fields {
+				fields[k] = v.Reveal()
+			}
+		}
 		return flat{c.ID, c.Principal.Issuer, c.Principal.Subject, c.Provider, c.AccountID, c.AccountLogin,
 			c.Scopes, c.Token.AccessToken.Reveal(), c.Token.RefreshToken.Reveal(), c.Token.TokenType, c.Token.IDToken.Reveal(),
-			c.Token.Expiry.UTC(), c.Created.UTC(), c.Updated.UTC(), c.LastUsed.UTC(), c.LastRefreshed.UTC(), c.Status}
+			fields, c.Token.Expiry.UTC(), c.Created.UTC(), c.Updated.UTC(), c.LastUsed.UTC(), c.LastRefreshed.UTC(), c.Status}
 	}
 	g, w := f(got), f(want)
 	if fmt.Sprintf("%#v", g) != fmt.Sprintf("%#v", w) {
@@ -211,6 +234,9 @@ func testConnectionRoundTrip(t *testing.T, s vault.Store) {
 			c.AccountLogin = "zoë\x00\"<>&\u2028"
 			c.Token.AccessToken = "tok\x00\"\\<\u2029"
 			c.Scopes = []string{"", "a b", "\x00"}
+		}},
+		{"key fields beside tokens", func(c *vault.Connection) {
+			c.Token.Fields = map[string]vault.Secret{"api_key": "k\x00\"<\u2028-secret", "email": "zoë@example.com"}
 		}},
 		{"other zone", func(c *vault.Connection) {
 			c.Created = base.In(time.FixedZone("x", 3600))
@@ -331,7 +357,7 @@ func testConnectionMetaUpdate(t *testing.T, s vault.Store) {
 	orig := mustCreate(t, s, Conn("mu", alice, "github", "1"))
 	used := base.Add(time.Hour)
 	got, err := s.UpdateConnectionMeta(ctx, "mu", func(c vault.Connection) (vault.Connection, error) {
-		if c.Token != (vault.TokenSet{}) {
+		if !c.Token.IsZero() {
 			t.Error("metadata update saw token material")
 		}
 		if c.Version != 1 || c.AccountID != "1" || c.Provider != "github" || c.Principal != alice {
@@ -343,13 +369,13 @@ func testConnectionMetaUpdate(t *testing.T, s vault.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Version != 2 || got.Token != (vault.TokenSet{}) || got.SealedWith != orig.SealedWith {
+	if got.Version != 2 || !got.Token.IsZero() || got.SealedWith != orig.SealedWith {
 		t.Fatalf("meta update returned v%d, sealed with %q (want v2, %q, no tokens)", got.Version, got.SealedWith, orig.SealedWith)
 	}
 	full := mustGet(t, s, "mu")
 	if full.Version != 2 || !full.LastUsed.Equal(used) || full.Status != vault.StatusNeedsReconnect ||
-		!slices.Equal(full.Scopes, []string{"repo"}) || full.Token != orig.Token || full.AccountLogin != orig.AccountLogin {
-		t.Fatalf("after meta update: v%d last used %v status %s scopes %v, tokens kept %v", full.Version, full.LastUsed, full.Status, full.Scopes, full.Token == orig.Token)
+		!slices.Equal(full.Scopes, []string{"repo"}) || !full.Token.Equal(orig.Token) || full.AccountLogin != orig.AccountLogin {
+		t.Fatalf("after meta update: v%d last used %v status %s scopes %v, tokens kept %v", full.Version, full.LastUsed, full.Status, full.Scopes, full.Token.Equal(orig.Token))
 	}
 	tests := []struct {
 		name string
@@ -370,7 +396,7 @@ func testConnectionMetaUpdate(t *testing.T, s vault.Store) {
 			if err == nil || tt.want != nil && !errors.Is(err, tt.want) {
 				t.Fatalf("err = %v, want a refusal (%v)", err, tt.want)
 			}
-			if now := mustGet(t, s, "mu"); now.Version != 2 || now.Token != orig.Token {
+			if now := mustGet(t, s, "mu"); now.Version != 2 || !now.Token.Equal(orig.Token) {
 				t.Fatalf("refused meta update changed the record: v%d", now.Version)
 			}
 		})
@@ -396,7 +422,7 @@ func testAccountConnections(t *testing.T, s vault.Store) {
 	var ids []string
 	for _, c := range got {
 		ids = append(ids, c.ID)
-		if c.Token != (vault.TokenSet{}) {
+		if !c.Token.IsZero() {
 			t.Errorf("%s: AccountConnections returned token material", c.ID)
 		}
 	}
@@ -464,6 +490,62 @@ func testRefreshTokenMetadata(t *testing.T, s vault.Store) {
 	check("updated", map[string]bool{})
 }
 
+// testKeyConnection: an API-key connection (entered fields, no OAuth
+// tokens) round-trips, is listed without its fields, keeps them through
+// metadata updates, and a replaced key is stored in place.
+func testKeyConnection(t *testing.T, s vault.Store) {
+	ctx := t.Context()
+	c := KeyConn("key1", alice, "jira", "5b10a")
+	mustCreate(t, s, c)
+	sameConnection(t, mustGet(t, s, "key1"), c)
+	list, err := s.ListConnections(ctx, alice)
+	if err != nil || len(list) != 1 || !list[0].Token.IsZero() {
+		t.Fatalf("list = %d records, %v; want one without its fields", len(list), err)
+	}
+	// The caller's map is not the store's: changing it changes nothing.
+	got := mustGet(t, s, "key1")
+	got.Token.Fields["api_token"] = "changed"
+	sameConnection(t, mustGet(t, s, "key1"), c)
+
+	if _, err := s.UpdateConnectionMeta(ctx, "key1", func(old vault.Connection) (vault.Connection, error) {
+		old.Status = vault.StatusNeedsReconnect
+		return old, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, "key1"); got.Token.Fields["api_token"].Reveal() != "key-key1-secret" || got.Status != vault.StatusNeedsReconnect {
+		t.Fatalf("after a metadata update: status %s, fields kept %v", got.Status, got.Token.Equal(c.Token))
+	}
+	if _, err := s.UpdateConnectionMeta(ctx, "key1", func(old vault.Connection) (vault.Connection, error) {
+		old.Token.Fields = map[string]vault.Secret{"api_token": "sneaked-in"}
+		return old, nil
+	}); err == nil {
+		t.Fatal("a metadata update set key fields")
+	}
+	replaced, err := s.UpdateConnection(ctx, "key1", func(old vault.Connection) (vault.Connection, error) {
+		old.Token.Fields = map[string]vault.Secret{"email": old.Token.Fields["email"], "api_token": "key-key1-replaced"}
+		old.Status = vault.StatusActive
+		return old, nil
+	})
+	if err != nil || replaced.Version != 3 {
+		t.Fatalf("replace key: v%d, %v", replaced.Version, err)
+	}
+	want := c
+	want.Token.Fields = map[string]vault.Secret{"email": "5b10a@example.com", "api_token": "key-key1-replaced"}
+	sameConnection(t, mustGet(t, s, "key1"), want)
+
+	bad := KeyConn("key2", alice, "jira", "x")
+	bad.Token.Fields["\xff"] = "v"
+	if _, err := s.CreateConnection(ctx, bad); err == nil {
+		t.Error("a field name that is not UTF-8 was accepted")
+	}
+	bad = KeyConn("key3", alice, "jira", "x")
+	bad.Token.Fields["api_token"] = "\xfe"
+	if _, err := s.CreateConnection(ctx, bad); err == nil {
+		t.Error("a field value that is not UTF-8 was accepted")
+	}
+}
+
 func testSeveralAccounts(t *testing.T, s vault.Store) {
 	ctx := t.Context()
 	for _, id := range []string{"gh-c", "gh-a", "gh-b"} {
@@ -479,7 +561,7 @@ func testSeveralAccounts(t *testing.T, s vault.Store) {
 		ids = append(ids, c.ID)
 		// Listing is metadata only: nothing is decrypted for a listing,
 		// and each record's tokens open where they are used.
-		if c.Token != (vault.TokenSet{}) {
+		if !c.Token.IsZero() {
 			t.Errorf("list %s: tokens were decrypted for a listing", c.ID)
 		}
 		if c.SealedWith == "" || c.Version != 1 || c.AccountID != "acct-"+c.ID && c.AccountID != "acct-go" {
@@ -1059,7 +1141,7 @@ func testConcurrentCreateAndList(t *testing.T, s vault.Store) {
 				return
 			}
 			for _, c := range list {
-				if c.Token != (vault.TokenSet{}) {
+				if !c.Token.IsZero() {
 					errs <- fmt.Errorf("listed %s with its tokens", c.ID)
 					return
 				}

@@ -1,0 +1,359 @@
+package oauthflow
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"credbroker/binding"
+	"credbroker/connections"
+	"credbroker/provider"
+	"credbroker/vault"
+)
+
+// API-key entry pages. A connect link for a type: api_key provider lands,
+// after the same sign-in and initiator check as OAuth, on a page asking
+// for the key (instead of the consent page and the provider's redirect);
+// its form posts to /connect/{grant}/key. "Replace key" on the connections
+// page shows the same form for one existing connection. On every post the
+// broker checks the CSRF token and re-checks the signed-in person, then
+// provider.Client.VerifyKey checks the values (nothing is sent on a
+// mismatch) and asks the provider who the key belongs to; only then is
+// anything stored. No page and no log line ever shows what was entered.
+
+// maxKeyForm bounds a key form's body: every field at its largest,
+// percent-encoded.
+const maxKeyForm = 128 << 10
+
+// noticeKeyDeleted is the connections page's notice after an API key was
+// disconnected.
+const noticeKeyDeleted = "key_deleted"
+
+// keyEntryPage is the key entry form.
+type keyEntryPage struct {
+	Chrome       chrome
+	Provider     string
+	Instructions string
+	// InstructionsURL is where the person creates (and revokes) keys.
+	InstructionsURL string
+	ClientName      string
+	// Server names the co-located server that asked through the sidecar
+	// (trusted; "" for MCP clients), as on the consent page.
+	Server        string
+	ServerUnnamed bool
+	Identity      string
+	Action        string
+	// Replace: replacing the key of connection Account.
+	Replace bool
+	Account string
+	// Rejected: the person's stored key for this provider was refused.
+	Rejected bool
+	// Error says why the last submission was refused, never with a value.
+	Error  string
+	Fields []keyInput
+}
+
+type keyInput struct {
+	Name, Label string
+	Secret      bool
+	MaxLength   int
+}
+
+// newKeyPage fills the parts of the entry page every use shares.
+func newKeyPage(s *session, p *provider.Provider, action string) keyEntryPage {
+	page := keyEntryPage{Chrome: s.chrome(), Provider: p.DisplayName, Instructions: p.APIKey.Instructions,
+		InstructionsURL: p.APIKey.InstructionsURL, Identity: s.Display, Action: action}
+	for _, fd := range p.APIKey.Fields {
+		page.Fields = append(page.Fields, keyInput{Name: fd.Name, Label: fd.Label, Secret: fd.Secret, MaxLength: fd.MaxLength})
+	}
+	return page
+}
+
+// grantKeyPage is the entry page of connect request g: who asked.
+func grantKeyPage(s *session, p *provider.Provider, g vault.Grant) keyEntryPage {
+	page := newKeyPage(s, p, "/connect/"+g.ID+"/key")
+	page.ClientName, page.Server, page.ServerUnnamed = g.ClientName, g.Server, g.Server == vault.UnnamedServer
+	if page.ClientName == "" && page.Server == "" {
+		page.ClientName = "an unnamed client"
+	}
+	return page
+}
+
+func (f *Flow) renderKeyEntry(w http.ResponseWriter, status int, p keyEntryPage) {
+	f.render(w, status, "keyentry", p)
+}
+
+// keyLanding is GET /connect/{grant} for an API-key provider: the entry
+// page (the grant is the signed-in person's, open, at a configured
+// provider: loadGrant checked).
+func (f *Flow) keyLanding(w http.ResponseWriter, r *http.Request, s *session, g vault.Grant, p *provider.Provider) {
+	page := grantKeyPage(s, p, g)
+	page.Rejected = f.keyRejected(r, s, p)
+	f.renderKeyEntry(w, http.StatusOK, page)
+}
+
+// keyRejected reports whether one of the person's connections to p
+// needs a new key.
+func (f *Flow) keyRejected(r *http.Request, s *session, p *provider.Provider) bool {
+	conns, err := f.opts.Connections.List(r.Context(), s.principal())
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(conns, func(c vault.Connection) bool {
+		return c.Provider == p.Name && c.Status == vault.StatusNeedsReconnect
+	})
+}
+
+// checkKeyForm parses a key form's body (bounded) and verifies its CSRF
+// token against the session, as checkForm does for the other forms.
+func (f *Flow) checkKeyForm(w http.ResponseWriter, r *http.Request, s *session) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxKeyForm)
+	if err := r.ParseForm(); err != nil || !equalToken(r.PostFormValue("csrf"), s.CSRF) {
+		f.securityEvent(r, "csrf_rejected", s, "path", redactPath(r.URL.Path))
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusForbidden, Heading: "Form expired",
+			Message: "This form was not accepted: it is out of date or did not come from this page. Nothing was sent or stored.",
+			Next:    "Reload the page and enter the key again."})
+		return false
+	}
+	return true
+}
+
+// keyValues collects the posted field values: each field at most once.
+func keyValues(r *http.Request, p *provider.Provider) (map[string]string, bool) {
+	out := map[string]string{}
+	for _, fd := range p.APIKey.Fields {
+		vs := r.PostForm["field."+fd.Name]
+		if len(vs) > 1 {
+			return nil, false
+		}
+		if len(vs) == 1 {
+			out[fd.Name] = vs[0]
+		}
+	}
+	return out, true
+}
+
+// verifyKey runs the provider's checks and verify request on what was
+// posted. On a refusal it renders page with the reason (never a value)
+// and returns false.
+func (f *Flow) verifyKey(w http.ResponseWriter, r *http.Request, p *provider.Provider, page keyEntryPage, ref string) (provider.Exchanged, bool) {
+	values, ok := keyValues(r, p)
+	if !ok {
+		page.Error = "The form gave a field twice. Nothing was sent or stored."
+		f.renderKeyEntry(w, http.StatusBadRequest, page)
+		return provider.Exchanged{}, false
+	}
+	ex, err := f.opts.Client.VerifyKey(r.Context(), p, values)
+	clear(values)
+	if err == nil {
+		return ex, true
+	}
+	var fe *provider.KeyFormatError
+	var ke *provider.KeyRefusedError
+	status := http.StatusBadRequest
+	switch {
+	case errors.As(err, &fe):
+		var fields []string
+		for _, pr := range fe.Problems {
+			fields = append(fields, pr.Field)
+		}
+		f.log.Info("key entry: values failed the checks; nothing sent", "provider", p.Name, "fields", strings.Join(fields, ","), "ref", ref)
+		page.Error = fe.Error() + ". Nothing was sent to " + p.DisplayName + " and nothing was stored."
+	case errors.As(err, &ke):
+		f.log.Info("key entry: the provider refused the key", "provider", p.Name, "status", ke.Status, "ref", ref)
+		page.Error = fmt.Sprintf("The key was refused by %s (%d). Nothing was stored. Check that you copied the whole key, or create a new one.", p.DisplayName, ke.Status)
+	case errors.Is(err, provider.ErrAccountUnknown):
+		f.log.Warn("key entry: the verify answer named no account", "provider", p.Name, "err", err.Error(), "ref", ref)
+		status = http.StatusBadGateway
+		page.Error = p.DisplayName + " accepted the key, but the broker could not confirm which account it belongs to, so nothing was stored."
+	case errors.Is(err, provider.ErrProviderUnavailable):
+		f.log.Warn("key entry: provider unavailable", "provider", p.Name, "err", err.Error(), "ref", ref)
+		status = http.StatusBadGateway
+		page.Error = "The broker could not reach " + p.DisplayName + " to check the key. Nothing was stored; try again in a few minutes."
+	default:
+		f.log.Error("key entry: verify failed", "provider", p.Name, "err", err.Error(), "ref", ref)
+		status = http.StatusInternalServerError
+		page.Error = "The broker could not check the key. Nothing was stored; try again in a moment."
+	}
+	f.renderKeyEntry(w, status, page)
+	return provider.Exchanged{}, false
+}
+
+// handleKeySubmit is POST /connect/{grant}/key: the entry form of a
+// connect link. decision=deny declines the request; decision=approve
+// verifies and stores the key, then completes the request.
+func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
+	s := f.jar.session(r)
+	if s == nil {
+		f.signedOutPost(w)
+		return
+	}
+	if !f.checkKeyForm(w, r, s) {
+		return
+	}
+	// Re-checks the signed-in person against the request's, and that the
+	// request is still open (a replayed post after success stops here).
+	g, p, ok := f.loadGrant(w, r, s, r.PathValue("grant"), "key_submit")
+	if !ok {
+		return
+	}
+	if !p.IsAPIKey() {
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Not a key form",
+			Message: p.DisplayName + " is connected through its own sign-in, not with a key. Nothing was stored.",
+			Next:    "Open the link from your app again."})
+		return
+	}
+	switch r.PostFormValue("decision") {
+	case "deny":
+		if _, err := f.opts.Grants.Deny(r.Context(), g.ID, s.principal()); err != nil {
+			f.fail(w, r, s, http.StatusConflict, "deny grant", err)
+			return
+		}
+		f.log.Info("grant denied in browser", "provider", p.Name, "grant_ref", binding.Ref(g.ID))
+		f.renderDenied(w, deniedPage{Chrome: s.chrome(), Provider: p.DisplayName})
+		return
+	case "approve":
+	default:
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "No decision",
+			Message: "The form did not say Connect or Deny. Nothing was sent or stored.", Next: "Open the link again and choose."})
+		return
+	}
+	page := grantKeyPage(s, p, g)
+	ex, ok := f.verifyKey(w, r, p, page, binding.Ref(g.ID))
+	if !ok {
+		return
+	}
+	if _, err := f.opts.Grants.Approve(r.Context(), g.ID, s.principal()); err != nil {
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusGone, Heading: "This connect link can no longer be used",
+			Message: "The link expired or was used meanwhile. Nothing was stored.",
+			Next:    "Go back to your app and ask it to connect again; it will give you a fresh link."})
+		return
+	}
+	conn, err := f.opts.Connections.Save(r.Context(), s.principal(), g, p, ex)
+	switch {
+	case errors.Is(err, connections.ErrRequestExpired):
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusGone, Heading: "This connect link can no longer be used",
+			Message: "The link expired or was used meanwhile. Nothing new was stored.",
+			Next:    "Go back to your app and ask it to connect again; it will give you a fresh link."})
+		return
+	case err != nil:
+		f.fail(w, r, s, http.StatusInternalServerError, "store key connection", err)
+		return
+	}
+	f.log.Info("key entry: connection stored", "provider", p.Name, "connection", conn.ID, "grant_ref", binding.Ref(g.ID))
+	f.renderDone(w, donePage{Chrome: s.chrome(), Provider: p.DisplayName, Account: conn.AccountLogin})
+}
+
+// keyApproveHere answers POST /connect/{grant} decision=approve for an
+// API-key provider: there is no provider to send the browser to; the key
+// is entered on the landing page.
+func (f *Flow) keyApproveHere(w http.ResponseWriter, s *session, p *provider.Provider) {
+	f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Enter the key on the connect page",
+		Message: p.DisplayName + " is connected with a key, entered on the connect page. Nothing was stored.",
+		Next:    "Open the connect link again and enter your " + p.DisplayName + " key."})
+}
+
+// keyConnection loads connection id of the signed-in person for the
+// replace pages, rendering the page for every outcome that stops.
+func (f *Flow) keyConnection(w http.ResponseWriter, r *http.Request, s *session) (vault.Connection, *provider.Provider, bool) {
+	c, p, err := f.opts.Connections.KeyConnection(r.Context(), connections.Request{Principal: s.principal(), Via: "browser"}, r.PathValue("id"))
+	switch {
+	case errors.Is(err, vault.ErrNotFound):
+		// Absent, someone else's and not a key look the same.
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusNotFound, Heading: "No such key connection",
+			Message: "You have no API-key connection with this address (it may have been disconnected).",
+			Next:    "Go to My connections."})
+		return c, nil, false
+	case err != nil:
+		f.fail(w, r, s, http.StatusInternalServerError, "load key connection", err)
+		return c, nil, false
+	}
+	return c, p, true
+}
+
+func replacePage(s *session, c vault.Connection, p *provider.Provider) keyEntryPage {
+	page := newKeyPage(s, p, "/connections/"+url.PathEscape(c.ID)+"/key")
+	page.Replace, page.Account = true, connections.AccountName(c)
+	page.Rejected = c.Status == vault.StatusNeedsReconnect
+	return page
+}
+
+// handleReplaceKeyPage is GET /connections/{id}/key: "Replace key".
+func (f *Flow) handleReplaceKeyPage(w http.ResponseWriter, r *http.Request) {
+	s := f.jar.session(r)
+	if s == nil {
+		f.startLogin(w, r, "/connections")
+		return
+	}
+	c, p, ok := f.keyConnection(w, r, s)
+	if !ok {
+		return
+	}
+	f.renderKeyEntry(w, http.StatusOK, replacePage(s, c, p))
+}
+
+// handleReplaceKey is POST /connections/{id}/key: verify the new key and
+// store it in the same connection (same account only).
+func (f *Flow) handleReplaceKey(w http.ResponseWriter, r *http.Request) {
+	s := f.jar.session(r)
+	if s == nil {
+		f.signedOutPost(w)
+		return
+	}
+	if !f.checkKeyForm(w, r, s) {
+		return
+	}
+	c, p, ok := f.keyConnection(w, r, s)
+	if !ok {
+		return
+	}
+	switch r.PostFormValue("decision") {
+	case "deny":
+		f.redirectNotice(w, r, "")
+		return
+	case "approve":
+	default:
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "No decision",
+			Message: "The form did not say Replace key or Cancel. Nothing was sent or stored.", Next: "Go to My connections."})
+		return
+	}
+	page := replacePage(s, c, p)
+	ex, ok := f.verifyKey(w, r, p, page, c.ID)
+	if !ok {
+		return
+	}
+	_, err := f.opts.Connections.ReplaceKey(r.Context(), connections.Request{Principal: s.principal(), Via: "browser"}, c.ID, ex)
+	var ae *connections.KeyAccountError
+	switch {
+	case errors.As(err, &ae):
+		f.log.Info("key entry: replacement key is for another account; nothing stored", "provider", p.Name, "connection", c.ID)
+		page.Error = ae.Error()
+		f.renderKeyEntry(w, http.StatusConflict, page)
+		return
+	case errors.Is(err, vault.ErrNotFound):
+		f.redirectNotice(w, r, "not_found")
+		return
+	case err != nil:
+		f.fail(w, r, s, http.StatusInternalServerError, "replace key", err)
+		return
+	}
+	f.redirectNotice(w, r, "key_replaced")
+}
+
+// keyNotice adds the key notices to the connections page: after a
+// disconnect, where to revoke the key at its provider.
+func (f *Flow) keyNotice(page *connectionsPage, q url.Values) {
+	switch q.Get("notice") {
+	case "key_replaced":
+		page.Notice = "Key replaced. The new key is stored encrypted and used from now on; revoke the old one at the provider if you no longer need it."
+	case noticeKeyDeleted:
+		page.Notice = "Disconnected. The key was deleted from the broker. The broker cannot revoke an API key: revoke it at the provider too."
+		if p, ok := f.providers.Lookup(q.Get("provider")); ok && p.IsAPIKey() {
+			page.Notice = "Disconnected. The key was deleted from the broker. The broker cannot revoke an API key: revoke it at " + p.DisplayName + " too."
+			page.NoticeLink, page.NoticeLinkText = p.APIKey.InstructionsURL, "Revoke it at "+p.DisplayName
+		}
+	}
+}
