@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"credbroker/internal/testskip"
 	"fmt"
 	"strconv"
 	"strings"
@@ -161,9 +162,7 @@ func (b *keyBrowser) enterKey(bctx context.Context, link, user, login, key, want
 // Disconnect on the connections page. No key appears in a tool result, a
 // broker page or the broker's log.
 func TestDevAPIKeyEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
+	testskip.Short(t, "end-to-end test")
 	d := startDev(t, freeAddr(t), t.TempDir())
 	bctx := browserPerson(t)
 	ctx := testContext(t, 3*time.Minute)
