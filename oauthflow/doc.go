@@ -19,12 +19,20 @@
 //	GET  /connections                     the signed-in user's connections
 //	POST /connections/{id}/disconnect     connections.DisconnectID: revoke at the provider (when
 //	                                      supported), then delete (CSRF); the page names the outcome
+//	POST /connections/apps/{id}/remove    Options.Apps.RemoveApp: revoke every token an app (an OAuth
+//	                                      client of the broker's authorization server) holds (CSRF)
 //	POST /logout                          end the broker session (CSRF)
 //	GET  /static/                         the embedded CSS
 //
 // The consent page's buttons are a stable contract for automation:
 // <button type="submit" name="decision" value="approve"> and value="deny",
 // inside a POST form that carries a hidden csrf field.
+//
+// Other front doors' pages use the broker's session through two hooks that
+// cmd/broker wires, so front doors never import each other and the cookie
+// format stays this package's: (*Flow).SignedIn reports who is signed in
+// and (*Flow).StartSignIn sends the browser through the sign-in and back
+// to a broker path (the authorization server's /authorize).
 //
 // Cookies (securecookie: AES-256 + HMAC-SHA256 with keys derived from the
 // broker's key ring, all ring keys accepted for rotation; HttpOnly,

@@ -96,6 +96,8 @@ type connectionsPage struct {
 	Chrome      chrome
 	Notice      string
 	Connections []connectionRow
+	Apps        []appRow
+	AppsShown   bool
 }
 
 type signedOutPage struct{ Chrome chrome }
