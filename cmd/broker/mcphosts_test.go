@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -19,6 +20,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"golang.org/x/oauth2"
 
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
@@ -339,4 +344,177 @@ func TestTypeScriptHostOAuth(t *testing.T) {
 	if strings.Contains(s.proc.logs.String(), "idp-secret") || strings.Contains(s.proc.logs.String(), "demo-secret") {
 		t.Error("the broker logged a client secret")
 	}
+}
+
+// goSDKHost is an MCP host on the go-sdk client with its own OAuth
+// support (auth.AuthorizationCodeHandler): the loopback redirect target
+// and the browser step are the host's; the tokens it got are kept so the
+// test can check what removing the app does to them.
+type goSDKHost struct {
+	session *mcp.ClientSession
+	tokens  chan *oauth2.Token
+}
+
+func (s *hostStack) startGoSDKHost(t *testing.T, ctx, person context.Context, user, account, metadataURL string) *goSDKHost {
+	t.Helper()
+	codes := make(chan url.Values, 1)
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/callback" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, "Signed in: return to the go-sdk host.")
+		select {
+		case codes <- r.URL.Query():
+		default:
+		}
+	}))
+	t.Cleanup(cb.Close)
+	redirect := cb.URL + "/callback"
+	cfg := &auth.AuthorizationCodeHandlerConfig{
+		RedirectURL: redirect,
+		AuthorizationCodeFetcher: func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
+			if err := signInAndAllow(person, args.URL, user, "Signed in: return to the go-sdk host."); err != nil {
+				return nil, err
+			}
+			q := <-codes
+			return &auth.AuthorizationResult{Code: q.Get("code"), State: q.Get("state"), Iss: q.Get("iss")}, nil
+		},
+	}
+	if metadataURL != "" {
+		cfg.ClientIDMetadataDocumentConfig = &auth.ClientIDMetadataDocumentConfig{URL: metadataURL}
+	} else {
+		cfg.DynamicClientRegistrationConfig = &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
+			RedirectURIs: []string{redirect}, TokenEndpointAuthMethod: "none", ClientName: "go-sdk host (test)",
+			GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},
+		}}
+	}
+	h := &goSDKHost{tokens: make(chan *oauth2.Token, 4)}
+	cfg.NewTokenSource = func(ctx context.Context, c *oauth2.Config, tok *oauth2.Token) (oauth2.TokenSource, error) {
+		h.tokens <- tok
+		return c.TokenSource(ctx, tok), nil
+	}
+	handler, err := auth.NewAuthorizationCodeHandler(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-host-test", Version: "1"}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if req.Params.Mode != "url" || !strings.HasPrefix(req.Params.URL, s.base+"/connect/") {
+				return &mcp.ElicitResult{Action: "decline"}, nil
+			}
+			if err := connectSignedIn(person, req.Params.URL, user, account); err != nil {
+				return nil, err
+			}
+			return &mcp.ElicitResult{Action: "accept"}, nil
+		},
+	})
+	h.session, err = client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.base + "/mcp", OAuthHandler: handler, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\nbroker log:\n%s", err, s.proc.logs.String())
+	}
+	t.Cleanup(func() { h.session.Close() })
+	res, err := h.session.CallTool(ctx, &mcp.CallToolParams{Name: "connect_account", Arguments: map[string]any{"provider": "demo"}})
+	if err != nil || res.IsError {
+		t.Fatalf("connect_account: %v %+v\nbroker log:\n%s", err, res, s.proc.logs.String())
+	}
+	if got := fmt.Sprint(structured(t, res)); !strings.Contains(got, account) {
+		t.Fatalf("connect_account answered %s", got)
+	}
+	return h
+}
+
+// TestGoSDKHostOAuth: the go-sdk v1.8.0 client's OAuth support, through
+// dynamic registration and through a metadata document; then the person
+// removes the app on "My connections" and every token it holds stops
+// working.
+func TestGoSDKHostOAuth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	s := startHostStack(t)
+	bctx := newBrowser(t)
+	ctx := testContext(t, 3*time.Minute)
+
+	carol := personBrowser(t, bctx)
+	h := s.startGoSDKHost(t, ctx, carol, "carol", "alice-demo", "")
+	tok := <-h.tokens
+	if tok.RefreshToken == "" || tok.AccessToken == "" {
+		t.Fatal("the go-sdk host got no refresh token")
+	}
+	// Alice's host identifies itself with a metadata document.
+	aliceBrowser := personBrowser(t, bctx)
+	alice := s.startGoSDKHost(t, ctx, aliceBrowser, "alice", "alice-demo", s.metadataURL())
+
+	t.Run("removing the app on My connections revokes its tokens", func(t *testing.T) {
+		if a, err := mcpCall(http.DefaultClient, s.base, "", tok.AccessToken, "list_connections", map[string]any{}, nil); err != nil || a.Status != 200 {
+			t.Fatalf("before removal: %v %+v", err, a)
+		}
+		rctx, cancel := context.WithTimeout(carol, 30*time.Second)
+		defer cancel()
+		err := chromedp.Do(rctx, chromedp.Navigate(s.base+"/connections"), chromedp.WaitVisible(chromedp.CSS(`#apps`)))
+		if err == nil {
+			err = waitForText(rctx, "go-sdk host (test)")
+		}
+		if err == nil {
+			err = chromedp.Do(rctx, chromedp.Click(chromedp.CSS(`form[action^="/connections/apps/"] button`)))
+		}
+		if err == nil {
+			err = waitForText(rctx, "Removed. The app's tokens are revoked")
+		}
+		if err != nil {
+			page, _ := chromedp.Run(carol, chromedp.Text(chromedp.CSS(`body`)))
+			t.Fatalf("%v\npage: %s", err, page)
+		}
+		a, err := mcpCall(http.DefaultClient, s.base, "", tok.AccessToken, "list_connections", map[string]any{}, nil)
+		if err != nil || a.Status != http.StatusUnauthorized {
+			t.Fatalf("the removed app's access token: HTTP %d (%v)", a.Status, err)
+		}
+		resp, err := http.PostForm(s.base+"/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken},
+			"client_id": {jwtClaim(t, tok.AccessToken, "client_id")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(body), `"invalid_grant"`) {
+			t.Fatalf("the removed app's refresh token: HTTP %d %s", resp.StatusCode, body)
+		}
+	})
+
+	t.Run("signing out of the broker revokes no app", func(t *testing.T) {
+		sctx, cancel := context.WithTimeout(aliceBrowser, 30*time.Second)
+		defer cancel()
+		err := chromedp.Do(sctx, chromedp.Navigate(s.base+"/connections"), chromedp.Click(chromedp.CSS(`form[action="/logout"] button`)))
+		if err == nil {
+			err = waitForText(sctx, "You are signed out")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := alice.session.CallTool(ctx, &mcp.CallToolParams{Name: "list_connections", Arguments: map[string]any{}})
+		if err != nil || res.IsError || !strings.Contains(fmt.Sprint(structured(t, res)), "alice-demo") {
+			t.Fatalf("alice's app after she signed out: %v %+v", err, res)
+		}
+	})
+}
+
+// jwtClaim reads a string claim of a JWT without verifying it.
+func jwtClaim(t *testing.T, jwt, name string) string {
+	t.Helper()
+	parts := strings.Split(jwt, ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a JWT")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := m[name].(string)
+	return v
 }
