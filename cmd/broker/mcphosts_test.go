@@ -59,13 +59,23 @@ func startHostStack(t *testing.T, extraArgs ...string) *hostStack {
 		{Username: "carol", Password: "carol", Subject: "carol", Email: "carol@example.test", Name: "Carol"},
 	}
 	s.idp = devidptest.Start(t, users, nil)
+	// The premise: this IdP cannot serve MCP hosts by itself.
+	resp, err := http.Get(s.idp.Issuer() + "/.well-known/openid-configuration")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var disc map[string]any
+	json.NewDecoder(resp.Body).Decode(&disc)
+	resp.Body.Close()
+	if _, has := disc["registration_endpoint"]; has || disc["client_id_metadata_document_supported"] == true {
+		t.Fatalf("the test IdP offers client registration: %v", disc)
+	}
 	if err := s.idp.AddClient(devidp.Client{ID: devClientID, Secret: "idp-secret", RedirectURIs: []string{s.base + "/auth/callback"}}); err != nil {
 		t.Fatal(err)
 	}
 	pmux := http.NewServeMux()
 	psrv := httptest.NewServer(pmux)
 	t.Cleanup(psrv.Close)
-	var err error
 	s.demo, err = demoprovider.New(demoprovider.Options{
 		BaseURL: psrv.URL + devProviderPath, ClientID: devDemoClientID, ClientSecret: "demo-secret",
 		RedirectURIs: []string{s.base + "/oauth/demo/callback"},
