@@ -109,7 +109,8 @@ func TestDynamicRegistrationFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Principal != (vault.Principal{Issuer: testIdP, Subject: "alice"}) || info.ClientID != clientID {
+	if info.Principal != (vault.Principal{Issuer: testIdP, Subject: "alice"}) || info.ClientID != clientID ||
+		!slices.Equal(info.Audiences, []string{h.srv.URL + "/mcp"}) {
 		t.Fatalf("the token names %+v for %s; want the IdP's (iss, sub) of alice", info.Principal, info.ClientID)
 	}
 

@@ -74,6 +74,7 @@ func (s *Server) verifySigned(_ context.Context, raw string) (bearer.TokenInfo, 
 	}
 	return bearer.TokenInfo{
 		Principal: vault.Principal{Issuer: c.SubID.Issuer, Subject: c.SubID.Subject},
-		Scopes:    strings.Fields(c.Scope), Expiry: c.expiry(), Session: c.Session, ClientID: c.ClientID,
+		Scopes:    strings.Fields(c.Scope), Expiry: c.expiry(), Audiences: []string(c.Audience),
+		Session: c.Session, ClientID: c.ClientID,
 	}, nil
 }
