@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8080
 # Time each fuzz target gets in `make test` (make fuzz FUZZTIME=1m for longer).
 FUZZTIME ?= 10s
 
-.PHONY: run test deps build vet fmt-check tidy-check unit fuzz bench bench-vault clean conformance-deps conformance sidecar-ts-deps
+.PHONY: run test deps build vet fmt-check tidy-check unit fuzz bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
 .PHONY: image image-rootfs
 
 # Build information stamped into the binary (internal/buildinfo): shown by
@@ -104,6 +104,20 @@ conformance-deps:
 		cp testdata/conformance/package-lock.json $(CONFORMANCE_DIR)/.installed-lock.json; \
 	fi
 
+# The official TypeScript MCP client (an MCP host in cmd/broker's OAuth
+# tests), pinned by testdata/mcpclient/package-lock.json; it runs on the
+# Node 22 installed with the conformance suite.
+MCPCLIENT_DIR ?= .cache/mcpclient
+mcpclient-deps: conformance-deps
+	@if ! command -v npm >/dev/null 2>&1 && [ "$$CREDBROKER_ALLOW_SKIP" = 1 ]; then \
+		echo "mcpclient-deps: no npm; the MCP host tests will skip (CREDBROKER_ALLOW_SKIP=1)"; \
+	elif ! cmp -s testdata/mcpclient/package-lock.json $(MCPCLIENT_DIR)/.installed-lock.json; then \
+		rm -rf $(MCPCLIENT_DIR) && mkdir -p $(MCPCLIENT_DIR) && \
+		cp testdata/mcpclient/package.json testdata/mcpclient/package-lock.json $(MCPCLIENT_DIR)/ && \
+		(cd $(MCPCLIENT_DIR) && npm ci --no-audit --no-fund --loglevel=error) && \
+		cp testdata/mcpclient/package-lock.json $(MCPCLIENT_DIR)/.installed-lock.json; \
+	fi
+
 conformance: conformance-deps
 	$(GO) test -race -count=1 -run TestConformance -v ./cmd/broker
 
@@ -117,7 +131,7 @@ sidecar-ts-deps: conformance-deps
 		cd $(SIDECAR_TS_DIR) && PATH="$(CURDIR)/$(CONFORMANCE_DIR)/node_modules/node-linux-$(NODE_ARCH)/bin:$$PATH" npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
-test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps unit fuzz
+test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps unit fuzz
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,

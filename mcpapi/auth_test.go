@@ -4,6 +4,7 @@ import (
 	"context"
 	"credbroker/internal/bearer"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -117,12 +118,20 @@ func TestProtectedResourceMetadata(t *testing.T) {
 	}
 }
 
-func TestVerifiedTokensAreCached(t *testing.T) {
+// A Verifier given in Options runs on every request: it is the broker's
+// own tokens' verifier, which checks on every use that the token was not
+// revoked, and caches its signature checks itself (bearer.Cached, tested
+// in internal/bearer).
+func TestCustomVerifierRunsOnEveryRequest(t *testing.T) {
 	var calls atomic.Int32
 	var h *harness
+	revoked := atomic.Bool{}
 	h = newHarness(t, func(o *Options) {
 		o.Verifier = func(ctx context.Context, raw string) (bearer.TokenInfo, error) {
 			calls.Add(1)
+			if revoked.Load() {
+				return bearer.TokenInfo{}, fmt.Errorf("%w: revoked", bearer.ErrInvalidToken)
+			}
 			return bearer.TokenInfo{Principal: h.principal("alice"), Expiry: h.clock.Now().Add(time.Minute)}, nil
 		}
 	})
@@ -133,13 +142,12 @@ func TestVerifiedTokensAreCached(t *testing.T) {
 			t.Fatal(r.status)
 		}
 	}
-	if calls.Load() != 1 {
-		t.Fatalf("verifier called %d times, want 1", calls.Load())
+	if calls.Load() != 3 {
+		t.Fatalf("verifier called %d times for 3 requests, want 3", calls.Load())
 	}
-	h.clock.Advance(2 * time.Minute) // past the token's expiry: verified again
-	h.do(rawCall{headers: hd, body: modernBody(1, "server/discover", "{}", nil)})
-	if calls.Load() != 2 {
-		t.Fatalf("verifier called %d times after expiry, want 2", calls.Load())
+	revoked.Store(true) // revocation takes effect on the next request
+	if r := h.do(rawCall{headers: hd, body: modernBody(1, "server/discover", "{}", nil)}); r.status != 401 {
+		t.Fatalf("after revocation: HTTP %d, want 401", r.status)
 	}
 }
 

@@ -2,7 +2,9 @@
 // that serves MCP 2026-07-28 with a lean handler of its own (built on the
 // go-sdk's exported wire types) and 2025-11-25 legacy clients through the
 // go-sdk's stateless handler, the OAuth 2.0 protected-resource side (bearer
-// JWT validation, RFC 9728 metadata, 401/403 challenges), the broker's tools,
+// token validation: the broker's own tokens through Options.Verifier in
+// --mcp-auth broker, the IdP's JWTs otherwise; RFC 9728 metadata naming the
+// authorization server; 401/403 challenges), the broker's tools,
 // and multi round-trip requests (MRTR) with a sealed requestState.
 //
 // # Routes (mounted by [Server.Register])

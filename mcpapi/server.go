@@ -30,7 +30,8 @@ type Options struct {
 	ResourceURI string
 	// Issuer is the IdP's issuer URL (OIDC discovery finds its keys).
 	Issuer string
-	// AuthorizationServers for RFC 9728 metadata (default [Issuer]).
+	// AuthorizationServers for RFC 9728 metadata (default [Issuer]; the
+	// broker's own public URL when it is the authorization server).
 	AuthorizationServers []string
 	// RequiredScope, when set, must be among the token's scopes (else 403).
 	RequiredScope string
@@ -48,7 +49,10 @@ type Options struct {
 	Logger       *slog.Logger
 	Now          func() time.Time
 	HTTPClient   *http.Client // for OIDC discovery and JWKS
-	// Verifier overrides the default JWT verifier (tests, other token formats).
+	// Verifier overrides the default verifier of the IdP's JWTs: the broker's
+	// own authorization server's tokens (--mcp-auth broker), tests. It is
+	// used as is, on every request: it does its own caching (bearer.Cached)
+	// where a cached answer is acceptable.
 	Verifier bearer.Verifier
 	// ServerVersion is reported in serverInfo (default "dev").
 	ServerVersion string
@@ -145,13 +149,14 @@ func New(opts Options) (*Server, error) {
 	for _, o := range opts.AllowedOrigins {
 		s.origins[strings.TrimSuffix(o, "/")] = true
 	}
-	verify := opts.Verifier
-	if verify == nil {
-		if verify, err = bearer.NewJWTVerifier(opts.Issuer, []string{opts.ResourceURI}, opts.HTTPClient, opts.Now); err != nil {
+	s.verifier = opts.Verifier
+	if s.verifier == nil {
+		verify, err := bearer.NewJWTVerifier(opts.Issuer, []string{opts.ResourceURI}, opts.HTTPClient, opts.Now)
+		if err != nil {
 			return nil, fmt.Errorf("mcpapi: %w", err)
 		}
+		s.verifier = bearer.Cached(verify, 10000, opts.Now)
 	}
-	s.verifier = bearer.Cached(verify, 10000, opts.Now)
 	s.tools = s.toolFuncs()
 	md := protectedResourceMetadata{
 		Resource: opts.ResourceURI, AuthorizationServers: opts.AuthorizationServers,

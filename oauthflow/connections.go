@@ -18,6 +18,8 @@ var notices = map[string]string{
 	string(provider.NotConfirmed): "Disconnected here, but the provider did not confirm the revocation. Remove the app's access in the provider's account settings to be sure.",
 	string(provider.KeptShared):   "Disconnected. The stored tokens were deleted; access at the provider was not revoked because another connection uses the same provider account, and revoking would end its access too.",
 	"not_found":                   "That connection does not exist (it may already be disconnected).",
+	"app_removed":                 "Removed. The app's tokens are revoked: it can no longer use credbroker as you unless you allow it again.",
+	"app_not_found":               "That app has no access (it may already be removed).",
 }
 
 // handleConnections is GET /connections: the signed-in user's connections.
@@ -32,7 +34,12 @@ func (f *Flow) handleConnections(w http.ResponseWriter, r *http.Request) {
 		f.fail(w, r, s, http.StatusInternalServerError, "list connections", err)
 		return
 	}
-	page := connectionsPage{Chrome: s.chrome(), Notice: notices[r.URL.Query().Get("notice")]}
+	apps, err := f.appRows(r.Context(), s.principal())
+	if err != nil {
+		f.fail(w, r, s, http.StatusInternalServerError, "list apps", err)
+		return
+	}
+	page := connectionsPage{Chrome: s.chrome(), Notice: notices[r.URL.Query().Get("notice")], Apps: apps, AppsShown: f.opts.Apps != nil}
 	f.keyNotice(&page, r.URL.Query())
 	for _, c := range conns {
 		name := c.Provider

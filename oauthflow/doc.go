@@ -27,6 +27,8 @@
 //	GET  /connections/{id}/key            "Replace key": the entry form for one API-key connection
 //	POST /connections/{id}/key            verify the new key, store it in the same connection (same
 //	                                      account only; CSRF)
+//	POST /connections/apps/{id}/remove    Options.Apps.RemoveApp: revoke every token an app (an OAuth
+//	                                      client of the broker's authorization server) holds (CSRF)
 //	POST /logout                          end the broker session (CSRF)
 //	GET  /static/                         the embedded CSS
 //
@@ -36,6 +38,12 @@
 // keeps the same buttons (approve submits the key) and names its inputs
 // field.<name> (secret ones type=password, autocomplete=off, maxlength).
 // No page shows an entered key, and none is logged.
+//
+// Other front doors' pages use the broker's session through two hooks that
+// cmd/broker wires, so front doors never import each other and the cookie
+// format stays this package's: (*Flow).SignedIn reports who is signed in
+// and (*Flow).StartSignIn sends the browser through the sign-in and back
+// to a broker path (the authorization server's /authorize).
 //
 // Cookies (securecookie: AES-256 + HMAC-SHA256 with keys derived from the
 // broker's key ring, all ring keys accepted for rotation; HttpOnly,

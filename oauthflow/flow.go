@@ -50,6 +50,9 @@ type Options struct {
 	DevMode bool
 	// Telemetry receives audit events (nil: none).
 	Telemetry *telemetry.Recorder
+	// Apps lists and removes the apps a person allowed at the broker's
+	// authorization server ("Apps with access"); nil: no such section.
+	Apps Apps
 }
 
 // Flow serves the browser side of credbroker. See the package doc for routes.
@@ -153,6 +156,7 @@ func (f *Flow) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /oauth/{provider}/callback", f.handleProviderCallback)
 	mux.HandleFunc("GET /connections", f.handleConnections)
 	mux.Handle("POST /connections/{id}/disconnect", f.cop.Handler(http.HandlerFunc(f.handleDisconnect)))
+	mux.Handle("POST /connections/apps/{id}/remove", f.cop.Handler(http.HandlerFunc(f.handleRemoveApp)))
 	mux.Handle("POST /logout", f.cop.Handler(http.HandlerFunc(f.handleLogout)))
 	static := http.StripPrefix("/static/", http.FileServerFS(web.Static))
 	mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -101,6 +101,8 @@ type connectionsPage struct {
 	// a deleted API key at its provider.
 	NoticeLink, NoticeLinkText string
 	Connections                []connectionRow
+	Apps                       []appRow
+	AppsShown                  bool
 }
 
 type signedOutPage struct{ Chrome chrome }

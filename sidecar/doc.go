@@ -12,7 +12,8 @@
 //	Broker-Sidecar-Secret: <the server's own secret>  names the co-located server (Caller);
 //	                                                  compared in constant time
 //	Authorization: Bearer <the end user's token>       validated by the broker itself
-//	                                                  (issuer, signature, an accepted audience,
+//	                                                  (a token the broker issued, or an IdP JWT:
+//	                                                  issuer, signature, an accepted audience,
 //	                                                  that audience's required scope if any)
 //
 // The caller never asserts who the user is: the principal comes from the

@@ -38,6 +38,14 @@ type serveConfig struct {
 	SidecarSecretsFile string
 	RefreshMargin      time.Duration
 	MetricsAddr        string // separate listener for /metrics; empty: on the main listener
+	// Who issues the MCP bearer tokens: "broker" (the built-in
+	// authorization server) or "issuer" (the IdP's JWTs).
+	MCPAuth                    string
+	Registration               string // open or off
+	ClientMetadataAllowPrivate bool
+	AccessTokenTTL             time.Duration
+	RefreshTokenTTL            time.Duration
+	RefreshTokenIdle           time.Duration
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -61,6 +69,12 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SidecarSecretsFile, "sidecar-secrets-file", os.Getenv("BROKER_SIDECAR_SECRETS_FILE"), "file of name:secret lines, one per co-located server (optionally followed by providers=a,b); BROKER_SIDECAR_SECRET is the unnamed one")
 	fs.StringVar(&c.SidecarAudiences, "sidecar-audiences", os.Getenv("BROKER_SIDECAR_AUDIENCES"), "comma-separated AUDIENCE or AUDIENCE=SCOPE accepted in user tokens on the sidecar API, each with the scope its tokens must carry (default: the MCP resource URI with --required-scope)")
 	fs.DurationVar(&c.RefreshMargin, "refresh-margin", 5*time.Minute, "refresh provider access tokens this long before they expire")
+	fs.StringVar(&c.MCPAuth, "mcp-auth", envOr("BROKER_MCP_AUTH", "broker"), "who issues MCP bearer tokens: broker (the built-in authorization server; the IdP only signs people in) or issuer (the IdP's JWTs whose aud is the resource) (env BROKER_MCP_AUTH)")
+	fs.StringVar(&c.Registration, "registration", envOr("BROKER_REGISTRATION", "open"), "dynamic client registration at the built-in authorization server: open or off (env BROKER_REGISTRATION)")
+	fs.BoolVar(&c.ClientMetadataAllowPrivate, "client-metadata-allow-private", false, "let Client ID Metadata Documents be fetched from loopback, private and other special-use addresses (tests, private networks)")
+	fs.DurationVar(&c.AccessTokenTTL, "access-token-ttl", time.Hour, "lifetime of the access tokens the broker issues")
+	fs.DurationVar(&c.RefreshTokenTTL, "refresh-token-ttl", 30*24*time.Hour, "absolute lifetime of a sign-in's refresh tokens")
+	fs.DurationVar(&c.RefreshTokenIdle, "refresh-token-idle", 7*24*time.Hour, "a refresh token unused this long expires")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", os.Getenv("BROKER_METRICS_ADDR"), "serve /metrics on this separate address instead of the main listener (env BROKER_METRICS_ADDR)")
 }
 
@@ -128,6 +142,23 @@ func (c *serveConfig) validate() error {
 	}
 	if c.StateTTL < time.Minute || c.StateTTL > time.Hour {
 		bad("--state-ttl %s: must be between 1m and 1h", c.StateTTL)
+	}
+	switch c.MCPAuth {
+	case "broker", "issuer":
+	default:
+		bad("--mcp-auth %q: want broker or issuer", c.MCPAuth)
+	}
+	if c.Registration != "open" && c.Registration != "off" {
+		bad("--registration %q: want open or off", c.Registration)
+	}
+	if c.AccessTokenTTL < time.Minute || c.AccessTokenTTL > 24*time.Hour {
+		bad("--access-token-ttl %s: must be between 1m and 24h", c.AccessTokenTTL)
+	}
+	if c.RefreshTokenTTL < c.AccessTokenTTL || c.RefreshTokenTTL > 365*24*time.Hour {
+		bad("--refresh-token-ttl %s: must be between --access-token-ttl and 8760h", c.RefreshTokenTTL)
+	}
+	if c.RefreshTokenIdle < time.Hour || c.RefreshTokenIdle > c.RefreshTokenTTL {
+		bad("--refresh-token-idle %s: must be between 1h and --refresh-token-ttl", c.RefreshTokenIdle)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("--log-format %q: want text or json", c.LogFormat)

@@ -16,8 +16,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"credbroker/authserver"
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/telemetry"
@@ -205,7 +207,10 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 	mux := http.NewServeMux()
 	mux.Handle(devIdPPath+"/", idp.Handler())
 	mux.Handle(devProviderPath+"/", demo.Handler())
-	mux.Handle("POST /dev/token", devTokenHandler(idp, resource))
+	// /dev/token mints the broker's own tokens, so it works once the
+	// authorization server is mounted below.
+	var auth atomic.Pointer[authserver.Server]
+	mux.Handle("POST /dev/token", devTokenHandler(&auth, idp.Issuer()))
 	srv := newHTTPServer(mux, log)
 	serveErr := make(chan error, 1)
 	sctx, stopServing := context.WithCancel(ctx)
@@ -214,7 +219,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 
 	// The broker discovers its IdP over HTTP, so it is mounted once the
 	// listener serves the IdP.
-	grants, err := mount(ctx, mux, brokerDeps{
+	m, err := mount(ctx, mux, brokerDeps{
 		PublicURL: base, Resource: resource, Issuer: idp.Issuer(),
 		ClientID: devClientID, ClientSecret: vault.Secret(idpSecret), DevMode: true,
 		GrantTTL: 10 * time.Minute, StateTTL: 10 * time.Minute,
@@ -225,13 +230,18 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		// Loopback only: /metrics on the main listener.
 		MetricsOnMain: true,
 		Sidecar:       sideCfg,
+		// MCP hosts get their tokens from the broker itself: dynamic
+		// registration is open, metadata documents are fetched from
+		// public addresses only.
+		AuthServer: &authServerConfig{Registration: true},
 	})
 	if err != nil {
 		stopServing()
 		<-serveErr
 		return err
 	}
-	go collectGrants(sctx, grants, log)
+	auth.Store(m.Auth)
+	go collectGrants(sctx, m.Grants, log)
 	printDevBanner(stdout, base, dbPath, keysPath, side)
 	return <-serveErr
 }
@@ -323,22 +333,46 @@ func randomSecret() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// devTokenHandler mints an MCP bearer token for a development user:
-// POST /dev/token with user=alice. With "Accept: text/plain" the answer is
-// the bare token, for shell scripts.
-func devTokenHandler(idp *devidp.IdP, audience string) http.Handler {
+// devTokenClient is the built-in client /dev/token's tokens are issued
+// to; "My connections" lists it like any app, so its access can be removed.
+const (
+	devTokenClient     = "urn:credbroker:dev-token"
+	devTokenClientName = "Development token (POST /dev/token)"
+)
+
+// devTokenHandler mints an MCP bearer token for a development user without
+// a browser, issued by the broker's authorization server exactly as for an
+// MCP host: POST /dev/token with user=alice. With "Accept: text/plain" the
+// answer is the bare token, for shell scripts.
+func devTokenHandler(auth *atomic.Pointer[authserver.Server], issuer string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-		user := r.PostFormValue("user")
-		tok, exp, err := idp.MintAccessToken(user, audience, nil, devTokenTTL)
 		w.Header().Set("Cache-Control", "no-store")
-		if err != nil {
+		fail := func(status int, code, desc string) {
 			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			json.NewEncoder(w).Encode(map[string]string{
-				"error":             "invalid_request",
-				"error_description": "form field user must name a development user (alice or bob)",
-			})
+			w.WriteHeader(status)
+			json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": desc})
+		}
+		as := auth.Load()
+		if as == nil {
+			fail(http.StatusServiceUnavailable, "temporarily_unavailable", "the broker is still starting")
+			return
+		}
+		user := r.PostFormValue("user")
+		var subject string
+		for _, u := range devidp.DefaultUsers() {
+			if u.Username == user {
+				subject = u.Subject
+			}
+		}
+		if subject == "" {
+			fail(http.StatusBadRequest, "invalid_request", "form field user must name a development user (alice or bob)")
+			return
+		}
+		tok, exp, err := as.MintAccessToken(r.Context(), vault.Principal{Issuer: issuer, Subject: subject},
+			devTokenClient, devTokenClientName, devTokenTTL)
+		if err != nil {
+			fail(http.StatusInternalServerError, "server_error", "the token could not be issued")
 			return
 		}
 		if strings.HasPrefix(r.Header.Get("Accept"), "text/plain") {
@@ -369,7 +403,11 @@ credbroker development mode (loopback only; not for real accounts)
 		fmt.Fprintf(w, "  sidecar API       %s\n", side.off)
 	}
 	fmt.Fprintf(w, `
-Get a token for alice (valid one hour):
+Connect an MCP host: give it the server URL %[1]s/mcp and nothing else.
+It registers itself, you sign in (alice / alice) and allow it, and it gets
+its own tokens from the broker.
+
+Or get a token for alice without a browser (valid one hour):
   curl -s -X POST -d user=alice %[1]s/dev/token
 
 Try it with the reference client:
@@ -383,13 +421,9 @@ Start the example MCP server on the sidecar API, then call its tool:
   go run ./cmd/brokerctl --url http://%s/mcp call list_demo_repos
 `, demoreposCommand(side), demoreposAddr)
 	}
-	fmt.Fprintf(w, `
-MCP client configuration (paste the token in place of <token>):
-  {"mcpServers": {"credbroker": {"type": "http", "url": "%[1]s/mcp",
-    "headers": {"Authorization": "Bearer <token>"}}}}
-
+	fmt.Fprint(w, `
 Ready.
-`, base)
+`)
 }
 
 // demoreposAddr is where the banner's command starts examples/demorepos.

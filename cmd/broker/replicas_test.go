@@ -266,6 +266,14 @@ type replicaStack struct {
 
 func newReplicaStack(t *testing.T, users []string) *replicaStack {
 	t.Helper()
+	return newReplicaStackMode(t, users, "issuer")
+}
+
+// newReplicaStackMode is newReplicaStack with the given --mcp-auth: in
+// issuer mode the bearers are the IdP's JWTs; in broker mode there are none
+// (hosts get theirs from the replicas' authorization server).
+func newReplicaStackMode(t *testing.T, users []string, mcpAuth string) *replicaStack {
+	t.Helper()
 	pg := pgtest.StartT(t)
 	dbURL := pg.Schema(t)
 	s := &replicaStack{pg: pg, dbURL: dbURL, lb: newBalancer(t), bearers: map[string]string{}}
@@ -303,7 +311,7 @@ func newReplicaStack(t *testing.T, users []string) *replicaStack {
 	env := []string{"BROKER_KEYS=" + s.keys.Format(), "BROKER_CLIENT_SECRET=idp-secret", "DEMO_CLIENT_SECRET=demo-secret",
 		"BROKER_STORE=", "BROKER_KEYS_FILE="}
 	args := []string{"--public-url", public, "--issuer", s.idp.Issuer(), "--client-id", devClientID,
-		"--providers", providers, "--store", dbURL, "--log-format", "json"}
+		"--providers", providers, "--store", dbURL, "--log-format", "json", "--mcp-auth", mcpAuth}
 	// Both start at once against an empty database: they migrate it once.
 	var wg sync.WaitGroup
 	addrA, addrB := freeAddr(t), freeAddr(t)
@@ -320,6 +328,9 @@ func newReplicaStack(t *testing.T, users []string) *replicaStack {
 	}
 	t.Cleanup(func() { s.store.Close() })
 	for _, u := range users {
+		if mcpAuth != "issuer" {
+			break
+		}
 		tok, _, err := s.idp.MintAccessToken(u, public+"/mcp", nil, time.Hour)
 		if err != nil {
 			t.Fatal(err)

@@ -145,7 +145,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	rec := telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log, ProcessMetrics: true, SidecarServers: sidecarNames})
 	mux := http.NewServeMux()
-	grants, err := mount(ctx, mux, brokerDeps{
+	var authCfg *authServerConfig
+	if cfg.MCPAuth == "broker" {
+		authCfg = &authServerConfig{
+			Registration: cfg.Registration == "open", AllowPrivateMetadata: cfg.ClientMetadataAllowPrivate,
+			AccessTokenTTL: cfg.AccessTokenTTL, RefreshTokenTTL: cfg.RefreshTokenTTL, RefreshIdleTTL: cfg.RefreshTokenIdle,
+		}
+	}
+	m, err := mount(ctx, mux, brokerDeps{
 		PublicURL: publicURL, Resource: resource, Issuer: cfg.Issuer,
 		ClientID: cfg.ClientID, ClientSecret: vault.Secret(secret), RequiredScope: cfg.RequiredScope,
 		GrantTTL: cfg.GrantTTL, StateTTL: cfg.StateTTL,
@@ -153,6 +160,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Telemetry: rec, MetricsOnMain: cfg.MetricsAddr == "",
 		RefreshMargin: cfg.RefreshMargin,
 		Sidecar:       sc,
+		AuthServer:    authCfg,
 	})
 	if err != nil {
 		return err
@@ -172,11 +180,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		go serveUntilDone(ctx, newHTTPServer(mmux, log), mln, log)
 		log.Info("metrics serving", "addr", mln.Addr().String())
 	}
-	go collectGrants(ctx, grants, log)
+	go collectGrants(ctx, m.Grants, log)
 	// A finished rotation is a key_rotation audit event.
 	startBackgroundRekey(ctx, store, keys, log, rec)
 	bi := buildinfo.Get()
-	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "providers", strings.Join(providers.Names(), ","),
+	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "mcp_auth", cfg.MCPAuth,
+		"providers", strings.Join(providers.Names(), ","),
 		"version", bi.Version, "commit", bi.Commit)
 	return serveUntilDone(ctx, newHTTPServer(mux, log), ln, log)
 }

@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"time"
 
+	"credbroker/authserver"
 	"credbroker/binding"
 	"credbroker/connections"
+	"credbroker/internal/bearer"
 	"credbroker/internal/telemetry"
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
@@ -44,12 +46,33 @@ type brokerDeps struct {
 	RefreshMargin time.Duration
 	// Sidecar is the sidecar API listener (off when empty).
 	Sidecar sidecarConfig
+	// AuthServer, when set, makes the broker the authorization server of
+	// its MCP endpoint (--mcp-auth broker); nil keeps the IdP's JWTs
+	// (--mcp-auth issuer).
+	AuthServer *authServerConfig
+}
+
+// authServerConfig is the built-in authorization server's settings.
+type authServerConfig struct {
+	Registration         bool
+	AllowPrivateMetadata bool
+	AccessTokenTTL       time.Duration
+	RefreshTokenTTL      time.Duration
+	RefreshIdleTTL       time.Duration
+}
+
+// mounted is what mount built that its callers drive further.
+type mounted struct {
+	Grants *binding.Service
+	// Auth is the built-in authorization server (nil in issuer mode).
+	Auth *authserver.Server
 }
 
 // mount builds the provider client, the connections layer, the browser
-// flow and the MCP endpoint and registers their routes on mux. The IdP
-// must be reachable (discovery runs here).
-func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Service, error) {
+// flow, the authorization server (in broker mode) and the MCP endpoint and
+// registers their routes on mux. The IdP must be reachable (discovery runs
+// here). Background work (authorization server clean-up) runs until ctx ends.
+func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, error) {
 	plainStore := d.Store
 	d.Store = d.Telemetry.WrapStore(d.Store)
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
@@ -59,46 +82,134 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Serv
 		Telemetry: d.Telemetry,
 	})
 	if err != nil {
-		return nil, err
+		return mounted{}, err
 	}
 	conns, err := connections.New(connections.Options{
 		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
 	})
 	if err != nil {
-		return nil, err
+		return mounted{}, err
 	}
-	flow, err := oauthflow.New(ctx, oauthflow.Options{
+	// The authorization server signs people in through the browser flow's
+	// session and the browser flow lists the apps the authorization server
+	// knows: both refer to the other through the hooks wired here.
+	var flow *oauthflow.Flow
+	var as *authserver.Server
+	if c := d.AuthServer; c != nil {
+		astore, ok := plainStore.(vault.AuthStore)
+		if !ok {
+			return mounted{}, fmt.Errorf("the store %T cannot hold the authorization server's records; use --mcp-auth issuer", plainStore)
+		}
+		var scopes []string
+		if d.RequiredScope != "" {
+			scopes = []string{d.RequiredScope}
+		}
+		as, err = authserver.New(authserver.Options{
+			PublicURL: d.PublicURL, Resource: d.Resource, IdPIssuer: d.Issuer, Store: astore, Keys: d.Keys,
+			Person: func(r *http.Request) (authserver.Person, bool) {
+				p, ok := flow.SignedIn(r)
+				return authserver.Person{Principal: p.Principal, Display: p.Display, CSRF: p.CSRF}, ok
+			},
+			StartSignIn:  func(w http.ResponseWriter, r *http.Request, returnTo string) { flow.StartSignIn(w, r, returnTo) },
+			Registration: c.Registration, AllowPrivateMetadata: c.AllowPrivateMetadata, Scopes: scopes,
+			AccessTokenTTL: c.AccessTokenTTL, RefreshTokenTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL,
+			Logger: d.Logger.With("component", "authserver"), Telemetry: d.Telemetry,
+		})
+		if err != nil {
+			return mounted{}, fmt.Errorf("authorization server: %w", err)
+		}
+	}
+	flowOpts := oauthflow.Options{
 		PublicURL: d.PublicURL, Issuer: d.Issuer, ClientID: d.ClientID, ClientSecret: d.ClientSecret,
 		Grants: grants, Connections: conns, Client: client,
 		CookieKeys: d.Keys.Derive("cookies"), HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "oauthflow"), DevMode: d.DevMode,
 		Telemetry: d.Telemetry,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("browser flow: %w", err)
 	}
-	mcp, err := mcpapi.New(mcpapi.Options{
+	if as != nil {
+		flowOpts.Apps = appsOf{as}
+	}
+	flow, err = oauthflow.New(ctx, flowOpts)
+	if err != nil {
+		return mounted{}, fmt.Errorf("browser flow: %w", err)
+	}
+	mcpOpts := mcpapi.Options{
 		PublicURL: d.PublicURL, ResourceURI: d.Resource, Issuer: d.Issuer,
 		RequiredScope: d.RequiredScope, DevMode: d.DevMode,
 		Connections: conns,
 		StateKeys:   d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
 		Logger: d.Logger.With("component", "mcpapi"), HTTPClient: d.HTTPClient,
 		Telemetry: d.Telemetry,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("MCP endpoint: %w", err)
 	}
-	if _, err := startSidecar(ctx, d, conns); err != nil {
-		return nil, err
+	var brokerTokens bearer.Verifier
+	if as != nil {
+		brokerTokens = as.Verifier()
+		mcpOpts.Verifier = brokerTokens
+		mcpOpts.AuthorizationServers = []string{as.Issuer()}
+	}
+	mcp, err := mcpapi.New(mcpOpts)
+	if err != nil {
+		return mounted{}, fmt.Errorf("MCP endpoint: %w", err)
+	}
+	if _, err := startSidecar(ctx, d, conns, brokerTokens); err != nil {
+		return mounted{}, err
 	}
 	flow.Register(mux)
 	mcp.Register(mux)
+	if as != nil {
+		as.Register(mux)
+		go collectAuth(ctx, as, d.Logger)
+	}
 	registerHealth(mux, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
 	if d.MetricsOnMain && d.Telemetry != nil {
 		mux.Handle("GET /metrics", d.Telemetry.Handler())
 	}
-	return grants, nil
+	return mounted{Grants: grants, Auth: as}, nil
+}
+
+// appsOf shows the authorization server's apps on the browser flow's
+// "My connections" page.
+type appsOf struct{ as *authserver.Server }
+
+func (a appsOf) ListApps(ctx context.Context, p vault.Principal) ([]oauthflow.App, error) {
+	apps, err := a.as.Apps(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]oauthflow.App, len(apps))
+	for i, x := range apps {
+		out[i] = oauthflow.App{ID: x.ID, Name: x.Name, ClientID: x.ClientID, VerifiedDomain: x.VerifiedDomain,
+			Authorized: x.Authorized, LastUsed: x.LastUsed, Active: x.Active}
+	}
+	return out, nil
+}
+
+func (a appsOf) RemoveApp(ctx context.Context, p vault.Principal, id string) error {
+	err := a.as.RemoveApp(ctx, p, id)
+	if errors.Is(err, authserver.ErrNoSuchApp) {
+		return oauthflow.ErrNoSuchApp
+	}
+	return err
+}
+
+// collectAuth removes expired codes and never-used registered clients
+// every ten minutes until ctx ends.
+func collectAuth(ctx context.Context, as *authserver.Server, log *slog.Logger) {
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if codes, clients, err := as.GC(ctx); err != nil {
+				log.Warn("authorization server clean-up failed", "err", err)
+			} else if codes+clients > 0 {
+				log.Debug("authorization server clean-up", "codes", codes, "clients", clients)
+			}
+		}
+	}
 }
 
 // newHTTPServer returns a server with every timeout set.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -228,8 +229,12 @@ func newSidecarConfig(addr, socket, secretsFile, audiences string) sidecarConfig
 
 // startSidecar serves the sidecar API until ctx ends. The listener is
 // opened before returning, so a bad address fails the start. It returns
-// the address served ("" when off).
-func startSidecar(ctx context.Context, d brokerDeps, conns *connections.Service) (string, error) {
+// the address served ("" when off). brokerTokens is the built-in
+// authorization server's verifier (nil in issuer mode): then the sidecar
+// accepts the broker's tokens (audience: the MCP resource, with its
+// required scope), and the IdP's JWTs only for audiences given explicitly
+// with --sidecar-audiences.
+func startSidecar(ctx context.Context, d brokerDeps, conns *connections.Service, brokerTokens bearer.Verifier) (string, error) {
 	c := d.Sidecar
 	if !c.enabled() {
 		return "", nil
@@ -242,17 +247,27 @@ func startSidecar(ctx context.Context, d brokerDeps, conns *connections.Service)
 	if err != nil {
 		return "", fmt.Errorf("sidecar: %w", err)
 	}
-	uris := make([]string, len(auds))
-	for i, a := range auds {
-		uris[i] = a.URI
+	verify := brokerTokens
+	if brokerTokens == nil || strings.TrimSpace(c.Audiences) != "" {
+		uris := make([]string, len(auds))
+		for i, a := range auds {
+			uris[i] = a.URI
+		}
+		idp, err := bearer.NewJWTVerifier(d.Issuer, uris, d.HTTPClient, nil)
+		if err != nil {
+			return "", fmt.Errorf("sidecar: %w", err)
+		}
+		verify = bearer.Cached(idp, 10000, nil)
+		if brokerTokens != nil {
+			verify = bearer.ByIssuer(map[string]bearer.Verifier{d.PublicURL: brokerTokens}, verify)
+		}
 	}
-	verify, err := bearer.NewJWTVerifier(d.Issuer, uris, d.HTTPClient, nil)
-	if err != nil {
-		return "", fmt.Errorf("sidecar: %w", err)
+	if brokerTokens != nil && !slices.ContainsFunc(auds, func(a sidecar.Audience) bool { return a.URI == d.Resource }) {
+		auds = append(auds, sidecar.Audience{URI: d.Resource, RequiredScope: d.RequiredScope})
 	}
 	log := d.Logger.With("component", "sidecar")
 	h, err := sidecar.New(sidecar.Options{
-		Callers: callers, Verify: bearer.Cached(verify, 10000, nil), Audiences: auds, Connections: conns,
+		Callers: callers, Verify: verify, Audiences: auds, Connections: conns,
 		StateKeys: d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
 		Logger: log, Telemetry: d.Telemetry,
 	})

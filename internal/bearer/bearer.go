@@ -9,6 +9,7 @@ package bearer
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +32,11 @@ type TokenInfo struct {
 	// Audiences are the token's aud claim (at least one of them is an
 	// audience the verifier accepts).
 	Audiences []string
+	// Session and ClientID are set for the broker's own access tokens:
+	// the grant (app and token family) that issued the token, which its
+	// verifier checks on every use, and the OAuth client it was issued to.
+	Session  string
+	ClientID string
 }
 
 // Verifier validates a raw bearer token. Failures that should answer 401
@@ -265,4 +271,37 @@ func Cached(v Verifier, max int, now func() time.Time) Verifier {
 		c.put(key, info)
 		return info, nil
 	}
+}
+
+// ByIssuer returns a verifier that hands a JWT to the verifier of the
+// issuer its (not yet verified) iss claim names, and any other token to
+// fallback. Each verifier checks everything itself, so the unverified
+// peek only chooses which one does.
+func ByIssuer(byIssuer map[string]Verifier, fallback Verifier) Verifier {
+	return func(ctx context.Context, raw string) (TokenInfo, error) {
+		if v, ok := byIssuer[peekIssuer(raw)]; ok {
+			return v(ctx, raw)
+		}
+		return fallback(ctx, raw)
+	}
+}
+
+// peekIssuer returns the iss claim of a compact JWS without verifying it,
+// or "" when raw is not one.
+func peekIssuer(raw string) string {
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 || len(parts[1]) > 16<<10 {
+		return ""
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var c struct {
+		Issuer string `json:"iss"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return ""
+	}
+	return c.Issuer
 }

@@ -2,6 +2,7 @@ package bearer
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -97,5 +98,30 @@ func TestCached(t *testing.T) {
 	}
 	if _, err := v(ctx, "anonymous"); !errors.Is(err, ErrInvalidToken) {
 		t.Fatalf("a token naming nobody: %v", err)
+	}
+}
+
+func TestByIssuer(t *testing.T) {
+	mk := func(name string) Verifier {
+		return func(ctx context.Context, raw string) (TokenInfo, error) {
+			return TokenInfo{Principal: vault.Principal{Issuer: name, Subject: raw}}, nil
+		}
+	}
+	jwt := func(payload string) string {
+		return "eyJhbGciOiJFUzI1NiJ9." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + ".sig"
+	}
+	v := ByIssuer(map[string]Verifier{"https://broker.example": mk("broker")}, mk("idp"))
+	for _, tc := range []struct{ raw, want string }{
+		{jwt(`{"iss":"https://broker.example","sub":"a"}`), "broker"},
+		{jwt(`{"iss":"https://idp.example"}`), "idp"},
+		{jwt(`{"iss":"https://broker.example/"}`), "idp"},
+		{"opaque-token", "idp"},
+		{"a.b.c", "idp"},
+		{jwt(`not json`), "idp"},
+	} {
+		info, err := v(context.Background(), tc.raw)
+		if err != nil || info.Principal.Issuer != tc.want {
+			t.Errorf("%q went to %q (%v), want %q", tc.raw, info.Principal.Issuer, err, tc.want)
+		}
 	}
 }

@@ -18,10 +18,14 @@ const (
 	EventIdentityMismatch = "identity_mismatch" // a connect link was opened by another principal
 	EventKeyRotation      = "key_rotation"      // records were re-sealed with a new primary key
 	EventTokenExport      = "token_export"      // a provider access token was handed to a sidecar
+	EventAppAuthorized    = "app_authorized"    // a person approved an app (OAuth client) at the broker's authorization server
+	EventAppRemoved       = "app_removed"       // a person removed an app's access (all its tokens revoked)
+	EventTokenReplay      = "token_replay"      // a spent refresh token or a redeemed code was presented again; its tokens were revoked
 )
 
 var knownEvents = []string{EventConnect, EventDisconnect, EventRevoke, EventRefreshFailed,
-	EventNeedsReconnect, EventIdentityMismatch, EventKeyRotation, EventTokenExport}
+	EventNeedsReconnect, EventIdentityMismatch, EventKeyRotation, EventTokenExport,
+	EventAppAuthorized, EventAppRemoved, EventTokenReplay}
 
 // Event is one audit record. It has no field for secret material: tokens,
 // codes, cookies and client secrets have no place in it.
@@ -36,6 +40,7 @@ type Event struct {
 	Account    string // provider account login or id
 	Grant      string // grant (connect request) id; logged as its binding.Ref only
 	Connection string // connection id
+	Client     string // OAuth client id of an app (authorization server events)
 	Via        string // "mcp", "browser", "sidecar", "background"
 	// Server is the configured name of the co-located MCP server the event
 	// came from or was asked by (sidecar), when there is one.
@@ -70,6 +75,7 @@ func (e Event) attrs() []slog.Attr {
 		add("grant_ref", binding.Ref(e.Grant))
 	}
 	add("connection", e.Connection)
+	add("client", e.Client)
 	add("via", e.Via)
 	add("server", e.Server)
 	add("outcome", e.Outcome)

@@ -310,7 +310,7 @@ func (r *Recorder) Audit(ctx context.Context, e Event) {
 	switch e.Kind {
 	case EventIdentityMismatch:
 		level = slog.LevelWarn
-	case EventRefreshFailed, EventNeedsReconnect:
+	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay:
 		level = slog.LevelWarn
 	}
 	if e.Err != nil && level < slog.LevelWarn {

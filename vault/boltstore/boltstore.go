@@ -11,6 +11,10 @@
 //	grant_by_expiry     expires|id → ""
 //	meta                "schema" → "1"; "canary/<key id>" → canary sealed with that key;
 //	                    "sealed_all" → id of the key that seals every connection (after a rotation)
+//	oauth_clients       client id → registered client record (vault.EncodeOAuthClient)
+//	oauth_codes         vault.SecretKey(code) → authorization code record (vault.EncodeAuthCode)
+//	oauth_apps          id → app access record (vault.EncodeAppAccess)
+//	oauth_app_by_client len(iss)|iss|len(sub)|sub|client id → app access id (one per person and client)
 //
 // Times in keys are 12 bytes that sort like the times: the Unix second with
 // its sign bit flipped, then the nanosecond, both big endian. Listing a
@@ -63,7 +67,8 @@ var (
 	bGrantByExp  = []byte("grant_by_expiry")
 	bMeta        = []byte("meta")
 
-	allBuckets = [][]byte{bConns, bConnByPrinc, bGrants, bGrantByPrin, bGrantByExp, bMeta}
+	allBuckets = [][]byte{bConns, bConnByPrinc, bGrants, bGrantByPrin, bGrantByExp, bMeta,
+		bOAuthClients, bOAuthCodes, bOAuthApps, bOAuthAppByClient}
 
 	keySchema       = []byte("schema")
 	keySealedAll    = []byte("sealed_all")

@@ -34,3 +34,10 @@ func TestConformance(t *testing.T) {
 		return openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
 	})
 }
+
+func TestAuthConformance(t *testing.T) {
+	kr := newKeyring(t)
+	vaulttest.RunAuth(t, func(t *testing.T) vaulttest.AuthBackend {
+		return openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
+	})
+}

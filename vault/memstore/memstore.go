@@ -24,6 +24,7 @@ type Store struct {
 	conns       map[string][]byte
 	byPrincipal map[vault.Principal]map[string]struct{}
 	grants      map[string][]byte
+	auth        authMaps
 }
 
 var _ vault.Store = (*Store)(nil)
@@ -35,6 +36,7 @@ func New(kr *vault.Keyring) *Store {
 		conns:       map[string][]byte{},
 		byPrincipal: map[vault.Principal]map[string]struct{}{},
 		grants:      map[string][]byte{},
+		auth:        newAuthMaps(),
 	}
 }
 

@@ -15,3 +15,11 @@ func TestConformance(t *testing.T) {
 	}
 	vaulttest.Run(t, func(t *testing.T) vault.Store { return memstore.New(kr) })
 }
+
+func TestAuthConformance(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vaulttest.RunAuth(t, func(t *testing.T) vaulttest.AuthBackend { return memstore.New(kr) })
+}

@@ -47,6 +47,14 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestAuthConformance(t *testing.T) {
+	srv := pgtest.Shared(t)
+	kr := newKeyring(t)
+	vaulttest.RunAuth(t, func(t *testing.T) vaulttest.AuthBackend {
+		return open(t, srv.Schema(t), kr)
+	})
+}
+
 var alice = vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
 
 func TestMigrationsIdempotentAndConcurrent(t *testing.T) {

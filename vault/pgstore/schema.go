@@ -66,6 +66,37 @@ CREATE TABLE key_canaries (
 	canary  bytea NOT NULL
 );
 `},
+	{2, "authorization server: registered clients, authorization codes, app access", `
+CREATE TABLE oauth_clients (
+	id          text COLLATE "C" PRIMARY KEY,
+	created_ns  bigint NOT NULL,
+	used        boolean NOT NULL,
+	version     bigint NOT NULL,
+	record      bytea NOT NULL
+);
+COMMENT ON COLUMN oauth_clients.record IS 'vault.EncodeOAuthClient output; a client secret appears only as its SHA-256';
+
+CREATE TABLE oauth_codes (
+	key         text COLLATE "C" PRIMARY KEY,
+	expires_ns  bigint NOT NULL,
+	redeemed    boolean NOT NULL,
+	record      bytea NOT NULL
+);
+COMMENT ON COLUMN oauth_codes.key IS 'vault.SecretKey of the code (base64url SHA-256); the code itself is never stored';
+COMMENT ON COLUMN oauth_codes.redeemed IS 'authoritative; the record keeps the code as issued';
+CREATE INDEX oauth_codes_by_expiry ON oauth_codes (expires_ns);
+
+CREATE TABLE oauth_apps (
+	id          text COLLATE "C" PRIMARY KEY,
+	iss         bytea NOT NULL,
+	sub         bytea NOT NULL,
+	client_id   text COLLATE "C" NOT NULL,
+	version     bigint NOT NULL,
+	record      bytea NOT NULL,
+	UNIQUE (iss, sub, client_id)
+);
+COMMENT ON COLUMN oauth_apps.record IS 'vault.EncodeAppAccess output: consent and token families; refresh tokens appear only as vault.SecretKey hashes';
+`},
 }
 
 // SchemaVersion is the schema version this build migrates to.

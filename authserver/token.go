@@ -1,0 +1,398 @@
+package authserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"credbroker/internal/telemetry"
+	"credbroker/vault"
+)
+
+const (
+	// refreshPrefix marks the broker's refresh tokens (and lets secret
+	// scanners find leaked ones). The token is
+	// cbrt1.<app access id>.<family id>.<256 random bits>.
+	refreshPrefix = "cbrt1."
+	// maxSpent bounds the spent refresh token hashes a family remembers
+	// for replay detection.
+	maxSpent = 64
+	// maxFamilies bounds the token families of one app for one person
+	// (one per sign-in): the oldest goes first.
+	maxFamilies = 20
+)
+
+// tokenResponse is RFC 6749 section 5.1's answer.
+type tokenResponse struct {
+	AccessToken  string `json:"access_token"`
+	TokenType    string `json:"token_type"`
+	ExpiresIn    int64  `json:"expires_in"`
+	RefreshToken string `json:"refresh_token,omitempty"`
+	Scope        string `json:"scope,omitempty"`
+}
+
+// handleToken is POST /token.
+func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
+	form, e := readForm(w, r)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	c, e := s.authenticateClient(r, form)
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	var resp tokenResponse
+	switch gt := form.Get("grant_type"); gt {
+	case grantCode:
+		resp, e = s.codeGrant(r.Context(), c, form)
+	case grantRefresh:
+		resp, e = s.refreshGrant(r.Context(), c, form)
+	case "":
+		e = oerr(http.StatusBadRequest, "invalid_request", "grant_type is required")
+	default:
+		e = oerr(http.StatusBadRequest, "unsupported_grant_type", "grant_type must be authorization_code or refresh_token")
+	}
+	if e != nil {
+		s.writeError(w, r, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// validVerifier checks RFC 7636 section 4.1's code_verifier syntax.
+func validVerifier(v string) bool {
+	if len(v) < 43 || len(v) > 128 {
+		return false
+	}
+	for _, c := range v {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkResource applies RFC 8707 to a token request: an absent resource
+// means the broker's; another one is invalid_target.
+func (s *Server) checkResource(form url.Values) *oauthError {
+	if raw, ok := form["resource"]; ok && !sameResource(raw[0], s.opts.Resource) {
+		return oerr(http.StatusBadRequest, "invalid_target", "resource must be this broker's MCP endpoint, %s", s.opts.Resource)
+	}
+	return nil
+}
+
+// codeGrant redeems an authorization code (RFC 6749 section 4.1.3, PKCE).
+func (s *Server) codeGrant(ctx context.Context, c *client, form url.Values) (tokenResponse, *oauthError) {
+	code, verifier := form.Get("code"), form.Get("code_verifier")
+	switch {
+	case code == "":
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_request", "code is required")
+	case verifier == "":
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_request", "code_verifier is required (PKCE)")
+	case !validVerifier(verifier):
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_request", "code_verifier must be 43 to 128 characters of A-Z a-z 0-9 - . _ ~")
+	}
+	if e := s.checkResource(form); e != nil {
+		return tokenResponse{}, e
+	}
+	// Redeeming marks the code used whatever follows: a code is tried once.
+	ac, err := s.store.RedeemAuthCode(ctx, vault.SecretKey(code))
+	switch {
+	case errors.Is(err, vault.ErrNotFound):
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "unknown authorization code")
+	case errors.Is(err, vault.ErrCodeRedeemed):
+		// A code presented twice was intercepted or replayed: what the
+		// first redemption issued is revoked (RFC 6749 section 4.1.2).
+		removed := s.removeFamily(ctx, ac.AppID, ac.FamilyID)
+		s.log.Warn("security event", "event", "code_replayed", "client_id", c.ID, "tokens_revoked", removed)
+		s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventTokenReplay, Principal: ac.Principal, Client: ac.ClientID, Outcome: "code_replayed"})
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "authorization code already used; the tokens issued for it are revoked")
+	case err != nil:
+		return tokenResponse{}, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the code could not be redeemed", Err: err}
+	}
+	now := s.now()
+	switch {
+	case !now.Before(ac.Expires):
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "authorization code expired")
+	case ac.ClientID != c.ID:
+		s.log.Warn("security event", "event", "code_of_another_client", "client_id", c.ID)
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "authorization code was issued to another client")
+	case form.Has("redirect_uri") && form.Get("redirect_uri") != ac.RedirectURI:
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "redirect_uri differs from the authorization request's")
+	case !pkceMatches(verifier, ac.Challenge):
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "code_verifier does not match the code_challenge")
+	}
+	withRefresh := slices.Contains(c.GrantTypes, grantRefresh)
+	var rt string
+	fam := vault.TokenFamily{ID: ac.FamilyID, Scopes: ac.Scopes, Resource: ac.Resource, Created: now, Expires: now.Add(s.opts.RefreshTokenTTL)}
+	if withRefresh {
+		rt = refreshPrefix + ac.AppID + "." + ac.FamilyID + "." + randomID(32)
+		fam.RefreshHash, fam.Refreshed = vault.SecretKey(rt), now
+	} else {
+		fam.Expires = now.Add(s.opts.AccessTokenTTL)
+	}
+	app, err := s.store.UpdateAppAccess(ctx, ac.AppID, func(a vault.AppAccess) (vault.AppAccess, error) {
+		if a.Principal != ac.Principal || a.ClientID != ac.ClientID {
+			return a, errAppChanged
+		}
+		a.Families = append(liveFamilies(a.Families, now, s.opts.RefreshIdleTTL), fam)
+		if len(a.Families) > maxFamilies {
+			a.Families = a.Families[len(a.Families)-maxFamilies:]
+		}
+		a.LastUsed = now
+		return a, nil
+	})
+	switch {
+	case errors.Is(err, vault.ErrNotFound), errors.Is(err, errAppChanged):
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "the person removed this app's access")
+	case err != nil:
+		return tokenResponse{}, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the tokens could not be recorded", Err: err}
+	}
+	if c.registered && c.used.IsZero() {
+		// A registered client that redeems a code is in use: it no longer
+		// expires as unused. Best effort: the tokens are issued either way.
+		if _, err := s.store.UpdateOAuthClient(ctx, c.ID, func(oc vault.OAuthClient) (vault.OAuthClient, error) {
+			if oc.Used.IsZero() {
+				oc.Used = now
+			}
+			return oc, nil
+		}); err != nil {
+			s.log.Warn("authserver: could not mark client used", "client_id", c.ID, "err", err)
+		}
+	}
+	return s.tokens(app, fam, ac.Scopes, rt)
+}
+
+var errAppChanged = errors.New("app access changed")
+
+// pkceMatches checks an S256 code_verifier against the challenge.
+func pkceMatches(verifier, challenge string) bool {
+	sum := sha256.Sum256([]byte(verifier))
+	got := base64.RawURLEncoding.EncodeToString(sum[:])
+	return subtle.ConstantTimeCompare([]byte(got), []byte(challenge)) == 1
+}
+
+// liveFamilies drops families that can issue nothing any more.
+func liveFamilies(fs []vault.TokenFamily, now time.Time, idle time.Duration) []vault.TokenFamily {
+	out := fs[:0:0]
+	for _, f := range fs {
+		if familyLive(f, now, idle) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// familyLive: before its absolute end, and (with a refresh token) its
+// current refresh token not idle too long.
+func familyLive(f vault.TokenFamily, now time.Time, idle time.Duration) bool {
+	if !now.Before(f.Expires) {
+		return false
+	}
+	return f.RefreshHash == "" || now.Before(f.Refreshed.Add(idle))
+}
+
+// tokens signs an access token of fam for app and renders the answer.
+func (s *Server) tokens(app vault.AppAccess, fam vault.TokenFamily, scopes []string, refresh string) (tokenResponse, *oauthError) {
+	now := s.now()
+	exp := now.Add(s.opts.AccessTokenTTL)
+	if fam.Expires.Before(exp) {
+		exp = fam.Expires
+	}
+	at, err := s.keys.sign(accessClaims{
+		Issuer: s.opts.PublicURL, Subject: app.Principal.Subject,
+		SubID:    subjectID{Format: "iss_sub", Issuer: app.Principal.Issuer, Subject: app.Principal.Subject},
+		Audience: []string{fam.Resource}, ClientID: app.ClientID, Scope: strings.Join(scopes, " "),
+		IssuedAt: now.Unix(), Expiry: exp.Unix(), ID: randomID(16), Session: app.ID + "." + fam.ID,
+	})
+	if err != nil {
+		return tokenResponse{}, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the access token could not be signed", Err: err}
+	}
+	return tokenResponse{
+		AccessToken: at, TokenType: "Bearer", ExpiresIn: int64(exp.Sub(now) / time.Second),
+		RefreshToken: refresh, Scope: strings.Join(scopes, " "),
+	}, nil
+}
+
+// parseRefresh splits a refresh token into its app access and family ids.
+func parseRefresh(rt string) (appID, famID string, ok bool) {
+	rest, ok := strings.CutPrefix(rt, refreshPrefix)
+	if !ok || len(rt) > 512 {
+		return "", "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
+// refresh outcomes.
+const (
+	refreshRotated = iota + 1
+	refreshUnknown
+	refreshReplayed
+	refreshWrongClient
+	refreshExpired
+)
+
+// errNoWrite aborts an update that found nothing to change.
+var errNoWrite = errors.New("nothing to write")
+
+// refreshGrant rotates a refresh token (RFC 6749 section 6): the presented
+// token is spent, a new one replaces it, and presenting a spent one again
+// revokes the whole family. The check and the rotation are one
+// compare-and-swap on the app access record, so a token is spent once
+// across every replica sharing the store.
+func (s *Server) refreshGrant(ctx context.Context, c *client, form url.Values) (tokenResponse, *oauthError) {
+	rt := form.Get("refresh_token")
+	if rt == "" {
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_request", "refresh_token is required")
+	}
+	if !slices.Contains(c.GrantTypes, grantRefresh) {
+		return tokenResponse{}, oerr(http.StatusBadRequest, "unauthorized_client", "this client is not registered for the refresh_token grant")
+	}
+	if e := s.checkResource(form); e != nil {
+		return tokenResponse{}, e
+	}
+	appID, famID, ok := parseRefresh(rt)
+	if !ok {
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "unknown refresh token")
+	}
+	presented := vault.SecretKey(rt)
+	next := refreshPrefix + appID + "." + famID + "." + randomID(32)
+	now := s.now()
+	var (
+		outcome int
+		fam     vault.TokenFamily
+	)
+	app, err := s.store.UpdateAppAccess(ctx, appID, func(a vault.AppAccess) (vault.AppAccess, error) {
+		outcome = refreshUnknown
+		i := slices.IndexFunc(a.Families, func(f vault.TokenFamily) bool { return f.ID == famID })
+		if i < 0 {
+			return a, errNoWrite
+		}
+		f := a.Families[i]
+		current := f.RefreshHash != "" && subtle.ConstantTimeCompare([]byte(presented), []byte(f.RefreshHash)) == 1
+		spent := slices.Contains(f.Spent, presented)
+		switch {
+		case !current && !spent:
+			return a, errNoWrite
+		case a.ClientID != c.ID:
+			outcome = refreshWrongClient
+		case spent:
+			outcome = refreshReplayed
+		case !familyLive(f, now, s.opts.RefreshIdleTTL):
+			outcome = refreshExpired
+		default:
+			outcome = refreshRotated
+			f.Spent = append(f.Spent, f.RefreshHash)
+			if len(f.Spent) > maxSpent {
+				f.Spent = f.Spent[len(f.Spent)-maxSpent:]
+			}
+			f.RefreshHash, f.Refreshed = vault.SecretKey(next), now
+			a.Families[i], fam, a.LastUsed = f, f, now
+			return a, nil
+		}
+		// Refused in a way that ends the family: a replay, a token of
+		// another client, or an expired family.
+		a.Families = slices.Delete(a.Families, i, i+1)
+		return a, nil
+	})
+	switch {
+	case errors.Is(err, vault.ErrNotFound), errors.Is(err, errNoWrite):
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "unknown or revoked refresh token")
+	case err != nil:
+		return tokenResponse{}, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the refresh token could not be rotated", Err: err}
+	}
+	switch outcome {
+	case refreshReplayed:
+		s.log.Warn("security event", "event", "refresh_token_replayed", "client_id", c.ID, "app", appID)
+		s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventTokenReplay, Principal: app.Principal, Client: app.ClientID, Outcome: "refresh_replayed"})
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "refresh token already used; every token of this sign-in is revoked, sign in again")
+	case refreshWrongClient:
+		s.log.Warn("security event", "event", "refresh_token_of_another_client", "client_id", c.ID, "app", appID)
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "refresh token was issued to another client; it is revoked")
+	case refreshExpired:
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "refresh token expired; sign in again")
+	}
+	scopes := fam.Scopes
+	if raw, ok := form["scope"]; ok {
+		scopes = strings.Fields(raw[0])
+		for _, sc := range scopes {
+			if !slices.Contains(fam.Scopes, sc) {
+				return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_scope", "a refresh cannot add scope %s", untrustedName(sc))
+			}
+		}
+	}
+	return s.tokens(app, fam, scopes, next)
+}
+
+// removeFamily revokes one token family; it reports whether it existed.
+func (s *Server) removeFamily(ctx context.Context, appID, famID string) bool {
+	removed := false
+	_, err := s.store.UpdateAppAccess(ctx, appID, func(a vault.AppAccess) (vault.AppAccess, error) {
+		i := slices.IndexFunc(a.Families, func(f vault.TokenFamily) bool { return f.ID == famID })
+		if i < 0 {
+			removed = false
+			return a, errNoWrite
+		}
+		removed = true
+		a.Families = slices.Delete(a.Families, i, i+1)
+		return a, nil
+	})
+	if err != nil && !errors.Is(err, errNoWrite) && !errors.Is(err, vault.ErrNotFound) {
+		s.log.Error("authserver: revoking a token family failed", "app", appID, "err", err)
+	}
+	return removed && err == nil
+}
+
+// MintAccessToken issues an access token for p to the built-in client
+// clientID (named name on "My connections") without a browser step. It is
+// for trusted in-process callers only: broker dev's POST /dev/token.
+func (s *Server) MintAccessToken(ctx context.Context, p vault.Principal, clientID, name string, ttl time.Duration) (string, time.Time, error) {
+	now := s.now()
+	fam := vault.TokenFamily{ID: randomID(16), Resource: s.opts.Resource, Created: now, Expires: now.Add(ttl)}
+	var app vault.AppAccess
+	var err error
+	for range 3 {
+		app, err = s.store.FindAppAccess(ctx, p, clientID)
+		if errors.Is(err, vault.ErrNotFound) {
+			app, err = s.store.CreateAppAccess(ctx, vault.AppAccess{ID: randomID(16), Principal: p, ClientID: clientID,
+				ClientName: name, Created: now, Updated: now})
+			if errors.Is(err, vault.ErrExists) {
+				continue
+			}
+		}
+		break
+	}
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	app, err = s.store.UpdateAppAccess(ctx, app.ID, func(a vault.AppAccess) (vault.AppAccess, error) {
+		a.Families = append(liveFamilies(a.Families, now, s.opts.RefreshIdleTTL), fam)
+		if len(a.Families) > maxFamilies {
+			a.Families = a.Families[len(a.Families)-maxFamilies:]
+		}
+		a.LastUsed = now
+		return a, nil
+	})
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	resp, e := s.tokens(app, fam, nil, "")
+	if e != nil {
+		return "", time.Time{}, fmt.Errorf("authserver: %w", e.Err)
+	}
+	return resp.AccessToken, now.Add(time.Duration(resp.ExpiresIn) * time.Second), nil
+}

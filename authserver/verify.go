@@ -1,0 +1,80 @@
+package authserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"credbroker/internal/bearer"
+	"credbroker/vault"
+)
+
+// clockLeeway tolerates small clock differences between replicas.
+const clockLeeway = 30 * time.Second
+
+// Verifier returns the bearer.Verifier of the broker's own access tokens,
+// for every front door that accepts them (the MCP endpoint, the sidecar
+// API). The signature and claims of a token are checked once and cached;
+// that its token family still exists (the app was not removed, the token
+// was not revoked, no replay revoked it) is checked in the store on every
+// use, so a revocation on one replica holds on all of them at once.
+func (s *Server) Verifier() bearer.Verifier {
+	signed := bearer.Cached(s.verifySigned, 10000, s.now)
+	return func(ctx context.Context, raw string) (bearer.TokenInfo, error) {
+		info, err := signed(ctx, raw)
+		if err != nil {
+			return bearer.TokenInfo{}, err
+		}
+		appID, famID, _ := strings.Cut(info.Session, ".")
+		a, err := s.store.GetAppAccess(ctx, appID)
+		if errors.Is(err, vault.ErrNotFound) {
+			return bearer.TokenInfo{}, fmt.Errorf("%w: the app's access was removed", bearer.ErrInvalidToken)
+		}
+		if err != nil {
+			return bearer.TokenInfo{}, fmt.Errorf("authserver: check token family: %w", err)
+		}
+		f, ok := a.Family(famID)
+		switch {
+		case !ok:
+			return bearer.TokenInfo{}, fmt.Errorf("%w: the token was revoked", bearer.ErrInvalidToken)
+		case a.Principal != info.Principal:
+			return bearer.TokenInfo{}, fmt.Errorf("%w: the token's person does not match its grant", bearer.ErrInvalidToken)
+		case !s.now().Before(f.Expires.Add(clockLeeway)):
+			return bearer.TokenInfo{}, fmt.Errorf("%w: the token's sign-in has ended", bearer.ErrInvalidToken)
+		}
+		return info, nil
+	}
+}
+
+// verifySigned checks a token's signature and claims: issued by this
+// broker, for its resource, unexpired, naming a person of the configured
+// IdP.
+func (s *Server) verifySigned(_ context.Context, raw string) (bearer.TokenInfo, error) {
+	c, err := s.keys.parse(raw)
+	if err != nil {
+		return bearer.TokenInfo{}, fmt.Errorf("%w: %v", bearer.ErrInvalidToken, err)
+	}
+	now := s.now()
+	switch {
+	case c.Issuer != s.opts.PublicURL:
+		return bearer.TokenInfo{}, fmt.Errorf("%w: issuer %q is not this broker", bearer.ErrInvalidToken, c.Issuer)
+	case !slices.Contains([]string(c.Audience), s.opts.Resource):
+		return bearer.TokenInfo{}, fmt.Errorf("%w: audience does not name %s", bearer.ErrInvalidToken, s.opts.Resource)
+	case !now.Before(c.expiry().Add(clockLeeway)):
+		return bearer.TokenInfo{}, fmt.Errorf("%w: expired at %s", bearer.ErrInvalidToken, c.expiry().UTC().Format(time.RFC3339))
+	case time.Unix(c.IssuedAt, 0).After(now.Add(clockLeeway)):
+		return bearer.TokenInfo{}, fmt.Errorf("%w: issued in the future", bearer.ErrInvalidToken)
+	case c.SubID.Format != "iss_sub" || c.SubID.Issuer != s.opts.IdPIssuer || c.SubID.Subject == "" || c.SubID.Subject != c.Subject:
+		return bearer.TokenInfo{}, fmt.Errorf("%w: the token does not name a person of this broker's identity provider", bearer.ErrInvalidToken)
+	case c.ClientID == "" || !strings.Contains(c.Session, "."):
+		return bearer.TokenInfo{}, fmt.Errorf("%w: no client or grant", bearer.ErrInvalidToken)
+	}
+	return bearer.TokenInfo{
+		Principal: vault.Principal{Issuer: c.SubID.Issuer, Subject: c.SubID.Subject},
+		Scopes:    strings.Fields(c.Scope), Expiry: c.expiry(), Audiences: []string(c.Audience),
+		Session: c.Session, ClientID: c.ClientID,
+	}, nil
+}

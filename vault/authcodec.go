@@ -1,0 +1,223 @@
+package vault
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The stored forms of the authorization server's records. Like grants,
+// they hold no token material: secrets appear only as SecretKey hashes.
+
+type oauthClientRecord struct {
+	V               int       `json:"v"`
+	ID              string    `json:"id"`
+	SecretHash      []byte    `json:"secret_hash,omitempty"`
+	AuthMethod      string    `json:"auth_method"`
+	Name            string    `json:"name,omitempty"`
+	URI             string    `json:"uri,omitempty"`
+	RedirectURIs    []string  `json:"redirect_uris"`
+	GrantTypes      []string  `json:"grant_types"`
+	ApplicationType string    `json:"application_type,omitempty"`
+	Created         time.Time `json:"created"`
+	Used            time.Time `json:"used,omitzero"`
+	Version         uint64    `json:"version"`
+}
+
+// EncodeOAuthClient renders c for storage.
+func EncodeOAuthClient(c OAuthClient) ([]byte, error) {
+	if c.ID == "" {
+		return nil, errors.New("vault: oauth client without id")
+	}
+	if err := validUTF8(append([]string{c.ID, c.AuthMethod, c.Name, c.URI, c.ApplicationType}, append(c.RedirectURIs, c.GrantTypes...)...)...); err != nil {
+		return nil, fmt.Errorf("vault: oauth client %q: %w", c.ID, err)
+	}
+	return json.Marshal(oauthClientRecord{
+		V: recordV1, ID: c.ID, SecretHash: c.SecretHash, AuthMethod: c.AuthMethod, Name: c.Name, URI: c.URI,
+		RedirectURIs: c.RedirectURIs, GrantTypes: c.GrantTypes, ApplicationType: c.ApplicationType,
+		Created: c.Created, Used: c.Used, Version: c.Version,
+	})
+}
+
+// DecodeOAuthClient parses a stored client.
+func DecodeOAuthClient(b []byte) (OAuthClient, error) {
+	var r oauthClientRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return OAuthClient{}, fmt.Errorf("vault: decode oauth client record: %w", err)
+	}
+	if r.V != recordV1 || r.ID == "" {
+		return OAuthClient{}, fmt.Errorf("vault: oauth client record version %d without id or unsupported: %w", r.V, ErrMalformed)
+	}
+	return OAuthClient{
+		ID: r.ID, SecretHash: r.SecretHash, AuthMethod: r.AuthMethod, Name: r.Name, URI: r.URI,
+		RedirectURIs: r.RedirectURIs, GrantTypes: r.GrantTypes, ApplicationType: r.ApplicationType,
+		Created: r.Created, Used: r.Used, Version: r.Version,
+	}, nil
+}
+
+// ApplyOAuthClientUpdate runs an UpdateOAuthClient closure on the current
+// record: fn's result, refused if it changed the id or the version, with
+// Version one past old's.
+func ApplyOAuthClientUpdate(old OAuthClient, fn func(OAuthClient) (OAuthClient, error)) (OAuthClient, error) {
+	nc, err := fn(old.Clone())
+	if err != nil {
+		return OAuthClient{}, err
+	}
+	if nc.ID != old.ID {
+		return OAuthClient{}, fmt.Errorf("vault: update of oauth client %s changed its id", old.ID)
+	}
+	if nc.Version != old.Version {
+		return OAuthClient{}, fmt.Errorf("vault: update of oauth client %s returned version %d, stored is %d: %w", old.ID, nc.Version, old.Version, ErrConflict)
+	}
+	nc = nc.Clone()
+	nc.Version = old.Version + 1
+	return nc, nil
+}
+
+type authCodeRecord struct {
+	V           int       `json:"v"`
+	Key         string    `json:"key"`
+	ClientID    string    `json:"client_id"`
+	RedirectURI string    `json:"redirect_uri"`
+	Issuer      string    `json:"iss"`
+	Subject     string    `json:"sub"`
+	Scopes      []string  `json:"scopes,omitempty"`
+	Resource    string    `json:"resource"`
+	Challenge   string    `json:"challenge"`
+	AppID       string    `json:"app"`
+	FamilyID    string    `json:"family"`
+	Created     time.Time `json:"created"`
+	Expires     time.Time `json:"expires"`
+	Redeemed    bool      `json:"redeemed,omitempty"`
+}
+
+// EncodeAuthCode renders c for storage.
+func EncodeAuthCode(c AuthCode) ([]byte, error) {
+	if c.Key == "" {
+		return nil, errors.New("vault: authorization code without key")
+	}
+	if err := validUTF8(append([]string{c.Key, c.ClientID, c.RedirectURI, c.Principal.Issuer, c.Principal.Subject,
+		c.Resource, c.Challenge, c.AppID, c.FamilyID}, c.Scopes...)...); err != nil {
+		return nil, fmt.Errorf("vault: authorization code: %w", err)
+	}
+	return json.Marshal(authCodeRecord{
+		V: recordV1, Key: c.Key, ClientID: c.ClientID, RedirectURI: c.RedirectURI,
+		Issuer: c.Principal.Issuer, Subject: c.Principal.Subject, Scopes: c.Scopes, Resource: c.Resource,
+		Challenge: c.Challenge, AppID: c.AppID, FamilyID: c.FamilyID, Created: c.Created, Expires: c.Expires,
+		Redeemed: c.Redeemed,
+	})
+}
+
+// DecodeAuthCode parses a stored authorization code.
+func DecodeAuthCode(b []byte) (AuthCode, error) {
+	var r authCodeRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return AuthCode{}, fmt.Errorf("vault: decode authorization code record: %w", err)
+	}
+	if r.V != recordV1 || r.Key == "" {
+		return AuthCode{}, fmt.Errorf("vault: authorization code record version %d without key or unsupported: %w", r.V, ErrMalformed)
+	}
+	return AuthCode{
+		Key: r.Key, ClientID: r.ClientID, RedirectURI: r.RedirectURI,
+		Principal: Principal{Issuer: r.Issuer, Subject: r.Subject}, Scopes: r.Scopes, Resource: r.Resource,
+		Challenge: r.Challenge, AppID: r.AppID, FamilyID: r.FamilyID, Created: r.Created, Expires: r.Expires,
+		Redeemed: r.Redeemed,
+	}, nil
+}
+
+type appAccessRecord struct {
+	V           int            `json:"v"`
+	ID          string         `json:"id"`
+	Issuer      string         `json:"iss"`
+	Subject     string         `json:"sub"`
+	ClientID    string         `json:"client_id"`
+	ClientName  string         `json:"client_name,omitempty"`
+	RedirectURI string         `json:"redirect_uri"`
+	Scopes      []string       `json:"scopes,omitempty"`
+	Created     time.Time      `json:"created"`
+	Updated     time.Time      `json:"updated"`
+	LastUsed    time.Time      `json:"last_used,omitzero"`
+	Families    []familyRecord `json:"families,omitempty"`
+	Version     uint64         `json:"version"`
+}
+
+type familyRecord struct {
+	ID          string    `json:"id"`
+	Scopes      []string  `json:"scopes,omitempty"`
+	Resource    string    `json:"resource"`
+	Created     time.Time `json:"created"`
+	Expires     time.Time `json:"expires"`
+	RefreshHash string    `json:"refresh_hash,omitempty"`
+	Refreshed   time.Time `json:"refreshed,omitzero"`
+	Spent       []string  `json:"spent,omitempty"`
+}
+
+// EncodeAppAccess renders a for storage.
+func EncodeAppAccess(a AppAccess) ([]byte, error) {
+	if a.ID == "" {
+		return nil, errors.New("vault: app access without id")
+	}
+	ss := append([]string{a.ID, a.Principal.Issuer, a.Principal.Subject, a.ClientID, a.ClientName, a.RedirectURI}, a.Scopes...)
+	r := appAccessRecord{
+		V: recordV1, ID: a.ID, Issuer: a.Principal.Issuer, Subject: a.Principal.Subject, ClientID: a.ClientID,
+		ClientName: a.ClientName, RedirectURI: a.RedirectURI, Scopes: a.Scopes, Created: a.Created, Updated: a.Updated,
+		LastUsed: a.LastUsed, Version: a.Version,
+	}
+	for _, f := range a.Families {
+		if f.ID == "" {
+			return nil, fmt.Errorf("vault: app access %q: token family without id", a.ID)
+		}
+		ss = append(append(append(ss, f.ID, f.Resource, f.RefreshHash), f.Scopes...), f.Spent...)
+		r.Families = append(r.Families, familyRecord{
+			ID: f.ID, Scopes: f.Scopes, Resource: f.Resource, Created: f.Created, Expires: f.Expires,
+			RefreshHash: f.RefreshHash, Refreshed: f.Refreshed, Spent: f.Spent,
+		})
+	}
+	if err := validUTF8(ss...); err != nil {
+		return nil, fmt.Errorf("vault: app access %q: %w", a.ID, err)
+	}
+	return json.Marshal(r)
+}
+
+// DecodeAppAccess parses a stored app access record.
+func DecodeAppAccess(b []byte) (AppAccess, error) {
+	var r appAccessRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return AppAccess{}, fmt.Errorf("vault: decode app access record: %w", err)
+	}
+	if r.V != recordV1 || r.ID == "" {
+		return AppAccess{}, fmt.Errorf("vault: app access record version %d without id or unsupported: %w", r.V, ErrMalformed)
+	}
+	a := AppAccess{
+		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject}, ClientID: r.ClientID,
+		ClientName: r.ClientName, RedirectURI: r.RedirectURI, Scopes: r.Scopes, Created: r.Created,
+		Updated: r.Updated, LastUsed: r.LastUsed, Version: r.Version,
+	}
+	for _, f := range r.Families {
+		a.Families = append(a.Families, TokenFamily{
+			ID: f.ID, Scopes: f.Scopes, Resource: f.Resource, Created: f.Created, Expires: f.Expires,
+			RefreshHash: f.RefreshHash, Refreshed: f.Refreshed, Spent: f.Spent,
+		})
+	}
+	return a, nil
+}
+
+// ApplyAppAccessUpdate runs an UpdateAppAccess closure on the current
+// record: fn's result, refused if it changed an immutable field (id,
+// principal, client) or the version, with Version one past old's.
+func ApplyAppAccessUpdate(old AppAccess, fn func(AppAccess) (AppAccess, error)) (AppAccess, error) {
+	na, err := fn(old.Clone())
+	if err != nil {
+		return AppAccess{}, err
+	}
+	if na.ID != old.ID || na.Principal != old.Principal || na.ClientID != old.ClientID {
+		return AppAccess{}, fmt.Errorf("vault: update of app access %s changed an immutable field (id, principal or client)", old.ID)
+	}
+	if na.Version != old.Version {
+		return AppAccess{}, fmt.Errorf("vault: update of app access %s returned version %d, stored is %d: %w", old.ID, na.Version, old.Version, ErrConflict)
+	}
+	na = na.Clone()
+	na.Version = old.Version + 1
+	return na, nil
+}

@@ -1,0 +1,461 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"credbroker/vault"
+)
+
+// The authorization server's buckets (see the package doc). They are
+// created at open like the others, so a database written before they
+// existed gains them on its first open by this version.
+var (
+	bOAuthClients     = []byte("oauth_clients")
+	bOAuthCodes       = []byte("oauth_codes")
+	bOAuthApps        = []byte("oauth_apps")
+	bOAuthAppByClient = []byte("oauth_app_by_client")
+)
+
+var _ vault.AuthStore = (*Store)(nil)
+
+func appClientKey(p vault.Principal, clientID string) []byte {
+	return append(principalKey(p, len(clientID)), clientID...)
+}
+
+// CreateOAuthClient implements vault.AuthStore: the count and the insert
+// share one transaction.
+func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.OAuthClient{}, err
+	}
+	c = c.Clone()
+	c.Version = 1
+	rec, err := vault.EncodeOAuthClient(c)
+	if err != nil {
+		return vault.OAuthClient{}, err
+	}
+	var opErr error
+	err = s.batch(func(tx *bolt.Tx) error {
+		opErr = nil
+		b := tx.Bucket(bOAuthClients)
+		if b.Get([]byte(c.ID)) != nil {
+			opErr = fmt.Errorf("boltstore: oauth client %s: %w", c.ID, vault.ErrExists)
+			return nil
+		}
+		if max > 0 && countKeys(b, max) >= max {
+			opErr = fmt.Errorf("boltstore: oauth client %s: %w", c.ID, vault.ErrTooManyClients)
+			return nil
+		}
+		return b.Put([]byte(c.ID), rec)
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return vault.OAuthClient{}, err
+	}
+	return c, nil
+}
+
+// countKeys counts b's keys, stopping at limit. (Bucket.Stats does not
+// see the writes of the transaction in progress.)
+func countKeys(b *bolt.Bucket, limit int) int {
+	n := 0
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && n < limit; k, _ = c.Next() {
+		n++
+	}
+	return n
+}
+
+// get returns a copy of key's value in bucket, or nil.
+func (s *Store) get(bucket []byte, key string) ([]byte, error) {
+	var rec []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		rec = bytes.Clone(tx.Bucket(bucket).Get([]byte(key)))
+		return nil
+	})
+	return rec, err
+}
+
+// GetOAuthClient implements vault.AuthStore.
+func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClient, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.OAuthClient{}, err
+	}
+	rec, err := s.get(bOAuthClients, id)
+	if err != nil {
+		return vault.OAuthClient{}, err
+	}
+	if rec == nil {
+		return vault.OAuthClient{}, fmt.Errorf("boltstore: oauth client %s: %w", id, vault.ErrNotFound)
+	}
+	return vault.DecodeOAuthClient(rec)
+}
+
+// UpdateOAuthClient implements vault.AuthStore.
+func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.OAuthClient{}, err
+	}
+	var (
+		out   vault.OAuthClient
+		opErr error
+	)
+	err := s.batch(func(tx *bolt.Tx) error {
+		out, opErr = vault.OAuthClient{}, nil
+		b := tx.Bucket(bOAuthClients)
+		rec := b.Get([]byte(id))
+		if rec == nil {
+			opErr = fmt.Errorf("boltstore: oauth client %s: %w", id, vault.ErrNotFound)
+			return nil
+		}
+		old, err := vault.DecodeOAuthClient(rec)
+		if err == nil {
+			out, err = vault.ApplyOAuthClientUpdate(old, fn)
+		}
+		var nrec []byte
+		if err == nil {
+			nrec, err = vault.EncodeOAuthClient(out)
+		}
+		if err != nil {
+			out, opErr = vault.OAuthClient{}, err
+			return nil
+		}
+		return b.Put([]byte(id), nrec)
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return vault.OAuthClient{}, err
+	}
+	return out, nil
+}
+
+// DeleteOAuthClient implements vault.AuthStore.
+func (s *Store) DeleteOAuthClient(ctx context.Context, id string) error {
+	return s.deleteKey(ctx, bOAuthClients, id, "oauth client")
+}
+
+// deleteKey removes key from bucket, ErrNotFound when absent.
+func (s *Store) deleteKey(ctx context.Context, bucket []byte, key, what string) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	var opErr error
+	err := s.batch(func(tx *bolt.Tx) error {
+		opErr = nil
+		b := tx.Bucket(bucket)
+		if b.Get([]byte(key)) == nil {
+			opErr = fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound)
+			return nil
+		}
+		return b.Delete([]byte(key))
+	})
+	if err == nil {
+		err = opErr
+	}
+	return err
+}
+
+// deleteWhere removes the records of bucket that drop says to, in one
+// transaction, and returns how many. The buckets it is used on are small
+// (codes live a minute; registered clients are capped).
+func (s *Store) deleteWhere(ctx context.Context, bucket []byte, drop func(rec []byte) (bool, error)) (int, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := s.update(func(tx *bolt.Tx) error {
+		n = 0
+		c := tx.Bucket(bucket).Cursor()
+		for k, v := c.First(); k != nil; {
+			ok, err := drop(v)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				k, v = c.Next()
+				continue
+			}
+			at := bytes.Clone(k)
+			if err := c.Delete(); err != nil {
+				return err
+			}
+			n++
+			// After a delete, seek back: the cursor lands on the next key.
+			k, v = c.Seek(at)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// DeleteUnusedOAuthClients implements vault.AuthStore.
+func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time.Time) (int, error) {
+	return s.deleteWhere(ctx, bOAuthClients, func(rec []byte) (bool, error) {
+		c, err := vault.DecodeOAuthClient(rec)
+		return err == nil && c.Used.IsZero() && c.Created.Before(createdBefore), err
+	})
+}
+
+// CreateAuthCode implements vault.AuthStore.
+func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	rec, err := vault.EncodeAuthCode(c)
+	if err != nil {
+		return err
+	}
+	var opErr error
+	err = s.batch(func(tx *bolt.Tx) error {
+		opErr = nil
+		b := tx.Bucket(bOAuthCodes)
+		if b.Get([]byte(c.Key)) != nil {
+			opErr = fmt.Errorf("boltstore: authorization code: %w", vault.ErrExists)
+			return nil
+		}
+		return b.Put([]byte(c.Key), rec)
+	})
+	if err == nil {
+		err = opErr
+	}
+	return err
+}
+
+// RedeemAuthCode implements vault.AuthStore: read, check and mark happen in
+// one write transaction, so one redemption wins.
+func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AuthCode{}, err
+	}
+	var (
+		out   vault.AuthCode
+		opErr error
+	)
+	err := s.batch(func(tx *bolt.Tx) error {
+		out, opErr = vault.AuthCode{}, nil
+		b := tx.Bucket(bOAuthCodes)
+		rec := b.Get([]byte(key))
+		if rec == nil {
+			opErr = fmt.Errorf("boltstore: authorization code: %w", vault.ErrNotFound)
+			return nil
+		}
+		c, err := vault.DecodeAuthCode(rec)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		if c.Redeemed {
+			out, opErr = c, fmt.Errorf("boltstore: %w", vault.ErrCodeRedeemed)
+			return nil
+		}
+		c.Redeemed = true
+		nrec, err := vault.EncodeAuthCode(c)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		out = c
+		return b.Put([]byte(key), nrec)
+	})
+	if err != nil {
+		return vault.AuthCode{}, err
+	}
+	return out, opErr
+}
+
+// DeleteExpiredAuthCodes implements vault.AuthStore.
+func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (int, error) {
+	return s.deleteWhere(ctx, bOAuthCodes, func(rec []byte) (bool, error) {
+		c, err := vault.DecodeAuthCode(rec)
+		return err == nil && c.Expires.Before(before), err
+	})
+}
+
+// CreateAppAccess implements vault.AuthStore.
+func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AppAccess{}, err
+	}
+	a = a.Clone()
+	a.Version = 1
+	rec, err := vault.EncodeAppAccess(a)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	ik := appClientKey(a.Principal, a.ClientID)
+	var opErr error
+	err = s.batch(func(tx *bolt.Tx) error {
+		opErr = nil
+		apps, idx := tx.Bucket(bOAuthApps), tx.Bucket(bOAuthAppByClient)
+		if apps.Get([]byte(a.ID)) != nil {
+			opErr = fmt.Errorf("boltstore: app access %s: %w", a.ID, vault.ErrExists)
+			return nil
+		}
+		if idx.Get(ik) != nil {
+			opErr = fmt.Errorf("boltstore: app access for client %q: %w", a.ClientID, vault.ErrExists)
+			return nil
+		}
+		if err := apps.Put([]byte(a.ID), rec); err != nil {
+			return err
+		}
+		return idx.Put(ik, []byte(a.ID))
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	return a, nil
+}
+
+// GetAppAccess implements vault.AuthStore.
+func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AppAccess{}, err
+	}
+	rec, err := s.get(bOAuthApps, id)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	if rec == nil {
+		return vault.AppAccess{}, fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
+	}
+	return vault.DecodeAppAccess(rec)
+}
+
+// FindAppAccess implements vault.AuthStore.
+func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID string) (vault.AppAccess, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AppAccess{}, err
+	}
+	var rec []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		if id := tx.Bucket(bOAuthAppByClient).Get(appClientKey(p, clientID)); id != nil {
+			rec = bytes.Clone(tx.Bucket(bOAuthApps).Get(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	if rec == nil {
+		return vault.AppAccess{}, fmt.Errorf("boltstore: app access for client %q: %w", clientID, vault.ErrNotFound)
+	}
+	return vault.DecodeAppAccess(rec)
+}
+
+// ListAppAccess implements vault.AuthStore: a prefix seek on the
+// per-person index.
+func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.AppAccess, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	var recs [][]byte
+	prefix := principalKey(p, 0)
+	err := s.view(func(tx *bolt.Tx) error {
+		recs = nil
+		apps := tx.Bucket(bOAuthApps)
+		c := tx.Bucket(bOAuthAppByClient).Cursor()
+		for k, id := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, id = c.Next() {
+			if rec := apps.Get(id); rec != nil {
+				recs = append(recs, bytes.Clone(rec))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]vault.AppAccess, 0, len(recs))
+	for _, rec := range recs {
+		a, err := vault.DecodeAppAccess(rec)
+		if err != nil {
+			return nil, err
+		}
+		if a.Principal != p {
+			return nil, fmt.Errorf("boltstore: app access %s is indexed under another principal: %w", a.ID, vault.ErrMalformed)
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b vault.AppAccess) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// UpdateAppAccess implements vault.AuthStore.
+func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AppAccess{}, err
+	}
+	var (
+		out   vault.AppAccess
+		opErr error
+	)
+	err := s.batch(func(tx *bolt.Tx) error {
+		out, opErr = vault.AppAccess{}, nil
+		b := tx.Bucket(bOAuthApps)
+		rec := b.Get([]byte(id))
+		if rec == nil {
+			opErr = fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
+			return nil
+		}
+		old, err := vault.DecodeAppAccess(rec)
+		if err == nil {
+			out, err = vault.ApplyAppAccessUpdate(old, fn)
+		}
+		var nrec []byte
+		if err == nil {
+			nrec, err = vault.EncodeAppAccess(out)
+		}
+		if err != nil {
+			out, opErr = vault.AppAccess{}, err
+			return nil
+		}
+		return b.Put([]byte(id), nrec)
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	return out, nil
+}
+
+// DeleteAppAccess implements vault.AuthStore.
+func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	var opErr error
+	err := s.batch(func(tx *bolt.Tx) error {
+		opErr = nil
+		b := tx.Bucket(bOAuthApps)
+		rec := b.Get([]byte(id))
+		if rec == nil {
+			opErr = fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
+			return nil
+		}
+		if a, err := vault.DecodeAppAccess(rec); err == nil {
+			if err := tx.Bucket(bOAuthAppByClient).Delete(appClientKey(a.Principal, a.ClientID)); err != nil {
+				return err
+			}
+		}
+		return b.Delete([]byte(id))
+	})
+	if err == nil {
+		err = opErr
+	}
+	return err
+}

@@ -1,0 +1,332 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"credbroker/vault"
+)
+
+var _ vault.AuthStore = (*Store)(nil)
+
+// appKey is the unique (person, client) of an app access record.
+type appKey struct {
+	p        vault.Principal
+	clientID string
+}
+
+// authMaps hold the authorization server's records, encoded as a
+// persistent backend stores them; guarded by Store.mu.
+type authMaps struct {
+	clients map[string][]byte
+	codes   map[string][]byte
+	apps    map[string][]byte
+	appByPC map[appKey]string
+}
+
+func newAuthMaps() authMaps {
+	return authMaps{clients: map[string][]byte{}, codes: map[string][]byte{}, apps: map[string][]byte{}, appByPC: map[appKey]string{}}
+}
+
+// CreateOAuthClient implements vault.AuthStore: the count and the insert
+// happen under one hold of the write lock.
+func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
+	c = c.Clone()
+	c.Version = 1
+	b, err := vault.EncodeOAuthClient(c)
+	if err != nil {
+		return vault.OAuthClient{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.OAuthClient{}, err
+	}
+	if _, ok := s.auth.clients[c.ID]; ok {
+		return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", c.ID, vault.ErrExists)
+	}
+	if max > 0 && len(s.auth.clients) >= max {
+		return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", c.ID, vault.ErrTooManyClients)
+	}
+	s.auth.clients[c.ID] = b
+	return c, nil
+}
+
+// GetOAuthClient implements vault.AuthStore.
+func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClient, error) {
+	s.mu.RLock()
+	err := s.check()
+	b, ok := s.auth.clients[id]
+	s.mu.RUnlock()
+	if err != nil {
+		return vault.OAuthClient{}, err
+	}
+	if !ok {
+		return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", id, vault.ErrNotFound)
+	}
+	return vault.DecodeOAuthClient(b)
+}
+
+// UpdateOAuthClient implements vault.AuthStore.
+func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.OAuthClient{}, err
+	}
+	b, ok := s.auth.clients[id]
+	if !ok {
+		return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", id, vault.ErrNotFound)
+	}
+	old, err := vault.DecodeOAuthClient(b)
+	if err != nil {
+		return vault.OAuthClient{}, err
+	}
+	nc, err := vault.ApplyOAuthClientUpdate(old, fn)
+	if err != nil {
+		return vault.OAuthClient{}, err
+	}
+	nb, err := vault.EncodeOAuthClient(nc)
+	if err != nil {
+		return vault.OAuthClient{}, err
+	}
+	s.auth.clients[id] = nb
+	return nc, nil
+}
+
+// DeleteOAuthClient implements vault.AuthStore.
+func (s *Store) DeleteOAuthClient(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	if _, ok := s.auth.clients[id]; !ok {
+		return fmt.Errorf("memstore: oauth client %s: %w", id, vault.ErrNotFound)
+	}
+	delete(s.auth.clients, id)
+	return nil
+}
+
+// DeleteUnusedOAuthClients implements vault.AuthStore.
+func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for id, b := range s.auth.clients {
+		c, err := vault.DecodeOAuthClient(b)
+		if err != nil {
+			return n, err
+		}
+		if c.Used.IsZero() && c.Created.Before(createdBefore) {
+			delete(s.auth.clients, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// CreateAuthCode implements vault.AuthStore.
+func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
+	b, err := vault.EncodeAuthCode(c)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	if _, ok := s.auth.codes[c.Key]; ok {
+		return fmt.Errorf("memstore: authorization code: %w", vault.ErrExists)
+	}
+	s.auth.codes[c.Key] = b
+	return nil
+}
+
+// RedeemAuthCode implements vault.AuthStore.
+func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.AuthCode{}, err
+	}
+	b, ok := s.auth.codes[key]
+	if !ok {
+		return vault.AuthCode{}, fmt.Errorf("memstore: authorization code: %w", vault.ErrNotFound)
+	}
+	c, err := vault.DecodeAuthCode(b)
+	if err != nil {
+		return vault.AuthCode{}, err
+	}
+	if c.Redeemed {
+		return c, fmt.Errorf("memstore: %w", vault.ErrCodeRedeemed)
+	}
+	c.Redeemed = true
+	nb, err := vault.EncodeAuthCode(c)
+	if err != nil {
+		return vault.AuthCode{}, err
+	}
+	s.auth.codes[key] = nb
+	return c, nil
+}
+
+// DeleteExpiredAuthCodes implements vault.AuthStore.
+func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for k, b := range s.auth.codes {
+		c, err := vault.DecodeAuthCode(b)
+		if err != nil {
+			return n, err
+		}
+		if c.Expires.Before(before) {
+			delete(s.auth.codes, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// CreateAppAccess implements vault.AuthStore.
+func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
+	a = a.Clone()
+	a.Version = 1
+	b, err := vault.EncodeAppAccess(a)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.AppAccess{}, err
+	}
+	k := appKey{a.Principal, a.ClientID}
+	if _, ok := s.auth.apps[a.ID]; ok {
+		return vault.AppAccess{}, fmt.Errorf("memstore: app access %s: %w", a.ID, vault.ErrExists)
+	}
+	if _, ok := s.auth.appByPC[k]; ok {
+		return vault.AppAccess{}, fmt.Errorf("memstore: app access for client %q: %w", a.ClientID, vault.ErrExists)
+	}
+	s.auth.apps[a.ID] = b
+	s.auth.appByPC[k] = a.ID
+	return a, nil
+}
+
+// GetAppAccess implements vault.AuthStore.
+func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, error) {
+	s.mu.RLock()
+	err := s.check()
+	b, ok := s.auth.apps[id]
+	s.mu.RUnlock()
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	if !ok {
+		return vault.AppAccess{}, fmt.Errorf("memstore: app access %s: %w", id, vault.ErrNotFound)
+	}
+	return vault.DecodeAppAccess(b)
+}
+
+// FindAppAccess implements vault.AuthStore.
+func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID string) (vault.AppAccess, error) {
+	s.mu.RLock()
+	err := s.check()
+	id, ok := s.auth.appByPC[appKey{p, clientID}]
+	b := s.auth.apps[id]
+	s.mu.RUnlock()
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	if !ok {
+		return vault.AppAccess{}, fmt.Errorf("memstore: app access for client %q: %w", clientID, vault.ErrNotFound)
+	}
+	return vault.DecodeAppAccess(b)
+}
+
+// ListAppAccess implements vault.AuthStore.
+func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.AppAccess, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var out []vault.AppAccess
+	for k, id := range s.auth.appByPC {
+		if k.p != p {
+			continue
+		}
+		a, err := vault.DecodeAppAccess(s.auth.apps[id])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b vault.AppAccess) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// UpdateAppAccess implements vault.AuthStore.
+func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.AppAccess{}, err
+	}
+	b, ok := s.auth.apps[id]
+	if !ok {
+		return vault.AppAccess{}, fmt.Errorf("memstore: app access %s: %w", id, vault.ErrNotFound)
+	}
+	old, err := vault.DecodeAppAccess(b)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	na, err := vault.ApplyAppAccessUpdate(old, fn)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	nb, err := vault.EncodeAppAccess(na)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	s.auth.apps[id] = nb
+	return na, nil
+}
+
+// DeleteAppAccess implements vault.AuthStore.
+func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	b, ok := s.auth.apps[id]
+	if !ok {
+		return fmt.Errorf("memstore: app access %s: %w", id, vault.ErrNotFound)
+	}
+	a, err := vault.DecodeAppAccess(b)
+	if err != nil && !errors.Is(err, vault.ErrMalformed) {
+		return err
+	}
+	delete(s.auth.apps, id)
+	delete(s.auth.appByPC, appKey{a.Principal, a.ClientID})
+	return nil
+}

@@ -1,0 +1,388 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"credbroker/vault"
+)
+
+var _ vault.AuthStore = (*Store)(nil)
+
+// clientsLockKey serialises registrations under a cap across replicas
+// (a transaction-scoped advisory lock).
+var clientsLockKey = lockKey("credbroker/pgstore/oauth_clients")
+
+func (s *Store) clientArgs(c vault.OAuthClient) ([]any, error) {
+	rec, err := vault.EncodeOAuthClient(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("oauth client", c.ID); err != nil {
+		return nil, err
+	}
+	return []any{c.ID, nanos(c.Created), !c.Used.IsZero(), int64(c.Version), rec}, nil
+}
+
+const insertClient = `INSERT INTO oauth_clients (id, created_ns, used, version, record)
+	VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING`
+
+// CreateOAuthClient implements vault.AuthStore. Under a cap, the count and
+// the insert run in one transaction holding an advisory lock, so
+// concurrent registrations on any replica cannot pass the cap together.
+func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.OAuthClient{}, err
+	}
+	c = c.Clone()
+	c.Version = 1
+	args, err := s.clientArgs(c)
+	if err != nil {
+		return vault.OAuthClient{}, err
+	}
+	var opErr error
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		opErr = nil
+		if max > 0 {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", clientsLockKey); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM oauth_clients LIMIT $1) c", max).Scan(&n); err != nil {
+				return err
+			}
+			if n >= max {
+				opErr = vault.ErrTooManyClients
+				return nil
+			}
+		}
+		tag, err := tx.Exec(ctx, insertClient, args...)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			opErr = vault.ErrExists
+		}
+		return nil
+	})
+	if err != nil {
+		return vault.OAuthClient{}, s.dbErr(fmt.Errorf("pgstore: create oauth client %s: %w", c.ID, err))
+	}
+	if opErr != nil {
+		return vault.OAuthClient{}, fmt.Errorf("pgstore: oauth client %s: %w", c.ID, opErr)
+	}
+	return c, nil
+}
+
+func (s *Store) getClient(ctx context.Context, id string) (vault.OAuthClient, int64, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.OAuthClient{}, 0, err
+	}
+	if !storable(id) {
+		return vault.OAuthClient{}, 0, fmt.Errorf("pgstore: oauth client %q: %w", id, vault.ErrNotFound)
+	}
+	var rec []byte
+	var version int64
+	err := s.pool.QueryRow(ctx, "SELECT record, version FROM oauth_clients WHERE id = $1", id).Scan(&rec, &version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return vault.OAuthClient{}, 0, fmt.Errorf("pgstore: oauth client %s: %w", id, vault.ErrNotFound)
+	}
+	if err != nil {
+		return vault.OAuthClient{}, 0, s.dbErr(fmt.Errorf("pgstore: get oauth client %s: %w", id, err))
+	}
+	c, err := vault.DecodeOAuthClient(rec)
+	if err == nil && c.ID != id {
+		err = fmt.Errorf("pgstore: oauth client %s: stored record names id %s: %w", id, c.ID, vault.ErrMalformed)
+	}
+	if err != nil {
+		return vault.OAuthClient{}, 0, err
+	}
+	return c, version, nil
+}
+
+// GetOAuthClient implements vault.AuthStore.
+func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClient, error) {
+	c, _, err := s.getClient(ctx, id)
+	return c, err
+}
+
+// UpdateOAuthClient implements vault.AuthStore (compare-and-swap on the
+// version column).
+func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
+	for range s.attempts {
+		old, version, err := s.getClient(ctx, id)
+		if err != nil {
+			return vault.OAuthClient{}, err
+		}
+		nc, err := vault.ApplyOAuthClientUpdate(old, fn)
+		if err != nil {
+			return vault.OAuthClient{}, err
+		}
+		args, err := s.clientArgs(nc)
+		if err != nil {
+			return vault.OAuthClient{}, err
+		}
+		tag, err := s.pool.Exec(ctx, `UPDATE oauth_clients SET created_ns = $2, used = $3, version = $4, record = $5
+			WHERE id = $1 AND version = $6`, append(args, version)...)
+		if err != nil {
+			return vault.OAuthClient{}, s.dbErr(fmt.Errorf("pgstore: update oauth client %s: %w", id, err))
+		}
+		if tag.RowsAffected() == 1 {
+			return nc, nil
+		}
+	}
+	return vault.OAuthClient{}, fmt.Errorf("pgstore: update oauth client %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
+}
+
+// deleteRow deletes the row of table whose column equals key.
+func (s *Store) deleteRow(ctx context.Context, table, column, key, what string) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if !storable(key) {
+		return fmt.Errorf("pgstore: %s %q: %w", what, key, vault.ErrNotFound)
+	}
+	tag, err := s.pool.Exec(ctx, "DELETE FROM "+table+" WHERE "+column+" = $1", key)
+	if err != nil {
+		return s.dbErr(fmt.Errorf("pgstore: delete %s %s: %w", what, key, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: %s %s: %w", what, key, vault.ErrNotFound)
+	}
+	return nil
+}
+
+// DeleteOAuthClient implements vault.AuthStore.
+func (s *Store) DeleteOAuthClient(ctx context.Context, id string) error {
+	return s.deleteRow(ctx, "oauth_clients", "id", id, "oauth client")
+}
+
+// DeleteUnusedOAuthClients implements vault.AuthStore.
+func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time.Time) (int, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, "DELETE FROM oauth_clients WHERE NOT used AND created_ns < $1", nanos(createdBefore))
+	if err != nil {
+		return 0, s.dbErr(fmt.Errorf("pgstore: delete unused oauth clients: %w", err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// CreateAuthCode implements vault.AuthStore.
+func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	c.Redeemed = false // the redeemed column is authoritative
+	rec, err := vault.EncodeAuthCode(c)
+	if err != nil {
+		return err
+	}
+	if err := checkID("authorization code", c.Key); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO oauth_codes (key, expires_ns, redeemed, record)
+		VALUES ($1, $2, false, $3) ON CONFLICT (key) DO NOTHING`, c.Key, nanos(c.Expires), rec)
+	if err != nil {
+		return s.dbErr(fmt.Errorf("pgstore: create authorization code: %w", err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: authorization code: %w", vault.ErrExists)
+	}
+	return nil
+}
+
+// RedeemAuthCode implements vault.AuthStore: one conditional UPDATE marks
+// the code, so exactly one of concurrent redemptions on any replica wins.
+func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AuthCode{}, err
+	}
+	if !storable(key) {
+		return vault.AuthCode{}, fmt.Errorf("pgstore: authorization code: %w", vault.ErrNotFound)
+	}
+	var rec []byte
+	err := s.pool.QueryRow(ctx, "UPDATE oauth_codes SET redeemed = true WHERE key = $1 AND NOT redeemed RETURNING record", key).Scan(&rec)
+	var opErr error
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = s.pool.QueryRow(ctx, "SELECT record FROM oauth_codes WHERE key = $1", key).Scan(&rec)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return vault.AuthCode{}, fmt.Errorf("pgstore: authorization code: %w", vault.ErrNotFound)
+		}
+		opErr = fmt.Errorf("pgstore: %w", vault.ErrCodeRedeemed)
+	}
+	if err != nil {
+		return vault.AuthCode{}, s.dbErr(fmt.Errorf("pgstore: redeem authorization code: %w", err))
+	}
+	c, err := vault.DecodeAuthCode(rec)
+	if err != nil {
+		return vault.AuthCode{}, err
+	}
+	c.Redeemed = true
+	return c, opErr
+}
+
+// DeleteExpiredAuthCodes implements vault.AuthStore.
+func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (int, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, "DELETE FROM oauth_codes WHERE expires_ns < $1", nanos(before))
+	if err != nil {
+		return 0, s.dbErr(fmt.Errorf("pgstore: delete expired authorization codes: %w", err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (s *Store) appArgs(a vault.AppAccess) ([]any, error) {
+	rec, err := vault.EncodeAppAccess(a)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("app access", a.ID); err != nil {
+		return nil, err
+	}
+	if err := checkID("client", a.ClientID); err != nil {
+		return nil, err
+	}
+	return []any{a.ID, []byte(a.Principal.Issuer), []byte(a.Principal.Subject), a.ClientID, int64(a.Version), rec}, nil
+}
+
+// CreateAppAccess implements vault.AuthStore. The unique (iss, sub,
+// client_id) constraint keeps one record per person and client.
+func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AppAccess{}, err
+	}
+	a = a.Clone()
+	a.Version = 1
+	args, err := s.appArgs(a)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO oauth_apps (id, iss, sub, client_id, version, record)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, args...)
+	if err != nil {
+		return vault.AppAccess{}, s.dbErr(fmt.Errorf("pgstore: create app access %s: %w", a.ID, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return vault.AppAccess{}, fmt.Errorf("pgstore: app access %s for client %q: %w", a.ID, a.ClientID, vault.ErrExists)
+	}
+	return a, nil
+}
+
+func (s *Store) scanApp(row pgx.Row, what string) (vault.AppAccess, int64, error) {
+	var rec []byte
+	var version int64
+	err := row.Scan(&rec, &version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return vault.AppAccess{}, 0, fmt.Errorf("pgstore: app access %s: %w", what, vault.ErrNotFound)
+	}
+	if err != nil {
+		return vault.AppAccess{}, 0, s.dbErr(fmt.Errorf("pgstore: get app access %s: %w", what, err))
+	}
+	a, err := vault.DecodeAppAccess(rec)
+	return a, version, err
+}
+
+func (s *Store) getApp(ctx context.Context, id string) (vault.AppAccess, int64, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AppAccess{}, 0, err
+	}
+	if !storable(id) {
+		return vault.AppAccess{}, 0, fmt.Errorf("pgstore: app access %q: %w", id, vault.ErrNotFound)
+	}
+	a, version, err := s.scanApp(s.pool.QueryRow(ctx, "SELECT record, version FROM oauth_apps WHERE id = $1", id), id)
+	if err == nil && a.ID != id {
+		err = fmt.Errorf("pgstore: app access %s: stored record names id %s: %w", id, a.ID, vault.ErrMalformed)
+	}
+	return a, version, err
+}
+
+// GetAppAccess implements vault.AuthStore.
+func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, error) {
+	a, _, err := s.getApp(ctx, id)
+	return a, err
+}
+
+// FindAppAccess implements vault.AuthStore.
+func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID string) (vault.AppAccess, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AppAccess{}, err
+	}
+	if !storable(clientID) {
+		return vault.AppAccess{}, fmt.Errorf("pgstore: app access for client %q: %w", clientID, vault.ErrNotFound)
+	}
+	a, _, err := s.scanApp(s.pool.QueryRow(ctx, "SELECT record, version FROM oauth_apps WHERE iss = $1 AND sub = $2 AND client_id = $3",
+		[]byte(p.Issuer), []byte(p.Subject), clientID), fmt.Sprintf("for client %q", clientID))
+	if err == nil && (a.Principal != p || a.ClientID != clientID) {
+		err = fmt.Errorf("pgstore: app access %s: stored record names another person or client: %w", a.ID, vault.ErrMalformed)
+	}
+	return a, err
+}
+
+// ListAppAccess implements vault.AuthStore.
+func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.AppAccess, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT record FROM oauth_apps WHERE iss = $1 AND sub = $2 ORDER BY id", []byte(p.Issuer), []byte(p.Subject))
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: list app access: %w", err))
+	}
+	var out []vault.AppAccess
+	var rec []byte
+	_, err = pgx.ForEachRow(rows, []any{&rec}, func() error {
+		a, err := vault.DecodeAppAccess(rec)
+		if err != nil {
+			return err
+		}
+		if a.Principal != p {
+			return fmt.Errorf("pgstore: app access %s is stored under another principal: %w", a.ID, vault.ErrMalformed)
+		}
+		out = append(out, a)
+		return nil
+	})
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: list app access: %w", err))
+	}
+	return out, nil
+}
+
+// UpdateAppAccess implements vault.AuthStore (compare-and-swap on the
+// version column).
+func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
+	for range s.attempts {
+		old, version, err := s.getApp(ctx, id)
+		if err != nil {
+			return vault.AppAccess{}, err
+		}
+		na, err := vault.ApplyAppAccessUpdate(old, fn)
+		if err != nil {
+			return vault.AppAccess{}, err
+		}
+		rec, err := vault.EncodeAppAccess(na)
+		if err != nil {
+			return vault.AppAccess{}, err
+		}
+		tag, err := s.pool.Exec(ctx, "UPDATE oauth_apps SET version = $2, record = $3 WHERE id = $1 AND version = $4",
+			id, int64(na.Version), rec, version)
+		if err != nil {
+			return vault.AppAccess{}, s.dbErr(fmt.Errorf("pgstore: update app access %s: %w", id, err))
+		}
+		if tag.RowsAffected() == 1 {
+			return na, nil
+		}
+	}
+	return vault.AppAccess{}, fmt.Errorf("pgstore: update app access %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
+}
+
+// DeleteAppAccess implements vault.AuthStore.
+func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
+	return s.deleteRow(ctx, "oauth_apps", "id", id, "app access")
+}
