@@ -15,3 +15,13 @@ func TestConformance(t *testing.T) {
 	}
 	vaulttest.Run(t, func(t *testing.T) vault.Store { return memstore.New(kr) })
 }
+
+func TestOutboxConformance(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
+		return memstore.NewWith(kr, memstore.Options{Changes: hook})
+	})
+}

@@ -47,6 +47,19 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestOutboxConformance(t *testing.T) {
+	srv := pgtest.Shared(t)
+	kr := newKeyring(t)
+	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
+		s, err := pgstore.Open(t.Context(), srv.Schema(t), kr, pgstore.Options{Changes: hook})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}
+
 var alice = vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
 
 func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
