@@ -81,6 +81,9 @@ type providerSpec struct {
 	// SidecarTokenExport lets the sidecar API hand this provider's access
 	// tokens to co-located servers (POST /v1/token). Off by default.
 	SidecarTokenExport bool `yaml:"sidecar_token_export"`
+	// KeepAlive and KeepAliveRefresh: background refresh (keepalive.go).
+	KeepAlive        string `yaml:"keep_alive"`
+	KeepAliveRefresh string `yaml:"keep_alive_refresh"`
 }
 
 type accountSpec struct {
@@ -178,6 +181,8 @@ type Provider struct {
 	// RevocationDisabled: style none (an OIDC provider's discovered
 	// revocation_endpoint is not used either).
 	RevocationDisabled bool
+	// KeepAlive: background refresh of idle connections (zero: off).
+	KeepAlive KeepAliveSpec
 }
 
 // APIBase is one API base URL of a provider with its allow-list.
@@ -358,6 +363,7 @@ func validateProvider(name string, s providerSpec, getenv func(string) string, p
 	v.account(p, s)
 	v.api(p, s)
 	v.revocation(p, s)
+	v.keepAlive(p, s.KeepAlive, s.KeepAliveRefresh)
 	return p, !v.bad
 }
 
