@@ -67,13 +67,13 @@ type Options struct {
 	ClientID     string
 	ClientSecret string // empty: a public client (PKCE only)
 	RedirectURIs []string
-	AccessTTL    time.Duration    // default 5 minutes
+	AccessTTL    time.Duration // default 5 minutes
 	// RefreshIdleTTL, when set, expires a refresh token that was not used
 	// within it (idle expiry, as some providers do): refresh tokens rotate,
 	// so each one lives RefreshIdleTTL from its issue. Default: 30 days.
 	RefreshIdleTTL time.Duration
 	Now            func() time.Time // default time.Now
-	Logger       *slog.Logger     // nil: discard
+	Logger         *slog.Logger     // nil: discard
 }
 
 // Account is a demo account that can be connected.
