@@ -32,6 +32,7 @@ type rig struct {
 	store *memstore.Store
 	keys  *vault.Keyring
 	conns *connections.Service
+	opts  connections.Options
 	audit *bytes.Buffer
 	clock *clock
 	// broken answers 500 to every revocation request.
@@ -98,8 +99,9 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.conns, err = connections.New(connections.Options{Store: r.store, Grants: binding.New(r.store, binding.Options{Now: r.clock.Now}),
-		Client: client, PublicURL: "https://broker.test", Telemetry: rec, Logger: log, Now: r.clock.Now})
+	r.opts = connections.Options{Store: r.store, Grants: binding.New(r.store, binding.Options{Now: r.clock.Now}),
+		Client: client, PublicURL: "https://broker.test", Telemetry: rec, Logger: log, Now: r.clock.Now}
+	r.conns, err = connections.New(r.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
