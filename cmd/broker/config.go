@@ -38,6 +38,8 @@ type serveConfig struct {
 	SidecarSecretsFile string
 	RefreshMargin      time.Duration
 	MetricsAddr        string // separate listener for /metrics; empty: on the main listener
+	// Ops: webhooks, the admin API, keep-alive (ops.go).
+	Ops opsConfig
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -62,6 +64,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SidecarAudiences, "sidecar-audiences", os.Getenv("BROKER_SIDECAR_AUDIENCES"), "comma-separated AUDIENCE or AUDIENCE=SCOPE accepted in user tokens on the sidecar API, each with the scope its tokens must carry (default: the MCP resource URI with --required-scope)")
 	fs.DurationVar(&c.RefreshMargin, "refresh-margin", 5*time.Minute, "refresh provider access tokens this long before they expire")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", os.Getenv("BROKER_METRICS_ADDR"), "serve /metrics on this separate address instead of the main listener (env BROKER_METRICS_ADDR)")
+	c.Ops.flags(fs)
 }
 
 func (c *serveConfig) sidecar() sidecarConfig {
@@ -120,6 +123,10 @@ func (c *serveConfig) validate() error {
 		}
 	}
 	errs = append(errs, c.sidecar().validate()...)
+	errs = append(errs, c.Ops.validate()...)
+	if c.Ops.AdminClaim != "" && c.Ops.AdminAddr == c.Addr {
+		bad("--admin-addr %q is the same as --addr; the admin API needs its own listener", c.Ops.AdminAddr)
+	}
 	if c.RefreshMargin < 0 || c.RefreshMargin > time.Hour {
 		bad("--refresh-margin %s: must be between 0 and 1h", c.RefreshMargin)
 	}

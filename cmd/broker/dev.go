@@ -199,7 +199,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 
 	// The broker discovers its IdP over HTTP, so it is mounted once the
 	// listener serves the IdP.
-	grants, err := mount(ctx, mux, brokerDeps{
+	m, err := mount(ctx, mux, brokerDeps{
 		PublicURL: base, Resource: resource, Issuer: idp.Issuer(),
 		ClientID: devClientID, ClientSecret: vault.Secret(idpSecret), DevMode: true,
 		GrantTTL: 10 * time.Minute, StateTTL: 10 * time.Minute,
@@ -216,7 +216,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		<-serveErr
 		return err
 	}
-	go collectGrants(sctx, grants, log)
+	go collectGrants(sctx, m.Grants, log)
 	printDevBanner(stdout, base, dbPath, keysPath, side)
 	return <-serveErr
 }

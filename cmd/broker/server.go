@@ -16,6 +16,7 @@ import (
 	"credbroker/oauthflow"
 	"credbroker/provider"
 	"credbroker/vault"
+	"credbroker/webhook"
 )
 
 // brokerDeps is what both `serve` and `dev` hand to mount.
@@ -44,29 +45,41 @@ type brokerDeps struct {
 	RefreshMargin time.Duration
 	// Sidecar is the sidecar API listener (off when empty).
 	Sidecar sidecarConfig
+	// Events publishes the webhook events no store change carries
+	// (connection.refresh_failed); nil: none.
+	Events *webhook.Publisher
+}
+
+// mounted is what mount built that its callers drive further.
+type mounted struct {
+	Grants *binding.Service
+	// Conns and Client serve the admin API, the admin commands and the
+	// keep-alive loop.
+	Conns  *connections.Service
+	Client *provider.Client
 }
 
 // mount builds the provider client, the connections layer, the browser
 // flow and the MCP endpoint and registers their routes on mux. The IdP
 // must be reachable (discovery runs here).
-func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Service, error) {
+func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, error) {
 	plainStore := d.Store
 	d.Store = d.Telemetry.WrapStore(d.Store)
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
 	client, err := provider.New(provider.Options{
 		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "provider"), RefreshMargin: d.RefreshMargin,
-		Telemetry: d.Telemetry,
+		Telemetry: d.Telemetry, RefreshFailed: refreshFailedEvents(d.Events, d.Store, d.Logger),
 	})
 	if err != nil {
-		return nil, err
+		return mounted{}, err
 	}
 	conns, err := connections.New(connections.Options{
 		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
 	})
 	if err != nil {
-		return nil, err
+		return mounted{}, err
 	}
 	flow, err := oauthflow.New(ctx, oauthflow.Options{
 		PublicURL: d.PublicURL, Issuer: d.Issuer, ClientID: d.ClientID, ClientSecret: d.ClientSecret,
@@ -76,7 +89,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Serv
 		Telemetry: d.Telemetry,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("browser flow: %w", err)
+		return mounted{}, fmt.Errorf("browser flow: %w", err)
 	}
 	mcp, err := mcpapi.New(mcpapi.Options{
 		PublicURL: d.PublicURL, ResourceURI: d.Resource, Issuer: d.Issuer,
@@ -87,10 +100,10 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Serv
 		Telemetry: d.Telemetry,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("MCP endpoint: %w", err)
+		return mounted{}, fmt.Errorf("MCP endpoint: %w", err)
 	}
 	if _, err := startSidecar(ctx, d, conns); err != nil {
-		return nil, err
+		return mounted{}, err
 	}
 	flow.Register(mux)
 	mcp.Register(mux)
@@ -98,7 +111,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (*binding.Serv
 	if d.MetricsOnMain && d.Telemetry != nil {
 		mux.Handle("GET /metrics", d.Telemetry.Handler())
 	}
-	return grants, nil
+	return mounted{Grants: grants, Conns: conns, Client: client}, nil
 }
 
 // newHTTPServer returns a server with every timeout set.
