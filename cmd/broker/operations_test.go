@@ -29,6 +29,9 @@ import (
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
+	"credbroker/vault/pgstore"
+	"credbroker/vault/vaulttest"
+	"credbroker/webhook"
 )
 
 // hookRequest is one request the webhook receiver saw.
@@ -596,4 +599,141 @@ func TestOperations(t *testing.T) {
 			t.Error("the broker logged a secret")
 		}
 	}
+}
+
+// TestKeepAlive: with keep_alive, a demo connection nobody uses outlives
+// the provider's idle expiry of refresh tokens (configured at 4s here):
+// the broker refreshes it in the background. The same connection at a
+// provider without keep_alive dies and asks to be reconnected.
+func TestKeepAlive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	const idle = 4 * time.Second
+	s := newOpsServe(t, demoprovider.Options{AccessTTL: 2 * time.Second, RefreshIdleTTL: idle},
+		map[string]string{"demo": "    keep_alive: 1h\n    keep_alive_refresh: 1s\n"}, "--keep-alive-interval", "300ms")
+	s.connect("demo", nil)
+	s.connect("demo2", nil)
+	connected := time.Now()
+	kept := func() int {
+		n := 0
+		for _, e := range s.demos["demo"].Events() {
+			if e.Kind == "token" && e.GrantType == "refresh_token" && e.Status == 200 {
+				n++
+			}
+		}
+		return n
+	}
+	// Idle past twice the idle expiry, watching the keep-alive work.
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Since(connected) < 2*idle+time.Second || kept() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("keep-alive refreshed demo %d times in %s", kept(), time.Since(connected))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, e := range s.demos["demo2"].Events() {
+		if e.Kind == "token" && e.GrantType == "refresh_token" {
+			t.Fatalf("demo2 (no keep_alive) was refreshed while idle: %+v", e)
+		}
+	}
+	call := func(provider string) mcpAnswer {
+		a, err := mcpCall(s.lb.srv.Client(), s.lb.srv.URL, "", s.bearers["alice"], "provider_request",
+			map[string]any{"provider": provider, "method": "GET", "path": "/user"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if a := call("demo"); a.Result.ResultType != "complete" || a.Result.IsError || !strings.Contains(a.Raw, "alice-demo") {
+		t.Fatalf("the kept connection after %s idle: %s", time.Since(connected).Round(time.Second), a.Raw)
+	}
+	if a := call("demo2"); a.Result.ResultType != "input_required" {
+		t.Fatalf("the connection without keep_alive still works after %s idle: %s", time.Since(connected).Round(time.Second), a.Raw)
+	}
+	resp, err := http.Get(s.proc.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(m), `credbroker_keepalive_refreshes_total{outcome="refreshed",provider="demo"}`) {
+		t.Fatalf("no keep-alive metric:\n%s", grepLines(string(m), "credbroker_keepalive"))
+	}
+	if l := grepLines(s.proc.logs.String(), `{"time"`); !strings.Contains(l, "keep-alive: this process runs the passes") {
+		t.Fatalf("the keep-alive loop did not start:\n%s", l)
+	}
+}
+
+// TestWebhooksReplicas: two replicas on one PostgreSQL database deliver
+// each of 200 events exactly once (the receiver deduplicates by
+// webhook-id and counts), sharing the work.
+func TestWebhooksReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	secret := newWebhookSecret()
+	hooks := newHookReceiver(t, secret)
+	hooks.delay = 5 * time.Millisecond
+	file := filepath.Join(t.TempDir(), "webhooks.yaml")
+	if err := os.WriteFile(file, []byte("endpoints:\n  apps:\n    url: "+hooks.srv.URL+"/hooks\n    secret: ${APPS_WEBHOOK_SECRET}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newReplicaStackWith(t, []string{"alice"},
+		[]string{"--webhooks-file", file, "--webhook-poll", "50ms", "--webhook-timeout", "2s"},
+		[]string{"APPS_WEBHOOK_SECRET=" + secret})
+	// The test writes 200 connections through the broker's own hook, as a
+	// third process sharing the database would (the admin command does).
+	cfg, err := webhook.LoadConfig(file, func(string) string { return secret })
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := pgstore.Open(t.Context(), s.dbURL, s.keys, pgstore.Options{Changes: webhook.NewPublisher(cfg, nil).Hook()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	const n = 200
+	for i := range n {
+		c := vaulttest.Conn(fmt.Sprintf("conn_r%03d", i), vault.Principal{Issuer: s.idp.Issuer(), Subject: fmt.Sprintf("p%03d", i)}, "demo", fmt.Sprint(i))
+		if _, err := writer.CreateConnection(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delivered := func(p *serveProc) int {
+		resp, err := http.Get(p.base + "/metrics")
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var v int
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, `credbroker_webhook_deliveries_total{endpoint="apps",outcome="delivered"} `) {
+				fmt.Sscan(strings.Fields(l)[1], &v)
+			}
+		}
+		return v
+	}
+	hooks.waitFor(t, "200 deliveries counted by both replicas", 60*time.Second, func() bool {
+		return delivered(s.a)+delivered(s.b) >= n
+	})
+	a, b := delivered(s.a), delivered(s.b)
+	seen := map[string]int{}
+	for _, r := range hooks.requests() {
+		if r.Verified != nil {
+			t.Fatalf("signature: %v", r.Verified)
+		}
+		seen[r.ID]++
+	}
+	if len(hooks.requests()) != n || len(seen) != n || a+b != n {
+		t.Fatalf("receiver got %d requests for %d events; replicas counted %d + %d deliveries; want %d each", len(hooks.requests()), len(seen), a, b, n)
+	}
+	if a == 0 || b == 0 {
+		t.Fatalf("one replica delivered everything (%d / %d)", a, b)
+	}
+	if depth, _, err := writer.OutboxDepth(t.Context()); err != nil || depth != 0 {
+		t.Fatalf("outbox depth %d (%v)", depth, err)
+	}
+	t.Logf("200 events delivered once each: %d by replica a, %d by replica b", a, b)
 }

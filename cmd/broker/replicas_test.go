@@ -249,12 +249,20 @@ type replicaStack struct {
 	idp     *devidp.IdP
 	demo    *demoprovider.Provider
 	store   *pgstore.Store // the test's own view of the database
+	dbURL   string
 	keys    *vault.Keyring
 	bearers map[string]string
 	client  *http.Client // trusts the balancer's certificate
 }
 
 func newReplicaStack(t *testing.T, users []string) *replicaStack {
+	t.Helper()
+	return newReplicaStackWith(t, users, nil, nil)
+}
+
+// newReplicaStackWith is newReplicaStack with extra serve flags and
+// environment for both replicas.
+func newReplicaStackWith(t *testing.T, users, extraArgs, extraEnv []string) *replicaStack {
 	t.Helper()
 	pg := pgtest.StartT(t)
 	dbURL := pg.Schema(t)
@@ -294,6 +302,8 @@ func newReplicaStack(t *testing.T, users []string) *replicaStack {
 		"BROKER_STORE=", "BROKER_KEYS_FILE="}
 	args := []string{"--public-url", public, "--issuer", s.idp.Issuer(), "--client-id", devClientID,
 		"--providers", providers, "--store", dbURL, "--log-format", "json"}
+	args, env = append(args, extraArgs...), append(env, extraEnv...)
+	s.dbURL = dbURL
 	// Both start at once against an empty database: they migrate it once.
 	var wg sync.WaitGroup
 	addrA, addrB := freeAddr(t), freeAddr(t)
