@@ -60,7 +60,7 @@ type hookReceiver struct {
 	failFirst map[string]int
 	failID    map[string]string
 	holdType  string
-	held      chan struct{} // closed to release held requests
+	held      chan struct{} // closed to release held requests (never, in these tests: the sender dies)
 	holding   chan hookRequest
 	arrived   chan hookRequest
 	delay     time.Duration
@@ -486,8 +486,9 @@ func TestOperations(t *testing.T) {
 		}
 		s.proc.kill()
 		killedAt := time.Now()
+		// The held request is never answered: its handler ends when the
+		// dead broker's connection does. New requests are answered.
 		s.hooks.mu.Lock()
-		close(s.hooks.held)
 		s.hooks.holdType = ""
 		s.hooks.mu.Unlock()
 		s.start()
