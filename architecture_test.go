@@ -13,7 +13,7 @@ import (
 // connections decides; provider talks outward; binding and vault keep
 // state. A package may import only from its own layer's allowance below.
 var (
-	frontDoors = []string{"mcpapi", "sidecar", "oauthflow", "authserver"}
+	frontDoors = []string{"mcpapi", "sidecar", "oauthflow", "authserver", "adminapi"}
 	// forbidden maps a package (and its subpackages) to what it must never
 	// import (and their subpackages).
 	forbidden = map[string][]string{
@@ -22,6 +22,7 @@ var (
 		"binding":     append([]string{"cmd", "connections", "provider"}, frontDoors...),
 		"vault":       append([]string{"cmd", "connections", "provider", "binding"}, frontDoors...),
 		"internal":    append([]string{"cmd", "connections", "provider"}, frontDoors...),
+		"webhook":     append([]string{"cmd", "connections", "provider", "binding"}, frontDoors...),
 		"web":         append([]string{"cmd", "connections", "provider", "binding", "vault"}, frontDoors...),
 	}
 )

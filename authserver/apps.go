@@ -73,5 +73,6 @@ func (s *Server) RemoveApp(ctx context.Context, p vault.Principal, id string) er
 	}
 	s.log.Info("authserver: app removed by its person", "client_id", a.ClientID, "app", id)
 	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventAppRemoved, Principal: p, Client: a.ClientID, Via: "browser"})
+	s.appEvent(ctx, AppRemoved, p, a.ClientID, a.ClientName)
 	return nil
 }

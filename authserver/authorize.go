@@ -348,6 +348,7 @@ func (s *Server) issueCode(w http.ResponseWriter, r *http.Request, c *client, p 
 	}
 	if consented {
 		s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventAppAuthorized, Principal: p.principal(), Client: c.ID, Via: "browser"})
+		s.appEvent(ctx, AppAuthorized, p.principal(), c.ID, app.ClientName)
 	}
 	s.redirectWith(w, r, p.RedirectURI, url.Values{"code": {code}, "state": {p.State}})
 }

@@ -1,6 +1,7 @@
 package authserver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -577,7 +579,15 @@ func TestRevocation(t *testing.T) {
 // TestRemoveApp: removing an app revokes its tokens and forgets consent;
 // signing out revokes nothing (the session is not part of the grant).
 func TestRemoveApp(t *testing.T) {
-	h := newHarness(t)
+	var mu sync.Mutex
+	var events []string
+	h := newHarness(t, func(o *Options) {
+		o.AppEvent = func(_ context.Context, kind string, p vault.Principal, clientID, _ string) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, kind+" "+p.Subject+" "+clientID)
+		}
+	})
 	clientID, redirect := h.publicClient()
 	b := h.browser("alice")
 	pk := newPKCE()
@@ -599,6 +609,12 @@ func TestRemoveApp(t *testing.T) {
 	}
 	if err := h.verify(tok.AccessToken); !errors.Is(err, bearer.ErrInvalidToken) || !strings.Contains(err.Error(), "removed") {
 		t.Fatalf("after removal: %v", err)
+	}
+	mu.Lock()
+	got := slices.Clone(events)
+	mu.Unlock()
+	if want := []string{AppAuthorized + " alice " + clientID, AppRemoved + " alice " + clientID}; !slices.Equal(got, want) {
+		t.Fatalf("app events %q, want %q", got, want)
 	}
 	if r := h.refresh(clientID, tok.RefreshToken); r.Error != "invalid_grant" {
 		t.Fatalf("refresh after removal: %+v", r)

@@ -82,6 +82,23 @@ type Options struct {
 	Logger    *slog.Logger
 	Now       func() time.Time
 	Telemetry *telemetry.Recorder
+	// AppEvent, when set, is told when a person authorizes an app
+	// ("app.authorized") or removes it ("app.removed"), for the webhook
+	// events; it must not block.
+	AppEvent func(ctx context.Context, kind string, p vault.Principal, clientID, clientName string)
+}
+
+// App events (AppEvent's kind).
+const (
+	AppAuthorized = "app.authorized"
+	AppRemoved    = "app.removed"
+)
+
+// appEvent reports an app event when someone listens.
+func (s *Server) appEvent(ctx context.Context, kind string, p vault.Principal, clientID, clientName string) {
+	if s.opts.AppEvent != nil {
+		s.opts.AppEvent(ctx, kind, p, clientID, clientName)
+	}
 }
 
 // Server is the broker's OAuth 2.1 authorization server. See the package

@@ -29,6 +29,9 @@ type Options struct {
 	Telemetry *telemetry.Recorder
 	Logger    *slog.Logger
 	Now       func() time.Time
+	// Offboard are the further kinds of a person's data Offboard removes
+	// (offboard.go); empty: connections and connect requests only.
+	Offboard []OffboardStep
 }
 
 // Service makes the product's decisions about connections.
@@ -730,17 +733,7 @@ func (s *Service) disconnect(ctx context.Context, req Request, p *provider.Provi
 	out := Disconnected{Conn: meta, Provider: p, Revocation: provider.NotSupported}
 	log := s.log.With("provider", p.Name, "connection", id, "via", req.Via)
 	var rerr error
-	if _, ok := s.providers.Lookup(full.Provider); ok {
-		// Revoking may end every token of the provider account, another
-		// person's connection to it included: look for one first.
-		var shared bool
-		shared, rerr = s.sharedAccount(ctx, full)
-		if rerr == nil {
-			out.Revocation, rerr = s.opts.Client.Revoke(ctx, full, shared)
-		} else {
-			out.Revocation = provider.NotConfirmed
-		}
-	}
+	out.Revocation, rerr = s.revoke(ctx, full)
 	if rerr != nil {
 		log.Warn("connections: revocation at the provider was not confirmed; deleting anyway", "err", rerr)
 	}
@@ -753,6 +746,22 @@ func (s *Service) disconnect(ctx context.Context, req Request, p *provider.Provi
 	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventDisconnect, Principal: req.Principal, Provider: p.Name,
 		Account: AccountName(meta), Connection: id, Via: req.Via})
 	return out, nil
+}
+
+// revoke asks c's provider (c carries its tokens) to revoke them, unless
+// another connection uses the same account and revoking would end it
+// too: NotSupported for a provider no longer in the catalogue.
+func (s *Service) revoke(ctx context.Context, c vault.Connection) (provider.Revocation, error) {
+	if _, ok := s.providers.Lookup(c.Provider); !ok {
+		return provider.NotSupported, nil
+	}
+	// Revoking may end every token of the provider account, another
+	// person's connection to it included: look for one first.
+	shared, err := s.sharedAccount(ctx, c)
+	if err != nil {
+		return provider.NotConfirmed, err
+	}
+	return s.opts.Client.Revoke(ctx, c, shared)
 }
 
 // sharedAccount reports whether another connection uses c's provider

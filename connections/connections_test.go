@@ -32,9 +32,10 @@ type rig struct {
 	store *memstore.Store
 	keys  *vault.Keyring
 	conns *connections.Service
-	// grants and client are the ones conns uses.
+	// grants and client are the ones conns uses; opts built conns.
 	grants *binding.Service
 	client *provider.Client
+	opts   connections.Options
 	audit  *bytes.Buffer
 	clock  *clock
 	// broken answers 500 to every revocation request.
@@ -102,8 +103,9 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	r.grants = binding.New(r.store, binding.Options{Now: r.clock.Now})
-	r.conns, err = connections.New(connections.Options{Store: r.store, Grants: r.grants,
-		Client: r.client, PublicURL: "https://broker.test", Telemetry: rec, Logger: log, Now: r.clock.Now})
+	r.opts = connections.Options{Store: r.store, Grants: r.grants,
+		Client: r.client, PublicURL: "https://broker.test", Telemetry: rec, Logger: log, Now: r.clock.Now}
+	r.conns, err = connections.New(r.opts)
 	if err != nil {
 		t.Fatal(err)
 	}

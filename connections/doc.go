@@ -4,7 +4,11 @@
 // that provider covering these scopes, and if not, start or resume a
 // connect request; which of several accounts to use; what a listing shows;
 // what disconnecting means (revocation with a three-way outcome, then
-// deletion); and recording that a connection was used.
+// deletion); and recording that a connection was used. For operators
+// (offboard.go, keepalive.go): offboarding a person (resumable: a
+// revocation that is not confirmed is retried by the next run, the
+// deletion happens anyway; OffboardStep adds further kinds of a person's
+// data), disabling a provider, and the keep-alive pass.
 //
 // It answers with typed outcomes and errors, never with MCP, HTTP or HTML
 // shapes; each front door translates them into its own wire form:

@@ -88,6 +88,9 @@ type providerSpec struct {
 	Fields          []keyFieldSpec `yaml:"fields"`
 	Inject          *injectSpec    `yaml:"inject"`
 	Verify          *verifySpec    `yaml:"verify"`
+	// KeepAlive and KeepAliveRefresh: background refresh (keepalive.go).
+	KeepAlive        string `yaml:"keep_alive"`
+	KeepAliveRefresh string `yaml:"keep_alive_refresh"`
 }
 
 type accountSpec struct {
@@ -187,6 +190,8 @@ type Provider struct {
 	RevocationDisabled bool
 	// APIKey describes a TypeAPIKey entry (nil for OAuth providers).
 	APIKey *APIKey
+	// KeepAlive: background refresh of idle connections (zero: off).
+	KeepAlive KeepAliveSpec
 }
 
 // APIBase is one API base URL of a provider with its allow-list.
@@ -374,6 +379,7 @@ func validateProvider(name string, s providerSpec, getenv func(string) string, p
 	v.account(p, s)
 	v.api(p, s)
 	v.revocation(p, s)
+	v.keepAlive(p, s.KeepAlive, s.KeepAliveRefresh)
 	return p, !v.bad
 }
 

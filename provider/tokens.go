@@ -69,6 +69,11 @@ type Options struct {
 	// UserAgent is sent with every request to a provider (default
 	// DefaultUserAgent()).
 	UserAgent string
+	// RefreshFailed, when set, is told about every refresh that failed
+	// without ending the connection (the connection.refresh_failed
+	// event); c is metadata only. A refresh the provider refused goes
+	// through needs_reconnect instead, which the store reports.
+	RefreshFailed func(ctx context.Context, c vault.Connection)
 }
 
 // Client uses stored connections without handing their tokens out: it keeps
@@ -103,8 +108,11 @@ type flight struct {
 	done   chan struct{}
 	stale  vault.Secret
 	joined int // callers that joined it after it started; guarded by Client.mu
-	conn   vault.Connection
-	err    error
+	// olderThan, for a keep-alive flight, refreshes tokens last
+	// refreshed before it even when the access token is fresh.
+	olderThan time.Time
+	conn      vault.Connection
+	err       error
 }
 
 // New validates opts and builds a Client.
@@ -215,7 +223,7 @@ func (k *Client) ForceRefresh(ctx context.Context, id string, stale vault.Secret
 // runs a flight of its own, so the token the provider refused is replaced.
 func (k *Client) refresh(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
 	for attempt := 1; ; attempt++ {
-		f := k.join(ctx, id, stale)
+		f := k.join(ctx, id, stale, time.Time{})
 		if err := ctx.Err(); err != nil {
 			// The flight goes on without this caller; it leaves now, not
 			// when a race with the flight's end decides.
@@ -234,20 +242,20 @@ func (k *Client) refresh(ctx context.Context, id string, stale vault.Secret) (va
 }
 
 // join returns the connection's flight in progress, starting one for
-// stale when there is none.
-func (k *Client) join(ctx context.Context, id string, stale vault.Secret) *flight {
+// stale (or olderThan) when there is none.
+func (k *Client) join(ctx context.Context, id string, stale vault.Secret, olderThan time.Time) *flight {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if f := k.flights[id]; f != nil {
 		f.joined++
 		return f
 	}
-	f := &flight{done: make(chan struct{}), stale: stale}
+	f := &flight{done: make(chan struct{}), stale: stale, olderThan: olderThan}
 	k.flights[id] = f
 	go func() {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*k.opts.SaveTimeout+time.Minute)
 		defer cancel()
-		f.conn, f.err = k.refreshOnce(fctx, id, stale)
+		f.conn, f.err = k.refreshOnce(fctx, id, stale, olderThan)
 		k.mu.Lock()
 		delete(k.flights, id)
 		k.mu.Unlock()
@@ -257,7 +265,7 @@ func (k *Client) join(ctx context.Context, id string, stale vault.Secret) *fligh
 }
 
 // refreshOnce is the body of a flight: reload, re-check, refresh, save.
-func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
+func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret, olderThan time.Time) (vault.Connection, error) {
 	// Lock → reload → "already refreshed?" → refresh → save: the lock spans
 	// other broker processes sharing the store, so a rotating refresh token
 	// is spent once.
@@ -273,7 +281,7 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret)
 	if cur.Status == vault.StatusNeedsReconnect {
 		return cur, ErrNeedsReconnect
 	}
-	if stale == "" && k.fresh(cur) {
+	if stale == "" && k.fresh(cur) && !RefreshedAt(cur).Before(olderThan) {
 		return cur, nil // refreshed by someone else meanwhile
 	}
 	if stale != "" && cur.Token.AccessToken != stale && k.fresh(cur) {
@@ -467,6 +475,11 @@ func (k *Client) refreshFailed(ctx context.Context, p *Provider, cur vault.Conne
 	k.opts.Telemetry.Refresh(p.Name, telemetry.RefreshFailed)
 	k.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventRefreshFailed, Principal: cur.Principal,
 		Provider: p.Name, Account: cur.AccountLogin, Connection: cur.ID, Via: "background", Err: errors.New(describeRefreshErr(err))})
+	if k.opts.RefreshFailed != nil {
+		meta := cur
+		meta.Token = vault.TokenSet{}
+		k.opts.RefreshFailed(ctx, meta)
+	}
 }
 
 // refreshConfig is the configuration for p's token endpoint: discovery

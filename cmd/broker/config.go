@@ -46,6 +46,8 @@ type serveConfig struct {
 	AccessTokenTTL             time.Duration
 	RefreshTokenTTL            time.Duration
 	RefreshTokenIdle           time.Duration
+	// Ops: webhooks, the admin API, keep-alive (ops.go).
+	Ops opsConfig
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -76,6 +78,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RefreshTokenTTL, "refresh-token-ttl", 30*24*time.Hour, "absolute lifetime of a sign-in's refresh tokens")
 	fs.DurationVar(&c.RefreshTokenIdle, "refresh-token-idle", 7*24*time.Hour, "a refresh token unused this long expires")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", os.Getenv("BROKER_METRICS_ADDR"), "serve /metrics on this separate address instead of the main listener (env BROKER_METRICS_ADDR)")
+	c.Ops.flags(fs)
 }
 
 func (c *serveConfig) sidecar() sidecarConfig {
@@ -134,6 +137,10 @@ func (c *serveConfig) validate() error {
 		}
 	}
 	errs = append(errs, c.sidecar().validate()...)
+	errs = append(errs, c.Ops.validate()...)
+	if c.Ops.AdminClaim != "" && c.Ops.AdminAddr == c.Addr {
+		bad("--admin-addr %q is the same as --addr; the admin API needs its own listener", c.Ops.AdminAddr)
+	}
 	if c.RefreshMargin < 0 || c.RefreshMargin > time.Hour {
 		bad("--refresh-margin %s: must be between 0 and 1h", c.RefreshMargin)
 	}

@@ -266,13 +266,27 @@ type replicaStack struct {
 
 func newReplicaStack(t *testing.T, users []string) *replicaStack {
 	t.Helper()
-	return newReplicaStackMode(t, users, "issuer")
+	return newReplicaStackWith(t, users, nil, nil)
 }
 
 // newReplicaStackMode is newReplicaStack with the given --mcp-auth: in
 // issuer mode the bearers are the IdP's JWTs; in broker mode there are none
 // (hosts get theirs from the replicas' authorization server).
 func newReplicaStackMode(t *testing.T, users []string, mcpAuth string) *replicaStack {
+	t.Helper()
+	return newReplicaStackWith(t, users, []string{"--mcp-auth", mcpAuth}, nil)
+}
+
+// newReplicaStackWith is newReplicaStack with extra serve flags (a later
+// flag wins over the defaults, --mcp-auth issuer included) and environment
+// for both replicas.
+func newReplicaStackWith(t *testing.T, users, extraArgs, extraEnv []string) *replicaStack {
+	mcpAuth := "issuer"
+	for i := 0; i+1 < len(extraArgs); i++ {
+		if extraArgs[i] == "--mcp-auth" {
+			mcpAuth = extraArgs[i+1]
+		}
+	}
 	t.Helper()
 	pg := pgtest.StartT(t)
 	dbURL := pg.Schema(t)
@@ -311,7 +325,9 @@ func newReplicaStackMode(t *testing.T, users []string, mcpAuth string) *replicaS
 	env := []string{"BROKER_KEYS=" + s.keys.Format(), "BROKER_CLIENT_SECRET=idp-secret", "DEMO_CLIENT_SECRET=demo-secret",
 		"BROKER_STORE=", "BROKER_KEYS_FILE="}
 	args := []string{"--public-url", public, "--issuer", s.idp.Issuer(), "--client-id", devClientID,
-		"--providers", providers, "--store", dbURL, "--log-format", "json", "--mcp-auth", mcpAuth}
+		"--providers", providers, "--store", dbURL, "--log-format", "json", "--mcp-auth", "issuer"}
+	args, env = append(args, extraArgs...), append(env, extraEnv...)
+	s.dbURL = dbURL
 	// Both start at once against an empty database: they migrate it once.
 	var wg sync.WaitGroup
 	addrA, addrB := freeAddr(t), freeAddr(t)

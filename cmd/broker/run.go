@@ -16,6 +16,7 @@ import (
 	"credbroker/internal/telemetry"
 	"credbroker/provider"
 	"credbroker/vault"
+	"credbroker/webhook"
 )
 
 // usageError is a command-line mistake: exit status 2.
@@ -40,6 +41,7 @@ commands:
   keys rotate    add a new primary key to --keys-file and re-encrypt every record
   keys status    how many records each key seals (when an old key can be removed)
   migrate        copy a bolt store into PostgreSQL (--from bolt:PATH --to postgres://…)
+  admin          connections | offboard | provider disable (docs/OPERATIONS.md)
   version        print the version, commit and build date
 `
 
@@ -57,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMigrate(ctx, args[1:], stdout, stderr)
 	case "dev":
 		return runDev(ctx, args[1:], stdout, stderr)
+	case "admin":
+		return runAdmin(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		return runVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -122,6 +126,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
+	hooks, err := cfg.Ops.Webhooks.load(os.Getenv)
+	if err != nil {
+		problems = append(problems, err)
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("configuration has problems:\n%w", errors.Join(problems...))
 	}
@@ -132,7 +140,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	level := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}[cfg.LogLevel]
 	log := newLogger(stderr, cfg.LogFormat, level)
-	store, err := openStore(cfg.Store, keys)
+	events := webhook.NewPublisher(hooks, nil)
+	store, err := openStoreHooked(cfg.Store, keys, events.Hook())
 	if err != nil {
 		return err
 	}
@@ -143,7 +152,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if resource == "" {
 		resource = publicURL + "/mcp"
 	}
-	rec := telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log, ProcessMetrics: true, SidecarServers: sidecarNames})
+	rec := telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log, ProcessMetrics: true, SidecarServers: sidecarNames,
+		WebhookEndpoints: hooks.Names()})
 	mux := http.NewServeMux()
 	var authCfg *authServerConfig
 	if cfg.MCPAuth == "broker" {
@@ -161,8 +171,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		RefreshMargin: cfg.RefreshMargin,
 		Sidecar:       sc,
 		AuthServer:    authCfg,
+		Events:        events,
 	})
 	if err != nil {
+		return err
+	}
+	if err := startOps(ctx, opsDeps{Config: cfg.Ops, Webhooks: hooks, Store: store, Mounted: m, Providers: providers,
+		Issuer: cfg.Issuer, PublicURL: publicURL, HTTP: outboundClient(), Telemetry: rec, Logger: log}); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)

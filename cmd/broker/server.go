@@ -18,6 +18,7 @@ import (
 	"credbroker/oauthflow"
 	"credbroker/provider"
 	"credbroker/vault"
+	"credbroker/webhook"
 )
 
 // brokerDeps is what both `serve` and `dev` hand to mount.
@@ -50,6 +51,9 @@ type brokerDeps struct {
 	// its MCP endpoint (--mcp-auth broker); nil keeps the IdP's JWTs
 	// (--mcp-auth issuer).
 	AuthServer *authServerConfig
+	// Events publishes the webhook events no store change carries
+	// (connection.refresh_failed); nil: none.
+	Events *webhook.Publisher
 }
 
 // authServerConfig is the built-in authorization server's settings.
@@ -66,6 +70,10 @@ type mounted struct {
 	Grants *binding.Service
 	// Auth is the built-in authorization server (nil in issuer mode).
 	Auth *authserver.Server
+	// Conns and Client serve the admin API, the admin commands and the
+	// keep-alive loop.
+	Conns  *connections.Service
+	Client *provider.Client
 }
 
 // mount builds the provider client, the connections layer, the browser
@@ -79,7 +87,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	client, err := provider.New(provider.Options{
 		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "provider"), RefreshMargin: d.RefreshMargin,
-		Telemetry: d.Telemetry,
+		Telemetry: d.Telemetry, RefreshFailed: refreshFailedEvents(d.Events, d.Store, d.Logger),
 	})
 	if err != nil {
 		return mounted{}, err
@@ -87,6 +95,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	conns, err := connections.New(connections.Options{
 		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
+		Offboard: appGrantsStep(plainStore, d.Events, d.Logger),
 	})
 	if err != nil {
 		return mounted{}, err
@@ -115,6 +124,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 			Registration: c.Registration, AllowPrivateMetadata: c.AllowPrivateMetadata, Scopes: scopes,
 			AccessTokenTTL: c.AccessTokenTTL, RefreshTokenTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL,
 			Logger: d.Logger.With("component", "authserver"), Telemetry: d.Telemetry,
+			AppEvent: appEvents(d.Events, plainStore, d.Logger),
 		})
 		if err != nil {
 			return mounted{}, fmt.Errorf("authorization server: %w", err)
@@ -165,7 +175,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if d.MetricsOnMain && d.Telemetry != nil {
 		mux.Handle("GET /metrics", d.Telemetry.Handler())
 	}
-	return mounted{Grants: grants, Auth: as}, nil
+	return mounted{Grants: grants, Auth: as, Conns: conns, Client: client}, nil
 }
 
 // appsOf shows the authorization server's apps on the browser flow's

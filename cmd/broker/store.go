@@ -83,26 +83,40 @@ func redactStore(s string) string {
 // database (migrating its schema). Errors are one line naming the cause
 // (locked by another broker, corrupt file, wrong key, unreachable database).
 func openStore(spec string, kr *vault.Keyring) (vault.Store, error) {
+	return openStoreHooked(spec, kr, nil)
+}
+
+// openStoreHooked is openStore with the store's change hook (the webhook
+// outbox's; nil: none).
+func openStoreHooked(spec string, kr *vault.Keyring, hook vault.ChangeHook) (vault.Store, error) {
 	ss, err := parseStore(spec)
 	if err != nil {
 		return nil, fmt.Errorf("--store: %w", err)
 	}
 	if ss.Postgres == "" {
-		return openBolt(ss.BoltPath, kr)
+		return openBoltWith(ss.BoltPath, kr, boltstore.Options{Changes: hook})
 	}
-	return openPostgres(ss.Postgres, kr)
+	return openPostgresWith(ss.Postgres, kr, pgstore.Options{Changes: hook})
 }
 
 func openPostgres(conn string, kr *vault.Keyring) (*pgstore.Store, error) {
+	return openPostgresWith(conn, kr, pgstore.Options{})
+}
+
+func openPostgresWith(conn string, kr *vault.Keyring, opts pgstore.Options) (*pgstore.Store, error) {
 	if kr == nil {
 		return nil, errNoKeys
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return pgstore.Open(ctx, conn, kr, pgstore.Options{})
+	return pgstore.Open(ctx, conn, kr, opts)
 }
 
 func openBolt(path string, kr *vault.Keyring) (*boltstore.Store, error) {
+	return openBoltWith(path, kr, boltstore.Options{})
+}
+
+func openBoltWith(path string, kr *vault.Keyring, opts boltstore.Options) (*boltstore.Store, error) {
 	if kr == nil {
 		return nil, errNoKeys
 	}
@@ -111,7 +125,7 @@ func openBolt(path string, kr *vault.Keyring) (*boltstore.Store, error) {
 			return nil, fmt.Errorf("create store directory: %w", err)
 		}
 	}
-	return boltstore.Open(path, kr, boltstore.Options{})
+	return boltstore.Open(path, kr, opts)
 }
 
 // sealMarker is a store that can tell cheaply that every record is sealed

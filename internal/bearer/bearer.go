@@ -37,6 +37,10 @@ type TokenInfo struct {
 	// verifier checks on every use, and the OAuth client it was issued to.
 	Session  string
 	ClientID string
+
+	// Claims is the verified token's whole claim set (the admin API reads
+	// a configured group or role claim from it).
+	Claims json.RawMessage
 }
 
 // Verifier validates a raw bearer token. Failures that should answer 401
@@ -122,6 +126,7 @@ func (j *jwtVerifier) verify(ctx context.Context, raw string) (TokenInfo, error)
 		return TokenInfo{}, fmt.Errorf("%w: missing iss or sub", ErrInvalidToken)
 	}
 	info := TokenInfo{Principal: vault.Principal{Issuer: tok.Issuer, Subject: c.Subject}, Expiry: exp, Audiences: slices.Clone(tok.Audience)}
+	_ = tok.Claims(&info.Claims)
 	info.Scopes = strings.Fields(c.Scope)
 	if len(c.Scp) > 0 {
 		var list []string

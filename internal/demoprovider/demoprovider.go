@@ -27,8 +27,9 @@
 // Keys are "demo_" plus 43 base64url characters, made afresh when the
 // provider starts.
 //
-// Tokens: access tokens live AccessTTL (default 5 minutes). Refresh tokens
-// rotate: each refresh_token grant returns a new refresh token and spends the
+// Tokens: access tokens live AccessTTL (default 5 minutes), refresh tokens
+// RefreshIdleTTL (default 30 days; shorter models a provider's idle
+// expiry). Refresh tokens rotate: each refresh_token grant returns a new refresh token and spends the
 // old one. Presenting a spent refresh token answers invalid_grant and, as the
 // OAuth 2.0 Security BCP recommends for reuse detection, revokes every token
 // of that grant. Revoking either token of a grant at /revoke ends the whole
@@ -78,9 +79,13 @@ type Options struct {
 	ClientID     string
 	ClientSecret string // empty: a public client (PKCE only)
 	RedirectURIs []string
-	AccessTTL    time.Duration    // default 5 minutes
-	Now          func() time.Time // default time.Now
-	Logger       *slog.Logger     // nil: discard
+	AccessTTL    time.Duration // default 5 minutes
+	// RefreshIdleTTL, when set, expires a refresh token that was not used
+	// within it (idle expiry, as some providers do): refresh tokens rotate,
+	// so each one lives RefreshIdleTTL from its issue. Default: 30 days.
+	RefreshIdleTTL time.Duration
+	Now            func() time.Time // default time.Now
+	Logger         *slog.Logger     // nil: discard
 }
 
 // Account is a demo account that can be connected.
@@ -130,6 +135,17 @@ type Provider struct {
 	loseAnswers int
 	// apiKeys are the demo-keys service's current keys, by account login.
 	apiKeys map[string]string
+	// failRevocations makes the next revocation requests answer 503
+	// without revoking anything.
+	failRevocations int
+}
+
+// FailRevocations makes the next n revocation requests answer 503
+// Service Unavailable, revoking nothing.
+func (p *Provider) FailRevocations(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failRevocations = n
 }
 
 // LoseRefreshAnswers makes the next n refreshes rotate the tokens and then
@@ -181,14 +197,17 @@ func New(opts Options) (*Provider, error) {
 			problems = append(problems, fmt.Errorf("bad redirect URI %q", r))
 		}
 	}
-	if opts.AccessTTL < 0 {
-		problems = append(problems, errors.New("AccessTTL must not be negative"))
+	if opts.AccessTTL < 0 || opts.RefreshIdleTTL < 0 {
+		problems = append(problems, errors.New("AccessTTL and RefreshIdleTTL must not be negative"))
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("demoprovider: %w", errors.Join(problems...))
 	}
 	if opts.AccessTTL == 0 {
 		opts.AccessTTL = defaultAccessTTL
+	}
+	if opts.RefreshIdleTTL == 0 || opts.RefreshIdleTTL > refreshTTL {
+		opts.RefreshIdleTTL = refreshTTL
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -487,7 +506,7 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 	}
 	access, refresh := randomToken(32), randomToken(32)
 	p.tokens[key(access)] = &token{grantID: grantID, scope: scope, account: acct, expiry: now.Add(p.opts.AccessTTL)}
-	p.tokens[key(refresh)] = &token{refresh: true, grantID: grantID, scope: scope, account: acct, expiry: now.Add(refreshTTL)}
+	p.tokens[key(refresh)] = &token{refresh: true, grantID: grantID, scope: scope, account: acct, expiry: now.Add(p.opts.RefreshIdleTTL)}
 	ev.Account, ev.Token = acct.Login, Fingerprint(access)
 	if ev.GrantType == "refresh_token" && p.loseAnswers > 0 {
 		p.loseAnswers--
@@ -536,6 +555,13 @@ func (p *Provider) revoke(w http.ResponseWriter, r *http.Request) {
 		ev.Status, ev.Error = http.StatusBadRequest, "invalid_request"
 		p.record(ev)
 		oauthError(w, http.StatusBadRequest, "invalid_request", "token is required")
+		return
+	}
+	if p.failRevocations > 0 {
+		p.failRevocations--
+		ev.Status, ev.Error = http.StatusServiceUnavailable, "temporarily_unavailable"
+		p.record(ev)
+		oauthError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "try again later")
 		return
 	}
 	if t, ok := p.tokens[key(tok)]; ok {

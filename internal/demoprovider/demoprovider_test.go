@@ -421,6 +421,70 @@ func TestRevocation(t *testing.T) {
 	}
 }
 
+// TestRevocationFailsOnDemand: FailRevocations(1) answers 503 once and
+// revokes nothing; the next request revokes.
+func TestRevocationFailsOnDemand(t *testing.T) {
+	e := start(t)
+	tok := e.connect(t, "")
+	e.p.FailRevocations(1)
+	revoke := func() int {
+		req, _ := http.NewRequest(http.MethodPost, e.p.RevokeURL(), strings.NewReader(url.Values{"token": {tok.RefreshToken}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.SetBasicAuth("broker", "demo-secret")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := revoke(); got != http.StatusServiceUnavailable {
+		t.Fatalf("first revocation: %d, want 503", got)
+	}
+	if status, _, _ := e.get(t, "/api/user", tok.AccessToken); status != 200 {
+		t.Fatal("the failed revocation revoked")
+	}
+	if got := revoke(); got != 200 {
+		t.Fatalf("second revocation: %d", got)
+	}
+	if status, _, _ := e.get(t, "/api/user", tok.AccessToken); status != 401 {
+		t.Fatal("access token works after revocation")
+	}
+}
+
+// TestRefreshIdleExpiry: a refresh token unused for RefreshIdleTTL is
+// dead; one used in time is replaced by a new one with a new idle period.
+func TestRefreshIdleExpiry(t *testing.T) {
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	clk := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	p, err := demoprovider.New(demoprovider.Options{BaseURL: srv.URL + "/dev/provider", ClientID: "broker", ClientSecret: "demo-secret",
+		RedirectURIs: []string{callback}, Now: clk.Now, RefreshIdleTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux.Handle("/dev/provider/", p.Handler())
+	e := env{p: p, base: srv.URL + "/dev/provider", clock: clk, cfg: oauth2.Config{
+		ClientID: "broker", ClientSecret: "demo-secret", RedirectURL: callback,
+		Endpoint: oauth2.Endpoint{AuthURL: p.AuthURL(), TokenURL: p.TokenURL(), AuthStyle: oauth2.AuthStyleInHeader},
+	}}
+	tok := e.connect(t, "")
+	clk.Add(59 * time.Minute)
+	next, err := e.refresh(tok.RefreshToken)
+	if err != nil {
+		t.Fatalf("refresh within the idle period: %v", err)
+	}
+	clk.Add(59 * time.Minute) // 118 minutes after the first token, 59 after the second
+	if next, err = e.refresh(next.RefreshToken); err != nil {
+		t.Fatalf("second refresh within its idle period: %v", err)
+	}
+	clk.Add(61 * time.Minute)
+	if _, err := e.refresh(next.RefreshToken); oauthErr(t, err) != "invalid_grant" {
+		t.Fatal("an idle refresh token still works")
+	}
+}
+
 func TestNewValidation(t *testing.T) {
 	tests := []struct {
 		name string

@@ -28,6 +28,9 @@ import (
 // User is a person who can sign in.
 type User struct {
 	Username, Password, Subject, Email, Name string
+	// Groups, when set, go into minted access tokens as the "groups"
+	// claim (as many IdPs send group membership).
+	Groups []string
 }
 
 // Client is a registered relying party. An empty Secret makes it a public
@@ -210,7 +213,8 @@ func (p *IdP) Issuer() string { return p.issuer }
 
 // MintAccessToken signs a JWT access token for username with the IdP's
 // signing key: iss, sub (the user's Subject), aud=[audience], scope
-// (space-joined), iat, nbf, exp=now+ttl, jti and client_id "dev".
+// (space-joined), iat, nbf, exp=now+ttl, jti, client_id "dev" and, for a
+// user with Groups, groups.
 func (p *IdP) MintAccessToken(username, audience string, scopes []string, ttl time.Duration) (string, time.Time, error) {
 	p.store.mu.Lock()
 	u, ok := p.store.users[username]
@@ -237,6 +241,9 @@ func (p *IdP) MintAccessToken(username, audience string, scopes []string, ttl ti
 		"exp":       exp.Unix(),
 		"jti":       jti,
 		"client_id": "dev",
+	}
+	if len(u.Groups) > 0 {
+		claims["groups"] = u.Groups
 	}
 	payload, err := json.Marshal(claims)
 	if err != nil {

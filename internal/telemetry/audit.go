@@ -35,7 +35,10 @@ type Event struct {
 	// or for an identity mismatch the signed-in browser user (the actor).
 	Principal vault.Principal
 	// Owner is, for an identity mismatch, the principal that started the grant.
-	Owner      vault.Principal
+	Owner vault.Principal
+	// Admin is the operator who acted, for admin actions (offboarding,
+	// provider disable, listings) and what they caused.
+	Admin      vault.Principal
 	Provider   string
 	Account    string // provider account login or id
 	Grant      string // grant (connect request) id; logged as its binding.Ref only
@@ -67,6 +70,9 @@ func (e Event) attrs() []slog.Attr {
 	}
 	if !e.Owner.IsZero() {
 		as = append(as, principalAttr("owner", e.Owner))
+	}
+	if !e.Admin.IsZero() {
+		as = append(as, principalAttr("admin", e.Admin))
 	}
 	add("provider", e.Provider)
 	add("account", e.Account)

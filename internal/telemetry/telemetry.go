@@ -55,6 +55,9 @@ type Options struct {
 	// SidecarServers are the configured names of co-located servers (the
 	// sidecar's named secrets); other values are recorded as "other".
 	SidecarServers []string
+	// WebhookEndpoints are the configured webhook endpoint names; other
+	// values are recorded as "other".
+	WebhookEndpoints []string
 }
 
 // Recorder holds the metrics and the audit logger. Its methods are safe for
@@ -75,6 +78,7 @@ type Recorder struct {
 	vaultDuration *prometheus.HistogramVec
 	auditEvents   *prometheus.CounterVec
 	sidecar       *prometheus.CounterVec
+	ops           *opsMetrics // webhooks, keep-alive (ops.go)
 }
 
 // Latency buckets: the broker answers in well under a millisecond; provider
@@ -134,6 +138,7 @@ func New(opts Options) *Recorder {
 	}
 	r.reg.MustRegister(r.mcpRequests, r.mcpDuration, r.elicitations, r.mismatches, r.refreshes,
 		r.provRequests, r.provDuration, r.vaultDuration, r.auditEvents, r.sidecar)
+	r.ops = newOpsMetrics(r.reg, opts.WebhookEndpoints)
 	if opts.ProcessMetrics {
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -299,7 +304,7 @@ func (r *Recorder) Audit(ctx context.Context, e Event) {
 	if r == nil {
 		return
 	}
-	r.auditEvents.WithLabelValues(bounded(e.Kind, knownEvents)).Inc()
+	r.auditEvents.WithLabelValues(eventLabel(e.Kind)).Inc()
 	if e.Kind == EventIdentityMismatch {
 		r.mismatches.Inc()
 	}

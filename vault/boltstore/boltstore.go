@@ -15,6 +15,10 @@
 //	oauth_codes         vault.SecretKey(code) → authorization code record (vault.EncodeAuthCode)
 //	oauth_apps          id → app access record (vault.EncodeAppAccess)
 //	oauth_app_by_client len(iss)|iss|len(sub)|sub|client id → app access id (one per person and client)
+//	outbox              len(id)|id|endpoint → webhook delivery (vault.EncodeDelivery)
+//	outbox_due          due|len(id)|id|endpoint → ""
+//	retired             id → sealed connection record kept to retry its revocation
+//	retired_by_principal len(iss)|iss|len(sub)|sub|id → ""
 //
 // Times in keys are 12 bytes that sort like the times: the Unix second with
 // its sign bit flipped, then the nanosecond, both big endian. Listing a
@@ -68,7 +72,8 @@ var (
 	bMeta        = []byte("meta")
 
 	allBuckets = [][]byte{bConns, bConnByPrinc, bGrants, bGrantByPrin, bGrantByExp, bMeta,
-		bOAuthClients, bOAuthCodes, bOAuthApps, bOAuthAppByClient}
+		bOAuthClients, bOAuthCodes, bOAuthApps, bOAuthAppByClient,
+		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc}
 
 	keySchema       = []byte("schema")
 	keySealedAll    = []byte("sealed_all")
@@ -86,14 +91,18 @@ type Options struct {
 	// NoSync skips fsync on commit. Only for building benchmark fixtures:
 	// acknowledged writes are not durable.
 	NoSync bool
+	// Changes, when set, turns changes of connections into outbox
+	// deliveries written in the change's transaction.
+	Changes vault.ChangeHook
 }
 
 // Store is a vault.Store on a bbolt file.
 type Store struct {
-	db     *bolt.DB
-	kr     *vault.Keyring
-	path   string
-	closed atomic.Bool
+	db      *bolt.DB
+	kr      *vault.Keyring
+	changes vault.ChangeHook
+	path    string
+	closed  atomic.Bool
 }
 
 var (
@@ -144,7 +153,7 @@ func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
 			return nil, fmt.Errorf("database %s: restrict mode to 0600: %w", path, err)
 		}
 	}
-	s = &Store{db: db, kr: kr, path: path}
+	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes}
 	if err := s.prepare(); err != nil {
 		closeQuietly(db)
 		return nil, err
@@ -361,7 +370,15 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 			opErr = fmt.Errorf("boltstore: connection %s: %w", c.ID, vault.ErrExists)
 			return nil
 		}
+		ds, err := vault.ChangeDeliveries(s.changes, nil, rec)
+		if err != nil {
+			opErr = err
+			return nil
+		}
 		if err := b.Put(id, rec); err != nil {
+			return err
+		}
+		if err := putDeliveries(tx, ds); err != nil {
 			return err
 		}
 		return tx.Bucket(bConnByPrinc).Put(idx, nil)
@@ -499,7 +516,15 @@ func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(r
 			opErr = err
 			return nil
 		}
+		ds, err := vault.ChangeDeliveries(s.changes, rec, nrec)
+		if err != nil {
+			opErr = err
+			return nil
+		}
 		if err := b.Put([]byte(id), nrec); err != nil {
+			return err
+		}
+		if err := putDeliveries(tx, ds); err != nil {
 			return err
 		}
 		out = nc
@@ -516,6 +541,12 @@ func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(r
 
 // DeleteConnection implements vault.Store.
 func (s *Store) DeleteConnection(ctx context.Context, id string) error {
+	return s.deleteConnection(ctx, id, false)
+}
+
+// deleteConnection removes connection id, keeping its record among the
+// retired ones when retire is set.
+func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
@@ -532,6 +563,22 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 		if err != nil {
 			opErr = err
 			return nil
+		}
+		ds, err := vault.ChangeDeliveries(s.changes, rec, nil)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		if err := putDeliveries(tx, ds); err != nil {
+			return err
+		}
+		if retire {
+			if err := tx.Bucket(bRetired).Put([]byte(id), bytes.Clone(rec)); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bRetiredByPrinc).Put(connIndexKey(meta.Principal, id), nil); err != nil {
+				return err
+			}
 		}
 		if err := tx.Bucket(bConnByPrinc).Delete(connIndexKey(meta.Principal, id)); err != nil {
 			return err

@@ -41,3 +41,15 @@ func TestAuthConformance(t *testing.T) {
 		return openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
 	})
 }
+
+func TestOutboxConformance(t *testing.T) {
+	kr := newKeyring(t)
+	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
+		s, err := boltstore.Open(filepath.Join(t.TempDir(), "vault.db"), kr, boltstore.Options{Changes: hook})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}

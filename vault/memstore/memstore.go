@@ -15,9 +15,11 @@ import (
 	"credbroker/vault"
 )
 
-// Store is an in-memory vault.Store.
+// Store is an in-memory vault.Store. It also keeps an outbox
+// (vault.Outbox) and the records of vault.AdminStore.
 type Store struct {
-	kr *vault.Keyring
+	kr      *vault.Keyring
+	changes vault.ChangeHook
 
 	mu          sync.RWMutex // guards the fields below
 	closed      bool
@@ -25,18 +27,46 @@ type Store struct {
 	byPrincipal map[vault.Principal]map[string]struct{}
 	grants      map[string][]byte
 	auth        authMaps
+	outbox      map[string]vault.Delivery // by Delivery.Key
+	retired     map[string][]byte         // connection id -> sealed record
 }
 
-var _ vault.Store = (*Store)(nil)
+var (
+	_ vault.Store      = (*Store)(nil)
+	_ vault.Outbox     = (*Store)(nil)
+	_ vault.AdminStore = (*Store)(nil)
+)
 
 // New returns an empty store sealing tokens with kr.
-func New(kr *vault.Keyring) *Store {
+func New(kr *vault.Keyring) *Store { return NewWith(kr, Options{}) }
+
+// Options configures NewWith.
+type Options struct {
+	// Changes, when set, turns changes of connections into outbox
+	// deliveries, atomically with the change.
+	Changes vault.ChangeHook
+}
+
+// NewWith returns an empty store sealing tokens with kr, with opts.
+func NewWith(kr *vault.Keyring, opts Options) *Store {
 	return &Store{
 		kr:          kr,
+		changes:     opts.Changes,
 		conns:       map[string][]byte{},
 		byPrincipal: map[vault.Principal]map[string]struct{}{},
 		grants:      map[string][]byte{},
 		auth:        newAuthMaps(),
+		outbox:      map[string]vault.Delivery{},
+		retired:     map[string][]byte{},
+	}
+}
+
+// enqueue stores ds unless stored; s.mu must be held.
+func (s *Store) enqueue(ds []vault.Delivery) {
+	for _, d := range ds {
+		if _, ok := s.outbox[d.Key()]; !ok {
+			s.outbox[d.Key()] = d.Clone()
+		}
 	}
 }
 
@@ -63,7 +93,12 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if _, ok := s.conns[c.ID]; ok {
 		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", c.ID, vault.ErrExists)
 	}
+	ds, err := vault.ChangeDeliveries(s.changes, nil, b)
+	if err != nil {
+		return vault.Connection{}, err
+	}
 	s.conns[c.ID] = b
+	s.enqueue(ds)
 	idx := s.byPrincipal[c.Principal]
 	if idx == nil {
 		idx = map[string]struct{}{}
@@ -139,12 +174,23 @@ func (s *Store) rewriteConnection(id string, rewrite func(rec []byte) ([]byte, v
 	if err != nil {
 		return vault.Connection{}, err
 	}
+	ds, err := vault.ChangeDeliveries(s.changes, b, nb)
+	if err != nil {
+		return vault.Connection{}, err
+	}
 	s.conns[id] = nb
+	s.enqueue(ds)
 	return nc, nil
 }
 
 // DeleteConnection implements vault.Store.
 func (s *Store) DeleteConnection(ctx context.Context, id string) error {
+	return s.deleteConnection(id, false)
+}
+
+// deleteConnection removes connection id, keeping its record among the
+// retired ones when retire is set.
+func (s *Store) deleteConnection(id string, retire bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
@@ -157,6 +203,14 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 	meta, err := vault.ConnectionMeta(b)
 	if err != nil {
 		return err
+	}
+	ds, err := vault.ChangeDeliveries(s.changes, b, nil)
+	if err != nil {
+		return err
+	}
+	s.enqueue(ds)
+	if retire {
+		s.retired[id] = b
 	}
 	delete(s.conns, id)
 	delete(s.byPrincipal[meta.Principal], id)

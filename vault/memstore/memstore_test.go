@@ -23,3 +23,13 @@ func TestAuthConformance(t *testing.T) {
 	}
 	vaulttest.RunAuth(t, func(t *testing.T) vaulttest.AuthBackend { return memstore.New(kr) })
 }
+
+func TestOutboxConformance(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
+		return memstore.NewWith(kr, memstore.Options{Changes: hook})
+	})
+}

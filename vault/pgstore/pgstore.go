@@ -56,6 +56,9 @@ type Options struct {
 	LockConns int32
 	// MaxAttempts bounds compare-and-swap retries of one update; 0 means 1000.
 	MaxAttempts int
+	// Changes, when set, turns changes of connections into outbox
+	// deliveries written in the change's transaction.
+	Changes vault.ChangeHook
 }
 
 // Store is a vault.Store on PostgreSQL.
@@ -69,6 +72,7 @@ type Store struct {
 	locksMu    sync.Mutex // guards locks
 	locks      map[*heldLock]struct{}
 	attempts   int
+	changes    vault.ChangeHook
 	closed     atomic.Bool
 }
 
@@ -110,7 +114,7 @@ func Open(ctx context.Context, url string, kr *vault.Keyring, opts Options) (*St
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), grantLocal: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts}
+	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), grantLocal: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts, changes: opts.Changes}
 	if err := s.prepare(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -305,7 +309,11 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	tag, err := s.pool.Exec(ctx, insertConn, row.args()...)
+	ds, err := vault.ChangeDeliveries(s.changes, nil, rec)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	tag, err := s.execWithDeliveries(ctx, ds, insertConn, row.args()...)
 	if err != nil {
 		return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: create connection %s: %w", c.ID, err))
 	}
@@ -428,8 +436,12 @@ func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(r
 		if err != nil {
 			return vault.Connection{}, err
 		}
+		ds, err := vault.ChangeDeliveries(s.changes, rec, nrec)
+		if err != nil {
+			return vault.Connection{}, err
+		}
 		a := row.args()
-		tag, err := s.pool.Exec(ctx, `UPDATE connections SET account_login = $2, status = $3, created = $4,
+		tag, err := s.execWithDeliveries(ctx, ds, `UPDATE connections SET account_login = $2, status = $3, created = $4,
 			updated = $5, last_used = $6, last_refreshed = $7, sealed_with = $8, version = $9, record = $10
 			WHERE id = $1 AND version = $11`, append(append([]any{a[0]}, a[5:]...), version)...)
 		if err != nil {
@@ -450,6 +462,9 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 	}
 	if !storable(id) {
 		return fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
+	}
+	if s.changes != nil {
+		return s.deleteConnection(ctx, id, false)
 	}
 	tag, err := s.pool.Exec(ctx, "DELETE FROM connections WHERE id = $1", id)
 	if err != nil {

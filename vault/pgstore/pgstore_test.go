@@ -433,3 +433,16 @@ func TestGrantLimitsAcrossReplicas(t *testing.T) {
 		})
 	}
 }
+
+func TestOutboxConformance(t *testing.T) {
+	srv := pgtest.Shared(t)
+	kr := newKeyring(t)
+	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
+		s, err := pgstore.Open(t.Context(), srv.Schema(t), kr, pgstore.Options{Changes: hook})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}

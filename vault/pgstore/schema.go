@@ -97,6 +97,33 @@ CREATE TABLE oauth_apps (
 );
 COMMENT ON COLUMN oauth_apps.record IS 'vault.EncodeAppAccess output: consent and token families; refresh tokens appear only as vault.SecretKey hashes';
 `},
+	{3, "webhook outbox, retired connections, connections by provider", `
+CREATE TABLE outbox (
+	id          text COLLATE "C" NOT NULL,
+	endpoint    text COLLATE "C" NOT NULL,
+	type        text NOT NULL,
+	created_ns  bigint NOT NULL,
+	due_ns      bigint NOT NULL,
+	attempts    integer NOT NULL,
+	last_error  text NOT NULL,
+	payload     bytea NOT NULL,
+	PRIMARY KEY (id, endpoint)
+);
+COMMENT ON TABLE outbox IS 'webhook deliveries, one row per event and endpoint; written in the transaction of the change they report; claimed with FOR UPDATE SKIP LOCKED';
+CREATE INDEX outbox_by_due ON outbox (due_ns);
+
+CREATE TABLE retired_connections (
+	id       text COLLATE "C" PRIMARY KEY,
+	iss      bytea NOT NULL,
+	sub      bytea NOT NULL,
+	retired  timestamptz NOT NULL DEFAULT now(),
+	record   bytea NOT NULL
+);
+COMMENT ON TABLE retired_connections IS 'connections deleted by offboarding whose revocation at the provider was not confirmed; record is the sealed connection record, kept to retry the revocation';
+CREATE INDEX retired_by_principal ON retired_connections (iss, sub, id);
+
+CREATE INDEX connections_by_provider_id ON connections (provider, id);
+`},
 }
 
 // SchemaVersion is the schema version this build migrates to.

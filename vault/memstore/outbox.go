@@ -1,0 +1,204 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"credbroker/vault"
+)
+
+// EnqueueDeliveries implements vault.Outbox.
+func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) error {
+	for _, d := range ds {
+		if err := vault.CheckDelivery(d); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	s.enqueue(ds)
+	return nil
+}
+
+// ClaimDeliveries implements vault.Outbox under the write lock.
+func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]vault.Delivery, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var due []vault.Delivery
+	for _, d := range s.outbox {
+		if !d.Due.After(now) {
+			due = append(due, d)
+		}
+	}
+	slices.SortFunc(due, func(a, b vault.Delivery) int {
+		if c := a.Due.Compare(b.Due); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key(), b.Key())
+	})
+	if limit > 0 && len(due) > limit {
+		due = due[:limit]
+	}
+	out := make([]vault.Delivery, 0, len(due))
+	for _, d := range due {
+		d.Due = now.Add(lease)
+		s.outbox[d.Key()] = d
+		out = append(out, d.Clone())
+	}
+	return out, nil
+}
+
+// FinishDelivery implements vault.Outbox.
+func (s *Store) FinishDelivery(ctx context.Context, id, endpoint string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	k := vault.Delivery{ID: id, Endpoint: endpoint}.Key()
+	if _, ok := s.outbox[k]; !ok {
+		return fmt.Errorf("memstore: delivery %s to %s: %w", id, endpoint, vault.ErrNotFound)
+	}
+	delete(s.outbox, k)
+	return nil
+}
+
+// RetryDelivery implements vault.Outbox.
+func (s *Store) RetryDelivery(ctx context.Context, d vault.Delivery) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	old, ok := s.outbox[d.Key()]
+	if !ok {
+		return fmt.Errorf("memstore: delivery %s to %s: %w", d.ID, d.Endpoint, vault.ErrNotFound)
+	}
+	old.Attempts, old.Due, old.LastError = d.Attempts, d.Due, d.LastError
+	s.outbox[d.Key()] = old
+	return nil
+}
+
+// OutboxDepth implements vault.Outbox.
+func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(); err != nil {
+		return 0, time.Time{}, err
+	}
+	var oldest time.Time
+	for _, d := range s.outbox {
+		if oldest.IsZero() || d.Created.Before(oldest) {
+			oldest = d.Created
+		}
+	}
+	return len(s.outbox), oldest, nil
+}
+
+// ProviderConnections implements vault.AdminStore: a scan of every
+// record's metadata.
+func (s *Store) ProviderConnections(ctx context.Context, provider, after string, limit int) ([]vault.Connection, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var out []vault.Connection
+	for id, b := range s.conns {
+		if id <= after {
+			continue
+		}
+		m, err := vault.ConnectionMeta(b)
+		if err != nil {
+			return nil, err
+		}
+		if m.Provider == provider {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b vault.Connection) int { return strings.Compare(a.ID, b.ID) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// DeleteGrants implements vault.AdminStore.
+func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for id, b := range s.grants {
+		g, err := vault.DecodeGrant(b)
+		if err != nil {
+			return n, err
+		}
+		if g.Principal == p {
+			delete(s.grants, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// RetireConnection implements vault.AdminStore.
+func (s *Store) RetireConnection(ctx context.Context, id string) error {
+	return s.deleteConnection(id, true)
+}
+
+// RetiredConnections implements vault.AdminStore.
+func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
+	s.mu.RLock()
+	if err := s.check(); err != nil {
+		s.mu.RUnlock()
+		return nil, err
+	}
+	var recs [][]byte
+	for _, b := range s.retired {
+		recs = append(recs, b)
+	}
+	s.mu.RUnlock()
+	var out []vault.Connection
+	for _, b := range recs {
+		m, err := vault.ConnectionMeta(b)
+		if err != nil {
+			return nil, err
+		}
+		if m.Principal != p {
+			continue
+		}
+		c, err := vault.DecodeConnection(s.kr, b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b vault.Connection) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// ForgetRetired implements vault.AdminStore.
+func (s *Store) ForgetRetired(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	if _, ok := s.retired[id]; !ok {
+		return fmt.Errorf("memstore: retired connection %s: %w", id, vault.ErrNotFound)
+	}
+	delete(s.retired, id)
+	return nil
+}

@@ -1,0 +1,208 @@
+package vault
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Delivery is one event on its way to one webhook endpoint: a row of the
+// outbox. An event sent to two endpoints is two deliveries with the same
+// ID. The payload is the exact body sent (it never holds a token).
+type Delivery struct {
+	// ID is the event's id (the webhook-id header): the same for every
+	// endpoint and every attempt, so receivers deduplicate by it.
+	ID string
+	// Endpoint is the configured name of the endpoint.
+	Endpoint string
+	// Type is the event type ("connection.deleted").
+	Type string
+	// Created is when the event happened; a delivery is given up some
+	// time after it.
+	Created time.Time
+	// Payload is the body, byte for byte (the signature covers it).
+	Payload []byte
+	// Attempts counts the failed attempts so far.
+	Attempts int
+	// Due is when the next attempt may start. While a dispatcher holds
+	// the delivery (ClaimDeliveries), it is the end of that claim.
+	Due time.Time
+	// LastError says why the last attempt failed (for people).
+	LastError string
+}
+
+// Key is the delivery's identity in the outbox: its ID and endpoint.
+func (d Delivery) Key() string { return d.ID + "\x00" + d.Endpoint }
+
+// Clone returns a deep copy of d.
+func (d Delivery) Clone() Delivery {
+	d.Payload = slices.Clone(d.Payload)
+	return d
+}
+
+// ChangeHook says which deliveries a change of a connection causes. A
+// backend given one calls it inside the transaction that writes the
+// change and stores what it returns in the outbox in that same
+// transaction, so a committed change always has its events and a change
+// that is rolled back has none. before is nil for a created connection,
+// after is nil for a deleted one; both are metadata only (no token). It
+// must be pure: no I/O, no side effects (a backend may call it again when
+// it retries a transaction).
+type ChangeHook func(before, after *Connection) []Delivery
+
+// Outbox is the durable queue of webhook deliveries, an optional Store
+// feature that every backend of this repository implements (find it with
+// OutboxFor). Deliveries are handed out at least once: a dispatcher that
+// claims some and dies leaves them due again when its claim ends.
+type Outbox interface {
+	// EnqueueDeliveries stores deliveries that no change of a stored
+	// record carries (a failed refresh, say). A delivery whose (ID,
+	// Endpoint) is already stored is left as it is.
+	EnqueueDeliveries(ctx context.Context, ds []Delivery) error
+	// ClaimDeliveries returns up to limit deliveries due at now, earliest
+	// due first, and in the same atomic step moves their Due to
+	// now+lease: another dispatcher (another replica sharing the store)
+	// never gets one of them while the claim runs.
+	ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]Delivery, error)
+	// FinishDelivery removes a delivery: sent, or given up. ErrNotFound
+	// when it is not stored.
+	FinishDelivery(ctx context.Context, id, endpoint string) error
+	// RetryDelivery stores d's Attempts, Due and LastError after a failed
+	// attempt. ErrNotFound when it is not stored.
+	RetryDelivery(ctx context.Context, d Delivery) error
+	// OutboxDepth reports how many deliveries are stored and when the
+	// oldest of their events happened (zero when there is none).
+	OutboxDepth(ctx context.Context) (n int, oldest time.Time, err error)
+}
+
+// AdminStore is what operators' bulk operations need beyond Store, an
+// optional feature every backend of this repository implements (find it
+// with AdminFor).
+type AdminStore interface {
+	// ProviderConnections returns up to limit connections to provider
+	// whose id is greater than after, ordered by id: metadata only, as
+	// ListConnections. limit <= 0 means no limit.
+	ProviderConnections(ctx context.Context, provider, after string, limit int) ([]Connection, error)
+	// DeleteGrants removes every grant of p, whatever its state, and
+	// returns how many it removed.
+	DeleteGrants(ctx context.Context, p Principal) (int, error)
+	// RetireConnection deletes connection id (the ChangeHook sees a
+	// deletion) and, in the same transaction, keeps its sealed record
+	// apart, so that revoking its tokens at the provider can be retried
+	// later. Only offboarding does this, when revocation was not
+	// confirmed. ErrNotFound when the connection is not stored.
+	RetireConnection(ctx context.Context, id string) error
+	// RetiredConnections returns p's retired connections with their
+	// tokens opened, ordered by id.
+	RetiredConnections(ctx context.Context, p Principal) ([]Connection, error)
+	// ForgetRetired removes a retired record (its tokens are revoked, or
+	// given up). ErrNotFound when it is not stored.
+	ForgetRetired(ctx context.Context, id string) error
+}
+
+// OutboxFor returns s's Outbox: s itself, or the first store down its
+// Unwrap chain that is one.
+func OutboxFor(s Store) (Outbox, bool) { return findFeature[Outbox](s) }
+
+// AdminFor returns s's AdminStore: s itself, or the first store down its
+// Unwrap chain that is one.
+func AdminFor(s Store) (AdminStore, bool) { return findFeature[AdminStore](s) }
+
+func findFeature[T any](s Store) (T, bool) {
+	for range 16 {
+		if f, ok := s.(T); ok {
+			return f, true
+		}
+		w, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			break
+		}
+		s = w.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
+// ChangeDeliveries runs hook on a change of a stored connection record:
+// oldRec is nil for a create, newRec nil for a delete. Backends call it
+// inside the transaction that writes the change. A nil hook gives nothing.
+func ChangeDeliveries(hook ChangeHook, oldRec, newRec []byte) ([]Delivery, error) {
+	if hook == nil {
+		return nil, nil
+	}
+	var before, after *Connection
+	if oldRec != nil {
+		m, err := ConnectionMeta(oldRec)
+		if err != nil {
+			return nil, err
+		}
+		before = &m
+	}
+	if newRec != nil {
+		m, err := ConnectionMeta(newRec)
+		if err != nil {
+			return nil, err
+		}
+		after = &m
+	}
+	ds := hook(before, after)
+	for _, d := range ds {
+		if err := CheckDelivery(d); err != nil {
+			return nil, err
+		}
+	}
+	return ds, nil
+}
+
+// CheckDelivery rejects a delivery no backend can store.
+func CheckDelivery(d Delivery) error {
+	switch {
+	case d.ID == "" || d.Endpoint == "" || d.Type == "":
+		return fmt.Errorf("vault: delivery needs an id, an endpoint and a type: %w", ErrMalformed)
+	case strings.ContainsRune(d.ID+d.Endpoint+d.Type, 0):
+		return fmt.Errorf("vault: delivery %s: NUL in id, endpoint or type: %w", d.ID, ErrMalformed)
+	}
+	return validUTF8(d.ID, d.Endpoint, d.Type, d.LastError)
+}
+
+// deliveryRecord is the stored form of a Delivery.
+type deliveryRecord struct {
+	V         int       `json:"v"`
+	ID        string    `json:"id"`
+	Endpoint  string    `json:"endpoint"`
+	Type      string    `json:"type"`
+	Created   time.Time `json:"created"`
+	Payload   []byte    `json:"payload"`
+	Attempts  int       `json:"attempts"`
+	Due       time.Time `json:"due"`
+	LastError string    `json:"last_error,omitempty"`
+}
+
+// EncodeDelivery renders d for a backend that stores whole records.
+func EncodeDelivery(d Delivery) ([]byte, error) {
+	if err := CheckDelivery(d); err != nil {
+		return nil, err
+	}
+	return json.Marshal(deliveryRecord{V: 1, ID: d.ID, Endpoint: d.Endpoint, Type: d.Type, Created: d.Created,
+		Payload: d.Payload, Attempts: d.Attempts, Due: d.Due, LastError: d.LastError})
+}
+
+// DecodeDelivery parses EncodeDelivery's output.
+func DecodeDelivery(b []byte) (Delivery, error) {
+	var r deliveryRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Delivery{}, fmt.Errorf("vault: delivery record: %w (%v)", ErrMalformed, err)
+	}
+	if r.V != 1 {
+		return Delivery{}, fmt.Errorf("vault: delivery record version %d: %w", r.V, ErrMalformed)
+	}
+	d := Delivery{ID: r.ID, Endpoint: r.Endpoint, Type: r.Type, Created: r.Created, Payload: r.Payload,
+		Attempts: r.Attempts, Due: r.Due, LastError: r.LastError}
+	if err := CheckDelivery(d); err != nil {
+		return Delivery{}, err
+	}
+	return d, nil
+}

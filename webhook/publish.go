@@ -1,0 +1,160 @@
+package webhook
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"credbroker/vault"
+)
+
+// Publisher turns what happened into deliveries, one per event and
+// interested endpoint. It never puts a token in a payload: it is only
+// ever given metadata.
+type Publisher struct {
+	cfg *Config
+	now func() time.Time
+}
+
+// NewPublisher returns a Publisher for cfg (nil or empty: it publishes
+// nothing). A nil now is time.Now.
+func NewPublisher(cfg *Config, now func() time.Time) *Publisher {
+	if now == nil {
+		now = time.Now
+	}
+	return &Publisher{cfg: cfg, now: now}
+}
+
+// ConnectionData is the data of connection.* events: ids, the provider,
+// the account and the person, never a token.
+type ConnectionData struct {
+	ConnectionID string    `json:"connection_id"`
+	Provider     string    `json:"provider"`
+	AccountID    string    `json:"account_id"`
+	AccountLogin string    `json:"account_login,omitempty"`
+	Status       string    `json:"status,omitempty"`
+	Principal    Principal `json:"principal"`
+}
+
+// Principal is a person as the IdP names them.
+type Principal struct {
+	Issuer  string `json:"iss"`
+	Subject string `json:"sub"`
+}
+
+// ConnectionEvent returns the data of an event about c (metadata only).
+func ConnectionEvent(c vault.Connection) ConnectionData {
+	return ConnectionData{ConnectionID: c.ID, Provider: c.Provider, AccountID: c.AccountID, AccountLogin: c.AccountLogin,
+		Status: string(c.Status), Principal: Principal{Issuer: c.Principal.Issuer, Subject: c.Principal.Subject}}
+}
+
+// AppData is the data of app.* events: which app (an OAuth client of the
+// broker's authorization server) and whose, never a token.
+type AppData struct {
+	ClientID   string    `json:"client_id"`
+	ClientName string    `json:"client_name,omitempty"`
+	Principal  Principal `json:"principal"`
+}
+
+// AppEvent returns the data of an event about the app clientID of p.
+func AppEvent(p vault.Principal, clientID, clientName string) AppData {
+	return AppData{ClientID: clientID, ClientName: clientName, Principal: Principal{Issuer: p.Issuer, Subject: p.Subject}}
+}
+
+// payload is the Standard Webhooks body: type, timestamp of the event,
+// data.
+type payload struct {
+	Type      string `json:"type"`
+	Timestamp string `json:"timestamp"`
+	Data      any    `json:"data"`
+}
+
+// Deliveries returns the deliveries of one event of type typ with data,
+// one for each endpoint that wants it (none when none does).
+func (p *Publisher) Deliveries(typ string, data any) ([]vault.Delivery, error) {
+	if p == nil || p.cfg.Empty() {
+		return nil, nil
+	}
+	now := p.now().UTC()
+	var ds []vault.Delivery
+	var body []byte
+	id := ""
+	for _, e := range p.cfg.Endpoints {
+		if !e.Wants(typ) {
+			continue
+		}
+		if body == nil {
+			var err error
+			if body, err = json.Marshal(payload{Type: typ, Timestamp: now.Format(time.RFC3339Nano), Data: data}); err != nil {
+				return nil, err
+			}
+			id = NewMessageID()
+		}
+		ds = append(ds, vault.Delivery{ID: id, Endpoint: e.Name, Type: typ, Created: now, Due: now, Payload: body})
+	}
+	return ds, nil
+}
+
+// Changes is the vault.ChangeHook that turns changes of connections into
+// events: a new connection is connection.created, a deleted one
+// connection.deleted, one marked needs_reconnect
+// connection.needs_reconnect and one active again after that
+// connection.reconnected. Other changes (a refresh, a recorded use) are
+// no event. Apart from drawing fresh event ids it has no side effect.
+func (p *Publisher) Changes(before, after *vault.Connection) []vault.Delivery {
+	var typ string
+	var c *vault.Connection
+	switch {
+	case before == nil && after != nil:
+		typ, c = ConnectionCreated, after
+	case after == nil && before != nil:
+		typ, c = ConnectionDeleted, before
+	case before == nil || after == nil:
+		return nil
+	case before.Status != vault.StatusNeedsReconnect && after.Status == vault.StatusNeedsReconnect:
+		typ, c = ConnectionNeedsReconnect, after
+	case before.Status == vault.StatusNeedsReconnect && after.Status != vault.StatusNeedsReconnect:
+		typ, c = ConnectionReconnected, after
+	default:
+		return nil
+	}
+	ds, err := p.Deliveries(typ, ConnectionEvent(*c))
+	if err != nil {
+		return nil // ConnectionData always marshals
+	}
+	return ds
+}
+
+// Hook returns p.Changes as a vault.ChangeHook, or nil when p publishes
+// nothing (so stores skip the work).
+func (p *Publisher) Hook() vault.ChangeHook {
+	if p == nil || p.cfg.Empty() {
+		return nil
+	}
+	return p.Changes
+}
+
+// Publish stores an event that no change of a stored record carries
+// (connection.refresh_failed; app.authorized and app.removed from the
+// authorization server) in the outbox of store.
+func (p *Publisher) Publish(ctx context.Context, store vault.Store, typ string, data any) error {
+	ds, err := p.Deliveries(typ, data)
+	if err != nil || len(ds) == 0 {
+		return err
+	}
+	o, ok := vault.OutboxFor(store)
+	if !ok {
+		return errors.New("webhook: the store keeps no outbox")
+	}
+	return o.EnqueueDeliveries(ctx, ds)
+}
+
+// NewMessageID returns a fresh webhook-id: "msg_" and 128 random bits.
+func NewMessageID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return "msg_" + base64.RawURLEncoding.EncodeToString(b[:])
+}
