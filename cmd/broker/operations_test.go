@@ -242,7 +242,7 @@ func newOpsServe(t *testing.T, demoOpts demoprovider.Options, extra map[string]s
 	s.env = []string{"BROKER_KEYS=" + s.keys.Format(), "BROKER_CLIENT_SECRET=idp-secret", "DEMO_CLIENT_SECRET=demo-secret",
 		"APPS_WEBHOOK_SECRET=" + s.secret, "BROKER_STORE=", "BROKER_KEYS_FILE=", "BROKER_WEBHOOK_URL=", "BROKER_ADMIN_CLAIM="}
 	s.args = append([]string{"--public-url", public, "--issuer", s.idp.Issuer(), "--client-id", devClientID,
-		"--providers", s.providers, "--store", "bolt:" + s.dbPath, "--log-format", "json",
+		"--providers", s.providers, "--store", "bolt:" + s.dbPath, "--log-format", "json", "--mcp-auth", "issuer",
 		"--webhooks-file", hooksFile, "--webhook-timeout", "1s", "--webhook-backoff", "200ms", "--webhook-poll", "100ms",
 		"--admin-addr", s.adminAddr, "--admin-claim", "groups=credbroker-admins"}, flags...)
 	s.start()
