@@ -81,7 +81,7 @@ func (b *keyBrowser) rotate(ctx context.Context, keysURL, login string) (string,
 	if _, err := b.eval(ctx, `window.__leaving = "yes"`); err != nil {
 		return "", err
 	}
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[name=rotate][value=%s]`, strconv.Quote(login))))); err != nil {
+	if err := chromedp.Do(ctx, press(fmt.Sprintf(`button[name=rotate][value=%s]`, strconv.Quote(login)))); err != nil {
 		return "", err
 	}
 	key, err := b.waitJS(ctx, fmt.Sprintf(`window.__leaving !== "yes" && document.readyState === "complete" && (document.querySelector('code.key[data-login=%s]') || {}).textContent || ""`, strconv.Quote(login)))
@@ -116,7 +116,7 @@ func (b *keyBrowser) enterKey(bctx context.Context, link, user, login, key, want
 		if err := chromedp.Do(ctx,
 			chromedp.SendKeys(chromedp.CSS(`input[name=username]`), user),
 			chromedp.SendKeys(chromedp.CSS(`input[name=password]`), user),
-			chromedp.Click(chromedp.CSS(`form [type=submit]`)),
+			press(`form [type=submit]`),
 			chromedp.WaitVisible(chromedp.CSS(`input[name="field.api_key"]`)),
 		); err != nil {
 			return "", err
@@ -141,7 +141,7 @@ func (b *keyBrowser) enterKey(bctx context.Context, link, user, login, key, want
 	}
 	if err := chromedp.Do(ctx,
 		chromedp.SendKeys(chromedp.CSS(`input[name="field.api_key"]`), key),
-		chromedp.Click(chromedp.CSS(`button[name=decision][value=approve]`)),
+		press(`button[name=decision][value=approve]`),
 	); err != nil {
 		return "", err
 	}
@@ -241,9 +241,9 @@ func TestDevAPIKeyEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.keep(bctx)
-		if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`a.replace-key`)), chromedp.WaitVisible(chromedp.CSS(`input[name="field.api_key"]`)),
+		if err := chromedp.Do(bctx, press(`a.replace-key`), chromedp.WaitVisible(chromedp.CSS(`input[name="field.api_key"]`)),
 			chromedp.SendKeys(chromedp.CSS(`input[name="field.api_key"]`), fresh),
-			chromedp.Click(chromedp.CSS(`button[name=decision][value=approve]`))); err != nil {
+			press(`button[name=decision][value=approve]`)); err != nil {
 			t.Fatal(err)
 		}
 		if err := waitForText(bctx, "Key replaced"); err != nil {
@@ -253,7 +253,7 @@ func TestDevAPIKeyEndToEnd(t *testing.T) {
 		if got := call("provider_request", me); got["status"] != float64(200) || len(messages) != 2 {
 			t.Fatalf("after Replace key: %v (%d elicitations)", got, len(messages))
 		}
-		if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`form[action$="/disconnect"] button`))); err != nil {
+		if err := chromedp.Do(bctx, press(`form[action$="/disconnect"] button`)); err != nil {
 			t.Fatal(err)
 		}
 		if err := waitForText(bctx, "revoke it at Demo keys too"); err != nil {

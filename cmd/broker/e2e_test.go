@@ -65,6 +65,23 @@ func completeInBrowser(t *testing.T, bctx context.Context, link, user, demoAccou
 	return consent
 }
 
+// press clicks the first element matching the CSS selector from inside
+// the page (HTMLElement.click: the form submits with the button's
+// name=value, as a person's click does). A mouse event at computed
+// coordinates can miss a button while the page is still laying out on a
+// loaded machine, leaving the test on the old page until its deadline.
+func press(sel string) chromedp.Action[chromedp.Void] {
+	click := chromedp.Evaluate[bool](fmt.Sprintf(
+		`(() => { const b = document.querySelector(%s); if (!b) return false; b.click(); return true })()`, strconv.Quote(sel)))
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		ok, err := click(ctx, t)
+		if err == nil && !ok {
+			err = fmt.Errorf("no %s on the page", sel)
+		}
+		return chromedp.Void{}, err
+	}
+}
+
 // pickAccountJS selects the option whose visible text is %s (a JS string).
 const pickAccountJS = `(() => { const s = document.querySelector('select[name=account]');
 	for (const o of s.options) { if (o.text.trim() === %s) { s.value = o.value; return true } }
@@ -82,14 +99,15 @@ func browseConnect(bctx context.Context, link, user, demoAccount string) error {
 func browseConsent(bctx context.Context, link, user, demoAccount string) (string, error) {
 	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
 	defer cancel()
-	approve := chromedp.CSS(`button[name=decision][value=approve]`)
+	const approveSel = `button[name=decision][value=approve]`
+	approve := chromedp.CSS(approveSel)
 	var consent string
 	err := chromedp.Do(ctx,
 		chromedp.Navigate(link),
 		chromedp.WaitVisible(chromedp.CSS(`input[name=username]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=username]`), user),
 		chromedp.SendKeys(chromedp.CSS(`input[name=password]`), user),
-		chromedp.Click(chromedp.CSS(`form [type=submit]`)),
+		press(`form [type=submit]`),
 		chromedp.WaitVisible(approve),
 	)
 	if err == nil {
@@ -97,7 +115,7 @@ func browseConsent(bctx context.Context, link, user, demoAccount string) (string
 	}
 	if err == nil {
 		err = chromedp.Do(ctx,
-			chromedp.Click(approve),
+			press(approveSel),
 			chromedp.WaitVisible(chromedp.CSS(`select[name=account]`)),
 		)
 	}
@@ -110,7 +128,7 @@ func browseConsent(bctx context.Context, link, user, demoAccount string) (string
 		}
 	}
 	if err == nil {
-		err = chromedp.Do(ctx, chromedp.Click(approve))
+		err = chromedp.Do(ctx, press(approveSel))
 	}
 	if err == nil {
 		err = waitForText(ctx, "Connected")

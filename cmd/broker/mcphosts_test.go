@@ -174,7 +174,7 @@ func signInAndAllow(ctx context.Context, link, user, want string) error {
 	if err := signInIfAsked(ctx, user); err != nil {
 		return err
 	}
-	err := chromedp.Do(ctx, chromedp.WaitVisible(approve), chromedp.Click(approve))
+	err := chromedp.Do(ctx, chromedp.WaitVisible(approve), press(`button[name=decision][value=approve]`))
 	if err == nil {
 		err = waitForText(ctx, want)
 	}
@@ -196,7 +196,7 @@ func signInIfAsked(ctx context.Context, user string) error {
 			return chromedp.Do(ctx,
 				chromedp.SendKeys(chromedp.CSS(`input[name=username]`), user),
 				chromedp.SendKeys(chromedp.CSS(`input[name=password]`), user),
-				chromedp.Click(chromedp.CSS(`form [type=submit]`)))
+				press(`form [type=submit]`))
 		case err == nil && state == "decide":
 			return nil
 		}
@@ -220,7 +220,7 @@ func connectSignedIn(ctx context.Context, link, user, account string) error {
 	if err := signInIfAsked(ctx, user); err != nil {
 		return err
 	}
-	err := chromedp.Do(ctx, chromedp.WaitVisible(approve), chromedp.Click(approve), chromedp.WaitVisible(chromedp.CSS(`select[name=account]`)))
+	err := chromedp.Do(ctx, chromedp.WaitVisible(approve), press(`button[name=decision][value=approve]`), chromedp.WaitVisible(chromedp.CSS(`select[name=account]`)))
 	if err == nil {
 		var picked bool
 		if picked, err = chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(pickAccountJS, strconv.Quote(account)))); err == nil && !picked {
@@ -228,7 +228,7 @@ func connectSignedIn(ctx context.Context, link, user, account string) error {
 		}
 	}
 	if err == nil {
-		err = chromedp.Do(ctx, chromedp.Click(approve))
+		err = chromedp.Do(ctx, press(`button[name=decision][value=approve]`))
 	}
 	if err == nil {
 		err = waitForText(ctx, "Connected")
@@ -463,7 +463,7 @@ func TestGoSDKHostOAuth(t *testing.T) {
 			err = waitForText(rctx, "go-sdk host (test)")
 		}
 		if err == nil {
-			err = chromedp.Do(rctx, chromedp.Click(chromedp.CSS(`form[action^="/connections/apps/"] button`)))
+			err = chromedp.Do(rctx, press(`form[action^="/connections/apps/"] button`))
 		}
 		if err == nil {
 			err = waitForText(rctx, "Removed. The app's tokens are revoked")
@@ -491,7 +491,7 @@ func TestGoSDKHostOAuth(t *testing.T) {
 	t.Run("signing out of the broker revokes no app", func(t *testing.T) {
 		sctx, cancel := context.WithTimeout(aliceBrowser, 30*time.Second)
 		defer cancel()
-		err := chromedp.Do(sctx, chromedp.Navigate(s.base+"/connections"), chromedp.Click(chromedp.CSS(`form[action="/logout"] button`)))
+		err := chromedp.Do(sctx, chromedp.Navigate(s.base+"/connections"), press(`form[action="/logout"] button`))
 		if err == nil {
 			err = waitForText(sctx, "You are signed out")
 		}
