@@ -33,6 +33,8 @@ var (
 	ErrRateLimited = errors.New("binding: too many connect requests this hour")
 	// ErrTooManyRounds: the client retried this grant too often.
 	ErrTooManyRounds = errors.New("binding: too many retries for this connect request")
+	// ErrTooManyAttempts: too many keys were checked for this connect request.
+	ErrTooManyAttempts = errors.New("binding: too many key entries for this connect request")
 )
 
 // Options configures a Service. Zero values take the defaults.
@@ -41,6 +43,9 @@ type Options struct {
 	TTL time.Duration
 	// MaxRounds bounds MRTR retries per grant (default 10).
 	MaxRounds int
+	// MaxAttempts bounds key entries checked at the provider per grant
+	// (default 5).
+	MaxAttempts int
 	// MaxPending bounds open grants per principal (default 10; <0 disables).
 	MaxPending int
 	// MaxPerHour bounds grants created per principal per hour (default 30; <0 disables).
@@ -59,6 +64,9 @@ type Service struct {
 func New(store vault.Store, opts Options) *Service {
 	if opts.TTL <= 0 {
 		opts.TTL = 10 * time.Minute
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 5
 	}
 	if opts.MaxRounds == 0 {
 		opts.MaxRounds = 10
@@ -316,6 +324,22 @@ func (s *Service) Round(ctx context.Context, id string, p vault.Principal) (vaul
 }
 
 var errUnchanged = errors.New("binding: unchanged")
+
+// Attempt counts one key entry about to be checked at the provider for
+// an open grant of p; past MaxAttempts it returns ErrTooManyAttempts and
+// the key must not be sent anywhere.
+func (s *Service) Attempt(ctx context.Context, id string, p vault.Principal) (vault.Grant, error) {
+	return s.transition(ctx, id, p, func(g *vault.Grant) error {
+		if g.State.Final() {
+			return closedErr(g.State)
+		}
+		if g.Attempts >= s.opts.MaxAttempts {
+			return ErrTooManyAttempts
+		}
+		g.Attempts++
+		return nil
+	})
+}
 
 // GC removes grants that expired before now minus grace (so that a client
 // retrying just after expiry still gets a precise answer).

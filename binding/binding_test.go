@@ -363,3 +363,30 @@ func TestCreateForServer(t *testing.T) {
 		t.Fatal("a grant for an unnamed server was created")
 	}
 }
+
+// TestAttempt: a grant counts key entries up to MaxAttempts; only its own
+// person may count them; a final grant counts none.
+func TestAttempt(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, binding.Options{MaxAttempts: 2})
+	g, _ := s.Create(ctx, alice, "keys", nil, "c")
+	if _, err := s.Attempt(ctx, g.ID, bob); !errors.Is(err, binding.ErrWrongPrincipal) {
+		t.Fatalf("bob counting alice's attempt: %v", err)
+	}
+	for i := range 2 {
+		if got, err := s.Attempt(ctx, g.ID, alice); err != nil || got.Attempts != i+1 {
+			t.Fatalf("attempt %d: %d, %v", i+1, got.Attempts, err)
+		}
+	}
+	if _, err := s.Attempt(ctx, g.ID, alice); !errors.Is(err, binding.ErrTooManyAttempts) {
+		t.Fatalf("third attempt: %v, want ErrTooManyAttempts", err)
+	}
+	if stored, _ := s.Lookup(ctx, g.ID); stored.Attempts != 2 {
+		t.Fatalf("stored attempts %d, want 2", stored.Attempts)
+	}
+	d, _ := s.Create(ctx, alice, "keys", nil, "c")
+	s.Deny(ctx, d.ID, alice)
+	if _, err := s.Attempt(ctx, d.ID, alice); !errors.Is(err, binding.ErrClosed) {
+		t.Fatalf("attempt on a denied grant: %v", err)
+	}
+}

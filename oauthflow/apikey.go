@@ -222,6 +222,20 @@ func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := grantKeyPage(s, p, g)
+	// Each check sends a key to the provider: a link allows a few, so it
+	// cannot be used to try keys at will.
+	if _, err := f.opts.Grants.Attempt(r.Context(), g.ID, s.principal()); errors.Is(err, binding.ErrTooManyAttempts) {
+		f.log.Warn("key entry: too many attempts for one link", "provider", p.Name, "grant_ref", binding.Ref(g.ID))
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusTooManyRequests, Heading: "Too many keys tried with this link",
+			Message: "This connect link has checked as many keys as it may. Nothing was sent to " + p.DisplayName + " and nothing was stored.",
+			Next:    "Go back to your app and ask it to connect again; it will give you a fresh link."})
+		return
+	} else if err != nil {
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusGone, Heading: "This connect link can no longer be used",
+			Message: "The link expired or was used meanwhile. Nothing was sent or stored.",
+			Next:    "Go back to your app and ask it to connect again; it will give you a fresh link."})
+		return
+	}
 	ex, ok := f.verifyKey(w, r, p, page, binding.Ref(g.ID))
 	if !ok {
 		return

@@ -333,3 +333,36 @@ func findForm(t *testing.T, p page, actionPart string) (string, url.Values) {
 	target, _ := p.url.Parse(m[1])
 	return target.String(), vals
 }
+
+// TestKeyEntryAttemptsLimited: one connect link checks at most five keys
+// at the provider; the sixth is refused before anything is sent, so a
+// link cannot be used to try keys at will. A new link works.
+func TestKeyEntryAttemptsLimited(t *testing.T) {
+	h := newHarnessStore(t, demoKeys, keyStores[0].open)
+	a := h.newAgent()
+	g := h.grant("alice", "demo-keys", nil, "Key Agent")
+	mustStatus(t, a.openConnect(g, "alice"), http.StatusOK)
+	link := h.srv.URL + "/connect/" + g.ID + "/key"
+	wrong := "demo_" + strings.Repeat("A", 43)
+	for i := range 5 {
+		calls := h.keysAPICalls()
+		p := a.post(link, url.Values{"csrf": {a.csrf()}, "decision": {"approve"}, "field.api_key": {wrong}})
+		mustContain(t, p, "refused by")
+		if h.keysAPICalls() != calls+1 {
+			t.Fatalf("attempt %d did not reach the provider", i+1)
+		}
+	}
+	calls := h.keysAPICalls()
+	p := a.post(link, url.Values{"csrf": {a.csrf()}, "decision": {"approve"}, "field.api_key": {h.demo.APIKey("alice-demo")}})
+	mustStatus(t, p, http.StatusTooManyRequests)
+	mustContain(t, p, "Too many keys tried with this link", "Nothing was sent")
+	if h.keysAPICalls() != calls || len(h.connections("alice")) != 0 {
+		t.Fatal("the sixth attempt reached the provider or stored something")
+	}
+	g2 := h.grant("alice", "demo-keys", nil, "Key Agent")
+	mustStatus(t, a.openConnect(g2, "alice"), http.StatusOK)
+	p = a.post(h.srv.URL+"/connect/"+g2.ID+"/key", url.Values{"csrf": {a.csrf()}, "decision": {"approve"}, "field.api_key": {h.demo.APIKey("alice-demo")}})
+	mustContain(t, p, "Connected")
+	h.secret(h.demo.APIKey("alice-demo"))
+	h.finalCheck()
+}

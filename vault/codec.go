@@ -194,6 +194,7 @@ type grantRecord struct {
 	State        GrantState `json:"state"`
 	ConnectionID string     `json:"connection_id,omitempty"`
 	Rounds       int        `json:"rounds,omitempty"`
+	Attempts     int        `json:"attempts,omitempty"`
 	Version      uint64     `json:"version"`
 }
 
@@ -212,7 +213,7 @@ func EncodeGrant(g Grant) ([]byte, error) {
 	return json.Marshal(grantRecord{
 		V: recordV1, ID: g.ID, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject,
 		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Server: g.Server, Created: g.Created,
-		Expires: g.Expires, State: g.State, ConnectionID: g.ConnectionID, Rounds: g.Rounds,
+		Expires: g.Expires, State: g.State, ConnectionID: g.ConnectionID, Rounds: g.Rounds, Attempts: g.Attempts,
 		Version: g.Version,
 	})
 }
@@ -232,7 +233,7 @@ func DecodeGrant(b []byte) (Grant, error) {
 	return Grant{
 		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject}, Provider: r.Provider,
 		Scopes: r.Scopes, ClientName: r.ClientName, Server: r.Server, Created: r.Created, Expires: r.Expires,
-		State: r.State, ConnectionID: r.ConnectionID, Rounds: r.Rounds, Version: r.Version,
+		State: r.State, ConnectionID: r.ConnectionID, Rounds: r.Rounds, Attempts: r.Attempts, Version: r.Version,
 	}, nil
 }
 

@@ -163,8 +163,11 @@ type Grant struct {
 	// ConnectionID is set when State is GrantCompleted.
 	ConnectionID string
 	// Rounds counts MRTR retries answered while the grant was open.
-	Rounds  int
-	Version uint64
+	Rounds int
+	// Attempts counts key entries checked at the provider for this grant
+	// (API-key providers), so a connect link cannot serve as a key oracle.
+	Attempts int
+	Version  uint64
 }
 
 // Clone returns a deep copy of g.
