@@ -124,7 +124,7 @@ func toolDefs() []*mcp.Tool {
 		{
 			Name:        toolConnect,
 			Title:       "Connect an account",
-			Description: "Ensure the user has connected their account at an OAuth provider (for example GitHub or Google) with the given scopes. If not, the user is asked to open a link to the broker and connect in the browser; the result describes the connection, never a token.",
+			Description: "Ensure the user has connected their account at a provider (for example GitHub or Google, or a service used with an API key) with the given scopes. If not, the user is asked to open a link to the broker and connect there in the browser (signing in at the provider, or entering a key on the broker's page, never in this app); the result describes the connection, never a token or key.",
 			InputSchema: compactJSON(`{"type":"object","properties":{
 "provider":{"type":"string","description":"Provider name, as listed by the broker's configuration."},
 "scopes":{"type":"array","items":{"type":"string"},"description":"Scopes the connection must cover; default: the provider's default scopes."}},
