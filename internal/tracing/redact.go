@@ -74,6 +74,8 @@ func redactSpan(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
 var safeKeys = map[string]bool{
 	"http.response.status_code": true, "http.status_code": true,
 	"rpc.jsonrpc.error_code": true, "mcp.outcome": true,
+	// binding.Ref: a short non-reversible reference that logs carry too.
+	"credbroker.grant_ref": true,
 }
 
 // identityWords name keys whose values identify a person, a session or a
