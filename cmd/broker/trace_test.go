@@ -311,3 +311,35 @@ func TestTraceMRTRConnect(t *testing.T) {
 	secrets["access token"], secrets["refresh token"] = conn.Token.AccessToken.Reveal(), conn.Token.RefreshToken.Reveal()
 	noSecretsInSpans(t, spans, secrets)
 }
+
+// TestTraceLegacyTree: a 2025-11-25 tools/call (through the go-sdk's
+// handler) is traced like a modern one: its store reads are children of
+// its mcp.request span, whose era says 2025-11-25.
+func TestTraceLegacyTree(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	mem := tracetest.NewInMemoryExporter()
+	b := startDemoBrokerTraced(t, ctx, tracing.NewSyncProvider(mem))
+	bearer := b.bearer(t, "alice")
+	mem.Reset()
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_connections","arguments":{}}}`
+	req, _ := http.NewRequest("POST", b.srv.URL+"/mcp", strings.NewReader(body))
+	for k, v := range map[string]string{"Authorization": "Bearer " + bearer, "Content-Type": "application/json",
+		"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	spans := mem.GetSpans()
+	roots := spansNamed(spans, "mcp.request")
+	if len(roots) != 1 || attr(roots[0], "mcp.era") != "2025-11-25" || attr(roots[0], "mcp.tool") != "list_connections" || attr(roots[0], "mcp.outcome") != "complete" {
+		t.Fatalf("HTTP %d; spans:\n%s", resp.StatusCode, spanDump(spans))
+	}
+	if len(childrenOf(spans, roots[0], "vault.list_connections")) != 1 {
+		t.Fatalf("the legacy tool's store read is not under its mcp.request:\n%s", spanDump(spans))
+	}
+	noSecretsInSpans(t, spans, map[string]string{"bearer": bearer, "principal's sub": "alice"})
+}
