@@ -20,6 +20,9 @@ type reqMeta struct {
 	Version      *string             `json:"io.modelcontextprotocol/protocolVersion"`
 	Capabilities json.RawMessage     `json:"io.modelcontextprotocol/clientCapabilities"`
 	ClientInfo   *mcp.Implementation `json:"io.modelcontextprotocol/clientInfo"`
+	// W3C trace context (SEP-414 reserves these unprefixed keys).
+	TraceParent string `json:"traceparent"`
+	TraceState  string `json:"tracestate"`
 }
 
 // modernParams is the union of the params this handler reads: _meta for

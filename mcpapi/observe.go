@@ -2,10 +2,16 @@ package mcpapi
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 )
 
 // observedWriter notes what serveMCP learned about a request so that one
@@ -18,6 +24,9 @@ type observedWriter struct {
 	tool    string
 	era     string
 	outcome string // set by writeOutcome and serveLegacy; else derived from status
+	code    int64  // the JSON-RPC error code answered, if any
+	span    trace.Span
+	header  http.Header // the request's, for its traceparent
 }
 
 func (o *observedWriter) WriteHeader(status int) {
@@ -37,13 +46,67 @@ func (o *observedWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection.
 func (o *observedWriter) Unwrap() http.ResponseWriter { return o.ResponseWriter }
 
-// observeStart wraps w when an Observer is configured.
-func (s *Server) observeStart(w http.ResponseWriter) (http.ResponseWriter, *observedWriter) {
-	if s.opts.Telemetry == nil {
+// observeStart wraps w when metrics or traces are on.
+func (s *Server) observeStart(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, *observedWriter) {
+	if s.opts.Telemetry == nil && s.tracer == nil {
 		return w, nil
 	}
-	ow := &observedWriter{ResponseWriter: w, start: time.Now(), era: "none"}
+	ow := &observedWriter{ResponseWriter: w, start: time.Now(), era: "none", header: r.Header}
 	return ow, ow
+}
+
+// traceStart starts the request's span once the body told whether _meta
+// carries a trace context (SEP-414's traceparent and tracestate): a valid
+// one is the parent and the traceparent header becomes a link; otherwise
+// the header's context is the parent. The span starts when the request
+// arrived. Without tracing ctx is returned as it is.
+func (s *Server) traceStart(ctx context.Context, w http.ResponseWriter, metaParent, metaState string) context.Context {
+	ow, ok := w.(*observedWriter)
+	if !ok || s.tracer == nil || ow.span != nil {
+		return ctx
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(ow.start)}
+	parent := tracing.FromHeader(ow.header)
+	if meta := tracing.FromMeta(metaParent, metaState); meta.IsValid() {
+		if parent.IsValid() && !parent.Equal(meta) {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: parent,
+				Attributes: []attribute.KeyValue{attribute.String("credbroker.link", "http_traceparent")}}))
+		}
+		parent = meta
+	}
+	if parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	}
+	ctx, ow.span = s.tracer.Start(ctx, "mcp.request", opts...)
+	return ctx
+}
+
+// traceEnd ends the request's span (started now when the request failed
+// before its body was read) with what the request turned out to be.
+func (s *Server) traceEnd(ow *observedWriter, outcome string) {
+	if s.tracer == nil {
+		return
+	}
+	if ow.span == nil {
+		s.traceStart(context.Background(), ow, "", "")
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("mcp.method", ow.method),
+		attribute.String("mcp.era", ow.era),
+		attribute.String("mcp.outcome", outcome),
+		attribute.Int("http.response.status_code", ow.status),
+	}
+	if ow.tool != "" {
+		attrs = append(attrs, attribute.String("mcp.tool", ow.tool))
+	}
+	if ow.code != 0 {
+		attrs = append(attrs, attribute.Int64("rpc.jsonrpc.error_code", ow.code))
+	}
+	ow.span.SetAttributes(attrs...)
+	if outcome == telemetry.OutcomeInternal {
+		ow.span.SetStatus(codes.Error, outcome)
+	}
+	ow.span.End()
 }
 
 // observeEnd reports the request described by ow.
@@ -64,6 +127,7 @@ func (s *Server) observeEnd(ow *observedWriter) {
 	case outcome == "":
 		outcome = telemetry.OutcomeComplete
 	}
+	s.traceEnd(ow, outcome)
 	s.opts.Telemetry.MCPRequest(ow.method, ow.tool, ow.era, outcome, time.Since(ow.start))
 }
 

@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/vault"
 )
 
@@ -58,6 +60,10 @@ type Options struct {
 	ServerVersion string
 	// Telemetry receives request metrics (nil: none).
 	Telemetry *telemetry.Recorder
+	// Tracing, when set, traces each request (an "mcp.request" span with
+	// method, tool, era and outcome), continuing the trace context of
+	// _meta (traceparent, tracestate) or the traceparent header. Nil: off.
+	Tracing trace.TracerProvider
 }
 
 // Supported protocol versions, newest first.
@@ -84,6 +90,7 @@ type Server struct {
 	toolsListJSON []byte
 
 	legacy http.Handler
+	tracer trace.Tracer // nil: tracing off
 
 	metadataJSON []byte
 }
@@ -158,6 +165,7 @@ func New(opts Options) (*Server, error) {
 		s.verifier = bearer.Cached(verify, 10000, opts.Now)
 	}
 	s.tools = s.toolFuncs()
+	s.tracer = tracing.Tracer(opts.Tracing)
 	md := protectedResourceMetadata{
 		Resource: opts.ResourceURI, AuthorizationServers: opts.AuthorizationServers,
 		BearerMethodsSupported: []string{"header"}, ResourceName: "credbroker",
@@ -264,7 +272,7 @@ func (s *Server) originAllowed(origin string) bool {
 }
 
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
-	w, ow := s.observeStart(w)
+	w, ow := s.observeStart(w, r)
 	defer s.observeEnd(ow)
 	if !s.originAllowed(r.Header.Get("Origin")) {
 		writeRPCError(w, http.StatusForbidden, nil, codeInvalidRequest, "Forbidden: Origin not allowed", nil)
@@ -316,13 +324,16 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		} else {
 			var env struct {
 				Meta struct {
-					Version *string `json:"io.modelcontextprotocol/protocolVersion"`
+					Version     *string `json:"io.modelcontextprotocol/protocolVersion"`
+					TraceParent string  `json:"traceparent"`
+					TraceState  string  `json:"tracestate"`
 				} `json:"_meta"`
 			}
 			if err := json.Unmarshal(msg.Params, &env); err != nil {
 				writeRPCError(w, http.StatusBadRequest, validOrNull(msg.ID), codeInvalidParams, "Invalid params: params must be an object with an optional _meta object", nil)
 				return
 			}
+			p.Meta.TraceParent, p.Meta.TraceState = env.Meta.TraceParent, env.Meta.TraceState
 			if metaV = env.Meta.Version; metaV != nil && *metaV == versionModern {
 				writeRPCError(w, http.StatusBadRequest, msg.ID, codeInvalidParams, "Invalid params: "+paramsProblem(perr), nil)
 				return
@@ -331,7 +342,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	note(w, func(o *observedWriter) { o.method, o.tool = msg.Method, p.Name })
 	header := r.Header.Get("Mcp-Protocol-Version")
-	ctx := withPrincipal(r.Context(), info.Principal)
+	ctx := withPrincipal(s.traceStart(r.Context(), w, p.Meta.TraceParent, p.Meta.TraceState), info.Principal)
 	switch {
 	case msg.Method == "initialize":
 		if metaV != nil {

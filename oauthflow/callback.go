@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 
+	"go.opentelemetry.io/otel/codes"
+
 	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/untrusted"
@@ -115,7 +117,12 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 		f.providerError(w, r, s, p, g, cp)
 		return
 	}
-	ex, err := f.opts.Client.Exchange(r.Context(), p, f.redirectURL(p), cp.Code, fs.Verifier, fs.Nonce, fs.Scopes)
+	xctx, xspan := f.startSpan(r.Context(), "oauthflow.token_exchange")
+	ex, err := f.opts.Client.Exchange(xctx, p, f.redirectURL(p), cp.Code, fs.Verifier, fs.Nonce, fs.Scopes)
+	if err != nil {
+		xspan.SetStatus(codes.Error, "code exchange failed")
+	}
+	xspan.End()
 	switch {
 	case errors.Is(err, provider.ErrCodeRejected):
 		f.log.Warn("provider code exchange refused", "provider", p.Name, "err", err.Error())

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/oauth2"
 
 	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
@@ -50,6 +52,10 @@ type Options struct {
 	DevMode bool
 	// Telemetry receives audit events (nil: none).
 	Telemetry *telemetry.Recorder
+	// Tracing, when set, traces the browser steps (oauthflow.landing,
+	// .consent, .key_entry, .signin_callback, .callback and the
+	// .token_exchange inside a callback). Nil: off.
+	Tracing trace.TracerProvider
 	// Apps lists and removes the apps a person allowed at the broker's
 	// authorization server ("Apps with access"); nil: no such section.
 	Apps Apps
@@ -69,6 +75,7 @@ type Flow struct {
 	cop     *http.CrossOriginProtection
 
 	providers *provider.Registry
+	tracer    trace.Tracer // nil: tracing off
 }
 
 // New validates opts, discovers the IdP and parses the templates.
@@ -111,6 +118,7 @@ func New(ctx context.Context, opts Options) (*Flow, error) {
 		jar:       newCookieJar(opts.CookieKeys, opts.DevMode || pu.Scheme == "http", opts.Now),
 		providers: opts.Client.Providers(),
 		cop:       http.NewCrossOriginProtection(),
+		tracer:    tracing.Tracer(opts.Tracing),
 	}
 	f.pages, err = parsePages(web.Templates)
 	if err != nil {
@@ -147,13 +155,13 @@ func (f *Flow) tokenCtx(ctx context.Context) context.Context {
 
 // Register mounts the browser routes on mux.
 func (f *Flow) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /connect/{grant}", f.handleLanding)
-	mux.Handle("POST /connect/{grant}", f.cop.Handler(http.HandlerFunc(f.handleDecision)))
-	mux.Handle("POST /connect/{grant}/key", f.cop.Handler(http.HandlerFunc(f.handleKeySubmit)))
+	mux.Handle("GET /connect/{grant}", f.traced("oauthflow.landing", http.HandlerFunc(f.handleLanding)))
+	mux.Handle("POST /connect/{grant}", f.traced("oauthflow.consent", f.cop.Handler(http.HandlerFunc(f.handleDecision))))
+	mux.Handle("POST /connect/{grant}/key", f.traced("oauthflow.key_entry", f.cop.Handler(http.HandlerFunc(f.handleKeySubmit))))
 	mux.HandleFunc("GET /connections/{id}/key", f.handleReplaceKeyPage)
 	mux.Handle("POST /connections/{id}/key", f.cop.Handler(http.HandlerFunc(f.handleReplaceKey)))
-	mux.HandleFunc("GET /auth/callback", f.handleLoginCallback)
-	mux.HandleFunc("GET /oauth/{provider}/callback", f.handleProviderCallback)
+	mux.Handle("GET /auth/callback", f.traced("oauthflow.signin_callback", http.HandlerFunc(f.handleLoginCallback)))
+	mux.Handle("GET /oauth/{provider}/callback", f.traced("oauthflow.callback", http.HandlerFunc(f.handleProviderCallback)))
 	mux.HandleFunc("GET /connections", f.handleConnections)
 	mux.Handle("POST /connections/{id}/disconnect", f.cop.Handler(http.HandlerFunc(f.handleDisconnect)))
 	mux.Handle("POST /connections/apps/{id}/remove", f.cop.Handler(http.HandlerFunc(f.handleRemoveApp)))

@@ -17,6 +17,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"credbroker/internal/tracing"
 	"credbroker/internal/untrusted"
 	"credbroker/vault"
 )
@@ -373,7 +377,15 @@ func (k *Client) prepareOn(p *Provider, base APIBase, req APIRequest) (*url.URL,
 // For an api_key provider the stored key is injected as the entry's
 // inject says, every secret field is redacted from the answer, and a 401
 // marks the connection needs_reconnect and returns ErrNeedsReconnect.
-func (k *Client) Do(ctx context.Context, id string, req APIRequest) (APIResponse, error) {
+func (k *Client) Do(ctx context.Context, id string, req APIRequest) (resp APIResponse, err error) {
+	if k.tracer != nil {
+		var span trace.Span
+		ctx, span = k.startSpan(ctx, "provider.request", attribute.String("http.request.method", req.Method))
+		defer func() {
+			span.SetAttributes(attribute.Int("http.response.status_code", resp.Status))
+			endSpan(span, err, "provider request failed")
+		}()
+	}
 	conn, err := k.opts.Store.GetConnection(ctx, id)
 	if err != nil {
 		return APIResponse{}, fmt.Errorf("provider: connection %s: %w", id, err)
@@ -381,6 +393,9 @@ func (k *Client) Do(ctx context.Context, id string, req APIRequest) (APIResponse
 	p, ok := k.opts.Providers.Lookup(conn.Provider)
 	if !ok {
 		return APIResponse{}, fmt.Errorf("%w: %s", ErrUnknownProvider, conn.Provider)
+	}
+	if k.tracer != nil {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("provider", p.Name))
 	}
 	base, u, hdr, err := k.prepare(p, req)
 	if err != nil {
@@ -392,7 +407,7 @@ func (k *Client) Do(ctx context.Context, id string, req APIRequest) (APIResponse
 	if conn, err = k.usable(ctx, conn); err != nil {
 		return APIResponse{}, err
 	}
-	resp, err := k.send(ctx, p, base, bearerCredential(conn), req.Method, u, hdr, req.Body)
+	resp, err = k.send(ctx, p, base, bearerCredential(conn), req.Method, u, hdr, req.Body)
 	if err != nil || resp.Status != http.StatusUnauthorized || !conn.Token.Expiry.IsZero() && !k.opts.Now().Before(conn.Token.Expiry) {
 		return resp, err
 	}
@@ -456,6 +471,9 @@ func bearerCredential(conn vault.Connection) credential {
 // send performs one upstream request and reads the capped answer.
 func (k *Client) send(ctx context.Context, p *Provider, api APIBase, cred credential, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
 	base, _ := url.Parse(api.URL)
+	if p.PropagateTrace && k.tracer != nil {
+		ctx = tracing.WithPropagation(ctx)
+	}
 	hreq, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return APIResponse{}, reqErrorf("the request could not be built")

@@ -81,6 +81,10 @@ type providerSpec struct {
 	// SidecarTokenExport lets the sidecar API hand this provider's access
 	// tokens to co-located servers (POST /v1/token). Off by default.
 	SidecarTokenExport bool `yaml:"sidecar_token_export"`
+	// PropagateTrace sends the W3C trace context (traceparent,
+	// tracestate) on API requests to this provider. Off by default:
+	// trace ids are the broker's to share.
+	PropagateTrace bool `yaml:"propagate_trace"`
 
 	// type: api_key entries (see apikey.go).
 	Instructions    string         `yaml:"instructions"`
@@ -175,6 +179,9 @@ type Provider struct {
 	// SidecarTokenExport: the sidecar API may return this provider's
 	// access tokens (never refresh tokens) to co-located servers.
 	SidecarTokenExport bool
+	// PropagateTrace: API requests carry the W3C trace context when
+	// tracing is on (propagate_trace: true); never baggage.
+	PropagateTrace bool
 	// RevocationStyle is "", RevokeRFC7009 or RevokeGitHubGrant.
 	// RevocationURL may be empty for an OIDC provider: discovery's
 	// revocation_endpoint is used. RevocationTokenURL (GitHub) deletes one
@@ -364,6 +371,7 @@ func validateProvider(name string, s providerSpec, getenv func(string) string, p
 		DefaultScopes: slices.Clone(s.DefaultScopes), AllowedScopes: slices.Clone(s.AllowedScopes),
 		ScopeDescriptions: s.ScopeDescription, ExtraAuthParams: s.ExtraAuthParams,
 		SidecarTokenExport: s.SidecarTokenExport, HostedDomain: s.HostedDomain,
+		PropagateTrace: s.PropagateTrace,
 	}
 	if p.DisplayName == "" {
 		p.DisplayName = name

@@ -97,7 +97,7 @@ var ErrNothingToKeepAlive = errors.New("provider: the connection has no refresh 
 // are those of a refresh: ErrNeedsReconnect (the connection is marked),
 // ErrProviderUnavailable.
 func (k *Client) KeepAlive(ctx context.Context, id string, olderThan time.Time) (bool, error) {
-	f := k.join(ctx, id, "", olderThan)
+	f, _ := k.join(ctx, id, "", olderThan)
 	select {
 	case <-f.done:
 	case <-ctx.Done():

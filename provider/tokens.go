@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"golang.org/x/oauth2"
 
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/vault"
 )
 
@@ -74,6 +77,11 @@ type Options struct {
 	// event); c is metadata only. A refresh the provider refused goes
 	// through needs_reconnect instead, which the store reports.
 	RefreshFailed func(ctx context.Context, c vault.Connection)
+	// Tracing, when set, traces API requests (provider.request), token
+	// refreshes (provider.token_refresh per caller, a link from each
+	// waiter to the one provider.token_refresh.flight) and every HTTP
+	// request to a provider (otelhttp). Nil: off.
+	Tracing oteltrace.TracerProvider
 }
 
 // Client uses stored connections without handing their tokens out: it keeps
@@ -92,6 +100,8 @@ type Options struct {
 type Client struct {
 	opts Options
 	log  *slog.Logger
+	// tracer is nil when tracing is off.
+	tracer oteltrace.Tracer
 	// locker excludes other processes sharing the store (pgstore) from
 	// refreshing the same connection at once; in-process for bbolt.
 	locker vault.Locker
@@ -113,6 +123,9 @@ type flight struct {
 	olderThan time.Time
 	conn      vault.Connection
 	err       error
+	// span is the flight's span context (invalid with tracing off):
+	// waiters link to it.
+	span oteltrace.SpanContext
 }
 
 // New validates opts and builds a Client.
@@ -127,6 +140,9 @@ func New(opts Options) (*Client, error) {
 		opts.UserAgent = DefaultUserAgent()
 	}
 	opts.HTTPClient = withUserAgent(opts.HTTPClient, opts.UserAgent)
+	if opts.Tracing != nil {
+		opts.HTTPClient = withTracing(opts.HTTPClient, opts.Tracing)
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -152,7 +168,7 @@ func New(opts Options) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{opts: opts, log: log, locker: vault.LockerFor(opts.Store),
+	return &Client{opts: opts, log: log, locker: vault.LockerFor(opts.Store), tracer: tracing.Tracer(opts.Tracing),
 		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}}, nil
 }
 
@@ -221,9 +237,21 @@ func (k *Client) ForceRefresh(ctx context.Context, id string, stale vault.Secret
 // A forced refresh (stale set) that joined a flight started for another
 // reason may get back stale itself (that flight found it fresh): it then
 // runs a flight of its own, so the token the provider refused is replaced.
-func (k *Client) refresh(ctx context.Context, id string, stale vault.Secret) (vault.Connection, error) {
+func (k *Client) refresh(ctx context.Context, id string, stale vault.Secret) (conn vault.Connection, err error) {
+	ctx, span := k.startSpan(ctx, "provider.token_refresh", attribute.Bool("refresh.forced", stale != ""))
+	defer func() { endSpan(span, err, "token refresh failed") }()
 	for attempt := 1; ; attempt++ {
-		f := k.join(ctx, id, stale, time.Time{})
+		f, leader := k.join(ctx, id, stale, time.Time{})
+		if k.tracer != nil {
+			role := "leader"
+			if !leader {
+				// A waiter: the refresh it waits for is another caller's.
+				role = "waiter"
+				span.AddLink(oteltrace.Link{SpanContext: f.span, Attributes: []attribute.KeyValue{attribute.String("refresh.link", "flight")}})
+				span.AddEvent("joined the refresh in flight")
+			}
+			span.SetAttributes(attribute.String("refresh.role", role), attribute.Int("refresh.attempt", attempt))
+		}
 		if err := ctx.Err(); err != nil {
 			// The flight goes on without this caller; it leaves now, not
 			// when a race with the flight's end decides.
@@ -242,26 +270,37 @@ func (k *Client) refresh(ctx context.Context, id string, stale vault.Secret) (va
 }
 
 // join returns the connection's flight in progress, starting one for
-// stale (or olderThan) when there is none.
-func (k *Client) join(ctx context.Context, id string, stale vault.Secret, olderThan time.Time) *flight {
+// stale (or olderThan) when there is none; leader reports whether this
+// call started it.
+func (k *Client) join(ctx context.Context, id string, stale vault.Secret, olderThan time.Time) (f *flight, leader bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if f := k.flights[id]; f != nil {
 		f.joined++
-		return f
+		return f, false
 	}
-	f := &flight{done: make(chan struct{}), stale: stale, olderThan: olderThan}
+	f = &flight{done: make(chan struct{}), stale: stale, olderThan: olderThan}
 	k.flights[id] = f
+	fctx, span := k.startSpan(context.WithoutCancel(ctx), "provider.token_refresh.flight")
+	f.span = span.SpanContext()
 	go func() {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*k.opts.SaveTimeout+time.Minute)
+		fctx, cancel := context.WithTimeout(fctx, 2*k.opts.SaveTimeout+time.Minute)
 		defer cancel()
 		f.conn, f.err = k.refreshOnce(fctx, id, stale, olderThan)
 		k.mu.Lock()
+		joined := f.joined
 		delete(k.flights, id)
 		k.mu.Unlock()
+		if k.tracer != nil {
+			span.SetAttributes(attribute.Int("refresh.waiters", joined))
+			if f.conn.Provider != "" {
+				span.SetAttributes(attribute.String("provider", f.conn.Provider))
+			}
+		}
+		endSpan(span, f.err, "token refresh failed")
 		close(f.done)
 	}()
-	return f
+	return f, true
 }
 
 // refreshOnce is the body of a flight: reload, re-check, refresh, save.

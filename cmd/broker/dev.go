@@ -204,6 +204,12 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		return err
 	}
 
+	tp, stopTracing, err := startTracing(ctx, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopTracing()
 	mux := http.NewServeMux()
 	mux.Handle(devIdPPath+"/", idp.Handler())
 	mux.Handle(devProviderPath+"/", demo.Handler())
@@ -224,7 +230,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		ClientID: devClientID, ClientSecret: vault.Secret(idpSecret), DevMode: true,
 		GrantTTL: 10 * time.Minute, StateTTL: 10 * time.Minute,
 		Store: store, Keys: keys, Providers: providers, Logger: log,
-		HTTPClient: outboundClient(),
+		HTTPClient: outboundClient(), Tracing: tp,
 		Telemetry: telemetry.New(telemetry.Options{Providers: providers.Names(), Audit: log, ProcessMetrics: true,
 			SidecarServers: []string{devSidecarName}}),
 		// Loopback only: /metrics on the main listener.

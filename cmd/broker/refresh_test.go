@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/oauth2"
 
 	"credbroker/internal/demoprovider"
@@ -39,6 +40,12 @@ type demoBroker struct {
 }
 
 func startDemoBroker(t *testing.T, ctx context.Context) *demoBroker {
+	t.Helper()
+	return startDemoBrokerTraced(t, ctx, nil)
+}
+
+// startDemoBrokerTraced is startDemoBroker with tracing to tp (nil: off).
+func startDemoBrokerTraced(t *testing.T, ctx context.Context, tp trace.TracerProvider) *demoBroker {
 	t.Helper()
 	b := &demoBroker{idp: devidptest.Start(t, nil, nil), logs: &logbuf.Buffer{}}
 	pmux := http.NewServeMux()
@@ -79,7 +86,7 @@ func startDemoBroker(t *testing.T, ctx context.Context) *demoBroker {
 		GrantTTL: 10 * time.Minute, StateTTL: 10 * time.Minute,
 		Store: b.store, Keys: kr, Providers: providers,
 		Logger: log, HTTPClient: outboundClient(),
-		Telemetry: rec, MetricsOnMain: true,
+		Telemetry: rec, MetricsOnMain: true, Tracing: tp,
 	}); err != nil {
 		t.Fatal(err)
 	}

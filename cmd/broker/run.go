@@ -14,6 +14,7 @@ import (
 
 	"credbroker/internal/buildinfo"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/webhook"
@@ -130,6 +131,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		problems = append(problems, err)
 	}
+	if _, err := tracing.ConfigFromEnv(os.Getenv); err != nil {
+		problems = append(problems, fmt.Errorf("tracing: %w", err))
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("configuration has problems:\n%w", errors.Join(problems...))
 	}
@@ -140,6 +144,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	level := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}[cfg.LogLevel]
 	log := newLogger(stderr, cfg.LogFormat, level)
+	tp, stopTracing, err := startTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	events := webhook.NewPublisher(hooks, nil)
 	store, err := openStoreHooked(cfg.Store, keys, events.Hook())
 	if err != nil {
@@ -167,7 +176,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ClientID: cfg.ClientID, ClientSecret: vault.Secret(secret), RequiredScope: cfg.RequiredScope,
 		GrantTTL: cfg.GrantTTL, StateTTL: cfg.StateTTL,
 		Store: store, Keys: keys, Providers: providers, Logger: log, HTTPClient: outboundClient(),
-		Telemetry: rec, MetricsOnMain: cfg.MetricsAddr == "",
+		Telemetry: rec, MetricsOnMain: cfg.MetricsAddr == "", Tracing: tp,
 		RefreshMargin: cfg.RefreshMargin,
 		Sidecar:       sc,
 		AuthServer:    authCfg,

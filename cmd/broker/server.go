@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"credbroker/authserver"
 	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
 	"credbroker/provider"
@@ -41,6 +44,9 @@ type brokerDeps struct {
 	HTTPClient *http.Client
 	// Telemetry records metrics and audit events (nil: none).
 	Telemetry *telemetry.Recorder
+	// Tracing traces MCP requests, provider calls, refreshes, store
+	// operations and browser steps (nil: off).
+	Tracing trace.TracerProvider
 	// MetricsOnMain serves GET /metrics on the main listener.
 	MetricsOnMain bool
 	// RefreshMargin: access tokens expiring sooner are refreshed before use (0: 5m).
@@ -82,12 +88,13 @@ type mounted struct {
 // here). Background work (authorization server clean-up) runs until ctx ends.
 func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, error) {
 	plainStore := d.Store
-	d.Store = d.Telemetry.WrapStore(d.Store)
+	d.Store = tracing.WrapStore(d.Tracing, d.Telemetry.WrapStore(d.Store))
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
 	client, err := provider.New(provider.Options{
 		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "provider"), RefreshMargin: d.RefreshMargin,
 		Telemetry: d.Telemetry, RefreshFailed: refreshFailedEvents(d.Events, d.Store, d.Logger),
+		Tracing: d.Tracing,
 	})
 	if err != nil {
 		return mounted{}, err
@@ -135,7 +142,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		Grants: grants, Connections: conns, Client: client,
 		CookieKeys: d.Keys.Derive("cookies"), HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "oauthflow"), DevMode: d.DevMode,
-		Telemetry: d.Telemetry,
+		Telemetry: d.Telemetry, Tracing: d.Tracing,
 	}
 	if as != nil {
 		flowOpts.Apps = appsOf{as}
@@ -150,7 +157,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		Connections: conns,
 		StateKeys:   d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
 		Logger: d.Logger.With("component", "mcpapi"), HTTPClient: d.HTTPClient,
-		Telemetry: d.Telemetry,
+		Telemetry: d.Telemetry, Tracing: d.Tracing,
 	}
 	var brokerTokens bearer.Verifier
 	if as != nil {

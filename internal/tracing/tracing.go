@@ -1,0 +1,142 @@
+// Package tracing is the broker's OpenTelemetry tracing: the tracer
+// provider built from the standard OTEL_* environment variables, the
+// redacting span exporter in front of every exporter, the tracing store
+// wrapper, and the W3C trace context propagator the broker uses.
+//
+// Tracing is off unless OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, or OTEL_TRACES_EXPORTER is
+// "otlp". Off means a nil trace.TracerProvider: the packages that trace
+// check for nil and do nothing, and no exporter goroutine runs.
+//
+// Spans never carry a principal (iss, sub), a token, a code, a grant id, a
+// cookie or a URL query: the callers never set them, and the redacting
+// exporter masks what still looks like one (the rules of logredact, plus
+// URLs cut to scheme, host and path).
+package tracing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TracerName names the broker's instrumentation scope.
+const TracerName = "credbroker"
+
+// Propagator is the only propagation format the broker reads and writes:
+// W3C trace context (traceparent, tracestate). Baggage is never read or
+// sent.
+var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
+
+// Tracer returns the broker's tracer from tp, or nil when tp is nil
+// (tracing off).
+func Tracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		return nil
+	}
+	return tp.Tracer(TracerName)
+}
+
+// Config is what the OTEL_* environment asks for.
+type Config struct {
+	Enabled bool
+	// Endpoint is the OTLP/HTTP traces URL ("" leaves the SDK's default,
+	// http://localhost:4318/v1/traces).
+	Endpoint string
+}
+
+// ConfigFromEnv reads the standard variables. An exporter or protocol the
+// broker does not support is an error, never a silent fallback.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	var c Config
+	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
+		return c, nil
+	}
+	exporter := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))
+	switch strings.ToLower(exporter) {
+	case "none":
+		return c, nil
+	case "otlp":
+		c.Enabled = true
+	case "":
+	default:
+		return c, fmt.Errorf("OTEL_TRACES_EXPORTER=%q is not supported (use otlp or none)", exporter)
+	}
+	if ep := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")); ep != "" {
+		c.Enabled, c.Endpoint = true, ep
+	} else if ep := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT")); ep != "" {
+		c.Enabled, c.Endpoint = true, strings.TrimSuffix(ep, "/")+"/v1/traces"
+	}
+	if !c.Enabled {
+		return c, nil
+	}
+	if c.Endpoint != "" {
+		u, err := url.Parse(c.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return c, errors.New("the OTLP traces endpoint must be an http(s) URL")
+		}
+	}
+	proto := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
+	if proto == "" {
+		proto = strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
+	}
+	if proto != "" && proto != "http/protobuf" {
+		return c, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q is not supported (use http/protobuf)", proto)
+	}
+	return c, nil
+}
+
+// Setup builds the tracer provider the environment asks for. Off, it
+// returns a nil provider and a shutdown that does nothing. On, spans go
+// through the redacting exporter to OTLP/HTTP in batches; shutdown flushes
+// them and stops the exporter. The other OTEL_* variables (headers,
+// timeout, sampler, batch sizes, service name and resource attributes) are
+// read by the SDK itself.
+func Setup(ctx context.Context, getenv func(string) string, version string) (trace.TracerProvider, func(context.Context) error, error) {
+	none := func(context.Context) error { return nil }
+	cfg, err := ConfigFromEnv(getenv)
+	if err != nil || !cfg.Enabled {
+		return nil, none, err
+	}
+	var opts []otlptracehttp.Option
+	if cfg.Endpoint != "" {
+		opts = append(opts, otlptracehttp.WithEndpointURL(cfg.Endpoint))
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, none, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	res, err := Resource(ctx, version)
+	if err != nil {
+		return nil, none, err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(Redacting(exp)), sdktrace.WithResource(res))
+	return tp, tp.Shutdown, nil
+}
+
+// Resource names the service: OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES win over the defaults (credbroker, version).
+func Resource(ctx context.Context, version string) (*resource.Resource, error) {
+	def := resource.NewSchemaless(attribute.String("service.name", "credbroker"), attribute.String("service.version", version))
+	env, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return nil, fmt.Errorf("OTEL resource: %w", err)
+	}
+	return resource.Merge(def, env)
+}
+
+// NewSyncProvider is a tracer provider that hands each span to exp (behind
+// the redacting exporter) as it ends: tests use it with tracetest's
+// in-memory exporter.
+func NewSyncProvider(exp sdktrace.SpanExporter) *sdktrace.TracerProvider {
+	return sdktrace.NewTracerProvider(sdktrace.WithSyncer(Redacting(exp)))
+}

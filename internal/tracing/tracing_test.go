@@ -1,0 +1,226 @@
+package tracing_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"credbroker/internal/tracing"
+	"credbroker/vault"
+	"credbroker/vault/memstore"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// TestConfigFromEnv: tracing is on only when an OTLP endpoint is set or
+// OTEL_TRACES_EXPORTER=otlp; none and OTEL_SDK_DISABLED force it off; an
+// unsupported exporter or protocol is an error.
+func TestConfigFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env      map[string]string
+		on       bool
+		endpoint string
+		err      string
+	}{
+		{env: nil},
+		{env: map[string]string{"OTEL_SERVICE_NAME": "x"}},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}, on: true, endpoint: "http://collector:4318/v1/traces"},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://c.example/t"}, on: true, endpoint: "https://c.example/t"},
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, on: true},
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}},
+		{env: map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}},
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "jaeger"}, err: `OTEL_TRACES_EXPORTER="jaeger" is not supported`},
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "console"}, err: "not supported"},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, err: "http/protobuf"},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "c:4318"}, err: "http(s) URL"},
+	} {
+		c, err := tracing.ConfigFromEnv(env(tc.env))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: err %v, want %q", tc.env, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || c.Enabled != tc.on || c.Endpoint != tc.endpoint {
+			t.Errorf("%v: %+v %v, want on=%v endpoint %q", tc.env, c, err, tc.on, tc.endpoint)
+		}
+	}
+}
+
+// TestSetupOffStartsNothing: off, Setup returns a nil provider, a shutdown
+// that does nothing, and no goroutine; an unsupported exporter fails.
+func TestSetupOffStartsNothing(t *testing.T) {
+	before := runtime.NumGoroutine()
+	tp, shutdown, err := tracing.Setup(context.Background(), env(nil), "test")
+	if err != nil || tp != nil {
+		t.Fatalf("Setup off: %v %v", tp, err)
+	}
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("goroutines %d → %d with tracing off", before, after)
+	}
+	if tracing.Tracer(nil) != nil {
+		t.Error("Tracer(nil) is not nil")
+	}
+	if _, _, err := tracing.Setup(context.Background(), env(map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}), "test"); err == nil {
+		t.Error("Setup accepted OTEL_TRACES_EXPORTER=zipkin")
+	}
+}
+
+// TestSetupExportsOTLPHTTP: on, spans reach an OTLP/HTTP receiver on
+// loopback when shutdown flushes them, redacted.
+func TestSetupExportsOTLPHTTP(t *testing.T) {
+	var mu sync.Mutex
+	var got []*coltracepb.ExportTraceServiceRequest
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+			t.Errorf("receiver got %s %s", r.URL.Path, r.Header.Get("Content-Type"))
+		}
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(b, &req); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		got = append(got, &req)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Write(out)
+	}))
+	defer recv.Close()
+	tp, shutdown, err := tracing.Setup(context.Background(), env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": recv.URL}), "v1.2.3")
+	if err != nil || tp == nil {
+		t.Fatalf("Setup: %v %v", tp, err)
+	}
+	_, span := tracing.Tracer(tp).Start(context.Background(), "mcp.request")
+	span.SetAttributes(attribute.String("mcp.method", "tools/call"), attribute.String("access_token", "gho_abcdefghijkl1234"))
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) == 0 {
+		t.Fatal("the receiver got nothing")
+	}
+	rs := got[0].ResourceSpans[0]
+	var service string
+	for _, a := range rs.Resource.Attributes {
+		if a.Key == "service.name" {
+			service = a.Value.GetStringValue()
+		}
+	}
+	sp := rs.ScopeSpans[0].Spans[0]
+	attrs := map[string]string{}
+	for _, a := range sp.Attributes {
+		attrs[a.Key] = a.Value.GetStringValue()
+	}
+	if service != "credbroker" || sp.Name != "mcp.request" || attrs["mcp.method"] != "tools/call" || attrs["access_token"] != "REDACTED" {
+		t.Fatalf("exported service %q span %q attrs %v", service, sp.Name, attrs)
+	}
+}
+
+// TestRedactingExporter: whatever a caller set, the exported span carries
+// no token, code, principal, grant id, cookie or URL query.
+func TestRedactingExporter(t *testing.T) {
+	mem := tracetest.NewInMemoryExporter()
+	tp := tracing.NewSyncProvider(mem)
+	secrets := []string{"gho_secretsecret1234", "ya29.secretsecret", "the-code-value", "alice-sub", "grant-123",
+		"sessioncookievalue", "q=secretquery", "Zx9Kq2Lm8Np4Rs6Tv1Wy3Ab5Cd7Ef9Gh0Ij", "eyJhbGciOi.eyJzdWIiOi.sig"}
+	_, span := tracing.Tracer(tp).Start(context.Background(), "op gho_secretsecret1234")
+	span.SetAttributes(
+		attribute.String("url.full", "https://api.example/v1/user?q=secretquery#frag"),
+		attribute.String("http.target", "/v1/user?q=secretquery"),
+		attribute.String("code", "the-code-value"),
+		attribute.String("enduser.id", "alice-sub"),
+		attribute.String("grant_id", "grant-123"),
+		attribute.String("http.request.header.cookie", "sessioncookievalue"),
+		attribute.String("note", "Authorization: Bearer ya29.secretsecret and see https://x.example/p?q=secretquery"),
+		attribute.String("opaque", "id Zx9Kq2Lm8Np4Rs6Tv1Wy3Ab5Cd7Ef9Gh0Ij here"),
+		attribute.StringSlice("list", []string{"eyJhbGciOi.eyJzdWIiOi.sig"}),
+		attribute.Int("http.response.status_code", 200),
+		attribute.String("mcp.outcome", "input_required"),
+	)
+	span.AddEvent("waited", trace.WithAttributes(attribute.String("refresh_token", "gho_secretsecret1234")))
+	span.SetStatus(codes.Error, "failed with access_token=gho_secretsecret1234")
+	span.End()
+	spans := mem.GetSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	s := spans[0]
+	dump := s.Name + " " + s.Status.Description
+	attrs := map[string]attribute.Value{}
+	for _, a := range s.Attributes {
+		dump += " " + string(a.Key) + "=" + a.Value.Emit()
+		attrs[string(a.Key)] = a.Value
+	}
+	for _, e := range s.Events {
+		dump += " " + e.Name
+		for _, a := range e.Attributes {
+			dump += " " + string(a.Key) + "=" + a.Value.Emit()
+		}
+	}
+	for _, sec := range secrets {
+		if strings.Contains(dump, sec) {
+			t.Errorf("%q survives: %s", sec, dump)
+		}
+	}
+	if v := attrs["url.full"].AsString(); v != "https://api.example/v1/user" {
+		t.Errorf("url.full = %q", v)
+	}
+	if v := attrs["http.target"].AsString(); v != "/v1/user" {
+		t.Errorf("http.target = %q", v)
+	}
+	if attrs["http.response.status_code"].AsInt64() != 200 || attrs["mcp.outcome"].AsString() != "input_required" {
+		t.Errorf("safe attributes changed: %s", dump)
+	}
+}
+
+// TestWrapStore: each store operation is one vault.<op> span carrying the
+// operation only; Unwrap reaches the store; a nil provider wraps nothing.
+func TestWrapStore(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(kr)
+	if tracing.WrapStore(nil, st) != vault.Store(st) {
+		t.Fatal("WrapStore(nil) wrapped")
+	}
+	mem := tracetest.NewInMemoryExporter()
+	ws := tracing.WrapStore(tracing.NewSyncProvider(mem), st)
+	if w, ok := ws.(interface{ Unwrap() vault.Store }); !ok || w.Unwrap() != vault.Store(st) {
+		t.Fatal("no Unwrap to the store")
+	}
+	if _, err := ws.GetConnection(context.Background(), "conn-secret-id"); err == nil {
+		t.Fatal("found a connection in an empty store")
+	}
+	spans := mem.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "vault.get_connection" || spans[0].Status.Code != codes.Error {
+		t.Fatalf("spans %+v", spans)
+	}
+	for _, a := range spans[0].Attributes {
+		if strings.Contains(a.Value.Emit(), "conn-secret-id") {
+			t.Fatal("the span names the connection id")
+		}
+	}
+}

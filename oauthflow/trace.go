@@ -1,0 +1,71 @@
+package oauthflow
+
+import (
+	"context"
+	"net/http"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"credbroker/binding"
+)
+
+// statusWriter remembers the status a traced handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// traced wraps a browser step's handler in a span named step, with the
+// route's pattern (never the grant id itself: its binding.Ref, which logs
+// carry too), the provider's name on a callback, and the status answered.
+// Without tracing h is returned as it is.
+func (f *Flow) traced(step string, h http.Handler) http.Handler {
+	if f.tracer == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attrs := []attribute.KeyValue{attribute.String("http.route", r.Pattern), attribute.String("http.request.method", r.Method)}
+		if g := r.PathValue("grant"); g != "" {
+			attrs = append(attrs, attribute.String("credbroker.grant_ref", binding.Ref(g)))
+		}
+		if p := r.PathValue("provider"); p != "" {
+			if _, ok := f.providers.Lookup(p); ok {
+				attrs = append(attrs, attribute.String("provider", p))
+			}
+		}
+		ctx, span := f.tracer.Start(r.Context(), step, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+		defer span.End()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r.WithContext(ctx))
+		span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
+		if sw.status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(sw.status))
+		}
+	})
+}
+
+// startSpan starts a child span of the current step when tracing is on.
+func (f *Flow) startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
+	if f.tracer == nil {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	return f.tracer.Start(ctx, name)
+}
