@@ -15,7 +15,8 @@ import (
 // bolt store does in serve.
 type countingStore struct {
 	vault.Store
-	commits atomic.Int64
+	commits  atomic.Int64
+	twoSteps bool // hide vault.GrantConnector: the callback writes twice (as before, and as with PostgreSQL)
 }
 
 func (c *countingStore) count(err error) error {
@@ -66,7 +67,7 @@ func (c *countingStore) DeleteExpiredGrants(ctx context.Context, now time.Time) 
 
 func (c *countingStore) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, fn func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
 	gc, ok := c.Store.(vault.GrantConnector)
-	if !ok {
+	if !ok || c.twoSteps {
 		return vault.Connection{}, vault.Grant{}, errors.ErrUnsupported
 	}
 	conn, g, err := gc.Connect(ctx, w, grantID, fn)

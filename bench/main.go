@@ -65,9 +65,11 @@ func main() {
 		cpuprofile = flag.String("cpuprofile", "", "write CPU profiles: the broker load run at c=16 to this file, the MRTR run to this file + \".mrtr\"")
 		mrtrN      = flag.Int("mrtr", 2000, "MRTR round trips to time (0 skips)")
 		vaultN     = flag.Int("vault-conns", 1_000_000, "connections in the vault fixture (0 skips)")
+		twoSteps   = flag.Bool("two-step-connect", false, "hide the store's one-transaction connect (compare with the callback's two writes)")
 		only       = flag.String("only", "", "run only: load, provider, opens, mrtr or vault")
 	)
 	flag.Parse()
+	benchTwoSteps = *twoSteps
 	if err := run(*duration, *warmup, *concs, *cpuprofile, *mrtrN, *vaultN, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -235,7 +237,7 @@ func newStack(dir string) (*stack, error) {
 			return nil, err
 		}
 	}
-	st.counter = &countingStore{Store: st.store}
+	st.counter = &countingStore{Store: st.store, twoSteps: benchTwoSteps}
 	store := rec.WrapStore(st.counter)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
@@ -346,6 +348,9 @@ func newStack(dir string) (*stack, error) {
 	}))
 	return st, nil
 }
+
+// benchTwoSteps is -two-step-connect.
+var benchTwoSteps bool
 
 const benchAccessToken = "gho_benchaccesstoken0123456789"
 
@@ -524,6 +529,14 @@ func (st *stack) load(duration, warmup time.Duration, concs, cpuprofile string) 
 	return nil
 }
 
+// sysTime is the process's system (kernel) CPU time: with bbolt, mostly
+// the pwrite and fdatasync of each commit.
+func sysTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Stime.Nano())
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -607,23 +620,23 @@ func (st *stack) mrtr(n int, cpuprofile string) error {
 		pprof.StartCPUProfile(f)
 	}
 	commits = 0
-	c0, t0 := cpuTime(), time.Now()
+	c0, s0, t0 := cpuTime(), sysTime(), time.Now()
 	for i := range n {
 		if err := round(1000 + i); err != nil {
 			return err
 		}
 	}
-	cpu, wall := cpuTime()-c0, time.Since(t0)
+	cpu, sys, wall := cpuTime()-c0, sysTime()-s0, time.Since(t0)
 	if cpuprofile != "" {
 		pprof.StopCPUProfile()
 	}
 	perCommits := float64(commits) / float64(n)
 	perCPU := float64(cpu.Microseconds()) / float64(n) / 1000
 	fmt.Printf("\n## MRTR round trip (in-process handler, bolt store with fsync; first call, approve, callback's connections.Save, retry; plus an uncounted delete)\n\n")
-	fmt.Printf("%d round trips: CPU %.0f µs per round trip, wall %.2f ms per round trip (%.0f round trips/s, one at a time); durable commits %.2f per round trip\n",
-		n, perCPU*1000, float64(wall.Microseconds())/1000/float64(n), float64(n)/wall.Seconds(), perCommits)
+	fmt.Printf("%d round trips: CPU %.0f µs per round trip (%.0f µs of it in the kernel), wall %.2f ms per round trip (%.0f round trips/s, one at a time); durable commits %.2f per round trip\n",
+		n, perCPU*1000, float64(sys.Microseconds())/float64(n), float64(wall.Microseconds())/1000/float64(n), float64(n)/wall.Seconds(), perCommits)
 	st.summary("MRTR round trip: durable commits", fmt.Sprintf("%.2f", perCommits), "≤ 3", perCommits <= 3)
-	st.summary("MRTR round trip: CPU ms (incl. the cleanup delete)", fmt.Sprintf("%.3f", perCPU), "≤ 1", perCPU <= 1)
+	st.summary("MRTR round trip: CPU ms (incl. the cleanup delete)", fmt.Sprintf("%.3f (user %.3f)", perCPU, perCPU-float64(sys.Microseconds())/float64(n)/1000), "≤ 1", perCPU <= 1)
 	return nil
 }
 
