@@ -6,11 +6,17 @@
 //     a baseline server in the same run (a bare net/http handler decoding
 //     the same JSON-RPC body and answering fixed JSON); throughput, p50, p99
 //     and the broker/baseline ratio;
+//   - provider: provider_request's added latency at p50 (c=1);
+//   - opens: token-set decryptions per list_connections and per
+//     provider_request for a person with five connections;
 //   - mrtr: the full MRTR round trip (first call, input_required, grant
-//     completed through binding and the store, retry, complete), CPU time
-//     per round trip, server side only (the handler is called in-process);
+//     approved, the callback's connections.Save, retry, complete), CPU time
+//     (and its kernel part) and durable commits per round trip, server side
+//     only (the handler is called in-process);
 //   - vault: a bolt store with -vault-conns connections: open time, Get
 //     p50/p99 and process RSS (measured in a fresh child process).
+//
+// It ends with a table of the performance targets next to their measures.
 //
 // The broker is built as `serve` builds it: bolt store, telemetry (metrics
 // and the store wrapper) on, JSON logs at info level to io.Discard behind
