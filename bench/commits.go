@@ -16,7 +16,7 @@ import (
 type countingStore struct {
 	vault.Store
 	commits  atomic.Int64
-	twoSteps bool // hide vault.GrantConnector: the callback writes twice (as before, and as with PostgreSQL)
+	twoSteps bool // hide vault.GrantConnector: the callback writes twice, as before
 }
 
 func (c *countingStore) count(err error) error {

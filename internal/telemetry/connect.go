@@ -9,7 +9,8 @@ import (
 )
 
 // Connect passes vault.GrantConnector through the timing wrapper; a store
-// without it answers errors.ErrUnsupported (callers then write twice).
+// without it (a test double) answers errors.ErrUnsupported, and callers
+// then write twice.
 func (t *timedStore) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, fn func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
 	gc, ok := t.next.(vault.GrantConnector)
 	if !ok {
