@@ -2,6 +2,7 @@ package vaulttest
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -161,5 +162,45 @@ func testGrantConnector(t *testing.T, s vault.Store) {
 	}
 	if won != 1 || google != 1 {
 		t.Fatalf("%d completions, %d connections stored; want 1 and 1", won, google)
+	}
+}
+
+// testConnectWritesDeliveries: Connect writes the connection's outbox
+// deliveries in its transaction, and none when it stores nothing.
+func testConnectWritesDeliveries(t *testing.T, newStore NewHookedStore) {
+	s := newStore(t, recordingHook)
+	t.Cleanup(func() { _ = s.Close() })
+	gc, ok := s.(vault.GrantConnector)
+	if !ok {
+		t.Log("the store does not implement vault.GrantConnector")
+		return
+	}
+	o := outboxOf(t, s)
+	ctx := t.Context()
+	for _, id := range []string{"g1", "g2"} {
+		g := grant(id, alice, base, base.Add(10*time.Minute))
+		g.State = vault.GrantApproved
+		if _, err := s.CreateGrant(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c1 := Conn("c1", alice, "github", "1")
+	if _, _, err := gc.Connect(ctx, vault.ConnectionWrite{Create: &c1}, "g1", completeFn("c1")); err != nil {
+		t.Fatal(err)
+	}
+	c2 := Conn("c2", alice, "github", "2")
+	if _, _, err := gc.Connect(ctx, vault.ConnectionWrite{Create: &c2}, "g1", completeFn("c2")); !errors.Is(err, errClosed) {
+		t.Fatalf("replayed completion: %v", err)
+	}
+	if _, _, err := gc.Connect(ctx, vault.ConnectionWrite{UpdateID: "c1", Update: func(c vault.Connection) (vault.Connection, error) {
+		c.Status = vault.StatusNeedsReconnect
+		return c, nil
+	}}, "g2", completeFn("c1")); err != nil {
+		t.Fatal(err)
+	}
+	got := types(t, o)
+	want := []string{"a:created", "a:status.needs_reconnect", "b:created", "b:status.needs_reconnect"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("outbox holds %v, want %v", got, want)
 	}
 }
