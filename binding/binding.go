@@ -231,8 +231,17 @@ func (s *Service) transition(ctx context.Context, id string, p vault.Principal, 
 	if !ValidID(id) {
 		return vault.Grant{}, ErrNotFound
 	}
-	now := s.opts.Now()
-	g, err := s.store.UpdateGrant(ctx, id, func(g vault.Grant) (vault.Grant, error) {
+	g, err := s.store.UpdateGrant(ctx, id, s.check(s.opts.Now(), p, fn))
+	if errors.Is(err, vault.ErrNotFound) {
+		return vault.Grant{}, ErrNotFound
+	}
+	return g, err
+}
+
+// check is the update function of a transition at now: p's grant, not
+// expired, then fn.
+func (s *Service) check(now time.Time, p vault.Principal, fn func(*vault.Grant) error) func(vault.Grant) (vault.Grant, error) {
+	return func(g vault.Grant) (vault.Grant, error) {
 		if !SamePrincipal(g.Principal, p) {
 			return g, ErrWrongPrincipal
 		}
@@ -243,11 +252,7 @@ func (s *Service) transition(ctx context.Context, id string, p vault.Principal, 
 			return g, err
 		}
 		return g, nil
-	})
-	if errors.Is(err, vault.ErrNotFound) {
-		return vault.Grant{}, ErrNotFound
 	}
-	return g, err
 }
 
 func closedErr(st vault.GrantState) error {
@@ -293,14 +298,45 @@ func (s *Service) Complete(ctx context.Context, id string, p vault.Principal, co
 	if connectionID == "" {
 		return vault.Grant{}, errors.New("binding: complete without a connection id")
 	}
-	return s.transition(ctx, id, p, func(g *vault.Grant) error {
+	return s.transition(ctx, id, p, completeWith(connectionID))
+}
+
+// CompleteWith closes approved grant id with the connection written in the
+// same store transaction (vault.GrantConnector): the rules of Complete
+// (p's grant, not expired, approved, once), checked inside the transaction.
+// On failure nothing is stored, and the errors are Complete's.
+func (s *Service) CompleteWith(ctx context.Context, gc vault.GrantConnector, id string, p vault.Principal, w vault.ConnectionWrite) (vault.Connection, vault.Grant, error) {
+	var connectionID string
+	switch {
+	case w.Create != nil:
+		connectionID = w.Create.ID
+	case w.Update != nil:
+		connectionID = w.UpdateID
+	}
+	if connectionID == "" {
+		return vault.Connection{}, vault.Grant{}, errors.New("binding: complete without a connection id")
+	}
+	if !ValidID(id) {
+		return vault.Connection{}, vault.Grant{}, ErrNotFound
+	}
+	now := s.opts.Now()
+	c, g, err := gc.Connect(ctx, w, id, s.check(now, p, completeWith(connectionID)))
+	if errors.Is(err, vault.ErrNotFound) {
+		// The grant (or the connection to update) went away.
+		err = fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return c, g, err
+}
+
+func completeWith(connectionID string) func(*vault.Grant) error {
+	return func(g *vault.Grant) error {
 		if g.State != vault.GrantApproved {
 			return closedErr(g.State)
 		}
 		g.State = vault.GrantCompleted
 		g.ConnectionID = connectionID
 		return nil
-	})
+	}
 }
 
 // Round counts one MRTR retry on an open grant; past MaxRounds it returns

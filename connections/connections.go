@@ -793,16 +793,35 @@ func MissingRefreshToken(p *provider.Provider, c vault.Connection) bool {
 // person is updated in place, never duplicated. When g can no longer be
 // completed (used or expired meanwhile), a connection created just now is
 // removed again and ErrRequestExpired is returned.
+//
+// A store that implements vault.GrantConnector writes the connection and
+// completes g in one transaction (one durable commit, nothing to undo).
 func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
-	conn, err := s.store(ctx, pr, p, ex)
+	w, err := s.connectionWrite(ctx, pr, p, ex)
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	if _, err := s.opts.Grants.Complete(ctx, g.ID, pr, conn.ID); err != nil {
-		if conn.Version == 1 {
+	var conn vault.Connection
+	gc, atomic := s.opts.Store.(vault.GrantConnector)
+	if atomic {
+		conn, _, err = s.opts.Grants.CompleteWith(ctx, gc, g.ID, pr, w)
+		atomic = !errors.Is(err, errors.ErrUnsupported)
+	}
+	if !atomic {
+		if w.Create != nil {
+			conn, err = s.opts.Store.CreateConnection(ctx, *w.Create)
+		} else {
+			conn, err = s.opts.Store.UpdateConnection(ctx, w.UpdateID, w.Update)
+		}
+		if err != nil {
+			return vault.Connection{}, err
+		}
+		if _, err = s.opts.Grants.Complete(ctx, g.ID, pr, conn.ID); err != nil && conn.Version == 1 {
 			// Nothing else can reference a connection created a moment ago.
 			_ = s.opts.Store.DeleteConnection(context.WithoutCancel(ctx), conn.ID)
 		}
+	}
+	if err != nil {
 		if errors.Is(err, binding.ErrClosed) || errors.Is(err, binding.ErrExpired) {
 			return vault.Connection{}, ErrRequestExpired
 		}
@@ -816,19 +835,19 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 	return conn, nil
 }
 
-// store creates the connection or updates the person's existing one to
-// the same provider account.
-func (s *Service) store(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
+// connectionWrite is what storing ex comes to: a new connection, or an
+// update of the person's existing one to the same provider account.
+func (s *Service) connectionWrite(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged) (vault.ConnectionWrite, error) {
 	now := s.opts.Now()
 	existing, err := s.providerConnections(ctx, pr, p.Name)
 	if err != nil {
-		return vault.Connection{}, err
+		return vault.ConnectionWrite{}, err
 	}
 	for _, c := range existing {
 		if c.AccountID != ex.Account.ID {
 			continue
 		}
-		return s.opts.Store.UpdateConnection(ctx, c.ID, func(old vault.Connection) (vault.Connection, error) {
+		return vault.ConnectionWrite{UpdateID: c.ID, Update: func(old vault.Connection) (vault.Connection, error) {
 			keepRefresh, keepExpires := old.Token.RefreshToken, old.RefreshExpires
 			old.Token, old.RefreshExpires = ex.Token, ex.RefreshExpiry
 			if old.Token.RefreshToken == "" {
@@ -838,11 +857,11 @@ func (s *Service) store(ctx context.Context, pr vault.Principal, p *provider.Pro
 			}
 			old.AccountLogin, old.Scopes, old.Status, old.Updated = ex.Account.Login, p.NormalizeScopes(ex.Scopes), vault.StatusActive, now
 			return old, nil
-		})
+		}}, nil
 	}
-	return s.opts.Store.CreateConnection(ctx, vault.Connection{
+	return vault.ConnectionWrite{Create: &vault.Connection{
 		ID: "conn_" + binding.NewID(), Principal: pr, Provider: p.Name, AccountID: ex.Account.ID, AccountLogin: ex.Account.Login,
 		Scopes: p.NormalizeScopes(ex.Scopes), Token: ex.Token, RefreshExpires: ex.RefreshExpiry,
 		Status: vault.StatusActive, Created: now, Updated: now,
-	})
+	}}, nil
 }

@@ -121,8 +121,8 @@ func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMes
 			"Invalid params: _meta[\""+mcp.MetaKeyClientCapabilities+"\"] is required ({} declares none)", nil)
 		return
 	}
-	var cc mcp.ClientCapabilities
-	if err := json.Unmarshal(p.Meta.Capabilities, &cc); err != nil {
+	cc := s.caps.get(p.Meta.Capabilities)
+	if !cc.ok {
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams,
 			"Invalid params: _meta[\""+mcp.MetaKeyClientCapabilities+"\"] must be an object", nil)
 		return
@@ -137,7 +137,7 @@ func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMes
 		}
 		writeRPCResult(w, id, s.toolsListJSON)
 	case "tools/call":
-		s.serveModernCall(w, r, id, p, &cc, info)
+		s.serveModernCall(w, r, id, p, cc, info)
 	default:
 		writeRPCError(w, http.StatusNotFound, id, codeMethodNotFound, "Method not found: "+quote(msg.Method), nil)
 	}
@@ -155,7 +155,7 @@ func paramsProblem(err error) string {
 	return "params must be a JSON object"
 }
 
-func (s *Server) serveModernCall(w http.ResponseWriter, r *http.Request, id json.RawMessage, p *modernParams, cc *mcp.ClientCapabilities, info bearer.TokenInfo) {
+func (s *Server) serveModernCall(w http.ResponseWriter, r *http.Request, id json.RawMessage, p *modernParams, cc capsInfo, info bearer.TokenInfo) {
 	nameHeader, ok := decodeHeaderValue(r.Header.Get("Mcp-Name"))
 	switch {
 	case r.Header.Get("Mcp-Name") == "":
@@ -172,10 +172,9 @@ func (s *Server) serveModernCall(w http.ResponseWriter, r *http.Request, id json
 		return
 	}
 	c := &callContext{
-		principal:  info.Principal,
-		urlCapable: cc.Elicitation != nil && cc.Elicitation.URL != nil,
-		// An empty elicitation object declares form mode only.
-		formCapable: cc.Elicitation != nil && (cc.Elicitation.Form != nil || cc.Elicitation.URL == nil),
+		principal:   info.Principal,
+		urlCapable:  cc.urlCapable,
+		formCapable: cc.formCapable,
 		modern:      true,
 		args:        p.Arguments,
 		responses:   p.InputResponses,

@@ -93,6 +93,8 @@ type Server struct {
 	tracer trace.Tracer // nil: tracing off
 
 	metadataJSON []byte
+
+	caps capsMemo // decoded _meta clientCapabilities, by their bytes
 }
 
 // New validates opts and builds a Server. It performs no I/O: the IdP's
@@ -302,10 +304,16 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "batch requests are not supported", nil)
 		return
 	}
+	// One decode serves routing and, for modern requests, the method.
 	var msg rpcMessage
-	if err := json.Unmarshal(body, &msg); err != nil {
-		writeRPCError(w, http.StatusBadRequest, nil, codeParse, "Parse error: the body is not one JSON-RPC message", nil)
-		return
+	var p modernParams
+	fast := fastParse(body, &msg, &p)
+	if !fast {
+		msg, p = rpcMessage{}, modernParams{}
+		if err := json.Unmarshal(body, &msg); err != nil {
+			writeRPCError(w, http.StatusBadRequest, nil, codeParse, "Parse error: the body is not one JSON-RPC message", nil)
+			return
+		}
 	}
 	if msg.JSONRPC != "2.0" || msg.Method == "" {
 		writeRPCError(w, http.StatusBadRequest, validOrNull(msg.ID), codeInvalidRequest, `Invalid Request: want "jsonrpc":"2.0" and a method`, nil)
@@ -315,10 +323,8 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "Invalid Request: id must be a string or a number", nil)
 		return
 	}
-	// One decode serves routing and, for modern requests, the method.
-	var p modernParams
-	var metaV *string
-	if len(msg.Params) > 0 && string(msg.Params) != "null" {
+	metaV := p.Meta.Version
+	if !fast && len(msg.Params) > 0 && string(msg.Params) != "null" {
 		if perr := json.Unmarshal(msg.Params, &p); perr == nil {
 			metaV = p.Meta.Version
 		} else {

@@ -209,8 +209,8 @@ func quote(s string) string { return untrusted.Quote(s) }
 // decodeArgs decodes tool arguments strictly into v.
 func decodeArgs(raw json.RawMessage, v any) error {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		raw = []byte("{}")
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == "{}" {
+		return nil // v is the caller's fresh zero value: nothing to decode
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

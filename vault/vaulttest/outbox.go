@@ -30,6 +30,7 @@ func RunOutbox(t *testing.T, newStore NewHookedStore) {
 		{"ProviderConnections", testProviderConnections},
 		{"DeleteGrants", testDeleteGrants},
 		{"RetireConnection", testRetire},
+		{"ConnectWritesDeliveries", testConnectWritesDeliveries},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStore) })

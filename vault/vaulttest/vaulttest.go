@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentCreateSameID", testConcurrentCreateSameID},
 		{"ConcurrentCreateAndList", testConcurrentCreateAndList},
+		{"GrantConnector", testGrantConnector},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,97 @@
+package binding_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"credbroker/binding"
+	"credbroker/vault"
+	"credbroker/vault/memstore"
+)
+
+// TestCompleteWithChecks: completing a grant together with its connection
+// (one store transaction) keeps Complete's rules: only the grant's own
+// person, only before it expires, only once it is approved, only once; and
+// when any of them refuses, the connection is not stored either.
+func TestCompleteWithChecks(t *testing.T) {
+	ctx := context.Background()
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memstore.New(kr)
+	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	s := binding.New(store, binding.Options{Now: clk.Now})
+	n := 0
+	write := func(p vault.Principal) vault.ConnectionWrite {
+		n++
+		c := vault.Connection{ID: "conn_" + binding.NewID(), Principal: p, Provider: "github", AccountID: string(rune('a' + n)),
+			Status: vault.StatusActive, Created: clk.Now(), Updated: clk.Now(), Token: vault.TokenSet{AccessToken: "at"}}
+		return vault.ConnectionWrite{Create: &c}
+	}
+	stored := func() int {
+		t.Helper()
+		list, err := store.ListConnections(ctx, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+
+	pending, _ := s.Create(ctx, alice, "github", nil, "")
+	if _, _, err := s.CompleteWith(ctx, store, pending.ID, alice, write(alice)); !errors.Is(err, binding.ErrBadState) {
+		t.Fatalf("pending grant: %v, want ErrBadState", err)
+	}
+	g, _ := s.Create(ctx, alice, "github", nil, "")
+	s.Approve(ctx, g.ID, alice)
+	if _, _, err := s.CompleteWith(ctx, store, g.ID, bob, write(alice)); !errors.Is(err, binding.ErrWrongPrincipal) {
+		t.Fatalf("someone else's grant: %v, want ErrWrongPrincipal", err)
+	}
+	if _, _, err := s.CompleteWith(ctx, store, "nope", alice, write(alice)); !errors.Is(err, binding.ErrNotFound) {
+		t.Fatalf("unknown grant: %v, want ErrNotFound", err)
+	}
+	if got := stored(); got != 0 {
+		t.Fatalf("%d connections stored by refused completions", got)
+	}
+
+	// Racing callbacks: one completes, one connection.
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	ws := make([]vault.ConnectionWrite, 16)
+	for i := range ws {
+		ws[i] = write(alice)
+	}
+	for i := range ws {
+		wg.Go(func() {
+			conn, got, err := s.CompleteWith(ctx, store, g.ID, alice, ws[i])
+			switch {
+			case err == nil:
+				wins.Add(1)
+				if got.State != vault.GrantCompleted || got.ConnectionID != conn.ID || conn.ID != ws[i].Create.ID {
+					t.Errorf("racer %d: grant %+v, connection %s", i, got, conn.ID)
+				}
+			case !errors.Is(err, binding.ErrClosed):
+				t.Errorf("racer %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 || stored() != 1 {
+		t.Fatalf("%d completions, %d connections; want 1 and 1", wins.Load(), stored())
+	}
+
+	// Expired: nothing stored.
+	late, _ := s.Create(ctx, alice, "github", nil, "")
+	s.Approve(ctx, late.ID, alice)
+	clk.Advance(time.Hour)
+	if _, _, err := s.CompleteWith(ctx, store, late.ID, alice, write(alice)); !errors.Is(err, binding.ErrExpired) {
+		t.Fatalf("expired grant: %v, want ErrExpired", err)
+	}
+	if got := stored(); got != 1 {
+		t.Fatalf("%d connections after an expired completion, want 1", got)
+	}
+}

@@ -1,0 +1,481 @@
+package mcpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// fastParse decodes the JSON-RPC envelope and the params this endpoint reads
+// (modernParams) in one pass over body, without reflection. It handles the
+// common shape only: known keys spelled exactly, each at most once; strings
+// without escapes and in valid UTF-8; no nulls where a value is decoded; no
+// inputResponses. Anything else returns ok=false and the caller decodes with
+// encoding/json, so behaviour never differs: when ok is true, msg and p are
+// exactly what json.Unmarshal(body, &msg) and then json.Unmarshal(msg.Params,
+// &p) give (TestFastParseMatchesEncodingJSON, FuzzFastParse). Unknown keys
+// are skipped (after validating their value) unless they case-fold to a known
+// key, which encoding/json would match.
+//
+// Raw values (id, params, arguments, capabilities) alias body.
+func fastParse(body []byte, msg *rpcMessage, p *modernParams) bool {
+	d := fastDecoder{b: body}
+	d.ws()
+	if !d.object(func(key []byte) bool {
+		switch string(key) {
+		case "jsonrpc":
+			return d.once(0) && d.str(&msg.JSONRPC)
+		case "id":
+			return d.once(1) && d.notNull() && d.raw((*[]byte)(&msg.ID))
+		case "method":
+			return d.once(2) && d.str(&msg.Method)
+		case "params":
+			return d.once(3) && d.notNull() && d.raw((*[]byte)(&msg.Params))
+		}
+		return d.unknown(key, "jsonrpc", "id", "method", "params")
+	}) {
+		return false
+	}
+	d.ws()
+	if d.i != len(d.b) {
+		return false
+	}
+	if len(msg.Params) == 0 {
+		return true
+	}
+	return fastParams(msg.Params, p)
+}
+
+func fastParams(params []byte, p *modernParams) bool {
+	d := fastDecoder{b: params}
+	ok := d.object(func(key []byte) bool {
+		switch string(key) {
+		case "_meta":
+			return d.once(0) && d.meta(&p.Meta)
+		case "cursor":
+			var s string
+			if !d.once(1) || !d.str(&s) {
+				return false
+			}
+			p.Cursor = &s
+			return true
+		case "name":
+			return d.once(2) && d.str(&p.Name)
+		case "arguments":
+			return d.once(3) && d.notNull() && d.raw((*[]byte)(&p.Arguments))
+		case "requestState":
+			return d.once(4) && d.str(&p.RequestState)
+		}
+		return d.unknown(key, "_meta", "cursor", "name", "arguments", "requestState", "inputResponses")
+	})
+	return ok && d.i == len(d.b)
+}
+
+func (d *fastDecoder) meta(m *reqMeta) bool {
+	sub := fastDecoder{b: d.b, i: d.i}
+	ok := sub.object(func(key []byte) bool {
+		switch string(key) {
+		case mcp.MetaKeyProtocolVersion:
+			var s string
+			if !sub.once(0) || !sub.str(&s) {
+				return false
+			}
+			m.Version = &s
+			return true
+		case mcp.MetaKeyClientCapabilities:
+			return sub.once(1) && sub.notNull() && sub.raw((*[]byte)(&m.Capabilities))
+		case mcp.MetaKeyClientInfo:
+			return sub.once(2) && sub.impl(&m.ClientInfo)
+		}
+		return sub.unknown(key, mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientCapabilities, mcp.MetaKeyClientInfo)
+	})
+	d.i = sub.i
+	return ok
+}
+
+func (d *fastDecoder) impl(out **mcp.Implementation) bool {
+	var impl mcp.Implementation
+	sub := fastDecoder{b: d.b, i: d.i}
+	ok := sub.object(func(key []byte) bool {
+		switch string(key) {
+		case "name":
+			return sub.once(0) && sub.str(&impl.Name)
+		case "title":
+			return sub.once(1) && sub.str(&impl.Title)
+		case "description":
+			return sub.once(2) && sub.str(&impl.Description)
+		case "version":
+			return sub.once(3) && sub.str(&impl.Version)
+		case "websiteUrl":
+			return sub.once(4) && sub.str(&impl.WebsiteURL)
+		}
+		return sub.unknown(key, "name", "title", "description", "version", "websiteUrl", "icons")
+	})
+	d.i = sub.i
+	if ok {
+		*out = &impl
+	}
+	return ok
+}
+
+// fastDecoder walks one JSON text. seen records the known keys of the
+// object being decoded (duplicates fall back: encoding/json merges them).
+type fastDecoder struct {
+	b    []byte
+	i    int
+	seen uint32
+}
+
+// maxFastDepth bounds nesting in skipped values; deeper input falls back.
+const maxFastDepth = 200
+
+func (d *fastDecoder) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *fastDecoder) once(bit uint) bool {
+	if d.seen&(1<<bit) != 0 {
+		return false
+	}
+	d.seen |= 1 << bit
+	return true
+}
+
+// object decodes {"key": value, ...}, calling field with each key (escape
+// free) positioned at its value, which field must consume.
+func (d *fastDecoder) object(field func(key []byte) bool) bool {
+	d.ws()
+	if d.i >= len(d.b) || d.b[d.i] != '{' {
+		return false
+	}
+	d.i++
+	d.seen = 0
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return true
+	}
+	for {
+		d.ws()
+		key, ok := d.plainString()
+		if !ok {
+			return false
+		}
+		d.ws()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			return false
+		}
+		d.i++
+		d.ws()
+		if !field(key) {
+			return false
+		}
+		d.ws()
+		if d.i >= len(d.b) {
+			return false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// unknown skips the value of a key that is none of known; a key that
+// case-folds to a known one is left to encoding/json.
+func (d *fastDecoder) unknown(key []byte, known ...string) bool {
+	for _, k := range known {
+		if bytes.EqualFold(key, []byte(k)) {
+			return false
+		}
+	}
+	return d.skip(0)
+}
+
+// plainString reads a string without escapes, in valid UTF-8 (what
+// encoding/json would give verbatim).
+func (d *fastDecoder) plainString() ([]byte, bool) {
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return nil, false
+	}
+	start := d.i + 1
+	ascii := true
+	for j := start; j < len(d.b); j++ {
+		c := d.b[j]
+		switch {
+		case c == '"':
+			s := d.b[start:j]
+			if !ascii && !utf8.Valid(s) {
+				return nil, false
+			}
+			d.i = j + 1
+			return s, true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		case c >= 0x80:
+			ascii = false
+		}
+	}
+	return nil, false
+}
+
+func (d *fastDecoder) str(out *string) bool {
+	s, ok := d.plainString()
+	if ok {
+		*out = string(s)
+	}
+	return ok
+}
+
+func (d *fastDecoder) notNull() bool {
+	return d.i < len(d.b) && d.b[d.i] != 'n'
+}
+
+// raw validates one value and stores its bytes.
+func (d *fastDecoder) raw(out *[]byte) bool {
+	start := d.i
+	if !d.skip(0) {
+		return false
+	}
+	*out = d.b[start:d.i:d.i]
+	return true
+}
+
+// skip validates and passes over one JSON value (the grammar of RFC 8259,
+// as encoding/json's scanner checks it; strings may hold any bytes but
+// controls, escapes must be valid).
+func (d *fastDecoder) skip(depth int) bool {
+	if depth > maxFastDepth || d.i >= len(d.b) {
+		return false
+	}
+	switch c := d.b[d.i]; {
+	case c == '{':
+		d.i++
+		d.ws()
+		if d.i < len(d.b) && d.b[d.i] == '}' {
+			d.i++
+			return true
+		}
+		for {
+			d.ws()
+			if !d.skipString() {
+				return false
+			}
+			d.ws()
+			if d.i >= len(d.b) || d.b[d.i] != ':' {
+				return false
+			}
+			d.i++
+			d.ws()
+			if !d.skip(depth + 1) {
+				return false
+			}
+			d.ws()
+			if d.i >= len(d.b) {
+				return false
+			}
+			if d.b[d.i] == '}' {
+				d.i++
+				return true
+			}
+			if d.b[d.i] != ',' {
+				return false
+			}
+			d.i++
+		}
+	case c == '[':
+		d.i++
+		d.ws()
+		if d.i < len(d.b) && d.b[d.i] == ']' {
+			d.i++
+			return true
+		}
+		for {
+			d.ws()
+			if !d.skip(depth + 1) {
+				return false
+			}
+			d.ws()
+			if d.i >= len(d.b) {
+				return false
+			}
+			if d.b[d.i] == ']' {
+				d.i++
+				return true
+			}
+			if d.b[d.i] != ',' {
+				return false
+			}
+			d.i++
+		}
+	case c == '"':
+		return d.skipString()
+	case c == '-' || c >= '0' && c <= '9':
+		return d.skipNumber()
+	case c == 't':
+		return d.literal("true")
+	case c == 'f':
+		return d.literal("false")
+	case c == 'n':
+		return d.literal("null")
+	}
+	return false
+}
+
+func (d *fastDecoder) literal(lit string) bool {
+	if !bytes.HasPrefix(d.b[d.i:], []byte(lit)) {
+		return false
+	}
+	d.i += len(lit)
+	return true
+}
+
+func (d *fastDecoder) skipString() bool {
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return false
+	}
+	for j := d.i + 1; j < len(d.b); j++ {
+		switch c := d.b[j]; {
+		case c == '"':
+			d.i = j + 1
+			return true
+		case c < 0x20:
+			return false
+		case c == '\\':
+			j++
+			if j >= len(d.b) {
+				return false
+			}
+			switch d.b[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(d.b) {
+					return false
+				}
+				for _, h := range d.b[j+1 : j+5] {
+					if !isHex(h) {
+						return false
+					}
+				}
+				j += 4
+			default:
+				return false
+			}
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+func (d *fastDecoder) digits() int {
+	n := 0
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		d.i++
+		n++
+	}
+	return n
+}
+
+// skipNumber: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (d *fastDecoder) skipNumber() bool {
+	if d.b[d.i] == '-' {
+		d.i++
+	}
+	if d.i >= len(d.b) {
+		return false
+	}
+	if d.b[d.i] == '0' {
+		d.i++
+	} else if d.digits() == 0 {
+		return false
+	}
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		if d.digits() == 0 {
+			return false
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if d.digits() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// capsInfo is what the handler reads from _meta clientCapabilities.
+type capsInfo struct {
+	ok                      bool // an object encoding/json decodes
+	urlCapable, formCapable bool
+}
+
+func capsFrom(raw []byte) capsInfo {
+	var cc mcp.ClientCapabilities
+	if err := json.Unmarshal(raw, &cc); err != nil {
+		return capsInfo{}
+	}
+	return capsInfo{
+		ok:         true,
+		urlCapable: cc.Elicitation != nil && cc.Elicitation.URL != nil,
+		// An empty elicitation object declares form mode only.
+		formCapable: cc.Elicitation != nil && (cc.Elicitation.Form != nil || cc.Elicitation.URL == nil),
+	}
+}
+
+// capsMemo remembers capsFrom for the few capability objects clients send
+// (keyed by their exact bytes: the decode is a pure function of them).
+// Bounded: once full it stops learning, and unusual objects are decoded
+// each time.
+type capsMemo struct {
+	mu sync.RWMutex
+	m  map[string]capsInfo
+}
+
+const (
+	capsMemoEntries  = 64
+	capsMemoMaxBytes = 512
+)
+
+func (c *capsMemo) get(raw []byte) capsInfo {
+	if len(raw) > capsMemoMaxBytes {
+		return capsFrom(raw)
+	}
+	c.mu.RLock()
+	v, ok := c.m[string(raw)]
+	c.mu.RUnlock()
+	if ok {
+		return v
+	}
+	v = capsFrom(raw)
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[string]capsInfo)
+	}
+	if len(c.m) < capsMemoEntries {
+		c.m[string(raw)] = v
+	}
+	c.mu.Unlock()
+	return v
+}

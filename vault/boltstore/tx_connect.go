@@ -1,0 +1,147 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"credbroker/vault"
+)
+
+var _ vault.GrantConnector = (*Store)(nil)
+
+// Connect implements vault.GrantConnector: the connection write and the
+// grant update share one batched write transaction, so one fsync.
+func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	var (
+		id      []byte
+		created vault.Connection
+		newRec  []byte
+	)
+	switch {
+	case w.Create != nil:
+		created = w.Create.Clone()
+		created.Version = 1
+		created.SealedWith = ""
+		rec, err := vault.EncodeConnection(s.kr, created)
+		if err != nil {
+			return vault.Connection{}, vault.Grant{}, err
+		}
+		id, newRec = []byte(created.ID), rec
+	case w.Update != nil:
+		id = []byte(w.UpdateID)
+	default:
+		return vault.Connection{}, vault.Grant{}, errors.New("boltstore: connect: no connection to write")
+	}
+	var (
+		outC  vault.Connection
+		outG  vault.Grant
+		opErr error
+	)
+	err := s.batch(func(tx *bolt.Tx) error {
+		outC, outG, opErr = vault.Connection{}, vault.Grant{}, nil
+		cb := tx.Bucket(bConns)
+		old := cb.Get(id)
+		rec := newRec
+		switch {
+		case w.Create != nil && old != nil:
+			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrExists)
+			return nil
+		case w.Create != nil:
+			outC = created
+			outC.SealedWith = s.kr.Primary()
+		case old == nil:
+			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
+			return nil
+		default:
+			nrec, nc, err := vault.ApplyConnectionRecordUpdate(s.kr, old, string(id), w.Update)
+			if err != nil {
+				opErr = err
+				return nil
+			}
+			rec, outC = nrec, nc
+		}
+		gb := tx.Bucket(bGrants)
+		grec := gb.Get([]byte(grantID))
+		if grec == nil {
+			opErr = fmt.Errorf("boltstore: grant %s: %w", grantID, vault.ErrNotFound)
+			return nil
+		}
+		og, err := vault.DecodeGrant(grec)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		ng, err := vault.ApplyGrantUpdate(og, grant)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		ngrec, err := vault.EncodeGrant(ng)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		ds, err := vault.ChangeDeliveries(s.changes, old, rec)
+		if err != nil {
+			opErr = err
+			return nil
+		}
+		// Every expected failure is behind us: write both.
+		if err := cb.Put(id, rec); err != nil {
+			return err
+		}
+		if err := putDeliveries(tx, ds); err != nil {
+			return err
+		}
+		if w.Create != nil {
+			if err := tx.Bucket(bConnByPrinc).Put(connIndexKey(created.Principal, created.ID), nil); err != nil {
+				return err
+			}
+		}
+		if err := gb.Put([]byte(grantID), ngrec); err != nil {
+			return err
+		}
+		if err := reindexGrant(tx, og, ng); err != nil {
+			return err
+		}
+		outG = ng
+		return nil
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	return outC, outG, nil
+}
+
+// reindexGrant keeps the grant indexes in step when an update changed
+// Created or Expires (as UpdateGrant does).
+func reindexGrant(tx *bolt.Tx, old, ng vault.Grant) error {
+	if !old.Created.Equal(ng.Created) {
+		pb := tx.Bucket(bGrantByPrin)
+		if err := pb.Delete(grantPrincipalKey(old)); err != nil {
+			return err
+		}
+		if err := pb.Put(grantPrincipalKey(ng), nil); err != nil {
+			return err
+		}
+	}
+	if !old.Expires.Equal(ng.Expires) {
+		eb := tx.Bucket(bGrantByExp)
+		if err := eb.Delete(grantExpiryKey(old)); err != nil {
+			return err
+		}
+		if err := eb.Put(grantExpiryKey(ng), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}

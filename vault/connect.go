@@ -1,0 +1,28 @@
+package vault
+
+import "context"
+
+// ConnectionWrite is the connection half of GrantConnector.Connect: either
+// Create, a new connection (as CreateConnection), or Update applied to
+// connection UpdateID (as UpdateConnection).
+type ConnectionWrite struct {
+	Create   *Connection
+	UpdateID string
+	Update   func(Connection) (Connection, error)
+}
+
+// GrantConnector is implemented by stores that can store the connection a
+// connect request produced and close the request in one transaction (one
+// durable commit where there were two, and no window in which a connection
+// exists for a grant that could not be completed).
+//
+// Connect performs w, then applies grant to grant grantID (with the rules
+// of UpdateGrant), atomically: when either fails nothing is stored, and the
+// error is returned as is. The connection's id is known before the call
+// (Create.ID or UpdateID), so grant can record it. Both functions may run
+// more than once and must be free of side effects. The result carries the
+// stored connection (with its Token, as CreateConnection and
+// UpdateConnection return it) and grant.
+type GrantConnector interface {
+	Connect(ctx context.Context, w ConnectionWrite, grantID string, grant func(Grant) (Grant, error)) (Connection, Grant, error)
+}

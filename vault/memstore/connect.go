@@ -1,0 +1,93 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"credbroker/vault"
+)
+
+var _ vault.GrantConnector = (*Store)(nil)
+
+// Connect implements vault.GrantConnector under the write lock.
+func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
+	var (
+		id      string
+		newRec  []byte
+		created vault.Connection
+	)
+	if w.Create != nil {
+		created = w.Create.Clone()
+		created.Version = 1
+		created.SealedWith = ""
+		b, err := vault.EncodeConnection(s.kr, created)
+		if err != nil {
+			return vault.Connection{}, vault.Grant{}, err
+		}
+		id, newRec = created.ID, b
+	} else if w.Update != nil {
+		id = w.UpdateID
+	} else {
+		return vault.Connection{}, vault.Grant{}, errors.New("memstore: connect: no connection to write")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	old, exists := s.conns[id]
+	var out vault.Connection
+	switch {
+	case w.Create != nil && exists:
+		return vault.Connection{}, vault.Grant{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrExists)
+	case w.Create != nil:
+		out = created
+		out.SealedWith = s.kr.Primary()
+	case !exists:
+		return vault.Connection{}, vault.Grant{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
+	default:
+		nb, nc, err := vault.ApplyConnectionRecordUpdate(s.kr, old, id, w.Update)
+		if err != nil {
+			return vault.Connection{}, vault.Grant{}, err
+		}
+		newRec, out = nb, nc
+	}
+	gb, ok := s.grants[grantID]
+	if !ok {
+		return vault.Connection{}, vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", grantID, vault.ErrNotFound)
+	}
+	og, err := vault.DecodeGrant(gb)
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	ng, err := vault.ApplyGrantUpdate(og, grant)
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	ngb, err := vault.EncodeGrant(ng)
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	var prev []byte
+	if exists {
+		prev = old
+	}
+	ds, err := vault.ChangeDeliveries(s.changes, prev, newRec)
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	// Nothing fails past this point: both writes land together.
+	s.conns[id] = newRec
+	s.enqueue(ds)
+	if w.Create != nil {
+		idx := s.byPrincipal[created.Principal]
+		if idx == nil {
+			idx = map[string]struct{}{}
+			s.byPrincipal[created.Principal] = idx
+		}
+		idx[id] = struct{}{}
+	}
+	s.grants[grantID] = ngb
+	return out, ng, nil
+}

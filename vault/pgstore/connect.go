@@ -1,0 +1,155 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"credbroker/vault"
+)
+
+var _ vault.GrantConnector = (*Store)(nil)
+
+// errAbort rolls back Connect's transaction after an expected failure,
+// which opErr carries.
+var errAbort = errors.New("pgstore: connect aborted")
+
+// Connect implements vault.GrantConnector in one transaction: the grant's
+// row (and an updated connection's) is locked FOR UPDATE, so a racing
+// completion waits and then sees the grant completed.
+func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	var (
+		id      string
+		created vault.Connection
+		newRec  []byte
+	)
+	switch {
+	case w.Create != nil:
+		created = w.Create.Clone()
+		created.Version = 1
+		created.SealedWith = ""
+		rec, err := vault.EncodeConnection(s.kr, created)
+		if err != nil {
+			return vault.Connection{}, vault.Grant{}, err
+		}
+		id, newRec = created.ID, rec
+	case w.Update != nil:
+		id = w.UpdateID
+	default:
+		return vault.Connection{}, vault.Grant{}, errors.New("pgstore: connect: no connection to write")
+	}
+	if !storable(id) {
+		return vault.Connection{}, vault.Grant{}, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
+	}
+	if !storable(grantID) {
+		return vault.Connection{}, vault.Grant{}, fmt.Errorf("pgstore: grant %q: %w", grantID, vault.ErrNotFound)
+	}
+	var (
+		outC  vault.Connection
+		outG  vault.Grant
+		opErr error
+	)
+	fail := func(err error) error { opErr = err; return errAbort }
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		outC, outG, opErr = vault.Connection{}, vault.Grant{}, nil
+		var grec []byte
+		var gversion int64
+		err := tx.QueryRow(ctx, "SELECT record, version FROM grants WHERE id = $1 FOR UPDATE", grantID).Scan(&grec, &gversion)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fail(fmt.Errorf("pgstore: grant %s: %w", grantID, vault.ErrNotFound))
+		}
+		if err != nil {
+			return err
+		}
+		og, err := vault.DecodeGrant(grec)
+		if err == nil && og.ID != grantID {
+			err = fmt.Errorf("pgstore: grant %s: stored record names id %s: %w", grantID, og.ID, vault.ErrMalformed)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		ng, err := vault.ApplyGrantUpdate(og, grant)
+		if err != nil {
+			return fail(err)
+		}
+		gargs, err := s.grantArgs(ng)
+		if err != nil {
+			return fail(err)
+		}
+
+		var old []byte
+		rec := newRec
+		if w.Create != nil {
+			row, err := rowFromRecord(rec)
+			if err != nil {
+				return fail(err)
+			}
+			tag, err := tx.Exec(ctx, insertConn, row.args()...)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return fail(fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrExists))
+			}
+			outC = created
+			outC.SealedWith = s.kr.Primary()
+		} else {
+			var version int64
+			err := tx.QueryRow(ctx, "SELECT record, version FROM connections WHERE id = $1 FOR UPDATE", id).Scan(&old, &version)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fail(fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound))
+			}
+			if err != nil {
+				return err
+			}
+			nrec, nc, err := vault.ApplyConnectionRecordUpdate(s.kr, old, id, w.Update)
+			if err != nil {
+				return fail(err)
+			}
+			if int64(nc.Version) != version+1 {
+				return fail(fmt.Errorf("pgstore: connection %s: record version %d, column says %d: %w", id, nc.Version-1, version, vault.ErrMalformed))
+			}
+			row, err := rowFromRecord(nrec)
+			if err != nil {
+				return fail(err)
+			}
+			a := row.args()
+			if _, err := tx.Exec(ctx, `UPDATE connections SET account_login = $2, status = $3, created = $4,
+				updated = $5, last_used = $6, last_refreshed = $7, sealed_with = $8, version = $9, record = $10
+				WHERE id = $1 AND version = $11`, append(append([]any{a[0]}, a[5:]...), version)...); err != nil {
+				return err
+			}
+			rec, outC = nrec, nc
+		}
+		ds, err := vault.ChangeDeliveries(s.changes, old, rec)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE grants SET provider = $2, state = $3, created_ns = $4,
+			expires_ns = $5, version = $6, record = $7
+			WHERE id = $1 AND version = $8`, append(append([]any{gargs[0]}, gargs[3:]...), gversion)...); err != nil {
+			return err
+		}
+		if len(ds) > 0 {
+			b := &pgx.Batch{}
+			queueDeliveries(b, ds)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+		}
+		outG = ng
+		return nil
+	})
+	switch {
+	case errors.Is(err, errAbort):
+		return vault.Connection{}, vault.Grant{}, opErr
+	case err != nil:
+		return vault.Connection{}, vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: connect %s: %w", id, err))
+	}
+	return outC, outG, nil
+}
