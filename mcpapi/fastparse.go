@@ -89,8 +89,12 @@ func (d *fastDecoder) meta(m *reqMeta) bool {
 			return sub.once(1) && sub.notNull() && sub.raw((*[]byte)(&m.Capabilities))
 		case mcp.MetaKeyClientInfo:
 			return sub.once(2) && sub.impl(&m.ClientInfo)
+		case "traceparent":
+			return sub.once(3) && sub.str(&m.TraceParent)
+		case "tracestate":
+			return sub.once(4) && sub.str(&m.TraceState)
 		}
-		return sub.unknown(key, mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientCapabilities, mcp.MetaKeyClientInfo)
+		return sub.unknown(key, mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientCapabilities, mcp.MetaKeyClientInfo, "traceparent", "tracestate")
 	})
 	d.i = sub.i
 	return ok

@@ -63,6 +63,10 @@ func TestFastParseMatchesEncodingJSON(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`, true},
 		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","extra":[1,{"b":[]}],` + meta + `},"other":{"k":null}}`, true},
 		{`{}`, true},
+		// SEP-414 trace context in _meta (the traced request's parent).
+		{`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"k=v","io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, true},
+		{`{"jsonrpc":"2.0","id":4,"method":"x","params":{"_meta":{"traceparent":"a","traceparent":"b"}}}`, false},
+		{`{"jsonrpc":"2.0","id":4,"method":"x","params":{"_meta":{"TraceParent":"a"}}}`, false},
 		// Unusual shapes: encoding/json decides.
 		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}`, false},
 		{`{"jsonrpc":"2.0","id":1,"method":"tools\/call"}`, false},

@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -170,3 +171,19 @@ func (t *tracedResealer) Reseal(ctx context.Context, ids []string) (int, error) 
 	end(span, err)
 	return n, err
 }
+
+// Connect passes vault.GrantConnector through, so a traced store still
+// writes the connection and completes its grant in one transaction; a store
+// without it answers errors.ErrUnsupported and callers write twice.
+func (t *tracedStore) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, fn func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
+	gc, ok := t.next.(vault.GrantConnector)
+	if !ok {
+		return vault.Connection{}, vault.Grant{}, errors.ErrUnsupported
+	}
+	ctx, span := t.start(ctx, "connect")
+	c, g, err := gc.Connect(ctx, w, grantID, fn)
+	end(span, err)
+	return c, g, err
+}
+
+var _ vault.GrantConnector = (*tracedStore)(nil)

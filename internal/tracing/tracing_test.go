@@ -2,6 +2,7 @@ package tracing_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -214,8 +215,20 @@ func TestWrapStore(t *testing.T) {
 	if _, err := ws.GetConnection(context.Background(), "conn-secret-id"); err == nil {
 		t.Fatal("found a connection in an empty store")
 	}
+	// The one-transaction connect (vault.GrantConnector) survives wrapping:
+	// with tracing on, the callback must not fall back to two writes.
+	gc, ok := ws.(vault.GrantConnector)
+	if !ok {
+		t.Fatal("the traced store hides vault.GrantConnector")
+	}
+	if _, _, err := gc.Connect(context.Background(), vault.ConnectionWrite{}, "no-such-grant", nil); err == nil || errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Connect on an unknown grant: %v", err)
+	}
 	spans := mem.GetSpans()
-	if len(spans) != 1 || spans[0].Name != "vault.get_connection" || spans[0].Status.Code != codes.Error {
+	if len(spans) != 2 || spans[1].Name != "vault.connect" {
+		t.Fatalf("spans %+v", spans)
+	}
+	if spans[0].Name != "vault.get_connection" || spans[0].Status.Code != codes.Error {
 		t.Fatalf("spans %+v", spans)
 	}
 	for _, a := range spans[0].Attributes {
