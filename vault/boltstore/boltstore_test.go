@@ -21,18 +21,27 @@ import (
 
 var alice = vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
 
-// editRecord rewrites the stored JSON of a connection through edit.
+// editRecord rewrites a stored connection record through edit, which sees
+// and changes its JSON form (vault.RecordJSON); the record is written back
+// in the format the codec writes.
 func editRecord(t *testing.T, s *boltstore.Store, id string, edit func(rec map[string]any)) {
 	t.Helper()
 	err := s.DB().Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("connections"))
+		js, err := vault.RecordJSON(b.Get([]byte(id)))
+		if err != nil {
+			return err
+		}
 		var rec map[string]any
-		if err := json.Unmarshal(b.Get([]byte(id)), &rec); err != nil {
+		if err := json.Unmarshal(js, &rec); err != nil {
 			return err
 		}
 		edit(rec)
 		nb, err := json.Marshal(rec)
 		if err != nil {
+			return err
+		}
+		if nb, err = vault.RecordFromJSON(nb); err != nil {
 			return err
 		}
 		return b.Put([]byte(id), nb)
