@@ -52,8 +52,14 @@ const recordV1 = 1
 // connectionAAD binds a ciphertext to the record that holds it: moving it to
 // another connection (other id, principal, provider or account) fails to open.
 func connectionAAD(c *connRecord) []byte {
-	b := []byte("credbroker/connection/v1")
-	for _, s := range []string{c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID} {
+	const prefix = "credbroker/connection/v1"
+	ss := [...]string{c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID}
+	n := len(prefix)
+	for _, s := range ss {
+		n += binary.MaxVarintLen64 + len(s)
+	}
+	b := append(make([]byte, 0, n), prefix...)
+	for _, s := range ss {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}

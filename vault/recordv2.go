@@ -134,25 +134,28 @@ func (r *reader) fail(format string, args ...any) {
 	}
 }
 
-func (r *reader) uvarint(field string) uint64 {
+// uvarint reads a varint of field; part ("", " length", " nanoseconds")
+// says which of the field's varints it is, kept apart so that naming it
+// costs nothing unless it fails.
+func (r *reader) uvarint(field, part string) uint64 {
 	if r.err != nil {
 		return 0
 	}
 	var x uint64
 	for i := 0; ; i++ {
 		if r.off+i >= len(r.s) {
-			r.fail("truncated in %s (at byte %d of %d)", field, r.off, len(r.s))
+			r.fail("truncated in %s%s (at byte %d of %d)", field, part, r.off, len(r.s))
 			return 0
 		}
 		c := r.s[r.off+i]
 		if i == binary.MaxVarintLen64-1 && c > 1 {
-			r.fail("%s overflows 64 bits (at byte %d)", field, r.off)
+			r.fail("%s%s overflows 64 bits (at byte %d)", field, part, r.off)
 			return 0
 		}
 		x |= uint64(c&0x7f) << (7 * i)
 		if c < 0x80 {
 			if i > 0 && c == 0 {
-				r.fail("%s is not minimally encoded (at byte %d)", field, r.off)
+				r.fail("%s%s is not minimally encoded (at byte %d)", field, part, r.off)
 				return 0
 			}
 			r.off += i + 1
@@ -162,7 +165,7 @@ func (r *reader) uvarint(field string) uint64 {
 }
 
 func (r *reader) varint(field string) int64 {
-	ux := r.uvarint(field)
+	ux := r.uvarint(field, "")
 	x := int64(ux >> 1)
 	if ux&1 != 0 {
 		x = ^x
@@ -172,7 +175,7 @@ func (r *reader) varint(field string) int64 {
 
 // bytes returns the next length-prefixed field as a substring.
 func (r *reader) bytes(field string, max int) string {
-	n := r.uvarint(field + " length")
+	n := r.uvarint(field, " length")
 	if r.err != nil {
 		return ""
 	}
@@ -199,7 +202,7 @@ func (r *reader) str(field string) string {
 
 func (r *reader) time(field string) time.Time {
 	sec := r.varint(field)
-	nsec := r.uvarint(field + " nanoseconds")
+	nsec := r.uvarint(field, " nanoseconds")
 	if r.err != nil {
 		return time.Time{}
 	}
@@ -262,7 +265,7 @@ func decodeRecordV2(b []byte) (connRecord, error) {
 	c.Provider = rd.str("provider")
 	c.AccountID = rd.str("account_id")
 	c.AccountLogin = rd.str("account_login")
-	if n := rd.uvarint("scope count"); n > maxRecordScopes {
+	if n := rd.uvarint("scope count", ""); n > maxRecordScopes {
 		rd.fail("%d scopes, more than the %d allowed", n, maxRecordScopes)
 	} else if n > 0 && rd.err == nil {
 		c.Scopes = make([]string, n)
@@ -276,7 +279,7 @@ func decodeRecordV2(b []byte) (connRecord, error) {
 	c.LastUsed = rd.time("last_used")
 	c.LastRefreshed = rd.time("last_refreshed")
 	c.RefreshExpires = rd.time("refresh_expires")
-	c.Version = rd.uvarint("version")
+	c.Version = rd.uvarint("version", "")
 	flags := rd.byte1("flags")
 	if flags&^1 != 0 {
 		rd.fail("unknown flags %#02x", flags)
@@ -331,7 +334,7 @@ func decodeTokensV2(pt []byte) (tokenPlain, error) {
 	tp.TokenType = rd.tok("token type")
 	tp.Expiry = rd.time("expiry")
 	tp.IDToken = rd.tok("id token")
-	if n := rd.uvarint("field count"); n > maxTokenFields {
+	if n := rd.uvarint("field count", ""); n > maxTokenFields {
 		rd.fail("%d fields, more than the %d allowed", n, maxTokenFields)
 	} else if n > 0 && rd.err == nil {
 		tp.Fields = make(map[string]string, n)
