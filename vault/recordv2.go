@@ -210,19 +210,23 @@ func (r *reader) time(field string) time.Time {
 		r.fail("%s has %d nanoseconds", field, nsec)
 		return time.Time{}
 	}
-	t := time.Unix(sec, int64(nsec)).UTC()
-	if !timeInRange(t) {
+	if sec < minRecordUnix || sec > maxRecordUnix {
 		r.fail("%s is outside the years 0 to 9999", field)
 		return time.Time{}
 	}
-	return t
+	return time.Unix(sec, int64(nsec)).UTC()
 }
 
-// timeInRange: a record's times are in the years 0 to 9999, as format 1
-// (RFC 3339 in JSON) requires, so every record converts to it.
+// A record's times are in the years 0 to 9999, as format 1 (RFC 3339 in
+// JSON) requires, so every record converts to it.
+var (
+	minRecordUnix = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	maxRecordUnix = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC).Unix() - 1
+)
+
 func timeInRange(t time.Time) bool {
-	y := t.UTC().Year()
-	return y >= 0 && y <= 9999
+	sec := t.Unix()
+	return sec >= minRecordUnix && sec <= maxRecordUnix
 }
 
 // checkTimes refuses times no record format can hold.

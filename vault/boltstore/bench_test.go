@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -310,12 +311,24 @@ func BenchmarkPutSingleWriter(b *testing.B) {
 }
 
 // BenchmarkPut16Writers: 16 goroutines create connections in the 1M
-// fixture, durably (fsync on every commit), for three batch delays. floor
+// fixture, durably (fsync on every commit), for three batch delays
+// (BENCH_PUT_DELAYS=250us,500us,... for others). floor
 // is raw bbolt: DB.Batch putting a record-sized value and its index key,
 // no codec or encryption; store is Store.CreateConnection, with its rate
 // as a multiple of the floor's at the same delay.
 func BenchmarkPut16Writers(b *testing.B) {
-	for _, delay := range []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond} {
+	delays := []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond}
+	if env := os.Getenv("BENCH_PUT_DELAYS"); env != "" { // e.g. 250us,500us
+		delays = nil
+		for _, f := range strings.Split(env, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil || d <= 0 {
+				b.Fatalf("BENCH_PUT_DELAYS: %q is not a duration", f)
+			}
+			delays = append(delays, d)
+		}
+	}
+	for _, delay := range delays {
 		var floorRate float64
 		b.Run("delay="+delay.String(), func(b *testing.B) {
 			b.Run("floor", func(b *testing.B) {
