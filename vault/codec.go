@@ -121,27 +121,39 @@ func EncodeConnection(kr *Keyring, c Connection) ([]byte, error) {
 // opening its token set: version 1 is JSON (its first byte is '{'),
 // version 2 starts with its version byte.
 func parseRecord(b []byte) (connRecord, error) {
-	var r connRecord
+	var (
+		r   connRecord
+		err error
+	)
 	switch {
 	case len(b) == 0:
 		return r, fmt.Errorf("%w: empty", ErrRecordFormat)
 	case b[0] == recordV2:
-		var err error
-		if r, err = decodeRecordV2(b); err != nil {
-			return r, err
-		}
+		r, err = decodeRecordV2(b)
 	case b[0] == '{':
-		if err := json.Unmarshal(b, &r); err != nil {
-			return r, fmt.Errorf("%w: v1 (JSON): %v", ErrRecordFormat, err)
-		}
-		if r.V != recordV1 {
-			return r, fmt.Errorf("%w: JSON record says version %d; this broker reads version 1 as JSON and version 2", ErrRecordFormat, r.V)
-		}
+		r, err = parseRecordV1(b)
 	default:
 		return r, fmt.Errorf("%w: unknown format version %d (first byte %#02x); this broker reads versions 1 and 2, a newer broker wrote it", ErrRecordFormat, b[0], b[0])
 	}
+	if err != nil {
+		return r, err
+	}
 	if r.ID == "" {
 		return r, fmt.Errorf("%w: no id", ErrRecordFormat)
+	}
+	return r, nil
+}
+
+// parseRecordV1 decodes a format 1 (JSON) record. A function of its own:
+// the record json.Unmarshal decodes into escapes to the heap, which the
+// format 2 path should not pay for.
+func parseRecordV1(b []byte) (connRecord, error) {
+	var r connRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("%w: v1 (JSON): %v", ErrRecordFormat, err)
+	}
+	if r.V != recordV1 {
+		return r, fmt.Errorf("%w: JSON record says version %d; this broker reads version 1 as JSON and version 2", ErrRecordFormat, r.V)
 	}
 	return r, nil
 }
@@ -174,17 +186,23 @@ func RecordFromJSON(b []byte) ([]byte, error) {
 // openTokens decodes an opened token set: JSON (sealed by format 1, or
 // carried over into a format 2 record by a metadata update) or binary.
 func openTokens(pt []byte) (tokenPlain, error) {
-	var tp tokenPlain
 	switch {
 	case len(pt) > 0 && pt[0] == recordV2:
 		return decodeTokensV2(pt)
 	case len(pt) > 0 && pt[0] == '{':
-		if err := json.Unmarshal(pt, &tp); err != nil {
-			return tp, fmt.Errorf("%w: token set v1 (JSON): %v", ErrRecordFormat, err)
-		}
-		return tp, nil
+		return openTokensV1(pt)
 	}
-	return tp, fmt.Errorf("%w: token set of unknown format", ErrRecordFormat)
+	return tokenPlain{}, fmt.Errorf("%w: token set of unknown format", ErrRecordFormat)
+}
+
+// openTokensV1 is parseRecordV1 for token sets (its own function for the
+// same reason).
+func openTokensV1(pt []byte) (tokenPlain, error) {
+	var tp tokenPlain
+	if err := json.Unmarshal(pt, &tp); err != nil {
+		return tp, fmt.Errorf("%w: token set v1 (JSON): %v", ErrRecordFormat, err)
+	}
+	return tp, nil
 }
 
 // ConnectionMeta decodes a stored connection's metadata without opening its
