@@ -133,7 +133,7 @@ func parseRecord(b []byte) (connRecord, error) {
 	case b[0] == '{':
 		r, err = parseRecordV1(b)
 	default:
-		return r, fmt.Errorf("%w: unknown format version %d (first byte %#02x); this broker reads versions 1 and 2, a newer broker wrote it", ErrRecordFormat, b[0], b[0])
+		return r, fmt.Errorf("%w: unknown format version %d (first byte 0x%02x); this broker reads versions 1 and 2, a newer broker wrote it", ErrRecordFormat, b[0], b[0])
 	}
 	if err != nil {
 		return r, err

@@ -173,7 +173,7 @@ func TestCodecRecordVersions(t *testing.T) {
 				t.Fatal(err)
 			}
 			if v2[0] != recordV2 {
-				t.Fatalf("EncodeConnection wrote format %#02x", v2[0])
+				t.Fatalf("EncodeConnection wrote format 0x%02x", v2[0])
 			}
 			got, err = DecodeConnection(kr, v2)
 			if err != nil || sameConnection(got, c) != "" {
@@ -196,7 +196,7 @@ func TestCodecRecordVersions(t *testing.T) {
 				return c, nil
 			})
 			if err != nil || nrec[0] != recordV2 || nc.Version != c.Version+1 {
-				t.Fatalf("update of a v1 record: first byte %#02x, %v", nrec[0], err)
+				t.Fatalf("update of a v1 record: first byte 0x%02x, %v", nrec[0], err)
 			}
 			if got, err := DecodeConnection(kr, nrec); err != nil || !got.Token.Equal(c.Token) || got.AccountLogin != "renamed" {
 				t.Fatalf("updated v1 record: %v", err)
@@ -240,7 +240,7 @@ func TestCodecRecordVersions(t *testing.T) {
 		want string
 	}{
 		{"empty", nil, "empty"},
-		{"unknown version", append([]byte{3}, good[1:]...), "unknown format version 3"},
+		{"unknown version", append([]byte{3}, good[1:]...), "unknown format version 3 (first byte 0x03); this broker reads versions 1 and 2"},
 		{"JSON of another version", []byte(`{"v":2,"id":"x"}`), "JSON record says version 2"},
 		{"trailing byte", append(bytes.Clone(good), 0), "1 bytes after the last field"},
 		{"truncated", good[:len(good)-1], "truncated in tokens"},

@@ -286,7 +286,7 @@ func decodeRecordV2(b []byte) (connRecord, error) {
 	c.Version = rd.uvarint("version", "")
 	flags := rd.byte1("flags")
 	if flags&^1 != 0 {
-		rd.fail("unknown flags %#02x", flags)
+		rd.fail("unknown flags 0x%02x", flags)
 	}
 	c.NoRefresh = flags&1 != 0
 	tokens := rd.bytes("tokens", maxRecordTokens)
