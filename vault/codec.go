@@ -10,7 +10,8 @@ import (
 )
 
 // connRecord is the stored form of a Connection: metadata in the clear,
-// token material sealed in Tokens.
+// token material sealed in Tokens. Format 1 is its JSON rendering; format
+// 2 (recordv2.go) is binary.
 type connRecord struct {
 	V             int              `json:"v"`
 	ID            string           `json:"id"`
@@ -51,8 +52,14 @@ const recordV1 = 1
 // connectionAAD binds a ciphertext to the record that holds it: moving it to
 // another connection (other id, principal, provider or account) fails to open.
 func connectionAAD(c *connRecord) []byte {
-	b := []byte("credbroker/connection/v1")
-	for _, s := range []string{c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID} {
+	const prefix = "credbroker/connection/v1"
+	ss := [...]string{c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID}
+	n := len(prefix)
+	for _, s := range ss {
+		n += binary.MaxVarintLen64 + len(s)
+	}
+	b := append(make([]byte, 0, n), prefix...)
+	for _, s := range ss {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
@@ -87,37 +94,123 @@ func EncodeConnection(kr *Keyring, c Connection) ([]byte, error) {
 		}
 	}
 	r := connRecord{
-		V: recordV1, ID: c.ID, Issuer: c.Principal.Issuer, Subject: c.Principal.Subject,
+		V: recordV2, ID: c.ID, Issuer: c.Principal.Issuer, Subject: c.Principal.Subject,
 		Provider: c.Provider, AccountID: c.AccountID, AccountLogin: c.AccountLogin,
 		Scopes: c.Scopes, Status: c.Status, Created: c.Created, Updated: c.Updated,
 		LastUsed: c.LastUsed, LastRefreshed: c.LastRefreshed, Version: c.Version,
 		RefreshExpires: c.RefreshExpires, NoRefresh: c.Token.RefreshToken == "",
 	}
-	pt, err := json.Marshal(tokenPlain{
+	pt, err := encodeTokensV2(&tokenPlain{
 		AccessToken: c.Token.AccessToken.Reveal(), RefreshToken: c.Token.RefreshToken.Reveal(),
 		TokenType: c.Token.TokenType, Expiry: c.Token.Expiry, IDToken: c.Token.IDToken.Reveal(),
 		Fields: fields,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("vault: encode tokens: %w", err)
+		return nil, fmt.Errorf("vault: connection %q: %w", c.ID, err)
 	}
 	r.Tokens = kr.Seal(pt, connectionAAD(&r))
 	clear(pt)
+	rec, err := encodeRecordV2(&r)
+	if err != nil {
+		return nil, fmt.Errorf("vault: connection %q: %w", c.ID, err)
+	}
+	return rec, nil
+}
+
+// parseRecord decodes a stored connection record of either format without
+// opening its token set: version 1 is JSON (its first byte is '{'),
+// version 2 starts with its version byte.
+func parseRecord(b []byte) (connRecord, error) {
+	var (
+		r   connRecord
+		err error
+	)
+	switch {
+	case len(b) == 0:
+		return r, fmt.Errorf("%w: empty", ErrRecordFormat)
+	case b[0] == recordV2:
+		r, err = decodeRecordV2(b)
+	case b[0] == '{':
+		r, err = parseRecordV1(b)
+	default:
+		return r, fmt.Errorf("%w: unknown format version %d (first byte 0x%02x); this broker reads versions 1 and 2, a newer broker wrote it", ErrRecordFormat, b[0], b[0])
+	}
+	if err != nil {
+		return r, err
+	}
+	if r.ID == "" {
+		return r, fmt.Errorf("%w: no id", ErrRecordFormat)
+	}
+	return r, nil
+}
+
+// parseRecordV1 decodes a format 1 (JSON) record. A function of its own:
+// the record json.Unmarshal decodes into escapes to the heap, which the
+// format 2 path should not pay for.
+func parseRecordV1(b []byte) (connRecord, error) {
+	var r connRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("%w: v1 (JSON): %v", ErrRecordFormat, err)
+	}
+	if r.V != recordV1 {
+		return r, fmt.Errorf("%w: JSON record says version %d; this broker reads version 1 as JSON and version 2", ErrRecordFormat, r.V)
+	}
+	return r, nil
+}
+
+// RecordJSON renders a stored connection record of either format as the
+// format 1 JSON object, its token set still sealed (base64 in "tokens"):
+// for inspection tools and for tests that edit stored records.
+func RecordJSON(rec []byte) ([]byte, error) {
+	r, err := parseRecord(rec)
+	if err != nil {
+		return nil, err
+	}
+	r.V = recordV1
 	return json.Marshal(&r)
+}
+
+// RecordFromJSON is RecordJSON's inverse: the format 2 record of a format
+// 1 JSON object, its token set copied, not opened.
+func RecordFromJSON(b []byte) ([]byte, error) {
+	if len(b) == 0 || b[0] != '{' {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrRecordFormat)
+	}
+	r, err := parseRecord(b)
+	if err != nil {
+		return nil, err
+	}
+	return encodeRecordV2(&r)
+}
+
+// openTokens decodes an opened token set: JSON (sealed by format 1, or
+// carried over into a format 2 record by a metadata update) or binary.
+func openTokens(pt []byte) (tokenPlain, error) {
+	switch {
+	case len(pt) > 0 && pt[0] == recordV2:
+		return decodeTokensV2(pt)
+	case len(pt) > 0 && pt[0] == '{':
+		return openTokensV1(pt)
+	}
+	return tokenPlain{}, fmt.Errorf("%w: token set of unknown format", ErrRecordFormat)
+}
+
+// openTokensV1 is parseRecordV1 for token sets (its own function for the
+// same reason).
+func openTokensV1(pt []byte) (tokenPlain, error) {
+	var tp tokenPlain
+	if err := json.Unmarshal(pt, &tp); err != nil {
+		return tp, fmt.Errorf("%w: token set v1 (JSON): %v", ErrRecordFormat, err)
+	}
+	return tp, nil
 }
 
 // ConnectionMeta decodes a stored connection's metadata without opening its
 // tokens; Token is empty and SealedWith names the sealing key.
 func ConnectionMeta(b []byte) (Connection, error) {
-	var r connRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return Connection{}, fmt.Errorf("vault: decode connection record: %w", err)
-	}
-	if r.V != recordV1 {
-		return Connection{}, fmt.Errorf("vault: connection record version %d is not supported", r.V)
-	}
-	if r.ID == "" {
-		return Connection{}, errors.New("vault: connection record without id")
+	r, err := parseRecord(b)
+	if err != nil {
+		return Connection{}, err
 	}
 	kid, err := EnvelopeKeyID(r.Tokens)
 	if err != nil {
@@ -137,25 +230,18 @@ func ConnectionMeta(b []byte) (Connection, error) {
 // Tampered, moved or wrongly keyed ciphertexts return an error wrapping
 // ErrDecrypt, ErrUnknownKey or ErrMalformed; never garbage plaintext.
 func DecodeConnection(kr *Keyring, b []byte) (Connection, error) {
-	var r connRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return Connection{}, fmt.Errorf("vault: decode connection record: %w", err)
-	}
-	if r.V != recordV1 {
-		return Connection{}, fmt.Errorf("vault: connection record version %d is not supported", r.V)
-	}
-	if r.ID == "" {
-		return Connection{}, errors.New("vault: connection record without id")
+	r, err := parseRecord(b)
+	if err != nil {
+		return Connection{}, err
 	}
 	pt, kid, err := kr.Open(r.Tokens, connectionAAD(&r))
 	if err != nil {
 		return Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
-	var tp tokenPlain
-	err = json.Unmarshal(pt, &tp)
+	tp, err := openTokens(pt)
 	clear(pt)
 	if err != nil {
-		return Connection{}, fmt.Errorf("vault: connection %s: decode tokens: %w", r.ID, err)
+		return Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
 	var fields map[string]Secret
 	if len(tp.Fields) > 0 {
@@ -237,8 +323,10 @@ func DecodeGrant(b []byte) (Grant, error) {
 	}, nil
 }
 
-// validUTF8 rejects strings JSON would silently rewrite: a record must read
-// back byte for byte, or its AAD would no longer match its ciphertext.
+// validUTF8 rejects strings that are not UTF-8: the record formats hold
+// text (JSON would silently rewrite such a string, and format 2's decoder
+// refuses it), and a record must read back byte for byte, or its AAD would
+// no longer match its ciphertext.
 func validUTF8(ss ...string) error {
 	for _, s := range ss {
 		if !utf8.ValidString(s) {
@@ -370,9 +458,9 @@ func ApplyConnectionRecordUpdate(kr *Keyring, rec []byte, id string, fn func(Con
 // binds only the immutable identity fields, so it still opens. fn must
 // leave Token empty. Every backend's UpdateConnectionMeta goes through it.
 func ApplyConnectionMetaUpdate(rec []byte, id string, fn func(Connection) (Connection, error)) ([]byte, Connection, error) {
-	var r connRecord
-	if err := json.Unmarshal(rec, &r); err != nil {
-		return nil, Connection{}, fmt.Errorf("vault: decode connection record: %w", err)
+	r, err := parseRecord(rec)
+	if err != nil {
+		return nil, Connection{}, err
 	}
 	old, err := ConnectionMeta(rec)
 	if err != nil {
@@ -397,9 +485,9 @@ func ApplyConnectionMetaUpdate(rec []byte, id string, fn func(Connection) (Conne
 	r.AccountLogin, r.Scopes, r.Status = nc.AccountLogin, nc.Scopes, nc.Status
 	r.Created, r.Updated, r.LastUsed, r.LastRefreshed, r.Version = nc.Created, nc.Updated, nc.LastUsed, nc.LastRefreshed, nc.Version
 	r.RefreshExpires = nc.RefreshExpires
-	out, err := json.Marshal(&r)
+	out, err := encodeRecordV2(&r)
 	if err != nil {
-		return nil, Connection{}, err
+		return nil, Connection{}, fmt.Errorf("vault: connection %q: %w", id, err)
 	}
 	nc.SealedWith, nc.NoRefreshToken = old.SealedWith, old.NoRefreshToken
 	return out, nc, nil

@@ -2,6 +2,8 @@ package vault_test
 
 import (
 	"bytes"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,6 +28,14 @@ func addRecordSeeds(f *testing.F, kr *vault.Keyring) {
 	f.Add([]byte(`{"v":2}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte{})
+	// Format 2 shapes: bare version bytes, a cut and an extended record,
+	// a length running past the end, a non-minimal varint.
+	f.Add([]byte{2})
+	f.Add([]byte{3})
+	f.Add(rec[:len(rec)/2])
+	f.Add(append(bytes.Clone(rec), 0))
+	f.Add([]byte{2, 0xff, 0xff, 0xff, 0xff, 0x0f, 'x'})
+	f.Add([]byte{2, 0x81, 0x00})
 }
 
 func FuzzDecodeConnection(f *testing.F) {
@@ -34,6 +44,29 @@ func FuzzDecodeConnection(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := vault.DecodeConnection(kr, b)
 		meta, metaErr := vault.ConnectionMeta(b)
+		for _, err := range []error{err, metaErr} {
+			if err != nil && !errors.Is(err, vault.ErrRecordFormat) && !errors.Is(err, vault.ErrMalformed) &&
+				!errors.Is(err, vault.ErrDecrypt) && !errors.Is(err, vault.ErrUnknownKey) {
+				t.Fatalf("error of no known kind: %v", err)
+			}
+		}
+		if metaErr == nil {
+			// Whatever reads as metadata converts to the JSON form and
+			// back (format 2) to the same metadata.
+			js, err := vault.RecordJSON(b)
+			if err != nil {
+				t.Fatalf("RecordJSON of a readable record: %v", err)
+			}
+			rec, err := vault.RecordFromJSON(js)
+			if err != nil {
+				t.Fatalf("RecordFromJSON(RecordJSON): %v", err)
+			}
+			m2, err := vault.ConnectionMeta(rec)
+			if err != nil || m2.ID != meta.ID || m2.Principal != meta.Principal || m2.Version != meta.Version ||
+				!m2.Updated.Equal(meta.Updated) || !slices.Equal(m2.Scopes, meta.Scopes) || m2.SealedWith != meta.SealedWith {
+				t.Fatalf("metadata changed through the JSON form: %+v vs %+v, %v", m2, meta, err)
+			}
+		}
 		if err != nil {
 			if strings.Contains(err.Error(), "-secret") {
 				t.Fatalf("error leaks token material: %v", err)

@@ -246,14 +246,15 @@ func EnvelopeKeyID(ct []byte) (string, error) {
 // Open authenticates and decrypts an envelope made by Seal with the same aad.
 // It returns the plaintext and the id of the key that opened it.
 func (kr *Keyring) Open(ct, aad []byte) ([]byte, string, error) {
-	id, err := EnvelopeKeyID(ct)
-	if err != nil {
-		return nil, "", err
+	if len(ct) < 2 || ct[0] != envelopeV1 || ct[1] == 0 || int(ct[1]) > maxKeyID || len(ct) < 2+int(ct[1]) {
+		return nil, "", ErrMalformed // EnvelopeKeyID's checks
 	}
-	k, ok := kr.byID[id]
+	k, ok := kr.byID[string(ct[2:2+int(ct[1])])] // no copy of the id for the lookup
 	if !ok {
+		id := string(ct[2 : 2+int(ct[1])])
 		return nil, id, fmt.Errorf("%w %q (the key ring holds %s)", ErrUnknownKey, id, strings.Join(kr.IDs(), ", "))
 	}
+	id := k.id
 	rest := ct[2+len(id):]
 	ns := k.aead.NonceSize()
 	if len(rest) < ns+k.aead.Overhead() {

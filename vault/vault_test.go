@@ -36,10 +36,16 @@ func wantCryptoErr(t *testing.T, err error) {
 	}
 }
 
+// recordTokens returns a stored record's JSON form (vault.RecordJSON) as a
+// map and its sealed token set.
 func recordTokens(t *testing.T, rec []byte) (map[string]any, []byte) {
 	t.Helper()
+	js, err := vault.RecordJSON(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var m map[string]any
-	if err := json.Unmarshal(rec, &m); err != nil {
+	if err := json.Unmarshal(js, &m); err != nil {
 		t.Fatal(err)
 	}
 	ct, err := base64.StdEncoding.DecodeString(m["tokens"].(string))
@@ -49,6 +55,8 @@ func recordTokens(t *testing.T, rec []byte) (map[string]any, []byte) {
 	return m, ct
 }
 
+// withTokens returns the record (in the format EncodeConnection writes)
+// of JSON form m with token set ct.
 func withTokens(t *testing.T, m map[string]any, ct []byte) []byte {
 	t.Helper()
 	m["tokens"] = base64.StdEncoding.EncodeToString(ct)
@@ -56,7 +64,11 @@ func withTokens(t *testing.T, m map[string]any, ct []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	rec, err := vault.RecordFromJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }
 
 func TestCodecTamperEveryByte(t *testing.T) {

@@ -3,6 +3,10 @@ package boltstore_test
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -10,10 +14,13 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
@@ -24,6 +31,9 @@ import (
 // (four per principal), built once per test binary run the first time a
 // benchmark asks for it, with large unsynced transactions, and removed by
 // TestMain. Plain `go test` never builds it. BENCH_CONNS overrides the size.
+// BENCH_FIXTURE_DIR keeps the fixture in that directory across runs
+// (rebuilt when the record format the codec writes has changed); the Put
+// benchmarks add their records to it.
 var (
 	fixtureOnce sync.Once
 	fixtureDir  string
@@ -63,55 +73,143 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func fixture(b *testing.B) string {
+func fixture(b testing.TB) string {
 	b.Helper()
-	fixtureOnce.Do(func() {
-		fixtureDir, fixtureErr = os.MkdirTemp("", "credbroker-bench-")
-		if fixtureErr != nil {
-			return
-		}
-		fixturePath = filepath.Join(fixtureDir, "vault-1m.db")
-		start := time.Now()
-		s, err := boltstore.Open(fixturePath, benchKeyring(b), boltstore.Options{NoSync: true})
-		if err != nil {
-			fixtureErr = err
-			return
-		}
-		defer s.Close()
-		n := benchConns()
-		const chunk = 50_000
-		batch := make([]vault.Connection, 0, chunk)
-		for i := range n {
-			batch = append(batch, vaulttest.Conn(benchID(i), benchPrincipal(i), "github", strconv.Itoa(i)))
-			if len(batch) == chunk || i == n-1 {
-				if fixtureErr = s.Import(context.Background(), batch); fixtureErr != nil {
-					return
-				}
-				batch = batch[:0]
-			}
-		}
-		if fixtureErr = s.DB().Sync(); fixtureErr != nil {
-			return
-		}
-		fi, _ := os.Stat(fixturePath)
-		fmt.Fprintf(os.Stderr, "bench fixture: %d connections, %d MB, built in %v\n", n, fi.Size()>>20, time.Since(start).Round(time.Millisecond))
-	})
+	fixtureOnce.Do(func() { fixturePath, fixtureErr = buildFixture(b) })
 	if fixtureErr != nil {
 		b.Fatalf("bench fixture: %v", fixtureErr)
 	}
 	return fixturePath
 }
 
-func openFixture(b *testing.B) *boltstore.Store {
+func buildFixture(tb testing.TB) (string, error) {
+	n := benchConns()
+	kr := benchKeyring(tb)
+	probe, err := vault.EncodeConnection(kr, vaulttest.Conn(benchID(0), benchPrincipal(0), "github", "0"))
+	if err != nil {
+		return "", err
+	}
+	var path string
+	if dir := os.Getenv("BENCH_FIXTURE_DIR"); dir != "" {
+		path = filepath.Join(dir, fmt.Sprintf("vault-%d.db", n))
+		if fixtureFormat(path) == probe[0] {
+			fmt.Fprintf(os.Stderr, "bench fixture: reusing %s\n", path)
+			return path, nil
+		}
+		os.Remove(path)
+	} else {
+		dir, err := os.MkdirTemp("", "credbroker-bench-")
+		if err != nil {
+			return "", err
+		}
+		fixtureDir = dir // removed by TestMain
+		path = filepath.Join(dir, "vault-1m.db")
+	}
+	start := time.Now()
+	s, err := boltstore.Open(path, kr, boltstore.Options{NoSync: true})
+	if err != nil {
+		return "", err
+	}
+	defer s.Close()
+	const chunk = 50_000
+	batch := make([]vault.Connection, 0, chunk)
+	for i := range n {
+		batch = append(batch, vaulttest.Conn(benchID(i), benchPrincipal(i), "github", strconv.Itoa(i)))
+		if len(batch) == chunk || i == n-1 {
+			if err := s.Import(context.Background(), batch); err != nil {
+				return "", err
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := s.DB().Sync(); err != nil {
+		return "", err
+	}
+	fi, _ := os.Stat(path)
+	fmt.Fprintf(os.Stderr, "bench fixture: %d connections, %d MB, built in %v\n", n, fi.Size()>>20, time.Since(start).Round(time.Millisecond))
+	return path, nil
+}
+
+// fixtureFormat returns the first byte of the first connection record of
+// the database at path (its record format), or 0.
+func fixtureFormat(path string) byte {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return 0
+	}
+	defer db.Close()
+	var first byte
+	_ = db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketConns); b != nil {
+			if _, v := b.Cursor().First(); len(v) > 0 {
+				first = v[0]
+			}
+		}
+		return nil
+	})
+	return first
+}
+
+var (
+	bucketConns       = []byte("connections")
+	bucketConnByPrinc = []byte("conn_by_principal")
+)
+
+// openFixture opens the fixture with the production options, except the
+// batch delay: delay when it is not 0, else BENCH_BATCH_DELAY (e.g. 200us)
+// when set.
+func openFixture(b testing.TB, delay time.Duration) *boltstore.Store {
 	b.Helper()
-	// BENCH_BATCH_DELAY (e.g. 200us) overrides Options.MaxBatchDelay for tuning.
-	delay, _ := time.ParseDuration(os.Getenv("BENCH_BATCH_DELAY"))
+	if delay == 0 {
+		delay, _ = time.ParseDuration(os.Getenv("BENCH_BATCH_DELAY"))
+	}
 	s, err := boltstore.Open(fixture(b), benchKeyring(b), boltstore.Options{MaxBatchDelay: delay})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
 	return s
+}
+
+// warm reads every connection record once, so the timed reads see the
+// file's pages mapped, as in a broker that has been serving for a while,
+// rather than paying a page fault on their first touch. It returns the
+// size of the first record.
+func warm(b testing.TB, db *bolt.DB) int {
+	b.Helper()
+	size, sum := 0, 0
+	err := db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketConns).ForEach(func(k, v []byte) error {
+			if size == 0 {
+				size = len(v)
+			}
+			sum += int(v[len(v)-1])
+			return nil
+		})
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = sum
+	return size
+}
+
+// floorAEAD returns an AES-256-GCM instance and a ciphertext of size bytes
+// sealed with it, for the floors: what the store's reads and writes cost
+// without the record codec.
+func floorAEAD(b testing.TB, size int) (cipher.AEAD, []byte, []byte) {
+	b.Helper()
+	block, err := aes.NewCipher(bytes.Repeat([]byte{0x42}, 32))
+	if err != nil {
+		b.Fatal(err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nonce := make([]byte, aead.NonceSize())
+	pt := make([]byte, max(1, size-aead.Overhead()))
+	return aead, nonce, aead.Seal(nil, nonce, pt, []byte("floor"))
 }
 
 func percentile(d []time.Duration, p float64) float64 {
@@ -122,25 +220,73 @@ func percentile(d []time.Duration, p float64) float64 {
 	return float64(d[int(float64(len(d)-1)*p)].Nanoseconds())
 }
 
+// floorGetP50 is the p50 of the last BenchmarkGet/floor run, in ns.
+var floorGetP50 float64
+
+// BenchmarkGet reads random connections of the 1M fixture. floor is raw
+// bbolt (a read transaction, Get by key) plus an AES-256-GCM open of a
+// ciphertext as large as the stored record, no codec; store is
+// Store.GetConnection (decode and open the token set), with its p50 as a
+// multiple of the floor's.
 func BenchmarkGet(b *testing.B) {
-	s := openFixture(b)
-	ctx := context.Background()
+	s := openFixture(b, 0)
+	size := warm(b, s.DB())
 	n := benchConns()
+	b.Run("floor", func(b *testing.B) {
+		durs := floorGets(b, s.DB(), size, n, b.Loop)
+		floorGetP50 = percentile(durs, 0.50)
+		b.ReportMetric(floorGetP50, "p50-ns")
+		b.ReportMetric(percentile(durs, 0.99), "p99-ns")
+	})
+	b.Run("store", func(b *testing.B) {
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(1, 2))
+		durs := make([]time.Duration, 0, 1<<20)
+		for b.Loop() {
+			id := benchID(rng.IntN(n))
+			t0 := time.Now()
+			c, err := s.GetConnection(ctx, id)
+			durs = append(durs, time.Since(t0))
+			if err != nil || c.ID != id {
+				b.Fatalf("get %s: %v", id, err)
+			}
+		}
+		b.StopTimer()
+		p50 := percentile(durs, 0.50)
+		b.ReportMetric(p50, "p50-ns")
+		b.ReportMetric(percentile(durs, 0.99), "p99-ns")
+		if floorGetP50 == 0 { // run alone: measure the floor now, untimed
+			i := 0
+			floorGetP50 = percentile(floorGets(b, s.DB(), size, n, func() bool { i++; return i <= 200_000 }), 0.50)
+		}
+		b.ReportMetric(p50/floorGetP50, "x-floor-p50")
+	})
+}
+
+// floorGets times raw reads (see BenchmarkGet) for as long as more says.
+func floorGets(b testing.TB, db *bolt.DB, size, n int, more func() bool) []time.Duration {
+	aead, nonce, ct := floorAEAD(b, size)
+	aad := []byte("floor")
+	pt := make([]byte, 0, len(ct))
 	rng := rand.New(rand.NewPCG(1, 2))
-	durs := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for b.Loop() {
+	durs := make([]time.Duration, 0, 1<<20)
+	for more() {
 		id := benchID(rng.IntN(n))
 		t0 := time.Now()
-		c, err := s.GetConnection(ctx, id)
+		var err error
+		vErr := db.View(func(tx *bolt.Tx) error {
+			if tx.Bucket(bucketConns).Get([]byte(id)) == nil {
+				return errors.New("not found")
+			}
+			_, err = aead.Open(pt[:0], nonce, ct, aad)
+			return err
+		})
 		durs = append(durs, time.Since(t0))
-		if err != nil || c.ID != id {
-			b.Fatalf("get %s: %v", id, err)
+		if vErr != nil {
+			b.Fatalf("floor get %s: %v", id, vErr)
 		}
 	}
-	b.StopTimer()
-	b.ReportMetric(percentile(durs, 0.50), "p50-ns")
-	b.ReportMetric(percentile(durs, 0.99), "p99-ns")
+	return durs
 }
 
 var putSeq atomic.Int64
@@ -152,7 +298,7 @@ func newPutConn() vault.Connection {
 }
 
 func BenchmarkPutSingleWriter(b *testing.B) {
-	s := openFixture(b)
+	s := openFixture(b, 0)
 	ctx := context.Background()
 	b.ResetTimer()
 	start := time.Now()
@@ -164,25 +310,95 @@ func BenchmarkPutSingleWriter(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "writes/s")
 }
 
+// BenchmarkPut16Writers: 16 goroutines create connections in the 1M
+// fixture, durably (fsync on every commit), for three batch delays
+// (BENCH_PUT_DELAYS=250us,500us,... for others). floor
+// is raw bbolt: DB.Batch putting a record-sized value and its index key,
+// no codec or encryption; store is Store.CreateConnection, with its rate
+// as a multiple of the floor's at the same delay.
 func BenchmarkPut16Writers(b *testing.B) {
-	s := openFixture(b)
-	ctx := context.Background()
-	b.SetParallelism(max(1, 16/runtimeProcs())) // 16 goroutines in all
+	delays := []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond}
+	if env := os.Getenv("BENCH_PUT_DELAYS"); env != "" { // e.g. 250us,500us
+		delays = nil
+		for _, f := range strings.Split(env, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil || d <= 0 {
+				b.Fatalf("BENCH_PUT_DELAYS: %q is not a duration", f)
+			}
+			delays = append(delays, d)
+		}
+	}
+	for _, delay := range delays {
+		var floorRate float64
+		b.Run("delay="+delay.String(), func(b *testing.B) {
+			b.Run("floor", func(b *testing.B) {
+				s := openFixture(b, delay)
+				db := s.DB()
+				val := bytes.Repeat([]byte{0x5a}, putRecordSize(b))
+				floorRate = parallel16(b, func() error {
+					c := newPutConn()
+					id := []byte(c.ID)
+					idx := binary.BigEndian.AppendUint32(nil, uint32(len(c.Principal.Issuer)))
+					idx = append(idx, c.Principal.Issuer...)
+					idx = binary.BigEndian.AppendUint32(idx, uint32(len(c.Principal.Subject)))
+					idx = append(append(idx, c.Principal.Subject...), c.ID...)
+					return db.Batch(func(tx *bolt.Tx) error {
+						if tx.Bucket(bucketConns).Get(id) != nil {
+							return errors.New("exists")
+						}
+						if err := tx.Bucket(bucketConns).Put(id, val); err != nil {
+							return err
+						}
+						return tx.Bucket(bucketConnByPrinc).Put(idx, nil)
+					})
+				})
+				b.ReportMetric(floorRate, "writes/s")
+			})
+			b.Run("store", func(b *testing.B) {
+				s := openFixture(b, delay)
+				ctx := context.Background()
+				rate := parallel16(b, func() error {
+					_, err := s.CreateConnection(ctx, newPutConn())
+					return err
+				})
+				b.ReportMetric(rate, "writes/s")
+				if floorRate > 0 {
+					b.ReportMetric(rate/floorRate, "x-floor")
+				}
+			})
+		})
+	}
+}
+
+// parallel16 runs op from 16 goroutines b.N times in all and returns the
+// rate.
+func parallel16(b *testing.B, op func() error) float64 {
+	b.SetParallelism(max(1, 16/runtimeProcs()))
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := s.CreateConnection(ctx, newPutConn()); err != nil {
+			if err := op(); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "writes/s")
+	return float64(b.N) / time.Since(start).Seconds()
+}
+
+// putRecordSize is the size of the record Store.CreateConnection writes
+// for newPutConn.
+func putRecordSize(b testing.TB) int {
+	rec, err := vault.EncodeConnection(benchKeyring(b), newPutConn())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return len(rec)
 }
 
 func BenchmarkListOnePrincipal(b *testing.B) {
-	s := openFixture(b)
+	s := openFixture(b, 0)
 	ctx := context.Background()
 	n := benchConns()
 	rng := rand.New(rand.NewPCG(3, 4))

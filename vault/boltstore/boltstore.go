@@ -434,18 +434,18 @@ func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection,
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, err
 	}
-	var rec []byte
+	var c vault.Connection
 	err := s.view(func(tx *bolt.Tx) error {
-		rec = bytes.Clone(tx.Bucket(bConns).Get([]byte(id)))
-		return nil
+		rec := tx.Bucket(bConns).Get([]byte(id))
+		if rec == nil {
+			return fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
+		}
+		// Decoded in place: the result copies what it keeps, so the
+		// record needs no copy out of the transaction.
+		var err error
+		c, err = vault.DecodeConnection(s.kr, rec)
+		return err
 	})
-	if err != nil {
-		return vault.Connection{}, err
-	}
-	if rec == nil {
-		return vault.Connection{}, fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
-	}
-	c, err := vault.DecodeConnection(s.kr, rec)
 	if err == nil && c.ID != id {
 		err = fmt.Errorf("boltstore: connection %s: stored record names id %s: %w", id, c.ID, vault.ErrMalformed)
 	}
@@ -461,21 +461,27 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 		return nil, err
 	}
 	prefix := principalKey(p, 0)
-	var recs [][]byte
+	var (
+		recs [][]byte
+		out  []vault.Connection
+	)
 	err := s.view(func(tx *bolt.Tx) error {
 		conns := tx.Bucket(bConns)
 		c := tx.Bucket(bConnByPrinc).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			if rec := conns.Get(k[len(prefix):]); rec != nil {
-				recs = append(recs, bytes.Clone(rec))
+				recs = append(recs, rec)
 			}
 		}
-		return nil
+		// Decoded inside the transaction: the metadata is copied out.
+		var err error
+		out, err = vault.DecodePrincipalConnections(p, recs)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return vault.DecodePrincipalConnections(p, recs)
+	return out, nil
 }
 
 // UpdateConnection implements vault.Store: read, fn, write in one transaction.

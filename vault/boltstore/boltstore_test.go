@@ -21,18 +21,27 @@ import (
 
 var alice = vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
 
-// editRecord rewrites the stored JSON of a connection through edit.
+// editRecord rewrites a stored connection record through edit, which sees
+// and changes its JSON form (vault.RecordJSON); the record is written back
+// in the format the codec writes.
 func editRecord(t *testing.T, s *boltstore.Store, id string, edit func(rec map[string]any)) {
 	t.Helper()
 	err := s.DB().Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("connections"))
+		js, err := vault.RecordJSON(b.Get([]byte(id)))
+		if err != nil {
+			return err
+		}
 		var rec map[string]any
-		if err := json.Unmarshal(b.Get([]byte(id)), &rec); err != nil {
+		if err := json.Unmarshal(js, &rec); err != nil {
 			return err
 		}
 		edit(rec)
 		nb, err := json.Marshal(rec)
 		if err != nil {
+			return err
+		}
+		if nb, err = vault.RecordFromJSON(nb); err != nil {
 			return err
 		}
 		return b.Put([]byte(id), nb)
@@ -461,5 +470,80 @@ func TestImport(t *testing.T) {
 	}
 	if _, err := s.GetConnection(ctx, "new"); !errors.Is(err, vault.ErrNotFound) {
 		t.Fatalf("failed import stored a record: %v", err)
+	}
+}
+
+// storedRecord returns connection id's record as stored.
+func storedRecord(t *testing.T, s *boltstore.Store, id string) []byte {
+	t.Helper()
+	var rec []byte
+	if err := s.DB().View(func(tx *bolt.Tx) error {
+		rec = bytes.Clone(tx.Bucket([]byte("connections")).Get([]byte(id)))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// TestFormat1RecordsInAFile: a file written by an earlier release (a
+// format 1 JSON record around a JSON token plaintext, from vault's
+// testdata, sealed with the fixed fuzz key) serves reads as before, and
+// its record is rewritten in format 2 by the next metadata update and by
+// the next full update, tokens intact.
+func TestFormat1RecordsInAFile(t *testing.T) {
+	old, err := os.ReadFile("../testdata/connection-before-key-fields.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old = bytes.TrimSpace(old)
+	kr, err := vault.NewKeyring([]string{"fz"}, [][]byte{bytes.Repeat([]byte{1}, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, filepath.Join(t.TempDir(), "v.db"), kr)
+	ctx := t.Context()
+	want := vaulttest.Conn("old1", alice, "github", "1")
+	if _, err := s.CreateConnection(ctx, want); err != nil { // the index entries
+		t.Fatal(err)
+	}
+	if err := s.DB().Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("connections")).Put([]byte("old1"), old)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.GetConnection(ctx, "old1")
+	if err != nil || !c.Token.Equal(want.Token) || c.AccountLogin != want.AccountLogin {
+		t.Fatalf("format 1 record: %+v %v", c, err)
+	}
+	if list, err := s.ListConnections(ctx, alice); err != nil || len(list) != 1 || list[0].ID != "old1" {
+		t.Fatalf("listing a format 1 record: %v %v", list, err)
+	}
+	if !bytes.Equal(storedRecord(t, s, "old1"), old) {
+		t.Fatal("a read rewrote the record")
+	}
+	if _, err := s.UpdateConnectionMeta(ctx, "old1", func(c vault.Connection) (vault.Connection, error) {
+		c.LastUsed = c.Updated
+		return c, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := storedRecord(t, s, "old1"); rec[0] != 0x02 {
+		t.Fatalf("after a metadata update the record starts %q, want format 2", rec[:1])
+	}
+	if c, err := s.GetConnection(ctx, "old1"); err != nil || !c.Token.Equal(want.Token) || c.LastUsed.IsZero() {
+		t.Fatalf("after a metadata update: %v", err)
+	}
+	if _, err := s.UpdateConnection(ctx, "old1", func(c vault.Connection) (vault.Connection, error) {
+		c.Token.AccessToken = "at-new-secret"
+		return c, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := storedRecord(t, s, "old1"); rec[0] != 0x02 {
+		t.Fatalf("after an update the record starts %q, want format 2", rec[:1])
+	}
+	if c, err := s.GetConnection(ctx, "old1"); err != nil || c.Token.AccessToken != "at-new-secret" || c.Token.RefreshToken != want.Token.RefreshToken {
+		t.Fatalf("after an update: %v", err)
 	}
 }
