@@ -501,7 +501,9 @@ func TestOperateFullFlow(t *testing.T) {
 			`credbroker_elicitations_total{event="completed"} 1`,
 			`credbroker_identity_mismatches_total 1`,
 			`credbroker_audit_events_total{event="connect"} 1`,
-			`credbroker_vault_operation_duration_seconds_count{op="create_connection",outcome="ok"} 1`,
+			// The callback stores the connection and completes its grant in
+			// one transaction (vault.GrantConnector), timed as "connect".
+			`credbroker_vault_operation_duration_seconds_count{op="connect",outcome="ok"} 1`,
 			`credbroker_vault_operation_duration_seconds_count{op="delete_connection",outcome="ok"} 1`,
 		} {
 			if !strings.Contains(m, want) {
