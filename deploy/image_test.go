@@ -26,6 +26,7 @@ import (
 
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
+	"credbroker/internal/loopback"
 	"credbroker/internal/testskip"
 	"credbroker/vault"
 )
@@ -538,12 +539,11 @@ func writeSecret(t *testing.T, name, content string) {
 
 func freeLoopbackAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 func randomHex(t *testing.T, n int) string {

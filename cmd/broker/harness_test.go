@@ -6,7 +6,6 @@ import (
 	"debug/buildinfo"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"credbroker/internal/logbuf"
+	"credbroker/internal/loopback"
 )
 
 // Binaries built once per test run, with -race when the tests have it.
@@ -87,12 +87,11 @@ type devBroker struct {
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // startDev runs `broker dev` on addr with data dir (and extra flags),

@@ -1,6 +1,7 @@
 // Package loopback answers one question the broker asks in several places
 // (provider URLs, public URLs, development origins, listen addresses): is
-// this host name the local machine?
+// this host name the local machine? FreeAddr also finds a loopback port for
+// a process about to be started (tests and tools).
 package loopback
 
 import "net"

@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sys/unix"
 
+	"credbroker/internal/loopback"
 	"credbroker/internal/testskip"
 )
 
@@ -373,12 +374,12 @@ func (ps processes) close() {
 }
 
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	_, port, _ := net.SplitHostPort(addr)
+	return strconv.Atoi(port)
 }
 
 func ping(u string, d time.Duration) error {
