@@ -68,7 +68,7 @@ func main() {
 		duration   = flag.Duration("duration", 5*time.Second, "measured time per server and concurrency")
 		warmup     = flag.Duration("warmup", time.Second, "unmeasured warm-up per server and concurrency")
 		concs      = flag.String("c", "1,16,64", "concurrencies")
-		cpuprofile = flag.String("cpuprofile", "", "write CPU profiles: the broker load run at c=16 to this file, the MRTR run to this file + \".mrtr\"")
+		cpuprofile = flag.String("cpuprofile", "", "write CPU profiles: the broker load run at c=16 to this file, the provider_request run to this file + \".provider\", the MRTR run to this file + \".mrtr\"")
 		mrtrN      = flag.Int("mrtr", 2000, "MRTR round trips to time (0 skips)")
 		vaultN     = flag.Int("vault-conns", 1_000_000, "connections in the vault fixture (0 skips)")
 		twoSteps   = flag.Bool("two-step-connect", false, "hide the store's one-transaction connect (compare with the callback's two writes)")
@@ -103,7 +103,7 @@ func run(duration, warmup time.Duration, concs, cpuprofile string, mrtrN, vaultN
 			}
 		}
 		if only == "" || only == "provider" {
-			if err := st.providerOverhead(duration, warmup); err != nil {
+			if err := st.providerOverhead(duration, warmup, cpuprofile); err != nil {
 				return err
 			}
 		}
@@ -668,7 +668,7 @@ func (r *recorder) Write(b []byte) (int, error) {
 
 // providerOverhead compares GET /user through provider_request with the
 // same call straight to the fake API, one client at a time.
-func (st *stack) providerOverhead(duration, warmup time.Duration) error {
+func (st *stack) providerOverhead(duration, warmup time.Duration, cpuprofile string) error {
 	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"provider_request","arguments":{"provider":"github","method":"GET","path":"/user"},` +
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}}}}`)
 	brokerReq := func() *http.Request {
@@ -694,7 +694,18 @@ func (st *stack) providerOverhead(duration, warmup time.Duration) error {
 	fmt.Printf("\n## provider_request overhead: GET /user through the broker vs straight to the fake API (c=1, %s)\n\n", duration)
 	fmt.Println("| path | req/s | p50 ms | p99 ms |")
 	fmt.Println("|---|---|---|---|")
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile + ".provider")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		pprof.StartCPUProfile(f)
+	}
 	br := hammerWith(brokerReq, 1, warmup, duration)
+	if cpuprofile != "" {
+		pprof.StopCPUProfile()
+	}
 	dr := hammerWith(directReq, 1, warmup, duration)
 	fmt.Printf("| broker provider_request | %.0f | %s | %s |\n| direct | %.0f | %s | %s |\n", br.rps, ms(br.p50), ms(br.p99), dr.rps, ms(dr.p50), ms(dr.p99))
 	added := br.p50 - dr.p50
