@@ -827,47 +827,16 @@ func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant)
 	)
 	err := s.batch(func(tx *bolt.Tx) error {
 		out, opErr = vault.Grant{}, nil
-		b := tx.Bucket(bGrants)
-		rec := b.Get([]byte(id))
-		if rec == nil {
-			opErr = fmt.Errorf("boltstore: grant %s: %w", id, vault.ErrNotFound)
-			return nil
-		}
-		old, err := vault.DecodeGrant(rec)
+		old, ng, nrec, err := grantUpdate(tx, id, fn)
 		if err != nil {
 			opErr = err
 			return nil
 		}
-		ng, err := vault.ApplyGrantUpdate(old, fn)
-		if err != nil {
-			opErr = err
-			return nil
-		}
-		nrec, err := vault.EncodeGrant(ng)
-		if err != nil {
-			opErr = err
-			return nil
-		}
-		if err := b.Put([]byte(id), nrec); err != nil {
+		if err := tx.Bucket(bGrants).Put([]byte(id), nrec); err != nil {
 			return err
 		}
-		if !old.Created.Equal(ng.Created) {
-			pb := tx.Bucket(bGrantByPrin)
-			if err := pb.Delete(grantPrincipalKey(old)); err != nil {
-				return err
-			}
-			if err := pb.Put(grantPrincipalKey(ng), nil); err != nil {
-				return err
-			}
-		}
-		if !old.Expires.Equal(ng.Expires) {
-			eb := tx.Bucket(bGrantByExp)
-			if err := eb.Delete(grantExpiryKey(old)); err != nil {
-				return err
-			}
-			if err := eb.Put(grantExpiryKey(ng), nil); err != nil {
-				return err
-			}
+		if err := reindexGrant(tx, old, ng); err != nil {
+			return err
 		}
 		out = ng
 		return nil

@@ -66,23 +66,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 			}
 			rec, outC = nrec, nc
 		}
-		gb := tx.Bucket(bGrants)
-		grec := gb.Get([]byte(grantID))
-		if grec == nil {
-			opErr = fmt.Errorf("boltstore: grant %s: %w", grantID, vault.ErrNotFound)
-			return nil
-		}
-		og, err := vault.DecodeGrant(grec)
-		if err != nil {
-			opErr = err
-			return nil
-		}
-		ng, err := vault.ApplyGrantUpdate(og, grant)
-		if err != nil {
-			opErr = err
-			return nil
-		}
-		ngrec, err := vault.EncodeGrant(ng)
+		og, ng, ngrec, err := grantUpdate(tx, grantID, grant)
 		if err != nil {
 			opErr = err
 			return nil
@@ -104,7 +88,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 				return err
 			}
 		}
-		if err := gb.Put([]byte(grantID), ngrec); err != nil {
+		if err := tx.Bucket(bGrants).Put([]byte(grantID), ngrec); err != nil {
 			return err
 		}
 		if err := reindexGrant(tx, og, ng); err != nil {
@@ -120,6 +104,24 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		return vault.Connection{}, vault.Grant{}, err
 	}
 	return outC, outG, nil
+}
+
+// grantUpdate reads grant id in tx and applies fn with UpdateGrant's rules,
+// returning the old and new grant and the new record; writing is the
+// caller's. Its errors are the operation's answer (nothing was written).
+func grantUpdate(tx *bolt.Tx, id string, fn func(vault.Grant) (vault.Grant, error)) (old, ng vault.Grant, rec []byte, err error) {
+	cur := tx.Bucket(bGrants).Get([]byte(id))
+	if cur == nil {
+		return old, ng, nil, fmt.Errorf("boltstore: grant %s: %w", id, vault.ErrNotFound)
+	}
+	if old, err = vault.DecodeGrant(cur); err != nil {
+		return old, ng, nil, err
+	}
+	if ng, err = vault.ApplyGrantUpdate(old, fn); err != nil {
+		return old, ng, nil, err
+	}
+	rec, err = vault.EncodeGrant(ng)
+	return old, ng, rec, err
 }
 
 // reindexGrant keeps the grant indexes in step when an update changed
