@@ -184,18 +184,8 @@ func (d *fastDecoder) object(field func(key []byte) bool) bool {
 		if !field(key) {
 			return false
 		}
-		d.ws()
-		if d.i >= len(d.b) {
-			return false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return true
-		default:
-			return false
+		if done, ok := d.next('}'); !ok || done {
+			return ok
 		}
 	}
 }
@@ -289,18 +279,9 @@ func (d *fastDecoder) skip(depth int) bool {
 			if !d.skip(depth + 1) {
 				return false
 			}
-			d.ws()
-			if d.i >= len(d.b) {
-				return false
+			if done, ok := d.next('}'); !ok || done {
+				return ok
 			}
-			if d.b[d.i] == '}' {
-				d.i++
-				return true
-			}
-			if d.b[d.i] != ',' {
-				return false
-			}
-			d.i++
 		}
 	case c == '[':
 		d.i++
@@ -314,18 +295,9 @@ func (d *fastDecoder) skip(depth int) bool {
 			if !d.skip(depth + 1) {
 				return false
 			}
-			d.ws()
-			if d.i >= len(d.b) {
-				return false
+			if done, ok := d.next(']'); !ok || done {
+				return ok
 			}
-			if d.b[d.i] == ']' {
-				d.i++
-				return true
-			}
-			if d.b[d.i] != ',' {
-				return false
-			}
-			d.i++
 		}
 	case c == '"':
 		return d.skipString()
@@ -482,4 +454,22 @@ func (c *capsMemo) get(raw []byte) capsInfo {
 	}
 	c.mu.Unlock()
 	return v
+}
+
+// next consumes what follows a member or an element: close (done) or a
+// comma; anything else is not ok.
+func (d *fastDecoder) next(close byte) (done, ok bool) {
+	d.ws()
+	if d.i >= len(d.b) {
+		return false, false
+	}
+	switch d.b[d.i] {
+	case close:
+		d.i++
+		return true, true
+	case ',':
+		d.i++
+		return false, true
+	}
+	return false, false
 }
