@@ -18,10 +18,15 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/requeststate"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
@@ -88,6 +93,9 @@ type Options struct {
 	MaxBodyBytes int64 // request bodies, default 1 MiB
 	Logger       *slog.Logger
 	Now          func() time.Time
+	// Tracing puts every request in a "sidecar.request" span, the parent
+	// of what the connections layer and the provider do for it (nil: off).
+	Tracing trace.TracerProvider
 }
 
 // callerNameRE is what a caller's configured name may look like: fit for
@@ -103,6 +111,7 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	callers []caller
+	tracer  trace.Tracer // nil: tracing off
 }
 
 // caller is a Caller with its secret's digest, compared in constant time.
@@ -124,7 +133,7 @@ func New(opts Options) (*Server, error) {
 			problems = append(problems, "missing option "+m.name)
 		}
 	}
-	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux(), tracer: tracing.Tracer(opts.Tracing)}
 	names, digests := map[string]bool{}, map[[32]byte]bool{}
 	for i, c := range opts.Callers {
 		label := fmt.Sprintf("caller %d (%q)", i+1, c.Name)
@@ -228,12 +237,31 @@ func route(path string) string {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
 	var from *caller
+	var span trace.Span
+	if s.tracer != nil {
+		// Attributes are the route's fixed name, the configured server's
+		// name and the status: never a path, a principal or a token.
+		var ctx context.Context
+		ctx, span = s.tracer.Start(r.Context(), "sidecar.request", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("sidecar.route", route(r.URL.Path)), attribute.String("http.request.method", r.Method)))
+		r = r.WithContext(ctx)
+	}
 	defer func() {
 		name := ""
 		if from != nil {
 			name = from.Name
 		}
 		s.opts.Telemetry.SidecarRequest(name, route(r.URL.Path), sw.status)
+		if span != nil {
+			if name != "" {
+				span.SetAttributes(attribute.String("sidecar.server", name))
+			}
+			span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
+			if sw.status >= 500 {
+				span.SetStatus(codes.Error, http.StatusText(sw.status))
+			}
+			span.End()
+		}
 	}()
 	w = sw
 	w.Header().Set("Cache-Control", "no-store")

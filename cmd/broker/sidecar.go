@@ -269,7 +269,7 @@ func startSidecar(ctx context.Context, d brokerDeps, conns *connections.Service,
 	h, err := sidecar.New(sidecar.Options{
 		Callers: callers, Verify: verify, Audiences: auds, Connections: conns,
 		StateKeys: d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
-		Logger: log, Telemetry: d.Telemetry,
+		Logger: log, Telemetry: d.Telemetry, Tracing: d.Tracing,
 	})
 	if err != nil {
 		return "", err

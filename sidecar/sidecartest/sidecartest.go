@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/oauth2"
 
 	"credbroker/binding"
@@ -60,6 +61,8 @@ type Options struct {
 	// DemoKeys also configures the demo provider's API-key service as
 	// "demo-keys" (type api_key, X-Api-Key), as broker dev does.
 	DemoKeys bool
+	// Tracing traces the sidecar and the provider client (nil: off).
+	Tracing trace.TracerProvider
 }
 
 // Stack is the running broker core. Its catalogue has the demo provider
@@ -180,7 +183,8 @@ func Start(tb testing.TB, o Options) *Stack {
 	s.Telemetry = telemetry.New(telemetry.Options{Providers: s.Providers.Names(), SidecarServers: names,
 		Audit: slog.New(slog.NewTextHandler(s.AuditLog, nil))})
 	s.Client, err = provider.New(provider.Options{Store: s.Store, Providers: s.Providers,
-		Logger: log.With("component", "provider"), RetryBackoff: 10 * time.Millisecond, Telemetry: s.Telemetry})
+		Logger: log.With("component", "provider"), RetryBackoff: 10 * time.Millisecond, Telemetry: s.Telemetry,
+		Tracing: o.Tracing})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -192,7 +196,7 @@ func Start(tb testing.TB, o Options) *Stack {
 	s.Sidecar, err = sidecar.New(sidecar.Options{
 		Callers: callers, Verify: verify, Audiences: auds, Connections: s.Conns,
 		StateKeys: kr.Derive("requestState"), Logger: log.With("component", "sidecar"),
-		Telemetry: s.Telemetry,
+		Telemetry: s.Telemetry, Tracing: o.Tracing,
 	})
 	if err != nil {
 		tb.Fatal(err)
