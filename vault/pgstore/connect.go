@@ -118,10 +118,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 			if err != nil {
 				return fail(err)
 			}
-			a := row.args()
-			if _, err := tx.Exec(ctx, `UPDATE connections SET account_login = $2, status = $3, created = $4,
-				updated = $5, last_used = $6, last_refreshed = $7, sealed_with = $8, version = $9, record = $10
-				WHERE id = $1 AND version = $11`, append(append([]any{a[0]}, a[5:]...), version)...); err != nil {
+			if _, err := tx.Exec(ctx, updateConn, updateConnArgs(row, version)...); err != nil {
 				return err
 			}
 			rec, outC = nrec, nc
@@ -130,9 +127,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		if err != nil {
 			return fail(err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE grants SET provider = $2, state = $3, created_ns = $4,
-			expires_ns = $5, version = $6, record = $7
-			WHERE id = $1 AND version = $8`, append(append([]any{gargs[0]}, gargs[3:]...), gversion)...); err != nil {
+		if _, err := tx.Exec(ctx, updateGrant, updateGrantArgs(gargs, gversion)...); err != nil {
 			return err
 		}
 		if len(ds) > 0 {

@@ -281,6 +281,27 @@ const insertConn = `INSERT INTO connections (id, iss, sub, provider, account_id,
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 	ON CONFLICT (id) DO NOTHING`
 
+// updateConn rewrites a connection's row if its version is still the one
+// read; updateConnArgs gives its arguments.
+const updateConn = `UPDATE connections SET account_login = $2, status = $3, created = $4,
+	updated = $5, last_used = $6, last_refreshed = $7, sealed_with = $8, version = $9, record = $10
+	WHERE id = $1 AND version = $11`
+
+func updateConnArgs(r connRow, version int64) []any {
+	a := r.args()
+	return append(append([]any{a[0]}, a[5:]...), version)
+}
+
+// updateGrant rewrites a grant's row if its version is still the one read;
+// updateGrantArgs gives its arguments from grantArgs'.
+const updateGrant = `UPDATE grants SET provider = $2, state = $3, created_ns = $4,
+	expires_ns = $5, version = $6, record = $7
+	WHERE id = $1 AND version = $8`
+
+func updateGrantArgs(args []any, version int64) []any {
+	return append(append([]any{args[0]}, args[3:]...), version)
+}
+
 // rowFromRecord projects a stored record into its columns.
 func rowFromRecord(rec []byte) (connRow, error) {
 	m, err := vault.ConnectionMeta(rec)
@@ -440,10 +461,7 @@ func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(r
 		if err != nil {
 			return vault.Connection{}, err
 		}
-		a := row.args()
-		tag, err := s.execWithDeliveries(ctx, ds, `UPDATE connections SET account_login = $2, status = $3, created = $4,
-			updated = $5, last_used = $6, last_refreshed = $7, sealed_with = $8, version = $9, record = $10
-			WHERE id = $1 AND version = $11`, append(append([]any{a[0]}, a[5:]...), version)...)
+		tag, err := s.execWithDeliveries(ctx, ds, updateConn, updateConnArgs(row, version)...)
 		if err != nil {
 			return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: update connection %s: %w", id, err))
 		}
@@ -699,9 +717,7 @@ func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant)
 		if err != nil {
 			return vault.Grant{}, err
 		}
-		tag, err := s.pool.Exec(ctx, `UPDATE grants SET provider = $2, state = $3, created_ns = $4,
-			expires_ns = $5, version = $6, record = $7
-			WHERE id = $1 AND version = $8`, append(append([]any{args[0]}, args[3:]...), version)...)
+		tag, err := s.pool.Exec(ctx, updateGrant, updateGrantArgs(args, version)...)
 		if err != nil {
 			return vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: update grant %s: %w", id, err))
 		}
