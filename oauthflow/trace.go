@@ -5,33 +5,12 @@ import (
 	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/binding"
+	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 )
-
-// statusWriter remembers the status a traced handler answered.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // traced wraps a browser step's handler in a span named step, with the
 // route's pattern (never the grant id itself: its binding.Ref, which logs
@@ -52,13 +31,9 @@ func (f *Flow) traced(step string, h http.Handler) http.Handler {
 			}
 		}
 		ctx, span := f.tracer.Start(r.Context(), step, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
-		defer span.End()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &telemetry.StatusWriter{ResponseWriter: w}
+		defer func() { tracing.EndServer(span, sw.Status) }()
 		h.ServeHTTP(sw, r.WithContext(ctx))
-		span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
-		if sw.status >= 500 {
-			span.SetStatus(codes.Error, http.StatusText(sw.status))
-		}
 	})
 }
 

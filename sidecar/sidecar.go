@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/connections"
@@ -200,26 +199,6 @@ type identity struct {
 	principal vault.Principal
 }
 
-// statusWriter remembers the status answered, for the metrics.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
 // route names a request path for the metrics.
 func route(path string) string {
 	switch {
@@ -235,7 +214,7 @@ func route(path string) string {
 
 // ServeHTTP checks both credentials and the audience's policy, then routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &telemetry.StatusWriter{ResponseWriter: w}
 	var from *caller
 	var span trace.Span
 	if s.tracer != nil {
@@ -251,16 +230,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if from != nil {
 			name = from.Name
 		}
-		s.opts.Telemetry.SidecarRequest(name, route(r.URL.Path), sw.status)
+		s.opts.Telemetry.SidecarRequest(name, route(r.URL.Path), sw.Status)
 		if span != nil {
 			if name != "" {
 				span.SetAttributes(attribute.String("sidecar.server", name))
 			}
-			span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
-			if sw.status >= 500 {
-				span.SetStatus(codes.Error, http.StatusText(sw.status))
-			}
-			span.End()
+			tracing.EndServer(span, sw.Status)
 		}
 	}()
 	w = sw
