@@ -278,3 +278,38 @@ func TestCodecRecordVersions(t *testing.T) {
 		t.Fatalf("overlong login written: %v", err)
 	}
 }
+
+// TestCodecRefusesUnreadableWrites: what the format 2 reader refuses
+// (invalid UTF-8, an empty token-field name, too many token fields) is
+// refused on write, so no connection is stored that could never be read
+// back.
+func TestCodecRefusesUnreadableWrites(t *testing.T) {
+	kr, err := NewKeyring([]string{"fz"}, [][]byte{bytes.Repeat([]byte{1}, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC)
+	base := Connection{ID: "c1", Principal: Principal{Issuer: "https://idp.example", Subject: "alice"}, Provider: "github",
+		AccountID: "1", Status: StatusActive, Created: t0, Updated: t0, Token: TokenSet{AccessToken: "at"}}
+	if _, err := EncodeConnection(kr, base); err != nil {
+		t.Fatalf("the valid base: %v", err)
+	}
+	many := map[string]Secret{}
+	for i := range maxTokenFields + 1 {
+		many[fmt.Sprintf("f%d", i)] = "v"
+	}
+	for name, mutate := range map[string]func(*Connection){
+		"login not UTF-8":        func(c *Connection) { c.AccountLogin = "a\xffb" },
+		"scope not UTF-8":        func(c *Connection) { c.Scopes = []string{"repo", "\xc3"} },
+		"access token not UTF-8": func(c *Connection) { c.Token.AccessToken = "at\xfe" },
+		"field value not UTF-8":  func(c *Connection) { c.Token.Fields = map[string]Secret{"api_key": "k\xff"} },
+		"empty field name":       func(c *Connection) { c.Token.Fields = map[string]Secret{"": "v"} },
+		"too many fields":        func(c *Connection) { c.Token.Fields = many },
+	} {
+		c := base.Clone()
+		mutate(&c)
+		if _, err := EncodeConnection(kr, c); err == nil {
+			t.Errorf("%s: EncodeConnection accepted a record the reader refuses", name)
+		}
+	}
+}

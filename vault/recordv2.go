@@ -308,6 +308,10 @@ func encodeTokensV2(tp *tokenPlain) ([]byte, error) {
 	if err := checkTimes([]string{"token expiry"}, tp.Expiry); err != nil {
 		return nil, err
 	}
+	if len(tp.Fields) > maxTokenFields {
+		// The reader refuses more: never store what cannot be read back.
+		return nil, fmt.Errorf("%w: %d token fields, more than the %d allowed", ErrRecordFormat, len(tp.Fields), maxTokenFields)
+	}
 	size := 1 + 5*3 + len(tp.AccessToken) + len(tp.RefreshToken) + len(tp.TokenType) + len(tp.IDToken) + 12 + 3
 	names := make([]string, 0, len(tp.Fields))
 	for k, v := range tp.Fields {
