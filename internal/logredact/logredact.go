@@ -58,7 +58,7 @@ func SensitiveKey(k string) bool {
 var (
 	// schemeRE finds an authorization scheme and the word after it; the
 	// word is masked only when it is shaped like a credential.
-	schemeRE = regexp.MustCompile(`(?i)\b(bearer|basic|token|dpop)(\s+)([A-Za-z0-9\-._~+/]+=*)`)
+	schemeRE = regexp.MustCompile(`(?i)\b(bearer|basic|token|dpop)(\s+)([A-Za-z0-9\-._~+/=]+)`)
 	// secretPairRE finds key=value pairs (query strings, form bodies, free
 	// text) whose key names a secret; the value is masked whatever it is.
 	secretPairRE = regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_])((?:access_token|refresh_token|id_token|token|client_secret|secret|password|code|code_verifier|state|nonce|api_key|apikey|assertion|requeststate|request_state)=)([^&\s"',;]*)`)
