@@ -155,15 +155,10 @@ var (
 	bucketConnByPrinc = []byte("conn_by_principal")
 )
 
-// openFixture opens the fixture with the production options, except the
-// batch delay: delay when it is not 0, else BENCH_BATCH_DELAY (e.g. 200us)
-// when set.
-func openFixture(b testing.TB, delay time.Duration) *boltstore.Store {
+// openFixture opens the fixture with the production options.
+func openFixture(b testing.TB) *boltstore.Store {
 	b.Helper()
-	if delay == 0 {
-		delay, _ = time.ParseDuration(os.Getenv("BENCH_BATCH_DELAY"))
-	}
-	s, err := boltstore.Open(fixture(b), benchKeyring(b), boltstore.Options{MaxBatchDelay: delay})
+	s, err := boltstore.Open(fixture(b), benchKeyring(b), boltstore.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -229,7 +224,7 @@ var floorGetP50 float64
 // Store.GetConnection (decode and open the token set), with its p50 as a
 // multiple of the floor's.
 func BenchmarkGet(b *testing.B) {
-	s := openFixture(b, 0)
+	s := openFixture(b)
 	size := warm(b, s.DB())
 	n := benchConns()
 	b.Run("floor", func(b *testing.B) {
@@ -298,7 +293,7 @@ func newPutConn() vault.Connection {
 }
 
 func BenchmarkPutSingleWriter(b *testing.B) {
-	s := openFixture(b, 0)
+	s := openFixture(b)
 	ctx := context.Background()
 	b.ResetTimer()
 	start := time.Now()
@@ -311,11 +306,13 @@ func BenchmarkPutSingleWriter(b *testing.B) {
 }
 
 // BenchmarkPut16Writers: 16 goroutines create connections in the 1M
-// fixture, durably (fsync on every commit), for three batch delays
-// (BENCH_PUT_DELAYS=250us,500us,... for others). floor
-// is raw bbolt: DB.Batch putting a record-sized value and its index key,
-// no codec or encryption; store is Store.CreateConnection, with its rate
-// as a multiple of the floor's at the same delay.
+// fixture, durably (fsync on every commit). The floors are raw bbolt
+// putting a record-sized value and its index key, no codec or encryption:
+// floor/delay=D through DB.Batch with MaxBatchDelay D, for three delays
+// (BENCH_PUT_DELAYS=250us,500us,... for others), and floor/group through
+// the store's group commit. store is Store.CreateConnection, reported as a
+// multiple of the best floor (x-floor) and of the best DB.Batch floor
+// (x-batch).
 func BenchmarkPut16Writers(b *testing.B) {
 	delays := []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond}
 	if env := os.Getenv("BENCH_PUT_DELAYS"); env != "" { // e.g. 250us,500us
@@ -328,46 +325,56 @@ func BenchmarkPut16Writers(b *testing.B) {
 			delays = append(delays, d)
 		}
 	}
-	for _, delay := range delays {
-		var floorRate float64
-		b.Run("delay="+delay.String(), func(b *testing.B) {
-			b.Run("floor", func(b *testing.B) {
-				s := openFixture(b, delay)
-				db := s.DB()
-				val := bytes.Repeat([]byte{0x5a}, putRecordSize(b))
-				floorRate = parallel16(b, func() error {
-					c := newPutConn()
-					id := []byte(c.ID)
-					idx := binary.BigEndian.AppendUint32(nil, uint32(len(c.Principal.Issuer)))
-					idx = append(idx, c.Principal.Issuer...)
-					idx = binary.BigEndian.AppendUint32(idx, uint32(len(c.Principal.Subject)))
-					idx = append(append(idx, c.Principal.Subject...), c.ID...)
-					return db.Batch(func(tx *bolt.Tx) error {
-						if tx.Bucket(bucketConns).Get(id) != nil {
-							return errors.New("exists")
-						}
-						if err := tx.Bucket(bucketConns).Put(id, val); err != nil {
-							return err
-						}
-						return tx.Bucket(bucketConnByPrinc).Put(idx, nil)
-					})
-				})
-				b.ReportMetric(floorRate, "writes/s")
-			})
-			b.Run("store", func(b *testing.B) {
-				s := openFixture(b, delay)
-				ctx := context.Background()
-				rate := parallel16(b, func() error {
-					_, err := s.CreateConnection(ctx, newPutConn())
-					return err
-				})
-				b.ReportMetric(rate, "writes/s")
-				if floorRate > 0 {
-					b.ReportMetric(rate/floorRate, "x-floor")
+	var bestBatch, bestFloor float64
+	rawPut := func(b *testing.B, commit func(func(*bolt.Tx) error) error) float64 {
+		val := bytes.Repeat([]byte{0x5a}, putRecordSize(b))
+		return parallel16(b, func() error {
+			c := newPutConn()
+			id := []byte(c.ID)
+			idx := binary.BigEndian.AppendUint32(nil, uint32(len(c.Principal.Issuer)))
+			idx = append(idx, c.Principal.Issuer...)
+			idx = binary.BigEndian.AppendUint32(idx, uint32(len(c.Principal.Subject)))
+			idx = append(append(idx, c.Principal.Subject...), c.ID...)
+			return commit(func(tx *bolt.Tx) error {
+				if tx.Bucket(bucketConns).Get(id) != nil {
+					return errors.New("exists")
 				}
+				if err := tx.Bucket(bucketConns).Put(id, val); err != nil {
+					return err
+				}
+				return tx.Bucket(bucketConnByPrinc).Put(idx, nil)
 			})
 		})
 	}
+	b.Run("floor", func(b *testing.B) {
+		for _, delay := range delays {
+			b.Run("delay="+delay.String(), func(b *testing.B) {
+				db := openFixture(b).DB()
+				db.MaxBatchDelay = delay
+				rate := rawPut(b, db.Batch)
+				b.ReportMetric(rate, "writes/s")
+				bestBatch = max(bestBatch, rate)
+			})
+		}
+		b.Run("group", func(b *testing.B) {
+			rate := rawPut(b, boltstore.GroupUpdate(openFixture(b).DB()))
+			b.ReportMetric(rate, "writes/s")
+			bestFloor = max(bestBatch, rate)
+		})
+	})
+	b.Run("store", func(b *testing.B) {
+		s := openFixture(b)
+		ctx := context.Background()
+		rate := parallel16(b, func() error {
+			_, err := s.CreateConnection(ctx, newPutConn())
+			return err
+		})
+		b.ReportMetric(rate, "writes/s")
+		if bestFloor > 0 {
+			b.ReportMetric(rate/bestFloor, "x-floor")
+			b.ReportMetric(rate/bestBatch, "x-batch")
+		}
+	})
 }
 
 // parallel16 runs op from 16 goroutines b.N times in all and returns the
@@ -398,7 +405,7 @@ func putRecordSize(b testing.TB) int {
 }
 
 func BenchmarkListOnePrincipal(b *testing.B) {
-	s := openFixture(b, 0)
+	s := openFixture(b)
 	ctx := context.Background()
 	n := benchConns()
 	rng := rand.New(rand.NewPCG(3, 4))

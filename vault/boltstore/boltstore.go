@@ -25,8 +25,9 @@
 // principal's records is a prefix seek; the length prefixes keep principals
 // whose issuer or subject are prefixes of each other apart.
 //
-// Creates and updates go through bolt's DB.Batch, so concurrent writers share
-// one durable commit. Batch may run a closure more than once, so every
+// Creates and updates go through a group commit (groupcommit.go), so
+// concurrent writers share one durable commit. A closure may run more than
+// once, as with bolt's DB.Batch, so every
 // closure resets its results before it starts; expected failures (not found,
 // exists, an error from the caller's update function) are reported through
 // those results rather than by failing the shared transaction.
@@ -85,11 +86,6 @@ var (
 type Options struct {
 	// Timeout bounds the wait for the file lock; 0 means one second.
 	Timeout time.Duration
-	// MaxBatchDelay is how long a write waits for others to share its
-	// commit; 0 means 500µs. BenchmarkPut16Writers' curve (docs/TESTING.md)
-	// put 500µs ahead of 1ms and 2ms for 16 durable writers in every run
-	// on the reference machine, and a lone write waits less too.
-	MaxBatchDelay time.Duration
 	// NoSync skips fsync on commit. Only for building benchmark fixtures:
 	// acknowledged writes are not durable.
 	NoSync bool
@@ -105,6 +101,7 @@ type Store struct {
 	changes vault.ChangeHook
 	path    string
 	closed  atomic.Bool
+	group   groupCommit
 }
 
 var (
@@ -121,9 +118,6 @@ func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
-	}
-	if opts.MaxBatchDelay <= 0 {
-		opts.MaxBatchDelay = 500 * time.Microsecond
 	}
 	var db *bolt.DB
 	defer func() {
@@ -148,14 +142,13 @@ func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
 		}
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
-	db.MaxBatchDelay = opts.MaxBatchDelay
 	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		if err := os.Chmod(path, 0o600); err != nil {
 			closeQuietly(db)
 			return nil, fmt.Errorf("database %s: restrict mode to 0600: %w", path, err)
 		}
 	}
-	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes}
+	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, group: groupCommit{db: db}}
 	if err := s.prepare(); err != nil {
 		closeQuietly(db)
 		return nil, err
@@ -307,7 +300,7 @@ func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
 
 func (s *Store) batch(fn func(*bolt.Tx) error) (err error) {
 	defer s.recoverCorrupt(&err)
-	return txErr(s.db.Batch(fn))
+	return txErr(s.group.do(fn))
 }
 
 func (s *Store) update(fn func(*bolt.Tx) error) (err error) {

@@ -86,7 +86,7 @@ func BenchmarkRSS(b *testing.B) {
 	runtime.GC()
 	debug.FreeOSMemory()
 	before := readProcMem(b)
-	s := openFixture(b, 0)
+	s := openFixture(b)
 	ctx := context.Background()
 	n := benchConns()
 	rng := rand.New(rand.NewPCG(5, 6))

@@ -1,0 +1,211 @@
+package boltstore
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+func openRaw(t *testing.T) *bolt.DB {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "g.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("b")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// holdLeader starts a write whose function blocks until release is
+// closed, and returns once that write leads (its transaction is open).
+func holdLeader(t *testing.T, g *groupCommit) (release chan struct{}, done chan error) {
+	release, done, inTx := make(chan struct{}), make(chan error, 1), make(chan struct{})
+	go func() {
+		done <- g.do(func(tx *bolt.Tx) error {
+			close(inTx)
+			<-release
+			return tx.Bucket([]byte("b")).Put([]byte("leader"), []byte("1"))
+		})
+	}()
+	<-inTx
+	return release, done
+}
+
+// waitQueued returns once n writes wait in g's queue.
+func waitQueued(g *groupCommit, n int) {
+	for {
+		g.mu.Lock()
+		q := len(g.queue)
+		g.mu.Unlock()
+		if q >= n {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+func put(key string) func(*bolt.Tx) error {
+	return func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte(key), []byte("v")) }
+}
+
+func TestGroupCommitSharesOneCommit(t *testing.T) {
+	db := openRaw(t)
+	g := &groupCommit{db: db}
+	release, leaderDone := holdLeader(t, g)
+
+	const n = 15
+	var wg sync.WaitGroup
+	txs := make([]*bolt.Tx, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = g.do(func(tx *bolt.Tx) error {
+				txs[i] = tx
+				return put(fmt.Sprint("k", i))(tx)
+			})
+		}()
+	}
+	waitQueued(g, n)
+	close(release)
+	wg.Wait()
+	if err := <-leaderDone; err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("write %d: %v", i, errs[i])
+		}
+		if txs[i] != txs[0] {
+			t.Fatalf("write %d committed in another transaction than write 0", i)
+		}
+	}
+	err := db.View(func(tx *bolt.Tx) error {
+		for i := range n {
+			if tx.Bucket([]byte("b")).Get([]byte(fmt.Sprint("k", i))) == nil {
+				return fmt.Errorf("k%d was acknowledged but is not stored", i)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.leading || len(g.queue) != 0 {
+		t.Fatalf("after the last write: leading %v, queue %d", g.leading, len(g.queue))
+	}
+}
+
+// A failing function gets its own error, its writes are not kept, and
+// the writes that shared its transaction commit without it.
+func TestGroupCommitFailureIsItsOwn(t *testing.T) {
+	db := openRaw(t)
+	g := &groupCommit{db: db}
+	release, leaderDone := holdLeader(t, g)
+
+	boom := errors.New("boom")
+	var mu sync.Mutex
+	runs := map[string]int{}
+	fn := func(key string, fail bool) func(*bolt.Tx) error {
+		return func(tx *bolt.Tx) error {
+			mu.Lock()
+			runs[key]++
+			mu.Unlock()
+			if err := put(key)(tx); err != nil {
+				return err
+			}
+			if fail {
+				return boom
+			}
+			return nil
+		}
+	}
+	keys := []string{"a", "bad", "c"}
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = g.do(fn(k, k == "bad")) }()
+		waitQueued(g, i+1) // queue in order
+	}
+	close(release)
+	wg.Wait()
+	if err := <-leaderDone; err != nil {
+		t.Fatal(err)
+	}
+	if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], boom) {
+		t.Fatalf("errors: %v", errs)
+	}
+	err := db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("b"))
+		if b.Get([]byte("a")) == nil || b.Get([]byte("c")) == nil {
+			return errors.New("a successful write was lost")
+		}
+		if b.Get([]byte("bad")) != nil {
+			return errors.New("the failed write was kept")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "bad" ran in the group and alone; "a" ran before it failed and again
+	// without it.
+	if runs["bad"] != 2 || runs["a"] != 2 || runs["c"] != 1 {
+		t.Fatalf("runs: %v", runs)
+	}
+}
+
+// A function that panics panics in its own caller's goroutine; the others
+// in its group commit.
+func TestGroupCommitPanicIsItsOwn(t *testing.T) {
+	db := openRaw(t)
+	g := &groupCommit{db: db}
+	release, leaderDone := holdLeader(t, g)
+
+	var wg sync.WaitGroup
+	var okErr error
+	var recovered any
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer func() { recovered = recover() }()
+		_ = g.do(func(*bolt.Tx) error { panic("page 7 is not a leaf") })
+	}()
+	waitQueued(g, 1)
+	go func() { defer wg.Done(); okErr = g.do(put("ok")) }()
+	waitQueued(g, 2)
+	close(release)
+	wg.Wait()
+	if err := <-leaderDone; err != nil {
+		t.Fatal(err)
+	}
+	if recovered != "page 7 is not a leaf" || okErr != nil {
+		t.Fatalf("recovered %v, other write %v", recovered, okErr)
+	}
+}
+
+func TestGroupCommitClosed(t *testing.T) {
+	db := openRaw(t)
+	g := &groupCommit{db: db}
+	db.Close()
+	if err := g.do(put("x")); !errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		t.Fatalf("closed: %v", err)
+	}
+	// The lead was given up: a second call does not hang.
+	if err := g.do(put("x")); !errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		t.Fatalf("closed again: %v", err)
+	}
+}
