@@ -3,10 +3,8 @@ package provider
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"net/url"
-	"slices"
 	"strings"
 )
 
@@ -23,63 +21,174 @@ const minEncodedForm = 8
 // with and without padding) of the secret and of "Bearer <secret>", plus,
 // for a secret buried in a longer base64 text at any offset, the part of
 // its encoding that does not depend on the bytes around it. Empty secrets
-// are skipped.
+// are skipped, and each form appears once, in that order.
+//
+// The forms are built into one buffer and handed out as slices of it,
+// each capped at its own end.
 func secretForms(secrets ...string) [][]byte {
-	var forms [][]byte
-	add := func(f string) {
-		if f != "" && !slices.ContainsFunc(forms, func(g []byte) bool { return string(g) == f }) {
-			forms = append(forms, []byte(f))
+	size := 0
+	for _, secret := range secrets {
+		size += 20*len(secret) + 128
+	}
+	// A secret has at most 23 forms.
+	fb := formBuilder{buf: make([]byte, 0, size), ends: make([]int, 0, 23*len(secrets))}
+	for _, secret := range secrets {
+		if secret != "" {
+			fb.addSecret(secret)
 		}
 	}
-	for _, secret := range secrets {
-		if secret == "" {
-			continue
-		}
-		quoted := func(escapeHTML bool) string {
-			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
-			enc.SetEscapeHTML(escapeHTML)
-			_ = enc.Encode(secret)
-			return strings.TrimSuffix(strings.TrimSpace(buf.String()), `"`)[1:]
-		}
-		jsonHTML, jsonPlain := quoted(true), quoted(false)
-		for _, f := range []string{secret, jsonHTML, jsonPlain, strings.ReplaceAll(jsonHTML, "/", `\/`),
-			strings.ReplaceAll(jsonPlain, "/", `\/`), url.QueryEscape(secret), url.PathEscape(secret),
-			hex.EncodeToString([]byte(secret)), strings.ToUpper(hex.EncodeToString([]byte(secret)))} {
-			add(f)
-		}
-		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
-			add(enc.EncodeToString([]byte(secret)))
-			add(enc.EncodeToString([]byte("Bearer " + secret)))
-		}
-		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
-			for _, f := range base64Cores(enc, []byte(secret)) {
-				if len(f) >= minEncodedForm {
-					add(f)
-				}
-			}
-		}
+	forms := make([][]byte, len(fb.ends))
+	start := 0
+	for i, end := range fb.ends {
+		forms[i] = fb.buf[start:end:end]
+		start = end
 	}
 	return forms
 }
 
-// base64Cores returns, for each of the three offsets (mod 3) at which
-// secret can sit inside a longer byte string, the part of that string's
-// base64 encoding made of secret's bytes alone: whatever surrounds the
-// secret, its encoding contains this text.
-func base64Cores(enc *base64.Encoding, secret []byte) []string {
-	var out []string
-	for lead := range 3 {
-		// The first group that holds only secret bytes starts after
-		// (3-lead)%3 secret bytes; groups are 3 bytes → 4 characters.
-		skip := (3 - lead) % 3
-		if len(secret)-skip < 3 {
-			continue
-		}
-		whole := (len(secret) - skip) / 3 * 3
-		out = append(out, enc.EncodeToString(secret[skip:skip+whole]))
+// formBuilder collects distinct forms in buf: form i ends at ends[i] and
+// starts where form i-1 ends.
+type formBuilder struct {
+	buf  []byte
+	ends []int
+}
+
+// keep makes buf[start:] a form, unless it is empty or one already.
+func (fb *formBuilder) keep(start int) {
+	f := fb.buf[start:]
+	if len(f) == 0 {
+		return
 	}
-	return out
+	prev := 0
+	for _, end := range fb.ends {
+		if bytes.Equal(fb.buf[prev:end], f) {
+			fb.buf = fb.buf[:start]
+			return
+		}
+		prev = end
+	}
+	fb.ends = append(fb.ends, len(fb.buf))
+}
+
+// add appends f as a form.
+func (fb *formBuilder) add(f string) {
+	start := len(fb.buf)
+	fb.buf = append(fb.buf, f...)
+	fb.keep(start)
+}
+
+// addSecret adds secret's forms.
+func (fb *formBuilder) addSecret(secret string) {
+	fb.add(secret)
+	// JSON: a secret of printable ASCII without '"' or '\\' is its own
+	// escape, and without '<', '>' or '&' its own HTML-safe escape too;
+	// any other goes through encoding/json.
+	var jsonHTML, jsonPlain string
+	switch plain, html := jsonVerbatim(secret); {
+	case html:
+		jsonHTML, jsonPlain = secret, secret
+	case plain:
+		jsonHTML, jsonPlain = jsonEscape(secret, true), secret
+	default:
+		jsonHTML, jsonPlain = jsonEscape(secret, true), jsonEscape(secret, false)
+	}
+	fb.add(jsonHTML)
+	fb.add(jsonPlain)
+	for _, j := range []string{jsonHTML, jsonPlain} {
+		start := len(fb.buf)
+		for i := range len(j) {
+			if j[i] == '/' {
+				fb.buf = append(fb.buf, '\\')
+			}
+			fb.buf = append(fb.buf, j[i])
+		}
+		fb.keep(start)
+	}
+	// URL escaping leaves letters, digits and "-_.~" as they are.
+	if urlVerbatim(secret) {
+		fb.add(secret)
+		fb.add(secret)
+	} else {
+		fb.add(url.QueryEscape(secret))
+		fb.add(url.PathEscape(secret))
+	}
+	for _, digits := range []string{"0123456789abcdef", "0123456789ABCDEF"} {
+		start := len(fb.buf)
+		for i := range len(secret) {
+			fb.buf = append(fb.buf, digits[secret[i]>>4], digits[secret[i]&0x0f])
+		}
+		fb.keep(start)
+	}
+	// "Bearer <secret>" and secret, as bytes to encode, in one array.
+	var stack [128]byte
+	bearer := append(append(stack[:0], "Bearer "...), secret...)
+	raw := bearer[len("Bearer "):]
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		for _, src := range [][]byte{raw, bearer} {
+			start := len(fb.buf)
+			fb.buf = enc.AppendEncode(fb.buf, src)
+			fb.keep(start)
+		}
+	}
+	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+		// For each of the three offsets (mod 3) at which secret can sit
+		// inside a longer byte string, the part of that string's base64
+		// encoding made of secret's bytes alone: whatever surrounds the
+		// secret, its encoding contains this text.
+		for lead := range 3 {
+			// The first group that holds only secret bytes starts after
+			// (3-lead)%3 secret bytes; groups are 3 bytes → 4 characters.
+			skip := (3 - lead) % 3
+			if len(raw)-skip < 3 {
+				continue
+			}
+			whole := (len(raw) - skip) / 3 * 3
+			if enc.EncodedLen(whole) < minEncodedForm {
+				continue
+			}
+			start := len(fb.buf)
+			fb.buf = enc.AppendEncode(fb.buf, raw[skip:skip+whole])
+			fb.keep(start)
+		}
+	}
+}
+
+// jsonVerbatim reports whether encoding/json writes s as it is inside a
+// JSON string without HTML escaping (plain) and with it (html).
+func jsonVerbatim(s string) (plain, html bool) {
+	plain, html = true, true
+	for i := range len(s) {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f || c == '"' || c == '\\':
+			return false, false
+		case c == '<' || c == '>' || c == '&':
+			html = false
+		}
+	}
+	return plain, html
+}
+
+// jsonEscape returns s as encoding/json writes it inside a JSON string.
+func jsonEscape(s string, escapeHTML bool) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(escapeHTML)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(strings.TrimSpace(buf.String()), `"`)[1:]
+}
+
+// urlVerbatim reports whether url.QueryEscape and url.PathEscape leave s
+// as it is: only letters, digits and "-_.~" (RFC 3986's unreserved
+// characters), which neither escapes.
+func urlVerbatim(s string) bool {
+	for i := range len(s) {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // redactCapped replaces every form in b that starts before limit with

@@ -44,7 +44,7 @@ func refSecretForms(secrets ...string) [][]byte {
 			add(enc.EncodeToString([]byte("Bearer " + secret)))
 		}
 		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
-			for _, f := range base64Cores(enc, []byte(secret)) {
+			for _, f := range refBase64Cores(enc, []byte(secret)) {
 				if len(f) >= minEncodedForm {
 					add(f)
 				}
@@ -52,6 +52,25 @@ func refSecretForms(secrets ...string) [][]byte {
 		}
 	}
 	return forms
+}
+
+// refBase64Cores returns, for each of the three offsets (mod 3) at which
+// secret can sit inside a longer byte string, the part of that string's
+// base64 encoding made of secret's bytes alone: whatever surrounds the
+// secret, its encoding contains this text.
+func refBase64Cores(enc *base64.Encoding, secret []byte) []string {
+	var out []string
+	for lead := range 3 {
+		// The first group that holds only secret bytes starts after
+		// (3-lead)%3 secret bytes; groups are 3 bytes → 4 characters.
+		skip := (3 - lead) % 3
+		if len(secret)-skip < 3 {
+			continue
+		}
+		whole := (len(secret) - skip) / 3 * 3
+		out = append(out, enc.EncodeToString(secret[skip:skip+whole]))
+	}
+	return out
 }
 
 // secretFormCases are secrets of every kind: provider tokens, API keys,
@@ -92,6 +111,13 @@ func checkSecretForms(t *testing.T, secrets ...string) {
 	got, want := secretForms(secrets...), refSecretForms(secrets...)
 	if !slices.EqualFunc(got, want, bytes.Equal) {
 		t.Fatalf("secretForms(%q):\n got  %q\n want %q", secrets, got, want)
+	}
+	// The forms share one buffer: each must end at its own end, so that
+	// appending to one cannot change the next.
+	for i, f := range got {
+		if cap(f) != len(f) {
+			t.Fatalf("secretForms(%q): form %d has room past its end (%d > %d)", secrets, i, cap(f), len(f))
+		}
 	}
 }
 
