@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"net/url"
 	"strings"
@@ -194,43 +195,129 @@ func urlVerbatim(s string) bool {
 // redactCapped replaces every form in b that starts before limit with
 // redacted and cuts the rest at limit (of b's original positions, so text
 // shifting left after a replacement cannot bring a partial token in), and
-// the result at limit bytes. It reports whether anything was cut.
+// the result at limit bytes. It reports whether anything was cut. Where
+// forms overlap, the one starting first is replaced, and of those starting
+// at the same byte the longest. Empty forms are ignored. When there is
+// nothing to replace, the result is b cut at limit, with no room past its
+// end.
 func redactCapped(b []byte, forms [][]byte, limit int64) ([]byte, bool) {
-	out := make([]byte, 0, min(int64(len(b)), limit))
-	// next[f] caches where form f next occurs at or after i (-1: nowhere),
-	// so each form is searched for once per occurrence, not once per
-	// replacement.
-	next := make([]int, len(forms))
-	for f := range forms {
-		next[f] = -2
-	}
+	end := int(min(limit, int64(len(b))))
+	var fi formIndex
+	fi.build(forms)
+	var out []byte
 	i := 0
-	for int64(i) < limit && i < len(b) {
-		at, form := -1, -1
-		for f, fb := range forms {
-			if next[f] == -2 || next[f] >= 0 && next[f] < i {
-				next[f] = -1
-				if j := bytes.Index(b[i:], fb); j >= 0 {
-					next[f] = i + j
-				}
-			}
-			if n := next[f]; n >= 0 && (at < 0 || n < at || n == at && len(fb) > len(forms[form])) {
-				at, form = n, f
-			}
-		}
-		if at < 0 || int64(at) >= limit {
-			end := int(min(limit, int64(len(b))))
-			out = append(out, b[i:end]...)
-			i = end
+	for i < end {
+		at, n := fi.next(b, i, end)
+		if at < 0 {
 			break
+		}
+		if out == nil {
+			out = make([]byte, 0, end)
 		}
 		out = append(out, b[i:at]...)
 		out = append(out, redacted...)
-		i = at + len(forms[form])
+		i = at + n
+	}
+	if out == nil {
+		// Nothing to replace: b as it is, up to the cap; the bytes past it
+		// stay out of reach.
+		if b == nil {
+			b = []byte{}
+		}
+		return b[:end:end], end < len(b)
+	}
+	if i < end {
+		out = append(out, b[i:end]...)
+		i = end
 	}
 	if int64(len(out)) > limit {
 		// A replacement just before the cap ran past it.
 		return out[:limit], true
 	}
 	return out, i < len(b)
+}
+
+// formIndex finds where forms start in a text without comparing them at
+// every byte. Forms are long (a secret's forms are the secret and longer
+// encodings of it), so a form starting anywhere covers some byte of every
+// stride bytes: the text is probed at every stride-th byte only, and the
+// forms are compared only around the probes whose 4 bytes could be part of
+// one.
+type formIndex struct {
+	forms [][]byte
+	// first holds the forms' first bytes.
+	first [256]bool
+	// stride is the shortest form's length less 3 (0, checking every
+	// byte, when that is under 1); grams holds, hashed, the 4 bytes at
+	// each offset from 0 to stride-1 of each form.
+	stride int
+	grams  [256]uint64
+}
+
+func gramBit(g uint32) uint32 { return g * 0x9E3779B1 >> 18 } // 14 bits
+
+func (x *formIndex) build(forms [][]byte) {
+	x.forms = forms
+	shortest := 0
+	for _, f := range forms {
+		if len(f) > 0 {
+			x.first[f[0]] = true
+			if shortest == 0 || len(f) < shortest {
+				shortest = len(f)
+			}
+		}
+	}
+	if shortest < 4 {
+		return
+	}
+	x.stride = shortest - 3
+	for _, f := range forms {
+		for k := 0; len(f) > 0 && k < x.stride; k++ {
+			g := gramBit(binary.LittleEndian.Uint32(f[k:]))
+			x.grams[g>>6] |= 1 << (g & 63)
+		}
+	}
+}
+
+// next returns the first position in [i, end) at which a form starts and
+// the length of the longest form starting there; -1 when there is none.
+func (x *formIndex) next(b []byte, i, end int) (at, n int) {
+	if x.stride == 0 {
+		return x.scan(b, i, end)
+	}
+	// The positions from i on fall into consecutive ranges, range k being
+	// the stride positions up to q = i + k*stride (range 0 is i alone). A
+	// form starting at p in range k is at least stride+3 long and lies in
+	// b, so it holds b[q:q+4], at offset q-p < stride: when those 4 bytes
+	// are not in grams, or past the end of b, no form starts in range k
+	// (nor, past the end, in any later one).
+	for q := i; q-x.stride < end-1 && q+4 <= len(b); q += x.stride {
+		g := gramBit(binary.LittleEndian.Uint32(b[q:]))
+		if x.grams[g>>6]&(1<<(g&63)) == 0 {
+			continue
+		}
+		if at, n := x.scan(b, max(i, q-x.stride+1), min(q+1, end)); at >= 0 {
+			return at, n
+		}
+	}
+	return -1, 0
+}
+
+// scan compares the forms at each position in [lo, hi), returning the
+// first where one starts and the longest starting there.
+func (x *formIndex) scan(b []byte, lo, hi int) (at, n int) {
+	for p := lo; p < hi; p++ {
+		if !x.first[b[p]] {
+			continue
+		}
+		for _, f := range x.forms {
+			if len(f) > n && bytes.HasPrefix(b[p:], f) {
+				n = len(f)
+			}
+		}
+		if n > 0 {
+			return p, n
+		}
+	}
+	return -1, 0
 }

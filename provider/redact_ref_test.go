@@ -73,6 +73,51 @@ func refBase64Cores(enc *base64.Encoding, secret []byte) []string {
 	return out
 }
 
+// refRedactCapped is redactCapped as first written: one bytes.Index per
+// form, repeated past each occurrence. It replaces every form in b that starts before limit with
+// redacted and cuts the rest at limit (of b's original positions, so text
+// shifting left after a replacement cannot bring a partial token in), and
+// the result at limit bytes. It reports whether anything was cut.
+func refRedactCapped(b []byte, forms [][]byte, limit int64) ([]byte, bool) {
+	out := make([]byte, 0, min(int64(len(b)), limit))
+	// next[f] caches where form f next occurs at or after i (-1: nowhere),
+	// so each form is searched for once per occurrence, not once per
+	// replacement.
+	next := make([]int, len(forms))
+	for f := range forms {
+		next[f] = -2
+	}
+	i := 0
+	for int64(i) < limit && i < len(b) {
+		at, form := -1, -1
+		for f, fb := range forms {
+			if next[f] == -2 || next[f] >= 0 && next[f] < i {
+				next[f] = -1
+				if j := bytes.Index(b[i:], fb); j >= 0 {
+					next[f] = i + j
+				}
+			}
+			if n := next[f]; n >= 0 && (at < 0 || n < at || n == at && len(fb) > len(forms[form])) {
+				at, form = n, f
+			}
+		}
+		if at < 0 || int64(at) >= limit {
+			end := int(min(limit, int64(len(b))))
+			out = append(out, b[i:end]...)
+			i = end
+			break
+		}
+		out = append(out, b[i:at]...)
+		out = append(out, redacted...)
+		i = at + len(forms[form])
+	}
+	if int64(len(out)) > limit {
+		// A replacement just before the cap ran past it.
+		return out[:limit], true
+	}
+	return out, i < len(b)
+}
+
 // secretFormCases are secrets of every kind: provider tokens, API keys,
 // basic-auth pairs, and strings with every byte JSON, URL or HTML
 // escaping treats specially, invalid UTF-8 included.
@@ -195,4 +240,103 @@ func BenchmarkRedactCapped(b *testing.B) {
 			}
 		})
 	}
+}
+
+// redactCases are answers to scrub, with the secrets whose forms are
+// scrubbed from them and the caps to cut them at.
+var redactCases = []struct {
+	body    string
+	secrets []string
+}{
+	{"", []string{"gho_16C7e42F292c6912E7710c838347Ae178B4a"}},
+	{`{"login":"octocat","id":583231}`, []string{"gho_16C7e42F292c6912E7710c838347Ae178B4a"}},
+	{`{"echo":"gho_16C7e42F292c6912E7710c838347Ae178B4a"}`, []string{"gho_16C7e42F292c6912E7710c838347Ae178B4a"}},
+	{"gho_16C7e42F292c6912E7710c838347Ae178B4agho_16C7e42F292c6912E7710c838347Ae178B4a", []string{"gho_16C7e42F292c6912E7710c838347Ae178B4a"}},
+	{"Authorization: Basic dXNlcjpzM2NyM3Q= user:s3cr3t s3cr3t", []string{"s3cr3t", "user:s3cr3t", "dXNlcjpzM2NyM3Q="}},
+	{"abcabcab abc ab a", []string{"a", "ab", "abc"}},
+	{"aaaaaaa", []string{"aa"}},
+	{"xxabxx", []string{"b", "ab"}},
+	{"tail ends with the secret: sec", []string{"sec"}},
+	{"c", []string{"c"}},
+	{"636363 Yw== Y2Nj", []string{"c", "cc"}},
+	{"no secrets at all", nil},
+	{"no secrets at all", []string{""}},
+	{`a\u003cb a<b a\/\u003cb`, []string{"a<b/"}},
+	{"\xff\xfe\xff", []string{"\xff"}},
+}
+
+func checkRedactCapped(t *testing.T, body []byte, forms [][]byte, limit int64) {
+	t.Helper()
+	got, gotCut := redactCapped(body, forms, limit)
+	want, wantCut := refRedactCapped(body, forms, limit)
+	if !bytes.Equal(got, want) || gotCut != wantCut {
+		t.Fatalf("redactCapped(%q, %q, %d) = %q, %t; reference %q, %t", body, forms, limit, got, gotCut, want, wantCut)
+	}
+	// An answer handed back as it is must not reach past the cap into
+	// bytes the caller was not to see.
+	if len(got) > 0 && len(body) > 0 && &got[0] == &body[0] && cap(got) != len(got) {
+		t.Fatalf("redactCapped(%q, %q, %d) = %q with %d bytes of body behind it", body, forms, limit, got, cap(got)-len(got))
+	}
+}
+
+func TestRedactCappedMatchesReference(t *testing.T) {
+	for _, tc := range redactCases {
+		forms := secretForms(tc.secrets...)
+		for limit := int64(1); limit <= int64(len(tc.body))+2; limit++ {
+			checkRedactCapped(t, []byte(tc.body), forms, limit)
+		}
+		// Forms as a caller might pass them: short ones, repeats,
+		// prefixes of each other.
+		checkRedactCapped(t, []byte(tc.body), append(forms, []byte("a"), []byte("ab"), []byte("a")), 1<<20)
+	}
+	body := benchBody(10)
+	for _, limit := range []int64{1, 100, 1000, int64(len(body)) - 1, int64(len(body)), 1 << 20} {
+		checkRedactCapped(t, body, secretForms(benchToken), limit)
+		checkRedactCapped(t, append(body, benchToken...), secretForms(benchToken), limit)
+	}
+}
+
+func FuzzRedactCappedMatchesReference(f *testing.F) {
+	for _, tc := range redactCases {
+		f.Add(tc.body, strings.Join(tc.secrets, "\x00"), int64(len(tc.body)))
+	}
+	f.Fuzz(func(t *testing.T, body, secrets string, limit int64) {
+		if limit < 0 || limit > 1<<20 {
+			return
+		}
+		ss := strings.Split(secrets, "\x00")
+		if len(ss) > 4 {
+			ss = ss[:4]
+		}
+		checkRedactCapped(t, []byte(body), secretForms(ss...), limit)
+		// The same forms as raw byte strings, short ones included.
+		var raw [][]byte
+		for _, s := range ss {
+			if s != "" {
+				raw = append(raw, []byte(s))
+			}
+		}
+		checkRedactCapped(t, []byte(body), raw, limit)
+		// body as a recipe for an answer full of forms, whole and in
+		// pieces, overlapping and back to back.
+		forms := secretForms(ss...)
+		if len(forms) == 0 {
+			return
+		}
+		var built []byte
+		for i := 0; i+1 < len(body); i += 2 {
+			f := forms[int(body[i])%len(forms)]
+			switch cut := int(body[i+1]); cut % 4 {
+			case 0:
+				built = append(built, f...)
+			case 1:
+				built = append(built, f[:cut%len(f)]...)
+			case 2:
+				built = append(built, f[cut%len(f):]...)
+			default:
+				built = append(built, body[i+1])
+			}
+		}
+		checkRedactCapped(t, built, forms, limit%int64(len(built)+2))
+	})
 }
