@@ -1,0 +1,70 @@
+package provider
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"credbroker/vault"
+)
+
+// TestAPIClientPerBase: New makes one redirect-checking client per API
+// base of the catalogue, and a base from elsewhere (a copy) gets one made
+// on the spot that applies the same checks.
+func TestAPIClientPerBase(t *testing.T) {
+	const token = "gho_PERBASETOKEN0123456789"
+	var (
+		mu   sync.Mutex
+		hits []string
+	)
+	reached := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(hits) }
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if to := r.URL.Query().Get("to"); to != "" {
+			http.Redirect(w, r, to, http.StatusTemporaryRedirect)
+			return
+		}
+		mu.Lock()
+		hits = append(hits, r.URL.Path)
+		mu.Unlock()
+		io.WriteString(w, `{}`)
+	}))
+	t.Cleanup(srv.Close)
+	k, _ := singleConnClient(t, srv.URL, ", allowed_paths: [GET /user]", 0,
+		vault.TokenSet{AccessToken: token, TokenType: "bearer", Expiry: time.Now().Add(time.Hour)}, time.Now())
+	p, _ := k.opts.Providers.Lookup("p")
+	if len(k.apiClients) != 1 || k.apiClients[&p.APIBases[0]] == nil {
+		t.Fatalf("API clients for %d bases, want the catalogue's one", len(k.apiClients))
+	}
+	off := p.APIBases[0] // not the catalogue's
+	cred := bearerCredential(vault.Connection{Token: vault.TokenSet{AccessToken: token}})
+	for _, tc := range []struct {
+		to      string
+		status  int
+		wantHit string
+	}{
+		{"/api/user/x", http.StatusOK, "/api/user/x"},
+		{"/api/admin", http.StatusTemporaryRedirect, ""},
+		{"/elsewhere", http.StatusTemporaryRedirect, ""},
+	} {
+		for _, base := range []*APIBase{&p.APIBases[0], &off} {
+			mu.Lock()
+			hits = nil
+			mu.Unlock()
+			u, hdr, err := k.prepareOn(p, base, APIRequest{Method: http.MethodGet, Path: "/user", Query: url.Values{"to": {tc.to}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := k.send(context.Background(), p, base, cred, http.MethodGet, u, hdr, nil)
+			hits := reached()
+			if err != nil || resp.Status != tc.status || len(hits) > 1 || tc.wantHit != "" && (len(hits) != 1 || hits[0] != tc.wantHit) {
+				t.Errorf("redirect to %s (catalogue base %t) = %d, %v, reached %q", tc.to, base != &off, resp.Status, err, hits)
+			}
+		}
+	}
+}
