@@ -315,8 +315,33 @@ func responseHeader(name string) bool {
 		"X-Github-Request-Id", "X-Oauth-Scopes", "X-Accepted-Oauth-Scopes":
 		return true
 	}
-	l := strings.ToLower(name)
-	return strings.HasPrefix(l, "x-ratelimit-") || strings.HasPrefix(l, "ratelimit")
+	return hasLowerPrefix(name, "x-ratelimit-") || hasLowerPrefix(name, "ratelimit")
+}
+
+// hasLowerPrefix is strings.HasPrefix(strings.ToLower(s), prefix) for a
+// lower-case ASCII prefix, without making the lower-case copy when s is
+// ASCII.
+func hasLowerPrefix(s, prefix string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			// ToLower maps some non-ASCII letters to ASCII ones (the
+			// Kelvin sign to k).
+			return strings.HasPrefix(strings.ToLower(s), prefix)
+		}
+	}
+	if len(s) < len(prefix) {
+		return false
+	}
+	for i := range len(prefix) {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != prefix[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // prepare validates req against p and returns the API base, the upstream
@@ -538,7 +563,9 @@ func (k *Client) send(ctx context.Context, p *Provider, api *APIBase, cred crede
 		if responseHeader(name) {
 			for _, v := range vs {
 				for _, f := range forms {
-					v = strings.ReplaceAll(v, string(f), redacted)
+					if containsForm(v, f) {
+						v = strings.ReplaceAll(v, string(f), redacted)
+					}
 				}
 				out.Header.Add(name, v)
 			}
@@ -581,4 +608,23 @@ func redirectAllowed(api *APIBase, base *url.URL, r *http.Request) bool {
 		return false
 	}
 	return slices.Contains(apiMethods, r.Method) && api.requestAllowed(r.Method, rel)
+}
+
+// containsForm is strings.Contains(s, string(f)) without copying f into a
+// string, which every header value and form would otherwise cost.
+func containsForm(s string, f []byte) bool {
+	if len(f) == 0 {
+		return true
+	}
+	for i := 0; i+len(f) <= len(s); i++ {
+		j := strings.IndexByte(s[i:len(s)-len(f)+1], f[0])
+		if j < 0 {
+			return false
+		}
+		i += j
+		if s[i:i+len(f)] == string(f) {
+			return true
+		}
+	}
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,5 +67,39 @@ func TestAPIClientPerBase(t *testing.T) {
 				t.Errorf("redirect to %s (catalogue base %t) = %d, %v, reached %q", tc.to, base != &off, resp.Status, err, hits)
 			}
 		}
+	}
+}
+
+// TestAnswerHeaderHelpers: containsForm is strings.Contains and
+// hasLowerPrefix strings.HasPrefix of strings.ToLower, on every pair of
+// short strings over an alphabet that makes near misses likely, and on
+// the header names that matter.
+func TestAnswerHeaderHelpers(t *testing.T) {
+	alphabet := []string{"", "a", "b", "ab", "aab", "ba", "K", "\u212a", "é"}
+	var texts []string
+	for _, x := range alphabet {
+		for _, y := range alphabet {
+			for _, z := range alphabet {
+				texts = append(texts, x+y+z)
+			}
+		}
+	}
+	for _, s := range texts {
+		for _, f := range texts {
+			if got, want := containsForm(s, []byte(f)), strings.Contains(s, f); got != want {
+				t.Fatalf("containsForm(%q, %q) = %t, strings.Contains %t", s, f, got, want)
+			}
+		}
+	}
+	for _, name := range append(texts, "X-Ratelimit-Remaining", "X-RateLimit-Reset", "x-ratelimit-", "X-Ratelimit",
+		"Ratelimit-Policy", "RATELIMIT", "Ratelimi", "X-Rate\u212aimit-x", "Ratel\u0130mit", "Content-Type", "Set-Cookie") {
+		for _, prefix := range []string{"x-ratelimit-", "ratelimit", "k", ""} {
+			if got, want := hasLowerPrefix(name, prefix), strings.HasPrefix(strings.ToLower(name), prefix); got != want {
+				t.Fatalf("hasLowerPrefix(%q, %q) = %t, want %t", name, prefix, got, want)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { containsForm("W/\"7a3ab0f5b5ad8e8c\"", []byte(benchToken)) }); n != 0 {
+		t.Errorf("containsForm allocates %v times", n)
 	}
 }
