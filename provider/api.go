@@ -550,7 +550,14 @@ func (k *Client) send(ctx context.Context, p *Provider, api *APIBase, cred crede
 	if err != nil {
 		return APIResponse{}, fmt.Errorf("%w: %s API: %v", ErrUninspectableAnswer, p.Name, err)
 	}
-	b, err := io.ReadAll(io.LimitReader(answer, k.opts.MaxResponseBody+int64(longest)+1))
+	readCap := k.opts.MaxResponseBody + int64(longest) + 1
+	size := int64(-1)
+	if decoded == "" {
+		// The announced length sizes the buffer (within the cap); it does
+		// not decide what is read.
+		size = min(resp.ContentLength, readCap)
+	}
+	b, err := readAnswer(io.LimitReader(answer, readCap), size)
 	if err != nil {
 		if decoded != "" {
 			return APIResponse{}, fmt.Errorf("%w: %s API: the %s answer does not decode", ErrUninspectableAnswer, p.Name, decoded)
@@ -627,4 +634,28 @@ func containsForm(s string, f []byte) bool {
 		}
 	}
 	return false
+}
+
+// readAnswer is io.ReadAll(r) into a buffer made for size bytes (unknown
+// when not positive), so that an answer of the size announced is read
+// without growing the buffer on the way.
+func readAnswer(r io.Reader, size int64) ([]byte, error) {
+	if size <= 0 {
+		return io.ReadAll(r)
+	}
+	// One byte more than announced: reading EOF needs room.
+	b := make([]byte, 0, size+1)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"credbroker/vault"
@@ -101,5 +103,34 @@ func TestAnswerHeaderHelpers(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { containsForm("W/\"7a3ab0f5b5ad8e8c\"", []byte(benchToken)) }); n != 0 {
 		t.Errorf("containsForm allocates %v times", n)
+	}
+}
+
+// TestReadAnswer: readAnswer reads what io.ReadAll reads and fails with
+// the error it fails with, whatever size it is told.
+func TestReadAnswer(t *testing.T) {
+	data := benchBody(3)
+	readers := map[string]func() io.Reader{
+		"plain":    func() io.Reader { return bytes.NewReader(data) },
+		"one byte": func() io.Reader { return iotest.OneByteReader(bytes.NewReader(data)) },
+		"half":     func() io.Reader { return iotest.HalfReader(bytes.NewReader(data)) },
+		"data+EOF": func() io.Reader { return iotest.DataErrReader(bytes.NewReader(data)) },
+		"timeout":  func() io.Reader { return iotest.TimeoutReader(bytes.NewReader(data)) },
+		"error": func() io.Reader {
+			return io.MultiReader(bytes.NewReader(data[:100]), iotest.ErrReader(io.ErrUnexpectedEOF))
+		},
+		"empty":   func() io.Reader { return bytes.NewReader(nil) },
+		"limited": func() io.Reader { return io.LimitReader(bytes.NewReader(data), 700) },
+	}
+	for name, r := range readers {
+		want, wantErr := io.ReadAll(r())
+		for _, size := range []int64{-1, 0, 1, 511, 512, 700, int64(len(data)) - 1, int64(len(data)), int64(len(data)) + 1, 4 * int64(len(data))} {
+			got, err := readAnswer(r(), size)
+			// Where a read fails depends on how much each read asks for;
+			// what came before the failure is dropped by send.
+			if err != wantErr || err == nil && !bytes.Equal(got, want) || !bytes.HasPrefix(data, got) {
+				t.Errorf("%s, size %d: %d bytes, %v; io.ReadAll %d bytes, %v", name, size, len(got), err, len(want), wantErr)
+			}
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -161,11 +162,13 @@ func TestUserAgent(t *testing.T) {
 // scrubbed of the token.
 func BenchmarkClientDo(b *testing.B) {
 	for _, bc := range []struct {
-		name string
-		body []byte
+		name   string
+		body   []byte
+		length bool // announce Content-Length (a 4 KiB answer is chunked otherwise)
 	}{
-		{"small", []byte(`{"login":"octocat","id":583231,"node_id":"MDQ6VXNlcjU4MzIzMQ==","type":"User","site_admin":false}`)},
-		{"4KiB", benchBody(10)},
+		{"small", []byte(`{"login":"octocat","id":583231,"node_id":"MDQ6VXNlcjU4MzIzMQ==","type":"User","site_admin":false}`), false},
+		{"4KiB", benchBody(10), false},
+		{"4KiB-length", benchBody(10), true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -176,6 +179,9 @@ func BenchmarkClientDo(b *testing.B) {
 				w.Header().Set("X-Ratelimit-Reset", "1767225600")
 				w.Header().Set("X-Github-Request-Id", "C0DE:1F2E:3D4C:5B6A:7988")
 				w.Header().Set("Link", `<https://api.github.com/repositories/1/issues?page=2>; rel="next"`)
+				if bc.length {
+					w.Header().Set("Content-Length", strconv.Itoa(len(bc.body)))
+				}
 				w.Write(bc.body)
 			}))
 			b.Cleanup(srv.Close)
