@@ -123,16 +123,16 @@ func (b APIBase) requestAllowed(method, path string) bool {
 }
 
 // apiBase returns the API base a request names by host ("": the first).
-func (p *Provider) apiBase(host string) (APIBase, error) {
+func (p *Provider) apiBase(host string) (*APIBase, error) {
 	if len(p.APIBases) == 0 {
-		return APIBase{}, reqErrorf("provider %s has no API configured (api.base_url in providers.yaml)", p.Name)
+		return nil, reqErrorf("provider %s has no API configured (api.base_url in providers.yaml)", p.Name)
 	}
 	if host == "" {
-		return p.APIBases[0], nil
+		return &p.APIBases[0], nil
 	}
-	for _, b := range p.APIBases {
+	for i, b := range p.APIBases {
 		if strings.EqualFold(b.Host, host) {
-			return b, nil
+			return &p.APIBases[i], nil
 		}
 	}
 	hosts := make([]string, len(p.APIBases))
@@ -142,7 +142,7 @@ func (p *Provider) apiBase(host string) (APIBase, error) {
 	if len(host) > 256 {
 		host = host[:256]
 	}
-	return APIBase{}, reqErrorf("host %q is not one of %s's API hosts (%s)", host, p.Name, strings.Join(hosts, ", "))
+	return nil, reqErrorf("host %q is not one of %s's API hosts (%s)", host, p.Name, strings.Join(hosts, ", "))
 }
 
 // checkAPIPath validates an untrusted API path relative to the API base and
@@ -195,7 +195,16 @@ func checkAPIPath(path string) (string, error) {
 // prefix).
 func ResolveAPIURL(base, path string, query url.Values) (*url.URL, error) {
 	b, err := url.Parse(base)
-	if err != nil || b.Host == "" {
+	if err != nil {
+		b = nil
+	}
+	return resolveAPIURL(b, path, query)
+}
+
+// resolveAPIURL is ResolveAPIURL on a parsed base (nil: one that does
+// not parse), which it does not change.
+func resolveAPIURL(b *url.URL, path string, query url.Values) (*url.URL, error) {
+	if b == nil || b.Host == "" {
 		return nil, errors.New("provider: provider has an invalid API base URL")
 	}
 	dec, err := checkAPIPath(path)
@@ -306,29 +315,54 @@ func responseHeader(name string) bool {
 		"X-Github-Request-Id", "X-Oauth-Scopes", "X-Accepted-Oauth-Scopes":
 		return true
 	}
-	l := strings.ToLower(name)
-	return strings.HasPrefix(l, "x-ratelimit-") || strings.HasPrefix(l, "ratelimit")
+	return hasLowerPrefix(name, "x-ratelimit-") || hasLowerPrefix(name, "ratelimit")
+}
+
+// hasLowerPrefix is strings.HasPrefix(strings.ToLower(s), prefix) for a
+// lower-case ASCII prefix, without making the lower-case copy when s is
+// ASCII.
+func hasLowerPrefix(s, prefix string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			// ToLower maps some non-ASCII letters to ASCII ones (the
+			// Kelvin sign to k).
+			return strings.HasPrefix(strings.ToLower(s), prefix)
+		}
+	}
+	if len(s) < len(prefix) {
+		return false
+	}
+	for i := range len(prefix) {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != prefix[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // prepare validates req against p and returns the API base, the upstream
 // URL and headers.
-func (k *Client) prepare(p *Provider, req APIRequest) (APIBase, *url.URL, http.Header, error) {
+func (k *Client) prepare(p *Provider, req APIRequest) (*APIBase, *url.URL, http.Header, error) {
 	base, err := p.apiBase(req.Host)
 	if err != nil {
-		return APIBase{}, nil, nil, err
+		return nil, nil, nil, err
 	}
 	u, h, err := k.prepareOn(p, base, req)
 	return base, u, h, err
 }
 
-func (k *Client) prepareOn(p *Provider, base APIBase, req APIRequest) (*url.URL, http.Header, error) {
+func (k *Client) prepareOn(p *Provider, base *APIBase, req APIRequest) (*url.URL, http.Header, error) {
 	if !slices.Contains(apiMethods, req.Method) {
 		return nil, nil, reqErrorf("method %q is not allowed: use %s", req.Method, strings.Join(apiMethods, ", "))
 	}
 	if int64(len(req.Body)) > k.opts.MaxRequestBody {
 		return nil, nil, reqErrorf("request body is %d bytes, more than the %d allowed", len(req.Body), k.opts.MaxRequestBody)
 	}
-	u, err := ResolveAPIURL(base.URL, req.Path, req.Query)
+	u, err := resolveAPIURL(base.baseURL(), req.Path, req.Query)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -469,8 +503,7 @@ func bearerCredential(conn vault.Connection) credential {
 }
 
 // send performs one upstream request and reads the capped answer.
-func (k *Client) send(ctx context.Context, p *Provider, api APIBase, cred credential, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
-	base, _ := url.Parse(api.URL)
+func (k *Client) send(ctx context.Context, p *Provider, api *APIBase, cred credential, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
 	if p.PropagateTrace && k.tracer != nil {
 		ctx = tracing.WithPropagation(ctx)
 	}
@@ -483,15 +516,12 @@ func (k *Client) send(ctx context.Context, p *Provider, api APIBase, cred creden
 	// An answer must be read to be redacted: ask for it uncompressed (and
 	// keep Go's transport from decompressing behind our back).
 	hreq.Header.Set("Accept-Encoding", "identity")
-	cl := *k.opts.HTTPClient
-	cl.CheckRedirect = func(r *http.Request, via []*http.Request) error {
-		if len(via) >= 5 || !redirectAllowed(api, base, r) {
-			// Never follow with the token to another host, outside the base
-			// or to a method and path the allow-list does not name (a 307
-			// or 308 replays the method and body): the caller gets the 3xx.
-			return http.ErrUseLastResponse
-		}
-		return nil
+	// Set here rather than by the User-Agent RoundTripper the other
+	// requests go through, which copies every request.
+	hreq.Header.Set("User-Agent", k.opts.UserAgent)
+	cl := k.apiClients[api]
+	if cl == nil {
+		cl = k.apiClient(api)
 	}
 	start := time.Now()
 	resp, err := cl.Do(hreq)
@@ -520,7 +550,14 @@ func (k *Client) send(ctx context.Context, p *Provider, api APIBase, cred creden
 	if err != nil {
 		return APIResponse{}, fmt.Errorf("%w: %s API: %v", ErrUninspectableAnswer, p.Name, err)
 	}
-	b, err := io.ReadAll(io.LimitReader(answer, k.opts.MaxResponseBody+int64(longest)+1))
+	readCap := k.opts.MaxResponseBody + int64(longest) + 1
+	size := int64(-1)
+	if decoded == "" {
+		// The announced length sizes the buffer (within the cap); it does
+		// not decide what is read.
+		size = min(resp.ContentLength, readCap)
+	}
+	b, err := readAnswer(io.LimitReader(answer, readCap), size)
 	if err != nil {
 		if decoded != "" {
 			return APIResponse{}, fmt.Errorf("%w: %s API: the %s answer does not decode", ErrUninspectableAnswer, p.Name, decoded)
@@ -533,7 +570,9 @@ func (k *Client) send(ctx context.Context, p *Provider, api APIBase, cred creden
 		if responseHeader(name) {
 			for _, v := range vs {
 				for _, f := range forms {
-					v = strings.ReplaceAll(v, string(f), redacted)
+					if containsForm(v, f) {
+						v = strings.ReplaceAll(v, string(f), redacted)
+					}
 				}
 				out.Header.Add(name, v)
 			}
@@ -542,11 +581,29 @@ func (k *Client) send(ctx context.Context, p *Provider, api APIBase, cred creden
 	return out, nil
 }
 
+// apiClient returns the HTTP client for API calls on api: it follows a
+// redirect only as redirectAllowed says. New makes one for each API base
+// of the catalogue, so that requests need not.
+func (k *Client) apiClient(api *APIBase) *http.Client {
+	base := api.baseURL()
+	cl := *k.apiHTTP
+	cl.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+		if len(via) >= 5 || !redirectAllowed(api, base, r) {
+			// Never follow with the token to another host, outside the base
+			// or to a method and path the allow-list does not name (a 307
+			// or 308 replays the method and body): the caller gets the 3xx.
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}
+	return &cl
+}
+
 // redirectAllowed reports whether the API client may follow a redirect to
 // r: on the request's API host, under its base path, to a path that passes
 // checkAPIPath and, with r's method, that base's allow-list. A redirect to
 // another of the provider's API hosts is not followed either.
-func redirectAllowed(api APIBase, base *url.URL, r *http.Request) bool {
+func redirectAllowed(api *APIBase, base *url.URL, r *http.Request) bool {
 	if underBase(base, r.URL) != nil {
 		return false
 	}
@@ -558,4 +615,47 @@ func redirectAllowed(api APIBase, base *url.URL, r *http.Request) bool {
 		return false
 	}
 	return slices.Contains(apiMethods, r.Method) && api.requestAllowed(r.Method, rel)
+}
+
+// containsForm is strings.Contains(s, string(f)) without copying f into a
+// string, which every header value and form would otherwise cost.
+func containsForm(s string, f []byte) bool {
+	if len(f) == 0 {
+		return true
+	}
+	for i := 0; i+len(f) <= len(s); i++ {
+		j := strings.IndexByte(s[i:len(s)-len(f)+1], f[0])
+		if j < 0 {
+			return false
+		}
+		i += j
+		if s[i:i+len(f)] == string(f) {
+			return true
+		}
+	}
+	return false
+}
+
+// readAnswer is io.ReadAll(r) into a buffer made for size bytes (unknown
+// when not positive), so that an answer of the size announced is read
+// without growing the buffer on the way.
+func readAnswer(r io.Reader, size int64) ([]byte, error) {
+	if size <= 0 {
+		return io.ReadAll(r)
+	}
+	// One byte more than announced: reading EOF needs room.
+	b := make([]byte, 0, size+1)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }

@@ -140,7 +140,7 @@ func keyCredential(a *APIKey, fields map[string]vault.Secret) (credential, error
 // secret field in every encoding. A 401 marks the connection
 // needs_reconnect (the key was revoked or expired at the provider) and
 // returns ErrNeedsReconnect: the person must enter a new key.
-func (k *Client) doKey(ctx context.Context, p *Provider, api APIBase, conn vault.Connection, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
+func (k *Client) doKey(ctx context.Context, p *Provider, api *APIBase, conn vault.Connection, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
 	if conn.Status == vault.StatusNeedsReconnect {
 		return APIResponse{}, ErrNeedsReconnect
 	}

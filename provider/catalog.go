@@ -212,6 +212,25 @@ type APIBase struct {
 	// under URL).
 	AllowedPaths    []string
 	AllowedRequests []RequestPattern
+
+	// parsed is URL parsed by the catalogue, once; parsedFrom the URL it
+	// was parsed from (an APIBase made or changed elsewhere parses its URL
+	// when used).
+	parsed     *url.URL
+	parsedFrom string
+}
+
+// baseURL returns b.URL parsed, or nil when it does not parse. The result
+// may be shared: it must not be changed.
+func (b *APIBase) baseURL() *url.URL {
+	if b.parsed != nil && b.parsedFrom == b.URL {
+		return b.parsed
+	}
+	u, err := url.Parse(b.URL)
+	if err != nil {
+		return nil
+	}
+	return u
 }
 
 // ScopeAllowed reports whether s may be requested from this provider:
@@ -554,7 +573,8 @@ func (v *specCheck) api(p *Provider, s providerSpec) {
 			return
 		}
 		seen[host] = true
-		p.APIBases = append(p.APIBases, APIBase{URL: base, Host: host, AllowedPaths: slices.Clone(paths), AllowedRequests: reqs})
+		p.APIBases = append(p.APIBases, APIBase{URL: base, Host: host, AllowedPaths: slices.Clone(paths), AllowedRequests: reqs,
+			parsed: u, parsedFrom: base})
 	}
 	add(p.APIBaseURL, a.AllowedPaths, p.AllowedRequests)
 	for i, h := range a.Hosts {

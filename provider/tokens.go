@@ -105,6 +105,12 @@ type Client struct {
 	// locker excludes other processes sharing the store (pgstore) from
 	// refreshing the same connection at once; in-process for bbolt.
 	locker vault.Locker
+	// apiHTTP is opts.HTTPClient as given (traced when tracing is on),
+	// without the User-Agent wrapper: API calls set User-Agent themselves.
+	// apiClients holds the client for API calls on each API base of the
+	// catalogue (apiClient), read-only after New.
+	apiHTTP    *http.Client
+	apiClients map[*APIBase]*http.Client
 
 	mu         sync.Mutex // guards the fields below
 	flights    map[string]*flight
@@ -139,9 +145,15 @@ func New(opts Options) (*Client, error) {
 	if opts.UserAgent == "" {
 		opts.UserAgent = DefaultUserAgent()
 	}
+	// API calls set User-Agent themselves (send) and skip the wrapper,
+	// which copies every request; the other requests to providers (token
+	// endpoints through x/oauth2, discovery, revocation...) go through it.
+	api := *opts.HTTPClient
+	apiHTTP := &api
 	opts.HTTPClient = withUserAgent(opts.HTTPClient, opts.UserAgent)
 	if opts.Tracing != nil {
 		opts.HTTPClient = withTracing(opts.HTTPClient, opts.Tracing)
+		apiHTTP = withTracing(apiHTTP, opts.Tracing)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -168,8 +180,16 @@ func New(opts Options) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{opts: opts, log: log, locker: vault.LockerFor(opts.Store), tracer: tracing.Tracer(opts.Tracing),
-		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}}, nil
+	k := &Client{opts: opts, log: log, locker: vault.LockerFor(opts.Store), tracer: tracing.Tracer(opts.Tracing),
+		apiHTTP: apiHTTP, apiClients: map[*APIBase]*http.Client{},
+		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}}
+	for _, name := range opts.Providers.Names() {
+		p, _ := opts.Providers.Lookup(name)
+		for i := range p.APIBases {
+			k.apiClients[&p.APIBases[i]] = k.apiClient(&p.APIBases[i])
+		}
+	}
+	return k, nil
 }
 
 // fresh reports whether c's access token can be used without refreshing.

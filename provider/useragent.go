@@ -13,8 +13,10 @@ func DefaultUserAgent() string {
 	return "credbroker/" + buildinfo.Get().Version
 }
 
-// userAgent sets User-Agent on every request to a provider (token
-// endpoints, discovery, account lookups, API calls, revocation).
+// userAgent sets User-Agent on every request to a provider made through
+// Options.HTTPClient (token endpoints, discovery, account lookups, key
+// verification, revocation). API calls set it themselves (send), without
+// the copy of the request this makes.
 type userAgent struct {
 	next http.RoundTripper
 	ua   string

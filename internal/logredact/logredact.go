@@ -43,6 +43,41 @@ var allowedKeys = map[string]bool{
 
 // SensitiveKey reports whether an attribute key names secret material.
 func SensitiveKey(k string) bool {
+	// Keys are short ASCII words: lower-case them on the stack and look
+	// their words up without building a slice of them. strings.ToLower
+	// folds non-ASCII letters onto ASCII ones (K, the Kelvin sign, is
+	// "k"), so other keys take the general path.
+	var buf [64]byte
+	if len(k) > len(buf) || !isASCII(k) {
+		return sensitiveKeyFolded(k)
+	}
+	lk := buf[:len(k)]
+	for i := range len(k) {
+		c := k[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		lk[i] = c
+	}
+	if allowedKeys[string(lk)] {
+		return false
+	}
+	for start := 0; start < len(lk); {
+		end := start
+		for end < len(lk) && lk[end] != '_' && lk[end] != '-' && lk[end] != '.' {
+			end++
+		}
+		if sensitiveWords[string(lk[start:end])] {
+			return true
+		}
+		start = end + 1
+	}
+	return false
+}
+
+// sensitiveKeyFolded is SensitiveKey for any key, with Unicode case
+// folding.
+func sensitiveKeyFolded(k string) bool {
 	lk := strings.ToLower(k)
 	if allowedKeys[lk] {
 		return false
@@ -101,38 +136,205 @@ func opaque(s string) bool {
 // the credential after an authorization scheme, the value of a secret
 // key=value or JSON member, and token-shaped strings. The words around
 // them stay as they are.
+//
+// Most strings hold none of these, so each pattern runs only when s holds
+// something every match of it must hold (see the may* functions); a
+// string with nothing to mask comes back as it is, without allocating.
 func Scrub(s string) string {
 	if !strings.ContainsAny(s, " =:.-_/") {
 		return s
 	}
-	s = schemeRE.ReplaceAllStringFunc(s, func(m string) string {
-		sub := schemeRE.FindStringSubmatch(m)
-		if !credentialShaped(sub[3]) || sub[3] == redacted {
-			return m
-		}
-		return sub[1] + sub[2] + redacted
-	})
-	s = secretPairRE.ReplaceAllStringFunc(s, func(m string) string {
-		sub := secretPairRE.FindStringSubmatch(m)
-		if sub[3] == "" {
-			return m
-		}
-		return sub[1] + sub[2] + redacted
-	})
-	s = secretJSONRE.ReplaceAllString(s, "${1}"+redacted+"${3}")
-	return tokenShapeRE.ReplaceAllString(s, redacted)
+	// The (?i) patterns fold non-ASCII letters onto ASCII ones (the
+	// Kelvin sign matches k, the long s matches s), which the byte scans
+	// for their ASCII words would miss: non-ASCII text gets them all.
+	// Replacing keeps ASCII text ASCII, so this holds for every step.
+	wide := !isASCII(s)
+	if wide || mayHoldScheme(s) {
+		s = schemeRE.ReplaceAllStringFunc(s, func(m string) string {
+			sub := schemeRE.FindStringSubmatch(m)
+			if !credentialShaped(sub[3]) || sub[3] == redacted {
+				return m
+			}
+			return sub[1] + sub[2] + redacted
+		})
+	}
+	if strings.IndexByte(s, '=') >= 0 && (wide || mayHoldSecretPair(s)) {
+		s = secretPairRE.ReplaceAllStringFunc(s, func(m string) string {
+			sub := secretPairRE.FindStringSubmatch(m)
+			if sub[3] == "" {
+				return m
+			}
+			return sub[1] + sub[2] + redacted
+		})
+	}
+	if strings.IndexByte(s, '"') >= 0 && strings.IndexByte(s, ':') >= 0 {
+		s = secretJSONRE.ReplaceAllString(s, "${1}"+redacted+"${3}")
+	}
+	if mayHoldTokenShape(s) {
+		s = tokenShapeRE.ReplaceAllString(s, redacted)
+	}
+	return s
 }
 
 // ScrubText is Scrub for free text (log messages, error texts), which also
 // loses long random-looking strings.
 func ScrubText(s string) string {
 	s = Scrub(s)
+	if !mayHoldOpaque(s) {
+		return s
+	}
 	return opaqueRE.ReplaceAllStringFunc(s, func(m string) string {
 		if opaque(m) {
 			return redacted
 		}
 		return m
 	})
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// hasPrefixFold reports whether s starts with lower (lower-case ASCII),
+// ignoring ASCII case.
+func hasPrefixFold(s, lower string) bool {
+	if len(s) < len(lower) {
+		return false
+	}
+	for i := range len(lower) {
+		if s[i]|0x20 != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// hasSuffixFold reports whether s ends with lower (lower-case ASCII),
+// ignoring ASCII case.
+func hasSuffixFold(s, lower string) bool {
+	return len(s) >= len(lower) && hasPrefixFold(s[len(s)-len(lower):], lower)
+}
+
+// mayHoldScheme reports whether ASCII text s holds, in any case, one of
+// schemeRE's schemes followed by white space, which every match does.
+func mayHoldScheme(s string) bool {
+	for i := range len(s) {
+		var w string
+		switch s[i] | 0x20 {
+		case 'b':
+			if hasPrefixFold(s[i:], "bearer") {
+				w = "bearer"
+			} else if hasPrefixFold(s[i:], "basic") {
+				w = "basic"
+			}
+		case 't':
+			if hasPrefixFold(s[i:], "token") {
+				w = "token"
+			}
+		case 'd':
+			if hasPrefixFold(s[i:], "dpop") {
+				w = "dpop"
+			}
+		}
+		if w != "" && i+len(w) < len(s) && isSpace(s[i+len(w)]) {
+			return true
+		}
+	}
+	return false
+}
+
+// isSpace covers \s (and \v besides: a wider scan is still a safe one).
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+// secretPairEnds are the endings of secretPairRE's keys, one of which,
+// in any case, comes right before the '=' of every match.
+var secretPairEnds = []string{"token", "secret", "password", "code", "verifier", "state", "nonce", "key", "assertion"}
+
+// mayHoldSecretPair reports whether ASCII text s has an '=' right after
+// one of secretPairEnds.
+func mayHoldSecretPair(s string) bool {
+	for i := 0; ; {
+		j := strings.IndexByte(s[i:], '=')
+		if j < 0 {
+			return false
+		}
+		i += j
+		for _, end := range secretPairEnds {
+			if hasSuffixFold(s[:i], end) {
+				return true
+			}
+		}
+		i++
+	}
+}
+
+// mayHoldTokenShape reports whether s holds one of the literal starts of
+// tokenShapeRE's alternatives (which is case-sensitive): "eyJ",
+// "gh[opsur]_", "github_pat_", "glpat-", "xox", "ya29." or "1//".
+func mayHoldTokenShape(s string) bool {
+	for i := range len(s) {
+		rest := s[i:]
+		switch s[i] {
+		case 'e':
+			if strings.HasPrefix(rest, "eyJ") {
+				return true
+			}
+		case 'g':
+			if len(rest) >= 4 && rest[1] == 'h' && strings.IndexByte("opsur", rest[2]) >= 0 && rest[3] == '_' ||
+				strings.HasPrefix(rest, "github_pat_") || strings.HasPrefix(rest, "glpat-") {
+				return true
+			}
+		case 'x':
+			if strings.HasPrefix(rest, "xox") {
+				return true
+			}
+		case 'y':
+			if strings.HasPrefix(rest, "ya29.") {
+				return true
+			}
+		case '1':
+			if strings.HasPrefix(rest, "1//") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mayHoldOpaque reports whether opaqueRE's replacement can change s. Its
+// matches are exactly the maximal runs of [A-Za-z0-9_\-+/] 32 or more
+// long (with the '=' after them), and only those opaque calls random,
+// holding an upper-case letter, a lower-case letter and a digit, are
+// replaced: this looks for such a run.
+func mayHoldOpaque(s string) bool {
+	n := 0
+	var upper, lower, digit bool
+	for i := range len(s) {
+		switch c := s[i]; {
+		case 'A' <= c && c <= 'Z':
+			upper = true
+		case 'a' <= c && c <= 'z':
+			lower = true
+		case '0' <= c && c <= '9':
+			digit = true
+		case c == '_' || c == '-' || c == '+' || c == '/':
+		default:
+			if n >= 32 && upper && lower && digit {
+				return true
+			}
+			n, upper, lower, digit = 0, false, false, false
+			continue
+		}
+		n++
+	}
+	return n >= 32 && upper && lower && digit
 }
 
 // Handler wraps another slog.Handler and redacts secrets.
@@ -146,7 +348,20 @@ func (h *Handler) Enabled(ctx context.Context, l slog.Level) bool { return h.nex
 
 // Handle implements slog.Handler.
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
-	nr := slog.NewRecord(r.Time, r.Level, ScrubText(r.Message), r.PC)
+	msg := ScrubText(r.Message)
+	if msg == r.Message {
+		clean := true
+		r.Attrs(func(a slog.Attr) bool {
+			clean = unchanged(a)
+			return clean
+		})
+		if clean {
+			// Nothing to mask: rebuilding the record would give the same
+			// one.
+			return h.next.Handle(ctx, r)
+		}
+	}
+	nr := slog.NewRecord(r.Time, r.Level, msg, r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		nr.AddAttrs(redactAttr(a))
 		return true
@@ -165,6 +380,34 @@ func (h *Handler) WithAttrs(as []slog.Attr) slog.Handler {
 
 // WithGroup implements slog.Handler.
 func (h *Handler) WithGroup(name string) slog.Handler { return &Handler{next: h.next.WithGroup(name)} }
+
+// unchanged reports whether redactAttr(a) is a itself: nothing in it to
+// mask, no LogValuer to resolve, no error to turn into its text.
+func unchanged(a slog.Attr) bool {
+	if SensitiveKey(a.Key) {
+		return false
+	}
+	switch a.Value.Kind() {
+	case slog.KindString:
+		s := a.Value.String()
+		return Scrub(s) == s
+	case slog.KindGroup:
+		// redactAttr rebuilds the group with slog.Group, which drops
+		// empty groups; a group Value (made by slog.GroupValue) holds none.
+		for _, ga := range a.Value.Group() {
+			if !unchanged(ga) {
+				return false
+			}
+		}
+		return true
+	case slog.KindLogValuer:
+		return false
+	case slog.KindAny:
+		_, isErr := a.Value.Any().(error)
+		return !isErr
+	}
+	return true
+}
 
 func redactAttr(a slog.Attr) slog.Attr {
 	a.Value = a.Value.Resolve()
