@@ -456,8 +456,9 @@ func capsFrom(raw []byte) capsInfo {
 
 // capsMemo remembers capsFrom for the few capability objects clients send
 // (keyed by their exact bytes: the decode is a pure function of them).
-// Bounded: once full it stops learning, and unusual objects are decoded
-// each time.
+// Bounded: once full, learning a new object evicts an arbitrary one (map
+// iteration order is random), so a burst of unusual objects cannot freeze
+// out the common ones for the life of the process.
 type capsMemo struct {
 	mu sync.RWMutex
 	m  map[string]capsInfo
@@ -483,9 +484,13 @@ func (c *capsMemo) get(raw []byte) capsInfo {
 	if c.m == nil {
 		c.m = make(map[string]capsInfo)
 	}
-	if len(c.m) < capsMemoEntries {
-		c.m[string(raw)] = v
+	if _, ok := c.m[string(raw)]; !ok && len(c.m) >= capsMemoEntries {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
 	}
+	c.m[string(raw)] = v
 	c.mu.Unlock()
 	return v
 }

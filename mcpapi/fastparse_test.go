@@ -275,6 +275,10 @@ func TestCapsMemo(t *testing.T) {
 	if len(m.m) > capsMemoEntries {
 		t.Fatalf("memo holds %d entries, bound %d", len(m.m), capsMemoEntries)
 	}
+	// Full, it still learns: the last object asked for is remembered.
+	if _, ok := m.m[fmt.Sprintf(`{"experimental":{"k%d":{}}}`, 3*capsMemoEntries-1)]; !ok {
+		t.Fatal("a full memo stopped learning")
+	}
 	if c := capsFrom([]byte(urlCaps)); !c.ok || !c.urlCapable || c.formCapable {
 		t.Fatalf("url caps: %+v", c)
 	}
