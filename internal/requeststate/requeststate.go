@@ -108,6 +108,14 @@ func Canonical(raw json.RawMessage) ([]byte, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return []byte("{}"), nil
 	}
+	if isCanonical(raw) {
+		return bytes.Clone(raw), nil
+	}
+	return reencode(raw)
+}
+
+// reencode is Canonical's general path: decode, then json.Marshal.
+func reencode(raw []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
@@ -122,9 +130,12 @@ func Canonical(raw json.RawMessage) ([]byte, error) {
 
 // Digest is the SHA-256 of Canonical(raw).
 func Digest(raw json.RawMessage) ([]byte, error) {
-	c, err := Canonical(raw)
-	if err != nil {
-		return nil, err
+	c := bytes.TrimSpace(raw)
+	if len(c) == 0 || string(c) == "null" || !isCanonical(c) {
+		var err error
+		if c, err = Canonical(c); err != nil {
+			return nil, err
+		}
 	}
 	d := sha256.Sum256(c)
 	return d[:], nil
