@@ -307,8 +307,11 @@ func EncodeGrant(g Grant) ([]byte, error) {
 // DecodeGrant parses a stored grant.
 func DecodeGrant(b []byte) (Grant, error) {
 	var r grantRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return Grant{}, fmt.Errorf("vault: decode grant record: %w", err)
+	if !decodeGrantRecord(b, &r) {
+		r = grantRecord{}
+		if err := json.Unmarshal(b, &r); err != nil {
+			return Grant{}, fmt.Errorf("vault: decode grant record: %w", err)
+		}
 	}
 	if r.V != recordV1 {
 		return Grant{}, fmt.Errorf("vault: grant record version %d is not supported", r.V)
