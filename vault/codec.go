@@ -296,12 +296,16 @@ func EncodeGrant(g Grant) ([]byte, error) {
 	if err := validUTF8(g.Scopes...); err != nil {
 		return nil, fmt.Errorf("vault: grant %q: scopes: %w", g.ID, err)
 	}
-	return json.Marshal(grantRecord{
+	r := grantRecord{
 		V: recordV1, ID: g.ID, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject,
 		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Server: g.Server, Created: g.Created,
 		Expires: g.Expires, State: g.State, ConnectionID: g.ConnectionID, Rounds: g.Rounds, Attempts: g.Attempts,
 		Version: g.Version,
-	})
+	}
+	if b, ok := encodeGrantRecord(&r); ok {
+		return b, nil
+	}
+	return json.Marshal(r)
 }
 
 // DecodeGrant parses a stored grant.

@@ -1,6 +1,7 @@
 package vault
 
 import (
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -190,4 +191,108 @@ func (d *grantScan) int(out *int) bool {
 	}
 	*out = n
 	return true
+}
+
+// encodeGrantRecord appends r as json.Marshal writes it, byte for byte,
+// without reflection: the fields in declaration order, omitempty ones left
+// out when empty, times as time.Time.MarshalJSON writes them. It handles
+// strings that Marshal copies verbatim (no quote, backslash, control, <, >,
+// &, U+2028 or U+2029; EncodeGrant has already refused invalid UTF-8);
+// for anything else, or a time MarshalJSON refuses, ok is false and
+// EncodeGrant uses json.Marshal (TestEncodeGrantRecordMatchesJSON,
+// FuzzEncodeGrantRecord).
+func encodeGrantRecord(r *grantRecord) (b []byte, ok bool) {
+	b = make([]byte, 0, 256)
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, int64(r.V), 10)
+	if b, ok = appendField(b, `,"id":`, r.ID); !ok {
+		return nil, false
+	}
+	if b, ok = appendField(b, `,"iss":`, r.Issuer); !ok {
+		return nil, false
+	}
+	if b, ok = appendField(b, `,"sub":`, r.Subject); !ok {
+		return nil, false
+	}
+	if b, ok = appendField(b, `,"provider":`, r.Provider); !ok {
+		return nil, false
+	}
+	if len(r.Scopes) > 0 {
+		b = append(b, `,"scopes":[`...)
+		for i, s := range r.Scopes {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, ok = appendPlainString(b, s); !ok {
+				return nil, false
+			}
+		}
+		b = append(b, ']')
+	}
+	if r.ClientName != "" {
+		if b, ok = appendField(b, `,"client_name":`, r.ClientName); !ok {
+			return nil, false
+		}
+	}
+	if r.Server != "" {
+		if b, ok = appendField(b, `,"server":`, r.Server); !ok {
+			return nil, false
+		}
+	}
+	var err error
+	b = append(b, `,"created":"`...)
+	if b, err = r.Created.AppendText(b); err != nil {
+		return nil, false
+	}
+	b = append(b, `","expires":"`...)
+	if b, err = r.Expires.AppendText(b); err != nil {
+		return nil, false
+	}
+	b = append(b, '"')
+	if b, ok = appendField(b, `,"state":`, string(r.State)); !ok {
+		return nil, false
+	}
+	if r.ConnectionID != "" {
+		if b, ok = appendField(b, `,"connection_id":`, r.ConnectionID); !ok {
+			return nil, false
+		}
+	}
+	if r.Rounds != 0 {
+		b = append(b, `,"rounds":`...)
+		b = strconv.AppendInt(b, int64(r.Rounds), 10)
+	}
+	if r.Attempts != 0 {
+		b = append(b, `,"attempts":`...)
+		b = strconv.AppendInt(b, int64(r.Attempts), 10)
+	}
+	b = append(b, `,"version":`...)
+	b = strconv.AppendUint(b, r.Version, 10)
+	return append(b, '}'), true
+}
+
+func appendField(b []byte, key, s string) ([]byte, bool) {
+	return appendPlainString(append(b, key...), s)
+}
+
+// appendPlainString appends s quoted when encoding/json (escaping HTML)
+// would write it unchanged; ok is false otherwise.
+func appendPlainString(b []byte, s string) ([]byte, bool) {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return b, false
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			return b, false
+		}
+		i += size
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), true
 }

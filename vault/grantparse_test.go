@@ -223,3 +223,136 @@ func BenchmarkDecodeGrant(b *testing.B) {
 		}
 	})
 }
+
+// checkEncodeGrantRecord fails when encodeGrantRecord writes anything but
+// what json.Marshal writes. It reports whether the fast path took r.
+func checkEncodeGrantRecord(t testing.TB, r grantRecord) bool {
+	t.Helper()
+	got, ok := encodeGrantRecord(&r)
+	if !ok {
+		return false
+	}
+	want, err := json.Marshal(r)
+	if err != nil {
+		t.Fatalf("encodeGrantRecord wrote %s for a record json.Marshal refuses (%v): %#v", got, err, r)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("encodeGrantRecord differs:\nfast %s\njson %s", got, want)
+	}
+	return true
+}
+
+func TestEncodeGrantRecordMatchesJSON(t *testing.T) {
+	now := time.Date(2026, 12, 2, 13, 4, 5, 123456789, time.UTC)
+	for _, tc := range []struct {
+		r    grantRecord
+		fast bool
+	}{
+		{grantRecord{V: 1, ID: "g1", Issuer: "https://idp", Subject: "alice", Provider: "github", Scopes: []string{"repo", "read:org"},
+			ClientName: "Agent ✓", Server: "demorepos", Created: now, Expires: now.Add(time.Minute), State: GrantPending, Version: 1}, true},
+		{grantRecord{V: 1, ID: "g2", Created: now.In(time.FixedZone("x", -5*3600-1800)), State: GrantCompleted, ConnectionID: "c",
+			Rounds: -3, Attempts: 7, Version: 1<<64 - 1}, true},
+		{grantRecord{}, true},
+		{grantRecord{Scopes: []string{}}, true},
+		{grantRecord{Created: now.Truncate(time.Second)}, true},
+		{grantRecord{Created: now.In(time.FixedZone("s", 3601))}, true},
+		{grantRecord{Created: now.In(time.FixedZone("big", 25*3600))}, false},
+		{grantRecord{Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, false},
+		{grantRecord{Expires: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)}, false},
+		{grantRecord{ID: "<"}, false},
+		{grantRecord{ClientName: "a&b"}, false},
+		{grantRecord{Server: `"`}, false},
+		{grantRecord{Scopes: []string{`\`}}, false},
+		{grantRecord{ConnectionID: "\n"}, false},
+		{grantRecord{State: "\u2028"}, false},
+		{grantRecord{Issuer: "\xff"}, false},
+		{grantRecord{Subject: "\x7f"}, true},
+	} {
+		if got := checkEncodeGrantRecord(t, tc.r); got != tc.fast {
+			t.Errorf("fast path %v, want %v: %#v", got, tc.fast, tc.r)
+		}
+	}
+	rng := rand.New(rand.NewPCG(16, 19))
+	var fast int
+	const n = 20000
+	for range n {
+		if checkEncodeGrantRecord(t, randomGrantValue(rng)) {
+			fast++
+		}
+	}
+	if fast < n/4 {
+		t.Errorf("fast path took %d of %d random records: the corpus no longer exercises it", fast, n)
+	}
+	t.Logf("fast path: %d of %d", fast, n)
+}
+
+func randomGrantValue(rng *rand.Rand) grantRecord {
+	strs := []string{"", "a", "github", "Agent ✓", "é", "<", "&", ">", `"`, `\`, "\n", "\x00", "\x7f", "\u2028", "\u2029", "\xff", "a\xe2\x80"}
+	str := func() string {
+		if rng.IntN(8) != 0 {
+			return strs[rng.IntN(5)]
+		}
+		return strs[rng.IntN(len(strs))]
+	}
+	zones := []*time.Location{time.UTC, time.FixedZone("a", 3600), time.FixedZone("b", -9000), time.FixedZone("c", 59),
+		time.FixedZone("d", 24*3600), time.FixedZone("e", -24*3600-60)}
+	tm := func() time.Time {
+		if rng.IntN(10) == 0 {
+			return time.Time{}
+		}
+		year := 2026
+		if rng.IntN(20) == 0 {
+			year = []int{-1, 0, 9999, 10000, 1}[rng.IntN(5)]
+		}
+		t := time.Date(year, time.Month(1+rng.IntN(12)), 1+rng.IntN(28), rng.IntN(24), rng.IntN(60), rng.IntN(60),
+			[]int{0, 1, 1000, 123456789, 500000000}[rng.IntN(5)], time.UTC)
+		z := zones[0]
+		if rng.IntN(4) == 0 {
+			z = zones[rng.IntN(len(zones))]
+		}
+		return t.In(z)
+	}
+	num := func() int { return []int{0, 0, 0, 1, 7, -1, 1 << 40, -(1 << 62)}[rng.IntN(8)] }
+	var scopes []string
+	switch rng.IntN(4) {
+	case 0:
+	case 1:
+		scopes = []string{}
+	default:
+		for range 1 + rng.IntN(3) {
+			scopes = append(scopes, str())
+		}
+	}
+	return grantRecord{V: num(), ID: str(), Issuer: str(), Subject: str(), Provider: str(), Scopes: scopes, ClientName: str(),
+		Server: str(), Created: tm(), Expires: tm(), State: GrantState(str()), ConnectionID: str(), Rounds: num(),
+		Attempts: num(), Version: rng.Uint64() >> rng.IntN(64)}
+}
+
+// FuzzEncodeGrantRecord: whenever the fast encoder writes a record, it is
+// json.Marshal's bytes.
+func FuzzEncodeGrantRecord(f *testing.F) {
+	f.Add("g1", "https://idp", "alice", "github", "repo", "Agent ✓", "", int64(1796000000), int64(123), 0, int64(0), uint64(1))
+	f.Add("<", "&", "\u2028", "\xff", "\n", "", "x", int64(-62135596801), int64(0), 3600, int64(-1), uint64(1<<63))
+	f.Fuzz(func(t *testing.T, id, iss, sub, prov, scope, client, conn string, sec, nsec int64, zone int, rounds int64, version uint64) {
+		tm := time.Unix(sec, nsec).In(time.FixedZone("z", zone%(48*3600)))
+		r := grantRecord{V: 1, ID: id, Issuer: iss, Subject: sub, Provider: prov, ClientName: client, Server: client + "s",
+			Created: tm, Expires: tm.Add(10 * time.Minute), State: GrantState(scope), ConnectionID: conn, Rounds: int(rounds),
+			Attempts: int(rounds >> 3), Version: version}
+		if scope != "" {
+			r.Scopes = []string{scope, id}
+		}
+		checkEncodeGrantRecord(t, r)
+	})
+}
+
+func BenchmarkEncodeGrant(b *testing.B) {
+	now := time.Now()
+	g := Grant{ID: "g1", Principal: Principal{Issuer: "https://idp.example", Subject: "alice"}, Provider: "github",
+		Scopes: []string{"repo"}, ClientName: "Agent", Created: now, Expires: now.Add(10 * time.Minute), State: GrantPending, Version: 2}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := EncodeGrant(g); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
