@@ -215,6 +215,10 @@ func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outco
 		}
 		writeRPCErrorValue(w, status, id, o.rpcErr)
 	case o.input != nil:
+		if b, ok := s.encodeInputRequired(o.input); ok {
+			writeRPCResult(w, id, b)
+			return
+		}
 		b, err := json.Marshal(inputRequiredResult{
 			ResultType:    "input_required",
 			Meta:          s.serverMeta(),
