@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -144,4 +145,97 @@ func BenchmarkEncodeInputRequired(b *testing.B) {
 			refInputRequired(srv, in)
 		}
 	})
+}
+
+func checkAppendJSONString(t testing.TB, s string) {
+	t.Helper()
+	want, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
+		t.Fatalf("appendJSONString(%q) = %s, json.Marshal %s", s, got[1:], want)
+	}
+}
+
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range []string{"", "plain", "é✓𝄞", "\"\\/", "<a href='x'>&amp;</a>", "\b\f\n\r\t\x00\x01\x1f\x7f",
+		"\u2028\u2029", "\xff", "a\xe2\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80", "{\"k\":\"v\"}", "\ufffd"} {
+		checkAppendJSONString(t, s)
+	}
+	for c := range 256 {
+		checkAppendJSONString(t, string(rune(c)))
+		checkAppendJSONString(t, string([]byte{byte(c)}))
+	}
+}
+
+func FuzzAppendJSONString(f *testing.F) {
+	f.Add("Connect your <GitHub> account & retry \"now\"\n\u2028\xff")
+	f.Fuzz(func(t *testing.T, s string) {
+		checkAppendJSONString(t, s)
+	})
+}
+
+func checkConnectOutput(t testing.TB, o connectOutput) {
+	t.Helper()
+	want, err := json.Marshal(o)
+	got, ok := encodeConnectOutput(o)
+	if ok != (err == nil) {
+		t.Fatalf("encodeConnectOutput ok=%v, json.Marshal err=%v: %+v", ok, err, o)
+	}
+	if ok && !bytes.Equal(got, want) {
+		t.Fatalf("encodeConnectOutput differs:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestEncodeConnectOutput(t *testing.T) {
+	now := time.Date(2026, 12, 2, 13, 4, 5, 120000000, time.UTC)
+	later := now.Add(time.Hour).In(time.FixedZone("x", 5400))
+	bad := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, o := range []connectOutput{
+		{Status: "connected", Message: "Connected: GitHub account octo.", Connection: &connectionView{ID: "conn_1", Provider: "github",
+			Account: "octo", Scopes: []string{"repo", "read:org"}, Status: "active", Created: now}},
+		{Status: "connected", Message: "<&>\"\n", Connection: &connectionView{Scopes: []string{}, Created: now, LastUsed: &later}},
+		{Status: "connected", Connection: &connectionView{}},
+		{Status: "declined", Message: "The person declined."},
+		{},
+		{Connection: &connectionView{Created: bad}},
+		{Connection: &connectionView{LastUsed: &bad}},
+	} {
+		checkConnectOutput(t, o)
+	}
+}
+
+func FuzzEncodeConnectOutput(f *testing.F) {
+	f.Add("connected", "Connected: GitHub account octo.", "conn_1", "github", "octo", "repo", "active", int64(1796000000), int64(5), 0, true)
+	f.Add("<", "\u2028", "\xff", "&", "\"", "", "\n", int64(-62135596801), int64(0), 3600*25, false)
+	f.Fuzz(func(t *testing.T, status, message, id, prov, account, scope, cstatus string, sec, nsec int64, zone int, conn bool) {
+		o := connectOutput{Status: status, Message: message}
+		if conn {
+			tm := time.Unix(sec, nsec).In(time.FixedZone("z", zone%(48*3600)))
+			v := &connectionView{ID: id, Provider: prov, Account: account, Status: cstatus, Created: tm}
+			if scope != "" {
+				v.Scopes = []string{scope, id}
+			}
+			if nsec%2 == 0 {
+				v.LastUsed = &tm
+			}
+			o.Connection = v
+		}
+		checkConnectOutput(t, o)
+	})
+}
+
+// BenchmarkConnectedResult: the retry's answer, structured content and
+// result, as complete and encodeToolResult build it.
+func BenchmarkConnectedResult(b *testing.B) {
+	srv := encodeTestServer(b)
+	o := connectOutput{Status: "connected", Message: "Connected: Demo account demo-user.", Connection: &connectionView{ID: "conn_0123456789",
+		Provider: "demo", Account: "demo-user", Scopes: []string{"profile"}, Status: "active", Created: time.Now().UTC()}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := srv.encodeToolResult(complete(o).result); !ok {
+			b.Fatal("not encoded")
+		}
+	}
 }
