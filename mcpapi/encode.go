@@ -2,6 +2,7 @@ package mcpapi
 
 import (
 	"encoding/json"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -29,15 +30,11 @@ func (s *Server) encodeToolResult(res *mcp.CallToolResult) (b []byte, ok bool) {
 	default:
 		return nil, false
 	}
-	text, err := json.Marshal(tc.Text)
-	if err != nil {
-		return nil, false
-	}
-	b = make([]byte, 0, 128+len(s.implJSON)+len(text)+len(raw))
+	b = make([]byte, 0, 128+len(s.implJSON)+2*len(tc.Text)+len(raw))
 	b = append(b, `{"resultType":"complete","_meta":{"`+mcp.MetaKeyServerInfo+`":`...)
 	b = append(b, s.implJSON...)
 	b = append(b, `},"content":[{"type":"text","text":`...)
-	b = append(b, text...)
+	b = appendJSONString(b, tc.Text)
 	b = append(b, "}]"...)
 	if len(raw) > 0 {
 		b = append(b, `,"structuredContent":`...)
@@ -45,6 +42,145 @@ func (s *Server) encodeToolResult(res *mcp.CallToolResult) (b []byte, ok bool) {
 	}
 	if res.IsError {
 		b = append(b, `,"isError":true`...)
+	}
+	return append(b, '}'), true
+}
+
+// encodeInputRequired encodes an input_required result with one URL
+// elicitation, byte for byte as json.Marshal of inputRequiredResult (with
+// the SDK's InputRequestMap.MarshalJSON) would, without reflection or the
+// SDK's intermediate map. ok is false for params with _meta or a requested
+// schema, or without a mode; the caller then uses json.Marshal.
+func (s *Server) encodeInputRequired(in *inputRequired) (b []byte, ok bool) {
+	p := in.params
+	if p == nil || p.Meta != nil || p.RequestedSchema != nil || p.Mode == "" {
+		return nil, false
+	}
+	b = make([]byte, 0, 256+len(s.implJSON)+len(in.key)+len(p.Message)+len(p.URL)+len(p.ElicitationID)+len(in.state))
+	b = append(b, `{"resultType":"input_required","_meta":{"`+mcp.MetaKeyServerInfo+`":`...)
+	b = append(b, s.implJSON...)
+	b = append(b, `},"inputRequests":{`...)
+	b = appendJSONString(b, in.key)
+	b = append(b, `:{"method":"elicitation/create","params":{"mode":`...)
+	b = appendJSONString(b, p.Mode)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, p.Message)
+	if p.URL != "" {
+		b = append(b, `,"url":`...)
+		b = appendJSONString(b, p.URL)
+	}
+	if p.ElicitationID != "" {
+		b = append(b, `,"elicitationId":`...)
+		b = appendJSONString(b, p.ElicitationID)
+	}
+	b = append(b, "}}}"...)
+	if in.state != "" {
+		b = append(b, `,"requestState":`...)
+		b = appendJSONString(b, in.state)
+	}
+	return append(b, '}'), true
+}
+
+// appendJSONString appends s quoted and escaped as encoding/json writes a
+// string with HTML escaping (its default): \" and \\, the short escapes
+// \b \f \n \r \t, \u00XX (lower-case hex) for other controls and < > &,
+// \ufffd for each invalid UTF-8 byte, \u2028 and \u2029; everything else
+// verbatim (TestAppendJSONString, FuzzAppendJSONString).
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// encodeConnectOutput is json.Marshal(o), byte for byte, without
+// reflection; ok is false when a time cannot be encoded (Marshal would
+// fail too) (TestEncodeConnectOutput, FuzzEncodeConnectOutput).
+func encodeConnectOutput(o connectOutput) (b []byte, ok bool) {
+	b = make([]byte, 0, 128+len(o.Message))
+	b = append(b, `{"status":`...)
+	b = appendJSONString(b, o.Status)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, o.Message)
+	if v := o.Connection; v != nil {
+		b = append(b, `,"connection":{"id":`...)
+		b = appendJSONString(b, v.ID)
+		b = append(b, `,"provider":`...)
+		b = appendJSONString(b, v.Provider)
+		b = append(b, `,"account":`...)
+		b = appendJSONString(b, v.Account)
+		b = append(b, `,"scopes":`...)
+		if v.Scopes == nil {
+			b = append(b, "null"...)
+		} else {
+			b = append(b, '[')
+			for i, sc := range v.Scopes {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = appendJSONString(b, sc)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, `,"status":`...)
+		b = appendJSONString(b, v.Status)
+		var err error
+		b = append(b, `,"created":"`...)
+		if b, err = v.Created.AppendText(b); err != nil {
+			return nil, false
+		}
+		b = append(b, '"')
+		if v.LastUsed != nil {
+			b = append(b, `,"lastUsed":"`...)
+			if b, err = v.LastUsed.AppendText(b); err != nil {
+				return nil, false
+			}
+			b = append(b, '"')
+		}
+		b = append(b, '}')
 	}
 	return append(b, '}'), true
 }

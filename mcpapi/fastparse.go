@@ -12,8 +12,9 @@ import (
 // fastParse decodes the JSON-RPC envelope and the params this endpoint reads
 // (modernParams) in one pass over body, without reflection. It handles the
 // common shape only: known keys spelled exactly, each at most once; strings
-// without escapes and in valid UTF-8; no nulls where a value is decoded; no
-// inputResponses. Anything else returns ok=false and the caller decodes with
+// without escapes and in valid UTF-8; no nulls where a value is decoded;
+// inputResponses only as elicitation results holding just an action (what a
+// retry after a connect link sends). Anything else returns ok=false and the caller decodes with
 // encoding/json, so behaviour never differs: when ok is true, msg and p are
 // exactly what json.Unmarshal(body, &msg) and then json.Unmarshal(msg.Params,
 // &p) give (TestFastParseMatchesEncodingJSON, FuzzFastParse). Unknown keys
@@ -68,6 +69,8 @@ func fastParams(params []byte, p *modernParams) bool {
 			return d.once(3) && d.notNull() && d.raw((*[]byte)(&p.Arguments))
 		case "requestState":
 			return d.once(4) && d.str(&p.RequestState)
+		case "inputResponses":
+			return d.once(5) && d.inputResponses(&p.InputResponses)
 		}
 		return d.unknown(key, "_meta", "cursor", "name", "arguments", "requestState", "inputResponses")
 	})
@@ -97,6 +100,37 @@ func (d *fastDecoder) meta(m *reqMeta) bool {
 		return sub.unknown(key, mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientCapabilities, mcp.MetaKeyClientInfo, "traceparent", "tracestate")
 	})
 	d.i = sub.i
+	return ok
+}
+
+// inputResponses decodes {"key":{"action":"..."}, ...}: each response an
+// object with the one member action, a plain string. The SDK's
+// InputResponseMap.UnmarshalJSON makes that an *mcp.ElicitResult with only
+// Action set (the probe finds action, not role or roots). Any other member,
+// an empty response, or a repeated key falls back.
+func (d *fastDecoder) inputResponses(out *mcp.InputResponseMap) bool {
+	m := mcp.InputResponseMap{}
+	sub := fastDecoder{b: d.b, i: d.i}
+	ok := sub.object(func(key []byte) bool {
+		if _, dup := m[string(key)]; dup {
+			return false
+		}
+		r := &mcp.ElicitResult{}
+		in := fastDecoder{b: sub.b, i: sub.i}
+		ok := in.object(func(k []byte) bool {
+			return string(k) == "action" && in.once(0) && in.str(&r.Action)
+		})
+		sub.i = in.i
+		if !ok || in.seen == 0 {
+			return false
+		}
+		m[string(key)] = r
+		return true
+	})
+	d.i = sub.i
+	if ok {
+		*out = m
+	}
 	return ok
 }
 
@@ -422,8 +456,9 @@ func capsFrom(raw []byte) capsInfo {
 
 // capsMemo remembers capsFrom for the few capability objects clients send
 // (keyed by their exact bytes: the decode is a pure function of them).
-// Bounded: once full it stops learning, and unusual objects are decoded
-// each time.
+// Bounded: once full, learning a new object evicts an arbitrary one (map
+// iteration order is random), so a burst of unusual objects cannot freeze
+// out the common ones for the life of the process.
 type capsMemo struct {
 	mu sync.RWMutex
 	m  map[string]capsInfo
@@ -449,9 +484,13 @@ func (c *capsMemo) get(raw []byte) capsInfo {
 	if c.m == nil {
 		c.m = make(map[string]capsInfo)
 	}
-	if len(c.m) < capsMemoEntries {
-		c.m[string(raw)] = v
+	if _, ok := c.m[string(raw)]; !ok && len(c.m) >= capsMemoEntries {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
 	}
+	c.m[string(raw)] = v
 	c.mu.Unlock()
 	return v
 }

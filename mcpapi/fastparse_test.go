@@ -76,7 +76,21 @@ func TestFastParseMatchesEncodingJSON(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":null,"method":"x"}`, false},
 		{`{"jsonrpc":"2.0","id":1,"method":"x","params":null}`, false},
 		{`{"jsonrpc":"2.0","id":1,"method":"x","params":[]}`, false},
-		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{}}}`, false},
+		// The retry after a connect link.
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{}}}`, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x",` + meta + `,"requestState":"AQ","inputResponses":{"connect_github":{"action":"accept"}}}}`, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses": { "a" : { "action" : "decline" } , "b":{"action":"cancel"}}}}`, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{"a":{"action":"accept"},"a":{"action":"decline"}}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{"a":{"action":"accept","content":{"k":1}}}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{"a":{"action":"accept","action":"decline"}}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{"a":{"Action":"accept"}}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{"a":{"action":null}}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{"a":{"roots":[]}}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{"a":{}}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{"a":null}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":null}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{},"inputResponses":{}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"InputResponses":{}}}`, false},
 		{`{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"io.modelcontextprotocol/clientInfo":{"name":"x","icons":[]}}}}`, false},
 		{`{"jsonrpc":"2.0","id":1,"method":5}`, false},
 		{"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\"}", false},
@@ -195,10 +209,17 @@ func randomRequest(rng *rand.Rand) []byte {
 		"io.modelcontextprotocol/clientCapabilities": caps,
 		"io.modelcontextprotocol/clientInfo":         info,
 	})
-	params := obj(map[string]string{
+	members := map[string]string{
 		"_meta": meta, "name": `"connect_account"`, "arguments": `{"provider":"github","scopes":["repo"]}`,
 		"requestState": `"AQVrMTIzNA"`, "cursor": `""`,
-	})
+	}
+	if rng.IntN(2) == 0 { // a retry after a connect link
+		members["inputResponses"] = obj(map[string]string{
+			"connect_github": obj(map[string]string{"action": []string{`"accept"`, `"decline"`, `"cancel"`}[rng.IntN(3)]}),
+			"connect_slack":  obj(map[string]string{"action": `"accept"`}),
+		})
+	}
+	params := obj(members)
 	id := []string{"1", `"x"`, "-2.5e3", "0"}[rng.IntN(4)]
 	return []byte(ws() + obj(map[string]string{"jsonrpc": `"2.0"`, "id": id, "method": `"tools/call"`, "params": params}) + ws())
 }
@@ -235,6 +256,7 @@ func FuzzFastParse(f *testing.F) {
 	}
 	f.Add([]byte(modernBody(1, "tools/call", urlCaps, map[string]any{"name": "connect_account", "arguments": map[string]any{"provider": "github"}})))
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"x","params":{"name":"a","name":"b"}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"x","params":{"inputResponses":{"a":{"action":"accept"},"b":{"action":"cancel"}}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkFastParse(t, body)
 	})
@@ -252,6 +274,10 @@ func TestCapsMemo(t *testing.T) {
 	}
 	if len(m.m) > capsMemoEntries {
 		t.Fatalf("memo holds %d entries, bound %d", len(m.m), capsMemoEntries)
+	}
+	// Full, it still learns: the last object asked for is remembered.
+	if _, ok := m.m[fmt.Sprintf(`{"experimental":{"k%d":{}}}`, 3*capsMemoEntries-1)]; !ok {
+		t.Fatal("a full memo stopped learning")
 	}
 	if c := capsFrom([]byte(urlCaps)); !c.ok || !c.urlCapable || c.formCapable {
 		t.Fatalf("url caps: %+v", c)

@@ -1,6 +1,7 @@
 package mcpapi
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -115,8 +116,7 @@ func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMes
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	caps := strings.TrimSpace(string(p.Meta.Capabilities))
-	if caps == "" || caps == "null" {
+	if caps := bytes.TrimSpace(p.Meta.Capabilities); len(caps) == 0 || string(caps) == "null" {
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams,
 			"Invalid params: _meta[\""+mcp.MetaKeyClientCapabilities+"\"] is required ({} declares none)", nil)
 		return
@@ -215,6 +215,10 @@ func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outco
 		}
 		writeRPCErrorValue(w, status, id, o.rpcErr)
 	case o.input != nil:
+		if b, ok := s.encodeInputRequired(o.input); ok {
+			writeRPCResult(w, id, b)
+			return
+		}
 		b, err := json.Marshal(inputRequiredResult{
 			ResultType:    "input_required",
 			Meta:          s.serverMeta(),

@@ -176,9 +176,17 @@ func (s *Server) toolFuncs() map[string]toolFunc {
 // complete builds a successful result with structured content and its JSON
 // text form.
 func complete(structured any) outcome {
-	b, err := json.Marshal(structured)
-	if err != nil {
-		return internalError()
+	var b []byte
+	if co, ok := structured.(connectOutput); ok {
+		b, ok = encodeConnectOutput(co)
+		if !ok {
+			return internalError()
+		}
+	} else {
+		var err error
+		if b, err = json.Marshal(structured); err != nil {
+			return internalError()
+		}
 	}
 	return outcome{result: &mcp.CallToolResult{
 		Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},

@@ -296,19 +296,26 @@ func EncodeGrant(g Grant) ([]byte, error) {
 	if err := validUTF8(g.Scopes...); err != nil {
 		return nil, fmt.Errorf("vault: grant %q: scopes: %w", g.ID, err)
 	}
-	return json.Marshal(grantRecord{
+	r := grantRecord{
 		V: recordV1, ID: g.ID, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject,
 		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Server: g.Server, Created: g.Created,
 		Expires: g.Expires, State: g.State, ConnectionID: g.ConnectionID, Rounds: g.Rounds, Attempts: g.Attempts,
 		Version: g.Version,
-	})
+	}
+	if b, ok := encodeGrantRecord(&r); ok {
+		return b, nil
+	}
+	return json.Marshal(r)
 }
 
 // DecodeGrant parses a stored grant.
 func DecodeGrant(b []byte) (Grant, error) {
 	var r grantRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return Grant{}, fmt.Errorf("vault: decode grant record: %w", err)
+	if !decodeGrantRecord(b, &r) {
+		r = grantRecord{}
+		if err := json.Unmarshal(b, &r); err != nil {
+			return Grant{}, fmt.Errorf("vault: decode grant record: %w", err)
+		}
 	}
 	if r.V != recordV1 {
 		return Grant{}, fmt.Errorf("vault: grant record version %d is not supported", r.V)

@@ -61,10 +61,14 @@ type wire struct {
 
 // Seal seals st with keys (a ring derived for this purpose).
 func Seal(keys *vault.Keyring, st State) string {
-	pt, err := json.Marshal(wire{V: 1, Issuer: st.Principal.Issuer, Subject: st.Principal.Subject, Tool: st.Operation,
-		ArgDigest: st.ArgDigest, GrantID: st.Ref, Expires: st.Expires.Unix()})
-	if err != nil {
-		panic("requeststate: marshal: " + err.Error())
+	w := wire{V: 1, Issuer: st.Principal.Issuer, Subject: st.Principal.Subject, Tool: st.Operation,
+		ArgDigest: st.ArgDigest, GrantID: st.Ref, Expires: st.Expires.Unix()}
+	pt, ok := encodeWire(&w)
+	if !ok {
+		var err error
+		if pt, err = json.Marshal(w); err != nil {
+			panic("requeststate: marshal: " + err.Error())
+		}
 	}
 	return base64.RawURLEncoding.EncodeToString(keys.Seal(pt, []byte(aad)))
 }
@@ -85,7 +89,13 @@ func Open(keys *vault.Keyring, sealed string, p vault.Principal, operation strin
 		return State{}, ErrInvalid
 	}
 	var w wire
-	if err := json.Unmarshal(pt, &w); err != nil || w.V != 1 {
+	if !decodeWire(pt, &w) {
+		w = wire{}
+		if err := json.Unmarshal(pt, &w); err != nil {
+			return State{}, ErrInvalid
+		}
+	}
+	if w.V != 1 {
 		return State{}, ErrInvalid
 	}
 	same := subtle.ConstantTimeCompare([]byte(w.Issuer), []byte(p.Issuer)) &
@@ -108,6 +118,14 @@ func Canonical(raw json.RawMessage) ([]byte, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return []byte("{}"), nil
 	}
+	if isCanonical(raw) {
+		return bytes.Clone(raw), nil
+	}
+	return reencode(raw)
+}
+
+// reencode is Canonical's general path: decode, then json.Marshal.
+func reencode(raw []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
@@ -122,9 +140,12 @@ func Canonical(raw json.RawMessage) ([]byte, error) {
 
 // Digest is the SHA-256 of Canonical(raw).
 func Digest(raw json.RawMessage) ([]byte, error) {
-	c, err := Canonical(raw)
-	if err != nil {
-		return nil, err
+	c := bytes.TrimSpace(raw)
+	if len(c) == 0 || string(c) == "null" || !isCanonical(c) {
+		var err error
+		if c, err = Canonical(c); err != nil {
+			return nil, err
+		}
 	}
 	d := sha256.Sum256(c)
 	return d[:], nil

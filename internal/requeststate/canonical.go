@@ -1,0 +1,179 @@
+package requeststate
+
+import (
+	"bytes"
+	"unicode/utf8"
+)
+
+// isCanonical reports whether b is already what reencode makes of it
+// (json.Marshal of its decoding with UseNumber), so Canonical can skip the
+// decode and re-encode: no insignificant space; object keys in strictly
+// increasing byte order (Marshal sorts map keys so; a repeated key would
+// be merged); strings without escapes and without what Marshal escapes or
+// rewrites (<, >, &, invalid UTF-8, U+2028, U+2029); numbers, which
+// Marshal writes as written, valid. Anything else is false, and the
+// caller re-encodes (TestIsCanonical, FuzzCanonical).
+func isCanonical(b []byte) bool {
+	c := canonScan{b: b}
+	return c.value(0) && c.i == len(b)
+}
+
+// maxCanonDepth bounds the nesting checked; deeper input is re-encoded.
+const maxCanonDepth = 64
+
+type canonScan struct {
+	b []byte
+	i int
+}
+
+func (c *canonScan) value(depth int) bool {
+	if depth > maxCanonDepth || c.i >= len(c.b) {
+		return false
+	}
+	switch ch := c.b[c.i]; {
+	case ch == '{':
+		c.i++
+		if c.i < len(c.b) && c.b[c.i] == '}' {
+			c.i++
+			return true
+		}
+		var prev []byte
+		for first := true; ; first = false {
+			key, ok := c.str()
+			if !ok || !first && bytes.Compare(prev, key) >= 0 {
+				return false
+			}
+			prev = key
+			if c.i >= len(c.b) || c.b[c.i] != ':' {
+				return false
+			}
+			c.i++
+			if !c.value(depth + 1) {
+				return false
+			}
+			if c.i >= len(c.b) {
+				return false
+			}
+			switch c.b[c.i] {
+			case '}':
+				c.i++
+				return true
+			case ',':
+				c.i++
+			default:
+				return false
+			}
+		}
+	case ch == '[':
+		c.i++
+		if c.i < len(c.b) && c.b[c.i] == ']' {
+			c.i++
+			return true
+		}
+		for {
+			if !c.value(depth + 1) {
+				return false
+			}
+			if c.i >= len(c.b) {
+				return false
+			}
+			switch c.b[c.i] {
+			case ']':
+				c.i++
+				return true
+			case ',':
+				c.i++
+			default:
+				return false
+			}
+		}
+	case ch == '"':
+		_, ok := c.str()
+		return ok
+	case ch == '-' || ch >= '0' && ch <= '9':
+		return c.number()
+	case ch == 't':
+		return c.literal("true")
+	case ch == 'f':
+		return c.literal("false")
+	case ch == 'n':
+		return c.literal("null")
+	}
+	return false
+}
+
+// str reads a string that Marshal would write back byte for byte and
+// returns its contents.
+func (c *canonScan) str() ([]byte, bool) {
+	if c.i >= len(c.b) || c.b[c.i] != '"' {
+		return nil, false
+	}
+	start := c.i + 1
+	for j := start; j < len(c.b); {
+		ch := c.b[j]
+		switch {
+		case ch == '"':
+			c.i = j + 1
+			return c.b[start:j], true
+		case ch < 0x20, ch == '\\', ch == '<', ch == '>', ch == '&':
+			return nil, false
+		case ch < utf8.RuneSelf:
+			j++
+		default:
+			r, size := utf8.DecodeRune(c.b[j:])
+			if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+				return nil, false
+			}
+			j += size
+		}
+	}
+	return nil, false
+}
+
+func (c *canonScan) literal(lit string) bool {
+	if !bytes.HasPrefix(c.b[c.i:], []byte(lit)) {
+		return false
+	}
+	c.i += len(lit)
+	return true
+}
+
+func (c *canonScan) digits() int {
+	n := 0
+	for c.i < len(c.b) && c.b[c.i] >= '0' && c.b[c.i] <= '9' {
+		c.i++
+		n++
+	}
+	return n
+}
+
+// number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (c *canonScan) number() bool {
+	if c.b[c.i] == '-' {
+		c.i++
+	}
+	if c.i >= len(c.b) {
+		return false
+	}
+	if c.b[c.i] == '0' {
+		c.i++
+	} else if c.digits() == 0 {
+		return false
+	}
+	if c.i < len(c.b) && c.b[c.i] == '.' {
+		c.i++
+		if c.digits() == 0 {
+			return false
+		}
+	}
+	if c.i < len(c.b) && (c.b[c.i] == 'e' || c.b[c.i] == 'E') {
+		c.i++
+		if c.i < len(c.b) && (c.b[c.i] == '+' || c.b[c.i] == '-') {
+			c.i++
+		}
+		if c.digits() == 0 {
+			return false
+		}
+	}
+	return true
+}

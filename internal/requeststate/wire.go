@@ -1,0 +1,186 @@
+package requeststate
+
+import (
+	"encoding/base64"
+	"strconv"
+	"unicode/utf8"
+)
+
+// encodeWire appends w as json.Marshal writes it, byte for byte, when its
+// strings need no escaping (a principal, a tool name and a grant id
+// normally do not); ok is false otherwise and Seal uses json.Marshal
+// (TestWireCodecMatchesJSON, FuzzEncodeWire).
+func encodeWire(w *wire) (b []byte, ok bool) {
+	b = make([]byte, 0, 96+len(w.Issuer)+len(w.Subject)+len(w.Tool)+len(w.GrantID)+base64.StdEncoding.EncodedLen(len(w.ArgDigest)))
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, int64(w.V), 10)
+	for _, f := range [...]struct{ key, s string }{{`,"iss":`, w.Issuer}, {`,"sub":`, w.Subject}, {`,"tool":`, w.Tool}} {
+		if b, ok = appendPlain(append(b, f.key...), f.s); !ok {
+			return nil, false
+		}
+	}
+	b = append(b, `,"args":`...)
+	if w.ArgDigest == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '"')
+		b = base64.StdEncoding.AppendEncode(b, w.ArgDigest)
+		b = append(b, '"')
+	}
+	if b, ok = appendPlain(append(b, `,"grant":`...), w.GrantID); !ok {
+		return nil, false
+	}
+	b = append(b, `,"exp":`...)
+	b = strconv.AppendInt(b, w.Expires, 10)
+	return append(b, '}'), true
+}
+
+// appendPlain appends s quoted when encoding/json (escaping HTML) would
+// copy it verbatim; ok is false otherwise.
+func appendPlain(b []byte, s string) ([]byte, bool) {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return b, false
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			return b, false
+		}
+		i += size
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), true
+}
+
+// decodeWire decodes the plaintext Seal writes without reflection: compact,
+// the keys exactly as encodeWire writes them, each once, strings without
+// escapes in valid UTF-8, args base64 as encoding/json reads []byte,
+// v and exp non-negative integers of at most 18 digits. On anything else
+// ok is false and Open uses json.Unmarshal, so what opens is unchanged
+// (TestWireCodecMatchesJSON, FuzzDecodeWire).
+func decodeWire(b []byte, w *wire) (ok bool) {
+	d := wireScan{b: b}
+	if !d.byte('{') {
+		return false
+	}
+	if d.byte('}') {
+		return d.i == len(b)
+	}
+	var seen uint8
+	for {
+		key, ok := d.str()
+		if !ok || !d.byte(':') {
+			return false
+		}
+		var bit uint8
+		switch string(key) {
+		case "v":
+			bit = 1 << 0
+			var n int64
+			ok = d.int(&n)
+			w.V = int(n)
+		case "iss":
+			bit, ok = 1<<1, d.string(&w.Issuer)
+		case "sub":
+			bit, ok = 1<<2, d.string(&w.Subject)
+		case "tool":
+			bit, ok = 1<<3, d.string(&w.Tool)
+		case "args":
+			bit, ok = 1<<4, d.bytes(&w.ArgDigest)
+		case "grant":
+			bit, ok = 1<<5, d.string(&w.GrantID)
+		case "exp":
+			bit, ok = 1<<6, d.int(&w.Expires)
+		}
+		if !ok || bit == 0 || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		if d.byte('}') {
+			return d.i == len(b)
+		}
+		if !d.byte(',') {
+			return false
+		}
+	}
+}
+
+type wireScan struct {
+	b []byte
+	i int
+}
+
+func (d *wireScan) byte(c byte) bool {
+	if d.i < len(d.b) && d.b[d.i] == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+func (d *wireScan) str() ([]byte, bool) {
+	if !d.byte('"') {
+		return nil, false
+	}
+	start, ascii := d.i, true
+	for j := start; j < len(d.b); j++ {
+		switch c := d.b[j]; {
+		case c == '"':
+			s := d.b[start:j]
+			if !ascii && !utf8.Valid(s) {
+				return nil, false
+			}
+			d.i = j + 1
+			return s, true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return nil, false
+}
+
+func (d *wireScan) string(out *string) bool {
+	s, ok := d.str()
+	if ok {
+		*out = string(s)
+	}
+	return ok
+}
+
+// bytes decodes a base64 string as encoding/json decodes into []byte.
+func (d *wireScan) bytes(out *[]byte) bool {
+	s, ok := d.str()
+	if !ok {
+		return false
+	}
+	b := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
+	n, err := base64.StdEncoding.Decode(b, s)
+	if err != nil {
+		return false
+	}
+	*out = b[:n]
+	return true
+}
+
+func (d *wireScan) int(out *int64) bool {
+	start := d.i
+	var n int64
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		n = n*10 + int64(d.b[d.i]-'0')
+		d.i++
+	}
+	switch digits := d.i - start; {
+	case digits == 0, digits > 18, digits > 1 && d.b[start] == '0':
+		return false
+	}
+	*out = n
+	return true
+}
