@@ -6,7 +6,7 @@ DATA ?= ./data
 # make run ADDR=127.0.0.1:8181 when port 8080 is taken (loopback only).
 ADDR ?= 127.0.0.1:8080
 # Time each fuzz target gets in `make test` (make fuzz FUZZTIME=1m for longer).
-FUZZTIME ?= 10s
+FUZZTIME ?= 5s
 
 .PHONY: run test deps build vet fmt-check tidy-check unit fuzz bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
 .PHONY: image image-rootfs
