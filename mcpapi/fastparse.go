@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"credbroker/internal/plainjson"
 )
 
 // fastParse decodes the JSON-RPC envelope and the params this endpoint reads
@@ -238,28 +239,12 @@ func (d *fastDecoder) unknown(key []byte, known ...string) bool {
 // plainString reads a string without escapes, in valid UTF-8 (what
 // encoding/json would give verbatim).
 func (d *fastDecoder) plainString() ([]byte, bool) {
-	if d.i >= len(d.b) || d.b[d.i] != '"' {
+	start, end, ok := plainjson.String(d.b, d.i)
+	if !ok {
 		return nil, false
 	}
-	start := d.i + 1
-	ascii := true
-	for j := start; j < len(d.b); j++ {
-		c := d.b[j]
-		switch {
-		case c == '"':
-			s := d.b[start:j]
-			if !ascii && !utf8.Valid(s) {
-				return nil, false
-			}
-			d.i = j + 1
-			return s, true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		case c >= 0x80:
-			ascii = false
-		}
-	}
-	return nil, false
+	d.i = end + 1
+	return d.b[start:end], true
 }
 
 func (d *fastDecoder) str(out *string) bool {

@@ -3,7 +3,8 @@ package vault
 import (
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"credbroker/internal/plainjson"
 )
 
 // decodeGrantRecord decodes a grant record of the shape EncodeGrant writes
@@ -109,25 +110,10 @@ func (d *grantScan) byte(c byte) bool {
 // str reads a string without escapes or controls, in valid UTF-8 (what
 // encoding/json returns verbatim), and returns its contents.
 func (d *grantScan) str() (start, end int, ok bool) {
-	if !d.byte('"') {
-		return 0, 0, false
+	if start, end, ok = plainjson.String(d.b, d.i); ok {
+		d.i = end + 1
 	}
-	start, ascii := d.i, true
-	for j := start; j < len(d.b); j++ {
-		switch c := d.b[j]; {
-		case c == '"':
-			if !ascii && !utf8.Valid(d.b[start:j]) {
-				return 0, 0, false
-			}
-			d.i = j + 1
-			return start, j, true
-		case c == '\\' || c < 0x20:
-			return 0, 0, false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
-	}
-	return 0, 0, false
+	return start, end, ok
 }
 
 func (d *grantScan) string(out *string) bool {
@@ -180,17 +166,11 @@ func (d *grantScan) time(out *time.Time) bool {
 // int reads 0 or [1-9][0-9]{0,17}: no sign, fraction, exponent or
 // overflow to consider.
 func (d *grantScan) int(out *int) bool {
-	start, n := d.i, 0
-	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
-		n = n*10 + int(d.b[d.i]-'0')
-		d.i++
+	n, next, ok := plainjson.Int(d.b, d.i)
+	if ok {
+		d.i, *out = next, int(n)
 	}
-	switch digits := d.i - start; {
-	case digits == 0, digits > 18, digits > 1 && d.b[start] == '0':
-		return false
-	}
-	*out = n
-	return true
+	return ok
 }
 
 // encodeGrantRecord appends r as json.Marshal writes it, byte for byte,
@@ -223,7 +203,7 @@ func encodeGrantRecord(r *grantRecord) (b []byte, ok bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, ok = appendPlainString(b, s); !ok {
+			if b, ok = plainjson.AppendString(b, s); !ok {
 				return nil, false
 			}
 		}
@@ -271,28 +251,5 @@ func encodeGrantRecord(r *grantRecord) (b []byte, ok bool) {
 }
 
 func appendField(b []byte, key, s string) ([]byte, bool) {
-	return appendPlainString(append(b, key...), s)
-}
-
-// appendPlainString appends s quoted when encoding/json (escaping HTML)
-// would write it unchanged; ok is false otherwise.
-func appendPlainString(b []byte, s string) ([]byte, bool) {
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-				return b, false
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
-			return b, false
-		}
-		i += size
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"'), true
+	return plainjson.AppendString(append(b, key...), s)
 }

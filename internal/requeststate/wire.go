@@ -3,7 +3,8 @@ package requeststate
 import (
 	"encoding/base64"
 	"strconv"
-	"unicode/utf8"
+
+	"credbroker/internal/plainjson"
 )
 
 // encodeWire appends w as json.Marshal writes it, byte for byte, when its
@@ -15,7 +16,7 @@ func encodeWire(w *wire) (b []byte, ok bool) {
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, int64(w.V), 10)
 	for _, f := range [...]struct{ key, s string }{{`,"iss":`, w.Issuer}, {`,"sub":`, w.Subject}, {`,"tool":`, w.Tool}} {
-		if b, ok = appendPlain(append(b, f.key...), f.s); !ok {
+		if b, ok = plainjson.AppendString(append(b, f.key...), f.s); !ok {
 			return nil, false
 		}
 	}
@@ -27,35 +28,12 @@ func encodeWire(w *wire) (b []byte, ok bool) {
 		b = base64.StdEncoding.AppendEncode(b, w.ArgDigest)
 		b = append(b, '"')
 	}
-	if b, ok = appendPlain(append(b, `,"grant":`...), w.GrantID); !ok {
+	if b, ok = plainjson.AppendString(append(b, `,"grant":`...), w.GrantID); !ok {
 		return nil, false
 	}
 	b = append(b, `,"exp":`...)
 	b = strconv.AppendInt(b, w.Expires, 10)
 	return append(b, '}'), true
-}
-
-// appendPlain appends s quoted when encoding/json (escaping HTML) would
-// copy it verbatim; ok is false otherwise.
-func appendPlain(b []byte, s string) ([]byte, bool) {
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-				return b, false
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
-			return b, false
-		}
-		i += size
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"'), true
 }
 
 // decodeWire decodes the plaintext Seal writes without reflection: compact,
@@ -125,26 +103,12 @@ func (d *wireScan) byte(c byte) bool {
 }
 
 func (d *wireScan) str() ([]byte, bool) {
-	if !d.byte('"') {
+	start, end, ok := plainjson.String(d.b, d.i)
+	if !ok {
 		return nil, false
 	}
-	start, ascii := d.i, true
-	for j := start; j < len(d.b); j++ {
-		switch c := d.b[j]; {
-		case c == '"':
-			s := d.b[start:j]
-			if !ascii && !utf8.Valid(s) {
-				return nil, false
-			}
-			d.i = j + 1
-			return s, true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
-	}
-	return nil, false
+	d.i = end + 1
+	return d.b[start:end], true
 }
 
 func (d *wireScan) string(out *string) bool {
@@ -171,16 +135,9 @@ func (d *wireScan) bytes(out *[]byte) bool {
 }
 
 func (d *wireScan) int(out *int64) bool {
-	start := d.i
-	var n int64
-	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
-		n = n*10 + int64(d.b[d.i]-'0')
-		d.i++
+	n, next, ok := plainjson.Int(d.b, d.i)
+	if ok {
+		d.i, *out = next, n
 	}
-	switch digits := d.i - start; {
-	case digits == 0, digits > 18, digits > 1 && d.b[start] == '0':
-		return false
-	}
-	*out = n
-	return true
+	return ok
 }

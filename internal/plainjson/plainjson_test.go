@@ -1,0 +1,98 @@
+package plainjson
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// samples cover every class the functions decide on: plain ASCII, valid
+// and invalid UTF-8, escapes, controls, HTML characters, U+2028/9.
+var samples = []string{
+	"", "abc", "gr_0123", "héllo", "日本", "a\"b", `a\b`, "a\nb", "a\x00", "a\x1f",
+	"<b>", "a&b", "x>y", "\u2028", "a\u2029b", "\xff", "a\xc3", "\xed\xa0\x80", "\x7f", "~ok ",
+}
+
+// TestStringIsWhatJSONReturnsVerbatim: String accepts a quoted string
+// exactly when encoding/json decodes it to its own bytes, and then gives
+// those bytes.
+func TestStringIsWhatJSONReturnsVerbatim(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		if i := strings.IndexByte(s, '"'); i >= 0 {
+			s = s[:i] // a quote ends the string: what comes after is not in it
+		}
+		b := []byte(`x"` + s + `"y`)
+		start, end, ok := String(b, 1)
+		var got string
+		err := json.Unmarshal(b[1:len(b)-1], &got)
+		verbatim := err == nil && got == s
+		if ok != verbatim {
+			t.Fatalf("String(%q): ok=%v, encoding/json verbatim=%v (err %v, %q)", s, ok, verbatim, err, got)
+		}
+		if ok && (string(b[start:end]) != s || end != len(b)-2) {
+			t.Fatalf("String(%q) = [%d:%d] %q", s, start, end, b[start:end])
+		}
+	}
+	for _, s := range samples {
+		check(s)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		check(randomString(r))
+	}
+	for _, b := range []string{``, `x`, `"abc`, `abc"`} {
+		if _, _, ok := String([]byte(b), 0); ok {
+			t.Fatalf("String(%q) accepted", b)
+		}
+	}
+}
+
+// TestAppendStringIsJSONMarshal: AppendString writes exactly what
+// json.Marshal writes when that is the string unchanged, and refuses
+// otherwise without touching b.
+func TestAppendStringIsJSONMarshal(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		want, _ := json.Marshal(s)
+		got, ok := AppendString([]byte("k:"), s)
+		verbatim := string(want) == `"`+s+`"`
+		if ok != verbatim {
+			t.Fatalf("AppendString(%q): ok=%v, Marshal gives %s", s, ok, want)
+		}
+		if ok && string(got) != "k:"+string(want) || !ok && string(got) != "k:" {
+			t.Fatalf("AppendString(%q) = %q, Marshal %s", s, got, want)
+		}
+	}
+	for _, s := range samples {
+		check(s)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		check(randomString(r))
+	}
+}
+
+func TestInt(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "7,": 7, "42}": 42, "999999999999999999": 999999999999999999} {
+		n, next, ok := Int([]byte(in), 0)
+		if !ok || n != want || next != len(in) && in[next] != ',' && in[next] != '}' {
+			t.Fatalf("Int(%q) = %d, %d, %v", in, n, next, ok)
+		}
+	}
+	for _, in := range []string{"", "-1", "01", "00", "1000000000000000000", "x"} {
+		if _, next, ok := Int([]byte(in), 0); ok || next != 0 {
+			t.Fatalf("Int(%q) accepted (next %d)", in, next)
+		}
+	}
+}
+
+func randomString(r *rand.Rand) string {
+	const pool = "aZ09 \"\\<>&\n\x00\x7f\xc3\xa9\xe2\x80\xa8\xff\xed"
+	b := make([]byte, r.IntN(12))
+	for i := range b {
+		b[i] = pool[r.IntN(len(pool))]
+	}
+	return string(b)
+}
