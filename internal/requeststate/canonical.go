@@ -51,17 +51,8 @@ func (c *canonScan) value(depth int) bool {
 			if !c.value(depth + 1) {
 				return false
 			}
-			if c.i >= len(c.b) {
-				return false
-			}
-			switch c.b[c.i] {
-			case '}':
-				c.i++
-				return true
-			case ',':
-				c.i++
-			default:
-				return false
+			if done, ok := c.next('}'); done || !ok {
+				return ok
 			}
 		}
 	case ch == '[':
@@ -74,17 +65,8 @@ func (c *canonScan) value(depth int) bool {
 			if !c.value(depth + 1) {
 				return false
 			}
-			if c.i >= len(c.b) {
-				return false
-			}
-			switch c.b[c.i] {
-			case ']':
-				c.i++
-				return true
-			case ',':
-				c.i++
-			default:
-				return false
+			if done, ok := c.next(']'); done || !ok {
+				return ok
 			}
 		}
 	case ch == '"':
@@ -100,6 +82,16 @@ func (c *canonScan) value(depth int) bool {
 		return c.literal("null")
 	}
 	return false
+}
+
+// next passes over what follows a member or element: close (done) or a
+// comma; anything else is not ok.
+func (c *canonScan) next(close byte) (done, ok bool) {
+	if c.i >= len(c.b) || c.b[c.i] != close && c.b[c.i] != ',' {
+		return false, false
+	}
+	c.i++
+	return c.b[c.i-1] == close, true
 }
 
 // str reads a string that Marshal would write back byte for byte and

@@ -114,14 +114,25 @@ func Open(keys *vault.Keyring, sealed string, p vault.Principal, operation strin
 // does not depend on the client's formatting. Absent or null arguments are
 // {}.
 func Canonical(raw json.RawMessage) ([]byte, error) {
+	b, shared, err := canonical(raw)
+	if shared {
+		b = bytes.Clone(b)
+	}
+	return b, err
+}
+
+// canonical is Canonical without the copy: shared reports that b is raw's
+// own bytes, which are canonical already.
+func canonical(raw []byte) (b []byte, shared bool, err error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return []byte("{}"), nil
+		return []byte("{}"), false, nil
 	}
 	if isCanonical(raw) {
-		return bytes.Clone(raw), nil
+		return raw, true, nil
 	}
-	return reencode(raw)
+	b, err = reencode(raw)
+	return b, false, err
 }
 
 // reencode is Canonical's general path: decode, then json.Marshal.
@@ -140,12 +151,9 @@ func reencode(raw []byte) ([]byte, error) {
 
 // Digest is the SHA-256 of Canonical(raw).
 func Digest(raw json.RawMessage) ([]byte, error) {
-	c := bytes.TrimSpace(raw)
-	if len(c) == 0 || string(c) == "null" || !isCanonical(c) {
-		var err error
-		if c, err = Canonical(c); err != nil {
-			return nil, err
-		}
+	c, _, err := canonical(raw)
+	if err != nil {
+		return nil, err
 	}
 	d := sha256.Sum256(c)
 	return d[:], nil
