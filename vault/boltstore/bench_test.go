@@ -357,24 +357,88 @@ func BenchmarkPut16Writers(b *testing.B) {
 			})
 		}
 		b.Run("group", func(b *testing.B) {
-			rate := rawPut(b, boltstore.GroupUpdate(openFixture(b).DB()))
+			update, commits := boltstore.GroupUpdate(openFixture(b).DB())
+			rate := rawPut(b, update)
 			b.ReportMetric(rate, "writes/s")
+			b.ReportMetric(float64(b.N)/float64(commits()), "writes/commit")
 			bestFloor = max(bestBatch, rate)
 		})
 	})
-	b.Run("store", func(b *testing.B) {
-		s := openFixture(b)
+	store := func(b *testing.B, s *boltstore.Store) {
 		ctx := context.Background()
+		before := boltstore.Commits(s)
 		rate := parallel16(b, func() error {
 			_, err := s.CreateConnection(ctx, newPutConn())
 			return err
 		})
 		b.ReportMetric(rate, "writes/s")
+		b.ReportMetric(float64(b.N)/float64(boltstore.Commits(s)-before), "writes/commit")
 		if bestFloor > 0 {
 			b.ReportMetric(rate/bestFloor, "x-floor")
 			b.ReportMetric(rate/bestBatch, "x-batch")
 		}
+	}
+	b.Run("store/nolinger", func(b *testing.B) {
+		s := openFixture(b)
+		boltstore.SetLinger(s, false)
+		store(b, s)
 	})
+	b.Run("store", func(b *testing.B) { store(b, openFixture(b)) })
+}
+
+// BenchmarkPutOpenLoop: what the group commit's wait for returning writers
+// costs when writers do not come back. Writes arrive at random (Poisson,
+// BENCH_PUT_RATE a second, default 1000) for 1 s per round, each from its
+// own goroutine; rounds alternate the wait off and on so the disk's drift
+// touches both alike. Reported per mode: p50 and p99 latency in ms and
+// writes per commit.
+func BenchmarkPutOpenLoop(b *testing.B) {
+	rate := 1000.0
+	if r, err := strconv.ParseFloat(os.Getenv("BENCH_PUT_RATE"), 64); err == nil && r > 0 {
+		rate = r
+	}
+	s := openFixture(b)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 6))
+	lat := map[bool][]time.Duration{}
+	writes, commits := map[bool]int{}, map[bool]int{}
+	b.ResetTimer()
+	for range b.N {
+		for _, on := range []bool{false, true} {
+			boltstore.SetLinger(s, on)
+			var (
+				mu   sync.Mutex
+				wg   sync.WaitGroup
+				took []time.Duration
+			)
+			end := time.Now().Add(time.Second)
+			for next := time.Now(); next.Before(end); next = next.Add(time.Duration(rng.ExpFloat64() / rate * 1e9)) {
+				time.Sleep(time.Until(next))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					t0 := time.Now()
+					if _, err := s.CreateConnection(ctx, newPutConn()); err != nil {
+						b.Error(err)
+					}
+					d := time.Since(t0)
+					mu.Lock()
+					took = append(took, d)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			lat[on] = append(lat[on], took...)
+			writes[on] += len(took)
+			commits[on] += boltstore.Commits(s)
+		}
+	}
+	for _, on := range []bool{false, true} {
+		name := map[bool]string{false: "nolinger", true: "linger"}[on]
+		b.ReportMetric(percentile(lat[on], 0.5)/1e6, name+"-p50-ms")
+		b.ReportMetric(percentile(lat[on], 0.99)/1e6, name+"-p99-ms")
+		b.ReportMetric(float64(writes[on])/float64(commits[on]), name+"-writes/commit")
+	}
 }
 
 // parallel16 runs op from 16 goroutines b.N times in all and returns the

@@ -101,7 +101,7 @@ type Store struct {
 	changes vault.ChangeHook
 	path    string
 	closed  atomic.Bool
-	group   groupCommit
+	group   *groupCommit
 }
 
 var (
@@ -148,7 +148,7 @@ func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
 			return nil, fmt.Errorf("database %s: restrict mode to 0600: %w", path, err)
 		}
 	}
-	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, group: groupCommit{db: db}}
+	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, group: newGroupCommit(db, true)}
 	if err := s.prepare(); err != nil {
 		closeQuietly(db)
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -207,5 +208,92 @@ func TestGroupCommitClosed(t *testing.T) {
 	// The lead was given up: a second call does not hang.
 	if err := g.do(put("x")); !errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		t.Fatalf("closed again: %v", err)
+	}
+}
+
+// closedLoop has 16 writers write rounds times each, every write again as
+// soon as the last one is answered. Each function takes 4 ms, so a commit
+// of 16 lasts 64 ms and the wait lets pauses of 5 ms between returning
+// writers pass, more than a busy test machine holds a thread off its core.
+// It returns the writes per commit.
+func closedLoop(t *testing.T, linger bool, rounds int) float64 {
+	g := newGroupCommit(openRaw(t), linger)
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				err := g.do(func(tx *bolt.Tx) error {
+					time.Sleep(4 * time.Millisecond)
+					return put(fmt.Sprint(w, "-", r))(tx)
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(16*rounds) / float64(g.commits.Load())
+}
+
+// Writers that come straight back are gathered into one commit instead of
+// taking turns in two halves.
+func TestGroupCommitGathersReturningWriters(t *testing.T) {
+	without := closedLoop(t, false, 8)
+	with := closedLoop(t, true, 8)
+	t.Logf("writes per commit: %.1f without the wait, %.1f with it", without, with)
+	// Without the wait the writers take turns (8 a commit); with it nearly
+	// every commit carries all 16.
+	if with < 12 || with < without+1 {
+		t.Fatalf("writes per commit: %.1f with the wait, %.1f without; want at least 12 and 1 more", with, without)
+	}
+}
+
+// A writer alone never waits, however often it writes.
+func TestGroupCommitLoneWriterNeverWaits(t *testing.T) {
+	g := newGroupCommit(openRaw(t), true)
+	for i := range 50 {
+		if err := g.do(put(fmt.Sprint("k", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, w := g.commits.Load(), g.waits.Load(); c != 50 || w != 0 {
+		t.Fatalf("%d commits and %d waits for 50 writes in turn, want 50 and 0", c, w)
+	}
+}
+
+// When the writers a commit answered do not come back, the next write
+// waits a bounded time, far less than the commit took, and then commits.
+func TestGroupCommitWaitIsBounded(t *testing.T) {
+	g := newGroupCommit(openRaw(t), true)
+	release, leaderDone := holdLeader(t, g)
+	var wg sync.WaitGroup
+	for i := range 15 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = g.do(put(fmt.Sprint("k", i))) }()
+	}
+	waitQueued(g, 15)
+	time.Sleep(40 * time.Millisecond) // the leader's commit lasts 40 ms or more
+	close(release)
+	if err := <-leaderDone; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	// The next commit expects 16 writers back; only this one comes.
+	before := g.waits.Load()
+	start := time.Now()
+	if err := g.do(put("alone")); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if g.waits.Load() == before {
+		t.Fatal("the write after a 16-writer commit did not wait for the others")
+	}
+	// The wait is at most a quarter of the last commit's duration.
+	if took > 30*time.Millisecond {
+		t.Fatalf("the lone write took %v after a commit of 40 ms or more", took)
 	}
 }
