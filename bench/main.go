@@ -50,12 +50,14 @@ import (
 	"credbroker/internal/devidp"
 	"credbroker/internal/logredact"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/mcpapi"
 	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 
 	bolt "go.etcd.io/bbolt"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func main() {
@@ -76,9 +78,11 @@ func main() {
 		twoSteps   = flag.Bool("two-step-connect", false, "hide the store's one-transaction connect (compare with the callback's two writes)")
 		only       = flag.String("only", "", "run only: load, provider, opens, mrtr or vault")
 		memprofile = flag.String("memprofile", "", "write an allocation profile of the MRTR run (every allocation sampled) to this file + \".mrtr\"")
+		traced     = flag.Bool("tracing", false, "trace as serve does with OTEL_EXPORTER_OTLP_ENDPOINT set: batched OTLP/HTTP export to a loopback sink the bench runs")
 	)
 	flag.Parse()
 	benchTwoSteps = *twoSteps
+	benchTracing = *traced
 	benchMemProfile = *memprofile
 	if err := run(*duration, *warmup, *concs, *cpuprofile, *mrtrN, *vaultN, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -88,6 +92,9 @@ func main() {
 
 // benchMemProfile is the -memprofile flag.
 var benchMemProfile string
+
+// benchTracing is the -tracing flag.
+var benchTracing bool
 
 func run(duration, warmup time.Duration, concs, cpuprofile string, mrtrN, vaultN int, only string) error {
 	fmt.Printf("credbroker bench: %s, GOMAXPROCS=%d, %s, load average at start: %s\n",
@@ -252,7 +259,11 @@ func newStack(dir string) (*stack, error) {
 		}
 	}
 	st.counter = &countingStore{Store: st.store, twoSteps: benchTwoSteps}
-	store := rec.WrapStore(st.counter)
+	tp, err := st.startTracing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	store := tracing.WrapStore(tp, rec.WrapStore(st.counter))
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
 	// The fake provider API: answers GET /user for the seeded token.
@@ -294,7 +305,7 @@ func newStack(dir string) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc, err := provider.New(provider.Options{Store: store, Providers: reg, HTTPClient: client, Logger: log, Telemetry: rec})
+	pc, err := provider.New(provider.Options{Store: store, Providers: reg, HTTPClient: client, Logger: log, Telemetry: rec, Tracing: tp})
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +316,7 @@ func newStack(dir string) (*stack, error) {
 	}
 	opts := mcpapi.Options{
 		PublicURL: base, Issuer: idp.Issuer(), DevMode: true, Connections: conns,
-		StateKeys: st.keys.Derive("requestState"), Logger: log, HTTPClient: client, Telemetry: rec,
+		StateKeys: st.keys.Derive("requestState"), Logger: log, HTTPClient: client, Telemetry: rec, Tracing: tp,
 	}
 	srv, err := mcpapi.New(opts)
 	if err != nil {
@@ -368,6 +379,55 @@ func newStack(dir string) (*stack, error) {
 		w.Write(fixed)
 	}))
 	return st, nil
+}
+
+// startTracing, with -tracing, sets tracing up as serve does when
+// OTEL_EXPORTER_OTLP_ENDPOINT is set (tracing.Setup: the SDK's batch span
+// processor, the redacting exporter, OTLP/HTTP) and points it at a loopback
+// sink that counts what it receives and answers as a collector does. At
+// close it flushes and prints how many exports and bytes arrived, failing
+// the run when none did. Without -tracing it returns nil (tracing off).
+func (st *stack) startTracing(ctx context.Context) (trace.TracerProvider, error) {
+	if !benchTracing {
+		return nil, nil
+	}
+	ln, sinkURL, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	var exports, bytesIn atomic.Int64
+	serve(st, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" {
+			http.NotFound(w, r)
+			return
+		}
+		n, _ := io.Copy(io.Discard, r.Body)
+		exports.Add(1)
+		bytesIn.Add(n)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK) // an empty ExportTraceServiceResponse
+	}))
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": sinkURL}
+	tp, shutdown, err := tracing.Setup(ctx, func(k string) string { return env[k] }, "bench")
+	if err != nil {
+		return nil, err
+	}
+	if tp == nil {
+		return nil, fmt.Errorf("tracing.Setup left tracing off")
+	}
+	// Runs before the sink's server closes (closers run in reverse).
+	st.closers = append(st.closers, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := shutdown(sctx)
+		fmt.Printf("tracing: %d OTLP exports, %.1f MB received by the loopback sink", exports.Load(), float64(bytesIn.Load())/1e6)
+		if err != nil {
+			fmt.Printf(" (shutdown: %v)", err)
+		}
+		fmt.Println()
+	})
+	fmt.Printf("tracing on: batched OTLP/HTTP export to %s\n", sinkURL)
+	return tp, nil
 }
 
 // benchTwoSteps is -two-step-connect.
