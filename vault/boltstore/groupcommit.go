@@ -47,8 +47,9 @@ type groupCommit struct {
 	expect int
 	until  time.Time
 	gap    time.Duration
-	// For the tests and benchmarks: transactions run, and waits in gather.
-	commits, waits atomic.Int64
+	// For the tests and benchmarks: transactions run, waits in gather and
+	// their total time in nanoseconds.
+	commits, waits, waited atomic.Int64
 }
 
 // A wait after a commit lasts at most the commit's duration over
@@ -157,7 +158,8 @@ func (g *groupCommit) gather() {
 	}
 	g.waits.Add(1)
 	now := time.Now()
-	last, seen := now, len(g.queue)
+	start, last, seen := now, now, len(g.queue)
+	defer func() { g.waited.Add(int64(time.Since(start))) }()
 	for len(g.queue) < g.expect && now.Before(g.until) && now.Sub(last) < g.gap {
 		g.mu.Unlock()
 		runtime.Gosched()

@@ -265,35 +265,58 @@ func TestGroupCommitLoneWriterNeverWaits(t *testing.T) {
 	}
 }
 
-// When the writers a commit answered do not come back, the next write
-// waits a bounded time, far less than the commit took, and then commits.
+// expectBack sets g up as just after a commit that answered n writers
+// and lasted 12*gap: the next leader waits for n writers, at most 3*gap in
+// all and at most gap between arrivals.
+func expectBack(g *groupCommit, n int, gap time.Duration) {
+	g.mu.Lock()
+	g.expect, g.until, g.gap = n, time.Now().Add(3*gap), gap
+	g.mu.Unlock()
+}
+
+// When the writers the last commit answered do not come back, a write
+// waits through one pause of gap, not until the deadline, and commits.
 func TestGroupCommitWaitIsBounded(t *testing.T) {
 	g := newGroupCommit(openRaw(t), true)
-	release, leaderDone := holdLeader(t, g)
-	var wg sync.WaitGroup
-	for i := range 15 {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = g.do(put(fmt.Sprint("k", i))) }()
-	}
-	waitQueued(g, 15)
-	time.Sleep(40 * time.Millisecond) // the leader's commit lasts 40 ms or more
-	close(release)
-	if err := <-leaderDone; err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	// The next commit expects 16 writers back; only this one comes.
-	before := g.waits.Load()
-	start := time.Now()
+	const gap = 20 * time.Millisecond
+	expectBack(g, 16, gap)
 	if err := g.do(put("alone")); err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(start)
-	if g.waits.Load() == before {
-		t.Fatal("the write after a 16-writer commit did not wait for the others")
+	w := time.Duration(g.waited.Load())
+	if g.waits.Load() != 1 || w < gap {
+		t.Fatalf("the lone write waited %d times for %v, want once for a pause of %v", g.waits.Load(), w, gap)
 	}
-	// The wait is at most a quarter of the last commit's duration.
-	if took > 30*time.Millisecond {
-		t.Fatalf("the lone write took %v after a commit of 40 ms or more", took)
+	// The deadline is 3*gap; a busy machine may overshoot a little.
+	if w > 3*gap+40*time.Millisecond {
+		t.Fatalf("the lone write waited %v, past the deadline of %v", w, 3*gap)
+	}
+	if g.commits.Load() != 1 {
+		t.Fatalf("%d commits, want 1", g.commits.Load())
+	}
+}
+
+// The wait ends as soon as the expected writers are queued, and they share
+// the commit.
+func TestGroupCommitWaitEndsWhenAllAreBack(t *testing.T) {
+	g := newGroupCommit(openRaw(t), true)
+	expectBack(g, 3, 10*time.Second)
+	errs := make(chan error, 3)
+	go func() { errs <- g.do(put("first")) }()
+	for range 50 { // the first write leads and waits for two more
+		if g.waits.Load() == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	go func() { errs <- g.do(put("second")) }()
+	go func() { errs <- g.do(put("third")) }()
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, w := g.commits.Load(), time.Duration(g.waited.Load()); c != 1 || w > 5*time.Second {
+		t.Fatalf("%d commits after waiting %v, want 1 commit well before the 10 s pause ends", c, w)
 	}
 }
