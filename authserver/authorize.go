@@ -282,7 +282,7 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if csrf := r.PostFormValue("csrf"); csrf == "" || subtle.ConstantTimeCompare([]byte(csrf), []byte(person.CSRF)) != 1 {
-		s.log.Warn("security event", "event", "authorize_csrf_mismatch", "remote", r.RemoteAddr,
+		s.log.Warn("security event", "event", "authorize_csrf_mismatch", "remote", s.opts.ClientAddr(r),
 			"actor_iss", person.Principal.Issuer, "actor_sub", person.Principal.Subject)
 		s.renderError(w, errorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Request not accepted",
 			Message: "This form did not come from the page the broker showed you.", Next: "Go back to the app and connect again."})
@@ -295,7 +295,7 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.principal() != person.Principal {
-		s.log.Warn("security event", "event", "authorize_identity_mismatch", "remote", r.RemoteAddr,
+		s.log.Warn("security event", "event", "authorize_identity_mismatch", "remote", s.opts.ClientAddr(r),
 			"actor_iss", person.Principal.Issuer, "actor_sub", person.Principal.Subject)
 		s.renderError(w, errorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Signed in as someone else",
 			Message: "This approval page was shown to another person signed in to the broker. Nothing was authorized.",

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"credbroker/internal/bearer"
+	"credbroker/internal/clientaddr"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/vault"
 )
@@ -728,5 +729,58 @@ func TestConfidentialClient(t *testing.T) {
 	}
 	if got := h.post("/token", form, id, secret); got.Status != 200 || got.RefreshToken != "" {
 		t.Fatalf("right secret: %+v (no refresh grant registered, so no refresh token)", got)
+	}
+}
+
+// TestLimitsBehindTrustedProxy: behind a trusted proxy, the registration
+// limit counts each client address X-Forwarded-For names, not the proxy's;
+// from a peer that is not trusted the header changes nothing.
+func TestLimitsBehindTrustedProxy(t *testing.T) {
+	loopback, err := clientaddr.Parse("127.0.0.0/8, ::1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func(h *harness, xff string) int {
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/register",
+			strings.NewReader(`{"redirect_uris":["https://app.example/cb"]}`))
+		req.Header.Set("Content-Type", "application/json")
+		if xff != "" {
+			req.Header.Set("X-Forwarded-For", xff)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	h := newHarness(t, func(o *Options) { o.RegistrationRate = 2; o.ClientAddr = loopback.Addr })
+	for _, xff := range []string{"198.51.100.1", "198.51.100.1", "203.0.113.5", "203.0.113.5"} {
+		if status := register(h, xff); status != 201 {
+			t.Fatalf("registration from %s: %d", xff, status)
+		}
+	}
+	if status := register(h, "198.51.100.1"); status != http.StatusTooManyRequests {
+		t.Fatalf("third registration from 198.51.100.1 in a minute: %d", status)
+	}
+	// A client cannot escape its quota by claiming another address to the
+	// left of the one the proxy saw.
+	if status := register(h, "192.0.2.99, 198.51.100.1"); status != http.StatusTooManyRequests {
+		t.Fatalf("spoofed left entry: %d", status)
+	}
+
+	// Not trusting the peer: every request counts as the peer's, whatever
+	// the header says.
+	untrusted, _ := clientaddr.Parse("10.0.0.0/8")
+	h = newHarness(t, func(o *Options) { o.RegistrationRate = 2; o.ClientAddr = untrusted.Addr })
+	for i, xff := range []string{"198.51.100.1", "203.0.113.5", "192.0.2.1"} {
+		want := 201
+		if i == 2 {
+			want = http.StatusTooManyRequests
+		}
+		if status := register(h, xff); status != want {
+			t.Fatalf("registration %d (X-Forwarded-For %s) from an untrusted peer: %d, want %d", i, xff, status, want)
+		}
 	}
 }

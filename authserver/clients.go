@@ -151,7 +151,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, oerr(http.StatusBadRequest, "invalid_client_metadata", "the registration request must be application/json"))
 		return
 	}
-	if !s.limiter.allow(remoteIP(r)) {
+	if !s.limiter.allow(s.opts.ClientAddr(r)) {
 		w.Header().Set("Retry-After", "60")
 		s.writeError(w, r, oerr(http.StatusTooManyRequests, "invalid_request", "too many registrations from this address; try again in a minute"))
 		return
@@ -187,7 +187,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the client could not be registered", Err: err})
 		return
 	}
-	s.log.Info("authserver: client registered", "client_id", c.ID, "auth_method", c.AuthMethod, "remote", remoteIP(r))
+	s.log.Info("authserver: client registered", "client_id", c.ID, "auth_method", c.AuthMethod, "remote", s.opts.ClientAddr(r))
 	resp := registrationResponse{
 		ClientID: c.ID, ClientSecret: secret, ClientIDIssuedAt: now.Unix(), RedirectURIs: c.RedirectURIs,
 		GrantTypes: c.GrantTypes, ResponseTypes: []string{"code"}, TokenEndpointAuthMethod: c.AuthMethod,

@@ -78,6 +78,11 @@ type Options struct {
 	MaxClients       int
 	RegistrationRate int
 	UnusedClientTTL  time.Duration
+	// ClientAddr is the address of the client behind a request, which the
+	// registration limit counts and the logs name (nil: the connection's
+	// peer; behind a load balancer, the balancer's address unless its
+	// X-Forwarded-For is trusted, see internal/clientaddr).
+	ClientAddr func(*http.Request) string
 
 	Logger    *slog.Logger
 	Now       func() time.Time
@@ -168,6 +173,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.ClientAddr == nil {
+		opts.ClientAddr = remoteIP
 	}
 	s := &Server{
 		opts: opts, log: opts.Logger, now: opts.Now, store: opts.Store,
@@ -359,7 +367,8 @@ func randomID(n int) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// remoteIP is the request's peer address (behind a proxy, the proxy's).
+// remoteIP is the request's peer address (behind a proxy, the proxy's):
+// ClientAddr's default.
 func remoteIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

@@ -59,6 +59,9 @@ type Options struct {
 	// Apps lists and removes the apps a person allowed at the broker's
 	// authorization server ("Apps with access"); nil: no such section.
 	Apps Apps
+	// ClientAddr is the address of the client behind a request, which
+	// security events name (nil: the connection's peer address).
+	ClientAddr func(*http.Request) string
 }
 
 // Flow serves the browser side of credbroker. See the package doc for routes.
@@ -268,7 +271,11 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 // securityEvent logs an attempt the broker refused. It names the acting
 // browser session, never the owner of the grant involved.
 func (f *Flow) securityEvent(r *http.Request, event string, s *session, attrs ...any) {
-	args := []any{"event", event, "remote", r.RemoteAddr}
+	remote := r.RemoteAddr
+	if f.opts.ClientAddr != nil {
+		remote = f.opts.ClientAddr(r)
+	}
+	args := []any{"event", event, "remote", remote}
 	if s != nil {
 		args = append(args, "actor_iss", s.Issuer, "actor_sub", s.Subject)
 	}

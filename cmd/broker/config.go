@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"time"
+
+	"credbroker/internal/clientaddr"
 )
 
 // serveConfig is everything `broker serve` needs, as data. validate reports
@@ -38,6 +41,9 @@ type serveConfig struct {
 	SidecarSecretsFile string
 	RefreshMargin      time.Duration
 	MetricsAddr        string // separate listener for /metrics; empty: on the main listener
+	// TrustedProxies lists the proxies (addresses, CIDR prefixes) whose
+	// X-Forwarded-For names the client; empty: none.
+	TrustedProxies string
 	// Who issues the MCP bearer tokens: "broker" (the built-in
 	// authorization server) or "issuer" (the IdP's JWTs).
 	MCPAuth                    string
@@ -78,7 +84,23 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RefreshTokenTTL, "refresh-token-ttl", 30*24*time.Hour, "absolute lifetime of a sign-in's refresh tokens")
 	fs.DurationVar(&c.RefreshTokenIdle, "refresh-token-idle", 7*24*time.Hour, "a refresh token unused this long expires")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", os.Getenv("BROKER_METRICS_ADDR"), "serve /metrics on this separate address instead of the main listener (env BROKER_METRICS_ADDR)")
+	fs.StringVar(&c.TrustedProxies, "trusted-proxies", os.Getenv("BROKER_TRUSTED_PROXIES"), "comma-separated addresses or CIDR prefixes of the load balancers or proxies in front of the broker: from them, the client address (registration limit, security-event logs) is read from X-Forwarded-For (env BROKER_TRUSTED_PROXIES; default: none)")
 	c.Ops.flags(fs)
+}
+
+// trusted is the parsed --trusted-proxies (validate has checked it).
+func (c *serveConfig) trusted() clientaddr.Trusted {
+	t, _ := clientaddr.Parse(c.TrustedProxies)
+	return t
+}
+
+// clientAddrFunc is brokerDeps.ClientAddr for t: nil when no proxy is
+// trusted, so each component names the connection's peer.
+func clientAddrFunc(t clientaddr.Trusted) func(*http.Request) string {
+	if t.Empty() {
+		return nil
+	}
+	return t.Addr
 }
 
 func (c *serveConfig) sidecar() sidecarConfig {
@@ -128,6 +150,9 @@ func (c *serveConfig) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		bad("--addr %q: %v", c.Addr, err)
+	}
+	if _, err := clientaddr.Parse(c.TrustedProxies); err != nil {
+		bad("--trusted-proxies: %v", err)
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {

@@ -705,10 +705,11 @@ func TestCheckConfig(t *testing.T) {
 	}{
 		{"many problems", []string{"--public-url", "http://broker.example.com", "--log-format", "xml",
 			"--metrics-addr", "nope", "--grant-ttl", "1s", "--providers", filepath.Join(dir, "missing.yaml"), "--store", "ftp://x",
-			"--mcp-auth", "nope", "--registration", "maybe", "--access-token-ttl", "1s"},
+			"--mcp-auth", "nope", "--registration", "maybe", "--access-token-ttl", "1s", "--trusted-proxies", "10.0.0.0/8, lb.internal"},
 			nil, 1, []string{"must use https", "--issuer is required", "--client-id is required", "client secret is missing",
 				"no encryption keys", "--log-format", "--metrics-addr", "--grant-ttl", "missing.yaml", "--store",
-				`--mcp-auth "nope"`, `--registration "maybe"`, "--access-token-ttl"}},
+				`--mcp-auth "nope"`, `--registration "maybe"`, "--access-token-ttl",
+				`--trusted-proxies: "lb.internal" is not an IP address or CIDR prefix`}},
 		{"sidecar problems", []string{"--public-url", "https://broker.example.com", "--issuer", "https://idp.example.com",
 			"--client-id", "broker", "--providers", good, "--sidecar-addr", "127.0.0.1:8081", "--sidecar-secrets-file", secrets,
 			"--sidecar-audiences", "https://broker.example.com/mcp,https://tools.example.com="},
@@ -723,7 +724,7 @@ func TestCheckConfig(t *testing.T) {
 			[]string{"BROKER_KEYS=" + vault.GenerateKey(), "BROKER_CLIENT_SECRET=s3cret-value", "GH_SECRET=gh", "OTEL_TRACES_EXPORTER=jaeger"}, 1,
 			[]string{`tracing: OTEL_TRACES_EXPORTER="jaeger" is not supported (use otlp or none)`}},
 		{"good", []string{"--public-url", "https://broker.example.com", "--issuer", "https://idp.example.com",
-			"--client-id", "broker", "--providers", good, "--metrics-addr", "127.0.0.1:9090"},
+			"--client-id", "broker", "--providers", good, "--metrics-addr", "127.0.0.1:9090", "--trusted-proxies", "10.0.0.0/8,fd00::/8"},
 			[]string{"BROKER_KEYS=" + vault.GenerateKey(), "BROKER_CLIENT_SECRET=s3cret-value", "GH_SECRET=gh"}, 0,
 			[]string{"configuration OK: 1 provider(s): github"}},
 	}

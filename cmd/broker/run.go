@@ -181,6 +181,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Sidecar:       sc,
 		AuthServer:    authCfg,
 		Events:        events,
+		ClientAddr:    clientAddrFunc(cfg.trusted()),
 	})
 	if err != nil {
 		return err
@@ -207,6 +208,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	go collectGrants(ctx, m.Grants, log)
 	// A finished rotation is a key_rotation audit event.
 	startBackgroundRekey(ctx, store, keys, log, rec)
+	if t := cfg.trusted(); !t.Empty() {
+		log.Info("client addresses from X-Forwarded-For", "trusted_proxies", t.String())
+	}
 	bi := buildinfo.Get()
 	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "mcp_auth", cfg.MCPAuth,
 		"providers", strings.Join(providers.Names(), ","),

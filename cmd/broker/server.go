@@ -60,6 +60,9 @@ type brokerDeps struct {
 	// Events publishes the webhook events no store change carries
 	// (connection.refresh_failed); nil: none.
 	Events *webhook.Publisher
+	// ClientAddr is the address of the client behind a request
+	// (--trusted-proxies); nil: the connection's peer.
+	ClientAddr func(*http.Request) string
 }
 
 // authServerConfig is the built-in authorization server's settings.
@@ -131,7 +134,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 			Registration: c.Registration, AllowPrivateMetadata: c.AllowPrivateMetadata, Scopes: scopes,
 			AccessTokenTTL: c.AccessTokenTTL, RefreshTokenTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL,
 			Logger: d.Logger.With("component", "authserver"), Telemetry: d.Telemetry,
-			AppEvent: appEvents(d.Events, plainStore, d.Logger),
+			AppEvent: appEvents(d.Events, plainStore, d.Logger), ClientAddr: d.ClientAddr,
 		})
 		if err != nil {
 			return mounted{}, fmt.Errorf("authorization server: %w", err)
@@ -142,7 +145,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		Grants: grants, Connections: conns, Client: client,
 		CookieKeys: d.Keys.Derive("cookies"), HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "oauthflow"), DevMode: d.DevMode,
-		Telemetry: d.Telemetry, Tracing: d.Tracing,
+		Telemetry: d.Telemetry, Tracing: d.Tracing, ClientAddr: d.ClientAddr,
 	}
 	if as != nil {
 		flowOpts.Apps = appsOf{as}
