@@ -117,7 +117,9 @@ func New(ctx context.Context, opts Options) (*Flow, error) {
 		opts.Now = time.Now
 	}
 	f := &Flow{
-		opts: opts, log: opts.Logger, now: opts.Now, client: opts.HTTPClient,
+		// With tracing on, every request to the IdP (discovery, keys, the
+		// sign-in's code exchange) is an "idp.http <METHOD>" client span.
+		opts: opts, log: opts.Logger, now: opts.Now, client: tracing.WrapIdPClient(opts.HTTPClient, opts.Tracing),
 		jar:       newCookieJar(opts.CookieKeys, opts.DevMode || pu.Scheme == "http", opts.Now),
 		providers: opts.Client.Providers(),
 		cop:       http.NewCrossOriginProtection(),

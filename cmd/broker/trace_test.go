@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/internal/tracing"
 	"credbroker/vault"
@@ -265,6 +266,23 @@ func TestTraceMRTRConnect(t *testing.T) {
 	}
 	if len(childrenOf(spans, cb[0], "vault.*")) == 0 {
 		t.Error("no vault span under the callback (saving the connection)")
+	}
+	// The broker's own sign-in: its code exchange at the IdP is a client
+	// span under the sign-in callback, naming the IdP's host and the
+	// status but no URL (the issuer is half a principal; the secrets check
+	// below looks for it in every span).
+	signin := spansNamed(spans, "oauthflow.signin_callback")
+	if len(signin) != 1 {
+		t.Fatalf("oauthflow.signin_callback spans: %d\n%s", len(signin), spanDump(spans))
+	}
+	idpToken := childrenOf(spans, signin[0], "idp.http POST")
+	if len(idpToken) != 1 {
+		t.Fatalf("the sign-in's code exchange at the IdP under oauthflow.signin_callback:\n%s", spanDump(spans))
+	}
+	iu, _ := url.Parse(b.idp.Issuer())
+	if attr(idpToken[0], "server.address") != iu.Hostname() || attr(idpToken[0], "http.response.status_code") != "200" ||
+		attr(idpToken[0], "url.full") != "" || idpToken[0].SpanKind != trace.SpanKindClient {
+		t.Errorf("idp.http POST: kind %v, attributes %v", idpToken[0].SpanKind, idpToken[0].Attributes)
 	}
 
 	secrets := map[string]string{

@@ -143,8 +143,48 @@ func NewSyncProvider(exp sdktrace.SpanExporter) *sdktrace.TracerProvider {
 	return sdktrace.NewTracerProvider(sdktrace.WithSyncer(Redacting(exp)))
 }
 
+// WrapIdPClient returns a copy of c whose transport makes an
+// "idp.http <METHOD>" client span of every request to the identity
+// provider, as a child of the request's context: method, the IdP's host
+// (server.address) and the status. Unlike WrapClient it records no URL,
+// since the IdP's URLs spell out the issuer, which is half of every
+// principal (provider calls use otelhttp, see provider.withTracing).
+// Nothing is propagated to the IdP. With tp nil (tracing off) it returns c
+// itself.
+func WrapIdPClient(c *http.Client, tp trace.TracerProvider) *http.Client {
+	if tp == nil {
+		return c
+	}
+	next := c.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	cc := *c
+	cc.Transport = idpTransport{next: next, tracer: Tracer(tp)}
+	return &cc
+}
+
+type idpTransport struct {
+	next   http.RoundTripper
+	tracer trace.Tracer
+}
+
+func (t idpTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx, span := t.tracer.Start(r.Context(), "idp.http "+r.Method, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("server.address", r.URL.Hostname())))
+	resp, err := t.next.RoundTrip(r.WithContext(ctx))
+	if err != nil {
+		span.SetStatus(codes.Error, "request failed")
+		span.End()
+		return nil, err
+	}
+	EndServer(span, resp.StatusCode) // the status attribute; 5xx is an error
+	return resp, nil
+}
+
 // EndServer ends a server span with the HTTP status answered, marking a
-// 5xx as an error (its status text only).
+// 5xx as an error (its status text only). IdP client spans end the same
+// way with the status they received.
 func EndServer(span trace.Span, status int) {
 	span.SetAttributes(attribute.Int("http.response.status_code", status))
 	if status >= 500 {

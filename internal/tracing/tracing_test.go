@@ -237,3 +237,72 @@ func TestWrapStore(t *testing.T) {
 		}
 	}
 }
+
+// TestWrapIdPClient: off, the client is returned as is; on, each request
+// to the IdP is a client span under the caller's span with the method, the
+// host and the status (5xx and transport failures marked as errors), no
+// URL, and no trace context sent to the IdP.
+func TestWrapIdPClient(t *testing.T) {
+	plain := &http.Client{Timeout: time.Second}
+	if tracing.WrapIdPClient(plain, nil) != plain {
+		t.Fatal("tracing off: the client was wrapped")
+	}
+	var sawTraceparent bool
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sawTraceparent = sawTraceparent || r.Header.Get("traceparent") != ""
+		if r.URL.Path == "/broken" {
+			http.Error(w, "down", http.StatusBadGateway)
+			return
+		}
+		io.WriteString(w, "{}")
+	}))
+	defer idp.Close()
+	mem := tracetest.NewInMemoryExporter()
+	tp := tracing.NewSyncProvider(mem)
+	c := tracing.WrapIdPClient(plain, tp)
+	if c == plain || plain.Transport != nil {
+		t.Fatal("the client was not copied, or the original was changed")
+	}
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "parent")
+	for _, path := range []string{"/issuer/.well-known/openid-configuration?x=secret", "/broken"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, idp.URL+path, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:1/token", nil)
+	if _, err := c.Do(req); err == nil {
+		t.Fatal("a request to a closed port succeeded")
+	}
+	parent.End()
+
+	spans := mem.GetSpans()
+	if len(spans) != 4 {
+		t.Fatalf("%d spans, want 3 requests and the parent", len(spans))
+	}
+	want := []struct {
+		name, status string
+		code         codes.Code
+	}{{"idp.http GET", "200", codes.Unset}, {"idp.http GET", "502", codes.Error}, {"idp.http POST", "", codes.Error}}
+	for i, w := range want {
+		s := spans[i]
+		attrs := map[string]string{}
+		for _, a := range s.Attributes {
+			attrs[string(a.Key)] = a.Value.Emit()
+		}
+		if s.Name != w.name || s.SpanKind != trace.SpanKindClient || s.Parent.SpanID() != parent.SpanContext().SpanID() ||
+			attrs["http.response.status_code"] != w.status || s.Status.Code != w.code || attrs["server.address"] != "127.0.0.1" {
+			t.Errorf("span %d: %s kind %v status %v attributes %v", i, s.Name, s.SpanKind, s.Status, attrs)
+		}
+		for k, v := range attrs {
+			if strings.Contains(v, "/") || strings.Contains(v, "secret") {
+				t.Errorf("span %d attribute %s = %q names a URL", i, k, v)
+			}
+		}
+	}
+	if sawTraceparent {
+		t.Error("trace context was sent to the IdP")
+	}
+}
