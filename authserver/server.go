@@ -18,8 +18,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/vault"
 	"credbroker/web"
 )
@@ -78,6 +82,10 @@ type Options struct {
 	MaxClients       int
 	RegistrationRate int
 	UnusedClientTTL  time.Duration
+	// Tracing, when set, makes each request to the authorization server's
+	// endpoints a server span (authserver.authorize, .decision, .token,
+	// .revoke, .register) with the route and the status. Nil: off.
+	Tracing trace.TracerProvider
 	// ClientAddr is the address of the client behind a request, which the
 	// registration limit counts and the logs name (nil: the connection's
 	// peer; behind a load balancer, the balancer's address unless its
@@ -120,6 +128,7 @@ type Server struct {
 	pages   map[string]*template.Template
 	cop     *http.CrossOriginProtection
 	scopes  []string
+	tracer  trace.Tracer // nil: tracing off
 
 	metadata []byte
 }
@@ -183,6 +192,7 @@ func New(opts Options) (*Server, error) {
 		docs:    newMetadataCache(newMetadataClient(opts.AllowPrivateMetadata, opts.MetadataTLS), opts.Now),
 		limiter: newWindowLimiter(opts.RegistrationRate, time.Minute, opts.Now),
 		cop:     http.NewCrossOriginProtection(),
+		tracer:  tracing.Tracer(opts.Tracing),
 	}
 	for _, sc := range opts.Scopes {
 		if sc != "" && !slices.Contains(s.scopes, sc) {
@@ -214,14 +224,31 @@ func (s *Server) Issuer() string { return s.opts.PublicURL }
 func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /.well-known/oauth-authorization-server", s.serveMetadata)
 	mux.HandleFunc("GET /.well-known/jwks.json", s.serveJWKS)
-	mux.HandleFunc("GET /authorize", s.handleAuthorize)
-	mux.Handle("POST /authorize/decision", s.cop.Handler(http.HandlerFunc(s.handleDecision)))
-	mux.HandleFunc("POST /token", s.handleToken)
-	mux.HandleFunc("POST /revoke", s.handleRevoke)
-	mux.HandleFunc("POST /register", s.handleRegister)
+	mux.Handle("GET /authorize", s.traced("authserver.authorize", http.HandlerFunc(s.handleAuthorize)))
+	mux.Handle("POST /authorize/decision", s.traced("authserver.decision", s.cop.Handler(http.HandlerFunc(s.handleDecision))))
+	mux.Handle("POST /token", s.traced("authserver.token", http.HandlerFunc(s.handleToken)))
+	mux.Handle("POST /revoke", s.traced("authserver.revoke", http.HandlerFunc(s.handleRevoke)))
+	mux.Handle("POST /register", s.traced("authserver.register", http.HandlerFunc(s.handleRegister)))
 	for _, p := range []string{"/token", "/revoke", "/register"} {
 		mux.HandleFunc("OPTIONS "+p, s.preflight)
 	}
+}
+
+// traced wraps an endpoint's handler in a server span named name, with
+// the route's pattern, the method and the status answered; nothing from
+// the request's query, form or headers (codes, tokens, client secrets and
+// redirect URIs travel there). Without tracing h is returned as it is.
+func (s *Server) traced(name string, h http.Handler) http.Handler {
+	if s.tracer == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := s.tracer.Start(r.Context(), name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+			attribute.String("http.route", r.Pattern), attribute.String("http.request.method", r.Method)))
+		sw := &telemetry.StatusWriter{ResponseWriter: w}
+		defer func() { tracing.EndServer(span, sw.Status) }()
+		h.ServeHTTP(sw, r.WithContext(ctx))
+	})
 }
 
 // asMetadata is the RFC 8414 document.

@@ -134,7 +134,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 			Registration: c.Registration, AllowPrivateMetadata: c.AllowPrivateMetadata, Scopes: scopes,
 			AccessTokenTTL: c.AccessTokenTTL, RefreshTokenTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL,
 			Logger: d.Logger.With("component", "authserver"), Telemetry: d.Telemetry,
-			AppEvent: appEvents(d.Events, plainStore, d.Logger), ClientAddr: d.ClientAddr,
+			AppEvent: appEvents(d.Events, plainStore, d.Logger), ClientAddr: d.ClientAddr, Tracing: d.Tracing,
 		})
 		if err != nil {
 			return mounted{}, fmt.Errorf("authorization server: %w", err)
