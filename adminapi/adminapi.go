@@ -29,9 +29,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/vault"
 )
 
@@ -100,12 +104,17 @@ type Options struct {
 	Claim     Claim
 	Telemetry *telemetry.Recorder
 	Logger    *slog.Logger
+	// Tracing, when set, makes each request an "adminapi.request" server
+	// span with the route and the status; never the people a request
+	// names (they travel in its query or body). Nil: off.
+	Tracing trace.TracerProvider
 }
 
 // Server is the admin API.
 type Server struct {
-	opts Options
-	log  *slog.Logger
+	opts   Options
+	log    *slog.Logger
+	tracer trace.Tracer // nil: tracing off
 }
 
 // New validates opts and builds a Server.
@@ -117,7 +126,7 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{opts: opts, log: log}, nil
+	return &Server{opts: opts, log: log, tracer: tracing.Tracer(opts.Tracing)}, nil
 }
 
 // Handler returns the API's routes.
@@ -129,7 +138,22 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such admin route")
 	})
-	return mux
+	if s.tracer == nil {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := s.tracer.Start(r.Context(), "adminapi.request", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+		sw := &telemetry.StatusWriter{ResponseWriter: w}
+		r = r.WithContext(ctx)
+		defer func() {
+			// The matched pattern, not the path: a path is the caller's
+			// text, and an unknown one is just "/".
+			span.SetAttributes(attribute.String("http.route", r.Pattern))
+			tracing.EndServer(span, sw.Status)
+		}()
+		mux.ServeHTTP(sw, r)
+	})
 }
 
 type adminHandler func(w http.ResponseWriter, r *http.Request, admin connections.Admin)

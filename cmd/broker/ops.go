@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"credbroker/adminapi"
 	"credbroker/connections"
 	"credbroker/internal/bearer"
@@ -155,6 +157,7 @@ type opsDeps struct {
 	PublicURL string
 	HTTP      *http.Client
 	Telemetry *telemetry.Recorder
+	Tracing   trace.TracerProvider // nil: off
 	Logger    *slog.Logger
 }
 
@@ -199,7 +202,7 @@ func startOps(ctx context.Context, d opsDeps) error {
 		return err
 	}
 	api, err := adminapi.New(adminapi.Options{Connections: d.Mounted.Conns, Verify: bearer.Cached(verify, 1000, nil), Claim: claim,
-		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "adminapi")})
+		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "adminapi"), Tracing: d.Tracing})
 	if err != nil {
 		return err
 	}

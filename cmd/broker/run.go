@@ -187,7 +187,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if err := startOps(ctx, opsDeps{Config: cfg.Ops, Webhooks: hooks, Store: store, Mounted: m, Providers: providers,
-		Issuer: cfg.Issuer, PublicURL: publicURL, HTTP: outboundClient(), Telemetry: rec, Logger: log}); err != nil {
+		Issuer: cfg.Issuer, PublicURL: publicURL, HTTP: outboundClient(), Telemetry: rec, Tracing: tp, Logger: log}); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
