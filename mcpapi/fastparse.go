@@ -380,44 +380,12 @@ func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
-func (d *fastDecoder) digits() int {
-	n := 0
-	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
-		d.i++
-		n++
-	}
-	return n
-}
-
-// skipNumber: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func (d *fastDecoder) skipNumber() bool {
-	if d.b[d.i] == '-' {
-		d.i++
+	end, ok := plainjson.Number(d.b, d.i)
+	if ok {
+		d.i = end
 	}
-	if d.i >= len(d.b) {
-		return false
-	}
-	if d.b[d.i] == '0' {
-		d.i++
-	} else if d.digits() == 0 {
-		return false
-	}
-	if d.i < len(d.b) && d.b[d.i] == '.' {
-		d.i++
-		if d.digits() == 0 {
-			return false
-		}
-	}
-	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
-		d.i++
-		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
-			d.i++
-		}
-		if d.digits() == 0 {
-			return false
-		}
-	}
-	return true
+	return ok
 }
 
 // capsInfo is what the handler reads from _meta clientCapabilities.

@@ -49,6 +49,52 @@ func Int(b []byte, i int) (n int64, next int, ok bool) {
 	return n, j, true
 }
 
+// Number reads the JSON number at b[i], which must be '-' or a digit
+// (-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?), and returns where it
+// ends; ok is false when b[i:] does not start with one.
+func Number(b []byte, i int) (end int, ok bool) {
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(b):
+		return 0, false
+	case b[i] == '0':
+		i++
+	default:
+		if i = digits(b, i); i < 0 {
+			return 0, false
+		}
+	}
+	if i < len(b) && b[i] == '.' {
+		if i = digits(b, i+1); i < 0 {
+			return 0, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i = digits(b, i); i < 0 {
+			return 0, false
+		}
+	}
+	return i, true
+}
+
+// digits skips one or more digits from b[i]; -1 when there are none.
+func digits(b []byte, i int) int {
+	j := i
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
+
 // AppendString appends s quoted when encoding/json, escaping HTML as it
 // does by default, would write it unchanged: no quote, backslash, control,
 // <, >, &, U+2028, U+2029 or invalid UTF-8. ok is false otherwise, and b

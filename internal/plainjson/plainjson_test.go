@@ -88,6 +88,46 @@ func TestInt(t *testing.T) {
 	}
 }
 
+// TestNumber: Number accepts the longest prefix encoding/json takes as a
+// number, and nothing when there is none.
+func TestNumber(t *testing.T) {
+	for in, want := range map[string]int{"0": 1, "-0": 2, "7,": 1, "42}": 2, "-12.5e+3]": 8, "1E9": 3, "0.0": 3,
+		"01": 1, "1.5.": 3, "2e-0x": 4} {
+		end, ok := Number([]byte(in), 0)
+		if !ok || end != want || !json.Valid([]byte(in[:end])) {
+			t.Errorf("Number(%q) = %d, %v; want %d", in, end, ok, want)
+		}
+	}
+	for _, in := range []string{"-", "-x", ".5", "1.", "1.e3", "1e", "1e+", "-.1", "x"} {
+		if end, ok := Number([]byte(in), 0); ok {
+			t.Errorf("Number(%q) accepted up to %d", in, end)
+		}
+	}
+}
+
+// FuzzNumber: whatever Number accepts is a JSON number to encoding/json,
+// and the byte after it cannot extend it.
+func FuzzNumber(f *testing.F) {
+	for _, s := range []string{"0", "-12.5e+3", "1.", "01", "1e", "-"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if s == "" || s[0] != '-' && (s[0] < '0' || s[0] > '9') {
+			return
+		}
+		end, ok := Number([]byte(s), 0)
+		if !ok {
+			return
+		}
+		if !json.Valid([]byte(s[:end])) {
+			t.Fatalf("Number(%q) took %q, not a JSON number", s, s[:end])
+		}
+		if end < len(s) && strings.IndexByte("0123456789", s[end]) >= 0 && s[:end] != "0" && s[:end] != "-0" {
+			t.Fatalf("Number(%q) stopped at %d before a digit", s, end)
+		}
+	})
+}
+
 func randomString(r *rand.Rand) string {
 	const pool = "aZ09 \"\\<>&\n\x00\x7f\xc3\xa9\xe2\x80\xa8\xff\xed"
 	b := make([]byte, r.IntN(12))

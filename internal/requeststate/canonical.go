@@ -3,6 +3,8 @@ package requeststate
 import (
 	"bytes"
 	"unicode/utf8"
+
+	"credbroker/internal/plainjson"
 )
 
 // isCanonical reports whether b is already what reencode makes of it
@@ -130,42 +132,10 @@ func (c *canonScan) literal(lit string) bool {
 	return true
 }
 
-func (c *canonScan) digits() int {
-	n := 0
-	for c.i < len(c.b) && c.b[c.i] >= '0' && c.b[c.i] <= '9' {
-		c.i++
-		n++
-	}
-	return n
-}
-
-// number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func (c *canonScan) number() bool {
-	if c.b[c.i] == '-' {
-		c.i++
+	end, ok := plainjson.Number(c.b, c.i)
+	if ok {
+		c.i = end
 	}
-	if c.i >= len(c.b) {
-		return false
-	}
-	if c.b[c.i] == '0' {
-		c.i++
-	} else if c.digits() == 0 {
-		return false
-	}
-	if c.i < len(c.b) && c.b[c.i] == '.' {
-		c.i++
-		if c.digits() == 0 {
-			return false
-		}
-	}
-	if c.i < len(c.b) && (c.b[c.i] == 'e' || c.b[c.i] == 'E') {
-		c.i++
-		if c.i < len(c.b) && (c.b[c.i] == '+' || c.b[c.i] == '-') {
-			c.i++
-		}
-		if c.digits() == 0 {
-			return false
-		}
-	}
-	return true
+	return ok
 }
