@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"credbroker/internal/plainjson/plainjsontest"
 )
 
 // refParse is what serveMCP did before fastParse: encoding/json on the body,
@@ -224,26 +226,9 @@ func randomRequest(rng *rand.Rand) []byte {
 	return []byte(ws() + obj(map[string]string{"jsonrpc": `"2.0"`, "id": id, "method": `"tools/call"`, "params": params}) + ws())
 }
 
+// mutate is plainjsontest.Mutate with the characters this parser decides on.
 func mutate(rng *rand.Rand, b []byte) []byte {
-	b = append([]byte(nil), b...)
-	for range 1 + rng.IntN(3) {
-		if len(b) == 0 {
-			break
-		}
-		i := rng.IntN(len(b))
-		switch rng.IntN(4) {
-		case 0:
-			const alphabet = "{}[]\",:\\ nx0-.eE\x00\xff"
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		case 1:
-			b = append(b[:i], b[i+1:]...)
-		case 2:
-			b = append(b[:i], append([]byte{b[rng.IntN(len(b))]}, b[i:]...)...)
-		default:
-			b = b[:i]
-		}
-	}
-	return b
+	return plainjsontest.Mutate(rng, b, "{}[]\",:\\ nx0-.eE\x00\xff")
 }
 
 // FuzzFastParse: whenever fastParse accepts a body, encoding/json accepts it

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"credbroker/internal/plainjson/plainjsontest"
 )
 
 // checkGrantRecord fails when decodeGrantRecord accepts b and
@@ -163,26 +165,9 @@ func randomGrantRecord(rng *rand.Rand) []byte {
 	return []byte("{" + strings.Join(parts, ",") + "}")
 }
 
+// mutateRecord is plainjsontest.Mutate with the characters this parser decides on.
 func mutateRecord(rng *rand.Rand, b []byte) []byte {
-	b = append([]byte(nil), b...)
-	for range 1 + rng.IntN(3) {
-		if len(b) == 0 {
-			break
-		}
-		i := rng.IntN(len(b))
-		switch rng.IntN(4) {
-		case 0:
-			const alphabet = "{}[]\",:\\ nx0-.eEZT\x00\xff"
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		case 1:
-			b = append(b[:i], b[i+1:]...)
-		case 2:
-			b = append(b[:i], append([]byte{b[rng.IntN(len(b))]}, b[i:]...)...)
-		default:
-			b = b[:i]
-		}
-	}
-	return b
+	return plainjsontest.Mutate(rng, b, "{}[]\",:\\ nx0-.eEZT\x00\xff")
 }
 
 // FuzzDecodeGrantRecord: whenever the fast path accepts a record,

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"credbroker/internal/plainjson/plainjsontest"
 )
 
 // checkCanonical fails when isCanonical accepts raw but the general path
@@ -154,26 +156,9 @@ func randomString(rng *rand.Rand) string {
 	return b.String()
 }
 
+// mutate is plainjsontest.Mutate with the characters this parser decides on.
 func mutate(rng *rand.Rand, b []byte) []byte {
-	b = append([]byte(nil), b...)
-	for range 1 + rng.IntN(3) {
-		if len(b) == 0 {
-			break
-		}
-		i := rng.IntN(len(b))
-		switch rng.IntN(4) {
-		case 0:
-			const alphabet = "{}[]\",:\\ nx0-.eE<\x00\xff"
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		case 1:
-			b = append(b[:i], b[i+1:]...)
-		case 2:
-			b = append(b[:i], append([]byte{b[rng.IntN(len(b))]}, b[i:]...)...)
-		default:
-			b = b[:i]
-		}
-	}
-	return b
+	return plainjsontest.Mutate(rng, b, "{}[]\",:\\ nx0-.eE<\x00\xff")
 }
 
 // FuzzCanonical: whenever isCanonical accepts a value, the general path
