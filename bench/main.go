@@ -491,6 +491,22 @@ func (r *loadResult) merge(o loadResult) {
 	}
 }
 
+// alternate measures a and b for duration each in one-second slices taken
+// by turns (warm-up before the first slice of each), so that a change in
+// machine load hits both alike, and merges each one's slices.
+func alternate(duration, warmup time.Duration, a, b func(warmup, d time.Duration) loadResult) (ra, rb loadResult) {
+	parts := max(1, int(duration/time.Second))
+	for i := range parts {
+		w := time.Duration(0)
+		if i == 0 {
+			w = warmup
+		}
+		ra.merge(a(w, duration/time.Duration(parts)))
+		rb.merge(b(w, duration/time.Duration(parts)))
+	}
+	return ra, rb
+}
+
 // hammer sends the request from c keep-alive clients for d (after warmup).
 func (st *stack) hammer(url string, c int, warmup, d time.Duration) loadResult {
 	body := callBody(1, "github", "")
@@ -579,18 +595,9 @@ func (st *stack) load(duration, warmup time.Duration, concs, cpuprofile string) 
 		if prof != nil && c == 16 {
 			pprof.StartCPUProfile(prof)
 		}
-		// Broker and baseline alternate in one-second slices so that a
-		// change in machine load hits both alike.
-		var b, bl loadResult
-		parts := max(1, int(duration/time.Second))
-		for i := range parts {
-			w := time.Duration(0)
-			if i == 0 {
-				w = warmup
-			}
-			b.merge(st.hammer(st.base+"/mcp", c, w, duration/time.Duration(parts)))
-			bl.merge(st.hammer(st.baseline+"/mcp", c, w, duration/time.Duration(parts)))
-		}
+		b, bl := alternate(duration, warmup,
+			func(w, d time.Duration) loadResult { return st.hammer(st.base+"/mcp", c, w, d) },
+			func(w, d time.Duration) loadResult { return st.hammer(st.baseline+"/mcp", c, w, d) })
 		if prof != nil && c == 16 {
 			pprof.StopCPUProfile()
 		}
@@ -882,19 +889,10 @@ func (st *stack) providerOverhead(duration, warmup time.Duration, cpuprofile str
 		defer f.Close()
 		pprof.StartCPUProfile(f)
 	}
-	// The two paths alternate in one-second slices, as in the load run, so
-	// that a change in machine load hits both alike; the profile covers
-	// both.
-	var br, dr loadResult
-	parts := max(1, int(duration/time.Second))
-	for i := range parts {
-		w := time.Duration(0)
-		if i == 0 {
-			w = warmup
-		}
-		br.merge(hammerWith(brokerReq, 1, w, duration/time.Duration(parts)))
-		dr.merge(hammerWith(directReq, 1, w, duration/time.Duration(parts)))
-	}
+	// The profile covers both paths.
+	br, dr := alternate(duration, warmup,
+		func(w, d time.Duration) loadResult { return hammerWith(brokerReq, 1, w, d) },
+		func(w, d time.Duration) loadResult { return hammerWith(directReq, 1, w, d) })
 	if cpuprofile != "" {
 		pprof.StopCPUProfile()
 	}
