@@ -29,7 +29,6 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/connections"
@@ -138,22 +137,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such admin route")
 	})
-	if s.tracer == nil {
-		return mux
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, span := s.tracer.Start(r.Context(), "adminapi.request", trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.request.method", r.Method)))
-		sw := &telemetry.StatusWriter{ResponseWriter: w}
-		r = r.WithContext(ctx)
-		defer func() {
-			// The matched pattern, not the path: a path is the caller's
-			// text, and an unknown one is just "/".
-			span.SetAttributes(attribute.String("http.route", r.Pattern))
-			tracing.EndServer(span, sw.Status)
-		}()
-		mux.ServeHTTP(sw, r)
-	})
+	// The matched pattern is the route ("/" for an unknown path).
+	return tracing.Handler(s.tracer, "adminapi.request", mux, nil)
 }
 
 type adminHandler func(w http.ResponseWriter, r *http.Request, admin connections.Admin)

@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/internal/loopback"
@@ -234,21 +233,11 @@ func (s *Server) Register(mux *http.ServeMux) {
 	}
 }
 
-// traced wraps an endpoint's handler in a server span named name, with
-// the route's pattern, the method and the status answered; nothing from
-// the request's query, form or headers (codes, tokens, client secrets and
-// redirect URIs travel there). Without tracing h is returned as it is.
+// traced wraps an endpoint's handler in a server span named name (see
+// tracing.Handler): route, method and status, nothing from the query, form
+// or headers, where codes, tokens, client secrets and redirect URIs travel.
 func (s *Server) traced(name string, h http.Handler) http.Handler {
-	if s.tracer == nil {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, span := s.tracer.Start(r.Context(), name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-			attribute.String("http.route", r.Pattern), attribute.String("http.request.method", r.Method)))
-		sw := &telemetry.StatusWriter{ResponseWriter: w}
-		defer func() { tracing.EndServer(span, sw.Status) }()
-		h.ServeHTTP(sw, r.WithContext(ctx))
-	})
+	return tracing.Handler(s.tracer, name, h, nil)
 }
 
 // asMetadata is the RFC 8414 document.

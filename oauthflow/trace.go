@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/binding"
-	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
 )
 
@@ -17,11 +16,8 @@ import (
 // carry too), the provider's name on a callback, and the status answered.
 // Without tracing h is returned as it is.
 func (f *Flow) traced(step string, h http.Handler) http.Handler {
-	if f.tracer == nil {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		attrs := []attribute.KeyValue{attribute.String("http.route", r.Pattern), attribute.String("http.request.method", r.Method)}
+	return tracing.Handler(f.tracer, step, h, func(r *http.Request) []attribute.KeyValue {
+		var attrs []attribute.KeyValue
 		if g := r.PathValue("grant"); g != "" {
 			attrs = append(attrs, attribute.String("credbroker.grant_ref", binding.Ref(g)))
 		}
@@ -30,10 +26,7 @@ func (f *Flow) traced(step string, h http.Handler) http.Handler {
 				attrs = append(attrs, attribute.String("provider", p))
 			}
 		}
-		ctx, span := f.tracer.Start(r.Context(), step, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
-		sw := &telemetry.StatusWriter{ResponseWriter: w}
-		defer func() { tracing.EndServer(span, sw.Status) }()
-		h.ServeHTTP(sw, r.WithContext(ctx))
+		return attrs
 	})
 }
 

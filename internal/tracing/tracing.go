@@ -30,6 +30,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"credbroker/internal/telemetry"
 )
 
 // TracerName names the broker's instrumentation scope.
@@ -181,6 +183,32 @@ func (t idpTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	EndServer(span, resp.StatusCode) // the status attribute; 5xx is an error
 	return resp, nil
+}
+
+// Handler wraps h in a server span named name when tracer is set (nil:
+// h as it is). The span carries the method, the matched route pattern
+// (read when h returns, so a mux inside h counts; never the path, which is
+// the caller's text), whatever attrs gives for the request (nil: nothing
+// more), and the status answered.
+func Handler(tracer trace.Tracer, name string, h http.Handler, attrs func(*http.Request) []attribute.KeyValue) http.Handler {
+	if tracer == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", r.Method))}
+		if attrs != nil {
+			opts = append(opts, trace.WithAttributes(attrs(r)...))
+		}
+		ctx, span := tracer.Start(r.Context(), name, opts...)
+		sw := &telemetry.StatusWriter{ResponseWriter: w}
+		r = r.WithContext(ctx)
+		defer func() {
+			span.SetAttributes(attribute.String("http.route", r.Pattern))
+			EndServer(span, sw.Status)
+		}()
+		h.ServeHTTP(sw, r)
+	})
 }
 
 // EndServer ends a server span with the HTTP status answered, marking a
