@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -20,6 +19,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"credbroker/internal/clientaddr"
 	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
@@ -183,7 +183,7 @@ func New(opts Options) (*Server, error) {
 		opts.Now = time.Now
 	}
 	if opts.ClientAddr == nil {
-		opts.ClientAddr = remoteIP
+		opts.ClientAddr = clientaddr.Trusted{}.Addr // the peer
 	}
 	s := &Server{
 		opts: opts, log: opts.Logger, now: opts.Now, store: opts.Store,
@@ -381,16 +381,6 @@ func randomID(n int) string {
 		panic("authserver: crypto/rand failed: " + err.Error())
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// remoteIP is the request's peer address (behind a proxy, the proxy's):
-// ClientAddr's default.
-func remoteIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 // windowLimiter allows max events per key per window (fixed windows).

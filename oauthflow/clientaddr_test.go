@@ -11,18 +11,18 @@ import (
 )
 
 // TestSecurityEventNamesClientAddr: a security event names the connection's
-// peer, or, with ClientAddr set (--trusted-proxies), the client address the
-// trusted proxy forwarded.
+// peer (its address, without the port), or, with ClientAddr set
+// (--trusted-proxies), the client address the trusted proxy forwarded.
 func TestSecurityEventNamesClientAddr(t *testing.T) {
 	var logs bytes.Buffer
-	f := &Flow{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	f := &Flow{log: slog.New(slog.NewTextHandler(&logs, nil)), opts: Options{ClientAddr: clientaddr.Trusted{}.Addr}}
 	r := httptest.NewRequest("GET", "/auth/callback", nil)
 	r.RemoteAddr = "10.1.2.3:5000"
 	r.Header.Set("X-Forwarded-For", "192.0.2.1, 198.51.100.7")
 
 	f.securityEvent(r, "login_state_mismatch", nil)
-	if !strings.Contains(logs.String(), "remote=10.1.2.3:5000") {
-		t.Fatalf("without ClientAddr the event should name the peer:\n%s", logs.String())
+	if !strings.Contains(logs.String(), "remote=10.1.2.3\n") || strings.Contains(logs.String(), "198.51.100.7") {
+		t.Fatalf("trusting no proxy, the event should name the peer only:\n%s", logs.String())
 	}
 	logs.Reset()
 	lb, err := clientaddr.Parse("10.0.0.0/8")

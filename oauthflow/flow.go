@@ -16,6 +16,7 @@ import (
 
 	"credbroker/binding"
 	"credbroker/connections"
+	"credbroker/internal/clientaddr"
 	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
@@ -60,7 +61,8 @@ type Options struct {
 	// authorization server ("Apps with access"); nil: no such section.
 	Apps Apps
 	// ClientAddr is the address of the client behind a request, which
-	// security events name (nil: the connection's peer address).
+	// security events name (nil: the connection's peer, see
+	// internal/clientaddr).
 	ClientAddr func(*http.Request) string
 }
 
@@ -115,6 +117,9 @@ func New(ctx context.Context, opts Options) (*Flow, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.ClientAddr == nil {
+		opts.ClientAddr = clientaddr.Trusted{}.Addr // the peer
 	}
 	f := &Flow{
 		// With tracing on, every request to the IdP (discovery, keys, the
@@ -273,11 +278,7 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 // securityEvent logs an attempt the broker refused. It names the acting
 // browser session, never the owner of the grant involved.
 func (f *Flow) securityEvent(r *http.Request, event string, s *session, attrs ...any) {
-	remote := r.RemoteAddr
-	if f.opts.ClientAddr != nil {
-		remote = f.opts.ClientAddr(r)
-	}
-	args := []any{"event", event, "remote", remote}
+	args := []any{"event", event, "remote", f.opts.ClientAddr(r)}
 	if s != nil {
 		args = append(args, "actor_iss", s.Issuer, "actor_sub", s.Subject)
 	}

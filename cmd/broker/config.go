@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -92,15 +91,6 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 func (c *serveConfig) trusted() clientaddr.Trusted {
 	t, _ := clientaddr.Parse(c.TrustedProxies)
 	return t
-}
-
-// clientAddrFunc is brokerDeps.ClientAddr for t: nil when no proxy is
-// trusted, so each component names the connection's peer.
-func clientAddrFunc(t clientaddr.Trusted) func(*http.Request) string {
-	if t.Empty() {
-		return nil
-	}
-	return t.Addr
 }
 
 func (c *serveConfig) sidecar() sidecarConfig {

@@ -181,7 +181,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Sidecar:       sc,
 		AuthServer:    authCfg,
 		Events:        events,
-		ClientAddr:    clientAddrFunc(cfg.trusted()),
+		ClientAddr:    cfg.trusted().Addr,
 	})
 	if err != nil {
 		return err

@@ -61,7 +61,7 @@ type brokerDeps struct {
 	// (connection.refresh_failed); nil: none.
 	Events *webhook.Publisher
 	// ClientAddr is the address of the client behind a request
-	// (--trusted-proxies); nil: the connection's peer.
+	// (--trusted-proxies); nil (dev): the connection's peer.
 	ClientAddr func(*http.Request) string
 }
 
