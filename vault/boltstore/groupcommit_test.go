@@ -212,9 +212,11 @@ func TestGroupCommitClosed(t *testing.T) {
 }
 
 // closedLoop has 16 writers write rounds times each, every write again as
-// soon as the last one is answered. Each function takes 4 ms, so a commit
-// of 16 lasts 64 ms and the wait lets pauses of 5 ms between returning
-// writers pass, more than a busy test machine holds a thread off its core.
+// soon as the last one is answered. Each function takes 10 ms, so a commit
+// of 16 lasts 160 ms and the wait lets pauses of 13 ms between returning
+// writers pass: a fresh clone's make test, compiling and testing packages
+// side by side on two cores, held threads off long enough to break a 5 ms
+// pause once.
 // It returns the writes per commit.
 func closedLoop(t *testing.T, linger bool, rounds int) float64 {
 	g := newGroupCommit(openRaw(t), linger)
@@ -225,7 +227,7 @@ func closedLoop(t *testing.T, linger bool, rounds int) float64 {
 			defer wg.Done()
 			for r := range rounds {
 				err := g.do(func(tx *bolt.Tx) error {
-					time.Sleep(4 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond)
 					return put(fmt.Sprint(w, "-", r))(tx)
 				})
 				if err != nil {
@@ -245,10 +247,14 @@ func TestGroupCommitGathersReturningWriters(t *testing.T) {
 	without := closedLoop(t, false, 8)
 	with := closedLoop(t, true, 8)
 	t.Logf("writes per commit: %.1f without the wait, %.1f with it", without, with)
-	// Without the wait the writers take turns (8 a commit); with it nearly
-	// every commit carries all 16.
-	if with < 12 || with < without+1 {
-		t.Fatalf("writes per commit: %.1f with the wait, %.1f without; want at least 12 and 1 more", with, without)
+	// Without the wait the writers take turns (8 a commit); with it every
+	// commit after the first two carries all 16 (128 writes in 9 commits,
+	// 14.2 a commit). Under three CPU hogs on two cores it measured 11.6 to
+	// 14.2 (without: 8.0 to 9.8); 10 leaves room for four commits split by
+	// a writer the machine held off for longer than the pause. The wait's
+	// logic itself is checked without timing by the tests below.
+	if with < 10 || with < without+1 {
+		t.Fatalf("writes per commit: %.1f with the wait, %.1f without; want at least 10 and 1 more", with, without)
 	}
 }
 
