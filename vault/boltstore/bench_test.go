@@ -311,7 +311,9 @@ func BenchmarkPutSingleWriter(b *testing.B) {
 // putting a record-sized value and its index key, no codec or encryption:
 // floor/delay=D through DB.Batch with MaxBatchDelay D, for three delays
 // (BENCH_PUT_DELAYS=250us,500us,... for others), and floor/group through
-// the store's group commit. store is Store.CreateConnection, reported as a
+// the store's group commit. ceiling is no design but a bound: 16 writes in
+// every commit, one commit right after another. store is
+// Store.CreateConnection, reported as a
 // multiple of the best floor (x-floor) and of the best DB.Batch floor
 // (x-batch).
 func BenchmarkPut16Writers(b *testing.B) {
@@ -329,24 +331,29 @@ func BenchmarkPut16Writers(b *testing.B) {
 	var bestBatch, bestFloor float64
 	rawPut := func(b *testing.B, commit func(func(*bolt.Tx) error) error) float64 {
 		val := bytes.Repeat([]byte{0x5a}, putRecordSize(b))
-		return parallel16(b, func() error {
-			c := newPutConn()
-			id := []byte(c.ID)
-			idx := binary.BigEndian.AppendUint32(nil, uint32(len(c.Principal.Issuer)))
-			idx = append(idx, c.Principal.Issuer...)
-			idx = binary.BigEndian.AppendUint32(idx, uint32(len(c.Principal.Subject)))
-			idx = append(append(idx, c.Principal.Subject...), c.ID...)
-			return commit(func(tx *bolt.Tx) error {
-				if tx.Bucket(bucketConns).Get(id) != nil {
-					return errors.New("exists")
-				}
-				if err := tx.Bucket(bucketConns).Put(id, val); err != nil {
-					return err
-				}
-				return tx.Bucket(bucketConnByPrinc).Put(idx, nil)
-			})
-		})
+		return parallel16(b, func() error { return commit(rawPutConn(val)) })
 	}
+	b.Run("ceiling", func(b *testing.B) {
+		// One goroutine commits 16 new connections at a time: every
+		// commit carries as many writes as 16 writers with one write each
+		// in flight can have waiting, and the next starts the moment the
+		// last ends. Commits of fewer writes get fewer writes a second
+		// (a commit's cost grows by less than its writes), so 16 ÷ this
+		// commit time bounds the rate of 16 writers on this disk with a
+		// durable commit before each acknowledgement.
+		db := openFixture(b).DB()
+		val := bytes.Repeat([]byte{0x5a}, putRecordSize(b))
+		b.ResetTimer()
+		start := time.Now()
+		for b.Loop() {
+			if err := commit16(db, val); err != nil {
+				b.Fatal(err)
+			}
+		}
+		el := time.Since(start)
+		b.ReportMetric(el.Seconds()*1000/float64(b.N), "ms/commit")
+		b.ReportMetric(16*float64(b.N)/el.Seconds(), "writes/s")
+	})
 	b.Run("floor", func(b *testing.B) {
 		for _, delay := range delays {
 			b.Run("delay="+delay.String(), func(b *testing.B) {
@@ -385,6 +392,109 @@ func BenchmarkPut16Writers(b *testing.B) {
 		store(b, s)
 	})
 	b.Run("store", func(b *testing.B) { store(b, openFixture(b)) })
+}
+
+// commit16 is one durable commit of 16 new connections (rawPutConn).
+func commit16(db *bolt.DB, val []byte) error {
+	var puts [16]func(*bolt.Tx) error
+	for i := range puts {
+		puts[i] = rawPutConn(val)
+	}
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, put := range puts {
+			if err := put(tx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// BenchmarkPut16Turns is BenchmarkPut16Writers with its rows taking turns:
+// the disk's speed here drifts by half within minutes, so rows measured
+// one after another compare spells as much as code. Each round gives every
+// mode BENCH_PUT_SLICE (default 1 s) on the same fixture file, in turn:
+// the ceiling (one goroutine committing 16 writes at a time, back to
+// back), the raw group-commit floor, the raw DB.Batch floor with a 1 ms
+// delay, and the store; -benchtime Nx runs N rounds. Reported: each mode's
+// writes/s and the store's rate over the ceiling's and the floors'.
+func BenchmarkPut16Turns(b *testing.B) {
+	slice := time.Second
+	if d, err := time.ParseDuration(os.Getenv("BENCH_PUT_SLICE")); err == nil && d > 0 {
+		slice = d
+	}
+	s := openFixture(b)
+	db := s.DB()
+	val := bytes.Repeat([]byte{0x5a}, putRecordSize(b))
+	group, _ := boltstore.GroupUpdate(db)
+	ctx := context.Background()
+	type mode struct {
+		name string
+		run  func(end time.Time) (int, error)
+	}
+	writers16 := func(op func() error) func(time.Time) (int, error) {
+		return func(end time.Time) (int, error) {
+			var n atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for range 16 {
+				wg.Go(func() {
+					for time.Now().Before(end) {
+						if err := op(); err != nil {
+							errs <- err
+							return
+						}
+						n.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			return int(n.Load()), <-errs
+		}
+	}
+	modes := []mode{
+		{"ceiling", func(end time.Time) (int, error) {
+			n := 0
+			for time.Now().Before(end) {
+				if err := commit16(db, val); err != nil {
+					return n, err
+				}
+				n += 16
+			}
+			return n, nil
+		}},
+		{"group", writers16(func() error { return group(rawPutConn(val)) })},
+		{"batch1ms", writers16(func() error { return db.Batch(rawPutConn(val)) })},
+		{"store", writers16(func() error {
+			_, err := s.CreateConnection(ctx, newPutConn())
+			return err
+		})},
+	}
+	db.MaxBatchDelay = time.Millisecond
+	writes := make([]int, len(modes))
+	took := make([]time.Duration, len(modes))
+	b.ResetTimer()
+	for range b.N {
+		for i, m := range modes {
+			start := time.Now()
+			n, err := m.run(start.Add(slice))
+			if err != nil {
+				b.Fatalf("%s: %v", m.name, err)
+			}
+			writes[i] += n
+			took[i] += time.Since(start)
+		}
+	}
+	rate := make([]float64, len(modes))
+	for i, m := range modes {
+		rate[i] = float64(writes[i]) / took[i].Seconds()
+		b.ReportMetric(rate[i], m.name+"-writes/s")
+	}
+	store := rate[len(modes)-1]
+	b.ReportMetric(store/rate[0], "store/ceiling")
+	b.ReportMetric(store/rate[1], "store/group")
+	b.ReportMetric(store/rate[2], "store/batch1ms")
 }
 
 // BenchmarkPutOpenLoop: what the group commit's wait for returning writers
@@ -470,6 +580,27 @@ func parallel16(b *testing.B, op func() error) float64 {
 		}
 	})
 	return float64(b.N) / time.Since(start).Seconds()
+}
+
+// rawPutConn returns a raw bbolt write of a new connection: val under its
+// id, and its principal index key, as Store.CreateConnection writes them
+// but without codec or encryption; a taken id is an error.
+func rawPutConn(val []byte) func(*bolt.Tx) error {
+	c := newPutConn()
+	id := []byte(c.ID)
+	idx := binary.BigEndian.AppendUint32(nil, uint32(len(c.Principal.Issuer)))
+	idx = append(idx, c.Principal.Issuer...)
+	idx = binary.BigEndian.AppendUint32(idx, uint32(len(c.Principal.Subject)))
+	idx = append(append(idx, c.Principal.Subject...), c.ID...)
+	return func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketConns).Get(id) != nil {
+			return errors.New("exists")
+		}
+		if err := tx.Bucket(bucketConns).Put(id, val); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketConnByPrinc).Put(idx, nil)
+	}
 }
 
 // putRecordSize is the size of the record Store.CreateConnection writes
