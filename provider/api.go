@@ -507,7 +507,7 @@ func (k *Client) send(ctx context.Context, p *Provider, api *APIBase, cred crede
 	if p.PropagateTrace && k.tracer != nil {
 		ctx = tracing.WithPropagation(ctx)
 	}
-	hreq, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
+	hreq, err := newRequestTo(ctx, method, u, body)
 	if err != nil {
 		return APIResponse{}, reqErrorf("the request could not be built")
 	}
@@ -579,6 +579,21 @@ func (k *Client) send(ctx context.Context, p *Provider, api *APIBase, cred crede
 		}
 	}
 	return out, nil
+}
+
+// newRequestTo is http.NewRequestWithContext for a URL already resolved and
+// checked: the request carries a copy of u itself rather than a parse of
+// its text, so what was checked is what is sent (and no parse is paid per
+// call).
+func newRequestTo(ctx context.Context, method string, u *url.URL, body []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	sent := *u
+	sent.Host = strings.TrimSuffix(sent.Host, ":") // as NewRequest does
+	req.URL, req.Host = &sent, sent.Host
+	return req, nil
 }
 
 // apiClient returns the HTTP client for API calls on api: it follows a

@@ -180,6 +180,9 @@ func TestAPICallSafety(t *testing.T) {
 		case "/api/big":
 			w.Header().Set("Content-Type", "text/plain")
 			io.WriteString(w, strings.Repeat("x", 5000))
+		case "/api/ro/a b/\u00e9":
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, req.RequestURI)
 		case "/api/echo":
 			w.Header().Set("Content-Type", "text/plain")
 			w.Header().Set("X-RateLimit-Remaining", "42")
@@ -213,6 +216,22 @@ func TestAPICallSafety(t *testing.T) {
 		resp, err := r.caller.Do(ctx, "c1", APIRequest{Method: "GET", Path: "/redirect-within"})
 		if err != nil || resp.Status != 200 || string(resp.Body) != `{"id":1}` {
 			t.Fatalf("got %+v, %v", resp, err)
+		}
+	})
+	t.Run("the checked URL is the one sent", func(t *testing.T) {
+		// The API sees the path and query, escapes included, exactly as
+		// the broker resolved and checked them.
+		q := url.Values{"q": {"a b&c=d"}, "x": {"\u00e9", "2"}}
+		resp, err := r.caller.Do(ctx, "c1", APIRequest{Method: "GET", Path: "/ro/a%20b/%C3%A9", Query: q})
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("got %+v, %v", resp, err)
+		}
+		want, err := ResolveAPIURL("https://api.invalid/api", "/ro/a%20b/%C3%A9", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(resp.Body); got != want.RequestURI() || got != "/api/ro/a%20b/%C3%A9?q=a+b%26c%3Dd&x=%C3%A9&x=2" {
+			t.Errorf("the API saw %q; resolved %q", got, want.RequestURI())
 		}
 	})
 	t.Run("oversized response is truncated", func(t *testing.T) {

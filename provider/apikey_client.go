@@ -223,7 +223,7 @@ func (k *Client) VerifyKey(ctx context.Context, p *Provider, raw map[string]stri
 	if a.VerifyMethod == http.MethodPost {
 		body = []byte("{}")
 	}
-	req, err := http.NewRequestWithContext(ctx, a.VerifyMethod, u.String(), bytes.NewReader(body))
+	req, err := newRequestTo(ctx, a.VerifyMethod, u, body)
 	if err != nil {
 		return Exchanged{}, fmt.Errorf("provider: %s verify request: %w", p.Name, err)
 	}
