@@ -465,3 +465,55 @@ func (d *fastDecoder) next(close byte) (done, ok bool) {
 	}
 	return false, false
 }
+
+// stringArg is a string argument of a tool's input: its JSON name and
+// where its value goes.
+type stringArg struct {
+	name string
+	dst  *string
+}
+
+// stringArgser is a tool input whose common calls carry string arguments
+// only (stringArgs lists them), which fastStringArgs can decode.
+type stringArgser interface{ stringArgs() []stringArg }
+
+// fastStringArgs decodes raw, a tool's arguments, into fields without
+// reflection when raw is an object whose keys are all among fields, spelled
+// exactly, each at most once, with strings holding no escape, control byte
+// or invalid UTF-8, and nothing but whitespace around it. Anything else
+// (another key, a known one spelled otherwise, a non-string argument,
+// null, an escape) returns false with fields untouched, and the caller
+// decodes with encoding/json. So when it returns true, the fields hold
+// exactly what strict encoding/json decoding into a zero value gives
+// (TestFastStringArgsMatchesEncodingJSON, FuzzFastStringArgs).
+func fastStringArgs(raw []byte, fields []stringArg) bool {
+	if len(fields) > 8 {
+		return false
+	}
+	var vals [8][]byte
+	var seen uint
+	d := fastDecoder{b: raw}
+	ok := d.object(func(key []byte) bool {
+		for i, f := range fields {
+			if string(key) == f.name {
+				if seen&(1<<i) != 0 {
+					return false
+				}
+				seen |= 1 << i
+				v, ok := d.plainString()
+				vals[i] = v
+				return ok
+			}
+		}
+		return false
+	})
+	if d.ws(); !ok || d.i != len(d.b) {
+		return false
+	}
+	for i, f := range fields {
+		if seen&(1<<i) != 0 {
+			*f.dst = string(vals[i])
+		}
+	}
+	return true
+}

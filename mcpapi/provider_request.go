@@ -40,6 +40,11 @@ type requestInput struct {
 	Account  string                     `json:"account"`
 }
 
+func (in *requestInput) stringArgs() []stringArg {
+	return []stringArg{{"provider", &in.Provider}, {"host", &in.Host}, {"method", &in.Method},
+		{"path", &in.Path}, {"account", &in.Account}}
+}
+
 type requestOutput struct {
 	Status       int               `json:"status"`
 	Headers      map[string]string `json:"headers"`

@@ -214,12 +214,38 @@ func invalidParams(msg string) outcome {
 // escaped, bounded.
 func quote(s string) string { return untrusted.Quote(s) }
 
-// decodeArgs decodes tool arguments strictly into v.
+type connectInput struct {
+	Provider string   `json:"provider"`
+	Scopes   []string `json:"scopes"`
+}
+
+func (in *connectInput) stringArgs() []stringArg {
+	return []stringArg{{"provider", &in.Provider}}
+}
+
+type disconnectInput struct {
+	Provider string `json:"provider"`
+	Account  string `json:"account"`
+}
+
+func (in *disconnectInput) stringArgs() []stringArg {
+	return []stringArg{{"provider", &in.Provider}, {"account", &in.Account}}
+}
+
+// decodeArgs decodes tool arguments strictly into v, a fresh zero value.
 func decodeArgs(raw json.RawMessage, v any) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" || string(raw) == "{}" {
 		return nil // v is the caller's fresh zero value: nothing to decode
 	}
+	if f, ok := v.(stringArgser); ok && fastStringArgs(raw, f.stringArgs()) {
+		return nil
+	}
+	return decodeArgsJSON(raw, v)
+}
+
+// decodeArgsJSON is decodeArgs with encoding/json alone.
+func decodeArgsJSON(raw json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -283,10 +309,7 @@ func (s *Server) continued(c *callContext, tool string) (string, *outcome) {
 }
 
 func (s *Server) connectAccount(ctx context.Context, c *callContext) outcome {
-	var in struct {
-		Provider string   `json:"provider"`
-		Scopes   []string `json:"scopes"`
-	}
+	var in connectInput
 	if err := decodeArgs(c.args, &in); err != nil {
 		return toolError("Invalid arguments: %v.", err)
 	}
@@ -430,10 +453,7 @@ func (s *Server) listConnections(ctx context.Context, c *callContext) outcome {
 }
 
 func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome {
-	var in struct {
-		Provider string `json:"provider"`
-		Account  string `json:"account"`
-	}
+	var in disconnectInput
 	if err := decodeArgs(c.args, &in); err != nil {
 		return toolError("Invalid arguments: %v.", err)
 	}
