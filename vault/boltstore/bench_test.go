@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -40,6 +41,12 @@ var (
 	fixtureDir  string
 	fixturePath string
 	fixtureErr  error
+
+	// The write benchmarks' copy of the fixture (openWritable).
+	writableOnce sync.Once
+	writableDir  string
+	writablePath string
+	writableErr  error
 )
 
 func benchConns() int {
@@ -68,8 +75,10 @@ func TestMain(m *testing.M) {
 		crashChild(path) // TestCrashSafety's child process; never returns
 	}
 	code := m.Run()
-	if fixtureDir != "" {
-		os.RemoveAll(fixtureDir)
+	for _, dir := range []string{fixtureDir, writableDir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }
@@ -93,7 +102,7 @@ func buildFixture(tb testing.TB) (string, error) {
 	var path string
 	if dir := os.Getenv("BENCH_FIXTURE_DIR"); dir != "" {
 		path = filepath.Join(dir, fmt.Sprintf("vault-%d.db", n))
-		if fixtureFormat(path) == probe[0] {
+		if format, conns := fixtureFormat(path); format == probe[0] && conns == n {
 			fmt.Fprintf(os.Stderr, "bench fixture: reusing %s\n", path)
 			return path, nil
 		}
@@ -131,24 +140,25 @@ func buildFixture(tb testing.TB) (string, error) {
 	return path, nil
 }
 
-// fixtureFormat returns the first byte of the first connection record of
-// the database at path (its record format), or 0.
-func fixtureFormat(path string) byte {
+// fixtureFormat reports the format byte of the fixture's first record and
+// how many connections it holds (0, 0 when it cannot be read), so a
+// fixture of another record format or size is rebuilt.
+func fixtureFormat(path string) (format byte, conns int) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	defer db.Close()
-	var first byte
 	_ = db.View(func(tx *bolt.Tx) error {
 		if b := tx.Bucket(bucketConns); b != nil {
 			if _, v := b.Cursor().First(); len(v) > 0 {
-				first = v[0]
+				format = v[0]
 			}
+			conns = b.Stats().KeyN
 		}
 		return nil
 	})
-	return first
+	return format, conns
 }
 
 var (
@@ -156,15 +166,50 @@ var (
 	bucketConnByPrinc = []byte("conn_by_principal")
 )
 
-// openFixture opens the fixture with the production options.
+// openFixture opens the fixture, with the production options, for reading
+// benchmarks: nothing may write to it, since later benchmarks (and later
+// runs, with BENCH_FIXTURE_DIR) measure it as a million connections.
 func openFixture(b testing.TB) *boltstore.Store {
 	b.Helper()
-	s, err := boltstore.Open(fixture(b), benchKeyring(b), boltstore.Options{})
-	if err != nil {
-		b.Fatal(err)
+	return openStore(b, fixture(b), benchKeyring(b))
+}
+
+// openWritable opens the write benchmarks' copy of the fixture, made once
+// per process and synced to disk before anything is timed (so the copy's
+// writeback does not share the disk with the measured fsyncs). The write
+// benchmarks of one run share it: each adds its rows to what the ones
+// before it added.
+func openWritable(b testing.TB) *boltstore.Store {
+	b.Helper()
+	src := fixture(b)
+	writableOnce.Do(func() { writableDir, writablePath, writableErr = copyFixture(src) })
+	if writableErr != nil {
+		b.Fatalf("bench fixture copy: %v", writableErr)
 	}
-	b.Cleanup(func() { s.Close() })
-	return s
+	return openStore(b, writablePath, benchKeyring(b))
+}
+
+func copyFixture(src string) (dir, path string, err error) {
+	if dir, err = os.MkdirTemp(filepath.Dir(src), "credbroker-bench-writes-"); err != nil {
+		return "", "", err
+	}
+	path = filepath.Join(dir, "vault.db")
+	in, err := os.Open(src)
+	if err != nil {
+		return dir, "", err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return dir, "", err
+	}
+	if _, err = io.Copy(out, in); err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return dir, path, err
 }
 
 // warm reads every connection record once, so the timed reads see the
@@ -294,7 +339,7 @@ func newPutConn() vault.Connection {
 }
 
 func BenchmarkPutSingleWriter(b *testing.B) {
-	s := openFixture(b)
+	s := openWritable(b)
 	ctx := context.Background()
 	b.ResetTimer()
 	start := time.Now()
@@ -341,7 +386,7 @@ func BenchmarkPut16Writers(b *testing.B) {
 		// (a commit's cost grows by less than its writes), so 16 ÷ this
 		// commit time bounds the rate of 16 writers on this disk with a
 		// durable commit before each acknowledgement.
-		db := openFixture(b).DB()
+		db := openWritable(b).DB()
 		val := bytes.Repeat([]byte{0x5a}, putRecordSize(b))
 		b.ResetTimer()
 		start := time.Now()
@@ -357,7 +402,7 @@ func BenchmarkPut16Writers(b *testing.B) {
 	b.Run("floor", func(b *testing.B) {
 		for _, delay := range delays {
 			b.Run("delay="+delay.String(), func(b *testing.B) {
-				db := openFixture(b).DB()
+				db := openWritable(b).DB()
 				db.MaxBatchDelay = delay
 				rate := rawPut(b, db.Batch)
 				b.ReportMetric(rate, "writes/s")
@@ -365,7 +410,7 @@ func BenchmarkPut16Writers(b *testing.B) {
 			})
 		}
 		b.Run("group", func(b *testing.B) {
-			update, commits := boltstore.GroupUpdate(openFixture(b).DB())
+			update, commits := boltstore.GroupUpdate(openWritable(b).DB())
 			rate := rawPut(b, update)
 			b.ReportMetric(rate, "writes/s")
 			b.ReportMetric(float64(b.N)/float64(commits()), "writes/commit")
@@ -387,11 +432,11 @@ func BenchmarkPut16Writers(b *testing.B) {
 		}
 	}
 	b.Run("store/nolinger", func(b *testing.B) {
-		s := openFixture(b)
+		s := openWritable(b)
 		boltstore.SetLinger(s, false)
 		store(b, s)
 	})
-	b.Run("store", func(b *testing.B) { store(b, openFixture(b)) })
+	b.Run("store", func(b *testing.B) { store(b, openWritable(b)) })
 }
 
 // commit16 is one durable commit of 16 new connections (rawPutConn).
@@ -423,7 +468,7 @@ func BenchmarkPut16Turns(b *testing.B) {
 	if d, err := time.ParseDuration(os.Getenv("BENCH_PUT_SLICE")); err == nil && d > 0 {
 		slice = d
 	}
-	s := openFixture(b)
+	s := openWritable(b)
 	db := s.DB()
 	val := bytes.Repeat([]byte{0x5a}, putRecordSize(b))
 	group, _ := boltstore.GroupUpdate(db)
@@ -510,7 +555,7 @@ func BenchmarkPutOpenLoop(b *testing.B) {
 	if r, err := strconv.ParseFloat(os.Getenv("BENCH_PUT_RATE"), 64); err == nil && r > 0 {
 		rate = r
 	}
-	s := openFixture(b)
+	s := openWritable(b)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(5, 6))
 	lat := map[bool][]time.Duration{}
