@@ -95,7 +95,7 @@ func TestFastStringArgsRandom(t *testing.T) {
 	for range 20000 {
 		raw := randomArgs(rng)
 		for range rng.IntN(3) {
-			raw = mutateArgs(rng, raw)
+			raw = mutate(rng, raw)
 		}
 		if checkFastStringArgs(t, raw) {
 			fast++
@@ -123,10 +123,6 @@ func randomArgs(rng *rand.Rand) []byte {
 		parts = append(parts, sp+`"`+n+`"`+sp+":"+sp+v+sp)
 	}
 	return []byte("{" + strings.Join(parts, ",") + "}")
-}
-
-func mutateArgs(rng *rand.Rand, b []byte) []byte {
-	return mutate(rng, b)
 }
 
 // FuzzFastStringArgs: whenever the fast path takes a tool's arguments,
