@@ -265,9 +265,12 @@ func closedErr(st vault.GrantState) error {
 	return ErrBadState
 }
 
-// Approve records the user's consent in the browser: pending → approved.
-// Approving an approved grant again is allowed (the user restarted the
-// provider step).
+// Approve records the user's consent as a write of its own: pending →
+// approved. Approving an approved grant again is allowed (the user
+// restarted the provider step). The browser flow does not call it: its
+// consent travels to the completing step, which records it with the
+// connection (ApproveAndCompleteWith); approved grants also come from
+// stores written by earlier versions, which approved at the consent form.
 func (s *Service) Approve(ctx context.Context, id string, p vault.Principal) (vault.Grant, error) {
 	return s.transition(ctx, id, p, func(g *vault.Grant) error {
 		switch g.State {
@@ -298,7 +301,7 @@ func (s *Service) Complete(ctx context.Context, id string, p vault.Principal, co
 	if connectionID == "" {
 		return vault.Grant{}, errors.New("binding: complete without a connection id")
 	}
-	return s.transition(ctx, id, p, completeWith(connectionID))
+	return s.transition(ctx, id, p, completeRule(connectionID, false))
 }
 
 // CompleteWith closes approved grant id with the connection written in the
@@ -306,6 +309,23 @@ func (s *Service) Complete(ctx context.Context, id string, p vault.Principal, co
 // (p's grant, not expired, approved, once), checked inside the transaction.
 // On failure nothing is stored, and the errors are Complete's.
 func (s *Service) CompleteWith(ctx context.Context, gc vault.GrantConnector, id string, p vault.Principal, w vault.ConnectionWrite) (vault.Connection, vault.Grant, error) {
+	return s.completeWith(ctx, gc, id, p, w, false)
+}
+
+// ApproveAndCompleteWith is Approve and CompleteWith in one store
+// transaction: pending (or approved) → approved → completed. It is for a
+// consent that the browser carries to the step that completes the grant
+// (oauthflow's sealed flow cookie, set by the consent form and checked at
+// the provider's callback; or the key form, whose POST is the consent and
+// the completion at once), so the consent is recorded with the connection
+// it produced instead of in a durable commit of its own. The rules are
+// both methods': p's grant, not expired, not final, once. On failure
+// nothing is stored, and the errors are Complete's.
+func (s *Service) ApproveAndCompleteWith(ctx context.Context, gc vault.GrantConnector, id string, p vault.Principal, w vault.ConnectionWrite) (vault.Connection, vault.Grant, error) {
+	return s.completeWith(ctx, gc, id, p, w, true)
+}
+
+func (s *Service) completeWith(ctx context.Context, gc vault.GrantConnector, id string, p vault.Principal, w vault.ConnectionWrite, approve bool) (vault.Connection, vault.Grant, error) {
 	var connectionID string
 	switch {
 	case w.Create != nil:
@@ -320,7 +340,7 @@ func (s *Service) CompleteWith(ctx context.Context, gc vault.GrantConnector, id 
 		return vault.Connection{}, vault.Grant{}, ErrNotFound
 	}
 	now := s.opts.Now()
-	c, g, err := gc.Connect(ctx, w, id, s.check(now, p, completeWith(connectionID)))
+	c, g, err := gc.Connect(ctx, w, id, s.check(now, p, completeRule(connectionID, approve)))
 	if errors.Is(err, vault.ErrNotFound) {
 		// The grant (or the connection to update) went away.
 		err = fmt.Errorf("%w: %w", ErrNotFound, err)
@@ -328,8 +348,13 @@ func (s *Service) CompleteWith(ctx context.Context, gc vault.GrantConnector, id 
 	return c, g, err
 }
 
-func completeWith(connectionID string) func(*vault.Grant) error {
+// completeRule completes an approved grant with connectionID; with approve,
+// a pending grant is approved first (the rules of Approve).
+func completeRule(connectionID string, approve bool) func(*vault.Grant) error {
 	return func(g *vault.Grant) error {
+		if approve && g.State == vault.GrantPending {
+			g.State = vault.GrantApproved
+		}
 		if g.State != vault.GrantApproved {
 			return closedErr(g.State)
 		}

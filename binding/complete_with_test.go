@@ -95,3 +95,81 @@ func TestCompleteWithChecks(t *testing.T) {
 		t.Fatalf("%d connections after an expired completion, want 1", got)
 	}
 }
+
+// TestApproveAndCompleteWith: the browser's consent recorded with the
+// connection it produced (one transaction) keeps the rules of Approve and
+// Complete together: a pending grant, or one approved by an earlier
+// version, of the same person, before it expires, once; a declined,
+// completed, expired or someone else's grant is refused and nothing is
+// stored, not the connection, not the grant.
+func TestApproveAndCompleteWith(t *testing.T) {
+	ctx := context.Background()
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memstore.New(kr)
+	clk := &clock{t: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
+	s := binding.New(store, binding.Options{Now: clk.Now})
+	n := 0
+	write := func() vault.ConnectionWrite {
+		n++
+		c := vault.Connection{ID: "conn_" + binding.NewID(), Principal: alice, Provider: "github", AccountID: string(rune('a' + n)),
+			Status: vault.StatusActive, Created: clk.Now(), Updated: clk.Now(), Token: vault.TokenSet{AccessToken: "at"}}
+		return vault.ConnectionWrite{Create: &c}
+	}
+	stored := func() int {
+		t.Helper()
+		list, err := store.ListConnections(ctx, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+
+	for _, approvedFirst := range []bool{false, true} {
+		g, _ := s.Create(ctx, alice, "github", nil, "")
+		if approvedFirst {
+			s.Approve(ctx, g.ID, alice)
+		}
+		w := write()
+		conn, got, err := s.ApproveAndCompleteWith(ctx, store, g.ID, alice, w)
+		if err != nil || got.State != vault.GrantCompleted || got.ConnectionID != w.Create.ID || conn.ID != w.Create.ID {
+			t.Fatalf("approved first %v: %+v %v", approvedFirst, got, err)
+		}
+		if want := map[bool]uint64{false: 2, true: 3}[approvedFirst]; got.Version != want {
+			t.Fatalf("approved first %v: version %d, want %d (one write for consent and completion)", approvedFirst, got.Version, want)
+		}
+		// Once: the completed grant refuses a second connection.
+		if _, _, err := s.ApproveAndCompleteWith(ctx, store, g.ID, alice, write()); !errors.Is(err, binding.ErrClosed) {
+			t.Fatalf("again: %v, want ErrClosed", err)
+		}
+	}
+	if got := stored(); got != 2 {
+		t.Fatalf("%d connections, want 2", got)
+	}
+
+	refused := func(name string, id string, p vault.Principal, want error) {
+		t.Helper()
+		before, _ := store.GetGrant(ctx, id)
+		if _, _, err := s.ApproveAndCompleteWith(ctx, store, id, p, write()); !errors.Is(err, want) {
+			t.Fatalf("%s: %v, want %v", name, err, want)
+		}
+		if after, _ := store.GetGrant(ctx, id); after.Version != before.Version || after.State != before.State {
+			t.Fatalf("%s: grant changed from %s v%d to %s v%d", name, before.State, before.Version, after.State, after.Version)
+		}
+		if got := stored(); got != 2 {
+			t.Fatalf("%s: %d connections, want still 2", name, got)
+		}
+	}
+	g, _ := s.Create(ctx, alice, "github", nil, "")
+	for _, p := range []vault.Principal{bob, aliceElsewhere, {}} {
+		refused("someone else's", g.ID, p, binding.ErrWrongPrincipal)
+	}
+	refused("unknown", binding.NewID(), alice, binding.ErrNotFound)
+	denied, _ := s.Create(ctx, alice, "github", nil, "")
+	s.Deny(ctx, denied.ID, alice)
+	refused("declined", denied.ID, alice, binding.ErrClosed)
+	clk.Advance(time.Hour)
+	refused("expired", g.ID, alice, binding.ErrExpired)
+}

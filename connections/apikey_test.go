@@ -41,7 +41,7 @@ func (r *rig) connectKey(login string) vault.Connection {
 		r.t.Fatalf("Reconnect = %#v, want NeedsUser with a connect request", o)
 	}
 	ex := r.verify(login)
-	g, err := r.grants.Approve(ctx, need.Grant.ID, alice)
+	g, err := r.grants.Authorize(ctx, need.Grant.ID, alice)
 	if err != nil {
 		r.t.Fatal(err)
 	}

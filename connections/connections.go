@@ -788,14 +788,16 @@ func MissingRefreshToken(p *provider.Provider, c vault.Connection) bool {
 }
 
 // Save stores what a completed browser step produced for grant g (already
-// checked to be the signed-in person's, approved, for provider p) and
-// completes g. A connection to the same provider account of the same
-// person is updated in place, never duplicated. When g can no longer be
-// completed (used or expired meanwhile), a connection created just now is
-// removed again and ErrRequestExpired is returned.
+// checked to be the signed-in person's, consented to in this browser, for
+// provider p), and approves and completes g. A connection to the same
+// provider account of the same person is updated in place, never
+// duplicated. When g can no longer be completed (used, declined or expired
+// meanwhile), a connection created just now is removed again and
+// ErrRequestExpired is returned.
 //
-// A store that implements vault.GrantConnector writes the connection and
-// completes g in one transaction (one durable commit, nothing to undo).
+// A store that implements vault.GrantConnector writes the connection,
+// approves and completes g in one transaction
+// (binding.ApproveAndCompleteWith: one durable commit, nothing to undo).
 func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
 	w, err := s.connectionWrite(ctx, pr, p, ex)
 	if err != nil {
@@ -804,10 +806,16 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 	var conn vault.Connection
 	gc, atomic := s.opts.Store.(vault.GrantConnector)
 	if atomic {
-		conn, _, err = s.opts.Grants.CompleteWith(ctx, gc, g.ID, pr, w)
+		conn, _, err = s.opts.Grants.ApproveAndCompleteWith(ctx, gc, g.ID, pr, w)
 		atomic = !errors.Is(err, errors.ErrUnsupported)
 	}
 	if !atomic {
+		if _, err := s.opts.Grants.Approve(ctx, g.ID, pr); err != nil {
+			if errors.Is(err, binding.ErrClosed) || errors.Is(err, binding.ErrExpired) {
+				return vault.Connection{}, ErrRequestExpired
+			}
+			return vault.Connection{}, fmt.Errorf("connections: approve %s: %w", binding.Ref(g.ID), err)
+		}
 		if w.Create != nil {
 			conn, err = s.opts.Store.CreateConnection(ctx, *w.Create)
 		} else {

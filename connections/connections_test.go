@@ -129,7 +129,7 @@ func (r *rig) connect(p, account string) vault.Connection {
 	if !ok || need.Grant == nil {
 		r.t.Fatalf("Ensure = %#v, want NeedsUser with a connect request", o)
 	}
-	g, err := binding.New(r.store, binding.Options{Now: r.clock.Now}).Approve(ctx, need.Grant.ID, alice)
+	g, err := binding.New(r.store, binding.Options{Now: r.clock.Now}).Authorize(ctx, need.Grant.ID, alice)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -384,7 +384,7 @@ func TestServerNameCarried(t *testing.T) {
 	if err != nil || stored.Server != "demorepos" {
 		t.Fatalf("stored grant %+v %v", stored, err)
 	}
-	g, err := binding.New(r.store, binding.Options{Now: r.clock.Now}).Approve(ctx, need.Grant.ID, alice)
+	g, err := binding.New(r.store, binding.Options{Now: r.clock.Now}).Authorize(ctx, need.Grant.ID, alice)
 	if err != nil {
 		t.Fatal(err)
 	}

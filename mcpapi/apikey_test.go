@@ -42,7 +42,7 @@ func (h *harness) keyOf(login string) string { return keySecret + "-" + login }
 func (h *harness) saveKey(id string, p vault.Principal, login string) vault.Connection {
 	h.t.Helper()
 	ctx := context.Background()
-	g, err := h.grants.Approve(ctx, id, p)
+	g, err := h.grants.Authorize(ctx, id, p)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestKeyRedactedFromAnswers(t *testing.T) {
 	if _, err := h.client.VerifyKey(context.Background(), p, map[string]string{"api_key": echoKey}); err == nil {
 		t.Fatal("an account named by the key itself was accepted")
 	}
-	if _, err := h.grants.Approve(context.Background(), g.ID, alice); err != nil {
+	if _, err := h.grants.Authorize(context.Background(), g.ID, alice); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.conns.Save(context.Background(), alice, g, p, provider.Exchanged{Account: provider.Account{ID: "e1", Login: "echo"},

@@ -385,14 +385,14 @@ func (h *harness) reconnect(id string, c vault.Connection) vault.Connection {
 	return h.save(id, c.Principal, provider.Account{ID: c.AccountID, Login: c.AccountLogin})
 }
 
-// save approves grant id and saves a browser step's result for it
-// through the connections layer.
+// save saves a browser step's result for grant id through the connections
+// layer, as the callback does (Save approves and completes the grant).
 func (h *harness) save(id string, p vault.Principal, acct provider.Account) vault.Connection {
 	h.t.Helper()
 	ctx := context.Background()
-	g, err := h.grants.Approve(ctx, id, p)
+	g, err := h.grants.Authorize(ctx, id, p)
 	if err != nil {
-		h.t.Fatalf("approve %s: %v", id, err)
+		h.t.Fatalf("authorize %s: %v", id, err)
 	}
 	pr, _ := h.conns.Providers().Lookup(g.Provider)
 	// The connection id is only known once stored: store, then give it

@@ -240,12 +240,8 @@ func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if _, err := f.opts.Grants.Approve(r.Context(), g.ID, s.principal()); err != nil {
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusGone, Heading: "This connect link can no longer be used",
-			Message: "The link expired or was used meanwhile. Nothing was stored.",
-			Next:    "Go back to your app and ask it to connect again; it will give you a fresh link."})
-		return
-	}
+	// This POST is the consent: Save approves and completes the grant in
+	// the transaction that stores the key.
 	conn, err := f.opts.Connections.Save(r.Context(), s.principal(), g, p, ex)
 	switch {
 	case errors.Is(err, connections.ErrRequestExpired):

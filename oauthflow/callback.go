@@ -95,7 +95,9 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if g.State != vault.GrantApproved || p.Name != pname {
+	// The grant is open (loadGrant) and this browser's flow cookie, which
+	// only the consent form sets, names it: that is the consent.
+	if p.Name != pname {
 		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusConflict, Heading: "Connection not approved",
 			Message: "This connection was not approved in this browser. Nothing was connected.", Next: "Open the link from your app again."})
 		return

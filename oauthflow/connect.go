@@ -196,10 +196,12 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 		f.providerUnavailable(w, r, s, p, err)
 		return
 	}
-	if _, err := f.opts.Grants.Approve(r.Context(), g.ID, s.principal()); err != nil {
-		f.fail(w, r, s, http.StatusConflict, "approve grant", err)
-		return
-	}
+	// The consent is not written here: loadGrant has checked what Approve
+	// would (the signed-in person's grant, open, not expired), and the
+	// sealed flow cookie below carries the consent, bound to the grant, to
+	// the callback, which approves and completes the grant in the one
+	// transaction that stores the connection (connections.Save). A browser
+	// that never came through this form has no flow cookie for the grant.
 	fs := flowState{State: randomToken(), Grant: g.ID, Provider: p.Name, Scopes: grantScopes(p, g), Expires: f.now().Add(flowTTL)}
 	if fs.Expires.After(g.Expires) {
 		fs.Expires = g.Expires
@@ -226,7 +228,7 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 		f.fail(w, r, s, http.StatusInternalServerError, "flow cookie", err)
 		return
 	}
-	f.log.Info("grant approved; sending browser to provider", "provider", p.Name, "grant_ref", binding.Ref(g.ID))
+	f.log.Info("consent given; sending browser to provider", "provider", p.Name, "grant_ref", binding.Ref(g.ID))
 	setPageHeaders(w.Header(), origin(conf.Endpoint.AuthURL))
 	http.Redirect(w, r, conf.AuthCodeURL(fs.State, opts...), http.StatusSeeOther)
 }

@@ -10,17 +10,20 @@
 //	GET  /connect/{grant}                 landing: sign in (OIDC code + PKCE S256 + nonce) if needed,
 //	                                      compare the session's (iss, sub) with the grant's principal
 //	                                      in constant time; mismatch page + security event, or consent
-//	POST /connect/{grant}                 consent form (CSRF): decision=approve → redirect to the
-//	                                      provider with fresh state, PKCE, nonce (OIDC); deny → denied
+//	POST /connect/{grant}                 consent form (CSRF): decision=approve → the flow cookie
+//	                                      (the consent, bound to the grant; nothing is written) and a
+//	                                      redirect to the provider with fresh state, PKCE, nonce
+//	                                      (OIDC); deny → denied
 //	GET  /auth/callback                   the broker's own sign-in callback (state, PKCE, nonce)
 //	GET  /oauth/{provider}/callback       provider callback: flow cookie state (constant time),
 //	                                      re-verify principal, exchange code, find account, store
-//	                                      the encrypted connection, complete the grant (single use)
+//	                                      the encrypted connection, approve and complete the grant
+//	                                      (single use) in the same transaction
 //	POST /connect/{grant}/key             API-key providers: the key entry form (CSRF), after the same
 //	                                      landing (GET /connect/{grant} shows it instead of consent):
 //	                                      re-check the person, pattern checks (nothing sent on a
 //	                                      mismatch), the provider's verify request, store sealed,
-//	                                      complete the grant; deny declines
+//	                                      approve and complete the grant; deny declines
 //	GET  /connections                     the signed-in user's connections
 //	POST /connections/{id}/disconnect     connections.DisconnectID: revoke at the provider (when
 //	                                      supported), then delete (CSRF); the page names the outcome

@@ -37,7 +37,8 @@ type Options struct {
 	Issuer       string
 	ClientID     string
 	ClientSecret vault.Secret
-	// Grants advances connect requests (approve, deny) as the person acts.
+	// Grants advances connect requests (attempts, deny) as the person acts;
+	// Connections.Save approves and completes them.
 	Grants *binding.Service
 	// Connections stores what the browser step produced, lists and
 	// disconnects.

@@ -187,6 +187,39 @@ func TestProviderFlowsHTTP(t *testing.T) {
 	h.finalCheck()
 }
 
+// TestConsentIsStoredWithTheConnection: the consent form writes nothing
+// (the consent travels to the callback in the sealed flow cookie), and the
+// callback approves and completes the grant in the one write that stores
+// the connection, so a browser connect costs one durable commit after the
+// grant's creation.
+func TestConsentIsStoredWithTheConnection(t *testing.T) {
+	h := newHarness(t, fakeProviders)
+	for _, prov := range []string{"github", "google"} {
+		t.Run(prov, func(t *testing.T) {
+			a := h.newAgent()
+			g := h.grant("alice", prov, nil, "c")
+			cb := a.toCallback(g, "alice")
+			if a.cookie("cb_flow") == nil {
+				t.Fatal("no flow cookie after the consent form")
+			}
+			if d := h.untouched(g.ID); d != "" {
+				t.Fatalf("after the consent form: %s", d)
+			}
+			mustContain(t, a.get(cb.String()), "Connected: return to your app")
+			got, err := h.store.GetGrant(context.Background(), g.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs := h.connections("alice")
+			if got.State != vault.GrantCompleted || got.Version != 2 || len(cs) != 1 || got.ConnectionID != cs[0].ID {
+				t.Fatalf("after the callback: grant %s version %d connection %q, %d connections; want completed in one write with the one connection",
+					got.State, got.Version, got.ConnectionID, len(cs))
+			}
+			h.store.DeleteConnection(context.Background(), cs[0].ID)
+		})
+	}
+}
+
 func TestCallbackFailuresStoreNothing(t *testing.T) {
 	h := newHarness(t, fakeProviders)
 	ctx := context.Background()
@@ -210,8 +243,8 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		mustStatus(t, p, http.StatusBadRequest)
 		mustContain(t, p, "does not match the connection this browser started", "What to do next")
 		noConnections(t)
-		if st := h.grantState(g.ID); st != vault.GrantApproved {
-			t.Fatalf("grant = %s, want still approved", st)
+		if d := h.untouched(g.ID); d != "" {
+			t.Fatal(d)
 		}
 		// A forged answer does not spoil the real one.
 		mustContain(t, a.get(cb.String()), "Connected: return to your app")
@@ -270,8 +303,8 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		mustStatus(t, p, http.StatusBadRequest)
 		mustContain(t, p, "already used or has expired")
 		noConnections(t)
-		if st := h.grantState(g2.ID); st != vault.GrantApproved {
-			t.Fatalf("grant = %s, want approved (not completed)", st)
+		if d := h.untouched(g2.ID); d != "" {
+			t.Fatalf("not completed: %s", d)
 		}
 	})
 	t.Run("expired grant", func(t *testing.T) {
@@ -314,8 +347,8 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		mustStatus(t, p, http.StatusBadGateway)
 		mustContain(t, p, "did not answer properly", "Nothing was connected")
 		noConnections(t)
-		if st := h.grantState(g.ID); st != vault.GrantApproved {
-			t.Fatalf("grant = %s, want approved", st)
+		if d := h.untouched(g.ID); d != "" {
+			t.Fatal(d)
 		}
 	})
 	t.Run("deny at consent", func(t *testing.T) {

@@ -239,6 +239,22 @@ func (h *harness) grantState(id string) vault.GrantState {
 	return g.State
 }
 
+// untouched reports what differs from a grant that is still open and was
+// never written since it was created: the consent form writes nothing (the
+// consent travels in the flow cookie) and a refused callback must not
+// either, so the person's real callback can still complete it.
+func (h *harness) untouched(id string) string {
+	h.t.Helper()
+	g, err := h.store.GetGrant(context.Background(), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if g.State != vault.GrantPending || g.Version != 1 || g.ConnectionID != "" {
+		return fmt.Sprintf("grant is %s, version %d, connection %q; want pending, version 1, none", g.State, g.Version, g.ConnectionID)
+	}
+	return ""
+}
+
 // page is one HTTP response as a browser would see it.
 type page struct {
 	status int

@@ -122,7 +122,9 @@ func (c Connection) Clone() Connection {
 //	pending → denied | expired
 //	approved → denied | expired
 //
-// completed, denied and expired are final.
+// completed, denied and expired are final. pending → approved → completed
+// may be one write (binding.ApproveAndCompleteWith), so a pending grant can
+// become completed in one step.
 type GrantState string
 
 const (

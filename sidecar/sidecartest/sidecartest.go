@@ -255,9 +255,10 @@ func (s *Stack) Authorize(accountID string, scopes []string) *oauth2.Token {
 }
 
 // CompleteConnect completes the connect link as user would in the
-// browser: approve the grant, authorize demo account accountID, and save
-// the result through the connections layer (which updates an existing
-// connection of the same account and completes the grant).
+// browser: check the grant is theirs (the consent form writes nothing),
+// authorize demo account accountID, and save the result through the
+// connections layer (which updates an existing connection of the same
+// account, and approves and completes the grant).
 func (s *Stack) CompleteConnect(link, user, accountID string) vault.Connection {
 	s.tb.Helper()
 	ctx := context.Background()
@@ -266,9 +267,9 @@ func (s *Stack) CompleteConnect(link, user, accountID string) vault.Connection {
 		s.tb.Fatalf("connect link %q is not under %s/connect/", link, PublicURL)
 	}
 	p := s.Principal(user)
-	g, err := s.Grants.Approve(ctx, id, p)
+	g, err := s.Grants.Authorize(ctx, id, p)
 	if err != nil {
-		s.tb.Fatalf("approve: %v", err)
+		s.tb.Fatalf("authorize: %v", err)
 	}
 	tok := s.Authorize(accountID, g.Scopes)
 	login := map[string]string{"1001": "alice-demo", "1002": "bob-demo"}[accountID]
@@ -282,9 +283,9 @@ func (s *Stack) CompleteConnect(link, user, accountID string) vault.Connection {
 }
 
 // CompleteKeyConnect completes the connect link of a demo-keys request as
-// user would on the key entry page: approve the grant, verify the demo
-// account login's current key at the demo provider, and save it through
-// the connections layer.
+// user would on the key entry page: check the grant is theirs, verify the
+// demo account login's current key at the demo provider, and save it
+// through the connections layer.
 func (s *Stack) CompleteKeyConnect(link, user, login string) vault.Connection {
 	s.tb.Helper()
 	ctx := context.Background()
@@ -293,9 +294,9 @@ func (s *Stack) CompleteKeyConnect(link, user, login string) vault.Connection {
 		s.tb.Fatalf("connect link %q is not under %s/connect/", link, PublicURL)
 	}
 	p := s.Principal(user)
-	g, err := s.Grants.Approve(ctx, id, p)
+	g, err := s.Grants.Authorize(ctx, id, p)
 	if err != nil {
-		s.tb.Fatalf("approve: %v", err)
+		s.tb.Fatalf("authorize: %v", err)
 	}
 	keys, _ := s.Providers.Lookup("demo-keys")
 	key := s.Demo.APIKey(login)
