@@ -13,34 +13,51 @@ import (
 	"credbroker/vault/memstore"
 )
 
+// completeFixture is a binding service on a memory store with a settable
+// clock, a maker of new connections (each to another account) and a count
+// of alice's stored connections.
+type completeFixture struct {
+	store *memstore.Store
+	clk   *clock
+	s     *binding.Service
+	n     int
+	t     *testing.T
+}
+
+func newCompleteFixture(t *testing.T) *completeFixture {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &completeFixture{store: memstore.New(kr), clk: &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, t: t}
+	f.s = binding.New(f.store, binding.Options{Now: f.clk.Now})
+	return f
+}
+
+func (f *completeFixture) write(p vault.Principal) vault.ConnectionWrite {
+	f.n++
+	c := vault.Connection{ID: "conn_" + binding.NewID(), Principal: p, Provider: "github", AccountID: string(rune('a' + f.n)),
+		Status: vault.StatusActive, Created: f.clk.Now(), Updated: f.clk.Now(), Token: vault.TokenSet{AccessToken: "at"}}
+	return vault.ConnectionWrite{Create: &c}
+}
+
+func (f *completeFixture) stored() int {
+	f.t.Helper()
+	list, err := f.store.ListConnections(context.Background(), alice)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return len(list)
+}
+
 // TestCompleteWithChecks: completing a grant together with its connection
 // (one store transaction) keeps Complete's rules: only the grant's own
 // person, only before it expires, only once it is approved, only once; and
 // when any of them refuses, the connection is not stored either.
 func TestCompleteWithChecks(t *testing.T) {
 	ctx := context.Background()
-	kr, err := vault.ParseKeys(vault.GenerateKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memstore.New(kr)
-	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	s := binding.New(store, binding.Options{Now: clk.Now})
-	n := 0
-	write := func(p vault.Principal) vault.ConnectionWrite {
-		n++
-		c := vault.Connection{ID: "conn_" + binding.NewID(), Principal: p, Provider: "github", AccountID: string(rune('a' + n)),
-			Status: vault.StatusActive, Created: clk.Now(), Updated: clk.Now(), Token: vault.TokenSet{AccessToken: "at"}}
-		return vault.ConnectionWrite{Create: &c}
-	}
-	stored := func() int {
-		t.Helper()
-		list, err := store.ListConnections(ctx, alice)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(list)
-	}
+	f := newCompleteFixture(t)
+	store, clk, s, write, stored := f.store, f.clk, f.s, f.write, f.stored
 
 	pending, _ := s.Create(ctx, alice, "github", nil, "")
 	if _, _, err := s.CompleteWith(ctx, store, pending.ID, alice, write(alice)); !errors.Is(err, binding.ErrBadState) {
@@ -104,28 +121,9 @@ func TestCompleteWithChecks(t *testing.T) {
 // stored, not the connection, not the grant.
 func TestApproveAndCompleteWith(t *testing.T) {
 	ctx := context.Background()
-	kr, err := vault.ParseKeys(vault.GenerateKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memstore.New(kr)
-	clk := &clock{t: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
-	s := binding.New(store, binding.Options{Now: clk.Now})
-	n := 0
-	write := func() vault.ConnectionWrite {
-		n++
-		c := vault.Connection{ID: "conn_" + binding.NewID(), Principal: alice, Provider: "github", AccountID: string(rune('a' + n)),
-			Status: vault.StatusActive, Created: clk.Now(), Updated: clk.Now(), Token: vault.TokenSet{AccessToken: "at"}}
-		return vault.ConnectionWrite{Create: &c}
-	}
-	stored := func() int {
-		t.Helper()
-		list, err := store.ListConnections(ctx, alice)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(list)
-	}
+	f := newCompleteFixture(t)
+	store, clk, s, stored := f.store, f.clk, f.s, f.stored
+	write := func() vault.ConnectionWrite { return f.write(alice) }
 
 	for _, approvedFirst := range []bool{false, true} {
 		g, _ := s.Create(ctx, alice, "github", nil, "")
