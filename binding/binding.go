@@ -161,15 +161,19 @@ func (s *Service) create(ctx context.Context, g vault.Grant) (vault.Grant, error
 }
 
 // minReuseLeft is how much of its life a pending grant must have left to
-// be handed out again by Pending: enough to sign in and approve.
+// be handed out again by Pending: enough to sign in, approve and finish at
+// the provider.
 const minReuseLeft = 2 * time.Minute
 
-// Pending returns p's newest grant that is still pending (not approved,
-// not final, with at least minReuseLeft before it expires) for the same
-// provider, the same set of scopes and the same client, so a caller that
-// cannot carry a grant id between retries (a 2025-11-25 client) hands out
-// the link the person may already be looking at instead of a new one. A
-// grant asked by a co-located server (Server set) is never handed out.
+// Pending returns p's newest grant that is still pending (not final, with
+// at least minReuseLeft before it expires) for the same provider, the same
+// set of scopes and the same client, so a caller that cannot carry a grant
+// id between retries (a 2025-11-25 client) hands out the link the person
+// may already be looking at instead of a new one. That includes a link the
+// person has approved and is finishing at the provider: the consent form
+// writes nothing, and the callback completes the grant either way. A grant
+// an earlier version left approved, and one asked by a co-located server
+// (Server set), are never handed out.
 func (s *Service) Pending(ctx context.Context, p vault.Principal, provider string, scopes []string, clientName string) (vault.Grant, bool, error) {
 	now := s.opts.Now()
 	list, err := s.store.ListGrants(ctx, p, now.Add(-s.opts.TTL))

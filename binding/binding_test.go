@@ -312,7 +312,7 @@ func TestPending(t *testing.T) {
 		{"other scopes", alice, "github", []string{"repo"}, "Agent", false},
 		{"another client", alice, "github", []string{"repo", "read:user"}, "Other", false},
 		{"another provider", alice, "gitlab", []string{"repo", "read:user"}, "Agent", false},
-		{"approved already", alice, "google", []string{"email"}, "Agent", false},
+		{"approved by an earlier version", alice, "google", []string{"email"}, "Agent", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, ok, err := s.Pending(ctx, tt.p, tt.provider, tt.scopes, tt.client)

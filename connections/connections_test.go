@@ -410,3 +410,60 @@ func TestServerNameCarried(t *testing.T) {
 		t.Fatalf("an MCP client's request names a server: %#v", o)
 	}
 }
+
+// noConnector hides the store's vault.GrantConnector, as a store without
+// one-transaction connects would.
+type noConnector struct{ vault.Store }
+
+// TestSaveWithoutGrantConnector: on a store that cannot write the
+// connection and complete the grant in one transaction, Save approves the
+// (pending) grant, stores the connection and completes the grant in
+// separate writes; a declined or expired grant stores nothing.
+func TestSaveWithoutGrantConnector(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	opts := r.opts
+	opts.Store = noConnector{r.store}
+	cs, err := connections.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo, _ := r.client.Providers().Lookup("demo")
+	ex := func(account string) provider.Exchanged {
+		return provider.Exchanged{Account: provider.Account{ID: account, Login: "alice-demo"}, Scopes: []string{"profile"},
+			Token: vault.TokenSet{AccessToken: vault.Secret("at-" + account), TokenType: "bearer", Expiry: r.clock.Now().Add(time.Hour)}}
+	}
+	o, err := cs.Ensure(ctx, r.req("demo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	need, ok := o.(connections.NeedsUser)
+	if !ok || need.Grant == nil || need.Grant.State != vault.GrantPending {
+		t.Fatalf("Ensure = %#v, want NeedsUser with a pending connect request", o)
+	}
+	c, err := cs.Save(ctx, alice, *need.Grant, demo, ex("1001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := r.store.GetGrant(ctx, need.Grant.ID)
+	if err != nil || g.State != vault.GrantCompleted || g.ConnectionID != c.ID {
+		t.Fatalf("grant after Save: %+v %v, want completed with %s", g, err, c.ID)
+	}
+	if c.Token.AccessToken != "" {
+		t.Fatal("Save returned the token")
+	}
+
+	declined, _ := r.grants.Create(ctx, alice, "demo", nil, "")
+	r.grants.Deny(ctx, declined.ID, alice)
+	expired, _ := r.grants.Create(ctx, alice, "demo", nil, "")
+	r.clock.Advance(time.Hour)
+	for name, g := range map[string]vault.Grant{"declined": declined, "expired": expired} {
+		if _, err := cs.Save(ctx, alice, g, demo, ex("1002")); !errors.Is(err, connections.ErrRequestExpired) {
+			t.Fatalf("%s grant: %v, want ErrRequestExpired", name, err)
+		}
+	}
+	list, err := r.store.ListConnections(ctx, alice)
+	if err != nil || len(list) != 1 || list[0].ID != c.ID {
+		t.Fatalf("connections: %d %v, want only %s", len(list), err, c.ID)
+	}
+}

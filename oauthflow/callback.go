@@ -95,11 +95,19 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// The grant is open (loadGrant) and this browser's flow cookie, which
-	// only the consent form sets, names it: that is the consent.
-	if p.Name != pname {
+	// The grant is the signed-in person's and open (loadGrant), and this
+	// browser's flow cookie, which only the consent form sets, is that
+	// person's consent to it: checked again here, since nothing else
+	// records the consent until the connection is stored. A cookie from an
+	// earlier release names no one; its consent form recorded the consent
+	// in the store instead (the approved state), so one of the two must
+	// hold.
+	consented := binding.SamePrincipal(vault.Principal{Issuer: fs.Iss, Subject: fs.Sub}, s.principal()) ||
+		fs.Iss == "" && fs.Sub == "" && g.State == vault.GrantApproved
+	if !consented || p.Name != pname {
+		f.securityEvent(r, "callback_consent_mismatch", s, "provider", pname, "grant_ref", binding.Ref(g.ID))
 		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusConflict, Heading: "Connection not approved",
-			Message: "This connection was not approved in this browser. Nothing was connected.", Next: "Open the link from your app again."})
+			Message: "This connection was not approved by you in this browser. Nothing was connected.", Next: "Open the link from your app again."})
 		return
 	}
 	// RFC 9207: the answer must come from the provider the browser was

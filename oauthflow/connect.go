@@ -202,7 +202,7 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 	// the callback, which approves and completes the grant in the one
 	// transaction that stores the connection (connections.Save). A browser
 	// that never came through this form has no flow cookie for the grant.
-	fs := flowState{State: randomToken(), Grant: g.ID, Provider: p.Name, Scopes: grantScopes(p, g), Expires: f.now().Add(flowTTL)}
+	fs := flowState{Iss: s.Issuer, Sub: s.Subject, State: randomToken(), Grant: g.ID, Provider: p.Name, Scopes: grantScopes(p, g), Expires: f.now().Add(flowTTL)}
 	if fs.Expires.After(g.Expires) {
 		fs.Expires = g.Expires
 	}

@@ -49,8 +49,12 @@ type loginState struct {
 	Expires  time.Time `json:"exp"`
 }
 
-// flowState is one provider authorization in progress, bound to a grant.
+// flowState is one provider authorization in progress: the consent of the
+// person (Iss, Sub) to one grant, carried from the consent form to the
+// callback, which records it with the connection.
 type flowState struct {
+	Iss      string    `json:"iss"`
+	Sub      string    `json:"sub"`
 	State    string    `json:"state"`
 	Verifier string    `json:"verifier,omitempty"`
 	Nonce    string    `json:"nonce,omitempty"`

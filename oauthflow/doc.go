@@ -54,7 +54,8 @@
 //
 //	session  (iss, sub, display name, CSRF token)          30 minutes
 //	login    (state, PKCE verifier, nonce, return path)     10 minutes
-//	flow     (state, PKCE verifier, nonce, grant, scopes)   10 minutes, capped at the grant's expiry
+//	flow     (person, grant, state, PKCE verifier, nonce,  10 minutes, capped at the grant's expiry
+//	          scopes): the person's consent to the grant
 //
 // Every page is rendered from embedded templates (package web) into a buffer
 // and served with a CSP that allows no script, nosniff, frame-ancestors

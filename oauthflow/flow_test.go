@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/securecookie"
+
+	"credbroker/binding"
 	"credbroker/internal/devidp"
 	"credbroker/internal/fakeprovider"
 	"credbroker/vault"
@@ -375,8 +378,97 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		if p := a.do(req); p.status != http.StatusForbidden {
 			t.Fatalf("cross-site POST: HTTP %d, want 403", p.status)
 		}
-		if st := h.grantState(g.ID); st != vault.GrantPending {
-			t.Fatalf("grant = %s, want pending", st)
+		// The consent form writes nothing even when it succeeds, so what
+		// matters is that no consent was handed out: no flow cookie.
+		if a.cookie("cb_flow") != nil {
+			t.Fatal("a refused consent form set the flow cookie")
+		}
+		if d := h.untouched(g.ID); d != "" {
+			t.Fatal(d)
+		}
+	})
+	t.Run("declined by the app during the provider step", func(t *testing.T) {
+		a := h.newAgent()
+		g := h.grant("alice", "github", nil, "c")
+		cb := a.toCallback(g, "alice")
+		if _, err := h.flow.opts.Grants.Deny(ctx, g.ID, h.principal("alice")); err != nil {
+			t.Fatal(err)
+		}
+		tokens := h.gh.Counts().Token
+		p := a.get(cb.String())
+		mustStatus(t, p, http.StatusGone)
+		mustContain(t, p, "declined")
+		noConnections(t)
+		if h.gh.Counts().Token != tokens {
+			t.Fatal("the callback for a declined request reached the token endpoint")
+		}
+		if st := h.grantState(g.ID); st != vault.GrantDenied {
+			t.Fatalf("grant = %s, want still denied", st)
+		}
+	})
+	t.Run("flow cookie naming another person", func(t *testing.T) {
+		// Only the consent form mints the flow cookie, for the signed-in
+		// person's own grant; the callback checks the person it names
+		// again. A cookie sealed for bob but carrying alice's grant (which
+		// no code path makes) is refused before the code is redeemed.
+		a := h.newAgent()
+		g := h.grant("alice", "github", nil, "c")
+		cb := a.toCallback(g, "alice")
+		c := a.cookie("cb_flow")
+		var fs flowState
+		if err := securecookie.DecodeMulti(c.Name, c.Value, &fs, h.flow.jar.codecs...); err != nil {
+			t.Fatal(err)
+		}
+		if fs.Iss != h.principal("alice").Issuer || fs.Sub != h.principal("alice").Subject || fs.Grant != g.ID {
+			t.Fatalf("flow cookie names %q %q for grant %s, want alice's consent to %s", fs.Iss, fs.Sub, binding.Ref(fs.Grant), binding.Ref(g.ID))
+		}
+		fs.Sub = h.principal("bob").Subject
+		enc, err := securecookie.EncodeMulti(c.Name, fs, h.flow.jar.codecs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.setCookie(&http.Cookie{Name: c.Name, Value: enc})
+		tokens := h.gh.Counts().Token
+		p := a.get(cb.String())
+		mustStatus(t, p, http.StatusConflict)
+		mustContain(t, p, "not approved by you in this browser")
+		noConnections(t)
+		if h.gh.Counts().Token != tokens {
+			t.Fatal("the callback reached the token endpoint")
+		}
+		if d := h.untouched(g.ID); d != "" {
+			t.Fatal(d)
+		}
+		if !strings.Contains(h.logs.String(), "event=callback_consent_mismatch") {
+			t.Fatal("no security event logged")
+		}
+		// A cookie of an earlier release names no one: refused unless the
+		// consent is in the store (that release's consent form approved
+		// the grant), and then the callback completes it.
+		g2 := h.grant("alice", "github", nil, "c")
+		cb2 := a.toCallback(g2, "alice")
+		c2 := a.cookie("cb_flow")
+		if err := securecookie.DecodeMulti(c2.Name, c2.Value, &fs, h.flow.jar.codecs...); err != nil {
+			t.Fatal(err)
+		}
+		fs.Iss, fs.Sub = "", ""
+		legacy, err := securecookie.EncodeMulti(c2.Name, fs, h.flow.jar.codecs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.setCookie(&http.Cookie{Name: c2.Name, Value: legacy})
+		mustStatus(t, a.get(cb2.String()), http.StatusConflict)
+		noConnections(t)
+		if _, err := h.flow.opts.Grants.Approve(ctx, g2.ID, h.principal("alice")); err != nil {
+			t.Fatal(err)
+		}
+		a.setCookie(&http.Cookie{Name: c2.Name, Value: legacy})
+		mustContain(t, a.get(cb2.String()), "Connected: return to your app")
+		if st := h.grantState(g2.ID); st != vault.GrantCompleted {
+			t.Fatalf("approved grant with an earlier release's cookie: %s, want completed", st)
+		}
+		for _, c := range h.connections("alice") {
+			h.store.DeleteConnection(ctx, c.ID)
 		}
 	})
 	t.Run("static files", func(t *testing.T) {
@@ -411,6 +503,17 @@ func TestPhishingHTTP(t *testing.T) {
 	if st := h.grantState(g.ID); st != vault.GrantPending {
 		t.Fatalf("grant = %s after Bob's attempt, want pending", st)
 	}
+	// Bob posts the consent form for Alice's link with his own session's
+	// CSRF token: refused, and no flow cookie (no consent) handed out.
+	p = bobB.post(h.srv.URL+"/connect/"+g.ID, url.Values{"decision": {"approve"}, "csrf": {bobB.csrf()}})
+	mustStatus(t, p, http.StatusForbidden)
+	mustContain(t, p, "This link belongs to a different account")
+	if bobB.cookie("cb_flow") != nil {
+		t.Fatal("Bob's consent for Alice's link set a flow cookie")
+	}
+	if d := h.untouched(g.ID); d != "" {
+		t.Fatalf("after Bob's consent form: %s", d)
+	}
 	// Alice approves and reaches the callback; Bob forges it with her flow
 	// cookie and the provider's code: refused at the callback.
 	cb := aliceB.toCallback(g, "alice")
@@ -437,8 +540,8 @@ func TestPhishingHTTP(t *testing.T) {
 			}
 		}
 	}
-	if events != 2 || audits != 2 {
-		t.Errorf("%d identity_mismatch security events and %d audit events logged, want 2 each (landing, callback):\n%s", events, audits, h.logs.String())
+	if events != 3 || audits != 3 {
+		t.Errorf("%d identity_mismatch security events and %d audit events logged, want 3 each (landing, consent form, callback):\n%s", events, audits, h.logs.String())
 	}
 	// Alice's own completion still works.
 	mustContain(t, aliceB.get(cb.String()), "Connected: return to your app")
