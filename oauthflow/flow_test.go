@@ -414,20 +414,12 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		a := h.newAgent()
 		g := h.grant("alice", "github", nil, "c")
 		cb := a.toCallback(g, "alice")
-		c := a.cookie("cb_flow")
-		var fs flowState
-		if err := securecookie.DecodeMulti(c.Name, c.Value, &fs, h.flow.jar.codecs...); err != nil {
-			t.Fatal(err)
-		}
-		if fs.Iss != h.principal("alice").Issuer || fs.Sub != h.principal("alice").Subject || fs.Grant != g.ID {
-			t.Fatalf("flow cookie names %q %q for grant %s, want alice's consent to %s", fs.Iss, fs.Sub, binding.Ref(fs.Grant), binding.Ref(g.ID))
-		}
-		fs.Sub = h.principal("bob").Subject
-		enc, err := securecookie.EncodeMulti(c.Name, fs, h.flow.jar.codecs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.setCookie(&http.Cookie{Name: c.Name, Value: enc})
+		reseal(t, h, a, func(fs *flowState) {
+			if fs.Iss != h.principal("alice").Issuer || fs.Sub != h.principal("alice").Subject || fs.Grant != g.ID {
+				t.Fatalf("flow cookie names %q %q for grant %s, want alice's consent to %s", fs.Iss, fs.Sub, binding.Ref(fs.Grant), binding.Ref(g.ID))
+			}
+			fs.Sub = h.principal("bob").Subject
+		})
 		tokens := h.gh.Counts().Token
 		p := a.get(cb.String())
 		mustStatus(t, p, http.StatusConflict)
@@ -447,22 +439,13 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		// the grant), and then the callback completes it.
 		g2 := h.grant("alice", "github", nil, "c")
 		cb2 := a.toCallback(g2, "alice")
-		c2 := a.cookie("cb_flow")
-		if err := securecookie.DecodeMulti(c2.Name, c2.Value, &fs, h.flow.jar.codecs...); err != nil {
-			t.Fatal(err)
-		}
-		fs.Iss, fs.Sub = "", ""
-		legacy, err := securecookie.EncodeMulti(c2.Name, fs, h.flow.jar.codecs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.setCookie(&http.Cookie{Name: c2.Name, Value: legacy})
+		legacy := reseal(t, h, a, func(fs *flowState) { fs.Iss, fs.Sub = "", "" })
 		mustStatus(t, a.get(cb2.String()), http.StatusConflict)
 		noConnections(t)
 		if _, err := h.flow.opts.Grants.Approve(ctx, g2.ID, h.principal("alice")); err != nil {
 			t.Fatal(err)
 		}
-		a.setCookie(&http.Cookie{Name: c2.Name, Value: legacy})
+		a.setCookie(legacy)
 		mustContain(t, a.get(cb2.String()), "Connected: return to your app")
 		if st := h.grantState(g2.ID); st != vault.GrantCompleted {
 			t.Fatalf("approved grant with an earlier release's cookie: %s, want completed", st)
@@ -487,6 +470,29 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		mustContain(t, p, "Unknown connect link")
 	})
 	h.finalCheck()
+}
+
+// reseal opens a's flow cookie, lets edit change it, seals it again with
+// the broker's cookie keys, sets it on a and returns it: a cookie no code
+// path of the broker makes, for the callback's own checks.
+func reseal(t *testing.T, h *harness, a *agent, edit func(*flowState)) *http.Cookie {
+	t.Helper()
+	c := a.cookie("cb_flow")
+	if c == nil {
+		t.Fatal("no flow cookie to reseal")
+	}
+	var fs flowState
+	if err := securecookie.DecodeMulti(c.Name, c.Value, &fs, h.flow.jar.codecs...); err != nil {
+		t.Fatal(err)
+	}
+	edit(&fs)
+	enc, err := securecookie.EncodeMulti(c.Name, fs, h.flow.jar.codecs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &http.Cookie{Name: c.Name, Value: enc}
+	a.setCookie(out)
+	return out
 }
 
 func TestPhishingHTTP(t *testing.T) {
