@@ -12,9 +12,10 @@
 // The browser takes the first two edges in one store transaction
 // (ApproveAndCompleteWith, through connections.Save): the consent form
 // writes nothing (oauthflow carries the consent to the provider's callback
-// in its sealed flow cookie, bound to the grant), and the callback stores
-// the connection, approves and completes the grant at once. So an MRTR
-// round trip costs two durable commits: creating the grant and that one.
+// in its sealed flow cookie, naming the person and the grant), and the
+// callback stores the connection, approves and completes the grant at once.
+// So an MRTR round trip costs two durable commits: creating the grant and
+// that one.
 //
 // Every transition names the acting principal and is refused unless it is
 // the grant's own (compared in constant time). Create enforces per-principal

@@ -198,10 +198,11 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 	}
 	// The consent is not written here: loadGrant has checked what Approve
 	// would (the signed-in person's grant, open, not expired), and the
-	// sealed flow cookie below carries the consent, bound to the grant, to
-	// the callback, which approves and completes the grant in the one
-	// transaction that stores the connection (connections.Save). A browser
-	// that never came through this form has no flow cookie for the grant.
+	// sealed flow cookie below carries the consent, naming the person and
+	// the grant, to the callback, which approves and completes the grant in
+	// the one transaction that stores the connection (connections.Save). A
+	// browser that never came through this form has no flow cookie for the
+	// grant.
 	fs := flowState{Iss: s.Issuer, Sub: s.Subject, State: randomToken(), Grant: g.ID, Provider: p.Name, Scopes: grantScopes(p, g), Expires: f.now().Add(flowTTL)}
 	if fs.Expires.After(g.Expires) {
 		fs.Expires = g.Expires

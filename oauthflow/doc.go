@@ -11,7 +11,7 @@
 //	                                      compare the session's (iss, sub) with the grant's principal
 //	                                      in constant time; mismatch page + security event, or consent
 //	POST /connect/{grant}                 consent form (CSRF): decision=approve → the flow cookie
-//	                                      (the consent, bound to the grant; nothing is written) and a
+//	                                      (the consent: person and grant; nothing is written) and a
 //	                                      redirect to the provider with fresh state, PKCE, nonce
 //	                                      (OIDC); deny → denied
 //	GET  /auth/callback                   the broker's own sign-in callback (state, PKCE, nonce)
