@@ -59,7 +59,7 @@ var ErrNoSuchApp = errors.New("authserver: no such app")
 // and forgets the consent, so the app must ask again.
 func (s *Server) RemoveApp(ctx context.Context, p vault.Principal, id string) error {
 	a, err := s.store.GetAppAccess(ctx, id)
-	if errors.Is(err, vault.ErrNotFound) || (err == nil && a.Principal != p) {
+	if errors.Is(err, vault.ErrNotFound) || (err == nil && !a.Principal.Same(p)) {
 		return ErrNoSuchApp
 	}
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -113,13 +112,6 @@ func Ref(id string) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// SamePrincipal compares two principals in constant time (per field length).
-func SamePrincipal(a, b vault.Principal) bool {
-	iss := subtle.ConstantTimeCompare([]byte(a.Issuer), []byte(b.Issuer))
-	sub := subtle.ConstantTimeCompare([]byte(a.Subject), []byte(b.Subject))
-	return iss&sub == 1 && a.Issuer != "" && a.Subject != ""
-}
-
 // Create starts a grant for p, asked by the MCP client that calls itself
 // clientName (untrusted). Limits on open and recent grants apply; the
 // store checks them atomically with the insert, so concurrent calls (on
@@ -186,7 +178,7 @@ func (s *Service) Pending(ctx context.Context, p vault.Principal, provider strin
 		have := slices.Clone(g.Scopes)
 		slices.Sort(have)
 		if g.State == vault.GrantPending && g.Provider == provider && g.ClientName == clientName && g.Server == "" &&
-			slices.Equal(slices.Compact(have), slices.Compact(want)) && SamePrincipal(g.Principal, p) &&
+			slices.Equal(slices.Compact(have), slices.Compact(want)) && g.Principal.Same(p) &&
 			now.Add(minReuseLeft).Before(g.Expires) {
 			return g, true, nil
 		}
@@ -223,7 +215,7 @@ func (s *Service) Authorize(ctx context.Context, id string, p vault.Principal) (
 	if err != nil && !errors.Is(err, ErrExpired) {
 		return g, err
 	}
-	if !SamePrincipal(g.Principal, p) {
+	if !g.Principal.Same(p) {
 		return g, ErrWrongPrincipal
 	}
 	return g, err
@@ -246,7 +238,7 @@ func (s *Service) transition(ctx context.Context, id string, p vault.Principal, 
 // expired, then fn.
 func (s *Service) check(now time.Time, p vault.Principal, fn func(*vault.Grant) error) func(vault.Grant) (vault.Grant, error) {
 	return func(g vault.Grant) (vault.Grant, error) {
-		if !SamePrincipal(g.Principal, p) {
+		if !g.Principal.Same(p) {
 			return g, ErrWrongPrincipal
 		}
 		if !g.State.Final() && !now.Before(g.Expires) {

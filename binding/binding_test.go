@@ -55,25 +55,6 @@ func TestIDs(t *testing.T) {
 	}
 }
 
-func TestSamePrincipal(t *testing.T) {
-	tests := []struct {
-		a, b vault.Principal
-		want bool
-	}{
-		{alice, alice, true},
-		{alice, bob, false},
-		{alice, aliceElsewhere, false},
-		{vault.Principal{}, vault.Principal{}, false},
-		{vault.Principal{Issuer: "x"}, vault.Principal{Issuer: "x"}, false},
-		{vault.Principal{Issuer: "ab", Subject: "c"}, vault.Principal{Issuer: "a", Subject: "bc"}, false},
-	}
-	for _, tt := range tests {
-		if got := binding.SamePrincipal(tt.a, tt.b); got != tt.want {
-			t.Errorf("SamePrincipal(%v, %v) = %v", tt.a, tt.b, got)
-		}
-	}
-}
-
 func TestLifecycle(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, binding.Options{})

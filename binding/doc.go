@@ -23,5 +23,8 @@
 // inserts in one atomic step (vault.Store.CreateGrantLimited), so concurrent
 // requests, on one replica or several, never pass a limit together.
 // binding knows nothing about
-// HTTP or MCP; mcpapi creates grants and polls them, oauthflow completes them.
+// HTTP or MCP, and only the connections layer calls it: it creates grants
+// for every front door that asks (Ensure, Pick, Reconnect), continues them
+// on a client's retry (Resume), and takes the browser's steps (Open,
+// Decline, EnterKey, Complete).
 package binding

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"credbroker/binding"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
@@ -59,21 +58,28 @@ func (s *Service) KeyConnection(ctx context.Context, req Request, id string) (va
 		if c.ID != id {
 			continue
 		}
-		if p, ok := s.providers.Lookup(c.Provider); ok && p.IsAPIKey() {
-			return c, p, nil
+		if p, ok := s.providers.Lookup(c.Provider); ok {
+			if _, form := p.Kind.(provider.FormStep); form {
+				return c, p, nil
+			}
 		}
 		break
 	}
 	return vault.Connection{}, nil, fmt.Errorf("connections: key connection %s: %w", id, vault.ErrNotFound)
 }
 
-// ReplaceKey stores a verified key (from provider.Client.VerifyKey) as the
-// new key of API-key connection id of req's person ("Replace key" on the
-// connections page): the same connection, active again. The key must be
-// for the same provider account (*KeyAccountError otherwise); absent or
-// not theirs is vault.ErrNotFound. The result is metadata only.
-func (s *Service) ReplaceKey(ctx context.Context, req Request, id string, ex provider.Exchanged) (vault.Connection, error) {
+// ReplaceKey verifies a key pr entered for API-key connection id of
+// req's person ("Replace key" on the connections page) and stores it in
+// that connection, active again. The key must be for the same provider
+// account (*KeyAccountError otherwise); absent or not theirs is
+// vault.ErrNotFound; the provider's refusals are VerifyKey's. The result
+// is metadata only.
+func (s *Service) ReplaceKey(ctx context.Context, req Request, id string, values map[string]string) (vault.Connection, error) {
 	cur, p, err := s.KeyConnection(ctx, req, id)
+	if err != nil {
+		return vault.Connection{}, err
+	}
+	ex, err := s.opts.Client.VerifyKey(ctx, p, values)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -85,7 +91,7 @@ func (s *Service) ReplaceKey(ctx context.Context, req Request, id string, ex pro
 	}
 	now := s.opts.Now()
 	conn, err := s.opts.Store.UpdateConnection(ctx, id, func(old vault.Connection) (vault.Connection, error) {
-		if !binding.SamePrincipal(old.Principal, req.Principal) || old.AccountID != ex.Account.ID {
+		if !old.Principal.Same(req.Principal) || old.AccountID != ex.Account.ID {
 			return old, vault.ErrNotFound
 		}
 		old.Token = ex.Token.Clone()

@@ -62,6 +62,11 @@ func (r *rig) verify(login string) provider.Exchanged {
 	return ex
 }
 
+// keyValues is what login's key entry form posts.
+func (r *rig) keyValues(login string) map[string]string {
+	return map[string]string{"api_key": r.demo.APIKey(login)}
+}
+
 // TestKeyConnections: a key connection is a connection like the others
 // (Ensure finds it, one connection per account), it has no scopes, it is
 // never exported, ReplaceKey keeps the connection and refuses another
@@ -96,7 +101,7 @@ func TestKeyConnections(t *testing.T) {
 
 	// Replace key: same connection, same account only.
 	fresh, _ := r.demo.RotateKey("alice-demo")
-	got, err := r.conns.ReplaceKey(ctx, r.req("demo-keys"), c.ID, r.verify("alice-demo"))
+	got, err := r.conns.ReplaceKey(ctx, r.req("demo-keys"), c.ID, r.keyValues("alice-demo"))
 	if err != nil || got.ID != c.ID || !got.Token.IsZero() {
 		t.Fatalf("ReplaceKey: %+v %v", got, err)
 	}
@@ -104,24 +109,24 @@ func TestKeyConnections(t *testing.T) {
 		t.Fatal("the key was not replaced")
 	}
 	var ke *connections.KeyAccountError
-	if _, err := r.conns.ReplaceKey(ctx, r.req("demo-keys"), c.ID, r.verify("bob-demo")); !errors.As(err, &ke) ||
+	if _, err := r.conns.ReplaceKey(ctx, r.req("demo-keys"), c.ID, r.keyValues("bob-demo")); !errors.As(err, &ke) ||
 		!strings.Contains(err.Error(), `account "bob-demo", not "alice-demo"`) {
 		t.Fatalf("another account's key: %v", err)
 	}
 	bob := r.req("demo-keys")
 	bob.Principal = vault.Principal{Issuer: alice.Issuer, Subject: "bob"}
-	if _, err := r.conns.ReplaceKey(ctx, bob, c.ID, r.verify("alice-demo")); !errors.Is(err, vault.ErrNotFound) {
+	if _, err := r.conns.ReplaceKey(ctx, bob, c.ID, r.keyValues("alice-demo")); !errors.Is(err, vault.ErrNotFound) {
 		t.Fatalf("bob replacing alice's key: %v", err)
 	}
 	oauth := r.connect("demo", "1001")
-	if _, err := r.conns.ReplaceKey(ctx, r.req("demo"), oauth.ID, r.verify("alice-demo")); !errors.Is(err, vault.ErrNotFound) {
+	if _, err := r.conns.ReplaceKey(ctx, r.req("demo"), oauth.ID, r.keyValues("alice-demo")); !errors.Is(err, vault.ErrNotFound) {
 		t.Fatalf("a key into an OAuth connection: %v", err)
 	}
 	if !strings.Contains(r.audit.String(), "outcome=key_replaced") {
 		t.Error("no audit event for the replaced key")
 	}
 	d, err := r.conns.Disconnect(ctx, r.req("demo-keys"))
-	if err != nil || d.Revocation != provider.NotSupported || !d.Provider.IsAPIKey() {
+	if err != nil || d.Revocation != provider.NotSupported || d.Provider.Kind.Type() != provider.TypeAPIKey {
 		t.Fatalf("disconnect: %+v %v", d, err)
 	}
 	for _, a := range demoprovider.Accounts() {

@@ -18,7 +18,9 @@ import (
 
 // Options configures a Service.
 type Options struct {
-	Store  vault.Store
+	Store vault.Store
+	// Grants keeps the connect requests (nil: binding's defaults on Store,
+	// with Now as its clock).
 	Grants *binding.Service
 	// Client talks to providers (catalogue, refresh, API calls, revocation).
 	Client *provider.Client
@@ -47,7 +49,7 @@ func New(opts Options) (*Service, error) {
 	for _, m := range []struct {
 		ok   bool
 		name string
-	}{{opts.Store != nil, "Store"}, {opts.Grants != nil, "Grants"}, {opts.Client != nil, "Client"}, {opts.PublicURL != "", "PublicURL"}} {
+	}{{opts.Store != nil, "Store"}, {opts.Client != nil, "Client"}, {opts.PublicURL != "", "PublicURL"}} {
 		if !m.ok {
 			missing = append(missing, m.name)
 		}
@@ -58,6 +60,9 @@ func New(opts Options) (*Service, error) {
 	opts.PublicURL = strings.TrimRight(opts.PublicURL, "/")
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Grants == nil {
+		opts.Grants = binding.New(opts.Store, binding.Options{Now: opts.Now})
 	}
 	log := opts.Logger
 	if log == nil {
@@ -183,7 +188,7 @@ func (r Reason) String() string {
 // Message is what the person is told with the connect link.
 func (n NeedsUser) Message() string {
 	name := n.Provider.DisplayName
-	if n.Provider.IsAPIKey() {
+	if _, form := n.Provider.Kind.(provider.FormStep); form {
 		return keyMessage(n)
 	}
 	switch {
@@ -196,6 +201,34 @@ func (n NeedsUser) Message() string {
 		name, n.Why, strings.Join(n.Scopes, " "))
 }
 
+// Until is when a continuation handed out with n (a sealed requestState
+// valid for ttl from now) stops being accepted: ttl from now, or the
+// connect request's expiry when that comes first.
+func (n NeedsUser) Until(now time.Time, ttl time.Duration) time.Time {
+	exp := now.Add(ttl)
+	if n.Grant != nil && n.Grant.Expires.Before(exp) {
+		exp = n.Grant.Expires
+	}
+	return exp
+}
+
+// Message is what the model is told: the person declined.
+func (d Declined) Message() string {
+	return fmt.Sprintf("The user declined to connect %s. Do not ask again unless the user asks for it.", d.Provider.DisplayName)
+}
+
+// Message is what the model is told: the person dismissed the request.
+// retry names what to call again to continue ("" when the caller says it
+// otherwise).
+func (c Cancelled) Message(retry string) string {
+	msg := fmt.Sprintf("Nothing was connected: the user dismissed the request to connect %s. The link stays usable until %s",
+		c.Provider.DisplayName, c.Until.UTC().Format(time.RFC3339))
+	if retry != "" {
+		return msg + "; call " + retry + " again to continue."
+	}
+	return msg + "."
+}
+
 // Resolve checks a provider name and the requested scopes (empty: the
 // provider's defaults; each must be allowed by the catalogue entry) and
 // returns them deduplicated.
@@ -204,8 +237,9 @@ func (s *Service) Resolve(name string, scopes []string) (*provider.Provider, []s
 	if err != nil {
 		return nil, nil, err
 	}
-	if p.IsAPIKey() && len(scopes) > 0 {
-		// A key has no scopes: asking for one could never be satisfied.
+	if _, form := p.Kind.(provider.FormStep); form && len(scopes) > 0 {
+		// What a person enters has no scopes: asking for one could never
+		// be satisfied.
 		return nil, nil, &ScopeError{Provider: p, Scope: scopes[0]}
 	}
 	if len(scopes) == 0 {
@@ -239,7 +273,7 @@ func (s *Service) List(ctx context.Context, p vault.Principal) ([]vault.Connecti
 	}
 	out := all[:0]
 	for _, c := range all {
-		if binding.SamePrincipal(c.Principal, p) {
+		if c.Principal.Same(p) {
 			out = append(out, c)
 		}
 	}
@@ -463,11 +497,10 @@ func (s *Service) Resume(ctx context.Context, req Request, grantID string, answe
 	}
 	switch answer {
 	case Decline:
-		if _, err := s.opts.Grants.Deny(ctx, g.ID, req.Principal); err != nil && !errors.Is(err, binding.ErrClosed) {
-			return nil, fmt.Errorf("connections: decline %s: %w", binding.Ref(g.ID), err)
+		var le *LinkError
+		if err := s.Decline(ctx, req.Principal, g.ID, req.Via); err != nil && !errors.As(err, &le) {
+			return nil, err
 		}
-		s.log.Info("connections: connect declined by the user", "grant_ref", binding.Ref(g.ID), "provider", p.Name, "via", req.Via)
-		s.opts.Telemetry.Elicitation(telemetry.ElicitationDeclined)
 		return Declined{Provider: p}, nil
 	case Cancel:
 		s.opts.Telemetry.Elicitation(telemetry.ElicitationCancelled)
@@ -517,7 +550,7 @@ func (s *Service) settled(ctx context.Context, req Request, p *provider.Provider
 		}
 		return nil, true, ErrConnectionGone
 	case vault.GrantDenied:
-		s.opts.Telemetry.Elicitation(telemetry.ElicitationDeclined)
+		// Recorded when it was declined (Decline).
 		return Declined{Provider: p}, true, nil
 	}
 	return nil, false, nil
@@ -607,17 +640,26 @@ type Exported struct {
 	Expiry      time.Time
 }
 
+// ExportAllowed says whether p's access tokens may be handed to a
+// co-located server: its kind has tokens to hand out (a key a person
+// entered never is) and its entry opts in (sidecar_token_export). A
+// refusal is ErrExportDisabled.
+func ExportAllowed(p *provider.Provider) error {
+	if _, ok := p.Kind.(provider.TokenExporter); !ok || !p.SidecarTokenExport {
+		return fmt.Errorf("%w: %s", ErrExportDisabled, p.Name)
+	}
+	return nil
+}
+
 // Export hands c's access token (refreshed when needed) to a co-located
-// server, when c's provider opts in (sidecar_token_export). Every export is
-// an audit event.
+// server, when ExportAllowed. Every export is an audit event.
 func (s *Service) Export(ctx context.Context, req Request, c vault.Connection) (Exported, error) {
 	p, err := s.provider(c.Provider)
 	if err != nil {
 		return Exported{}, err
 	}
-	if !p.SidecarTokenExport || p.IsAPIKey() {
-		// An API key is never handed out, whatever the entry says.
-		return Exported{}, ErrExportDisabled
+	if err := ExportAllowed(p); err != nil {
+		return Exported{}, err
 	}
 	full, err := s.opts.Client.Token(ctx, c.ID)
 	if err != nil {
@@ -725,7 +767,7 @@ func (s *Service) disconnect(ctx context.Context, req Request, p *provider.Provi
 	if err != nil {
 		return Disconnected{}, fmt.Errorf("connections: connection %s: %w", id, err)
 	}
-	if !binding.SamePrincipal(full.Principal, req.Principal) {
+	if !full.Principal.Same(req.Principal) {
 		return Disconnected{}, fmt.Errorf("connections: connection %s: %w", id, vault.ErrNotFound)
 	}
 	meta := full

@@ -37,6 +37,7 @@ type rig struct {
 	client *provider.Client
 	opts   connections.Options
 	audit  *bytes.Buffer
+	rec    *telemetry.Recorder
 	clock  *clock
 	// broken answers 500 to every revocation request.
 	broken *httptest.Server
@@ -98,6 +99,7 @@ func newRig(t *testing.T) *rig {
 	r.store = memstore.New(r.keys)
 	log := slog.New(slog.NewTextHandler(r.audit, nil))
 	rec := telemetry.New(telemetry.Options{Providers: reg.Names(), Audit: log})
+	r.rec = rec
 	r.client, err = provider.New(provider.Options{Store: r.store, Providers: reg, Now: r.clock.Now, Telemetry: rec})
 	if err != nil {
 		t.Fatal(err)

@@ -143,14 +143,21 @@ func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMes
 	}
 }
 
-// paramsProblem names what is wrong with params without echoing input.
-func paramsProblem(err error) string {
+// paramsProblem names what is wrong with params, which failed to decode
+// with err, without echoing input.
+func paramsProblem(params json.RawMessage, err error) string {
 	var ute *json.UnmarshalTypeError
 	if errors.As(err, &ute) && ute.Field != "" {
 		return fmt.Sprintf("field %q has the wrong type", ute.Field)
 	}
-	if strings.Contains(err.Error(), "inputResponses") || strings.Contains(err.Error(), "InputResponse") {
-		return "inputResponses must map keys to elicitation results"
+	var raw struct {
+		InputResponses json.RawMessage `json:"inputResponses"`
+	}
+	if json.Unmarshal(params, &raw) == nil && len(raw.InputResponses) > 0 {
+		var m mcp.InputResponseMap
+		if json.Unmarshal(raw.InputResponses, &m) != nil {
+			return "inputResponses must map keys to elicitation results"
+		}
 	}
 	return "params must be a JSON object"
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"credbroker/connections"
 	"credbroker/internal/requeststate"
 	"credbroker/provider"
-	"credbroker/vault"
 )
 
 // accountChoice marks a requestState that carries a pending form
@@ -139,55 +137,59 @@ func (s *Server) providerRequest(ctx context.Context, c *callContext) outcome {
 	if err := decodeArgs(c.args, &in); err != nil {
 		return toolError("Invalid arguments: %v.", err)
 	}
-	p, ok := s.opts.Connections.Providers().Lookup(in.Provider)
-	if !ok || in.Provider == "" {
-		return s.failed(&connections.UnknownProviderError{Name: in.Provider, Known: s.opts.Connections.Providers().Names()}, "", toolRequest)
+	p, _, err := s.opts.Connections.Resolve(in.Provider, nil)
+	if err != nil {
+		return s.failed(err, "", toolRequest)
 	}
 	req, err := buildAPIRequest(in)
 	if err != nil {
 		return toolError("Request refused: %v. Nothing was sent.", err)
 	}
-	creq := c.request(p.Name, nil, in.Account)
-	var o connections.Outcome
-	switch {
-	case c.state == "":
-		o, err = s.opts.Connections.Pick(ctx, creq)
-	default:
+	var cont connections.Continuation
+	if c.state != "" {
 		ref, bad := s.continued(c, toolRequest)
 		if bad != nil {
 			return *bad
 		}
 		if ref == accountChoice {
-			return s.accountChosen(ctx, c, p, req)
+			cont.Choosing = true
+			cont.Answer, cont.Chosen, bad = c.choice(chooseAccountKey)
+		} else {
+			cont.Grant = ref
+			cont.Answer, bad = c.answer("connect_" + p.Name)
 		}
-		answer, bad := c.answer("connect_" + p.Name)
 		if bad != nil {
 			return *bad
 		}
-		o, err = s.opts.Connections.Resume(ctx, creq, ref, answer)
 	}
+	o, err := s.opts.Connections.Perform(ctx, c.request(p.Name, nil, in.Account), req, cont)
 	if err != nil {
 		return s.failed(err, p.Name, toolRequest)
 	}
-	return s.requestOutcome(ctx, c, p, req, o)
-}
-
-// requestOutcome runs req when o is a connection, and otherwise answers
-// what the person must do first.
-func (s *Server) requestOutcome(ctx context.Context, c *callContext, p *provider.Provider, req provider.APIRequest, o connections.Outcome) outcome {
 	switch o := o.(type) {
-	case connections.Connected:
-		return s.runRequest(ctx, c, p, o.Conn, req)
+	case connections.Response:
+		return response(o.Resp)
 	case connections.NeedsUser:
 		return s.askToConnect(c, toolRequest, o)
 	case connections.Ambiguous:
 		return s.askAccount(c, p, o.Accounts)
 	case connections.Declined:
-		return declined(p)
+		return declined(o)
 	case connections.Cancelled:
-		return toolError("No request was sent: the user dismissed the request to connect %s. Call provider_request again to continue.", p.DisplayName)
+		return toolError("No request was sent. %s", o.Message(toolRequest))
 	}
 	return internalError()
+}
+
+// choice reads the person's answer to the account choice key from a
+// retry: their action and the account they named.
+func (c *callContext) choice(key string) (connections.Answer, string, *outcome) {
+	a, bad := c.answer(key)
+	if bad != nil || a != connections.Accept {
+		return a, "", bad
+	}
+	chosen, _ := c.responses[key].(*mcp.ElicitResult).Content["account"].(string)
+	return a, chosen, nil
 }
 
 // askAccount asks which account to use: a form elicitation (a single-select
@@ -218,65 +220,8 @@ func (s *Server) askAccount(c *callContext, p *provider.Provider, logins []strin
 	}}
 }
 
-// accountChosen handles the retry that answers askAccount's form.
-func (s *Server) accountChosen(ctx context.Context, c *callContext, p *provider.Provider, req provider.APIRequest) outcome {
-	o, err := s.opts.Connections.Pick(ctx, c.request(p.Name, nil, ""))
-	if err != nil {
-		return s.failed(err, p.Name, toolRequest)
-	}
-	var active []string
-	switch o := o.(type) {
-	case connections.Ambiguous:
-		active = o.Accounts
-	case connections.Connected:
-		active = []string{connections.AccountName(o.Conn)}
-	}
-	r, ok := c.responses[chooseAccountKey]
-	if !ok {
-		if len(active) > 1 {
-			return s.askAccount(c, p, active) // no answer yet: ask again
-		}
-		return toolError("The account choice was not answered. Call provider_request again.")
-	}
-	er, ok := r.(*mcp.ElicitResult)
-	if !ok {
-		return invalidParams(fmt.Sprintf("inputResponses[%q] must be an elicitation result", chooseAccountKey))
-	}
-	switch er.Action {
-	case "decline", "cancel":
-		return toolError("No request was sent: the user did not choose a %s account.", p.DisplayName)
-	case "accept":
-	default:
-		return invalidParams(fmt.Sprintf("inputResponses[%q].action must be accept, decline or cancel", chooseAccountKey))
-	}
-	chosen, _ := er.Content["account"].(string)
-	if chosen != "" && slices.Contains(active, chosen) {
-		o, err := s.opts.Connections.Pick(ctx, connections.Request{Principal: c.principal, Provider: p.Name, Account: chosen, Via: "mcp"})
-		if conn, ok := o.(connections.Connected); err == nil && ok {
-			return s.runRequest(ctx, c, p, conn.Conn, req)
-		}
-	}
-	return toolError("The chosen account %s is not a connected %s account. No request was sent.", quote(chosen), p.DisplayName)
-}
-
-// runRequest performs the API request on conn and renders the answer.
-func (s *Server) runRequest(ctx context.Context, c *callContext, p *provider.Provider, conn vault.Connection, req provider.APIRequest) outcome {
-	resp, err := s.opts.Connections.Call(ctx, conn, req)
-	switch {
-	case err == nil:
-	case errors.Is(err, provider.ErrNeedsReconnect):
-		s.log.Info("mcpapi: connection needs reconnecting; asking the user", "provider", p.Name, "connection", conn.ID)
-		o, err := s.opts.Connections.Reconnect(ctx, c.request(p.Name, nil, ""))
-		if err != nil {
-			return s.failed(err, p.Name, toolRequest)
-		}
-		return s.requestOutcome(ctx, c, p, req, o)
-	case errors.Is(err, provider.ErrProviderUnavailable):
-		s.log.Warn("mcpapi: provider unavailable", "provider", p.Name, "connection", conn.ID, "err", err.Error())
-		return s.failed(err, p.Name, toolRequest)
-	default:
-		return s.failed(err, p.Name, toolRequest)
-	}
+// response renders the provider's answer.
+func response(resp provider.APIResponse) outcome {
 	out := requestOutput{Status: resp.Status, Headers: map[string]string{}, Truncated: resp.Truncated, Decoded: resp.Decoded}
 	for k, vs := range resp.Header {
 		out.Headers[strings.ToLower(k)] = strings.Join(vs, ", ")

@@ -341,7 +341,7 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			}
 			p.Meta.TraceParent, p.Meta.TraceState = env.Meta.TraceParent, env.Meta.TraceState
 			if metaV = env.Meta.Version; metaV != nil && *metaV == versionModern {
-				writeRPCError(w, http.StatusBadRequest, msg.ID, codeInvalidParams, "Invalid params: "+paramsProblem(perr), nil)
+				writeRPCError(w, http.StatusBadRequest, msg.ID, codeInvalidParams, "Invalid params: "+paramsProblem(msg.Params, perr), nil)
 				return
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"credbroker/connections"
 	"credbroker/internal/requeststate"
+	"credbroker/internal/strictjson"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
@@ -246,22 +248,20 @@ func decodeArgs(raw json.RawMessage, v any) error {
 
 // decodeArgsJSON is decodeArgs with encoding/json alone.
 func decodeArgsJSON(raw json.RawMessage, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var ute *json.UnmarshalTypeError
-		if errors.As(err, &ute) && ute.Field != "" {
-			return fmt.Errorf("argument %q has the wrong type (want %s)", ute.Field, ute.Type)
-		}
-		if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return fmt.Errorf("unknown argument %s", msg)
-		}
-		return errors.New("arguments must be a JSON object matching the tool's input schema")
-	}
-	if dec.More() {
+	err := strictjson.Decode(raw, v)
+	var ute *json.UnmarshalTypeError
+	var ufe *strictjson.UnknownFieldError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ute) && ute.Field != "":
+		return fmt.Errorf("argument %q has the wrong type (want %s)", ute.Field, ute.Type)
+	case errors.As(err, &ufe):
+		return fmt.Errorf("unknown argument %s", strconv.Quote(ufe.Field))
+	case errors.Is(err, strictjson.ErrTrailing):
 		return errors.New("arguments must be one JSON object")
 	}
-	return nil
+	return errors.New("arguments must be a JSON object matching the tool's input schema")
 }
 
 // request builds the connections request of a tools/call.
@@ -297,12 +297,12 @@ func (c *callContext) answer(key string) (connections.Answer, *outcome) {
 func (s *Server) continued(c *callContext, tool string) (string, *outcome) {
 	digest, err := requeststate.Digest(c.args)
 	if err != nil {
-		o := invalidParams(requeststate.ErrInvalid.Error())
+		o := invalidParams(invalidState)
 		return "", &o
 	}
 	st, err := requeststate.Open(s.opts.StateKeys, c.state, c.principal, tool, digest, s.opts.Now())
 	if err != nil {
-		o := invalidParams(requeststate.ErrInvalid.Error())
+		o := invalidParams(invalidState)
 		return "", &o
 	}
 	return st.Ref, nil
@@ -344,43 +344,38 @@ func (s *Server) connectAccount(ctx context.Context, c *callContext) outcome {
 		}
 		return complete(connectOutput{Status: "connected", Message: msg, Connection: &v})
 	case connections.Declined:
-		return declined(o.Provider)
+		return declined(o)
 	case connections.Cancelled:
-		return complete(connectOutput{Status: "cancelled",
-			Message: fmt.Sprintf("Nothing was connected: the user dismissed the request to connect %s. The link stays usable until %s; call %s again to continue.",
-				o.Provider.DisplayName, o.Until.UTC().Format(time.RFC3339), toolConnect)})
+		return complete(connectOutput{Status: "cancelled", Message: o.Message(toolConnect)})
 	case connections.NeedsUser:
 		return s.askToConnect(c, toolConnect, o)
 	}
 	return internalError()
 }
 
-// failed turns a connections error into the tool's answer: a tool error
-// the model can act on, -32602 for a bad requestState, or an internal
-// error (logged, never shown).
+// invalidState is the one answer to a requestState that does not open
+// for this call, whatever the reason.
+const invalidState = "Invalid or expired requestState"
+
+// failed turns a connections error into the tool's answer, by its class: a
+// tool error the model can act on, -32602 for a bad requestState, or an
+// internal error (logged, never shown).
 func (s *Server) failed(err error, providerName string, tool string) outcome {
 	p, _ := s.opts.Connections.Providers().Lookup(providerName)
-	var up *connections.UnknownProviderError
-	var se *connections.ScopeError
-	var ae *connections.AccountError
-	var re *provider.RequestError
-	switch {
-	case errors.Is(err, connections.ErrUnknownRequest):
-		return invalidParams(requeststate.ErrInvalid.Error())
-	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae), errors.As(err, &re),
-		errors.Is(err, connections.ErrTooManyPending), errors.Is(err, connections.ErrRateLimited),
-		errors.Is(err, connections.ErrConnectionGone), errors.Is(err, provider.ErrProviderUnavailable),
-		errors.Is(err, provider.ErrUninspectableAnswer),
-		errors.Is(err, vault.ErrNotFound), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return toolError("%s", connections.Describe(err, p))
-	case errors.Is(err, connections.ErrRequestExpired), errors.Is(err, connections.ErrTooManyRounds):
-		return toolError("%s Call %s again to start over.", strings.TrimSuffix(connections.Describe(err, p), " Start over."), tool)
+	f := connections.Explain(err, p)
+	switch f.Class {
+	case connections.BadState:
+		return invalidParams(invalidState)
+	case connections.Internal:
+		s.log.Error("mcpapi: "+tool+" failed", "err", err.Error())
+		if tool != toolRequest || p == nil {
+			return internalError()
+		}
 	}
-	s.log.Error("mcpapi: "+tool+" failed", "err", err.Error())
-	if tool == toolRequest && p != nil {
-		return toolError("%s", connections.Describe(err, p))
+	if f.Next == connections.NextStartOver {
+		return toolError("%s Call %s again to start over.", f.Message, tool)
 	}
-	return internalError()
+	return toolError("%s", f.Message)
 }
 
 // askToConnect answers with the url elicitation of a connect request:
@@ -415,12 +410,8 @@ func (s *Server) askToConnect(c *callContext, tool string, n connections.NeedsUs
 	if err != nil {
 		return invalidParams("arguments are not valid JSON")
 	}
-	exp := s.opts.Now().Add(s.opts.StateTTL)
-	if n.Grant.Expires.Before(exp) {
-		exp = n.Grant.Expires
-	}
 	st := requeststate.Seal(s.opts.StateKeys, requeststate.State{Principal: c.principal, Operation: tool,
-		ArgDigest: digest, Ref: n.Grant.ID, Expires: exp})
+		ArgDigest: digest, Ref: n.Grant.ID, Expires: n.Until(s.opts.Now(), s.opts.StateTTL)})
 	return outcome{input: &inputRequired{
 		key:    "connect_" + n.Provider.Name,
 		params: &mcp.ElicitParams{Mode: "url", Message: msg, URL: n.URL},
@@ -430,9 +421,8 @@ func (s *Server) askToConnect(c *callContext, tool string, n connections.NeedsUs
 
 var urlCapability = map[string]any{"elicitation": map[string]any{"url": map[string]any{}}}
 
-func declined(p *provider.Provider) outcome {
-	return complete(connectOutput{Status: "declined",
-		Message: fmt.Sprintf("The user declined to connect %s. Do not ask again unless the user asks for it.", p.DisplayName)})
+func declined(d connections.Declined) outcome {
+	return complete(connectOutput{Status: "declined", Message: d.Message()})
 }
 
 func (s *Server) listConnections(ctx context.Context, c *callContext) outcome {
@@ -474,10 +464,11 @@ func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome 
 		o.result.IsError = true
 		return o
 	}
+	form, isForm := d.Provider.Kind.(provider.FormStep)
 	switch {
-	case d.Provider.IsAPIKey():
+	case isForm:
 		out.Message = fmt.Sprintf("Disconnected %s account %s: the key was deleted from the broker. The broker cannot revoke an API key; revoke it at %s as well: %s",
-			name, out.Account, name, d.Provider.APIKey.InstructionsURL)
+			name, out.Account, name, form.Form().InstructionsURL)
 	case d.Revocation == provider.Revoked:
 		out.Message = fmt.Sprintf("Disconnected %s account %s: the tokens were revoked at %s and deleted from the broker.", name, out.Account, name)
 	case d.Revocation == provider.KeptShared:

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/provider"
 	"credbroker/vault"
@@ -54,6 +53,8 @@ type keyEntryPage struct {
 	// Error says why the last submission was refused, never with a value.
 	Error  string
 	Fields []keyInput
+	// page names the form step's template.
+	page string
 }
 
 type keyInput struct {
@@ -63,18 +64,18 @@ type keyInput struct {
 }
 
 // newKeyPage fills the parts of the entry page every use shares.
-func newKeyPage(s *session, p *provider.Provider, action string) keyEntryPage {
-	page := keyEntryPage{Chrome: s.chrome(), Provider: p.DisplayName, Instructions: p.APIKey.Instructions,
-		InstructionsURL: p.APIKey.InstructionsURL, Identity: s.Display, Action: action}
-	for _, fd := range p.APIKey.Fields {
+func newKeyPage(s *session, p *provider.Provider, form provider.Form, action string) keyEntryPage {
+	page := keyEntryPage{Chrome: s.chrome(), Provider: p.DisplayName, Instructions: form.Instructions,
+		InstructionsURL: form.InstructionsURL, Identity: s.Display, Action: action, page: form.Page}
+	for _, fd := range form.Fields {
 		page.Fields = append(page.Fields, keyInput{Name: fd.Name, Label: fd.Label, Secret: fd.Secret, MaxLength: fd.MaxLength})
 	}
 	return page
 }
 
 // grantKeyPage is the entry page of connect request g: who asked.
-func grantKeyPage(s *session, p *provider.Provider, g vault.Grant) keyEntryPage {
-	page := newKeyPage(s, p, "/connect/"+g.ID+"/key")
+func grantKeyPage(s *session, p *provider.Provider, form provider.Form, g vault.Grant) keyEntryPage {
+	page := newKeyPage(s, p, form, "/connect/"+g.ID+"/key")
 	page.ClientName, page.Server, page.ServerUnnamed = g.ClientName, g.Server, g.Server == vault.UnnamedServer
 	if page.ClientName == "" && page.Server == "" {
 		page.ClientName = "an unnamed client"
@@ -83,15 +84,15 @@ func grantKeyPage(s *session, p *provider.Provider, g vault.Grant) keyEntryPage 
 }
 
 func (f *Flow) renderKeyEntry(w http.ResponseWriter, status int, p keyEntryPage) {
-	f.render(w, status, "keyentry", p)
+	f.render(w, status, p.page, p)
 }
 
-// keyLanding is GET /connect/{grant} for an API-key provider: the entry
-// page (the grant is the signed-in person's, open, at a configured
-// provider: loadGrant checked).
-func (f *Flow) keyLanding(w http.ResponseWriter, r *http.Request, s *session, g vault.Grant, p *provider.Provider) {
-	page := grantKeyPage(s, p, g)
-	page.Rejected = f.keyRejected(r, s, p)
+// formLanding is GET /connect/{grant} for a form step: the entry page
+// (the grant is the signed-in person's, open, at a configured provider:
+// Open checked).
+func (f *Flow) formLanding(w http.ResponseWriter, r *http.Request, s *session, cr connections.ConnectRequest, step provider.FormStep) {
+	page := grantKeyPage(s, cr.Provider, step.Form(), cr.Grant)
+	page.Rejected = f.keyRejected(r, s, cr.Provider)
 	f.renderKeyEntry(w, http.StatusOK, page)
 }
 
@@ -121,10 +122,11 @@ func (f *Flow) checkKeyForm(w http.ResponseWriter, r *http.Request, s *session) 
 	return true
 }
 
-// keyValues collects the posted field values: each field at most once.
-func keyValues(r *http.Request, p *provider.Provider) (map[string]string, bool) {
+// keyValues collects the posted field values of form: each field at most
+// once.
+func keyValues(r *http.Request, form provider.Form) (map[string]string, bool) {
 	out := map[string]string{}
-	for _, fd := range p.APIKey.Fields {
+	for _, fd := range form.Fields {
 		vs := r.PostForm["field."+fd.Name]
 		if len(vs) > 1 {
 			return nil, false
@@ -136,23 +138,12 @@ func keyValues(r *http.Request, p *provider.Provider) (map[string]string, bool) 
 	return out, true
 }
 
-// verifyKey runs the provider's checks and verify request on what was
-// posted. On a refusal it renders page with the reason (never a value)
-// and returns false.
-func (f *Flow) verifyKey(w http.ResponseWriter, r *http.Request, p *provider.Provider, page keyEntryPage, ref string) (provider.Exchanged, bool) {
-	values, ok := keyValues(r, p)
-	if !ok {
-		page.Error = "The form gave a field twice. Nothing was sent or stored."
-		f.renderKeyEntry(w, http.StatusBadRequest, page)
-		return provider.Exchanged{}, false
-	}
-	ex, err := f.opts.Client.VerifyKey(r.Context(), p, values)
-	clear(values)
-	if err == nil {
-		return ex, true
-	}
+// keyRefused renders page again with why what was posted was refused
+// (never a value), or the generic failure. ref names the attempt in logs.
+func (f *Flow) keyRefused(w http.ResponseWriter, r *http.Request, s *session, p *provider.Provider, page keyEntryPage, ref string, err error) {
 	var fe *provider.KeyFormatError
 	var ke *provider.KeyRefusedError
+	var ae *connections.KeyAccountError
 	status := http.StatusBadRequest
 	switch {
 	case errors.As(err, &fe):
@@ -165,6 +156,10 @@ func (f *Flow) verifyKey(w http.ResponseWriter, r *http.Request, p *provider.Pro
 	case errors.As(err, &ke):
 		f.log.Info("key entry: the provider refused the key", "provider", p.Name, "status", ke.Status, "ref", ref)
 		page.Error = fmt.Sprintf("The key was refused by %s (%d). Nothing was stored. Check that you copied the whole key, or create a new one.", p.DisplayName, ke.Status)
+	case errors.As(err, &ae):
+		f.log.Info("key entry: replacement key is for another account; nothing stored", "provider", p.Name, "ref", ref)
+		status = http.StatusConflict
+		page.Error = ae.Error()
 	case errors.Is(err, provider.ErrAccountUnknown):
 		f.log.Warn("key entry: the verify answer named no account", "provider", p.Name, "err", err.Error(), "ref", ref)
 		status = http.StatusBadGateway
@@ -174,17 +169,15 @@ func (f *Flow) verifyKey(w http.ResponseWriter, r *http.Request, p *provider.Pro
 		status = http.StatusBadGateway
 		page.Error = "The broker could not reach " + p.DisplayName + " to check the key. Nothing was stored; try again in a few minutes."
 	default:
-		f.log.Error("key entry: verify failed", "provider", p.Name, "err", err.Error(), "ref", ref)
-		status = http.StatusInternalServerError
-		page.Error = "The broker could not check the key. Nothing was stored; try again in a moment."
+		f.fail(w, r, s, http.StatusInternalServerError, "key entry", err)
+		return
 	}
 	f.renderKeyEntry(w, status, page)
-	return provider.Exchanged{}, false
 }
 
 // handleKeySubmit is POST /connect/{grant}/key: the entry form of a
 // connect link. decision=deny declines the request; decision=approve
-// verifies and stores the key, then completes the request.
+// verifies and stores the key, which completes the request.
 func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
 	s := f.jar.session(r)
 	if s == nil {
@@ -196,11 +189,13 @@ func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	// Re-checks the signed-in person against the request's, and that the
 	// request is still open (a replayed post after success stops here).
-	g, p, ok := f.loadGrant(w, r, s, r.PathValue("grant"), "key_submit")
+	cr, ok := f.open(w, r, s, r.PathValue("grant"), "key_submit")
 	if !ok {
 		return
 	}
-	if !p.IsAPIKey() {
+	p, g := cr.Provider, cr.Grant
+	step, form := p.Kind.(provider.FormStep)
+	if !form {
 		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Not a key form",
 			Message: p.DisplayName + " is connected through its own sign-in, not with a key. Nothing was stored.",
 			Next:    "Open the link from your app again."})
@@ -208,12 +203,7 @@ func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.PostFormValue("decision") {
 	case "deny":
-		if _, err := f.opts.Grants.Deny(r.Context(), g.ID, s.principal()); err != nil {
-			f.fail(w, r, s, http.StatusConflict, "deny grant", err)
-			return
-		}
-		f.log.Info("grant denied in browser", "provider", p.Name, "grant_ref", binding.Ref(g.ID))
-		f.renderDenied(w, deniedPage{Chrome: s.chrome(), Provider: p.DisplayName})
+		f.decline(w, r, s, cr)
 		return
 	case "approve":
 	default:
@@ -221,49 +211,30 @@ func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
 			Message: "The form did not say Connect or Deny. Nothing was sent or stored.", Next: "Open the link again and choose."})
 		return
 	}
-	page := grantKeyPage(s, p, g)
-	// Each check sends a key to the provider: a link allows a few, so it
-	// cannot be used to try keys at will.
-	if _, err := f.opts.Grants.Attempt(r.Context(), g.ID, s.principal()); errors.Is(err, binding.ErrTooManyAttempts) {
-		f.log.Warn("key entry: too many attempts for one link", "provider", p.Name, "grant_ref", binding.Ref(g.ID))
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusTooManyRequests, Heading: "Too many keys tried with this link",
-			Message: "This connect link has checked as many keys as it may. Nothing was sent to " + p.DisplayName + " and nothing was stored.",
-			Next:    "Go back to your app and ask it to connect again; it will give you a fresh link."})
-		return
-	} else if err != nil {
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusGone, Heading: "This connect link can no longer be used",
-			Message: "The link expired or was used meanwhile. Nothing was sent or stored.",
-			Next:    "Go back to your app and ask it to connect again; it will give you a fresh link."})
-		return
-	}
-	ex, ok := f.verifyKey(w, r, p, page, binding.Ref(g.ID))
+	page := grantKeyPage(s, p, step.Form(), g)
+	values, ok := keyValues(r, step.Form())
 	if !ok {
+		page.Error = "The form gave a field twice. Nothing was sent or stored."
+		f.renderKeyEntry(w, http.StatusBadRequest, page)
 		return
 	}
-	// This POST is the consent: Save approves and completes the grant in
-	// the transaction that stores the key.
-	conn, err := f.opts.Connections.Save(r.Context(), s.principal(), g, p, ex)
+	conn, err := f.opts.Connections.EnterKey(r.Context(), s.principal(), cr, values)
+	clear(values)
+	var le *connections.LinkError
 	switch {
+	case errors.As(err, &le):
+		f.linkFailed(w, r, s, g.ID, "key_submit", err)
+		return
 	case errors.Is(err, connections.ErrRequestExpired):
 		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusGone, Heading: "This connect link can no longer be used",
-			Message: "The link expired or was used meanwhile. Nothing new was stored.",
-			Next:    "Go back to your app and ask it to connect again; it will give you a fresh link."})
+			Message: "The link expired or was used meanwhile. Nothing new was stored.", Next: restart})
 		return
 	case err != nil:
-		f.fail(w, r, s, http.StatusInternalServerError, "store key connection", err)
+		f.keyRefused(w, r, s, p, page, connections.Ref(g.ID), err)
 		return
 	}
-	f.log.Info("key entry: connection stored", "provider", p.Name, "connection", conn.ID, "grant_ref", binding.Ref(g.ID))
+	f.log.Info("key entry: connection stored", "provider", p.Name, "connection", conn.ID, "grant_ref", connections.Ref(g.ID))
 	f.renderDone(w, donePage{Chrome: s.chrome(), Provider: p.DisplayName, Account: conn.AccountLogin})
-}
-
-// keyApproveHere answers POST /connect/{grant} decision=approve for an
-// API-key provider: there is no provider to send the browser to; the key
-// is entered on the landing page.
-func (f *Flow) keyApproveHere(w http.ResponseWriter, s *session, p *provider.Provider) {
-	f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Enter the key on the connect page",
-		Message: p.DisplayName + " is connected with a key, entered on the connect page. Nothing was stored.",
-		Next:    "Open the connect link again and enter your " + p.DisplayName + " key."})
 }
 
 // keyConnection loads connection id of the signed-in person for the
@@ -285,7 +256,8 @@ func (f *Flow) keyConnection(w http.ResponseWriter, r *http.Request, s *session)
 }
 
 func replacePage(s *session, c vault.Connection, p *provider.Provider) keyEntryPage {
-	page := newKeyPage(s, p, "/connections/"+url.PathEscape(c.ID)+"/key")
+	step, _ := p.Kind.(provider.FormStep) // KeyConnection: a form step's connection
+	page := newKeyPage(s, p, step.Form(), "/connections/"+url.PathEscape(c.ID)+"/key")
 	page.Replace, page.Account = true, connections.AccountName(c)
 	page.Rejected = c.Status == vault.StatusNeedsReconnect
 	return page
@@ -331,23 +303,21 @@ func (f *Flow) handleReplaceKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := replacePage(s, c, p)
-	ex, ok := f.verifyKey(w, r, p, page, c.ID)
+	step, _ := p.Kind.(provider.FormStep)
+	values, ok := keyValues(r, step.Form())
 	if !ok {
+		page.Error = "The form gave a field twice. Nothing was sent or stored."
+		f.renderKeyEntry(w, http.StatusBadRequest, page)
 		return
 	}
-	_, err := f.opts.Connections.ReplaceKey(r.Context(), connections.Request{Principal: s.principal(), Via: "browser"}, c.ID, ex)
-	var ae *connections.KeyAccountError
+	_, err := f.opts.Connections.ReplaceKey(r.Context(), connections.Request{Principal: s.principal(), Via: "browser"}, c.ID, values)
+	clear(values)
 	switch {
-	case errors.As(err, &ae):
-		f.log.Info("key entry: replacement key is for another account; nothing stored", "provider", p.Name, "connection", c.ID)
-		page.Error = ae.Error()
-		f.renderKeyEntry(w, http.StatusConflict, page)
-		return
 	case errors.Is(err, vault.ErrNotFound):
 		f.redirectNotice(w, r, "not_found")
 		return
 	case err != nil:
-		f.fail(w, r, s, http.StatusInternalServerError, "replace key", err)
+		f.keyRefused(w, r, s, p, page, c.ID, err)
 		return
 	}
 	f.redirectNotice(w, r, "key_replaced")
@@ -361,9 +331,11 @@ func (f *Flow) keyNotice(page *connectionsPage, q url.Values) {
 		page.Notice = "Key replaced. The new key is stored encrypted and used from now on; revoke the old one at the provider if you no longer need it."
 	case noticeKeyDeleted:
 		page.Notice = "Disconnected. The key was deleted from the broker. The broker cannot revoke an API key: revoke it at the provider too."
-		if p, ok := f.providers.Lookup(q.Get("provider")); ok && p.IsAPIKey() {
-			page.Notice = "Disconnected. The key was deleted from the broker. The broker cannot revoke an API key: revoke it at " + p.DisplayName + " too."
-			page.NoticeLink, page.NoticeLinkText = p.APIKey.InstructionsURL, "Revoke it at "+p.DisplayName
+		if p, ok := f.providers.Lookup(q.Get("provider")); ok {
+			if step, form := p.Kind.(provider.FormStep); form {
+				page.Notice = "Disconnected. The key was deleted from the broker. The broker cannot revoke an API key: revoke it at " + p.DisplayName + " too."
+				page.NoticeLink, page.NoticeLinkText = step.Form().InstructionsURL, "Revoke it at "+p.DisplayName
+			}
 		}
 	}
 }

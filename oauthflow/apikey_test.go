@@ -289,10 +289,7 @@ func keyEntryFlows(t *testing.T, open func(testing.TB, *vault.Keyring) vault.Sto
 	})
 
 	t.Run("a request from a co-located server names it", func(t *testing.T) {
-		gs, err := h.grants.CreateForServer(ctx, vault.Principal{Issuer: h.idp.Issuer(), Subject: "alice"}, "demo-keys", nil, "repo-helper", "Key Agent")
-		if err != nil {
-			t.Fatal(err)
-		}
+		gs := h.serverGrant("alice", "demo-keys", nil, "repo-helper", "Key Agent")
 		p := aliceA.openConnect(gs, "alice")
 		mustContain(t, p, `<strong class="server">repo-helper</strong>, a server your administrator configured`, "Through the app", `name="field.api_key"`)
 	})

@@ -7,9 +7,6 @@ import (
 	"net/url"
 	"strconv"
 
-	"go.opentelemetry.io/otel/codes"
-
-	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
@@ -67,7 +64,6 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 	pname := r.PathValue("provider")
 	s := f.jar.session(r)
 	fs, haveFlow := f.jar.flow(r)
-	restart := "Go back to your app and ask it to connect again; it will give you a fresh link."
 	if !haveFlow {
 		f.securityEvent(r, "callback_without_flow", s, "provider", pname)
 		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
@@ -77,7 +73,7 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	cp, err := parseCallback(r.URL.RawQuery)
 	if err != nil || fs.Provider != pname || !equalToken(cp.State, fs.State) {
-		f.securityEvent(r, "callback_state_mismatch", s, "provider", pname, "grant_ref", binding.Ref(fs.Grant))
+		f.securityEvent(r, "callback_state_mismatch", s, "provider", pname, "grant_ref", connections.Ref(fs.Grant))
 		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
 			Message: "The answer from the provider does not match the connection this browser started. Nothing was connected.",
 			Next:    "Open the link from your app again and approve once more."})
@@ -91,86 +87,74 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 			Next:    "Open the link from your app again; you will sign in and approve once more."})
 		return
 	}
-	g, p, ok := f.loadGrant(w, r, s, fs.Grant, "callback")
-	if !ok {
-		return
-	}
-	// The grant is the signed-in person's and open (loadGrant), and this
-	// browser's flow cookie, which only the consent form sets, is that
-	// person's consent to it: checked again here, since nothing else
-	// records the consent until the connection is stored. A cookie from an
-	// earlier release names no one; its consent form recorded the consent
-	// in the store instead (the approved state), so one of the two must
-	// hold.
-	consented := binding.SamePrincipal(vault.Principal{Issuer: fs.Iss, Subject: fs.Sub}, s.principal()) ||
-		fs.Iss == "" && fs.Sub == "" && g.State == vault.GrantApproved
-	if !consented || p.Name != pname {
-		f.securityEvent(r, "callback_consent_mismatch", s, "provider", pname, "grant_ref", binding.Ref(g.ID))
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusConflict, Heading: "Connection not approved",
-			Message: "This connection was not approved by you in this browser. Nothing was connected.", Next: "Open the link from your app again."})
-		return
-	}
-	// RFC 9207: the answer must come from the provider the browser was
-	// sent to (mix-up defence), checked before a code or an error is
-	// believed.
-	if issuer, required, err := f.opts.Client.ResponseIssuer(r.Context(), p); err != nil {
-		f.providerUnavailable(w, r, s, p, err)
-		return
-	} else if cp.Iss == "" && required || cp.Iss != "" && issuer != "" && !equalToken(cp.Iss, issuer) {
-		f.securityEvent(r, "callback_issuer_mismatch", s, "provider", p.Name, "grant_ref", binding.Ref(g.ID), "iss_present", cp.Iss != "")
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
-			Message: "The answer did not come from " + p.DisplayName + " as the broker expected (its issuer was missing or different), so it was not used. Nothing was connected.",
-			Next:    "Open the link from your app again and approve once more."})
-		return
-	}
-	if cp.Error != "" {
-		f.providerError(w, r, s, p, g, cp)
-		return
-	}
-	xctx, xspan := f.startSpan(r.Context(), "oauthflow.token_exchange")
-	ex, err := f.opts.Client.Exchange(xctx, p, f.redirectURL(p), cp.Code, fs.Verifier, fs.Nonce, fs.Scopes)
+	conn, p, err := f.opts.Connections.Complete(r.Context(), connections.Callback{
+		Principal: s.principal(), Grant: fs.Grant, Consent: vault.Principal{Issuer: fs.Iss, Subject: fs.Sub},
+		Provider: pname, RedirectURL: f.opts.PublicURL + "/oauth/" + pname + "/callback",
+		Request: provider.AuthRequest{State: fs.State, Verifier: fs.Verifier, Nonce: fs.Nonce, Scopes: fs.Scopes},
+		Code:    cp.Code, Error: cp.Error, ErrorDescription: cp.ErrorDescription, Iss: cp.Iss,
+	})
 	if err != nil {
-		xspan.SetStatus(codes.Error, "code exchange failed")
-	}
-	xspan.End()
-	switch {
-	case errors.Is(err, provider.ErrCodeRejected):
-		f.log.Warn("provider code exchange refused", "provider", p.Name, "err", err.Error())
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "The authorization was already used or has expired",
-			Message: p.DisplayName + " did not accept the authorization code. Nothing was connected.",
-			Next:    "Open the link from your app again and approve once more."})
-		return
-	case errors.Is(err, provider.ErrWrongDomain):
-		f.log.Warn("provider account outside the hosted domain", "provider", p.Name, "err", err.Error())
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusForbidden, Heading: "This " + p.DisplayName + " account is not allowed here",
-			Message: "This broker only connects " + p.DisplayName + " accounts of " + domainWords(p.HostedDomain) + ". The account you chose is not one of them, so nothing was stored.",
-			Next:    "Open the link from your app again and choose an account of that domain."})
-		return
-	case errors.Is(err, provider.ErrAccountUnknown):
-		f.log.Warn("provider account lookup failed", "provider", p.Name, "err", err.Error())
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadGateway, Heading: "Could not confirm your " + p.DisplayName + " account",
-			Message: p.DisplayName + " signed you in, but the broker could not confirm which account it was, so nothing was stored.",
-			Next:    "Open the link from your app again. If it keeps happening, tell your administrator."})
-		return
-	case err != nil:
-		f.log.Warn("provider code exchange failed", "provider", p.Name, "err", err.Error())
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadGateway, Heading: p.DisplayName + " did not answer properly",
-			Message: "The broker could not finish the connection with " + p.DisplayName + ". Nothing was connected.",
-			Next:    "Try again in a few minutes: go back to your app and ask it to connect again."})
-		return
-	}
-	conn, err := f.opts.Connections.Save(r.Context(), s.principal(), g, p, ex)
-	switch {
-	case errors.Is(err, connections.ErrRequestExpired):
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusGone, Heading: "This connect link can no longer be used",
-			Message: "The link expired or was used while you were at " + p.DisplayName + ". Nothing new was stored.", Next: restart})
-		return
-	case err != nil:
-		f.fail(w, r, s, http.StatusInternalServerError, "store connection", err)
+		f.callbackFailed(w, r, s, fs.Grant, p, err)
 		return
 	}
 	f.renderDone(w, donePage{Chrome: s.chrome(), Provider: p.DisplayName, Account: conn.AccountLogin, Scopes: conn.Scopes,
 		NoRefresh: connections.MissingRefreshToken(p, conn)})
+}
+
+// callbackFailed renders why a provider's answer stored nothing.
+func (f *Flow) callbackFailed(w http.ResponseWriter, r *http.Request, s *session, grant string, p *provider.Provider, err error) {
+	var (
+		le *connections.LinkError
+		ie *connections.IssuerError
+		pe *connections.ProviderError
+		wd *provider.WrongDomainError
+	)
+	ch := s.chrome()
+	switch {
+	case errors.As(err, &le):
+		f.linkFailed(w, r, s, grant, "callback", err)
+	case errors.As(err, &ie):
+		f.securityEvent(r, "callback_issuer_mismatch", s, "provider", p.Name, "grant_ref", connections.Ref(grant), "iss_present", ie.Present)
+		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
+			Message: "The answer did not come from " + p.DisplayName + " as the broker expected (its issuer was missing or different), so it was not used. Nothing was connected.",
+			Next:    "Open the link from your app again and approve once more."})
+	case errors.As(err, &pe):
+		f.log.Info("provider returned an error", "provider", p.Name, "error", pe.Code, "grant_ref", connections.Ref(grant))
+		if pe.Denied {
+			f.renderError(w, errorPage{Chrome: ch, Status: http.StatusForbidden, Heading: "Not connected: access was refused at " + p.DisplayName,
+				Message: p.DisplayName + " reported that access was not granted. Nothing was connected and the app has been told.",
+				Detail:  pe.Description, Next: "If this was a mistake, ask your app to start the connection again."})
+			return
+		}
+		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: p.DisplayName + " reported an error",
+			Message: p.DisplayName + " did not complete the connection (error " + strconv.Quote(pe.Code) + "). Nothing was connected.",
+			Detail:  pe.Description, Next: "Open the link from your app again. If it keeps happening, tell your administrator."})
+	case errors.Is(err, provider.ErrCodeRejected):
+		f.log.Warn("provider code exchange refused", "provider", p.Name, "err", err.Error())
+		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadRequest, Heading: "The authorization was already used or has expired",
+			Message: p.DisplayName + " did not accept the authorization code. Nothing was connected.",
+			Next:    "Open the link from your app again and approve once more."})
+	case errors.As(err, &wd):
+		f.log.Warn("provider account outside the hosted domain", "provider", p.Name, "err", err.Error())
+		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusForbidden, Heading: "This " + p.DisplayName + " account is not allowed here",
+			Message: "This broker only connects " + p.DisplayName + " accounts of " + domainWords(wd.Want) + ". The account you chose is not one of them, so nothing was stored.",
+			Next:    "Open the link from your app again and choose an account of that domain."})
+	case errors.Is(err, provider.ErrAccountUnknown):
+		f.log.Warn("provider account lookup failed", "provider", p.Name, "err", err.Error())
+		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: "Could not confirm your " + p.DisplayName + " account",
+			Message: p.DisplayName + " signed you in, but the broker could not confirm which account it was, so nothing was stored.",
+			Next:    "Open the link from your app again. If it keeps happening, tell your administrator."})
+	case errors.Is(err, provider.ErrProviderUnavailable):
+		f.log.Warn("provider code exchange failed", "provider", p.Name, "err", err.Error())
+		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: p.DisplayName + " did not answer properly",
+			Message: "The broker could not finish the connection with " + p.DisplayName + ". Nothing was connected.",
+			Next:    "Try again in a few minutes: go back to your app and ask it to connect again."})
+	case errors.Is(err, connections.ErrRequestExpired):
+		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusGone, Heading: "This connect link can no longer be used",
+			Message: "The link expired or was used while you were at " + p.DisplayName + ". Nothing new was stored.", Next: restart})
+	default:
+		f.fail(w, r, s, http.StatusInternalServerError, "store connection", err)
+	}
 }
 
 // domainWords names a hosted_domain for people.
@@ -179,20 +163,4 @@ func domainWords(hd string) string {
 		return "an organisation's Google Workspace"
 	}
 	return "the domain " + hd
-}
-
-func (f *Flow) providerError(w http.ResponseWriter, r *http.Request, s *session, p *provider.Provider, g vault.Grant, cp callbackParams) {
-	f.log.Info("provider returned an error", "provider", p.Name, "error", cp.Error, "grant_ref", binding.Ref(g.ID))
-	if cp.Error == "access_denied" {
-		if _, err := f.opts.Grants.Deny(r.Context(), g.ID, s.principal()); err != nil {
-			f.log.Warn("deny grant after access_denied", "err", err)
-		}
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusForbidden, Heading: "Not connected: access was refused at " + p.DisplayName,
-			Message: p.DisplayName + " reported that access was not granted. Nothing was connected and the app has been told.",
-			Detail:  cp.ErrorDescription, Next: "If this was a mistake, ask your app to start the connection again."})
-		return
-	}
-	f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadGateway, Heading: p.DisplayName + " reported an error",
-		Message: p.DisplayName + " did not complete the connection (error " + strconv.Quote(cp.Error) + "). Nothing was connected.",
-		Detail:  cp.ErrorDescription, Next: "Open the link from your app again. If it keeps happening, tell your administrator."})
 }

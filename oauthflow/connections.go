@@ -47,7 +47,7 @@ func (f *Flow) handleConnections(w http.ResponseWriter, r *http.Request) {
 		if known {
 			name = p.DisplayName
 		}
-		key := known && p.IsAPIKey()
+		key := known && isForm(p)
 		status := "Active"
 		switch {
 		case c.Status == vault.StatusNeedsReconnect && key:
@@ -89,7 +89,7 @@ func (f *Flow) handleDisconnect(w http.ResponseWriter, r *http.Request) {
 		f.redirectNotice(w, r, "not_found")
 	case err != nil:
 		f.fail(w, r, s, http.StatusInternalServerError, "disconnect", err)
-	case d.Provider.IsAPIKey():
+	case isForm(d.Provider):
 		// Nothing to revoke remotely: say so, with where to revoke it.
 		f.redirectNotice(w, r, noticeKeyDeleted+"&provider="+url.QueryEscape(d.Provider.Name))
 	default:
@@ -112,4 +112,14 @@ func (f *Flow) handleLogout(w http.ResponseWriter, r *http.Request) {
 	f.jar.clear(w, "flow")
 	f.jar.markLoggedOut(w)
 	f.renderSignedOut(w, signedOutPage{})
+}
+
+// isForm reports whether p connects through a form step (a key the person
+// entered, which the broker cannot revoke).
+func isForm(p *provider.Provider) bool {
+	if p == nil {
+		return false
+	}
+	_, ok := p.Kind.(provider.FormStep)
+	return ok
 }

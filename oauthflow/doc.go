@@ -61,5 +61,5 @@
 // and served with a CSP that allows no script, nosniff, frame-ancestors
 // 'none', Referrer-Policy no-referrer and Cache-Control no-store. No token
 // value is ever rendered or logged; a failure at any step stores nothing.
-// Grant ids appear in logs only as binding.Ref references.
+// Grant ids appear in logs only as connections.Ref references.
 package oauthflow

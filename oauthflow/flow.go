@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/oauth2"
 
-	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/clientaddr"
 	"credbroker/internal/loopback"
@@ -37,14 +36,9 @@ type Options struct {
 	Issuer       string
 	ClientID     string
 	ClientSecret vault.Secret
-	// Grants advances connect requests (attempts, deny) as the person acts;
-	// Connections.Save approves and completes them.
-	Grants *binding.Service
-	// Connections stores what the browser step produced, lists and
-	// disconnects.
+	// Connections decides every step of a connect link (open, decline,
+	// a form's key, the provider's callback), lists and disconnects.
 	Connections *connections.Service
-	// Client talks to the providers (configuration, code exchange).
-	Client *provider.Client
 	// CookieKeys is the key ring for cookies (pass kr.Derive("cookies")).
 	CookieKeys *vault.Keyring
 	HTTPClient *http.Client
@@ -92,7 +86,7 @@ func New(ctx context.Context, opts Options) (*Flow, error) {
 		name string
 	}{
 		{opts.PublicURL != "", "PublicURL"}, {opts.Issuer != "", "Issuer"}, {opts.ClientID != "", "ClientID"},
-		{opts.Grants != nil, "Grants"}, {opts.Connections != nil, "Connections"}, {opts.Client != nil, "Client"},
+		{opts.Connections != nil, "Connections"},
 		{opts.CookieKeys != nil, "CookieKeys"},
 	} {
 		if !m.ok {
@@ -127,7 +121,7 @@ func New(ctx context.Context, opts Options) (*Flow, error) {
 		// sign-in's code exchange) is an "idp.http <METHOD>" client span.
 		opts: opts, log: opts.Logger, now: opts.Now, client: tracing.WrapIdPClient(opts.HTTPClient, opts.Tracing),
 		jar:       newCookieJar(opts.CookieKeys, opts.DevMode || pu.Scheme == "http", opts.Now),
-		providers: opts.Client.Providers(),
+		providers: opts.Connections.Providers(),
 		cop:       http.NewCrossOriginProtection(),
 		tracer:    tracing.Tracer(opts.Tracing),
 	}
@@ -288,7 +282,7 @@ func (f *Flow) securityEvent(r *http.Request, event string, s *session, attrs ..
 
 // fail logs err and renders a generic error page.
 func (f *Flow) fail(w http.ResponseWriter, r *http.Request, s *session, status int, what string, err error) {
-	ref := binding.Ref(fmt.Sprint(f.now().UnixNano(), r.URL.Path))
+	ref := connections.Ref(fmt.Sprint(f.now().UnixNano(), r.URL.Path))
 	f.log.Error("browser flow failed", "what", what, "path", redactPath(r.URL.Path), "ref", ref, "err", err)
 	f.renderError(w, errorPage{Chrome: s.chrome(), Status: status, Heading: "Something went wrong",
 		Message: "The broker could not finish this step. Nothing was connected.",
@@ -298,7 +292,7 @@ func (f *Flow) fail(w http.ResponseWriter, r *http.Request, s *session, status i
 // redactPath hides grant ids in logged paths.
 func redactPath(p string) string {
 	if rest, ok := strings.CutPrefix(p, "/connect/"); ok {
-		return "/connect/" + binding.Ref(rest)
+		return "/connect/" + connections.Ref(rest)
 	}
 	return p
 }

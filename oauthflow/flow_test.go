@@ -14,7 +14,7 @@ import (
 
 	"github.com/gorilla/securecookie"
 
-	"credbroker/binding"
+	"credbroker/connections"
 	"credbroker/internal/devidp"
 	"credbroker/internal/fakeprovider"
 	"credbroker/vault"
@@ -391,7 +391,7 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		a := h.newAgent()
 		g := h.grant("alice", "github", nil, "c")
 		cb := a.toCallback(g, "alice")
-		if _, err := h.flow.opts.Grants.Deny(ctx, g.ID, h.principal("alice")); err != nil {
+		if err := h.conns.Decline(ctx, h.principal("alice"), g.ID, "mcp"); err != nil {
 			t.Fatal(err)
 		}
 		tokens := h.gh.Counts().Token
@@ -416,7 +416,7 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		cb := a.toCallback(g, "alice")
 		reseal(t, h, a, func(fs *flowState) {
 			if fs.Iss != h.principal("alice").Issuer || fs.Sub != h.principal("alice").Subject || fs.Grant != g.ID {
-				t.Fatalf("flow cookie names %q %q for grant %s, want alice's consent to %s", fs.Iss, fs.Sub, binding.Ref(fs.Grant), binding.Ref(g.ID))
+				t.Fatalf("flow cookie names %q %q for grant %s, want alice's consent to %s", fs.Iss, fs.Sub, connections.Ref(fs.Grant), connections.Ref(g.ID))
 			}
 			fs.Sub = h.principal("bob").Subject
 		})
@@ -442,7 +442,11 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		legacy := reseal(t, h, a, func(fs *flowState) { fs.Iss, fs.Sub = "", "" })
 		mustStatus(t, a.get(cb2.String()), http.StatusConflict)
 		noConnections(t)
-		if _, err := h.flow.opts.Grants.Approve(ctx, g2.ID, h.principal("alice")); err != nil {
+		// What that release's consent form wrote: the grant approved.
+		if _, err := h.store.UpdateGrant(ctx, g2.ID, func(g vault.Grant) (vault.Grant, error) {
+			g.State = vault.GrantApproved
+			return g, nil
+		}); err != nil {
 			t.Fatal(err)
 		}
 		a.setCookie(legacy)
@@ -690,7 +694,6 @@ func visibleText(body string) string {
 // apart, as not verified; an MCP client's request is shown as before.
 func TestConsentNamesTheRequestingServer(t *testing.T) {
 	h := newHarness(t, corpProvider)
-	alice := vault.Principal{Issuer: h.idp.Issuer(), Subject: "alice"}
 	const hostile = `<b>Claude</b> "Desktop"`
 	for _, tc := range []struct {
 		name, server, client string
@@ -710,16 +713,7 @@ func TestConsentNamesTheRequestingServer(t *testing.T) {
 			[]string{"administrator configured"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var g vault.Grant
-			var err error
-			if tc.server != "" {
-				g, err = h.grants.CreateForServer(context.Background(), alice, "corp", nil, tc.server, tc.client)
-			} else {
-				g, err = h.grants.Create(context.Background(), alice, "corp", nil, tc.client)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := h.serverGrant("alice", "corp", nil, tc.server, tc.client)
 			consent := h.newAgent().openConnect(g, "alice")
 			mustStatus(t, consent, http.StatusOK)
 			text := visibleText(consent.body)

@@ -2,6 +2,8 @@ package oauthflow
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,13 +11,13 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
@@ -45,11 +47,11 @@ type harness struct {
 	mux    *http.ServeMux
 	flow   *Flow
 	store  vault.Store
-	grants *binding.Service
 	client *provider.Client
 	conns  *connections.Service
 	clock  *testClock
 	logs   *logbuf.Buffer
+	rec    *telemetry.Recorder
 	gh     *fakeprovider.GitHub
 	google *fakeprovider.Google
 	demo   *demoprovider.Provider // the demo-keys service (apikey_test.go)
@@ -113,21 +115,21 @@ func newHarnessStore(t testing.TB, providers func(h *harness) (string, map[strin
 	} else {
 		h.store = openStore(t, kr)
 	}
-	h.grants = binding.New(h.store, binding.Options{Now: h.clock.Now})
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rec := telemetry.New(telemetry.Options{Providers: reg.Names(), Audit: log})
+	h.rec = rec
 	h.client, err = provider.New(provider.Options{Store: h.store, Providers: reg, Now: h.clock.Now, Logger: log, Telemetry: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.conns, err = connections.New(connections.Options{Store: h.store, Grants: h.grants, Client: h.client,
+	h.conns, err = connections.New(connections.Options{Store: h.store, Client: h.client,
 		PublicURL: h.srv.URL, Now: h.clock.Now, Logger: log, Telemetry: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.flow, err = New(context.Background(), Options{
 		PublicURL: h.srv.URL, Issuer: h.idp.Issuer(), ClientID: "broker", ClientSecret: vault.Secret(brokerClientSecret),
-		Grants: h.grants, Connections: h.conns, Client: h.client, CookieKeys: kr.Derive("cookies"),
+		Connections: h.conns, CookieKeys: kr.Derive("cookies"),
 		Logger: log, Now: h.clock.Now, DevMode: true, Telemetry: rec,
 	})
 	if err != nil {
@@ -204,12 +206,30 @@ var (
 	bob   = vault.Principal{Subject: "bob"}
 )
 
-// grant creates a grant for user ("alice"/"bob") as the MCP endpoint would.
+// grant puts a pending connect request of user ("alice"/"bob") for
+// provider into the store, as the MCP endpoint's connect_account starts
+// one (whatever user has connected: a link may be stale, or for another
+// account).
 func (h *harness) grant(user, provider string, scopes []string, client string) vault.Grant {
 	h.t.Helper()
-	g, err := h.grants.Create(context.Background(), vault.Principal{Issuer: h.idp.Issuer(), Subject: user}, provider, scopes, client)
+	return h.serverGrant(user, provider, scopes, "", client)
+}
+
+// serverGrant is grant for a request asked by the co-located server (""
+// for an MCP client), as the sidecar's /v1/require starts one.
+func (h *harness) serverGrant(user, provider string, scopes []string, server, client string) vault.Grant {
+	h.t.Helper()
+	var id [16]byte
+	rand.Read(id[:])
+	now := h.clock.Now()
+	g, err := h.store.CreateGrant(context.Background(), vault.Grant{ID: base64.RawURLEncoding.EncodeToString(id[:]),
+		Principal: vault.Principal{Issuer: h.idp.Issuer(), Subject: user}, Provider: provider, Scopes: slices.Clone(scopes),
+		ClientName: client, Server: server, State: vault.GrantPending, Created: now, Expires: now.Add(10 * time.Minute)})
 	if err != nil {
-		h.t.Fatalf("grants.Create: %v", err)
+		h.t.Fatalf("create grant: %v", err)
+	}
+	if !connections.ValidLinkID(g.ID) {
+		h.t.Fatalf("grant id %q is not a connect link's", g.ID)
 	}
 	return g
 }

@@ -11,13 +11,21 @@ import (
 	"strings"
 )
 
-// pageNames are the templates parsed at start-up, each with layout.html.
-var pageNames = []string{"consent", "mismatch", "done", "denied", "error", "connections", "signedout", "keyentry"}
-
+// parsePages parses every page template at start-up, each with
+// layout.html: the pages of this package and those a provider kind's
+// browser step names (provider.RedirectStep.ConsentPage, provider.Form).
 func parsePages(fsys fs.FS) (map[string]*template.Template, error) {
-	pages := make(map[string]*template.Template, len(pageNames))
-	for _, n := range pageNames {
-		t, err := template.New(n).ParseFS(fsys, "layout.html", n+".html")
+	files, err := fs.Glob(fsys, "*.html")
+	if err != nil {
+		return nil, fmt.Errorf("oauthflow: list pages: %w", err)
+	}
+	pages := make(map[string]*template.Template, len(files))
+	for _, file := range files {
+		n := strings.TrimSuffix(file, ".html")
+		if n == "layout" {
+			continue
+		}
+		t, err := template.New(n).ParseFS(fsys, "layout.html", file)
 		if err != nil {
 			return nil, fmt.Errorf("oauthflow: parse page %s: %w", n, err)
 		}
@@ -126,7 +134,14 @@ func setPageHeaders(h http.Header, formAction ...string) {
 // render executes page into a buffer first, so a failed render is a clean 500.
 func (f *Flow) render(w http.ResponseWriter, status int, page string, data any, formAction ...string) {
 	var buf bytes.Buffer
-	if err := f.pages[page].ExecuteTemplate(&buf, "layout", data); err != nil {
+	t, ok := f.pages[page]
+	if !ok {
+		f.log.Error("render page: no such template", "page", page)
+		setPageHeaders(w.Header())
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	if err := t.ExecuteTemplate(&buf, "layout", data); err != nil {
 		f.log.Error("render page", "page", page, "err", err)
 		setPageHeaders(w.Header())
 		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
@@ -136,10 +151,6 @@ func (f *Flow) render(w http.ResponseWriter, status int, page string, data any, 
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	w.Write(buf.Bytes())
-}
-
-func (f *Flow) renderConsent(w http.ResponseWriter, p consentPage, authOrigin string) {
-	f.render(w, http.StatusOK, "consent", p, authOrigin)
 }
 
 func (f *Flow) renderMismatch(w http.ResponseWriter, p mismatchPage) {

@@ -1,25 +1,23 @@
 package oauthflow
 
 import (
-	"context"
 	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
-	"credbroker/binding"
+	"credbroker/connections"
 	"credbroker/internal/tracing"
 )
 
 // traced wraps a browser step's handler in a span named step, with the
-// route's pattern (never the grant id itself: its binding.Ref, which logs
+// route's pattern (never the grant id itself: its connections.Ref, which logs
 // carry too), the provider's name on a callback, and the status answered.
 // Without tracing h is returned as it is.
 func (f *Flow) traced(step string, h http.Handler) http.Handler {
 	return tracing.Handler(f.tracer, step, h, func(r *http.Request) []attribute.KeyValue {
 		var attrs []attribute.KeyValue
 		if g := r.PathValue("grant"); g != "" {
-			attrs = append(attrs, attribute.String("credbroker.grant_ref", binding.Ref(g)))
+			attrs = append(attrs, attribute.String("credbroker.grant_ref", connections.Ref(g)))
 		}
 		if p := r.PathValue("provider"); p != "" {
 			if _, ok := f.providers.Lookup(p); ok {
@@ -28,12 +26,4 @@ func (f *Flow) traced(step string, h http.Handler) http.Handler {
 		}
 		return attrs
 	})
-}
-
-// startSpan starts a child span of the current step when tracing is on.
-func (f *Flow) startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
-	if f.tracer == nil {
-		return ctx, trace.SpanFromContext(context.Background())
-	}
-	return f.tracer.Start(ctx, name)
 }

@@ -278,6 +278,22 @@ type APIResponse struct {
 // so nothing of the answer is returned.
 var ErrUninspectableAnswer = errors.New("provider: the answer cannot be checked for secrets")
 
+// UninspectableError is an answer the broker could not check for secrets:
+// Why says what (no token material). It matches ErrUninspectableAnswer.
+type UninspectableError struct {
+	Provider string
+	Why      string
+}
+
+func (e *UninspectableError) Error() string {
+	return fmt.Sprintf("%v: %s", ErrUninspectableAnswer, e.Detail())
+}
+
+// Detail is what was wrong, naming the provider's API.
+func (e *UninspectableError) Detail() string { return e.Provider + " API: " + e.Why }
+
+func (e *UninspectableError) Unwrap() error { return ErrUninspectableAnswer }
+
 // decodedBody returns resp's body with a gzip or deflate content encoding
 // undone (the broker asked for identity; a provider may still compress),
 // and which encoding that was. Any other encoding is refused.
@@ -435,13 +451,33 @@ func (k *Client) Do(ctx context.Context, id string, req APIRequest) (resp APIRes
 	if err != nil {
 		return APIResponse{}, err
 	}
-	if p.IsAPIKey() {
-		return k.doKey(ctx, p, base, conn, req.Method, u, hdr, req.Body)
+	caller, ok := p.Kind.(apiCaller)
+	if !ok {
+		return APIResponse{}, reqErrorf("%s has no API the broker calls", p.DisplayName)
 	}
-	if conn, err = k.usable(ctx, conn); err != nil {
+	return caller.do(ctx, k, p, apiCall{base: base, conn: conn, method: req.Method, u: u, hdr: hdr, body: req.Body})
+}
+
+// apiCall is one checked API request on a connection's behalf.
+type apiCall struct {
+	base   *APIBase
+	conn   vault.Connection
+	method string
+	u      *url.URL
+	hdr    http.Header
+	body   []byte
+}
+
+// do sends an OAuth connection's request with its access token (refreshed
+// before expiry): a 401 to an unexpired token is refreshed once and
+// retried once; one that cannot be cured marks the connection
+// needs_reconnect.
+func (o *OAuth) do(ctx context.Context, k *Client, p *Provider, call apiCall) (APIResponse, error) {
+	conn, err := k.usable(ctx, call.conn)
+	if err != nil {
 		return APIResponse{}, err
 	}
-	resp, err = k.send(ctx, p, base, bearerCredential(conn), req.Method, u, hdr, req.Body)
+	resp, err := k.send(ctx, p, call.base, bearerCredential(conn), call.method, call.u, call.hdr, call.body)
 	if err != nil || resp.Status != http.StatusUnauthorized || !conn.Token.Expiry.IsZero() && !k.opts.Now().Before(conn.Token.Expiry) {
 		return resp, err
 	}
@@ -452,14 +488,14 @@ func (k *Client) Do(ctx context.Context, id string, req APIRequest) (resp APIRes
 		return APIResponse{}, k.refused(ctx, conn, log, "the provider refused the access token, and there is no refresh token")
 	}
 	// Refresh once and retry once.
-	fresh, err := k.ForceRefresh(ctx, id, conn.Token.AccessToken)
+	fresh, err := k.ForceRefresh(ctx, conn.ID, conn.Token.AccessToken)
 	if err != nil {
 		return APIResponse{}, err
 	}
 	if fresh.Token.AccessToken == conn.Token.AccessToken {
 		return resp, nil
 	}
-	if resp, err = k.send(ctx, p, base, bearerCredential(fresh), req.Method, u, hdr, req.Body); err != nil {
+	if resp, err = k.send(ctx, p, call.base, bearerCredential(fresh), call.method, call.u, call.hdr, call.body); err != nil {
 		return APIResponse{}, err
 	}
 	if resp.Status == http.StatusUnauthorized {
@@ -548,7 +584,7 @@ func (k *Client) send(ctx context.Context, p *Provider, api *APIBase, cred crede
 	}
 	answer, decoded, err := decodedBody(resp)
 	if err != nil {
-		return APIResponse{}, fmt.Errorf("%w: %s API: %v", ErrUninspectableAnswer, p.Name, err)
+		return APIResponse{}, &UninspectableError{Provider: p.Name, Why: err.Error()}
 	}
 	readCap := k.opts.MaxResponseBody + int64(longest) + 1
 	size := int64(-1)
@@ -560,7 +596,7 @@ func (k *Client) send(ctx context.Context, p *Provider, api *APIBase, cred crede
 	b, err := readAnswer(io.LimitReader(answer, readCap), size)
 	if err != nil {
 		if decoded != "" {
-			return APIResponse{}, fmt.Errorf("%w: %s API: the %s answer does not decode", ErrUninspectableAnswer, p.Name, decoded)
+			return APIResponse{}, &UninspectableError{Provider: p.Name, Why: "the " + decoded + " answer does not decode"}
 		}
 		return APIResponse{}, fmt.Errorf("%w: %s API: reading the answer failed", ErrProviderUnavailable, p.Name)
 	}

@@ -1,14 +1,14 @@
 package provider
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // TypeAPIKey is a service without OAuth for individuals: the person enters
@@ -91,8 +91,18 @@ type KeyField struct {
 	MaxLength int
 }
 
-// IsAPIKey reports whether p is an api_key provider.
-func (p *Provider) IsAPIKey() bool { return p != nil && p.Type == TypeAPIKey && p.APIKey != nil }
+var (
+	_ FormStep  = (*APIKey)(nil)
+	_ apiCaller = (*APIKey)(nil)
+)
+
+// Type is TypeAPIKey.
+func (a *APIKey) Type() string { return TypeAPIKey }
+
+// Form is the key entry page.
+func (a *APIKey) Form() Form {
+	return Form{Page: "keyentry", Instructions: a.Instructions, InstructionsURL: a.InstructionsURL, Fields: slices.Clone(a.Fields)}
+}
 
 // Field returns the field named name.
 func (a *APIKey) Field(name string) (KeyField, bool) {
@@ -104,17 +114,23 @@ func (a *APIKey) Field(name string) (KeyField, bool) {
 	return KeyField{}, false
 }
 
-// oauthOnlyKeys are providers.yaml keys that mean nothing for an api_key
-// entry: each one present is a problem, so a half-converted entry cannot
-// pass.
-var oauthOnlyKeys = []string{
-	"issuer", "authorization_url", "token_url", "client_id", "client_secret", "client_secret_file",
-	"token_endpoint_auth", "pkce", "default_scopes", "allowed_scopes", "scope_descriptions",
-	"scope_aliases", "scope_implies", "extra_auth_params", "hosted_domain", "account", "revocation",
+// apiKeySpec is an api_key entry as written in providers.yaml.
+type apiKeySpec struct {
+	entrySpec       `yaml:",inline"`
+	Instructions    string         `yaml:"instructions"`
+	InstructionsURL string         `yaml:"instructions_url"`
+	Fields          []keyFieldSpec `yaml:"fields"`
+	Inject          *injectSpec    `yaml:"inject"`
+	Verify          *verifySpec    `yaml:"verify"`
+	API             *apiSpec       `yaml:"api"`
+	PropagateTrace  bool           `yaml:"propagate_trace"`
+	// SidecarTokenExport is refused: a key is never handed out.
+	SidecarTokenExport bool `yaml:"sidecar_token_export"`
 }
 
-// apiKeyOnlyKeys are the keys only an api_key entry may have.
-var apiKeyOnlyKeys = []string{"instructions", "instructions_url", "fields", "inject", "verify"}
+var apiKeyKind = defineKind(TypeAPIKey, func(key, _ string) string {
+	return fmt.Sprintf("%s is not used by type %q (the person enters the credential on the broker's page)", key, TypeAPIKey)
+}, buildAPIKey)
 
 // managedHeaders are never injected: the transport, the broker or the
 // caller sets them.
@@ -125,123 +141,51 @@ var managedHeaders = []string{
 
 var headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 
-// noAPIKeyKeys reports each api_key-only key of an OAuth entry; ok is
-// false when there was one.
-func noAPIKeyKeys(node *yaml.Node, perr func(key, format string, args ...any)) bool {
-	ok := true
-	for _, k := range apiKeyOnlyKeys {
-		if keyLine(node, k) > 0 {
-			perr(k, "%s is only for type %q", k, TypeAPIKey)
-			ok = false
-		}
+// buildAPIKey checks an api_key entry.
+func buildAPIKey(c *entryCheck, s *apiKeySpec) *Provider {
+	a := &APIKey{}
+	p := c.newProvider(s.entrySpec, a)
+	p.PropagateTrace = s.PropagateTrace
+	if keyLine(c.node, "sidecar_token_export") > 0 {
+		c.fail("sidecar_token_export", "sidecar_token_export: an API key is never handed out (use the sidecar proxy)")
 	}
-	return ok
-}
-
-// keyCheck collects the problems of one api_key entry, each at the line
-// of the YAML node it concerns.
-type keyCheck struct {
-	node *yaml.Node
-	line int // of the entry's name
-	addf func(line int, format string, args ...any)
-	name string
-	bad  bool
-}
-
-// lineOf returns the line of the node at path (mapping keys as strings,
-// sequence indexes as ints) below the entry, or of its deepest ancestor
-// that exists.
-func (c *keyCheck) lineOf(path ...any) int {
-	n, line := c.node, c.line
-	for _, step := range path {
-		switch s := step.(type) {
-		case string:
-			if l := keyLine(n, s); l > 0 {
-				line = l
-			}
-			n = mapValue(n, s)
-		case int:
-			if n == nil || n.Kind != yaml.SequenceNode || s >= len(n.Content) {
-				return line
-			}
-			n = n.Content[s]
-			line = n.Line
-		}
-		if n == nil {
-			return line
-		}
-	}
-	return line
-}
-
-func (c *keyCheck) fail(path []any, format string, args ...any) {
-	c.bad = true
-	c.addf(c.lineOf(path...), "%s: %s", c.name, fmt.Sprintf(format, args...))
-}
-
-func at(path ...any) []any { return path }
-
-// validateAPIKeyProvider checks an api_key entry. node is the entry's
-// mapping node and line the line of its name (for line numbers); addf
-// reports a problem at a line.
-func validateAPIKeyProvider(name string, s providerSpec, node *yaml.Node, line int, addf func(line int, format string, args ...any)) (*Provider, bool) {
-	c := &keyCheck{node: node, line: line, addf: addf, name: name}
-	p := &Provider{Name: name, DisplayName: s.DisplayName, Type: TypeAPIKey, APIKey: &APIKey{}}
-	if p.DisplayName == "" {
-		p.DisplayName = name
-	}
-	for _, k := range oauthOnlyKeys {
-		if keyLine(node, k) > 0 {
-			c.fail(at(k), "%s is not used by type %q (the person enters the credential on the broker's page)", k, TypeAPIKey)
-		}
-	}
-	if keyLine(node, "sidecar_token_export") > 0 {
-		c.fail(at("sidecar_token_export"), "sidecar_token_export: an API key is never handed out (use the sidecar proxy)")
-	}
-	a := p.APIKey
 	c.instructions(a, s)
 	c.fields(a, s.Fields)
 	c.inject(a, s.Inject)
 	c.verify(a, s.Verify)
 	// The API section is the same as for OAuth providers.
-	v := &specCheck{perr: func(key, format string, args ...any) {
-		c.fail(at(key), format, args...)
-	}}
 	if s.API == nil {
-		c.fail(nil, "api (base_url, allowed_paths) is required for type %q: the key is verified and used there", TypeAPIKey)
+		c.failAt(nil, "api (base_url, allowed_paths) is required for type %q: the key is verified and used there", TypeAPIKey)
 	}
-	v.api(p, s)
-	if v.bad {
-		c.bad = true
-	}
-	return p, !c.bad
+	c.api(p, s.API)
+	return p
 }
 
-func (c *keyCheck) instructions(a *APIKey, s providerSpec) {
+func (c *entryCheck) instructions(a *APIKey, s *apiKeySpec) {
 	switch {
 	case strings.TrimSpace(s.Instructions) == "":
-		c.fail(at("instructions"), "instructions are required: plain text telling the person where to create the key")
+		c.failAt(at("instructions"), "instructions are required: plain text telling the person where to create the key")
 	case len(s.Instructions) > maxInstructions || !utf8.ValidString(s.Instructions):
-		c.fail(at("instructions"), "instructions: at most %d bytes of UTF-8 text", maxInstructions)
+		c.failAt(at("instructions"), "instructions: at most %d bytes of UTF-8 text", maxInstructions)
 	default:
 		a.Instructions = strings.TrimSpace(s.Instructions)
 	}
 	if s.InstructionsURL == "" {
-		c.fail(at("instructions_url"), "instructions_url is required: the page where the person creates and revokes keys")
+		c.failAt(at("instructions_url"), "instructions_url is required: the page where the person creates and revokes keys")
 	} else if err := checkEndpoint(s.InstructionsURL); err != nil {
-		c.fail(at("instructions_url"), "instructions_url: %v", err)
+		c.failAt(at("instructions_url"), "instructions_url: %v", err)
 	} else {
 		a.InstructionsURL = s.InstructionsURL
 	}
 }
 
-func (c *keyCheck) fields(a *APIKey, specs []keyFieldSpec) {
+func (c *entryCheck) fields(a *APIKey, specs []keyFieldSpec) {
 	switch {
 	case len(specs) == 0:
-		c.fail(at("fields"), "fields: at least one input is required (e.g. {name: api_key, label: API key, secret: true})")
+		c.failAt(at("fields"), "fields: at least one input is required (e.g. {name: api_key, label: API key, secret: true})")
 		return
 	case len(specs) > maxKeyFields:
-		c.fail(at("fields"), "fields: at most %d inputs", maxKeyFields)
+		c.failAt(at("fields"), "fields: at most %d inputs", maxKeyFields)
 		return
 	}
 	secrets := 0
@@ -249,17 +193,17 @@ func (c *keyCheck) fields(a *APIKey, specs []keyFieldSpec) {
 		f := KeyField{Name: fs.Name, Label: strings.TrimSpace(fs.Label), Pattern: fs.Pattern, MaxLength: fs.MaxLength}
 		switch {
 		case fs.Name == "":
-			c.fail(at("fields", i), "fields[%d].name is required", i)
-		case !KeyFieldNameRE.MatchString(fs.Name):
-			c.fail(at("fields", i, "name"), "fields[%d].name %q: use 1-32 lowercase letters, digits or _, starting with a letter", i, fs.Name)
+			c.failAt(at("fields", i), "fields[%d].name is required", i)
+		case !keyFieldNameRE.MatchString(fs.Name):
+			c.failAt(at("fields", i, "name"), "fields[%d].name %q: use 1-32 lowercase letters, digits or _, starting with a letter", i, fs.Name)
 		case slices.ContainsFunc(a.Fields, func(g KeyField) bool { return g.Name == fs.Name }):
-			c.fail(at("fields", i, "name"), "fields[%d].name %q is used twice", i, fs.Name)
+			c.failAt(at("fields", i, "name"), "fields[%d].name %q is used twice", i, fs.Name)
 		}
 		if f.Label == "" || len(f.Label) > maxLabelLen || !utf8.ValidString(f.Label) {
-			c.fail(at("fields", i, "label"), "fields[%d].label is required (at most %d bytes): it is shown next to the input", i, maxLabelLen)
+			c.failAt(at("fields", i, "label"), "fields[%d].label is required (at most %d bytes): it is shown next to the input", i, maxLabelLen)
 		}
 		if fs.Secret == nil {
-			c.fail(at("fields", i), "fields[%d].secret is required: say true (a key, token or password) or false (an email, a user name)", i)
+			c.failAt(at("fields", i), "fields[%d].secret is required: say true (a key, token or password) or false (an email, a user name)", i)
 		} else {
 			f.Secret = *fs.Secret
 		}
@@ -270,9 +214,9 @@ func (c *keyCheck) fields(a *APIKey, specs []keyFieldSpec) {
 			re, err := regexp.Compile(`^(?:` + fs.Pattern + `)$`)
 			switch {
 			case len(fs.Pattern) > maxPatternLen:
-				c.fail(at("fields", i, "pattern"), "fields[%d].pattern is longer than %d bytes", i, maxPatternLen)
+				c.failAt(at("fields", i, "pattern"), "fields[%d].pattern is longer than %d bytes", i, maxPatternLen)
 			case err != nil:
-				c.fail(at("fields", i, "pattern"), "fields[%d].pattern is not a valid regular expression: %s", i, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+				c.failAt(at("fields", i, "pattern"), "fields[%d].pattern is not a valid regular expression: %s", i, regexpProblem(err))
 			default:
 				f.re = re
 			}
@@ -281,22 +225,22 @@ func (c *keyCheck) fields(a *APIKey, specs []keyFieldSpec) {
 		case fs.MaxLength == 0:
 			f.MaxLength = defaultKeyFieldLen
 		case fs.MaxLength < 1 || fs.MaxLength > maxKeyFieldLen:
-			c.fail(at("fields", i, "max_length"), "fields[%d].max_length %d: want 1 to %d", i, fs.MaxLength, maxKeyFieldLen)
+			c.failAt(at("fields", i, "max_length"), "fields[%d].max_length %d: want 1 to %d", i, fs.MaxLength, maxKeyFieldLen)
 		case f.Secret && fs.MaxLength < MinSecretLen:
-			c.fail(at("fields", i, "max_length"), "fields[%d].max_length %d: a secret is at least %d characters", i, fs.MaxLength, MinSecretLen)
+			c.failAt(at("fields", i, "max_length"), "fields[%d].max_length %d: a secret is at least %d characters", i, fs.MaxLength, MinSecretLen)
 		}
 		a.Fields = append(a.Fields, f)
 	}
 	if secrets == 0 {
-		c.fail(at("fields"), "fields: at least one field must be secret (the key or token)")
+		c.failAt(at("fields"), "fields: at least one field must be secret (the key or token)")
 	}
 }
 
 // template parses one injection template and checks its references.
-func (c *keyCheck) template(a *APIKey, path []any, what, raw string, secretPosition bool) (Template, bool) {
+func (c *entryCheck) template(a *APIKey, path []any, what, raw string, secretPosition bool) (Template, bool) {
 	t, err := ParseTemplate(raw)
 	if err != nil {
-		c.fail(path, "%s %q: %v", what, raw, err)
+		c.failAt(path, "%s %q: %v", what, raw, err)
 		return Template{}, false
 	}
 	ok := true
@@ -304,39 +248,39 @@ func (c *keyCheck) template(a *APIKey, path []any, what, raw string, secretPosit
 		f, known := a.Field(name)
 		switch {
 		case !known:
-			c.fail(path, "%s names {%s}, which is not one of the fields", what, name)
+			c.failAt(path, "%s names {%s}, which is not one of the fields", what, name)
 			ok = false
 		case f.Secret && !secretPosition:
-			c.fail(path, "%s names the secret field {%s} in a position that is not secret", what, name)
+			c.failAt(path, "%s names the secret field {%s} in a position that is not secret", what, name)
 			ok = false
 		}
 	}
 	return t, ok
 }
 
-func (c *keyCheck) inject(a *APIKey, s *injectSpec) {
+func (c *entryCheck) inject(a *APIKey, s *injectSpec) {
 	if s == nil {
-		c.fail(at("inject"), `inject is required: header: "Authorization: Bearer {api_key}" or basic: {username: "{email}", password: "{api_token}"}`)
+		c.failAt(at("inject"), `inject is required: header: "Authorization: Bearer {api_key}" or basic: {username: "{email}", password: "{api_token}"}`)
 		return
 	}
 	var used []string
 	switch {
 	case s.Header != "" && s.Basic != nil:
-		c.fail(at("inject"), "inject: give header or basic, not both")
+		c.failAt(at("inject"), "inject: give header or basic, not both")
 		return
 	case s.Header != "":
 		name, value, found := strings.Cut(s.Header, ":")
 		name = strings.TrimSpace(name)
 		switch {
 		case !found:
-			c.fail(at("inject", "header"), `inject.header %q: want "Name: template", e.g. "X-Api-Key: {api_key}"`, s.Header)
+			c.failAt(at("inject", "header"), `inject.header %q: want "Name: template", e.g. "X-Api-Key: {api_key}"`, s.Header)
 			return
 		case !headerNameRE.MatchString(name):
-			c.fail(at("inject", "header"), "inject.header: %q is not a header name", name)
+			c.failAt(at("inject", "header"), "inject.header: %q is not a header name", name)
 			return
 		case slices.Contains(managedHeaders, http.CanonicalHeaderKey(name)) || slices.Contains(allowedRequestHeaders, http.CanonicalHeaderKey(name)) ||
 			strings.HasPrefix(strings.ToLower(name), "proxy-"):
-			c.fail(at("inject", "header"), "inject.header: %s is set by the transport or the caller and cannot carry the credential", http.CanonicalHeaderKey(name))
+			c.failAt(at("inject", "header"), "inject.header: %s is set by the transport or the caller and cannot carry the credential", http.CanonicalHeaderKey(name))
 			return
 		}
 		t, ok := c.template(a, at("inject", "header"), "inject.header", strings.TrimLeft(value, " \t"), true)
@@ -344,14 +288,14 @@ func (c *keyCheck) inject(a *APIKey, s *injectSpec) {
 			return
 		}
 		if len(t.Fields()) == 0 {
-			c.fail(at("inject", "header"), "inject.header names no field: the credential would never be sent")
+			c.failAt(at("inject", "header"), "inject.header names no field: the credential would never be sent")
 			return
 		}
 		a.Header, a.HeaderValue = http.CanonicalHeaderKey(name), t
 		used = t.Fields()
 	case s.Basic != nil:
 		if s.Basic.Username == "" || s.Basic.Password == "" {
-			c.fail(at("inject", "basic"), "inject.basic needs username and password templates")
+			c.failAt(at("inject", "basic"), "inject.basic needs username and password templates")
 			return
 		}
 		u, ok1 := c.template(a, at("inject", "basic", "username"), "inject.basic.username", s.Basic.Username, false)
@@ -360,24 +304,33 @@ func (c *keyCheck) inject(a *APIKey, s *injectSpec) {
 			return
 		}
 		if strings.Contains(lit(u), ":") {
-			c.fail(at("inject", "basic", "username"), "inject.basic.username: a basic-auth user name cannot contain ':'")
+			c.failAt(at("inject", "basic", "username"), "inject.basic.username: a basic-auth user name cannot contain ':'")
 			return
 		}
 		if !slices.ContainsFunc(pw.Fields(), func(n string) bool { f, _ := a.Field(n); return f.Secret }) {
-			c.fail(at("inject", "basic", "password"), "inject.basic.password must name a secret field (secrets are never written in this file)")
+			c.failAt(at("inject", "basic", "password"), "inject.basic.password must name a secret field (secrets are never written in this file)")
 			return
 		}
 		a.BasicUser, a.BasicPass = u, pw
 		used = append(u.Fields(), pw.Fields()...)
 	default:
-		c.fail(at("inject"), "inject: give header or basic")
+		c.failAt(at("inject"), "inject: give header or basic")
 		return
 	}
 	for i, f := range a.Fields {
 		if f.Name != "" && !slices.Contains(used, f.Name) {
-			c.fail(at("fields", i, "name"), "fields[%d] %q is never injected: name it in inject", i, f.Name)
+			c.failAt(at("fields", i, "name"), "fields[%d] %q is never injected: name it in inject", i, f.Name)
 		}
 	}
+}
+
+// regexpProblem says what is wrong with a pattern.
+func regexpProblem(err error) string {
+	var se *syntax.Error
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s: `%s`", se.Code, se.Expr)
+	}
+	return "it does not compile"
 }
 
 // lit returns t's literal text.
@@ -389,9 +342,9 @@ func lit(t Template) string {
 	return b.String()
 }
 
-func (c *keyCheck) verify(a *APIKey, s *verifySpec) {
+func (c *entryCheck) verify(a *APIKey, s *verifySpec) {
 	if s == nil {
-		c.fail(at("verify"), "verify is required: a request (path under api.base_url) that answers 2xx with the account, and JSON pointers to its id and login")
+		c.failAt(at("verify"), "verify is required: a request (path under api.base_url) that answers 2xx with the account, and JSON pointers to its id and login")
 		return
 	}
 	switch strings.ToUpper(s.Method) {
@@ -400,31 +353,31 @@ func (c *keyCheck) verify(a *APIKey, s *verifySpec) {
 	case http.MethodPost:
 		a.VerifyMethod = http.MethodPost
 	default:
-		c.fail(at("verify", "method"), "verify.method %q: want GET or POST", s.Method)
+		c.failAt(at("verify", "method"), "verify.method %q: want GET or POST", s.Method)
 	}
 	switch {
 	case s.Path == "":
-		c.fail(at("verify"), "verify.path is required (relative to api.base_url, e.g. /user)")
+		c.failAt(at("verify"), "verify.path is required (relative to api.base_url, e.g. /user)")
 	case strings.ContainsAny(s.Path, "{}"):
-		c.fail(at("verify", "path"), "verify.path cannot name fields: credentials only go where inject says")
+		c.failAt(at("verify", "path"), "verify.path cannot name fields: credentials only go where inject says")
 	default:
 		if _, err := checkAPIPath(s.Path); err != nil {
-			c.fail(at("verify", "path"), "verify.path %q: %v", s.Path, err)
+			c.failAt(at("verify", "path"), "verify.path %q: %v", s.Path, err)
 		} else {
 			a.VerifyPath = s.Path
 		}
 	}
 	if s.AccountID == "" {
-		c.fail(at("verify"), "verify.account_id is required: the JSON pointer to the account's stable id in the answer (e.g. /id)")
+		c.failAt(at("verify"), "verify.account_id is required: the JSON pointer to the account's stable id in the answer (e.g. /id)")
 	} else if ptr, err := ParsePointer(s.AccountID); err != nil {
-		c.fail(at("verify", "account_id"), "verify.account_id %q: %v", s.AccountID, err)
+		c.failAt(at("verify", "account_id"), "verify.account_id %q: %v", s.AccountID, err)
 	} else {
 		a.AccountID = ptr
 	}
 	a.AccountName = a.AccountID
 	if s.AccountLogin != "" {
 		if ptr, err := ParsePointer(s.AccountLogin); err != nil {
-			c.fail(at("verify", "account_login"), "verify.account_login %q: %v", s.AccountLogin, err)
+			c.failAt(at("verify", "account_login"), "verify.account_login %q: %v", s.AccountLogin, err)
 		} else {
 			a.AccountName = ptr
 		}

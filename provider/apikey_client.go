@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -135,20 +134,21 @@ func keyCredential(a *APIKey, fields map[string]vault.Secret) (credential, error
 	return credential{set: set, forms: secretForms(secrets...)}, nil
 }
 
-// doKey performs an API request with an API-key connection: the
+// do performs an API request with an API-key connection: the
 // credential injected as the entry says, the answer redacted of every
 // secret field in every encoding. A 401 marks the connection
 // needs_reconnect (the key was revoked or expired at the provider) and
 // returns ErrNeedsReconnect: the person must enter a new key.
-func (k *Client) doKey(ctx context.Context, p *Provider, api *APIBase, conn vault.Connection, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
+func (a *APIKey) do(ctx context.Context, k *Client, p *Provider, call apiCall) (APIResponse, error) {
+	conn := call.conn
 	if conn.Status == vault.StatusNeedsReconnect {
 		return APIResponse{}, ErrNeedsReconnect
 	}
-	cred, err := keyCredential(p.APIKey, conn.Token.Fields)
+	cred, err := keyCredential(a, conn.Token.Fields)
 	if err != nil {
 		return APIResponse{}, k.markKeyRejected(ctx, conn, err.Error())
 	}
-	resp, err := k.send(ctx, p, api, cred, method, u, hdr, body)
+	resp, err := k.send(ctx, p, call.base, cred, call.method, call.u, call.hdr, call.body)
 	if err != nil {
 		return APIResponse{}, err
 	}
@@ -190,19 +190,9 @@ func (k *Client) markKeyRejected(ctx context.Context, cur vault.Connection, why 
 	return ErrNeedsReconnect
 }
 
-// VerifyKey checks what a person entered for API-key provider p and asks
-// the provider who it belongs to, before anything is stored: the values'
-// checks (CheckValues; a *KeyFormatError sends nothing), then the entry's
-// verify request with the credential injected, never following a redirect.
-// Only a 2xx answer naming an account id gives a result, whose token set
-// holds the fields for the connections layer's store. A refusal is a
-// *KeyRefusedError (4xx), ErrProviderUnavailable (no answer, 5xx) or
-// ErrAccountUnknown (no account id in the answer); none holds a value.
-func (k *Client) VerifyKey(ctx context.Context, p *Provider, raw map[string]string) (Exchanged, error) {
-	if !p.IsAPIKey() {
-		return Exchanged{}, fmt.Errorf("provider: %s is not an API-key provider", p.Name)
-	}
-	a := p.APIKey
+// verify is VerifyKey for an api_key entry: the values' checks, then the
+// verify request.
+func (a *APIKey) verify(ctx context.Context, k *Client, p *Provider, raw map[string]string) (Exchanged, error) {
 	values, err := a.CheckValues(raw)
 	if err != nil {
 		return Exchanged{}, err

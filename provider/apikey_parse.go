@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// KeyFieldNameRE is what an API-key field's name looks like.
-var KeyFieldNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+// keyFieldNameRE is what an API-key field's name looks like.
+var keyFieldNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 
 // maxTemplateLen bounds an injection template as written.
 const maxTemplateLen = 512
@@ -57,7 +57,7 @@ func ParseTemplate(s string) (Template, error) {
 				return Template{}, fmt.Errorf("unclosed { at byte %d (write {{ for a literal brace)", i)
 			}
 			name := s[i+1 : i+1+end]
-			if !KeyFieldNameRE.MatchString(name) {
+			if !keyFieldNameRE.MatchString(name) {
 				return Template{}, fmt.Errorf("%q at byte %d is not a field reference (want {name}: a lowercase letter, then lowercase letters, digits or _)",
 					"{"+name+"}", i)
 			}

@@ -77,29 +77,29 @@ func TestAPIKeyCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := reg.Lookup("bearer")
-	if !b.IsAPIKey() || b.DisplayName != "Bearer Co" || b.APIKey.Header != "Authorization" || b.APIKey.HeaderValue.String() != "Bearer {api_key}" ||
-		b.APIKey.VerifyMethod != http.MethodGet || b.APIKey.VerifyPath != "/me" || b.APIKey.AccountID.String() != "/id" ||
-		b.APIKey.AccountName.String() != "/email" || b.APIKey.InstructionsURL != "https://bearer.example/settings/keys" ||
-		len(b.APIKey.Fields) != 1 || !b.APIKey.Fields[0].Secret || b.APIKey.Fields[0].MaxLength != defaultKeyFieldLen ||
+	if keyOf(b) == nil || b.DisplayName != "Bearer Co" || keyOf(b).Header != "Authorization" || keyOf(b).HeaderValue.String() != "Bearer {api_key}" ||
+		keyOf(b).VerifyMethod != http.MethodGet || keyOf(b).VerifyPath != "/me" || keyOf(b).AccountID.String() != "/id" ||
+		keyOf(b).AccountName.String() != "/email" || keyOf(b).InstructionsURL != "https://bearer.example/settings/keys" ||
+		len(keyOf(b).Fields) != 1 || !keyOf(b).Fields[0].Secret || keyOf(b).Fields[0].MaxLength != defaultKeyFieldLen ||
 		b.APIBaseURL != "https://api.example/bearer" || b.SidecarTokenExport || len(b.DefaultScopes) != 0 {
-		t.Errorf("bearer = %+v / %+v", b, b.APIKey)
+		t.Errorf("bearer = %+v / %+v", b, keyOf(b))
 	}
 	x, _ := reg.Lookup("xkey")
-	if x.DisplayName != "xkey" || x.APIKey.Header != "X-Api-Key" || x.APIKey.Fields[0].MaxLength != 64 || len(x.AllowedRequests) != 3 {
-		t.Errorf("xkey = %+v / %+v", x, x.APIKey)
+	if x.DisplayName != "xkey" || keyOf(x).Header != "X-Api-Key" || keyOf(x).Fields[0].MaxLength != 64 || len(x.AllowedRequests) != 3 {
+		t.Errorf("xkey = %+v / %+v", x, keyOf(x))
 	}
 	j, _ := reg.Lookup("jira")
-	if j.APIKey.Header != "" || j.APIKey.BasicUser.String() != "{email}" || j.APIKey.BasicPass.String() != "{api_token}" ||
-		len(j.APIKey.Fields) != 2 || j.APIKey.Fields[0].Secret || !j.APIKey.Fields[1].Secret ||
-		strings.Join(j.APIKey.SecretFields(), ",") != "api_token" {
-		t.Errorf("jira = %+v", j.APIKey)
+	if keyOf(j).Header != "" || keyOf(j).BasicUser.String() != "{email}" || keyOf(j).BasicPass.String() != "{api_token}" ||
+		len(keyOf(j).Fields) != 2 || keyOf(j).Fields[0].Secret || !keyOf(j).Fields[1].Secret ||
+		strings.Join(keyOf(j).SecretFields(), ",") != "api_token" {
+		t.Errorf("jira = %+v", keyOf(j))
 	}
 	// OAuth providers are not API-key providers.
 	o, err := ParseProviders("o.yaml", []byte(goodOAuth2), env(map[string]string{"ACME_SECRET": "s"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if acme, _ := o.Lookup("acme"); acme.IsAPIKey() || acme.APIKey != nil {
+	if acme, _ := o.Lookup("acme"); keyOf(acme) != nil || acme.Kind.Type() != TypeOAuth2 {
 		t.Error("an oauth2 entry reads as an API-key entry")
 	}
 }
@@ -301,11 +301,11 @@ func TestRepoProvidersYAMLKeyExamples(t *testing.T) {
 	var header, xkey, basic bool
 	for _, name := range reg.Names() {
 		p, _ := reg.Lookup(name)
-		if !p.IsAPIKey() || p.APIKey.Instructions == "" {
+		if keyOf(p) == nil || keyOf(p).Instructions == "" {
 			t.Errorf("%s is not an api_key example with instructions", name)
 			continue
 		}
-		a := p.APIKey
+		a := keyOf(p)
 		switch {
 		case a.Header == "Authorization" && strings.HasPrefix(a.HeaderValue.String(), "Bearer "):
 			header = true
@@ -520,9 +520,9 @@ func TestVerifyKey(t *testing.T) {
 	}
 	variant := func(base, path string) *Provider {
 		p := *r.provider(t, "bearer")
-		a := *p.APIKey
+		a := *keyOf(&p)
 		p.APIBaseURL, a.VerifyPath = r.api.srv.URL+base, path
-		p.APIKey = &a
+		p.Kind = &a
 		return &p
 	}
 	for _, tc := range []struct {
@@ -559,9 +559,9 @@ func TestVerifyKeyProviderDown(t *testing.T) {
 	r := newKeyRig(t)
 	p := *r.provider(t, "bearer")
 	p.APIBaseURL = r.api.srv.URL + "/status"
-	a := *p.APIKey
+	a := *keyOf(&p)
 	a.VerifyPath = "/503"
-	p.APIKey = &a
+	p.Kind = &a
 	if _, err := r.client.VerifyKey(t.Context(), &p, map[string]string{"api_key": bearerKey}); !errors.Is(err, ErrProviderUnavailable) {
 		t.Fatalf("503: %v", err)
 	}
@@ -788,7 +788,7 @@ func FuzzKeyTemplate(f *testing.F) {
 			t.Fatalf("%q written as %q does not parse back the same: %v", s, tp.String(), err)
 		}
 		for _, name := range tp.Fields() {
-			if !KeyFieldNameRE.MatchString(name) {
+			if !keyFieldNameRE.MatchString(name) {
 				t.Fatalf("field %q accepted", name)
 			}
 		}
@@ -825,4 +825,16 @@ func FuzzJSONPointer(f *testing.F) {
 			t.Fatalf("not found but %q", got)
 		}
 	})
+}
+
+// keyOf returns p's api_key kind, nil for another kind.
+func keyOf(p *Provider) *APIKey {
+	a, _ := p.Kind.(*APIKey)
+	return a
+}
+
+// oauthOf returns p's OAuth kind, nil for another kind.
+func oauthOf(p *Provider) *OAuth {
+	o, _ := p.Kind.(*OAuth)
+	return o
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -15,94 +16,64 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"credbroker/internal/loopback"
-	"credbroker/vault"
 )
 
-// Provider types accepted in providers.yaml.
-const (
-	// TypeOAuth2 is a plain OAuth 2.0 provider: endpoints are configured and
-	// the account is found through the account endpoint.
-	TypeOAuth2 = "oauth2"
-	// TypeOIDC is an OpenID Connect provider: endpoints come from discovery
-	// of the issuer and the account is the verified ID token's subject.
-	TypeOIDC = "oidc"
-)
+// kinds are the values of providers.yaml's type, each a kind of its own
+// file (kind.go says what a kind is; the package documentation how to add
+// one).
+var kinds = []kindDef{oauth2Kind, oidcKind, apiKeyKind}
 
-// Revocation styles accepted in providers.yaml.
-const (
-	// RevokeRFC7009 posts the token to an RFC 7009 revocation endpoint.
-	RevokeRFC7009 = "rfc7009"
-	// RevokeGitHubGrant deletes the whole OAuth app grant the GitHub way:
-	// DELETE {url} with the client's basic credentials and the access token
-	// in a JSON body. "{client_id}" in the URL is replaced. When another
-	// connection uses the same GitHub account, only the one token is
-	// deleted (DELETE {token_url}), since deleting the grant would end the
-	// other connection's tokens too.
-	RevokeGitHubGrant = "github_grant"
-	// RevokeNone turns revocation off, also the one an OIDC provider's
-	// discovery advertises.
-	RevokeNone = "none"
-)
-
-// providersFile is the document shape of providers.yaml.
-type providersFile struct {
-	Providers map[string]providerSpec `yaml:"providers"`
+// kindDef is one value of providers.yaml's type: the keys its entries take
+// (the yaml tags of its spec type) and how an entry of it is validated and
+// built.
+type kindDef struct {
+	typ string
+	// keys are the entry keys this kind takes.
+	keys []string
+	// foreign is the problem reported for a key another kind takes
+	// (owner names that kind): "%s is only for type %q" by default.
+	foreign func(key, owner string) string
+	// build decodes and validates an entry and returns its Provider; nil
+	// when the entry could not be decoded at all.
+	build func(c *entryCheck) *Provider
 }
 
-// providerSpec is one entry as written in providers.yaml.
-type providerSpec struct {
-	DisplayName      string            `yaml:"display_name"`
-	Type             string            `yaml:"type"`
-	Issuer           string            `yaml:"issuer"`
-	AuthorizationURL string            `yaml:"authorization_url"`
-	TokenURL         string            `yaml:"token_url"`
-	ClientID         string            `yaml:"client_id"`
-	ClientSecret     string            `yaml:"client_secret"`
-	ClientSecretFile string            `yaml:"client_secret_file"`
-	TokenAuth        string            `yaml:"token_endpoint_auth"`
-	PKCE             *bool             `yaml:"pkce"`
-	DefaultScopes    []string          `yaml:"default_scopes"`
-	AllowedScopes    []string          `yaml:"allowed_scopes"`
-	ScopeDescription map[string]string `yaml:"scope_descriptions"`
-	// ScopeAliases: scope → the other names the provider answers for it
-	// (Google answers https://www.googleapis.com/auth/userinfo.email for
-	// email).
-	ScopeAliases map[string][]string `yaml:"scope_aliases"`
-	// ScopeImplies: scope → the scopes it includes (GitHub's repo includes
-	// public_repo and drops it from its answer).
-	ScopeImplies    map[string][]string `yaml:"scope_implies"`
-	ExtraAuthParams map[string]string   `yaml:"extra_auth_params"`
-	// HostedDomain (OIDC): the Google Workspace domain accounts must
-	// belong to; sent as hd= and checked against the ID token's hd claim.
-	HostedDomain string          `yaml:"hosted_domain"`
-	Account      *accountSpec    `yaml:"account"`
-	API          *apiSpec        `yaml:"api"`
-	Revocation   *revocationSpec `yaml:"revocation"`
-	// SidecarTokenExport lets the sidecar API hand this provider's access
-	// tokens to co-located servers (POST /v1/token). Off by default.
-	SidecarTokenExport bool `yaml:"sidecar_token_export"`
-	// PropagateTrace sends the W3C trace context (traceparent,
-	// tracestate) on API requests to this provider. Off by default:
-	// trace ids are the broker's to share.
-	PropagateTrace bool `yaml:"propagate_trace"`
-
-	// type: api_key entries (see apikey.go).
-	Instructions    string         `yaml:"instructions"`
-	InstructionsURL string         `yaml:"instructions_url"`
-	Fields          []keyFieldSpec `yaml:"fields"`
-	Inject          *injectSpec    `yaml:"inject"`
-	Verify          *verifySpec    `yaml:"verify"`
-	// KeepAlive and KeepAliveRefresh: background refresh (keepalive.go).
-	KeepAlive        string `yaml:"keep_alive"`
-	KeepAliveRefresh string `yaml:"keep_alive_refresh"`
+// defineKind makes the kindDef of a kind whose entries decode into S.
+func defineKind[S any](typ string, foreign func(key, owner string) string, build func(c *entryCheck, s *S) *Provider) kindDef {
+	return kindDef{typ: typ, keys: yamlKeys(reflect.TypeFor[S]()), foreign: foreign,
+		build: func(c *entryCheck) *Provider {
+			var s S
+			if !c.decode(&s) {
+				return nil
+			}
+			return build(c, &s)
+		}}
 }
 
-type accountSpec struct {
-	URL        string `yaml:"url"`
-	IDField    string `yaml:"id_field"`
-	LoginField string `yaml:"login_field"`
+// yamlKeys lists the keys of a struct type's yaml tags, inline ones
+// included.
+func yamlKeys(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline":
+			out = append(out, yamlKeys(f.Type)...)
+		case name != "" && name != "-":
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
+// entrySpec are the keys of every entry.
+type entrySpec struct {
+	DisplayName string `yaml:"display_name"`
+	Type        string `yaml:"type"`
+}
+
+// apiSpec is an entry's api key: where provider_request goes.
 type apiSpec struct {
 	BaseURL      string   `yaml:"base_url"`
 	AllowedPaths []string `yaml:"allowed_paths"`
@@ -116,16 +87,6 @@ type apiHostSpec struct {
 	AllowedPaths []string `yaml:"allowed_paths"`
 }
 
-type revocationSpec struct {
-	Style    string `yaml:"style"`
-	URL      string `yaml:"url"`
-	TokenURL string `yaml:"token_url"`
-	// AccountWide: revoking one token ends every token the provider
-	// issued to this client for the account (Google's grant is per account
-	// and client).
-	AccountWide bool `yaml:"account_wide"`
-}
-
 // Provider is one validated provider entry. Its fields are read-only after
 // LoadProviders returns.
 type Provider struct {
@@ -133,21 +94,10 @@ type Provider struct {
 	Name string
 	// DisplayName is shown to people ("GitHub").
 	DisplayName string
-	// Type is TypeOAuth2 or TypeOIDC.
-	Type string
-	// Issuer is the OIDC issuer (TypeOIDC only).
-	Issuer string
-	// AuthURL and TokenURL are the endpoints (TypeOAuth2; for TypeOIDC they
-	// override discovery when set).
-	AuthURL, TokenURL string
-	ClientID          string
-	ClientSecret      vault.Secret
-	// TokenAuthInParams sends the client credentials in the token request
-	// body (client_secret_post) instead of HTTP basic (client_secret_basic,
-	// the default).
-	TokenAuthInParams bool
-	// PKCE reports whether S256 PKCE is sent (default true).
-	PKCE bool
+	// Kind is what the entry's type makes of it: *OAuth or *APIKey. What
+	// it can do is found by type assertion (RedirectStep, FormStep,
+	// Refresher, …); never nil for a catalogue entry.
+	Kind Kind
 	// DefaultScopes are requested when a grant names none.
 	DefaultScopes []string
 	// AllowedScopes bounds what a grant may request (empty: anything).
@@ -159,14 +109,6 @@ type Provider struct {
 	// the scopes it includes. NormalizeScopes and MissingScopes use both.
 	ScopeAliases map[string]string
 	ScopeImplies map[string][]string
-	// ExtraAuthParams are added to the authorization request.
-	ExtraAuthParams map[string]string
-	// HostedDomain (OIDC only): the account's domain, sent as hd= and
-	// required in the ID token's hd claim ("*": any Workspace domain).
-	HostedDomain string
-	// AccountURL answers the connected account's identity as JSON;
-	// AccountIDField and AccountLoginField name the fields.
-	AccountURL, AccountIDField, AccountLoginField string
 	// APIBaseURL is where provider_request sends requests; AllowedPaths are
 	// the allow-list entries as written ("[METHOD[,METHOD…] ]/path"; empty:
 	// any request under the base), AllowedRequests their parsed form.
@@ -177,26 +119,12 @@ type Provider struct {
 	// APIBaseURL; a request names one by its host (APIRequest.Host).
 	APIBases []APIBase
 	// SidecarTokenExport: the sidecar API may return this provider's
-	// access tokens (never refresh tokens) to co-located servers.
+	// access tokens (never refresh tokens) to co-located servers, when its
+	// kind has tokens to hand out (TokenExporter).
 	SidecarTokenExport bool
 	// PropagateTrace: API requests carry the W3C trace context when
 	// tracing is on (propagate_trace: true); never baggage.
 	PropagateTrace bool
-	// RevocationStyle is "", RevokeRFC7009 or RevokeGitHubGrant.
-	// RevocationURL may be empty for an OIDC provider: discovery's
-	// revocation_endpoint is used. RevocationTokenURL (GitHub) deletes one
-	// token instead of the whole grant.
-	RevocationStyle    string
-	RevocationURL      string
-	RevocationTokenURL string
-	// RevocationAccountWide: revoking any token ends every token of the
-	// app for the account (GitHub grants always do).
-	RevocationAccountWide bool
-	// RevocationDisabled: style none (an OIDC provider's discovered
-	// revocation_endpoint is not used either).
-	RevocationDisabled bool
-	// APIKey describes a TypeAPIKey entry (nil for OAuth providers).
-	APIKey *APIKey
 	// KeepAlive: background refresh of idle connections (zero: off).
 	KeepAlive KeepAliveSpec
 }
@@ -293,6 +221,7 @@ func LoadProviders(path string, getenv func(string) string) (*Registry, error) {
 var (
 	providerNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	envRefRE       = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$`)
+	typeErrorRE    = regexp.MustCompile(`^line (\d+): (.*)$`)
 	knownFieldRE   = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
 )
 
@@ -309,6 +238,10 @@ func ParseProviders(name string, data []byte, getenv func(string) string) (*Regi
 	addf := func(line int, format string, args ...any) {
 		probs = append(probs, fmt.Sprintf("%s:%d: ", name, line)+fmt.Sprintf(format, args...))
 	}
+	doc := &root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
 	var file providersFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -318,51 +251,23 @@ func ParseProviders(name string, data []byte, getenv func(string) string) (*Regi
 			return nil, &ConfigError{Problems: []string{name + ": " + err.Error()}}
 		}
 		for _, m := range te.Errors {
-			if sm := knownFieldRE.FindStringSubmatch(m); sm != nil {
-				probs = append(probs, fmt.Sprintf("%s:%s: unknown key %q", name, sm[1], sm[2]))
-				continue
-			}
-			if l, rest, ok := strings.Cut(strings.TrimPrefix(m, "line "), ": "); ok && strings.HasPrefix(m, "line ") {
-				probs = append(probs, fmt.Sprintf("%s:%s: %s", name, l, rest))
-				continue
-			}
-			probs = append(probs, name+": "+m)
+			addYAMLProblem(name, m, &probs)
 		}
-	}
-	doc := &root
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
-		doc = doc.Content[0]
 	}
 	provNodes := mapValue(doc, "providers")
 	if len(file.Providers) == 0 && len(probs) == 0 {
 		addf(max(1, doc.Line), "no providers: want a top-level \"providers:\" map with at least one entry")
 	}
 	reg := &Registry{byName: map[string]*Provider{}}
-	for pname, spec := range file.Providers {
+	for pname := range file.Providers {
 		pn := mapValue(provNodes, pname)
-		line := keyLine(provNodes, pname)
-		lineOf := func(key string) int {
-			if l := keyLine(pn, key); l > 0 {
-				return l
-			}
-			return line
-		}
-		perr := func(key, format string, args ...any) {
-			addf(lineOf(key), "%s: %s", pname, fmt.Sprintf(format, args...))
-		}
-		var p *Provider
-		var ok bool
-		if spec.Type == TypeAPIKey {
-			p, ok = validateAPIKeyProvider(pname, spec, pn, line, addf)
-		} else {
-			p, ok = validateProvider(pname, spec, getenv, perr)
-			ok = noAPIKeyKeys(pn, perr) && ok
-		}
+		c := &entryCheck{name: pname, node: pn, line: keyLine(provNodes, pname), file: name, addf: addf, getenv: getenv, probs: &probs}
+		p := c.build()
 		if !providerNameRE.MatchString(pname) {
-			addf(line, "provider name %q: use 1-32 lowercase letters, digits, '-' or '_', starting with a letter", pname)
-			ok = false
+			addf(c.line, "provider name %q: use 1-32 lowercase letters, digits, '-' or '_', starting with a letter", pname)
+			c.bad = true
 		}
-		if ok && pn != nil {
+		if p != nil && !c.bad && pn != nil {
 			reg.byName[pname] = p
 			reg.names = append(reg.names, pname)
 		}
@@ -375,6 +280,26 @@ func ParseProviders(name string, data []byte, getenv func(string) string) (*Regi
 	return reg, nil
 }
 
+// providersFile is the document shape of providers.yaml; each entry is
+// decoded by its kind.
+type providersFile struct {
+	Providers map[string]yaml.Node `yaml:"providers"`
+}
+
+// addYAMLProblem turns one of yaml's type errors ("line 3: cannot
+// unmarshal …") into a problem of file name.
+func addYAMLProblem(name, m string, probs *[]string) {
+	if sm := knownFieldRE.FindStringSubmatch(m); sm != nil {
+		*probs = append(*probs, fmt.Sprintf("%s:%s: unknown key %q", name, sm[1], sm[2]))
+		return
+	}
+	if sm := typeErrorRE.FindStringSubmatch(m); sm != nil {
+		*probs = append(*probs, fmt.Sprintf("%s:%s: %s", name, sm[1], sm[2]))
+		return
+	}
+	*probs = append(*probs, name+": "+m)
+}
+
 func problemLine(s string) int {
 	var n int
 	if i := strings.Index(s, ":"); i >= 0 {
@@ -383,183 +308,286 @@ func problemLine(s string) int {
 	return n
 }
 
-func validateProvider(name string, s providerSpec, getenv func(string) string, perr func(key, format string, args ...any)) (*Provider, bool) {
-	v := &specCheck{perr: perr}
-	p := &Provider{
-		Name: name, DisplayName: s.DisplayName, Type: s.Type, PKCE: true,
-		DefaultScopes: slices.Clone(s.DefaultScopes), AllowedScopes: slices.Clone(s.AllowedScopes),
-		ScopeDescriptions: s.ScopeDescription, ExtraAuthParams: s.ExtraAuthParams,
-		SidecarTokenExport: s.SidecarTokenExport, HostedDomain: s.HostedDomain,
-		PropagateTrace: s.PropagateTrace,
+// entryCheck validates one entry, collecting its problems, each at the
+// line of the YAML node it concerns.
+type entryCheck struct {
+	name   string     // the entry's name
+	node   *yaml.Node // its mapping node
+	line   int        // of its name
+	file   string
+	addf   func(line int, format string, args ...any)
+	getenv func(string) string
+	probs  *[]string
+	bad    bool
+}
+
+// build finds the entry's kind, checks its keys and builds it. An entry
+// of no known type is checked as the first kind would be, after saying
+// so, so that every problem is reported at once.
+func (c *entryCheck) build() *Provider {
+	if c.node == nil || c.node.Kind != yaml.MappingNode {
+		c.failAt(nil, "want a mapping of the entry's keys")
+		return nil
 	}
+	typ := ""
+	if t := mapValue(c.node, "type"); t != nil {
+		typ = t.Value
+	}
+	def, known := kindNamed(typ)
+	switch {
+	case typ == "":
+		c.fail("type", "type is required (%s)", kindList())
+	case !known:
+		c.fail("type", "type %q: want %s", typ, kindList())
+	}
+	for _, key := range entryKeys(c.node) {
+		if slices.Contains(def.keys, key.Value) {
+			continue
+		}
+		c.bad = true
+		if owner := keyOwner(key.Value); owner != "" {
+			c.addf(key.Line, "%s: %s", c.name, def.foreign(key.Value, owner))
+		} else {
+			c.addf(key.Line, "unknown key %q", key.Value)
+		}
+	}
+	return def.build(c)
+}
+
+// entryKeys returns the key nodes of mapping m, those of the mappings it
+// merges ("<<: *anchor") included.
+func entryKeys(m *yaml.Node) []*yaml.Node {
+	var out []*yaml.Node
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if k.Tag != "!!merge" {
+			out = append(out, k)
+			continue
+		}
+		merged := []*yaml.Node{v}
+		if v.Kind == yaml.SequenceNode {
+			merged = v.Content
+		}
+		for _, n := range merged {
+			if n.Kind == yaml.AliasNode {
+				n = n.Alias
+			}
+			if n != nil && n.Kind == yaml.MappingNode {
+				out = append(out, entryKeys(n)...)
+			}
+		}
+	}
+	return out
+}
+
+// kindNamed returns the kind of type typ; the first kind, and false, when
+// there is none.
+func kindNamed(typ string) (kindDef, bool) {
+	for _, k := range kinds {
+		if k.typ == typ {
+			return k, true
+		}
+	}
+	return kinds[0], false
+}
+
+// keyOwner names a kind that takes key ("" when none does).
+func keyOwner(key string) string {
+	for _, k := range kinds {
+		if slices.Contains(k.keys, key) {
+			return k.typ
+		}
+	}
+	return ""
+}
+
+// kindList lists the types for a message: "oauth2", "oidc" or "api_key".
+func kindList() string {
+	var qs []string
+	for _, k := range kinds {
+		qs = append(qs, fmt.Sprintf("%q", k.typ))
+	}
+	if len(qs) == 1 {
+		return qs[0]
+	}
+	return strings.Join(qs[:len(qs)-1], ", ") + " or " + qs[len(qs)-1]
+}
+
+// onlyFor is the default foreign-key problem.
+func onlyFor(key, owner string) string { return fmt.Sprintf("%s is only for type %q", key, owner) }
+
+// decode decodes the entry into spec; type errors become problems, and so
+// do keys spec's nested mappings do not have (the entry's own keys were
+// checked against its kind).
+func (c *entryCheck) decode(spec any) bool {
+	for i := 0; i+1 < len(c.node.Content); i += 2 {
+		if f, ok := fieldOf(reflect.TypeOf(spec).Elem(), c.node.Content[i].Value); ok {
+			c.unknownKeys(c.node.Content[i+1], f.Type)
+		}
+	}
+	err := c.node.Decode(spec)
+	if err == nil {
+		return true
+	}
+	c.bad = true
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		c.failAt(nil, "%v", err)
+		return false
+	}
+	for _, m := range te.Errors {
+		addYAMLProblem(c.file, m, c.probs)
+	}
+	return true
+}
+
+// unknownKeys reports every key of a mapping in n that the type t it
+// decodes into has no field for (maps take any key).
+func (c *entryCheck) unknownKeys(n *yaml.Node, t reflect.Type) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	switch {
+	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+		for _, e := range n.Content {
+			c.unknownKeys(e, t.Elem())
+		}
+	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+		for _, key := range entryKeys(n) {
+			f, ok := fieldOf(t, key.Value)
+			if !ok {
+				c.bad = true
+				c.addf(key.Line, "unknown key %q", key.Value)
+				continue
+			}
+			if v := mapValue(n, key.Value); v != nil {
+				c.unknownKeys(v, f.Type)
+			}
+		}
+	}
+}
+
+// fieldOf returns the field of struct type t that yaml key name decodes
+// into, inline structs included.
+func fieldOf(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if opts == "inline" {
+			if g, ok := fieldOf(f.Type, name); ok {
+				return g, true
+			}
+			continue
+		}
+		if tag == name && tag != "" && tag != "-" {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// lineOf returns the line of the node at path (mapping keys as strings,
+// sequence indexes as ints) below the entry, or of its deepest ancestor
+// that exists.
+func (c *entryCheck) lineOf(path ...any) int {
+	n, line := c.node, c.line
+	for _, step := range path {
+		switch s := step.(type) {
+		case string:
+			if l := keyLine(n, s); l > 0 {
+				line = l
+			}
+			n = mapValue(n, s)
+		case int:
+			if n == nil || n.Kind != yaml.SequenceNode || s >= len(n.Content) {
+				return line
+			}
+			n = n.Content[s]
+			line = n.Line
+		}
+		if n == nil {
+			return line
+		}
+	}
+	return line
+}
+
+// failAt reports a problem at the node at path.
+func (c *entryCheck) failAt(path []any, format string, args ...any) {
+	c.bad = true
+	c.addf(c.lineOf(path...), "%s: %s", c.name, fmt.Sprintf(format, args...))
+}
+
+// fail reports a problem at the entry's key.
+func (c *entryCheck) fail(key, format string, args ...any) { c.failAt(at(key), format, args...) }
+
+func at(path ...any) []any { return path }
+
+// newProvider starts the entry's Provider from the keys every entry has.
+func (c *entryCheck) newProvider(s entrySpec, k Kind) *Provider {
+	p := &Provider{Name: c.name, DisplayName: s.DisplayName, Kind: k}
 	if p.DisplayName == "" {
-		p.DisplayName = name
+		p.DisplayName = c.name
 	}
-	if s.PKCE != nil {
-		p.PKCE = *s.PKCE
-	}
-	v.endpoints(p, s)
-	v.client(p, s, getenv)
-	v.scopeTables(p, s)
-	v.scopes(p, s)
-	v.hostedDomain(p, s)
-	v.account(p, s)
-	v.api(p, s)
-	v.revocation(p, s)
-	v.keepAlive(p, s.KeepAlive, s.KeepAliveRefresh)
-	return p, !v.bad
-}
-
-// specCheck collects the problems of one provider entry.
-type specCheck struct {
-	perr func(key, format string, args ...any)
-	bad  bool
-}
-
-func (v *specCheck) fail(key, format string, args ...any) {
-	v.bad = true
-	v.perr(key, format, args...)
+	return p
 }
 
 // url checks an endpoint URL; required ones must be present.
-func (v *specCheck) url(key, val string, required bool) string {
+func (c *entryCheck) url(key, val string, required bool) string {
 	if val == "" {
 		if required {
-			v.fail(key, "%s is required", key)
+			c.fail(key, "%s is required", key)
 		}
 		return ""
 	}
 	if err := checkEndpoint(val); err != nil {
-		v.fail(key, "%s: %v", key, err)
+		c.fail(key, "%s: %v", key, err)
 		return ""
 	}
 	return val
 }
 
-// endpoints checks the type and the authorization and token endpoints.
-func (v *specCheck) endpoints(p *Provider, s providerSpec) {
-	switch s.Type {
-	case TypeOAuth2:
-		p.AuthURL = v.url("authorization_url", s.AuthorizationURL, true)
-		p.TokenURL = v.url("token_url", s.TokenURL, true)
-		if s.Issuer != "" {
-			v.fail("issuer", "issuer is only for type %q", TypeOIDC)
+// secretRef resolves a value given by reference (${NAME}); literal
+// values are taken as they are when literal is true.
+func (c *entryCheck) secretRef(key, val string, literal bool) (string, bool) {
+	if m := envRefRE.FindStringSubmatch(val); m != nil {
+		v := c.getenv(m[1])
+		if v == "" {
+			c.fail(key, "%s: environment variable %s is not set", key, m[1])
 		}
-		if s.Account == nil {
-			v.fail("account", "account (url, id_field, login_field) is required for type %q: it tells which account was connected", TypeOAuth2)
-		}
-	case TypeOIDC:
-		p.Issuer = v.url("issuer", s.Issuer, true)
-		p.AuthURL = v.url("authorization_url", s.AuthorizationURL, false)
-		p.TokenURL = v.url("token_url", s.TokenURL, false)
-	case "":
-		v.fail("type", "type is required (%q, %q or %q)", TypeOAuth2, TypeOIDC, TypeAPIKey)
-	default:
-		v.fail("type", "type %q: want %q, %q or %q", s.Type, TypeOAuth2, TypeOIDC, TypeAPIKey)
+		return v, true
 	}
-	switch s.TokenAuth {
-	case "", "client_secret_basic":
-	case "client_secret_post":
-		p.TokenAuthInParams = true
-	default:
-		v.fail("token_endpoint_auth", "token_endpoint_auth %q: want client_secret_basic or client_secret_post", s.TokenAuth)
+	if strings.Contains(val, "${") {
+		c.fail(key, "%s: malformed reference %q (want ${NAME})", key, val)
+		return "", false
 	}
+	return val, literal
 }
 
-// client resolves the client id and the secret, given by reference only.
-func (v *specCheck) client(p *Provider, s providerSpec, getenv func(string) string) {
-	if s.ClientID == "" {
-		v.fail("client_id", "client_id is required")
-	} else if m := envRefRE.FindStringSubmatch(s.ClientID); m != nil {
-		p.ClientID = getenv(m[1])
-		if p.ClientID == "" {
-			v.fail("client_id", "client_id: environment variable %s is not set", m[1])
-		}
-	} else if strings.Contains(s.ClientID, "${") {
-		v.fail("client_id", "client_id: malformed reference %q (want ${NAME})", s.ClientID)
-	} else {
-		p.ClientID = s.ClientID
+// readSecretFile reads a secret given by file name.
+func (c *entryCheck) readSecretFile(key, path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		c.fail(key, "%s: cannot read %s", key, path)
+		return ""
 	}
-	switch {
-	case s.ClientSecret != "" && s.ClientSecretFile != "":
-		v.fail("client_secret", "give client_secret or client_secret_file, not both")
-	case s.ClientSecret != "":
-		m := envRefRE.FindStringSubmatch(s.ClientSecret)
-		if m == nil {
-			v.fail("client_secret", "client_secret must be a reference ${NAME} to an environment variable (or use client_secret_file); secrets are never written in this file")
-			return
-		}
-		val := getenv(m[1])
-		if val == "" {
-			v.fail("client_secret", "client_secret: environment variable %s is not set", m[1])
-		}
-		p.ClientSecret = vault.Secret(val)
-	case s.ClientSecretFile != "":
-		b, err := os.ReadFile(s.ClientSecretFile)
-		if err != nil {
-			v.fail("client_secret_file", "client_secret_file: cannot read %s", s.ClientSecretFile)
-			return
-		}
-		val := strings.TrimSpace(string(b))
-		if val == "" {
-			v.fail("client_secret_file", "client_secret_file: %s is empty", s.ClientSecretFile)
-		}
-		p.ClientSecret = vault.Secret(val)
-	default:
-		v.fail("client_id", "client_secret or client_secret_file is required")
+	val := strings.TrimSpace(string(b))
+	if val == "" {
+		c.fail(key, "%s: %s is empty", key, path)
 	}
-}
-
-// scopes checks the scope lists and the extra authorization parameters.
-func (v *specCheck) scopes(p *Provider, s providerSpec) {
-	for _, sc := range s.DefaultScopes {
-		if !validScope(sc) {
-			v.fail("default_scopes", "default scope %q is not a valid scope token", sc)
-		} else if !p.ScopeAllowed(sc) {
-			v.fail("default_scopes", "default scope %q is not in allowed_scopes", sc)
-		}
-	}
-	for _, sc := range s.AllowedScopes {
-		if !validScope(sc) {
-			v.fail("allowed_scopes", "allowed scope %q is not a valid scope token", sc)
-		} else if c := p.ScopeAliases[sc]; c != "" {
-			v.fail("allowed_scopes", "allowed scope %q is an alias: name it %s", sc, c)
-		}
-	}
-	for k := range s.ExtraAuthParams {
-		switch k {
-		case "state", "code_challenge", "code_challenge_method", "nonce", "redirect_uri", "client_id", "response_type", "scope":
-			v.fail("extra_auth_params", "extra_auth_params: %q is set by the broker and cannot be configured", k)
-		case "hd":
-			v.fail("extra_auth_params", "extra_auth_params: set hosted_domain instead of hd (the broker then also checks the ID token's hd claim)")
-		}
-	}
-}
-
-// account checks the account endpoint (required for plain OAuth 2.0).
-func (v *specCheck) account(p *Provider, s providerSpec) {
-	a := s.Account
-	if a == nil {
-		return
-	}
-	p.AccountURL = v.url("account", a.URL, s.Type == TypeOAuth2)
-	p.AccountIDField, p.AccountLoginField = a.IDField, a.LoginField
-	if a.IDField == "" {
-		v.fail("account", "account.id_field is required")
-	}
-	if a.LoginField == "" {
-		p.AccountLoginField = a.IDField
-	}
+	return val
 }
 
 // api checks the API base URL and the allow-list.
-func (v *specCheck) api(p *Provider, s providerSpec) {
-	a := s.API
+func (c *entryCheck) api(p *Provider, a *apiSpec) {
 	if a == nil {
 		return
 	}
-	p.APIBaseURL = v.url("api", a.BaseURL, true)
-	p.AllowedRequests = v.patterns("api.allowed_paths", a.AllowedPaths)
+	p.APIBaseURL = c.url("api", a.BaseURL, true)
+	p.AllowedRequests = c.patterns("api.allowed_paths", a.AllowedPaths)
 	p.AllowedPaths = slices.Clone(a.AllowedPaths)
 	if p.APIBaseURL == "" {
 		return
@@ -569,7 +597,7 @@ func (v *specCheck) api(p *Provider, s providerSpec) {
 		u, _ := url.Parse(base)
 		host := strings.ToLower(u.Host)
 		if seen[host] {
-			v.fail("api", "api.hosts: %s is given twice (one base per host)", host)
+			c.fail("api", "api.hosts: %s is given twice (one base per host)", host)
 			return
 		}
 		seen[host] = true
@@ -579,8 +607,8 @@ func (v *specCheck) api(p *Provider, s providerSpec) {
 	add(p.APIBaseURL, a.AllowedPaths, p.AllowedRequests)
 	for i, h := range a.Hosts {
 		key := fmt.Sprintf("api.hosts[%d]", i)
-		base := v.url("api", h.BaseURL, true)
-		reqs := v.patterns(key+".allowed_paths", h.AllowedPaths)
+		base := c.url("api", h.BaseURL, true)
+		reqs := c.patterns(key+".allowed_paths", h.AllowedPaths)
 		if base != "" {
 			add(base, h.AllowedPaths, reqs)
 		}
@@ -588,12 +616,12 @@ func (v *specCheck) api(p *Provider, s providerSpec) {
 }
 
 // patterns parses an allow-list.
-func (v *specCheck) patterns(key string, list []string) []RequestPattern {
+func (c *entryCheck) patterns(key string, list []string) []RequestPattern {
 	var out []RequestPattern
 	for _, ap := range list {
 		rp, err := ParseRequestPattern(ap)
 		if err != nil {
-			v.fail("api", "%s: %v", key, err)
+			c.fail("api", "%s: %v", key, err)
 			continue
 		}
 		out = append(out, rp)
@@ -601,59 +629,60 @@ func (v *specCheck) patterns(key string, list []string) []RequestPattern {
 	return out
 }
 
-// revocation checks the revocation style and endpoint.
-func (v *specCheck) revocation(p *Provider, s providerSpec) {
-	rv := s.Revocation
-	if rv == nil {
-		return
-	}
-	switch rv.Style {
-	case RevokeRFC7009, RevokeGitHubGrant:
-		p.RevocationStyle = rv.Style
-		p.RevocationAccountWide = rv.AccountWide || rv.Style == RevokeGitHubGrant
-	case RevokeNone:
-		p.RevocationDisabled = true
-		if rv.URL != "" || rv.TokenURL != "" || rv.AccountWide {
-			v.fail("revocation", "revocation.style none takes no other field")
+// scopeSpec are the keys of an entry whose connections hold scopes.
+type scopeSpec struct {
+	DefaultScopes    []string          `yaml:"default_scopes"`
+	AllowedScopes    []string          `yaml:"allowed_scopes"`
+	ScopeDescription map[string]string `yaml:"scope_descriptions"`
+	// ScopeAliases: scope → the other names the provider answers for it
+	// (Google answers https://www.googleapis.com/auth/userinfo.email for
+	// email).
+	ScopeAliases map[string][]string `yaml:"scope_aliases"`
+	// ScopeImplies: scope → the scopes it includes (GitHub's repo includes
+	// public_repo and drops it from its answer).
+	ScopeImplies map[string][]string `yaml:"scope_implies"`
+}
+
+// scopes checks the scope lists and tables.
+func (c *entryCheck) scopes(p *Provider, s scopeSpec) {
+	p.DefaultScopes, p.AllowedScopes, p.ScopeDescriptions = slices.Clone(s.DefaultScopes), slices.Clone(s.AllowedScopes), s.ScopeDescription
+	c.scopeTables(p, s)
+	for _, sc := range s.DefaultScopes {
+		if !validScope(sc) {
+			c.fail("default_scopes", "default scope %q is not a valid scope token", sc)
+		} else if !p.ScopeAllowed(sc) {
+			c.fail("default_scopes", "default scope %q is not in allowed_scopes", sc)
 		}
-		return
-	default:
-		v.fail("revocation", "revocation.style %q: want %q, %q or %q", rv.Style, RevokeRFC7009, RevokeGitHubGrant, RevokeNone)
 	}
-	// An OIDC provider's RFC 7009 endpoint may come from discovery
-	// (revocation_endpoint).
-	if rv.URL == "" && !(s.Type == TypeOIDC && rv.Style == RevokeRFC7009) {
-		v.fail("revocation", "revocation.url is required (only an oidc provider's rfc7009 endpoint can come from discovery)")
-	} else if v.url("revocation", strings.ReplaceAll(rv.URL, "{client_id}", "client_id"), false) != "" {
-		p.RevocationURL = rv.URL
-	}
-	if rv.TokenURL != "" && rv.Style != RevokeGitHubGrant {
-		v.fail("revocation", "revocation.token_url is only for style %q", RevokeGitHubGrant)
-	} else if v.url("revocation", strings.ReplaceAll(rv.TokenURL, "{client_id}", "client_id"), false) != "" {
-		p.RevocationTokenURL = rv.TokenURL
+	for _, sc := range s.AllowedScopes {
+		if !validScope(sc) {
+			c.fail("allowed_scopes", "allowed scope %q is not a valid scope token", sc)
+		} else if canon := p.ScopeAliases[sc]; canon != "" {
+			c.fail("allowed_scopes", "allowed scope %q is an alias: name it %s", sc, canon)
+		}
 	}
 }
 
 // scopeTables checks scope_aliases and scope_implies.
-func (v *specCheck) scopeTables(p *Provider, s providerSpec) {
+func (c *entryCheck) scopeTables(p *Provider, s scopeSpec) {
 	if len(s.ScopeAliases) > 0 {
 		p.ScopeAliases = map[string]string{}
 	}
 	for _, sc := range sortedKeys(s.ScopeAliases) {
 		if !validScope(sc) {
-			v.fail("scope_aliases", "scope_aliases: %q is not a valid scope token", sc)
+			c.fail("scope_aliases", "scope_aliases: %q is not a valid scope token", sc)
 			continue
 		}
 		for _, alias := range s.ScopeAliases[sc] {
 			switch {
 			case !validScope(alias):
-				v.fail("scope_aliases", "scope_aliases: %s: alias %q is not a valid scope token", sc, alias)
+				c.fail("scope_aliases", "scope_aliases: %s: alias %q is not a valid scope token", sc, alias)
 			case alias == sc:
-				v.fail("scope_aliases", "scope_aliases: %s is given as its own alias", sc)
+				c.fail("scope_aliases", "scope_aliases: %s is given as its own alias", sc)
 			case s.ScopeAliases[alias] != nil:
-				v.fail("scope_aliases", "scope_aliases: %q is both a scope with aliases and an alias of %s", alias, sc)
+				c.fail("scope_aliases", "scope_aliases: %q is both a scope with aliases and an alias of %s", alias, sc)
 			case p.ScopeAliases[alias] != "":
-				v.fail("scope_aliases", "scope_aliases: %q is an alias of both %s and %s", alias, p.ScopeAliases[alias], sc)
+				c.fail("scope_aliases", "scope_aliases: %q is an alias of both %s and %s", alias, p.ScopeAliases[alias], sc)
 			default:
 				p.ScopeAliases[alias] = sc
 			}
@@ -664,37 +693,21 @@ func (v *specCheck) scopeTables(p *Provider, s providerSpec) {
 	}
 	for _, sc := range sortedKeys(s.ScopeImplies) {
 		if !validScope(sc) {
-			v.fail("scope_implies", "scope_implies: %q is not a valid scope token", sc)
+			c.fail("scope_implies", "scope_implies: %q is not a valid scope token", sc)
 			continue
 		}
 		for _, in := range s.ScopeImplies[sc] {
 			switch {
 			case !validScope(in):
-				v.fail("scope_implies", "scope_implies: %s: %q is not a valid scope token", sc, in)
+				c.fail("scope_implies", "scope_implies: %s: %q is not a valid scope token", sc, in)
 			case in == sc:
-				v.fail("scope_implies", "scope_implies: %s is given as implying itself", sc)
+				c.fail("scope_implies", "scope_implies: %s is given as implying itself", sc)
 			case p.ScopeAliases[in] != "" || p.ScopeAliases[sc] != "":
-				v.fail("scope_implies", "scope_implies: %s: name scopes by their catalogue names, not by aliases", sc)
+				c.fail("scope_implies", "scope_implies: %s: name scopes by their catalogue names, not by aliases", sc)
 			default:
 				p.ScopeImplies[sc] = append(p.ScopeImplies[sc], in)
 			}
 		}
-	}
-}
-
-var hostedDomainRE = regexp.MustCompile(`^(\*|[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+)$`)
-
-// hostedDomain checks hosted_domain (OIDC only: it is verified in the ID
-// token).
-func (v *specCheck) hostedDomain(p *Provider, s providerSpec) {
-	if s.HostedDomain == "" {
-		return
-	}
-	if s.Type != TypeOIDC {
-		v.fail("hosted_domain", "hosted_domain is only for type %q (it is checked in the ID token's hd claim)", TypeOIDC)
-	}
-	if len(s.HostedDomain) > 253 || !hostedDomainRE.MatchString(s.HostedDomain) {
-		v.fail("hosted_domain", "hosted_domain %q: want a lowercase domain name such as example.com, or * for any Workspace domain", s.HostedDomain)
 	}
 }
 

@@ -25,24 +25,26 @@ func TestLoadProvidersRepoFile(t *testing.T) {
 	if got := strings.Join(reg.Names(), ","); got != "github,google" {
 		t.Fatalf("Names() = %q, want github,google", got)
 	}
-	gh, _ := reg.Lookup("github")
-	if gh.Type != TypeOAuth2 || gh.AuthURL != "https://github.com/login/oauth/authorize" || gh.AccountURL != "https://api.github.com/user" ||
+	ghp, _ := reg.Lookup("github")
+	gh := oauthOf(ghp)
+	if ghp.Kind.Type() != TypeOAuth2 || gh.AuthURL != "https://github.com/login/oauth/authorize" || gh.AccountURL != "https://api.github.com/user" ||
 		gh.AccountIDField != "id" || gh.AccountLoginField != "login" || gh.RevocationStyle != RevokeGitHubGrant || !gh.PKCE ||
-		gh.ClientID != "gh-id" || gh.ClientSecret.Reveal() != "gh-secret" || gh.APIBaseURL != "https://api.github.com" {
-		t.Errorf("github entry = %+v", gh)
+		gh.ClientID != "gh-id" || gh.ClientSecret.Reveal() != "gh-secret" || ghp.APIBaseURL != "https://api.github.com" {
+		t.Errorf("github entry = %+v / %+v", ghp, gh)
 	}
 	// GitHub documents the client credentials as body parameters; repo
 	// covers public_repo, which GitHub drops from its answer; a shared
 	// account's token can be deleted alone.
-	if !gh.TokenAuthInParams || len(gh.MissingScopes([]string{"repo"}, []string{"repo", "public_repo"})) != 0 ||
+	if !gh.TokenAuthInParams || len(ghp.MissingScopes([]string{"repo"}, []string{"repo", "public_repo"})) != 0 ||
 		gh.RevocationTokenURL != "https://api.github.com/applications/{client_id}/token" {
-		t.Errorf("github entry: client_secret_post %v, scope_implies %v, token_url %q", gh.TokenAuthInParams, gh.ScopeImplies, gh.RevocationTokenURL)
+		t.Errorf("github entry: client_secret_post %v, scope_implies %v, token_url %q", gh.TokenAuthInParams, ghp.ScopeImplies, gh.RevocationTokenURL)
 	}
 	g, _ := reg.Lookup("google")
-	if g.Type != TypeOIDC || g.Issuer != "https://accounts.google.com" || g.ExtraAuthParams["access_type"] != "offline" ||
-		g.ExtraAuthParams["prompt"] != "consent" || g.ExtraAuthParams["include_granted_scopes"] != "true" ||
-		g.RevocationURL != "" || g.RevocationStyle != RevokeRFC7009 || !g.RevocationAccountWide {
-		t.Errorf("google entry = %+v", g)
+	go_ := oauthOf(g)
+	if g.Kind.Type() != TypeOIDC || go_.Issuer != "https://accounts.google.com" || go_.ExtraAuthParams["access_type"] != "offline" ||
+		go_.ExtraAuthParams["prompt"] != "consent" || go_.ExtraAuthParams["include_granted_scopes"] != "true" ||
+		go_.RevocationURL != "" || go_.RevocationStyle != RevokeRFC7009 || !go_.RevocationAccountWide {
+		t.Errorf("google entry = %+v / %+v", g, go_)
 	}
 	// The scopes the entry describes can be asked for; Google's answer
 	// names cover the short names; the per-API hosts are there.
@@ -240,15 +242,19 @@ func FuzzParseProviders(f *testing.F) {
 		}
 		for _, n := range reg.Names() {
 			p, ok := reg.Lookup(n)
-			if !ok || !p.IsAPIKey() && p.ClientID == "" {
+			o := oauthOf(p)
+			if !ok || keyOf(p) == nil && (o == nil || o.ClientID == "") {
 				t.Fatalf("accepted provider %q is incomplete: %+v", n, p)
 			}
-			if a := p.APIKey; p.IsAPIKey() && (len(a.Fields) == 0 || a.VerifyPath == "" || a.AccountID.IsZero() ||
+			if o == nil {
+				o = &OAuth{}
+			}
+			if a := keyOf(p); a != nil && (len(a.Fields) == 0 || a.VerifyPath == "" || a.AccountID.IsZero() ||
 				a.Header == "" && a.BasicPass.Empty() || p.APIBaseURL == "" || checkEndpoint(a.InstructionsURL) != nil) {
 				t.Fatalf("accepted api_key provider %q is incomplete: %+v", n, a)
 			}
-			urls := []string{p.AuthURL, p.TokenURL, p.Issuer, p.AccountURL, p.APIBaseURL,
-				strings.ReplaceAll(p.RevocationURL, "{client_id}", "c"), strings.ReplaceAll(p.RevocationTokenURL, "{client_id}", "c")}
+			urls := []string{o.AuthURL, o.TokenURL, o.Issuer, o.AccountURL, p.APIBaseURL,
+				strings.ReplaceAll(o.RevocationURL, "{client_id}", "c"), strings.ReplaceAll(o.RevocationTokenURL, "{client_id}", "c")}
 			hosts := map[string]bool{}
 			for _, b := range p.APIBases {
 				urls = append(urls, b.URL)
@@ -262,7 +268,7 @@ func FuzzParseProviders(f *testing.F) {
 					t.Fatalf("accepted provider %q has bad URL %q", n, u)
 				}
 			}
-			if p.HostedDomain != "" && p.Type != TypeOIDC {
+			if o.HostedDomain != "" && !o.OIDC {
 				t.Fatalf("accepted provider %q has hosted_domain without OIDC", n)
 			}
 			for alias, c := range p.ScopeAliases {

@@ -11,6 +11,41 @@
 // needed. (The one exception is the opt-in sidecar token export, which the
 // connections layer audits.)
 //
+// # Kinds
+//
+// An entry's type is a kind (kind.go): a type of this package that holds
+// that kind's configuration and implements what it can, found by type
+// assertion as dex finds what its connectors can do. Every kind has one
+// browser step:
+//
+//	RedirectStep   the person connects at the provider (OAuth 2.0 code flow): *OAuth (oauth2, oidc)
+//	FormStep       the person enters values on the broker's page: *APIKey (api_key)
+//
+// and optional capabilities: Refresher (refresh tokens), Revoker,
+// TokenExporter (its access tokens may be handed to co-located servers),
+// AccountLookup (who a code exchange connected). The Client's methods
+// (AuthRequest, Exchange, ResponseIssuer, VerifyKey, Do, Token, Revoke,
+// KeepAlive) ask the kind; callers outside this package ask the same
+// questions ("redirect or form?", "can its tokens be exported?") and never
+// which type an entry is.
+//
+// To add a kind:
+//
+//  1. Write one file: the kind's type with Type() and the methods of its
+//     browser step and of each capability it has (the interfaces' methods
+//     are unexported, so kinds live in this package); its providers.yaml
+//     keys as a spec struct (entrySpec inline, and scopeSpec, apiSpec,
+//     keep_alive as the kind needs: a key no kind takes is an unknown key,
+//     one another kind takes is refused with that kind's name); and a
+//     kindDef from defineKind, whose build function validates an entry
+//     with entryCheck (every problem at its line) and returns its Provider.
+//  2. Add the kindDef to kinds in catalog.go.
+//  3. Add the page its browser step names (ConsentPage, or Form.Page) to
+//     web/templates/, unless it reuses one.
+//
+// Nothing outside this package and that template changes: the connections
+// layer and the front doors already ask for capabilities.
+//
 // # Refresh protocol (per connection)
 //
 // In-process single flight keyed by the connection id → the store's lock

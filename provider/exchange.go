@@ -16,7 +16,6 @@ import (
 	"golang.org/x/oauth2"
 
 	"credbroker/internal/untrusted"
-	"credbroker/vault"
 )
 
 // Errors of Exchange, for the browser flow to explain.
@@ -28,68 +27,24 @@ var (
 	// they belong to could not be established.
 	ErrAccountUnknown = errors.New("provider: the connected account could not be established")
 	// ErrWrongDomain: the account is not in the entry's hosted_domain (the
-	// ID token's hd claim is absent or another domain).
+	// ID token's hd claim is absent or another domain); a
+	// *WrongDomainError says which domain was required.
 	ErrWrongDomain = errors.New("provider: the account is not in the required domain")
 )
 
-// Account is the provider account a token set belongs to.
-type Account struct {
-	// ID is the provider's stable account id (GitHub numeric id, OIDC sub).
-	ID string
-	// Login is the display login or email.
-	Login string
+// WrongDomainError: the connected account is not in the hosted domain
+// the entry requires. It matches ErrWrongDomain.
+type WrongDomainError struct {
+	// Want is the entry's hosted_domain ("*": any Workspace domain); Got
+	// the ID token's hd claim, clipped (untrusted).
+	Want, Got string
 }
 
-// Exchanged is the result of a code exchange: who, what was granted, and
-// the token set, which only the connections layer's store may receive.
-type Exchanged struct {
-	Account Account
-	// Scopes are the scopes the provider says it granted (its "scope"
-	// answer, under the catalogue's names), or the requested ones when it
-	// does not say.
-	Scopes []string
-	Token  vault.TokenSet
-	// RefreshExpiry is when the refresh token expires, from the answer's
-	// refresh_token_expires_in (zero: not said).
-	RefreshExpiry time.Time
+func (e *WrongDomainError) Error() string {
+	return fmt.Sprintf("%v: hd claim %q, want %q", ErrWrongDomain, e.Got, e.Want)
 }
 
-// Exchange redeems an authorization code at p's token endpoint (PKCE
-// verifier when set; never following a redirect) and establishes the
-// connected account: the verified ID token (with nonce) for OIDC
-// providers, or the account endpoint. requested are the scopes asked for.
-func (k *Client) Exchange(ctx context.Context, p *Provider, redirectURL, code, verifier, nonce string, requested []string) (Exchanged, error) {
-	conf, op, err := k.OAuthConfig(ctx, p, redirectURL)
-	if err != nil {
-		return Exchanged{}, fmt.Errorf("%w: %v", ErrProviderUnavailable, err)
-	}
-	conf.Scopes = requested
-	var opts []oauth2.AuthCodeOption
-	if verifier != "" {
-		opts = append(opts, oauth2.VerifierOption(verifier))
-	}
-	tok, err := conf.Exchange(k.TokenContext(ctx), code, opts...)
-	if err != nil {
-		var re *oauth2.RetrieveError
-		if errors.As(err, &re) && (re.ErrorCode == "invalid_grant" || re.ErrorCode == "bad_verification_code") {
-			return Exchanged{}, fmt.Errorf("%w: %s", ErrCodeRejected, DescribeTokenError(err))
-		}
-		return Exchanged{}, fmt.Errorf("%w: %s", ErrProviderUnavailable, DescribeTokenError(err))
-	}
-	acct, err := k.findAccount(k.HTTPContext(ctx), p, op, tok, nonce)
-	if errors.Is(err, ErrWrongDomain) {
-		return Exchanged{}, err
-	}
-	if err != nil {
-		return Exchanged{}, fmt.Errorf("%w: %v", ErrAccountUnknown, err)
-	}
-	out := Exchanged{Account: acct, Scopes: p.NormalizeScopes(requested), Token: TokenSet(tok),
-		RefreshExpiry: refreshExpiry(tok, k.opts.Now())}
-	if granted := grantedScopes(tok); granted != nil {
-		out.Scopes = p.NormalizeScopes(granted)
-	}
-	return out, nil
-}
+func (e *WrongDomainError) Unwrap() error { return ErrWrongDomain }
 
 // grantedScopes returns the scope a token endpoint answered (nil when it
 // said none: GitHub Apps answer "", which says nothing).
@@ -130,15 +85,20 @@ func refreshExpiry(tok *oauth2.Token, now time.Time) time.Time {
 
 const maxAccountBody = 1 << 20
 
-// findAccount learns which provider account was connected: the verified
-// ID token for OIDC providers (nonce checked), or the account endpoint.
-func (k *Client) findAccount(ctx context.Context, p *Provider, op *oidc.Provider, tok *oauth2.Token, nonce string) (Account, error) {
-	if op != nil {
+// lookupAccount learns which provider account was connected: the
+// verified ID token for OIDC providers (nonce checked), or the account
+// endpoint.
+func (o *OAuth) lookupAccount(ctx context.Context, k *Client, p *Provider, tok *oauth2.Token, nonce string) (Account, error) {
+	if o.OIDC {
+		op, err := k.discover(ctx, p.Name, o.Issuer)
+		if err != nil {
+			return Account{}, err
+		}
 		raw, _ := tok.Extra("id_token").(string)
 		if raw == "" {
 			return Account{}, errors.New("no id_token in the token response")
 		}
-		idt, err := op.Verifier(&oidc.Config{ClientID: p.ClientID, Now: k.opts.Now}).Verify(ctx, raw)
+		idt, err := op.Verifier(&oidc.Config{ClientID: o.ClientID, Now: k.opts.Now}).Verify(ctx, raw)
 		if err != nil {
 			return Account{}, fmt.Errorf("id_token: %w", err)
 		}
@@ -152,20 +112,20 @@ func (k *Client) findAccount(ctx context.Context, p *Provider, op *oidc.Provider
 			HD    string `json:"hd"`
 		}
 		_ = idt.Claims(&c)
-		if !domainOK(p.HostedDomain, c.HD) {
+		if !domainOK(o.HostedDomain, c.HD) {
 			// Google: hd= only steers the account chooser; the claim is
 			// what proves the account's domain.
-			return Account{}, fmt.Errorf("%w: hd claim %q, want %q", ErrWrongDomain, untrusted.Clip(c.HD, 64), p.HostedDomain)
+			return Account{}, &WrongDomainError{Want: o.HostedDomain, Got: untrusted.Clip(c.HD, 64)}
 		}
 		a := Account{ID: idt.Subject, Login: FirstNonEmpty(c.Email, c.User, c.Name, idt.Subject)}
-		if p.AccountURL == "" {
+		if o.AccountURL == "" {
 			return a, nil
 		}
 	}
-	if p.AccountURL == "" {
+	if o.AccountURL == "" {
 		return Account{}, errors.New("no account endpoint configured")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.AccountURL, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.AccountURL, nil)
 	if err != nil {
 		return Account{}, err
 	}
@@ -183,7 +143,7 @@ func (k *Client) findAccount(ctx context.Context, p *Provider, op *oidc.Provider
 	if resp.StatusCode != http.StatusOK {
 		return Account{}, fmt.Errorf("account endpoint: HTTP %d", resp.StatusCode)
 	}
-	return parseAccount(body, p.AccountIDField, p.AccountLoginField)
+	return parseAccount(body, o.AccountIDField, o.AccountLoginField)
 }
 
 // parseAccount extracts the id and login fields from an account document.

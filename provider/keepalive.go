@@ -36,7 +36,7 @@ type KeepAliveSpec struct {
 const DefaultKeepAliveRefresh = 24 * time.Hour
 
 // keepAlive checks keep_alive and keep_alive_refresh.
-func (v *specCheck) keepAlive(p *Provider, window, every string) {
+func (v *entryCheck) keepAlive(p *Provider, window, every string) {
 	if window == "" {
 		if every != "" {
 			v.fail("keep_alive_refresh", "keep_alive_refresh needs keep_alive")

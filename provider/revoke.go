@@ -55,16 +55,24 @@ func (k *Client) Revoke(ctx context.Context, c vault.Connection, shared bool) (R
 	if !ok {
 		return NotSupported, nil
 	}
+	r, ok := p.Kind.(Revoker)
+	if !ok {
+		return NotSupported, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, revokeTimeout)
 	defer cancel()
-	switch p.RevocationStyle {
+	return r.revoke(ctx, k, p, c, shared)
+}
+
+func (o *OAuth) revoke(ctx context.Context, k *Client, p *Provider, c vault.Connection, shared bool) (Revocation, error) {
+	switch o.RevocationStyle {
 	case RevokeGitHubGrant:
-		return k.revokeGitHub(ctx, p, c, shared)
+		return o.revokeGitHub(ctx, k, p, c, shared)
 	case RevokeRFC7009:
-		return k.revokeRFC7009(ctx, p, c, p.RevocationURL, shared)
+		return o.revokeRFC7009(ctx, k, p, c, o.RevocationURL, shared)
 	case "":
-		if p.Type == TypeOIDC && !p.RevocationDisabled {
-			return k.revokeRFC7009(ctx, p, c, "", shared)
+		if o.OIDC && !o.RevocationDisabled {
+			return o.revokeRFC7009(ctx, k, p, c, "", shared)
 		}
 	}
 	return NotSupported, nil
@@ -79,17 +87,17 @@ func (k *Client) live(c vault.Connection) bool {
 
 // revokeRFC7009 posts c's token to endpoint ("": discovery's
 // revocation_endpoint).
-func (k *Client) revokeRFC7009(ctx context.Context, p *Provider, c vault.Connection, endpoint string, shared bool) (Revocation, error) {
+func (o *OAuth) revokeRFC7009(ctx context.Context, k *Client, p *Provider, c vault.Connection, endpoint string, shared bool) (Revocation, error) {
 	if endpoint == "" {
 		var err error
-		if endpoint, err = k.discoveredRevocation(ctx, p); err != nil {
+		if endpoint, err = o.discoveredRevocation(ctx, k, p); err != nil {
 			return NotConfirmed, fmt.Errorf("provider: revoke %s: %w", p.Name, err)
 		}
 		if endpoint == "" {
 			return NotSupported, nil
 		}
 	}
-	if shared && p.RevocationAccountWide {
+	if shared && o.RevocationAccountWide {
 		return KeptShared, nil
 	}
 	form := url.Values{}
@@ -102,17 +110,17 @@ func (k *Client) revokeRFC7009(ctx context.Context, p *Provider, c vault.Connect
 		form.Set("token", c.Token.AccessToken.Reveal())
 		form.Set("token_type_hint", "access_token")
 	}
-	if p.TokenAuthInParams {
-		form.Set("client_id", p.ClientID)
-		form.Set("client_secret", p.ClientSecret.Reveal())
+	if o.TokenAuthInParams {
+		form.Set("client_id", o.ClientID)
+		form.Set("client_secret", o.ClientSecret.Reveal())
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
 	if err != nil {
 		return NotConfirmed, fmt.Errorf("provider: revoke %s: %w", p.Name, err)
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	if !p.TokenAuthInParams {
-		req.SetBasicAuth(url.QueryEscape(p.ClientID), url.QueryEscape(p.ClientSecret.Reveal()))
+	if !o.TokenAuthInParams {
+		req.SetBasicAuth(url.QueryEscape(o.ClientID), url.QueryEscape(o.ClientSecret.Reveal()))
 	}
 	status, code, err := k.sendRevocation(req, p)
 	if err != nil {
@@ -131,13 +139,13 @@ func (k *Client) revokeRFC7009(ctx context.Context, p *Provider, c vault.Connect
 }
 
 // revokeGitHub deletes c's GitHub grant, or only its token when shared.
-func (k *Client) revokeGitHub(ctx context.Context, p *Provider, c vault.Connection, shared bool) (Revocation, error) {
-	endpoint := p.RevocationURL
+func (o *OAuth) revokeGitHub(ctx context.Context, k *Client, p *Provider, c vault.Connection, shared bool) (Revocation, error) {
+	endpoint := o.RevocationURL
 	if shared {
-		if p.RevocationTokenURL == "" {
+		if o.RevocationTokenURL == "" {
 			return KeptShared, nil
 		}
-		endpoint = p.RevocationTokenURL
+		endpoint = o.RevocationTokenURL
 	}
 	if !k.fresh(c) && c.Token.RefreshToken != "" && c.ID != "" {
 		// GitHub deletes a grant or token only when given a valid access
@@ -149,7 +157,7 @@ func (k *Client) revokeGitHub(ctx context.Context, p *Provider, c vault.Connecti
 		c = fresh
 	}
 	body, _ := json.Marshal(map[string]string{"access_token": c.Token.AccessToken.Reveal()})
-	u := strings.ReplaceAll(endpoint, "{client_id}", url.PathEscape(p.ClientID))
+	u := strings.ReplaceAll(endpoint, "{client_id}", url.PathEscape(o.ClientID))
 	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u, bytes.NewReader(body))
 	if err != nil {
 		return NotConfirmed, fmt.Errorf("provider: revoke %s: %w", p.Name, err)
@@ -158,7 +166,7 @@ func (k *Client) revokeGitHub(ctx context.Context, p *Provider, c vault.Connecti
 	req.Header.Set("Accept", "application/vnd.github+json")
 	// GitHub requires basic authentication as the app here, whatever the
 	// token endpoint takes.
-	req.SetBasicAuth(p.ClientID, p.ClientSecret.Reveal())
+	req.SetBasicAuth(o.ClientID, o.ClientSecret.Reveal())
 	status, _, err := k.sendRevocation(req, p)
 	if err != nil {
 		return NotConfirmed, err
@@ -196,11 +204,11 @@ func (k *Client) sendRevocation(req *http.Request, p *Provider) (int, string, er
 
 // discoveredRevocation returns the revocation_endpoint of p's OIDC
 // discovery document ("" when it has none).
-func (k *Client) discoveredRevocation(ctx context.Context, p *Provider) (string, error) {
-	if p.Type != TypeOIDC {
+func (o *OAuth) discoveredRevocation(ctx context.Context, k *Client, p *Provider) (string, error) {
+	if !o.OIDC {
 		return "", nil
 	}
-	op, err := k.discover(ctx, p)
+	op, err := k.discover(ctx, p.Name, o.Issuer)
 	if err != nil {
 		return "", err
 	}

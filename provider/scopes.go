@@ -3,8 +3,6 @@ package provider
 import (
 	"slices"
 	"strings"
-
-	"github.com/coreos/go-oidc/v3/oidc"
 )
 
 // canonicalScope returns the catalogue's name for s (s itself unless it is
@@ -73,13 +71,6 @@ func (p *Provider) UnionScopes(a, b []string) []string {
 		}
 	}
 	return out
-}
-
-// ExpectsRefreshToken reports whether a connection made with scopes should
-// come with a refresh token: offline_access was requested, or the entry
-// asks for offline access in extra_auth_params (Google's access_type).
-func (p *Provider) ExpectsRefreshToken(scopes []string) bool {
-	return slices.Contains(scopes, oidc.ScopeOfflineAccess) || strings.EqualFold(p.ExtraAuthParams["access_type"], "offline")
 }
 
 // ParseScopeAnswer splits a token endpoint's scope answer (space-separated

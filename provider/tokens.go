@@ -333,38 +333,69 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret,
 		return vault.Connection{}, fmt.Errorf("%w: lock connection %s: %v", ErrProviderUnavailable, id, err)
 	}
 	defer unlock()
-	cur, err := k.opts.Store.GetConnection(ctx, id)
-	if err != nil {
-		return vault.Connection{}, fmt.Errorf("provider: connection %s: %w", id, err)
-	}
-	if cur.Status == vault.StatusNeedsReconnect {
-		return cur, ErrNeedsReconnect
-	}
-	if stale == "" && k.fresh(cur) && !RefreshedAt(cur).Before(olderThan) {
-		return cur, nil // refreshed by someone else meanwhile
-	}
-	if stale != "" && cur.Token.AccessToken != stale && k.fresh(cur) {
-		return cur, nil
-	}
-	log := k.log.With("provider", cur.Provider, "connection", cur.ID)
-	if cur.Token.RefreshToken == "" {
-		if stale == "" && cur.Token.AccessToken != "" && (cur.Token.Expiry.IsZero() || k.opts.Now().Before(cur.Token.Expiry)) {
-			return cur, nil
-		}
-		return k.markNeedsReconnect(ctx, cur, log, "expired access token and no refresh token")
+	cur, done, err := k.reload(ctx, id, stale, olderThan)
+	if done {
+		return cur, err
 	}
 	p, ok := k.opts.Providers.Lookup(cur.Provider)
 	if !ok {
 		return vault.Connection{}, fmt.Errorf("%w: %s", ErrUnknownProvider, cur.Provider)
 	}
-	conf, err := k.refreshConfig(ctx, p)
-	if err != nil {
-		return vault.Connection{}, fmt.Errorf("%w: %v", ErrProviderUnavailable, err)
+	r, ok := p.Kind.(Refresher)
+	if !ok {
+		return vault.Connection{}, fmt.Errorf("%w: %s", ErrNotAToken, p.Name)
 	}
-	// sent records whether the token request was written to the provider:
-	// once it was, the provider may have spent a rotating refresh token,
-	// and posting it again would look like theft (reuse detection ends the
-	// whole grant). Only a request that never left is retried.
+	log := k.log.With("provider", cur.Provider, "connection", cur.ID)
+	tok, err := k.spend(ctx, r, p, cur, log)
+	if err != nil {
+		if errors.Is(err, errGrantRefused) {
+			// Lost a race with another process that rotated the token?
+			if now, gerr := k.opts.Store.GetConnection(ctx, id); gerr == nil && now.Token.RefreshToken != cur.Token.RefreshToken {
+				return now, nil
+			}
+			return k.markNeedsReconnect(ctx, cur, log, reasonInvalidGrant)
+		}
+		return vault.Connection{}, err
+	}
+	return k.saveRefreshed(ctx, p, cur, tok, log)
+}
+
+// reload reads connection id under the refresh lock and says whether a
+// refresh is still due: done when it is not (someone else refreshed it
+// meanwhile, it needs reconnecting, or it has nothing to refresh with; then
+// the result is the answer).
+func (k *Client) reload(ctx context.Context, id string, stale vault.Secret, olderThan time.Time) (cur vault.Connection, done bool, err error) {
+	cur, err = k.opts.Store.GetConnection(ctx, id)
+	switch {
+	case err != nil:
+		return vault.Connection{}, true, fmt.Errorf("provider: connection %s: %w", id, err)
+	case cur.Status == vault.StatusNeedsReconnect:
+		return cur, true, ErrNeedsReconnect
+	case stale == "" && k.fresh(cur) && !RefreshedAt(cur).Before(olderThan):
+		return cur, true, nil // refreshed by someone else meanwhile
+	case stale != "" && cur.Token.AccessToken != stale && k.fresh(cur):
+		return cur, true, nil
+	case cur.Token.RefreshToken != "":
+		return cur, false, nil
+	case stale == "" && cur.Token.AccessToken != "" && (cur.Token.Expiry.IsZero() || k.opts.Now().Before(cur.Token.Expiry)):
+		return cur, true, nil
+	}
+	c, err := k.markNeedsReconnect(ctx, cur, k.log.With("provider", cur.Provider, "connection", cur.ID), "expired access token and no refresh token")
+	return c, true, err
+}
+
+// errGrantRefused: the provider refused the refresh token itself.
+var errGrantRefused = errors.New("provider: refresh token refused")
+
+// spend posts cur's refresh token to p's token endpoint. A request is
+// re-sent only when it provably never reached the provider (a dial or TLS
+// failure before it was written) or the provider said it did not process
+// it (429), at most RefreshAttempts times: once it was written, the
+// provider may have spent a rotating refresh token, and posting it again
+// would look like theft (reuse detection ends the whole grant).
+// errGrantRefused means the refresh token is dead (invalid_grant, GitHub's
+// bad_refresh_token).
+func (k *Client) spend(ctx context.Context, r Refresher, p *Provider, cur vault.Connection, log *slog.Logger) (*oauth2.Token, error) {
 	var sent atomic.Bool
 	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
 		if info.Err == nil {
@@ -372,31 +403,31 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret,
 		}
 	}}
 	hctx := httptrace.WithClientTrace(context.WithValue(ctx, oauth2.HTTPClient, NoRedirectClient(k.opts.HTTPClient)), trace)
-	var tok *oauth2.Token
 	backoff := k.opts.RetryBackoff
 	for attempt := 1; ; attempt++ {
 		sent.Store(false)
-		// An empty access token makes the source refresh immediately.
-		tok, err = conf.TokenSource(hctx, &oauth2.Token{RefreshToken: cur.Token.RefreshToken.Reveal()}).Token()
+		tok, err := r.refreshToken(hctx, k, p, cur.Token.RefreshToken.Reveal())
 		if err == nil {
-			break
+			if tok.AccessToken == "" {
+				return nil, fmt.Errorf("provider: refresh %s: no access token in the answer", p.Name)
+			}
+			return tok, nil
+		}
+		if errors.Is(err, ErrProviderUnavailable) {
+			return nil, err // no configuration (discovery failed): nothing was sent
 		}
 		var re *oauth2.RetrieveError
 		status := 0
 		if errors.As(err, &re) && re.Response != nil {
 			status = re.Response.StatusCode
 		}
-		if errors.As(err, &re) && (grantRefused(re.ErrorCode) || status > 0 && status < 500 && status != http.StatusTooManyRequests) {
-			if grantRefused(re.ErrorCode) {
-				// Lost a race with another process that rotated the token?
-				if now, gerr := k.opts.Store.GetConnection(ctx, id); gerr == nil && now.Token.RefreshToken != cur.Token.RefreshToken {
-					return now, nil
-				}
-				return k.markNeedsReconnect(ctx, cur, log, reasonInvalidGrant)
-			}
+		if errors.As(err, &re) && grantRefused(re.ErrorCode) {
+			return nil, errGrantRefused
+		}
+		if errors.As(err, &re) && status > 0 && status < 500 && status != http.StatusTooManyRequests {
 			log.Warn("provider: token refresh refused", "err", DescribeTokenError(err))
 			k.refreshFailed(ctx, p, cur, err)
-			return vault.Connection{}, fmt.Errorf("provider: refresh %s: %s", p.Name, DescribeTokenError(err))
+			return nil, fmt.Errorf("provider: refresh %s: %s", p.Name, DescribeTokenError(err))
 		}
 		// A 429 says the request was not processed; anything else after
 		// the request was written (a 5xx, a timeout, a dropped connection)
@@ -405,24 +436,27 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret,
 		if sent.Load() && status != http.StatusTooManyRequests {
 			log.Warn("provider: token refresh failed after the request reached the provider; not re-sent", "attempt", attempt, "err", describeRefreshErr(err))
 			k.refreshFailed(ctx, p, cur, err)
-			return vault.Connection{}, fmt.Errorf("%w: %s token endpoint: %s (not re-sent: the provider may have used the refresh token; the next use tries again)",
+			return nil, fmt.Errorf("%w: %s token endpoint: %s (not re-sent: the provider may have used the refresh token; the next use tries again)",
 				ErrProviderUnavailable, p.Name, describeRefreshErr(err))
 		}
 		log.Warn("provider: token refresh failed", "attempt", attempt, "err", describeRefreshErr(err))
 		if attempt >= k.opts.RefreshAttempts {
 			k.refreshFailed(ctx, p, cur, err)
-			return vault.Connection{}, fmt.Errorf("%w: %s token endpoint: %s after %d attempts", ErrProviderUnavailable, p.Name, describeRefreshErr(err), attempt)
+			return nil, fmt.Errorf("%w: %s token endpoint: %s after %d attempts", ErrProviderUnavailable, p.Name, describeRefreshErr(err), attempt)
 		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			return vault.Connection{}, fmt.Errorf("%w: %v", ErrProviderUnavailable, ctx.Err())
+			return nil, fmt.Errorf("%w: %v", ErrProviderUnavailable, ctx.Err())
 		}
 		backoff *= 2
 	}
-	if tok.AccessToken == "" {
-		return vault.Connection{}, fmt.Errorf("provider: refresh %s: no access token in the answer", p.Name)
-	}
+}
+
+// saveRefreshed stores the answer tok to spending cur's refresh token,
+// compare-and-swap: applied only if the stored refresh token is still the
+// one spent. The new access token is used only after the save succeeded.
+func (k *Client) saveRefreshed(ctx context.Context, p *Provider, cur vault.Connection, tok *oauth2.Token, log *slog.Logger) (vault.Connection, error) {
 	ts := TokenSet(tok)
 	if ts.RefreshToken == "" {
 		ts.RefreshToken = cur.Token.RefreshToken
@@ -437,7 +471,7 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret,
 	// when the refresh token it returned expires.
 	granted := grantedScopes(tok)
 	rexp := refreshExpiry(tok, now)
-	saved, err := k.save(ctx, id, func(old vault.Connection) (vault.Connection, error) {
+	saved, err := k.save(ctx, cur.ID, func(old vault.Connection) (vault.Connection, error) {
 		if old.Token.RefreshToken != spent {
 			return old, errRotatedElsewhere
 		}
@@ -454,7 +488,7 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret,
 	})
 	if errors.Is(err, errRotatedElsewhere) {
 		log.Info("provider: connection refreshed by another process; using its tokens")
-		return k.opts.Store.GetConnection(ctx, id)
+		return k.opts.Store.GetConnection(ctx, cur.ID)
 	}
 	if err != nil {
 		log.Error("provider: saving refreshed tokens failed; the new access token is not used", "err", err)
@@ -539,16 +573,4 @@ func (k *Client) refreshFailed(ctx context.Context, p *Provider, cur vault.Conne
 		meta.Token = vault.TokenSet{}
 		k.opts.RefreshFailed(ctx, meta)
 	}
-}
-
-// refreshConfig is the configuration for p's token endpoint: discovery
-// runs only for an OIDC provider without a configured token_url.
-func (k *Client) refreshConfig(ctx context.Context, p *Provider) (*oauth2.Config, error) {
-	if p.TokenURL != "" {
-		conf, _, err := k.OAuthConfig(ctx, &Provider{Name: p.Name, Type: TypeOAuth2, ClientID: p.ClientID,
-			ClientSecret: p.ClientSecret, TokenURL: p.TokenURL, TokenAuthInParams: p.TokenAuthInParams}, "")
-		return conf, err
-	}
-	conf, _, err := k.OAuthConfig(ctx, p, "")
-	return conf, err
 }

@@ -24,6 +24,7 @@ import (
 	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/requeststate"
+	"credbroker/internal/strictjson"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
 	"credbroker/internal/untrusted"
@@ -376,26 +377,27 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, http.StatusUnsupportedMediaType, "invalid_request", "Content-Type must be application/json", nil)
 		return false
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("the body exceeds %d bytes", mbe.Limit), nil)
-			return false
-		}
-		msg := "the body must be one JSON object matching the route's fields"
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			msg = "unknown field " + f
-		}
-		writeError(w, http.StatusBadRequest, "invalid_request", msg, nil)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("the body exceeds %d bytes", mbe.Limit), nil)
 		return false
 	}
-	if dec.More() {
+	if err == nil {
+		err = strictjson.Decode(body, v)
+	}
+	var ufe *strictjson.UnknownFieldError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &ufe):
+		writeError(w, http.StatusBadRequest, "invalid_request", "unknown field "+strconv.Quote(ufe.Field), nil)
+	case errors.Is(err, strictjson.ErrTrailing):
 		writeError(w, http.StatusBadRequest, "invalid_request", "the body must be one JSON object", nil)
-		return false
+	default:
+		writeError(w, http.StatusBadRequest, "invalid_request", "the body must be one JSON object matching the route's fields", nil)
 	}
-	return true
+	return false
 }
 
 // ConnectionView describes a connection; it has no secret fields.
@@ -529,14 +531,15 @@ func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
 	} else {
 		st, serr := requeststate.Open(s.opts.StateKeys, in.RequestState, req.Principal, requireOperation, digest, s.opts.Now())
 		if serr != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request_state", requeststate.ErrInvalid.Error(), nil)
+			writeError(w, http.StatusBadRequest, string(connections.CodeInvalidState), invalidState, nil)
 			return
 		}
 		o, err = s.opts.Connections.Resume(r.Context(), req, st.Ref, ans)
 	}
-	var up *connections.UnknownProviderError
-	if errors.As(err, &up) {
-		writeError(w, http.StatusBadRequest, "invalid_request", up.Error(), nil)
+	if connections.Classify(err) == connections.NotFound {
+		// An unknown provider named in a body is a bad body here (404 is
+		// for an unknown provider in the path).
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error(), nil)
 		return
 	}
 	if err != nil {
@@ -548,22 +551,15 @@ func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
 		v := viewOf(o.Conn)
 		writeJSON(w, http.StatusOK, requireResponse{Status: "connected", Connection: &v})
 	case connections.NeedsUser:
-		exp := s.opts.Now().Add(s.opts.StateTTL)
-		if o.Grant.Expires.Before(exp) {
-			exp = o.Grant.Expires
-		}
 		state := requeststate.Seal(s.opts.StateKeys, requeststate.State{Principal: req.Principal, Operation: requireOperation,
-			ArgDigest: digest, Ref: o.Grant.ID, Expires: exp})
+			ArgDigest: digest, Ref: o.Grant.ID, Expires: o.Until(s.opts.Now(), s.opts.StateTTL)})
 		writeJSON(w, http.StatusOK, requireResponse{Status: "input_required", InputKey: inputKey(in.Provider),
 			InputRequest: &inputRequest{Method: "elicitation/create", Params: elicitParams{Mode: "url", Message: o.Message(), URL: o.URL}},
 			RequestState: state})
 	case connections.Declined:
-		writeJSON(w, http.StatusOK, requireResponse{Status: "declined",
-			Message: fmt.Sprintf("The user declined to connect %s. Do not ask again unless the user asks for it.", o.Provider.DisplayName)})
+		writeJSON(w, http.StatusOK, requireResponse{Status: "declined", Message: o.Message()})
 	case connections.Cancelled:
-		writeJSON(w, http.StatusOK, requireResponse{Status: "cancelled",
-			Message: fmt.Sprintf("Nothing was connected: the user dismissed the request to connect %s. The link stays usable until %s.",
-				o.Provider.DisplayName, o.Until.UTC().Format(time.RFC3339))})
+		writeJSON(w, http.StatusOK, requireResponse{Status: "cancelled", Message: o.Message("")})
 	default:
 		writeError(w, http.StatusInternalServerError, "internal", "internal error", nil)
 	}
@@ -596,47 +592,52 @@ func (s *Server) pick(w http.ResponseWriter, r *http.Request, provider, account 
 	return vault.Connection{}, false
 }
 
-// failed answers a connections or provider error: the code and status of
-// each kind, the words from connections.Describe.
+// invalidState is the one answer to a request_state that does not open
+// for this request, whatever the reason.
+const invalidState = "Invalid or expired requestState"
+
+// statusOf is the HTTP status of each class of failure.
+var statusOf = map[connections.Class]int{
+	connections.BadRequest:      http.StatusBadRequest,
+	connections.BadState:        http.StatusBadRequest,
+	connections.NotFound:        http.StatusNotFound,
+	connections.NeedsConnection: http.StatusConflict,
+	connections.Refused:         http.StatusConflict,
+	connections.Conflict:        http.StatusConflict,
+	connections.Forbidden:       http.StatusForbidden,
+	connections.Unavailable:     http.StatusBadGateway,
+	connections.TimedOut:        http.StatusGatewayTimeout,
+	connections.Internal:        http.StatusInternalServerError,
+}
+
+// failed answers a connections or provider error: the status of its class,
+// its code, the words from connections.Explain and what to do next in this
+// API's terms.
 func (s *Server) failed(w http.ResponseWriter, err error, providerName string) {
 	p, _ := s.opts.Connections.Providers().Lookup(providerName)
-	msg := connections.Describe(err, p)
-	var up *connections.UnknownProviderError
-	var se *connections.ScopeError
-	var ae *connections.AccountError
+	f := connections.Explain(err, p)
+	msg := f.Message
 	var re *provider.RequestError
 	switch {
-	case errors.As(err, &up):
-		writeError(w, http.StatusNotFound, "unknown_provider", msg, nil)
-	case errors.As(err, &se):
-		writeError(w, http.StatusBadRequest, "invalid_request", msg, nil)
-	case errors.As(err, &ae):
-		writeError(w, http.StatusConflict, "not_connected", msg, ae.Accounts)
-	case errors.Is(err, connections.ErrUnknownRequest):
-		writeError(w, http.StatusBadRequest, "invalid_request_state", msg, nil)
-	case errors.Is(err, connections.ErrRequestExpired), errors.Is(err, connections.ErrTooManyRounds),
-		errors.Is(err, connections.ErrTooManyPending), errors.Is(err, connections.ErrRateLimited), errors.Is(err, connections.ErrConnectionGone):
-		writeError(w, http.StatusConflict, "refused", msg, nil)
+	case f.Class == connections.BadState:
+		msg = invalidState
 	case errors.As(err, &re):
-		writeError(w, http.StatusBadRequest, "request_refused", re.Msg, nil)
-	case errors.Is(err, provider.ErrNeedsReconnect):
-		writeError(w, http.StatusConflict, "needs_reconnect", msg+" Call POST /v1/require to reconnect.", nil)
-	case errors.Is(err, provider.ErrUninspectableAnswer):
-		s.log.Warn("sidecar: provider answer refused", "provider", providerName, "err", err.Error())
-		writeError(w, http.StatusBadGateway, "provider_answer_refused", msg, nil)
-	case errors.Is(err, provider.ErrProviderUnavailable):
-		s.log.Warn("sidecar: provider unavailable", "provider", providerName, "err", err.Error())
-		writeError(w, http.StatusBadGateway, "provider_unavailable", msg, nil)
-	case errors.Is(err, vault.ErrNotFound):
-		writeError(w, http.StatusConflict, "not_connected", msg+" Call POST /v1/require.", nil)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, "provider_unavailable", msg, nil)
-	case errors.Is(err, connections.ErrExportDisabled):
-		writeError(w, http.StatusForbidden, "token_export_disabled", msg, nil)
-	default:
+		msg = re.Msg
+	case f.Class == connections.Internal:
 		s.log.Error("sidecar: request failed", "provider", providerName, "err", err.Error())
-		writeError(w, http.StatusInternalServerError, "internal", "internal error", nil)
+		msg = "internal error"
+	case f.Class == connections.Unavailable:
+		s.log.Warn("sidecar: provider unavailable or its answer refused", "provider", providerName, "err", err.Error())
 	}
+	switch f.Next {
+	case connections.NextStartOver:
+		msg += " Start over."
+	case connections.NextConnect:
+		msg += " Call POST /v1/require."
+	case connections.NextReconnect:
+		msg += " Call POST /v1/require to reconnect."
+	}
+	writeError(w, statusOf[f.Class], string(f.Code), msg, f.Accounts)
 }
 
 func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
@@ -713,16 +714,13 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	if !providerAllowed(w, r, in.Provider) {
 		return
 	}
-	if p, ok := s.opts.Connections.Providers().Lookup(in.Provider); ok && p.IsAPIKey() {
-		s.log.Warn("sidecar: token export refused", "event", "token_export_refused", "provider", p.Name, "server", who(r).caller.Name)
-		writeError(w, http.StatusForbidden, "token_export_disabled",
-			fmt.Sprintf("%s uses an API key, which is never handed out; use /v1/proxy/%s/…", p.DisplayName, p.Name), nil)
-		return
-	} else if ok && !p.SidecarTokenExport {
-		s.log.Warn("sidecar: token export refused", "event", "token_export_refused", "provider", p.Name, "server", who(r).caller.Name)
-		writeError(w, http.StatusForbidden, "token_export_disabled",
-			fmt.Sprintf("handing out %s tokens is disabled; use /v1/proxy/%s/… (an operator can set sidecar_token_export: true in providers.yaml)", p.DisplayName, p.Name), nil)
-		return
+	if p, ok := s.opts.Connections.Providers().Lookup(in.Provider); ok {
+		if err := connections.ExportAllowed(p); err != nil {
+			s.log.Warn("sidecar: token export refused", "event", "token_export_refused", "provider", p.Name, "server", who(r).caller.Name)
+			writeError(w, http.StatusForbidden, string(connections.CodeExportDisabled),
+				fmt.Sprintf("%s Use /v1/proxy/%s/… instead.", connections.Describe(err, p), p.Name), nil)
+			return
+		}
 	}
 	conn, ok := s.pick(w, r, in.Provider, in.Account)
 	if !ok {

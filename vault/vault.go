@@ -2,6 +2,7 @@ package vault
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"maps"
 	"slices"
@@ -35,6 +36,15 @@ type Principal struct {
 
 // IsZero reports whether p is unset.
 func (p Principal) IsZero() bool { return p.Issuer == "" && p.Subject == "" }
+
+// Same reports whether p and q are the same person: both set and equal,
+// compared in constant time (per field length). It is the one comparison
+// of principals.
+func (p Principal) Same(q Principal) bool {
+	iss := subtle.ConstantTimeCompare([]byte(p.Issuer), []byte(q.Issuer))
+	sub := subtle.ConstantTimeCompare([]byte(p.Subject), []byte(q.Subject))
+	return iss&sub == 1 && p.Issuer != "" && p.Subject != ""
+}
 
 // ConnectionStatus is the lifecycle state of a connection.
 type ConnectionStatus string

@@ -32,8 +32,10 @@ const (
 )
 
 // Types lists every event type.
-var Types = []string{ConnectionCreated, ConnectionReconnected, ConnectionNeedsReconnect, ConnectionDeleted,
-	ConnectionRefreshFailed, AppAuthorized, AppRemoved}
+func Types() []string {
+	return []string{ConnectionCreated, ConnectionReconnected, ConnectionNeedsReconnect, ConnectionDeleted,
+		ConnectionRefreshFailed, AppAuthorized, AppRemoved}
+}
 
 // Endpoint is one configured receiver.
 type Endpoint struct {
@@ -201,8 +203,8 @@ func NewEndpoint(name, rawURL, secret string, events []string) (Endpoint, error)
 	}
 	var evs []string
 	for _, ev := range events {
-		if !slices.Contains(Types, ev) {
-			bad("events: unknown type %q (known: %s)", ev, strings.Join(Types, ", "))
+		if !slices.Contains(Types(), ev) {
+			bad("events: unknown type %q (known: %s)", ev, strings.Join(Types(), ", "))
 			continue
 		}
 		if !slices.Contains(evs, ev) {

@@ -142,8 +142,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	}
 	flowOpts := oauthflow.Options{
 		PublicURL: d.PublicURL, Issuer: d.Issuer, ClientID: d.ClientID, ClientSecret: d.ClientSecret,
-		Grants: grants, Connections: conns, Client: client,
-		CookieKeys: d.Keys.Derive("cookies"), HTTPClient: d.HTTPClient,
+		Connections: conns, CookieKeys: d.Keys.Derive("cookies"), HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "oauthflow"), DevMode: d.DevMode,
 		Telemetry: d.Telemetry, Tracing: d.Tracing, ClientAddr: d.ClientAddr,
 	}

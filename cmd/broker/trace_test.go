@@ -252,7 +252,7 @@ func TestTraceMRTRConnect(t *testing.T) {
 		}
 	}
 	for _, s := range spansNamed(spans, "oauthflow.*") {
-		if s.Name != "oauthflow.token_exchange" && (attr(s, "http.route") == "" || strings.Contains(attr(s, "http.route"), grantID)) {
+		if s.Name != "provider.code_exchange" && (attr(s, "http.route") == "" || strings.Contains(attr(s, "http.route"), grantID)) {
 			t.Errorf("%s route %q", s.Name, attr(s, "http.route"))
 		}
 	}
@@ -260,7 +260,7 @@ func TestTraceMRTRConnect(t *testing.T) {
 	if len(cb) != 1 || attr(cb[0], "provider") != "demo" {
 		t.Fatalf("oauthflow.callback spans: %d\n%s", len(cb), spanDump(spans))
 	}
-	ex := childrenOf(spans, cb[0], "oauthflow.token_exchange")
+	ex := childrenOf(spans, cb[0], "provider.code_exchange")
 	if len(ex) != 1 || len(childrenOf(spans, ex[0], "provider.http POST")) != 1 {
 		t.Fatalf("the code exchange (and its token request) under the callback:\n%s", spanDump(spans))
 	}

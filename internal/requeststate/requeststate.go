@@ -31,8 +31,9 @@ const (
 	maxSealedLen = 4096
 )
 
-// ErrInvalid is the one answer to every failure to open a state.
-var ErrInvalid = errors.New("Invalid or expired requestState")
+// ErrInvalid is the one answer to every failure to open a state; the
+// words a client reads are its front door's.
+var ErrInvalid = errors.New("requeststate: invalid or expired state")
 
 // State is what a continuation says.
 type State struct {

@@ -16,6 +16,7 @@ const (
 	EventRefreshFailed    = "refresh_failed"    // a token refresh failed
 	EventNeedsReconnect   = "needs_reconnect"   // a connection was marked needs_reconnect
 	EventIdentityMismatch = "identity_mismatch" // a connect link was opened by another principal
+	EventConnectDeclined  = "connect_declined"  // a person declined a connect request (on a page, at the provider, or in their client)
 	EventKeyRotation      = "key_rotation"      // records were re-sealed with a new primary key
 	EventTokenExport      = "token_export"      // a provider access token was handed to a sidecar
 	EventAppAuthorized    = "app_authorized"    // a person approved an app (OAuth client) at the broker's authorization server
