@@ -1,7 +1,9 @@
 // Package web holds credbroker's page templates and static assets, embedded
-// into the binary. The templates are html/template files rendered by
-// oauthflow; they carry no inline scripts and no inline styles (the pages are
-// served with a Content-Security-Policy that forbids both).
+// into the binary. The templates are html/template files, each page with
+// layout.html, rendered by the browser doors (oauthflow, which parses every
+// page so a provider kind's own page is found by the name its browser step
+// gives, and authserver); they carry no inline scripts and no inline styles
+// (the pages are served with a Content-Security-Policy that forbids both).
 package web
 
 import (
