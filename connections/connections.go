@@ -280,6 +280,20 @@ func (s *Service) List(ctx context.Context, p vault.Principal) ([]vault.Connecti
 	return out, nil
 }
 
+// connectionsTo returns req's provider and req's person's connections to
+// it, ordered by account name.
+func (s *Service) connectionsTo(ctx context.Context, req Request) (*provider.Provider, []vault.Connection, error) {
+	p, err := s.provider(req.Provider)
+	if err != nil {
+		return nil, nil, err
+	}
+	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, conns, nil
+}
+
 // providerConnections returns p's connections to provider, ordered by
 // account name.
 func (s *Service) providerConnections(ctx context.Context, p vault.Principal, provider string) ([]vault.Connection, error) {
@@ -422,11 +436,7 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 // stored access (a Call failed with provider.ErrNeedsReconnect). It asks
 // for the scopes the connection held (and the defaults).
 func (s *Service) Reconnect(ctx context.Context, req Request) (Outcome, error) {
-	p, err := s.provider(req.Provider)
-	if err != nil {
-		return nil, err
-	}
-	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	p, conns, err := s.connectionsTo(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -580,11 +590,7 @@ func (s *Service) named(ctx context.Context, req Request, p *provider.Provider, 
 // req.CanAsk); Ambiguous when several accounts qualify and none is named;
 // *AccountError when the named account is not connected.
 func (s *Service) Pick(ctx context.Context, req Request) (Outcome, error) {
-	p, err := s.provider(req.Provider)
-	if err != nil {
-		return nil, err
-	}
-	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	p, conns, err := s.connectionsTo(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -716,11 +722,7 @@ type Disconnected struct {
 // req.Provider (req.Account names one of several). *AccountError when
 // none or several match.
 func (s *Service) Disconnect(ctx context.Context, req Request) (Disconnected, error) {
-	p, err := s.provider(req.Provider)
-	if err != nil {
-		return Disconnected{}, err
-	}
-	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	p, conns, err := s.connectionsTo(ctx, req)
 	if err != nil {
 		return Disconnected{}, err
 	}

@@ -23,10 +23,6 @@ import (
 // mismatch) and asks the provider who the key belongs to; only then is
 // anything stored. No page and no log line ever shows what was entered.
 
-// maxKeyForm bounds a key form's body: every field at its largest,
-// percent-encoded.
-const maxKeyForm = 128 << 10
-
 // noticeKeyDeleted is the connections page's notice after an API key was
 // disconnected.
 const noticeKeyDeleted = "key_deleted"
@@ -108,20 +104,6 @@ func (f *Flow) keyRejected(r *http.Request, s *session, p *provider.Provider) bo
 	})
 }
 
-// checkKeyForm parses a key form's body (bounded) and verifies its CSRF
-// token against the session, as checkForm does for the other forms.
-func (f *Flow) checkKeyForm(w http.ResponseWriter, r *http.Request, s *session) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, maxKeyForm)
-	if err := r.ParseForm(); err != nil || !equalToken(r.PostFormValue("csrf"), s.CSRF) {
-		f.securityEvent(r, "csrf_rejected", s, "path", redactPath(r.URL.Path))
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusForbidden, Heading: "Form expired",
-			Message: "This form was not accepted: it is out of date or did not come from this page. Nothing was sent or stored.",
-			Next:    "Reload the page and enter the key again."})
-		return false
-	}
-	return true
-}
-
 // keyValues collects the posted field values of form: each field at most
 // once.
 func keyValues(r *http.Request, form provider.Form) (map[string]string, bool) {
@@ -179,12 +161,8 @@ func (f *Flow) keyRefused(w http.ResponseWriter, r *http.Request, s *session, p 
 // connect link. decision=deny declines the request; decision=approve
 // verifies and stores the key, which completes the request.
 func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
-	s := f.jar.session(r)
-	if s == nil {
-		f.signedOutPost(w)
-		return
-	}
-	if !f.checkKeyForm(w, r, s) {
+	s, ok := f.postedForm(w, r, keyForm)
+	if !ok {
 		return
 	}
 	// Re-checks the signed-in person against the request's, and that the
@@ -280,12 +258,8 @@ func (f *Flow) handleReplaceKeyPage(w http.ResponseWriter, r *http.Request) {
 // handleReplaceKey is POST /connections/{id}/key: verify the new key and
 // store it in the same connection (same account only).
 func (f *Flow) handleReplaceKey(w http.ResponseWriter, r *http.Request) {
-	s := f.jar.session(r)
-	if s == nil {
-		f.signedOutPost(w)
-		return
-	}
-	if !f.checkKeyForm(w, r, s) {
+	s, ok := f.postedForm(w, r, keyForm)
+	if !ok {
 		return
 	}
 	c, p, ok := f.keyConnection(w, r, s)

@@ -89,12 +89,8 @@ func (f *Flow) appRows(ctx context.Context, p vault.Principal) ([]appRow, error)
 
 // handleRemoveApp is POST /connections/apps/{id}/remove.
 func (f *Flow) handleRemoveApp(w http.ResponseWriter, r *http.Request) {
-	s := f.jar.session(r)
-	if s == nil {
-		f.signedOutPost(w)
-		return
-	}
-	if !f.checkForm(w, r, s) {
+	s, ok := f.postedForm(w, r, plainForm)
+	if !ok {
 		return
 	}
 	if f.opts.Apps == nil {

@@ -2,7 +2,9 @@ package oauthflow
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"credbroker/connections"
 	"credbroker/provider"
@@ -30,6 +32,31 @@ func (f *Flow) open(w http.ResponseWriter, r *http.Request, s *session, id, stag
 	return cr, true
 }
 
+// linkPages are the pages of the connect-link problems that need no
+// more than words ("%s" is the provider's name).
+var linkPages = map[connections.LinkProblem]errorPage{
+	connections.LinkUnknown: {Status: http.StatusNotFound, Heading: "Unknown connect link",
+		Message: "This connect link is not valid. It may be mistyped or it was never issued.", Next: restart},
+	connections.LinkExpired: {Status: http.StatusGone, Heading: "This connect link has expired",
+		Message: "Connect links work for a few minutes only. Nothing was connected.", Next: restart},
+	connections.LinkUsed: {Status: http.StatusGone, Heading: "This connect link was already used",
+		Message: "The connection for this link is already complete. A link works once.",
+		Next:    "Return to your app; it can continue. Manage connections on My connections."},
+	connections.LinkDeclined: {Status: http.StatusGone, Heading: "This connect request was declined",
+		Message: "This request was declined earlier, so it cannot be used any more.",
+		Next:    "If you do want to connect, ask your app to start again."},
+	connections.LinkProviderGone: {Status: http.StatusNotFound, Heading: "Provider not available",
+		Message: "This broker is not configured for the provider this link asks for.",
+		Next:    "Tell your administrator; the provider may have been removed from the broker's configuration."},
+	connections.LinkScopeNotAllowed: {Status: http.StatusBadRequest, Heading: "Permission not allowed",
+		Message: "The app asked for a permission this broker does not allow for %s.",
+		Next:    "Ask your app to request fewer permissions, or ask your administrator."},
+	connections.LinkTooManyAttempts: {Status: http.StatusTooManyRequests, Heading: "Too many keys tried with this link",
+		Message: "This connect link has checked as many keys as it may. Nothing was sent to %s and nothing was stored.", Next: restart},
+	connections.LinkNotConsented: {Status: http.StatusConflict, Heading: "Connection not approved",
+		Message: "This connection was not approved by you in this browser. Nothing was connected.", Next: "Open the link from your app again."},
+}
+
 // linkFailed renders why connect link id cannot go on (a
 // *connections.LinkError), or the generic failure.
 func (f *Flow) linkFailed(w http.ResponseWriter, r *http.Request, s *session, id, stage string, err error) {
@@ -38,47 +65,30 @@ func (f *Flow) linkFailed(w http.ResponseWriter, r *http.Request, s *session, id
 		f.fail(w, r, s, http.StatusInternalServerError, "load grant", err)
 		return
 	}
-	ch := s.chrome()
+	ref := connections.Ref(id)
+	name := "the provider"
+	if le.Provider != nil {
+		name = le.Provider.DisplayName
+	}
 	switch le.Problem {
 	case connections.LinkNotYours:
-		ref := connections.Ref(id)
 		f.securityEvent(r, "identity_mismatch", s, "stage", stage, "grant_ref", ref)
-		f.renderMismatch(w, mismatchPage{Chrome: ch, Identity: s.Display, Reference: ref})
-	case connections.LinkExpired:
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusGone, Heading: "This connect link has expired",
-			Message: "Connect links work for a few minutes only. Nothing was connected.", Next: restart})
-	case connections.LinkUsed:
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusGone, Heading: "This connect link was already used",
-			Message: "The connection for this link is already complete. A link works once.",
-			Next:    "Return to your app; it can continue. Manage connections on My connections."})
-	case connections.LinkDeclined:
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusGone, Heading: "This connect request was declined",
-			Message: "This request was declined earlier, so it cannot be used any more.",
-			Next:    "If you do want to connect, ask your app to start again."})
-	case connections.LinkProviderGone:
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusNotFound, Heading: "Provider not available",
-			Message: "This broker is not configured for the provider this link asks for.",
-			Next:    "Tell your administrator; the provider may have been removed from the broker's configuration."})
-	case connections.LinkScopeNotAllowed:
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadRequest, Heading: "Permission not allowed",
-			Message: "The app asked for a permission this broker does not allow for " + le.Provider.DisplayName + ".",
-			Next:    "Ask your app to request fewer permissions, or ask your administrator."})
+		f.renderMismatch(w, mismatchPage{Chrome: s.chrome(), Identity: s.Display, Reference: ref})
+		return
 	case connections.LinkTooManyAttempts:
-		name := "the provider"
-		if le.Provider != nil {
-			name = le.Provider.DisplayName
-		}
-		f.log.Warn("key entry: too many attempts for one link", "provider", name, "grant_ref", connections.Ref(id))
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusTooManyRequests, Heading: "Too many keys tried with this link",
-			Message: "This connect link has checked as many keys as it may. Nothing was sent to " + name + " and nothing was stored.", Next: restart})
+		f.log.Warn("key entry: too many attempts for one link", "provider", name, "grant_ref", ref)
 	case connections.LinkNotConsented:
-		f.securityEvent(r, "callback_consent_mismatch", s, "provider", r.PathValue("provider"), "grant_ref", connections.Ref(id))
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusConflict, Heading: "Connection not approved",
-			Message: "This connection was not approved by you in this browser. Nothing was connected.", Next: "Open the link from your app again."})
-	default:
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusNotFound, Heading: "Unknown connect link",
-			Message: "This connect link is not valid. It may be mistyped or it was never issued.", Next: restart})
+		f.securityEvent(r, "callback_consent_mismatch", s, "provider", r.PathValue("provider"), "grant_ref", ref)
 	}
+	page, ok := linkPages[le.Problem]
+	if !ok {
+		page = linkPages[connections.LinkUnknown]
+	}
+	page.Chrome = s.chrome()
+	if strings.Contains(page.Message, "%s") {
+		page.Message = fmt.Sprintf(page.Message, name)
+	}
+	f.renderError(w, page)
 }
 
 // handleLanding is GET /connect/{grant}: sign in, compare, show the
@@ -143,23 +153,50 @@ func (f *Flow) providerUnavailable(w http.ResponseWriter, r *http.Request, s *se
 		Next:    "Try the link again in a few minutes."})
 }
 
-// checkForm verifies the CSRF token of a POST against the session.
-func (f *Flow) checkForm(w http.ResponseWriter, r *http.Request, s *session) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+// formKind says how a form post is read and refused: its body's limit
+// and what its refusal page says.
+type formKind struct {
+	limit         int64
+	refused, next string
+}
+
+var (
+	plainForm = formKind{limit: 4096, refused: "This form was not accepted: it is out of date or did not come from this page.",
+		next: "Reload the page and try again."}
+	// keyForm: every field at its largest, percent-encoded.
+	keyForm = formKind{limit: 128 << 10, refused: "This form was not accepted: it is out of date or did not come from this page. Nothing was sent or stored.",
+		next: "Reload the page and enter the key again."}
+)
+
+// postedForm reads a POSTed form of the signed-in person: their session,
+// the body (bounded), and its CSRF token checked against the session. It
+// renders the refusal (signed out, or a form that did not come from this
+// page: a security event) and answers false.
+func (f *Flow) postedForm(w http.ResponseWriter, r *http.Request, k formKind) (*session, bool) {
+	s := f.jar.session(r)
+	if s == nil {
+		f.renderError(w, errorPage{Status: http.StatusUnauthorized, Heading: "You are signed out",
+			Message: "Your sign-in expired before you submitted the form. Nothing changed.",
+			Next:    "Open the link again; you will be asked to sign in first."})
+		return nil, false
+	}
+	if !f.checkForm(w, r, s, k) {
+		return nil, false
+	}
+	return s, true
+}
+
+// checkForm reads a POST's form (bounded) and verifies its CSRF token
+// against the session.
+func (f *Flow) checkForm(w http.ResponseWriter, r *http.Request, s *session, k formKind) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, k.limit)
 	if err := r.ParseForm(); err != nil || !equalToken(r.PostFormValue("csrf"), s.CSRF) {
 		f.securityEvent(r, "csrf_rejected", s, "path", redactPath(r.URL.Path))
 		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusForbidden, Heading: "Form expired",
-			Message: "This form was not accepted: it is out of date or did not come from this page.",
-			Next:    "Reload the page and try again."})
+			Message: k.refused, Next: k.next})
 		return false
 	}
 	return true
-}
-
-func (f *Flow) signedOutPost(w http.ResponseWriter) {
-	f.renderError(w, errorPage{Status: http.StatusUnauthorized, Heading: "You are signed out",
-		Message: "Your sign-in expired before you submitted the form. Nothing changed.",
-		Next:    "Open the link again; you will be asked to sign in first."})
 }
 
 // decline declines open request cr on the person's word and says so.
@@ -178,12 +215,8 @@ func (f *Flow) decline(w http.ResponseWriter, r *http.Request, s *session, cr co
 
 // handleDecision is POST /connect/{grant}: Approve or Deny.
 func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
-	s := f.jar.session(r)
-	if s == nil {
-		f.signedOutPost(w)
-		return
-	}
-	if !f.checkForm(w, r, s) {
+	s, ok := f.postedForm(w, r, plainForm)
+	if !ok {
 		return
 	}
 	cr, ok := f.open(w, r, s, r.PathValue("grant"), "decision")

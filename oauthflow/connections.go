@@ -74,12 +74,8 @@ func (f *Flow) handleConnections(w http.ResponseWriter, r *http.Request) {
 
 // handleDisconnect is POST /connections/{id}/disconnect.
 func (f *Flow) handleDisconnect(w http.ResponseWriter, r *http.Request) {
-	s := f.jar.session(r)
-	if s == nil {
-		f.signedOutPost(w)
-		return
-	}
-	if !f.checkForm(w, r, s) {
+	s, ok := f.postedForm(w, r, plainForm)
+	if !ok {
 		return
 	}
 	d, err := f.opts.Connections.DisconnectID(r.Context(), connections.Request{Principal: s.principal(), Via: "browser"}, r.PathValue("id"))
@@ -105,7 +101,7 @@ func (f *Flow) redirectNotice(w http.ResponseWriter, r *http.Request, notice str
 // handleLogout is POST /logout.
 func (f *Flow) handleLogout(w http.ResponseWriter, r *http.Request) {
 	s := f.jar.session(r)
-	if s != nil && !f.checkForm(w, r, s) {
+	if s != nil && !f.checkForm(w, r, s, plainForm) {
 		return
 	}
 	f.jar.clear(w, "session")

@@ -538,6 +538,26 @@ func bearerCredential(conn vault.Connection) credential {
 	}
 }
 
+// call sends req to p with cl, counting it (ProviderCall): the caller's
+// cancellation as it is, any other failure ErrProviderUnavailable naming
+// what (no response body, no request material).
+func (k *Client) call(ctx context.Context, p *Provider, cl *http.Client, req *http.Request, what string) (*http.Response, error) {
+	start := time.Now()
+	resp, err := cl.Do(req)
+	status := 0
+	if err == nil {
+		status = resp.StatusCode
+	}
+	k.opts.Telemetry.ProviderCall(p.Name, status, time.Since(start))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s %s: %s", ErrProviderUnavailable, p.Name, what, describeRefreshErr(err))
+	}
+	return resp, nil
+}
+
 // send performs one upstream request and reads the capped answer.
 func (k *Client) send(ctx context.Context, p *Provider, api *APIBase, cred credential, method string, u *url.URL, hdr http.Header, body []byte) (APIResponse, error) {
 	if p.PropagateTrace && k.tracer != nil {
@@ -559,18 +579,9 @@ func (k *Client) send(ctx context.Context, p *Provider, api *APIBase, cred crede
 	if cl == nil {
 		cl = k.apiClient(api)
 	}
-	start := time.Now()
-	resp, err := cl.Do(hreq)
-	status := 0
-	if err == nil {
-		status = resp.StatusCode
-	}
-	k.opts.Telemetry.ProviderCall(p.Name, status, time.Since(start))
+	resp, err := k.call(ctx, p, cl, hreq, "API")
 	if err != nil {
-		if ctx.Err() != nil {
-			return APIResponse{}, ctx.Err()
-		}
-		return APIResponse{}, fmt.Errorf("%w: %s API: %s", ErrProviderUnavailable, p.Name, describeRefreshErr(err))
+		return APIResponse{}, err
 	}
 	defer resp.Body.Close()
 	// An API that echoes the request (a debugging endpoint, an error

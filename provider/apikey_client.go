@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -222,18 +221,9 @@ func (a *APIKey) verify(ctx context.Context, k *Client, p *Provider, raw map[str
 		req.Header.Set("Content-Type", "application/json")
 	}
 	cred.set(req.Header)
-	start := time.Now()
-	resp, err := NoRedirectClient(k.opts.HTTPClient).Do(req)
-	status := 0
-	if err == nil {
-		status = resp.StatusCode
-	}
-	k.opts.Telemetry.ProviderCall(p.Name, status, time.Since(start))
+	resp, err := k.call(ctx, p, NoRedirectClient(k.opts.HTTPClient), req, "verify request")
 	if err != nil {
-		if ctx.Err() != nil {
-			return Exchanged{}, ctx.Err()
-		}
-		return Exchanged{}, fmt.Errorf("%w: %s verify request: %s", ErrProviderUnavailable, p.Name, describeRefreshErr(err))
+		return Exchanged{}, err
 	}
 	defer resp.Body.Close()
 	answer, err := readLimited(resp.Body, maxAccountBody)

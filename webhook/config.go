@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -236,19 +235,4 @@ func ParseSecret(s string) (vault.Secret, error) {
 
 // checkURL accepts absolute https URLs without user info or fragment;
 // http only on loopback.
-func checkURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" {
-		return fmt.Errorf("%q is not an absolute URL with a host (no user info, no fragment)", raw)
-	}
-	switch u.Scheme {
-	case "https":
-		return nil
-	case "http":
-		if loopback.Host(u.Hostname()) {
-			return nil
-		}
-		return fmt.Errorf("%q must use https (http is allowed on loopback only)", raw)
-	}
-	return fmt.Errorf("%q must use https", raw)
-}
+func checkURL(raw string) error { return loopback.CheckURL(raw) }
