@@ -1,13 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
@@ -95,25 +96,37 @@ func TestMigrate100k(t *testing.T) {
 	before := digest()
 
 	// Every record decrypts, with the tokens it had in bolt.
-	rows, err := pg.Pool().Query(t.Context(), "SELECT record FROM connections ORDER BY id")
-	if err != nil {
-		t.Fatal(err)
+	ids, err := pg.ConnectionIDs(t.Context(), "", 0)
+	if err != nil || len(ids) != n {
+		t.Fatalf("%d connection ids after migration, want %d: %v", len(ids), n, err)
 	}
-	count := 0
-	var rec []byte
-	_, err = pgx.ForEachRow(rows, []any{&rec}, func() error {
-		c, err := vault.DecodeConnection(kr, rec)
-		if err != nil {
-			return err
-		}
-		if c.Token.AccessToken.Reveal() != "at-"+c.ID+"-secret" || c.Token.RefreshToken.Reveal() != "rt-"+c.ID+"-secret" {
-			return fmt.Errorf("%s: wrong tokens after migration", c.ID)
-		}
-		count++
-		return nil
-	})
-	if err != nil || count != n {
-		t.Fatalf("decrypted %d of %d: %v", count, n, err)
+	// Eight readers at a time, each taking the next id.
+	var (
+		opened, next atomic.Int64
+		mu           sync.Mutex
+		failed       error // the first failure; guarded by mu
+		wg           sync.WaitGroup
+	)
+	for range 8 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(ids)); i = next.Add(1) - 1 {
+				c, err := pg.GetConnection(t.Context(), ids[i])
+				if err == nil && (c.Token.AccessToken.Reveal() != "at-"+c.ID+"-secret" || c.Token.RefreshToken.Reveal() != "rt-"+c.ID+"-secret") {
+					err = fmt.Errorf("%s: wrong tokens after migration", c.ID)
+				}
+				if err != nil {
+					mu.Lock()
+					failed = cmp.Or(failed, err)
+					mu.Unlock()
+					return
+				}
+				opened.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if failed != nil || opened.Load() != n {
+		t.Fatalf("decrypted %d of %d: %v", opened.Load(), n, failed)
 	}
 	// Through the store API too: get, list by principal, grants.
 	c, err := pg.GetConnection(t.Context(), "c099999")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 	"credbroker/vault/pgstore"
 	"credbroker/vault/pgstore/pgtest"
 	"credbroker/vault/vaulttest"
@@ -71,7 +72,7 @@ func openFixture(b *testing.B) *pgstore.Store {
 		for i := range n {
 			c := vaulttest.Conn(benchID(i), benchPrincipal(i), "github", strconv.Itoa(i))
 			c.Version = 1
-			rec, err := vault.EncodeConnection(kr, c)
+			rec, err := record.EncodeConnection(kr, c)
 			if err != nil {
 				fixtureErr = err
 				return

@@ -7,10 +7,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // ImportConnectionRecords stores connection records exactly as another
-// backend holds them (vault.EncodeConnection output), without opening them:
+// backend holds them (record.EncodeConnection output), without opening them:
 // the sealed token sets are copied byte for byte. Ids already present are
 // skipped and left unchanged, so an interrupted or repeated import is safe.
 // One transaction per call.
@@ -33,14 +34,14 @@ func (s *Store) ImportConnectionRecords(ctx context.Context, recs [][]byte) (add
 }
 
 // ImportGrantRecords is ImportConnectionRecords for grant records
-// (vault.EncodeGrant output).
+// (record.EncodeGrant output).
 func (s *Store) ImportGrantRecords(ctx context.Context, recs [][]byte) (added, skipped int, err error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, 0, err
 	}
 	batch := &pgx.Batch{}
 	for _, rec := range recs {
-		g, err := vault.DecodeGrant(rec)
+		g, err := record.DecodeGrant(rec)
 		if err != nil {
 			return 0, 0, fmt.Errorf("pgstore: import: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 	"credbroker/vault/pgstore"
 	"credbroker/vault/pgstore/pgtest"
 	"credbroker/vault/vaulttest"
@@ -291,7 +292,7 @@ func TestSweepOnEveryReplica(t *testing.T) {
 		if i >= expired {
 			exp = now.Add(time.Minute)
 		}
-		rec, err := vault.EncodeGrant(vault.Grant{ID: fmt.Sprintf("g%05d", i), Principal: alice, Provider: "github", Created: now.Add(-time.Hour), Expires: exp, State: vault.GrantPending, Version: 1})
+		rec, err := record.EncodeGrant(vault.Grant{ID: fmt.Sprintf("g%05d", i), Principal: alice, Provider: "github", Created: now.Add(-time.Hour), Expires: exp, State: vault.GrantPending, Version: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
