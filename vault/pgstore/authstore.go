@@ -243,6 +243,9 @@ func (s *Store) appArgs(a vault.AppAccess) ([]any, error) {
 	return []any{a.ID, []byte(a.Principal.Issuer), []byte(a.Principal.Subject), a.ClientID, int64(a.Version), rec}, nil
 }
 
+const insertApp = `INSERT INTO oauth_apps (id, iss, sub, client_id, version, record)
+	VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`
+
 // CreateAppAccess implements vault.AuthStore. The unique (iss, sub,
 // client_id) constraint keeps one record per person and client.
 func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
@@ -255,8 +258,7 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
-	tag, err := s.pool.Exec(ctx, `INSERT INTO oauth_apps (id, iss, sub, client_id, version, record)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, args...)
+	tag, err := s.pool.Exec(ctx, insertApp, args...)
 	if err != nil {
 		return vault.AppAccess{}, s.dbErr(fmt.Errorf("pgstore: create app access %s: %w", a.ID, err))
 	}

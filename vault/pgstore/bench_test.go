@@ -22,7 +22,7 @@ import (
 )
 
 // The benchmark fixture mirrors boltstore's: benchConns connections, four
-// per principal, loaded once per run through ImportConnectionRecords into
+// per principal, loaded once per run through ImportRecords into
 // one schema of the shared throwaway server. BENCH_CONNS overrides the
 // size (default 100,000). Plain `go test` never builds it.
 var (
@@ -79,7 +79,7 @@ func openFixture(b *testing.B) *pgstore.Store {
 			}
 			recs = append(recs, rec)
 			if len(recs) == cap(recs) || i == n-1 {
-				if _, _, fixtureErr = s.ImportConnectionRecords(context.Background(), recs); fixtureErr != nil {
+				if _, _, fixtureErr = s.ImportRecords(context.Background(), vault.Records{Kind: vault.KindConnection, Recs: recs}); fixtureErr != nil {
 					return
 				}
 				recs = recs[:0]

@@ -298,7 +298,7 @@ func TestSweepOnEveryReplica(t *testing.T) {
 		}
 		batch = append(batch, rec)
 	}
-	if added, _, err := stores[0].ImportGrantRecords(ctx, batch); err != nil || added != expired+live {
+	if added, _, err := stores[0].ImportRecords(ctx, vault.Records{Kind: vault.KindGrant, Recs: batch}); err != nil || added != expired+live {
 		t.Fatalf("import: %d, %v", added, err)
 	}
 	var total atomic.Int64
