@@ -106,7 +106,7 @@ func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.
 	return cas(ctx, s, bOAuthClients, id, "oauth client", func(rec []byte) (edit[vault.OAuthClient], error) {
 		nrec, _, nc, err := record.OAuthClients.Update(rec, fn)
 		return edit[vault.OAuthClient]{rec: nrec, out: nc}, err
-	})
+	}, nil)
 }
 
 // DeleteOAuthClient implements vault.AuthStore.
@@ -367,7 +367,7 @@ func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.Ap
 	return cas(ctx, s, bOAuthApps, id, "app access", func(rec []byte) (edit[vault.AppAccess], error) {
 		nrec, _, na, err := record.AppAccesses.Update(rec, fn)
 		return edit[vault.AppAccess]{rec: nrec, out: na}, err
-	})
+	}, nil)
 }
 
 // DeleteAppAccess implements vault.AuthStore.

@@ -505,39 +505,35 @@ func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(r
 			return edit[vault.Connection]{}, err
 		}
 		ds, err := record.ChangeDeliveries(s.changes, rec, nrec)
-		if err != nil {
-			return edit[vault.Connection]{}, err
-		}
-		return edit[vault.Connection]{rec: nrec, out: nc, also: func(tx *bolt.Tx) error { return putDeliveries(tx, ds) }}, nil
-	})
+		return edit[vault.Connection]{rec: nrec, out: nc, ds: ds}, err
+	}, nil)
 }
 
 // edit is what a compare-and-swap makes of a stored record.
 type edit[T any] struct {
-	rec []byte // the record to store
-	out T      // the call's answer
-	// also makes the writes that go with the change (index entries,
-	// outbox deliveries), in its transaction; nil when there are none.
-	also func(tx *bolt.Tx) error
+	rec      []byte           // the record to store
+	old, out T                // the value it held (when an index needs it) and the call's answer
+	ds       []vault.Delivery // the outbox deliveries the change causes
 }
 
 // cas is every compare-and-swap update of a stored record: in one batched
 // write transaction it reads key's record in bucket, lets change make the
-// new one, stores it and makes change's other writes. change sees the
-// record as stored (valid only during the call) and must have no side
-// effects: a batch may run it more than once. Its error, or ErrNotFound
-// when there is no record, is the call's answer, and nothing is written.
-func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string, change func(rec []byte) (edit[T], error)) (T, error) {
-	var zero T
+// new one, stores it with the change's deliveries, and lets index (when
+// not nil) move the record's index entries. change sees the record as
+// stored (valid only during the call) and must have no side effects: a
+// batch may run it more than once. Its error, or ErrNotFound when there
+// is no record, is the call's answer, and nothing is written.
+func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string,
+	change func(rec []byte) (edit[T], error), index func(tx *bolt.Tx, old, new T) error) (T, error) {
 	if err := s.ready(ctx); err != nil {
-		return zero, err
+		return *new(T), err
 	}
 	var (
 		out   T
 		opErr error
 	)
 	err := s.batch(func(tx *bolt.Tx) error {
-		out, opErr = zero, nil
+		out, opErr = *new(T), nil
 		b := tx.Bucket(bucket)
 		rec := b.Get([]byte(key))
 		if rec == nil {
@@ -552,8 +548,13 @@ func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string, 
 		if err := b.Put([]byte(key), e.rec); err != nil {
 			return err
 		}
-		if e.also != nil {
-			if err := e.also(tx); err != nil {
+		if len(e.ds) > 0 {
+			if err := putDeliveries(tx, e.ds); err != nil {
+				return err
+			}
+		}
+		if index != nil {
+			if err := index(tx, e.old, e.out); err != nil {
 				return err
 			}
 		}
@@ -564,7 +565,7 @@ func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string, 
 		err = opErr
 	}
 	if err != nil {
-		return zero, err
+		return *new(T), err
 	}
 	return out, nil
 }
@@ -837,8 +838,8 @@ func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
 	return cas(ctx, s, bGrants, id, "grant", func(rec []byte) (edit[vault.Grant], error) {
 		nrec, old, ng, err := record.Grants.Update(rec, fn)
-		return edit[vault.Grant]{rec: nrec, out: ng, also: func(tx *bolt.Tx) error { return reindexGrant(tx, old, ng) }}, err
-	})
+		return edit[vault.Grant]{rec: nrec, old: old, out: ng}, err
+	}, reindexGrant)
 }
 
 // CountGrants implements vault.Store.

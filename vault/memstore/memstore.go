@@ -168,44 +168,38 @@ func (s *Store) rewriteConnection(id string, rewrite func(rec []byte) ([]byte, v
 			return edit[vault.Connection]{}, err
 		}
 		ds, err := record.ChangeDeliveries(s.changes, rec, nb)
-		if err != nil {
-			return edit[vault.Connection]{}, err
-		}
-		return edit[vault.Connection]{rec: nb, out: nc, also: func() { s.enqueue(ds) }}, nil
+		return edit[vault.Connection]{rec: nb, out: nc, ds: ds}, err
 	})
 }
 
 // edit is what a compare-and-swap makes of a stored record.
 type edit[T any] struct {
-	rec  []byte // the record to store
-	out  T      // the call's answer
-	also func() // the change's other writes (under the write lock), or nil
+	rec []byte           // the record to store
+	out T                // the call's answer
+	ds  []vault.Delivery // the outbox deliveries the change causes
 }
 
 // cas is every compare-and-swap update of a stored record, under the
 // write lock: it reads id's record in recs (one of s's maps), lets change
-// make the new one, stores it and makes change's other writes. change's
+// make the new one, and stores it with the change's deliveries. change's
 // error, or ErrNotFound when there is no record, is the call's answer,
 // and nothing is written.
 func cas[T any](s *Store, recs map[string][]byte, id, what string, change func(rec []byte) (edit[T], error)) (T, error) {
-	var zero T
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
-		return zero, err
+		return *new(T), err
 	}
 	b, ok := recs[id]
 	if !ok {
-		return zero, fmt.Errorf("memstore: %s %s: %w", what, id, vault.ErrNotFound)
+		return *new(T), fmt.Errorf("memstore: %s %s: %w", what, id, vault.ErrNotFound)
 	}
 	e, err := change(b)
 	if err != nil {
-		return zero, err
+		return *new(T), err
 	}
 	recs[id] = e.rec
-	if e.also != nil {
-		e.also()
-	}
+	s.enqueue(e.ds)
 	return e.out, nil
 }
 

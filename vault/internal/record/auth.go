@@ -70,7 +70,7 @@ func checkOAuthClientUpdate(old, new vault.OAuthClient) error {
 // ApplyOAuthClientUpdate runs an UpdateOAuthClient closure on the current
 // record with the update rules (applyUpdate): ID is immutable.
 func ApplyOAuthClientUpdate(old vault.OAuthClient, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	return applyUpdate(old, fn, vault.OAuthClient.Clone, checkOAuthClientUpdate, func(c *vault.OAuthClient) *uint64 { return &c.Version })
+	return applyUpdate(old, fn, vault.OAuthClient.Clone, checkOAuthClientUpdate, func(n, o vault.OAuthClient) vault.OAuthClient { n.Version = o.Version + 1; return n })
 }
 
 // OAuthClients are the stored registered clients.
@@ -217,7 +217,7 @@ func checkAppAccessUpdate(old, new vault.AppAccess) error {
 // record with the update rules (applyUpdate): ID, Principal and ClientID
 // are immutable.
 func ApplyAppAccessUpdate(old vault.AppAccess, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
-	return applyUpdate(old, fn, vault.AppAccess.Clone, checkAppAccessUpdate, func(a *vault.AppAccess) *uint64 { return &a.Version })
+	return applyUpdate(old, fn, vault.AppAccess.Clone, checkAppAccessUpdate, func(n, o vault.AppAccess) vault.AppAccess { n.Version = o.Version + 1; return n })
 }
 
 // AppAccesses are the stored app access records.

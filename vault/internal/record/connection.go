@@ -365,7 +365,7 @@ func DecodeAccountConnections(provider, accountID string, recs [][]byte) ([]vaul
 // ApplyConnectionRecordUpdate or ApplyConnectionMetaUpdate), so the
 // contract lives in one place.
 func applyConnectionUpdate(old vault.Connection, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return applyUpdate(old, fn, vault.Connection.Clone, checkConnectionUpdate, func(c *vault.Connection) *uint64 { return &c.Version })
+	return applyUpdate(old, fn, vault.Connection.Clone, checkConnectionUpdate, func(n, o vault.Connection) vault.Connection { n.Version = o.Version + 1; return n })
 }
 
 // ApplyConnectionRecordUpdate runs an UpdateConnection closure on the

@@ -86,7 +86,7 @@ func checkGrantUpdate(old, new vault.Grant) error {
 // ApplyGrantUpdate runs an UpdateGrant closure on the current grant with
 // the update rules (applyUpdate): ID and Principal are immutable.
 func ApplyGrantUpdate(old vault.Grant, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	return applyUpdate(old, fn, vault.Grant.Clone, checkGrantUpdate, func(g *vault.Grant) *uint64 { return &g.Version })
+	return applyUpdate(old, fn, vault.Grant.Clone, checkGrantUpdate, func(n, o vault.Grant) vault.Grant { n.Version = o.Version + 1; return n })
 }
 
 // Grants are the stored grants.

@@ -10,8 +10,10 @@ import (
 // follows: fn runs on a copy of old; its result is refused when check
 // says it changed an immutable field or returned another version than the
 // stored one (a stale copy: vault.ErrConflict); what is stored is a copy of
-// it with the version one past old's. An error from fn is returned as is.
-func applyUpdate[T any](old T, fn func(T) (T, error), clone func(T) T, check func(old, new T) error, version func(*T) *uint64) (T, error) {
+// it with the version one past old's (next). An error from fn is returned
+// as is. (Values, never pointers, pass through the function arguments, so
+// nothing escapes to the heap on the way.)
+func applyUpdate[T any](old T, fn func(T) (T, error), clone func(T) T, check func(old, new T) error, next func(new, old T) T) (T, error) {
 	var zero T
 	nv, err := fn(clone(old))
 	if err != nil {
@@ -20,9 +22,7 @@ func applyUpdate[T any](old T, fn func(T) (T, error), clone func(T) T, check fun
 	if err := check(old, nv); err != nil {
 		return zero, err
 	}
-	nv = clone(nv)
-	*version(&nv) = *version(&old) + 1
-	return nv, nil
+	return next(clone(nv), old), nil
 }
 
 // checkVersion refuses an update closure's result whose version is not
