@@ -111,11 +111,15 @@ func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClien
 	return c, err
 }
 
+// updateClient rewrites a client's row if its version is still the one
+// read (the last argument; clientArgs gives the others).
+const updateClient = `UPDATE oauth_clients SET created_ns = $2, used = $3, version = $4, record = $5
+	WHERE id = $1 AND version = $6`
+
 // UpdateOAuthClient implements vault.AuthStore (compare-and-swap on the
 // version column).
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	return cas(ctx, s, "oauth client", id, `UPDATE oauth_clients SET created_ns = $2, used = $3, version = $4, record = $5
-		WHERE id = $1 AND version = $6`, s.getClient, func(old vault.OAuthClient, _ int64) (vault.OAuthClient, casWrite, error) {
+	return cas(ctx, s, "oauth client", id, updateClient, s.getClient, func(old vault.OAuthClient, _ int64) (vault.OAuthClient, casWrite, error) {
 		nc, err := record.ApplyOAuthClientUpdate(old, fn)
 		if err != nil {
 			return vault.OAuthClient{}, casWrite{}, err
@@ -346,21 +350,24 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 	return out, nil
 }
 
+// updateApp rewrites an app access row if its version is still the one
+// read (the last argument).
+const updateApp = "UPDATE oauth_apps SET version = $2, record = $3 WHERE id = $1 AND version = $4"
+
 // UpdateAppAccess implements vault.AuthStore (compare-and-swap on the
 // version column).
 func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
-	return cas(ctx, s, "app access", id, "UPDATE oauth_apps SET version = $2, record = $3 WHERE id = $1 AND version = $4",
-		s.getApp, func(old vault.AppAccess, _ int64) (vault.AppAccess, casWrite, error) {
-			na, err := record.ApplyAppAccessUpdate(old, fn)
-			if err != nil {
-				return vault.AppAccess{}, casWrite{}, err
-			}
-			rec, err := record.EncodeAppAccess(na)
-			if err != nil {
-				return vault.AppAccess{}, casWrite{}, err
-			}
-			return na, casWrite{args: []any{id, int64(na.Version), rec}}, nil
-		})
+	return cas(ctx, s, "app access", id, updateApp, s.getApp, func(old vault.AppAccess, _ int64) (vault.AppAccess, casWrite, error) {
+		na, err := record.ApplyAppAccessUpdate(old, fn)
+		if err != nil {
+			return vault.AppAccess{}, casWrite{}, err
+		}
+		rec, err := record.EncodeAppAccess(na)
+		if err != nil {
+			return vault.AppAccess{}, casWrite{}, err
+		}
+		return na, casWrite{args: []any{id, int64(na.Version), rec}}, nil
+	})
 }
 
 // DeleteAppAccess implements vault.AuthStore.
