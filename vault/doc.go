@@ -5,9 +5,10 @@
 // The Store interface is the contract every backend implements; vaulttest.Run
 // is the conformance suite each backend runs. Backends never see plaintext
 // tokens at rest: a connection's token set is sealed with the Keyring (AEAD,
-// random nonce, key-id prefix, AAD bound to the record's identity) by
-// EncodeConnection before it is written, and opened by DecodeConnection after
-// it is read. Metadata (principal, provider, account, scopes, times, status)
+// random nonce, key-id prefix, AAD bound to the record's identity) before it
+// is written, and opened after it is read, by the record codecs the
+// backends share (vault/internal/record: the stored formats are not public
+// API). Metadata (principal, provider, account, scopes, times, status)
 // stays in the clear so it can be indexed and listed.
 //
 // Mutation goes through Update-style compare-and-swap closures; the Version

@@ -25,6 +25,10 @@ var (
 	// ErrTooManyRecentGrants: CreateGrantLimited refused a grant because its
 	// principal created GrantLimits.MaxCreated grants since GrantLimits.Since.
 	ErrTooManyRecentGrants = errors.New("vault: too many grants created recently")
+	// ErrRecordFormat: a stored connection record is not one this broker
+	// can read: an unknown format version, truncated, an overlong field, a
+	// value out of range, or a required field of a newer broker.
+	ErrRecordFormat = errors.New("vault: malformed connection record")
 )
 
 // Principal identifies a person: the issuer and subject of a validated

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,44 +9,46 @@ import (
 	"os"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
+	"credbroker/vault"
 	"credbroker/vault/boltstore"
-	"credbroker/vault/pgstore"
 )
 
-const migrateUsage = `usage: broker migrate --from bolt:PATH --to postgres://… [--keys-file F] [--batch N]
+const migrateUsage = `usage: broker migrate --from STORE --to STORE [--keys-file F] [--batch N]
 
-Copies every connection, grant and key canary from a bolt store into a
-PostgreSQL store. Records are copied as stored: token sets stay sealed and
-are never decrypted on the way. Ids already present in PostgreSQL are
-skipped, so an interrupted migration is finished by running it again.
-Stop the broker that uses the bolt file first (the file is locked while it
-runs). The keys (BROKER_KEYS or --keys-file) must be the ones the bolt
-store was written with; they are checked against both stores' canaries.
+Copies every record of one store into another: connections (and those
+offboarding keeps to retry their revocation), grants, the authorization
+server's registered clients, authorization codes and app authorizations
+(consents and token families), the webhook outbox, and the key canaries.
+One store is bolt (bolt:PATH), the other PostgreSQL (postgres://…): bolt
+into PostgreSQL to scale out, PostgreSQL into bolt to come back. Records
+are copied as stored: token sets stay sealed and are never decrypted on
+the way. Records already present in the target are skipped, so an
+interrupted migration is finished by running it again. Stop every broker
+using either store first (a bolt file is locked while one runs). The
+keys (BROKER_KEYS or --keys-file) must be the ones the source was written
+with; they are checked against both stores' canaries.
 `
 
-// Layout of the bolt file (boltstore's package documentation).
-var (
-	boltConnections = []byte("connections")
-	boltGrants      = []byte("grants")
-	boltMeta        = []byte("meta")
-	boltCanary      = []byte("canary/")
-)
-
-// migrateCounts is what one migration did.
-type migrateCounts struct {
-	Conns, ConnsSkipped, Grants, GrantsSkipped, Canaries int
+// migrationEnd is a store a migration copies from or into (boltstore and
+// pgstore).
+type migrationEnd interface {
+	ExportRecords(ctx context.Context, batch int, put func(vault.Records) error) error
+	ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error)
+	Close() error
 }
+
+// migrateCounts is what one migration did: records added and already
+// present, by kind.
+type migrateCounts map[vault.RecordKind][2]int
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, migrateUsage) }
-	from := fs.String("from", "", "source store: bolt:PATH (or a plain path)")
-	to := fs.String("to", "", "target store: postgres://… or postgres:KEY=VALUE…")
+	from := fs.String("from", "", "source store: bolt:PATH (or a plain path) or postgres://…")
+	to := fs.String("to", "", "target store: postgres://… (or postgres:KEY=VALUE…) or bolt:PATH")
 	keysFile := fs.String("keys-file", os.Getenv("BROKER_KEYS_FILE"), "file with the encryption keys (or env BROKER_KEYS)")
-	batch := fs.Int("batch", 1000, "records per PostgreSQL transaction")
+	batch := fs.Int("batch", 1000, "records per transaction")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -55,23 +56,27 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 {
 		problems = append(problems, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	src, err := parseStore(*from)
+	src, srcErr := parseStore(*from)
 	switch {
 	case *from == "":
-		problems = append(problems, errors.New("--from is required (the bolt store: bolt:PATH)"))
-	case err != nil:
-		problems = append(problems, fmt.Errorf("--from: %w", err))
-	case src.BoltPath == "":
-		problems = append(problems, errors.New("--from must be a bolt store (bolt:PATH)"))
+		problems = append(problems, errors.New("--from is required (the source store: bolt:PATH or postgres://…)"))
+	case srcErr != nil:
+		problems = append(problems, fmt.Errorf("--from: %w", srcErr))
 	}
-	dst, err := parseStore(*to)
+	dst, dstErr := parseStore(*to)
 	switch {
 	case *to == "":
-		problems = append(problems, errors.New("--to is required (the PostgreSQL store: postgres://…)"))
-	case err != nil:
-		problems = append(problems, fmt.Errorf("--to: %w", err))
-	case dst.Postgres == "":
-		problems = append(problems, errors.New("--to must be a PostgreSQL store (postgres://…)"))
+		problems = append(problems, errors.New("--to is required (the target store: postgres://… or bolt:PATH)"))
+	case dstErr != nil:
+		problems = append(problems, fmt.Errorf("--to: %w", dstErr))
+	}
+	if *from != "" && *to != "" && srcErr == nil && dstErr == nil {
+		switch {
+		case src.BoltPath != "" && dst.BoltPath != "":
+			problems = append(problems, errors.New("--to must be a PostgreSQL store (postgres://…) when --from is a bolt store: one end of a migration is bolt, the other PostgreSQL"))
+		case src.Postgres != "" && dst.Postgres != "":
+			problems = append(problems, errors.New("--from must be a bolt store (bolt:PATH) when --to is a PostgreSQL store: one end of a migration is bolt, the other PostgreSQL"))
+		}
 	}
 	if *batch < 1 || *batch > 50_000 {
 		problems = append(problems, fmt.Errorf("--batch %d: must be between 1 and 50000", *batch))
@@ -84,26 +89,30 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(src.BoltPath); err != nil {
-		return fmt.Errorf("--from: no bolt store at %s: %w", src.BoltPath, err)
+	if src.BoltPath != "" {
+		if _, err := os.Stat(src.BoltPath); err != nil {
+			return fmt.Errorf("--from: no bolt store at %s: %w", src.BoltPath, err)
+		}
 	}
-	bs, err := boltstore.Open(src.BoltPath, kr, boltstore.Options{})
-	if errors.Is(err, boltstore.ErrLocked) {
-		return fmt.Errorf("%w: stop the broker using %s before migrating it", err, src.BoltPath)
-	}
+	source, err := openMigrationEnd(src, kr)
 	if err != nil {
 		return err
 	}
-	defer bs.Close()
-	pg, err := openPostgres(dst.Postgres, kr)
+	defer source.Close()
+	target, err := openMigrationEnd(dst, kr)
 	if err != nil {
 		return err
 	}
-	defer pg.Close()
+	defer target.Close()
 	start := time.Now()
-	n, err := migrateBolt(ctx, bs.DB(), pg, *batch)
-	fmt.Fprintf(stdout, "connections: %d copied, %d already present\ngrants: %d copied, %d already present\nkey canaries: %d added\n",
-		n.Conns, n.ConnsSkipped, n.Grants, n.GrantsSkipped, n.Canaries)
+	n, err := migrate(ctx, source, target, *batch)
+	for k := vault.KindKeyCanary; k <= vault.KindDelivery; k++ {
+		if k == vault.KindKeyCanary {
+			fmt.Fprintf(stdout, "%s: %d added\n", k, n[k][0])
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: %d copied, %d already present\n", k, n[k][0], n[k][1])
+	}
 	if err != nil {
 		return fmt.Errorf("migration stopped: %w (run it again to finish; records already copied are skipped)", err)
 	}
@@ -111,78 +120,39 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-// migrateBolt copies the raw records of db into pg, batch records per
-// transaction. Nothing is decrypted.
-func migrateBolt(ctx context.Context, db *bolt.DB, pg *pgstore.Store, batch int) (migrateCounts, error) {
-	var n migrateCounts
-	canaries := map[string][]byte{}
-	err := db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(boltMeta)
-		if meta == nil {
-			return errors.New("the bolt file has no meta bucket: not a credbroker store")
+// openMigrationEnd opens the store ss names with kr, checking kr against
+// its key canaries.
+func openMigrationEnd(ss storeSpec, kr *vault.Keyring) (migrationEnd, error) {
+	if ss.Postgres != "" {
+		pg, err := openPostgres(ss.Postgres, kr)
+		if err != nil {
+			return nil, err
 		}
-		c := meta.Cursor()
-		for k, v := c.Seek(boltCanary); k != nil && bytes.HasPrefix(k, boltCanary); k, v = c.Next() {
-			canaries[string(k[len(boltCanary):])] = bytes.Clone(v)
+		return pg, nil
+	}
+	bs, err := openBolt(ss.BoltPath, kr)
+	if errors.Is(err, boltstore.ErrLocked) {
+		return nil, fmt.Errorf("%w: stop the broker using %s before migrating it", err, ss.BoltPath)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return bs, nil
+}
+
+// migrate copies every record of src into dst, kind by kind, batch
+// records per transaction. Nothing is decrypted: the stores hand over
+// records as stored.
+func migrate(ctx context.Context, src, dst migrationEnd, batch int) (migrateCounts, error) {
+	n := migrateCounts{}
+	err := src.ExportRecords(ctx, batch, func(rs vault.Records) error {
+		added, skipped, err := dst.ImportRecords(ctx, rs)
+		c := n[rs.Kind]
+		n[rs.Kind] = [2]int{c[0] + added, c[1] + skipped}
+		if err != nil {
+			return fmt.Errorf("%s: %w", rs.Kind, err)
 		}
 		return nil
 	})
-	if err != nil {
-		return n, err
-	}
-	if n.Canaries, err = pg.ImportKeyCanaries(ctx, canaries); err != nil {
-		return n, err
-	}
-	n.Conns, n.ConnsSkipped, err = copyBucket(ctx, db, boltConnections, batch, pg.ImportConnectionRecords)
-	if err != nil {
-		return n, fmt.Errorf("connections: %w", err)
-	}
-	n.Grants, n.GrantsSkipped, err = copyBucket(ctx, db, boltGrants, batch, pg.ImportGrantRecords)
-	if err != nil {
-		return n, fmt.Errorf("grants: %w", err)
-	}
-	return n, nil
-}
-
-// copyBucket reads bucket in key order, batch values per read transaction,
-// and hands each batch to put. No write happens inside a bolt transaction.
-func copyBucket(ctx context.Context, db *bolt.DB, bucket []byte, batch int,
-	put func(context.Context, [][]byte) (int, int, error)) (added, skipped int, err error) {
-	var after []byte
-	for {
-		if err := ctx.Err(); err != nil {
-			return added, skipped, err
-		}
-		var recs [][]byte
-		err := db.View(func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucket)
-			if b == nil {
-				return nil
-			}
-			c := b.Cursor()
-			k, v := c.First()
-			if after != nil {
-				k, v = c.Seek(after)
-				if k != nil && bytes.Equal(k, after) {
-					k, v = c.Next()
-				}
-			}
-			for ; k != nil && len(recs) < batch; k, v = c.Next() {
-				recs = append(recs, bytes.Clone(v))
-				after = bytes.Clone(k)
-			}
-			return nil
-		})
-		if err != nil {
-			return added, skipped, err
-		}
-		if len(recs) == 0 {
-			return added, skipped, nil
-		}
-		a, s, err := put(ctx, recs)
-		added, skipped = added+a, skipped+s
-		if err != nil {
-			return added, skipped, err
-		}
-	}
+	return n, err
 }

@@ -41,7 +41,7 @@ commands:
   keys generate  print a new random key line for BROKER_KEYS or --keys-file
   keys rotate    add a new primary key to --keys-file and re-encrypt every record
   keys status    how many records each key seals (when an old key can be removed)
-  migrate        copy a bolt store into PostgreSQL (--from bolt:PATH --to postgres://…)
+  migrate        copy every record of a bolt store into PostgreSQL, or back (--from STORE --to STORE)
   admin          connections | offboard | provider disable (docs/OPERATIONS.md)
   version        print the version, commit and build date
 `

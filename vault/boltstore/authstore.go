@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // The authorization server's buckets (see the package doc). They are
@@ -37,7 +38,7 @@ func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max 
 	}
 	c = c.Clone()
 	c.Version = 1
-	rec, err := vault.EncodeOAuthClient(c)
+	rec, err := record.EncodeOAuthClient(c)
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
@@ -97,47 +98,15 @@ func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClien
 	if rec == nil {
 		return vault.OAuthClient{}, fmt.Errorf("boltstore: oauth client %s: %w", id, vault.ErrNotFound)
 	}
-	return vault.DecodeOAuthClient(rec)
+	return record.DecodeOAuthClient(rec)
 }
 
 // UpdateOAuthClient implements vault.AuthStore.
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.OAuthClient{}, err
-	}
-	var (
-		out   vault.OAuthClient
-		opErr error
-	)
-	err := s.batch(func(tx *bolt.Tx) error {
-		out, opErr = vault.OAuthClient{}, nil
-		b := tx.Bucket(bOAuthClients)
-		rec := b.Get([]byte(id))
-		if rec == nil {
-			opErr = fmt.Errorf("boltstore: oauth client %s: %w", id, vault.ErrNotFound)
-			return nil
-		}
-		old, err := vault.DecodeOAuthClient(rec)
-		if err == nil {
-			out, err = vault.ApplyOAuthClientUpdate(old, fn)
-		}
-		var nrec []byte
-		if err == nil {
-			nrec, err = vault.EncodeOAuthClient(out)
-		}
-		if err != nil {
-			out, opErr = vault.OAuthClient{}, err
-			return nil
-		}
-		return b.Put([]byte(id), nrec)
-	})
-	if err == nil {
-		err = opErr
-	}
-	if err != nil {
-		return vault.OAuthClient{}, err
-	}
-	return out, nil
+	return cas(ctx, s, bOAuthClients, id, "oauth client", func(rec []byte) (edit[vault.OAuthClient], error) {
+		nrec, _, nc, err := record.OAuthClients.Update(rec, fn)
+		return edit[vault.OAuthClient]{rec: nrec, out: nc}, err
+	}, nil)
 }
 
 // DeleteOAuthClient implements vault.AuthStore.
@@ -202,7 +171,7 @@ func (s *Store) deleteWhere(ctx context.Context, bucket []byte, drop func(rec []
 // DeleteUnusedOAuthClients implements vault.AuthStore.
 func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time.Time) (int, error) {
 	return s.deleteWhere(ctx, bOAuthClients, func(rec []byte) (bool, error) {
-		c, err := vault.DecodeOAuthClient(rec)
+		c, err := record.DecodeOAuthClient(rec)
 		return err == nil && c.Used.IsZero() && c.Created.Before(createdBefore), err
 	})
 }
@@ -212,7 +181,7 @@ func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	rec, err := vault.EncodeAuthCode(c)
+	rec, err := record.EncodeAuthCode(c)
 	if err != nil {
 		return err
 	}
@@ -250,7 +219,7 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 			opErr = fmt.Errorf("boltstore: authorization code: %w", vault.ErrNotFound)
 			return nil
 		}
-		c, err := vault.DecodeAuthCode(rec)
+		c, err := record.DecodeAuthCode(rec)
 		if err != nil {
 			opErr = err
 			return nil
@@ -260,7 +229,7 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 			return nil
 		}
 		c.Redeemed = true
-		nrec, err := vault.EncodeAuthCode(c)
+		nrec, err := record.EncodeAuthCode(c)
 		if err != nil {
 			opErr = err
 			return nil
@@ -277,7 +246,7 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 // DeleteExpiredAuthCodes implements vault.AuthStore.
 func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (int, error) {
 	return s.deleteWhere(ctx, bOAuthCodes, func(rec []byte) (bool, error) {
-		c, err := vault.DecodeAuthCode(rec)
+		c, err := record.DecodeAuthCode(rec)
 		return err == nil && c.Expires.Before(before), err
 	})
 }
@@ -289,7 +258,7 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	}
 	a = a.Clone()
 	a.Version = 1
-	rec, err := vault.EncodeAppAccess(a)
+	rec, err := record.EncodeAppAccess(a)
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
@@ -332,7 +301,7 @@ func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, e
 	if rec == nil {
 		return vault.AppAccess{}, fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
 	}
-	return vault.DecodeAppAccess(rec)
+	return record.DecodeAppAccess(rec)
 }
 
 // FindAppAccess implements vault.AuthStore.
@@ -353,7 +322,7 @@ func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID s
 	if rec == nil {
 		return vault.AppAccess{}, fmt.Errorf("boltstore: app access for client %q: %w", clientID, vault.ErrNotFound)
 	}
-	return vault.DecodeAppAccess(rec)
+	return record.DecodeAppAccess(rec)
 }
 
 // ListAppAccess implements vault.AuthStore: a prefix seek on the
@@ -380,7 +349,7 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 	}
 	out := make([]vault.AppAccess, 0, len(recs))
 	for _, rec := range recs {
-		a, err := vault.DecodeAppAccess(rec)
+		a, err := record.DecodeAppAccess(rec)
 		if err != nil {
 			return nil, err
 		}
@@ -395,42 +364,10 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 
 // UpdateAppAccess implements vault.AuthStore.
 func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppAccess{}, err
-	}
-	var (
-		out   vault.AppAccess
-		opErr error
-	)
-	err := s.batch(func(tx *bolt.Tx) error {
-		out, opErr = vault.AppAccess{}, nil
-		b := tx.Bucket(bOAuthApps)
-		rec := b.Get([]byte(id))
-		if rec == nil {
-			opErr = fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
-			return nil
-		}
-		old, err := vault.DecodeAppAccess(rec)
-		if err == nil {
-			out, err = vault.ApplyAppAccessUpdate(old, fn)
-		}
-		var nrec []byte
-		if err == nil {
-			nrec, err = vault.EncodeAppAccess(out)
-		}
-		if err != nil {
-			out, opErr = vault.AppAccess{}, err
-			return nil
-		}
-		return b.Put([]byte(id), nrec)
-	})
-	if err == nil {
-		err = opErr
-	}
-	if err != nil {
-		return vault.AppAccess{}, err
-	}
-	return out, nil
+	return cas(ctx, s, bOAuthApps, id, "app access", func(rec []byte) (edit[vault.AppAccess], error) {
+		nrec, _, na, err := record.AppAccesses.Update(rec, fn)
+		return edit[vault.AppAccess]{rec: nrec, out: na}, err
+	}, nil)
 }
 
 // DeleteAppAccess implements vault.AuthStore.
@@ -447,7 +384,7 @@ func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
 			opErr = fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
 			return nil
 		}
-		if a, err := vault.DecodeAppAccess(rec); err == nil {
+		if a, err := record.DecodeAppAccess(rec); err == nil {
 			if err := tx.Bucket(bOAuthAppByClient).Delete(appClientKey(a.Principal, a.ClientID)); err != nil {
 				return err
 			}

@@ -26,6 +26,7 @@ import (
 
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
+	"credbroker/vault/internal/record"
 	"credbroker/vault/vaulttest"
 )
 
@@ -95,7 +96,7 @@ func fixture(b testing.TB) string {
 func buildFixture(tb testing.TB) (string, error) {
 	n := benchConns()
 	kr := benchKeyring(tb)
-	probe, err := vault.EncodeConnection(kr, vaulttest.Conn(benchID(0), benchPrincipal(0), "github", "0"))
+	probe, err := record.EncodeConnection(kr, vaulttest.Conn(benchID(0), benchPrincipal(0), "github", "0"))
 	if err != nil {
 		return "", err
 	}
@@ -651,7 +652,7 @@ func rawPutConn(val []byte) func(*bolt.Tx) error {
 // putRecordSize is the size of the record Store.CreateConnection writes
 // for newPutConn.
 func putRecordSize(b testing.TB) int {
-	rec, err := vault.EncodeConnection(benchKeyring(b), newPutConn())
+	rec, err := record.EncodeConnection(benchKeyring(b), newPutConn())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,18 +4,18 @@
 //
 // Layout (all buckets are created at open):
 //
-//	connections         id → sealed connection record (vault.EncodeConnection)
+//	connections         id → sealed connection record (record.EncodeConnection)
 //	conn_by_principal   len(iss)|iss|len(sub)|sub|id → ""   (lengths are 4-byte big endian)
-//	grants              id → grant record (vault.EncodeGrant)
+//	grants              id → grant record (record.EncodeGrant)
 //	grant_by_principal  len(iss)|iss|len(sub)|sub|created|id → ""
 //	grant_by_expiry     expires|id → ""
 //	meta                "schema" → "1"; "canary/<key id>" → canary sealed with that key;
 //	                    "sealed_all" → id of the key that seals every connection (after a rotation)
-//	oauth_clients       client id → registered client record (vault.EncodeOAuthClient)
-//	oauth_codes         vault.SecretKey(code) → authorization code record (vault.EncodeAuthCode)
-//	oauth_apps          id → app access record (vault.EncodeAppAccess)
+//	oauth_clients       client id → registered client record (record.EncodeOAuthClient)
+//	oauth_codes         vault.SecretKey(code) → authorization code record (record.EncodeAuthCode)
+//	oauth_apps          id → app access record (record.EncodeAppAccess)
 //	oauth_app_by_client len(iss)|iss|len(sub)|sub|client id → app access id (one per person and client)
-//	outbox              len(id)|id|endpoint → webhook delivery (vault.EncodeDelivery)
+//	outbox              len(id)|id|endpoint → webhook delivery (record.EncodeDelivery)
 //	outbox_due          due|len(id)|id|endpoint → ""
 //	retired             id → sealed connection record kept to retry its revocation
 //	retired_by_principal len(iss)|iss|len(sub)|sub|id → ""
@@ -49,6 +49,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // Errors of Open, matched with errors.Is.
@@ -351,7 +352,7 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	c = c.Clone()
 	c.Version = 1
 	c.SealedWith = ""
-	rec, err := vault.EncodeConnection(s.kr, c)
+	rec, err := record.EncodeConnection(s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -365,7 +366,7 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 			opErr = fmt.Errorf("boltstore: connection %s: %w", c.ID, vault.ErrExists)
 			return nil
 		}
-		ds, err := vault.ChangeDeliveries(s.changes, nil, rec)
+		ds, err := record.ChangeDeliveries(s.changes, nil, rec)
 		if err != nil {
 			opErr = err
 			return nil
@@ -400,7 +401,7 @@ func (s *Store) Import(ctx context.Context, conns []vault.Connection) error {
 	for i, c := range conns {
 		c = c.Clone()
 		c.Version = 1
-		rec, err := vault.EncodeConnection(s.kr, c)
+		rec, err := record.EncodeConnection(s.kr, c)
 		if err != nil {
 			return err
 		}
@@ -438,7 +439,7 @@ func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection,
 		// Decoded in place: the result copies what it keeps, so the
 		// record needs no copy out of the transaction.
 		var err error
-		c, err = vault.DecodeConnection(s.kr, rec)
+		c, err = record.DecodeConnection(s.kr, rec)
 		return err
 	})
 	if err == nil && c.ID != id {
@@ -470,7 +471,7 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 		}
 		// Decoded inside the transaction: the metadata is copied out.
 		var err error
-		out, err = vault.DecodePrincipalConnections(p, recs)
+		out, err = record.DecodePrincipalConnections(p, recs)
 		return err
 	})
 	if err != nil {
@@ -482,7 +483,7 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 // UpdateConnection implements vault.Store: read, fn, write in one transaction.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
 	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return vault.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
+		return record.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
 	})
 }
 
@@ -490,52 +491,81 @@ func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.C
 // copied, never opened.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
 	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return vault.ApplyConnectionMetaUpdate(rec, id, fn)
+		return record.ApplyConnectionMetaUpdate(rec, id, fn)
 	})
 }
 
 // rewriteConnection replaces connection id's record with what rewrite
-// makes of it, in one batched write transaction.
+// makes of it, writing the deliveries the change causes in the same
+// transaction.
 func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
+	return cas(ctx, s, bConns, id, "connection", func(rec []byte) (edit[vault.Connection], error) {
+		nrec, nc, err := rewrite(rec)
+		if err != nil {
+			return edit[vault.Connection]{}, err
+		}
+		ds, err := record.ChangeDeliveries(s.changes, rec, nrec)
+		return edit[vault.Connection]{rec: nrec, out: nc, ds: ds}, err
+	}, nil)
+}
+
+// edit is what a compare-and-swap makes of a stored record.
+type edit[T any] struct {
+	rec      []byte           // the record to store
+	old, out T                // the value it held (when an index needs it) and the call's answer
+	ds       []vault.Delivery // the outbox deliveries the change causes
+}
+
+// cas is every compare-and-swap update of a stored record: in one batched
+// write transaction it reads key's record in bucket, lets change make the
+// new one, stores it with the change's deliveries, and lets index (when
+// not nil) move the record's index entries. change sees the record as
+// stored (valid only during the call) and must have no side effects: a
+// batch may run it more than once. Its error, or ErrNotFound when there
+// is no record, is the call's answer, and nothing is written.
+func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string,
+	change func(rec []byte) (edit[T], error), index func(tx *bolt.Tx, old, new T) error) (T, error) {
 	if err := s.ready(ctx); err != nil {
-		return vault.Connection{}, err
+		return *new(T), err
 	}
 	var (
-		out   vault.Connection
+		out   T
 		opErr error
 	)
 	err := s.batch(func(tx *bolt.Tx) error {
-		out, opErr = vault.Connection{}, nil
-		b := tx.Bucket(bConns)
-		rec := b.Get([]byte(id))
+		out, opErr = *new(T), nil
+		b := tx.Bucket(bucket)
+		rec := b.Get([]byte(key))
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
+			opErr = fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound)
 			return nil
 		}
-		nrec, nc, err := rewrite(rec)
+		e, err := change(rec)
 		if err != nil {
 			opErr = err
 			return nil
 		}
-		ds, err := vault.ChangeDeliveries(s.changes, rec, nrec)
-		if err != nil {
-			opErr = err
-			return nil
-		}
-		if err := b.Put([]byte(id), nrec); err != nil {
+		if err := b.Put([]byte(key), e.rec); err != nil {
 			return err
 		}
-		if err := putDeliveries(tx, ds); err != nil {
-			return err
+		if len(e.ds) > 0 {
+			if err := putDeliveries(tx, e.ds); err != nil {
+				return err
+			}
 		}
-		out = nc
+		if index != nil {
+			if err := index(tx, e.old, e.out); err != nil {
+				return err
+			}
+		}
+		out = e.out
 		return nil
 	})
 	if err == nil {
 		err = opErr
 	}
 	if err != nil {
-		return vault.Connection{}, err
+		return *new(T), err
 	}
 	return out, nil
 }
@@ -560,12 +590,12 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
 			return nil
 		}
-		meta, err := vault.ConnectionMeta(rec)
+		meta, err := record.ConnectionMeta(rec)
 		if err != nil {
 			opErr = err
 			return nil
 		}
-		ds, err := vault.ChangeDeliveries(s.changes, rec, nil)
+		ds, err := record.ChangeDeliveries(s.changes, rec, nil)
 		if err != nil {
 			opErr = err
 			return nil
@@ -610,7 +640,7 @@ func (s *Store) AccountConnections(ctx context.Context, provider, accountID stri
 			return err
 		}
 		// Decoded inside the transaction: the metadata is copied out.
-		out, err = vault.DecodeAccountConnections(provider, accountID, recs)
+		out, err = record.DecodeAccountConnections(provider, accountID, recs)
 		return err
 	})
 	return out, err
@@ -651,19 +681,14 @@ func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
 			if rec == nil {
 				continue
 			}
-			meta, err := vault.ConnectionMeta(rec)
+			meta, err := record.ConnectionMeta(rec)
 			if err != nil {
 				return err
 			}
 			if meta.SealedWith == primary {
 				continue
 			}
-			c, err := vault.DecodeConnection(s.kr, rec)
-			if err != nil {
-				return err
-			}
-			c.Version++
-			nrec, err := vault.EncodeConnection(s.kr, c)
+			nrec, _, err := record.Reseal(s.kr, rec)
 			if err != nil {
 				return err
 			}
@@ -721,7 +746,7 @@ func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			meta, err := vault.ConnectionMeta(v)
+			meta, err := record.ConnectionMeta(v)
 			if err != nil {
 				return fmt.Errorf("boltstore: connection %s: %w", k, err)
 			}
@@ -748,7 +773,7 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 	}
 	g = g.Clone()
 	g.Version = 1
-	rec, err := vault.EncodeGrant(g)
+	rec, err := record.EncodeGrant(g)
 	if err != nil {
 		return vault.Grant{}, err
 	}
@@ -805,42 +830,16 @@ func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
 	if rec == nil {
 		return vault.Grant{}, fmt.Errorf("boltstore: grant %s: %w", id, vault.ErrNotFound)
 	}
-	return vault.DecodeGrant(rec)
+	return record.DecodeGrant(rec)
 }
 
 // UpdateGrant implements vault.Store, keeping the indexes in step when
 // Created or Expires change.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Grant{}, err
-	}
-	var (
-		out   vault.Grant
-		opErr error
-	)
-	err := s.batch(func(tx *bolt.Tx) error {
-		out, opErr = vault.Grant{}, nil
-		old, ng, nrec, err := grantUpdate(tx, id, fn)
-		if err != nil {
-			opErr = err
-			return nil
-		}
-		if err := tx.Bucket(bGrants).Put([]byte(id), nrec); err != nil {
-			return err
-		}
-		if err := reindexGrant(tx, old, ng); err != nil {
-			return err
-		}
-		out = ng
-		return nil
-	})
-	if err == nil {
-		err = opErr
-	}
-	if err != nil {
-		return vault.Grant{}, err
-	}
-	return out, nil
+	return cas(ctx, s, bGrants, id, "grant", func(rec []byte) (edit[vault.Grant], error) {
+		nrec, old, ng, err := record.Grants.Update(rec, fn)
+		return edit[vault.Grant]{rec: nrec, old: old, out: ng}, err
+	}, reindexGrant)
 }
 
 // CountGrants implements vault.Store.
@@ -878,7 +877,7 @@ func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Ti
 			if rec == nil {
 				continue
 			}
-			g, err := vault.DecodeGrant(rec)
+			g, err := record.DecodeGrant(rec)
 			if err != nil {
 				return err
 			}
@@ -911,7 +910,7 @@ func countGrants(tx *bolt.Tx, p vault.Principal, lim vault.GrantLimits) (created
 		if rec == nil {
 			continue
 		}
-		g, err := vault.DecodeGrant(rec)
+		g, err := record.DecodeGrant(rec)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -947,7 +946,7 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 				}
 				id := bytes.Clone(k[timeKeyLen:])
 				if rec := grants.Get(id); rec != nil {
-					if g, err := vault.DecodeGrant(rec); err == nil {
+					if g, err := record.DecodeGrant(rec); err == nil {
 						if err := byPrin.Delete(grantPrincipalKey(g)); err != nil {
 							return err
 						}

@@ -16,19 +16,20 @@ import (
 
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
+	"credbroker/vault/internal/record"
 	"credbroker/vault/vaulttest"
 )
 
 var alice = vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
 
 // editRecord rewrites a stored connection record through edit, which sees
-// and changes its JSON form (vault.RecordJSON); the record is written back
+// and changes its JSON form (record.RecordJSON); the record is written back
 // in the format the codec writes.
 func editRecord(t *testing.T, s *boltstore.Store, id string, edit func(rec map[string]any)) {
 	t.Helper()
 	err := s.DB().Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("connections"))
-		js, err := vault.RecordJSON(b.Get([]byte(id)))
+		js, err := record.RecordJSON(b.Get([]byte(id)))
 		if err != nil {
 			return err
 		}
@@ -41,7 +42,7 @@ func editRecord(t *testing.T, s *boltstore.Store, id string, edit func(rec map[s
 		if err != nil {
 			return err
 		}
-		if nb, err = vault.RecordFromJSON(nb); err != nil {
+		if nb, err = record.RecordFromJSON(nb); err != nil {
 			return err
 		}
 		return b.Put([]byte(id), nb)
@@ -492,7 +493,7 @@ func storedRecord(t *testing.T, s *boltstore.Store, id string) []byte {
 // its record is rewritten in format 2 by the next metadata update and by
 // the next full update, tokens intact.
 func TestFormat1RecordsInAFile(t *testing.T) {
-	old, err := os.ReadFile("../testdata/connection-before-key-fields.json")
+	old, err := os.ReadFile("../internal/record/testdata/connection-before-key-fields.json")
 	if err != nil {
 		t.Fatal(err)
 	}

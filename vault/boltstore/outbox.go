@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 var (
@@ -45,7 +46,7 @@ func putDeliveries(tx *bolt.Tx, ds []vault.Delivery) error {
 		if ob.Get(k) != nil {
 			continue
 		}
-		rec, err := vault.EncodeDelivery(d)
+		rec, err := record.EncodeDelivery(d)
 		if err != nil {
 			return err
 		}
@@ -65,7 +66,7 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) erro
 		return err
 	}
 	for _, d := range ds {
-		if err := vault.CheckDelivery(d); err != nil {
+		if err := record.CheckDelivery(d); err != nil {
 			return err
 		}
 	}
@@ -100,12 +101,12 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, limit int, l
 			if rec == nil {
 				continue // an index entry without its delivery: dropped
 			}
-			d, err := vault.DecodeDelivery(rec)
+			d, err := record.DecodeDelivery(rec)
 			if err != nil {
 				return err
 			}
 			d.Due = now.Add(lease)
-			nrec, err := vault.EncodeDelivery(d)
+			nrec, err := record.EncodeDelivery(d)
 			if err != nil {
 				return err
 			}
@@ -141,7 +142,7 @@ func (s *Store) rewriteDelivery(ctx context.Context, id, endpoint string, fn fun
 			opErr = fmt.Errorf("boltstore: delivery %s to %s: %w", id, endpoint, vault.ErrNotFound)
 			return nil
 		}
-		old, err := vault.DecodeDelivery(rec)
+		old, err := record.DecodeDelivery(rec)
 		if err != nil {
 			opErr = err
 			return nil
@@ -153,7 +154,7 @@ func (s *Store) rewriteDelivery(ctx context.Context, id, endpoint string, fn fun
 		if nd == nil {
 			return ob.Delete(k)
 		}
-		nrec, err := vault.EncodeDelivery(*nd)
+		nrec, err := record.EncodeDelivery(*nd)
 		if err != nil {
 			return err
 		}
@@ -194,7 +195,7 @@ func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
 	err := s.view(func(tx *bolt.Tx) error {
 		n, oldest = 0, time.Time{}
 		return tx.Bucket(bOutbox).ForEach(func(_, rec []byte) error {
-			d, err := vault.DecodeDelivery(rec)
+			d, err := record.DecodeDelivery(rec)
 			if err != nil {
 				return err
 			}
@@ -223,7 +224,7 @@ func (s *Store) ProviderConnections(ctx context.Context, provider, after string,
 			k, v = c.Next()
 		}
 		for ; k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
-			m, err := vault.ConnectionMeta(v)
+			m, err := record.ConnectionMeta(v)
 			if err != nil {
 				return fmt.Errorf("boltstore: connection %s: %w", k, err)
 			}
@@ -264,7 +265,7 @@ func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error
 			if rec == nil {
 				continue
 			}
-			if g, err := vault.DecodeGrant(rec); err == nil {
+			if g, err := record.DecodeGrant(rec); err == nil {
 				if err := byExp.Delete(grantExpiryKey(g)); err != nil {
 					return err
 				}
@@ -307,7 +308,7 @@ func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]va
 	}
 	out := make([]vault.Connection, 0, len(recs))
 	for _, rec := range recs {
-		c, err := vault.DecodeConnection(s.kr, rec)
+		c, err := record.DecodeConnection(s.kr, rec)
 		if err != nil {
 			return nil, err
 		}
@@ -333,7 +334,7 @@ func (s *Store) ForgetRetired(ctx context.Context, id string) error {
 			opErr = fmt.Errorf("boltstore: retired connection %s: %w", id, vault.ErrNotFound)
 			return nil
 		}
-		meta, err := vault.ConnectionMeta(rec)
+		meta, err := record.ConnectionMeta(rec)
 		if err != nil {
 			opErr = err
 			return nil

@@ -8,6 +8,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 var _ vault.GrantConnector = (*Store)(nil)
@@ -28,7 +29,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		created = w.Create.Clone()
 		created.Version = 1
 		created.SealedWith = ""
-		rec, err := vault.EncodeConnection(s.kr, created)
+		rec, err := record.EncodeConnection(s.kr, created)
 		if err != nil {
 			return vault.Connection{}, vault.Grant{}, err
 		}
@@ -59,7 +60,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
 			return nil
 		default:
-			nrec, nc, err := vault.ApplyConnectionRecordUpdate(s.kr, old, string(id), w.Update)
+			nrec, nc, err := record.ApplyConnectionRecordUpdate(s.kr, old, string(id), w.Update)
 			if err != nil {
 				opErr = err
 				return nil
@@ -71,7 +72,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 			opErr = err
 			return nil
 		}
-		ds, err := vault.ChangeDeliveries(s.changes, old, rec)
+		ds, err := record.ChangeDeliveries(s.changes, old, rec)
 		if err != nil {
 			opErr = err
 			return nil
@@ -108,19 +109,13 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 
 // grantUpdate reads grant id in tx and applies fn with UpdateGrant's rules,
 // returning the old and new grant and the new record; writing is the
-// caller's. Its errors are the operation's answer (nothing was written).
+// caller's (Connect's, whose transaction writes a connection too). Its errors are the operation's answer (nothing was written).
 func grantUpdate(tx *bolt.Tx, id string, fn func(vault.Grant) (vault.Grant, error)) (old, ng vault.Grant, rec []byte, err error) {
 	cur := tx.Bucket(bGrants).Get([]byte(id))
 	if cur == nil {
 		return old, ng, nil, fmt.Errorf("boltstore: grant %s: %w", id, vault.ErrNotFound)
 	}
-	if old, err = vault.DecodeGrant(cur); err != nil {
-		return old, ng, nil, err
-	}
-	if ng, err = vault.ApplyGrantUpdate(old, fn); err != nil {
-		return old, ng, nil, err
-	}
-	rec, err = vault.EncodeGrant(ng)
+	rec, old, ng, err = record.Grants.Update(cur, fn)
 	return old, ng, rec, err
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 var _ vault.AuthStore = (*Store)(nil)
@@ -36,7 +37,7 @@ func newAuthMaps() authMaps {
 func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
 	c = c.Clone()
 	c.Version = 1
-	b, err := vault.EncodeOAuthClient(c)
+	b, err := record.EncodeOAuthClient(c)
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
@@ -67,34 +68,15 @@ func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClien
 	if !ok {
 		return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", id, vault.ErrNotFound)
 	}
-	return vault.DecodeOAuthClient(b)
+	return record.DecodeOAuthClient(b)
 }
 
 // UpdateOAuthClient implements vault.AuthStore.
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return vault.OAuthClient{}, err
-	}
-	b, ok := s.auth.clients[id]
-	if !ok {
-		return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", id, vault.ErrNotFound)
-	}
-	old, err := vault.DecodeOAuthClient(b)
-	if err != nil {
-		return vault.OAuthClient{}, err
-	}
-	nc, err := vault.ApplyOAuthClientUpdate(old, fn)
-	if err != nil {
-		return vault.OAuthClient{}, err
-	}
-	nb, err := vault.EncodeOAuthClient(nc)
-	if err != nil {
-		return vault.OAuthClient{}, err
-	}
-	s.auth.clients[id] = nb
-	return nc, nil
+	return cas(s, s.auth.clients, id, "oauth client", func(rec []byte) (edit[vault.OAuthClient], error) {
+		nb, _, nc, err := record.OAuthClients.Update(rec, fn)
+		return edit[vault.OAuthClient]{rec: nb, out: nc}, err
+	})
 }
 
 // DeleteOAuthClient implements vault.AuthStore.
@@ -120,7 +102,7 @@ func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time
 	}
 	n := 0
 	for id, b := range s.auth.clients {
-		c, err := vault.DecodeOAuthClient(b)
+		c, err := record.DecodeOAuthClient(b)
 		if err != nil {
 			return n, err
 		}
@@ -134,7 +116,7 @@ func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time
 
 // CreateAuthCode implements vault.AuthStore.
 func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
-	b, err := vault.EncodeAuthCode(c)
+	b, err := record.EncodeAuthCode(c)
 	if err != nil {
 		return err
 	}
@@ -161,7 +143,7 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 	if !ok {
 		return vault.AuthCode{}, fmt.Errorf("memstore: authorization code: %w", vault.ErrNotFound)
 	}
-	c, err := vault.DecodeAuthCode(b)
+	c, err := record.DecodeAuthCode(b)
 	if err != nil {
 		return vault.AuthCode{}, err
 	}
@@ -169,7 +151,7 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 		return c, fmt.Errorf("memstore: %w", vault.ErrCodeRedeemed)
 	}
 	c.Redeemed = true
-	nb, err := vault.EncodeAuthCode(c)
+	nb, err := record.EncodeAuthCode(c)
 	if err != nil {
 		return vault.AuthCode{}, err
 	}
@@ -186,7 +168,7 @@ func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (i
 	}
 	n := 0
 	for k, b := range s.auth.codes {
-		c, err := vault.DecodeAuthCode(b)
+		c, err := record.DecodeAuthCode(b)
 		if err != nil {
 			return n, err
 		}
@@ -202,7 +184,7 @@ func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (i
 func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
 	a = a.Clone()
 	a.Version = 1
-	b, err := vault.EncodeAppAccess(a)
+	b, err := record.EncodeAppAccess(a)
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
@@ -235,7 +217,7 @@ func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, e
 	if !ok {
 		return vault.AppAccess{}, fmt.Errorf("memstore: app access %s: %w", id, vault.ErrNotFound)
 	}
-	return vault.DecodeAppAccess(b)
+	return record.DecodeAppAccess(b)
 }
 
 // FindAppAccess implements vault.AuthStore.
@@ -251,7 +233,7 @@ func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID s
 	if !ok {
 		return vault.AppAccess{}, fmt.Errorf("memstore: app access for client %q: %w", clientID, vault.ErrNotFound)
 	}
-	return vault.DecodeAppAccess(b)
+	return record.DecodeAppAccess(b)
 }
 
 // ListAppAccess implements vault.AuthStore.
@@ -266,7 +248,7 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 		if k.p != p {
 			continue
 		}
-		a, err := vault.DecodeAppAccess(s.auth.apps[id])
+		a, err := record.DecodeAppAccess(s.auth.apps[id])
 		if err != nil {
 			return nil, err
 		}
@@ -286,29 +268,10 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 
 // UpdateAppAccess implements vault.AuthStore.
 func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return vault.AppAccess{}, err
-	}
-	b, ok := s.auth.apps[id]
-	if !ok {
-		return vault.AppAccess{}, fmt.Errorf("memstore: app access %s: %w", id, vault.ErrNotFound)
-	}
-	old, err := vault.DecodeAppAccess(b)
-	if err != nil {
-		return vault.AppAccess{}, err
-	}
-	na, err := vault.ApplyAppAccessUpdate(old, fn)
-	if err != nil {
-		return vault.AppAccess{}, err
-	}
-	nb, err := vault.EncodeAppAccess(na)
-	if err != nil {
-		return vault.AppAccess{}, err
-	}
-	s.auth.apps[id] = nb
-	return na, nil
+	return cas(s, s.auth.apps, id, "app access", func(rec []byte) (edit[vault.AppAccess], error) {
+		nb, _, na, err := record.AppAccesses.Update(rec, fn)
+		return edit[vault.AppAccess]{rec: nb, out: na}, err
+	})
 }
 
 // DeleteAppAccess implements vault.AuthStore.
@@ -322,7 +285,7 @@ func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
 	if !ok {
 		return fmt.Errorf("memstore: app access %s: %w", id, vault.ErrNotFound)
 	}
-	a, err := vault.DecodeAppAccess(b)
+	a, err := record.DecodeAppAccess(b)
 	if err != nil && !errors.Is(err, vault.ErrMalformed) {
 		return err
 	}

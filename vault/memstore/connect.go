@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 var _ vault.GrantConnector = (*Store)(nil)
@@ -21,7 +22,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		created = w.Create.Clone()
 		created.Version = 1
 		created.SealedWith = ""
-		b, err := vault.EncodeConnection(s.kr, created)
+		b, err := record.EncodeConnection(s.kr, created)
 		if err != nil {
 			return vault.Connection{}, vault.Grant{}, err
 		}
@@ -47,7 +48,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	case !exists:
 		return vault.Connection{}, vault.Grant{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
 	default:
-		nb, nc, err := vault.ApplyConnectionRecordUpdate(s.kr, old, id, w.Update)
+		nb, nc, err := record.ApplyConnectionRecordUpdate(s.kr, old, id, w.Update)
 		if err != nil {
 			return vault.Connection{}, vault.Grant{}, err
 		}
@@ -57,15 +58,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	if !ok {
 		return vault.Connection{}, vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", grantID, vault.ErrNotFound)
 	}
-	og, err := vault.DecodeGrant(gb)
-	if err != nil {
-		return vault.Connection{}, vault.Grant{}, err
-	}
-	ng, err := vault.ApplyGrantUpdate(og, grant)
-	if err != nil {
-		return vault.Connection{}, vault.Grant{}, err
-	}
-	ngb, err := vault.EncodeGrant(ng)
+	ngb, _, ng, err := record.Grants.Update(gb, grant)
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
@@ -73,7 +66,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	if exists {
 		prev = old
 	}
-	ds, err := vault.ChangeDeliveries(s.changes, prev, newRec)
+	ds, err := record.ChangeDeliveries(s.changes, prev, newRec)
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}

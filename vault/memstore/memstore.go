@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // Store is an in-memory vault.Store. It also keeps an outbox
@@ -81,7 +82,7 @@ func (s *Store) check() error {
 func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault.Connection, error) {
 	c = c.Clone()
 	c.Version = 1
-	b, err := vault.EncodeConnection(s.kr, c)
+	b, err := record.EncodeConnection(s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -93,7 +94,7 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if _, ok := s.conns[c.ID]; ok {
 		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", c.ID, vault.ErrExists)
 	}
-	ds, err := vault.ChangeDeliveries(s.changes, nil, b)
+	ds, err := record.ChangeDeliveries(s.changes, nil, b)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -121,7 +122,7 @@ func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection,
 	if !ok {
 		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
 	}
-	return vault.DecodeConnection(s.kr, b)
+	return record.DecodeConnection(s.kr, b)
 }
 
 // ListConnections implements vault.Store.
@@ -141,46 +142,65 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 		recs = append(recs, s.conns[id])
 	}
 	s.mu.RUnlock()
-	return vault.DecodePrincipalConnections(p, recs)
+	return record.DecodePrincipalConnections(p, recs)
 }
 
 // UpdateConnection implements vault.Store.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
 	return s.rewriteConnection(id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return vault.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
+		return record.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
 	})
 }
 
 // UpdateConnectionMeta implements vault.Store.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
 	return s.rewriteConnection(id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return vault.ApplyConnectionMetaUpdate(rec, id, fn)
+		return record.ApplyConnectionMetaUpdate(rec, id, fn)
 	})
 }
 
 // rewriteConnection replaces connection id's record with what rewrite
-// makes of it, under the write lock.
+// makes of it, with the deliveries the change causes.
 func (s *Store) rewriteConnection(id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
+	return cas(s, s.conns, id, "connection", func(rec []byte) (edit[vault.Connection], error) {
+		nb, nc, err := rewrite(rec)
+		if err != nil {
+			return edit[vault.Connection]{}, err
+		}
+		ds, err := record.ChangeDeliveries(s.changes, rec, nb)
+		return edit[vault.Connection]{rec: nb, out: nc, ds: ds}, err
+	})
+}
+
+// edit is what a compare-and-swap makes of a stored record.
+type edit[T any] struct {
+	rec []byte           // the record to store
+	out T                // the call's answer
+	ds  []vault.Delivery // the outbox deliveries the change causes
+}
+
+// cas is every compare-and-swap update of a stored record, under the
+// write lock: it reads id's record in recs (one of s's maps), lets change
+// make the new one, and stores it with the change's deliveries. change's
+// error, or ErrNotFound when there is no record, is the call's answer,
+// and nothing is written.
+func cas[T any](s *Store, recs map[string][]byte, id, what string, change func(rec []byte) (edit[T], error)) (T, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
-		return vault.Connection{}, err
+		return *new(T), err
 	}
-	b, ok := s.conns[id]
+	b, ok := recs[id]
 	if !ok {
-		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
+		return *new(T), fmt.Errorf("memstore: %s %s: %w", what, id, vault.ErrNotFound)
 	}
-	nb, nc, err := rewrite(b)
+	e, err := change(b)
 	if err != nil {
-		return vault.Connection{}, err
+		return *new(T), err
 	}
-	ds, err := vault.ChangeDeliveries(s.changes, b, nb)
-	if err != nil {
-		return vault.Connection{}, err
-	}
-	s.conns[id] = nb
-	s.enqueue(ds)
-	return nc, nil
+	recs[id] = e.rec
+	s.enqueue(e.ds)
+	return e.out, nil
 }
 
 // DeleteConnection implements vault.Store.
@@ -200,11 +220,11 @@ func (s *Store) deleteConnection(id string, retire bool) error {
 	if !ok {
 		return fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
 	}
-	meta, err := vault.ConnectionMeta(b)
+	meta, err := record.ConnectionMeta(b)
 	if err != nil {
 		return err
 	}
-	ds, err := vault.ChangeDeliveries(s.changes, b, nil)
+	ds, err := record.ChangeDeliveries(s.changes, b, nil)
 	if err != nil {
 		return err
 	}
@@ -238,7 +258,7 @@ func (s *Store) AccountConnections(ctx context.Context, provider, accountID stri
 		recs = append(recs, s.conns[id])
 	}
 	s.mu.RUnlock()
-	return vault.DecodeAccountConnections(provider, accountID, recs)
+	return record.DecodeAccountConnections(provider, accountID, recs)
 }
 
 // ConnectionIDs implements vault.Store.
@@ -271,7 +291,7 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
 	g = g.Clone()
 	g.Version = 1
-	b, err := vault.EncodeGrant(g)
+	b, err := record.EncodeGrant(g)
 	if err != nil {
 		return vault.Grant{}, err
 	}
@@ -308,34 +328,15 @@ func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
 	if !ok {
 		return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", id, vault.ErrNotFound)
 	}
-	return vault.DecodeGrant(b)
+	return record.DecodeGrant(b)
 }
 
 // UpdateGrant implements vault.Store.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return vault.Grant{}, err
-	}
-	b, ok := s.grants[id]
-	if !ok {
-		return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", id, vault.ErrNotFound)
-	}
-	old, err := vault.DecodeGrant(b)
-	if err != nil {
-		return vault.Grant{}, err
-	}
-	ng, err := vault.ApplyGrantUpdate(old, fn)
-	if err != nil {
-		return vault.Grant{}, err
-	}
-	nb, err := vault.EncodeGrant(ng)
-	if err != nil {
-		return vault.Grant{}, err
-	}
-	s.grants[id] = nb
-	return ng, nil
+	return cas(s, s.grants, id, "grant", func(rec []byte) (edit[vault.Grant], error) {
+		nb, _, ng, err := record.Grants.Update(rec, fn)
+		return edit[vault.Grant]{rec: nb, out: ng}, err
+	})
 }
 
 // CountGrants implements vault.Store.
@@ -357,7 +358,7 @@ func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Ti
 	}
 	var out []vault.Grant
 	for _, b := range s.grants {
-		g, err := vault.DecodeGrant(b)
+		g, err := record.DecodeGrant(b)
 		if err != nil {
 			return nil, err
 		}
@@ -377,7 +378,7 @@ func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Ti
 // countGrants counts p's grants in lim's window; s.mu must be held.
 func (s *Store) countGrants(p vault.Principal, lim vault.GrantLimits) (created, open int, err error) {
 	for _, b := range s.grants {
-		g, err := vault.DecodeGrant(b)
+		g, err := record.DecodeGrant(b)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -404,7 +405,7 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 	}
 	n := 0
 	for id, b := range s.grants {
-		g, err := vault.DecodeGrant(b)
+		g, err := record.DecodeGrant(b)
 		if err != nil {
 			return n, err
 		}

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // EnqueueDeliveries implements vault.Outbox.
 func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) error {
 	for _, d := range ds {
-		if err := vault.CheckDelivery(d); err != nil {
+		if err := record.CheckDelivery(d); err != nil {
 			return err
 		}
 	}
@@ -117,7 +118,7 @@ func (s *Store) ProviderConnections(ctx context.Context, provider, after string,
 		if id <= after {
 			continue
 		}
-		m, err := vault.ConnectionMeta(b)
+		m, err := record.ConnectionMeta(b)
 		if err != nil {
 			return nil, err
 		}
@@ -141,7 +142,7 @@ func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error
 	}
 	n := 0
 	for id, b := range s.grants {
-		g, err := vault.DecodeGrant(b)
+		g, err := record.DecodeGrant(b)
 		if err != nil {
 			return n, err
 		}
@@ -172,14 +173,14 @@ func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]va
 	s.mu.RUnlock()
 	var out []vault.Connection
 	for _, b := range recs {
-		m, err := vault.ConnectionMeta(b)
+		m, err := record.ConnectionMeta(b)
 		if err != nil {
 			return nil, err
 		}
 		if m.Principal != p {
 			continue
 		}
-		c, err := vault.DecodeConnection(s.kr, b)
+		c, err := record.DecodeConnection(s.kr, b)
 		if err != nil {
 			return nil, err
 		}

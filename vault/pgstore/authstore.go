@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 var _ vault.AuthStore = (*Store)(nil)
@@ -18,7 +19,7 @@ var _ vault.AuthStore = (*Store)(nil)
 var clientsLockKey = lockKey("credbroker/pgstore/oauth_clients")
 
 func (s *Store) clientArgs(c vault.OAuthClient) ([]any, error) {
-	rec, err := vault.EncodeOAuthClient(c)
+	rec, err := record.EncodeOAuthClient(c)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +95,7 @@ func (s *Store) getClient(ctx context.Context, id string) (vault.OAuthClient, in
 	if err != nil {
 		return vault.OAuthClient{}, 0, s.dbErr(fmt.Errorf("pgstore: get oauth client %s: %w", id, err))
 	}
-	c, err := vault.DecodeOAuthClient(rec)
+	c, err := record.DecodeOAuthClient(rec)
 	if err == nil && c.ID != id {
 		err = fmt.Errorf("pgstore: oauth client %s: stored record names id %s: %w", id, c.ID, vault.ErrMalformed)
 	}
@@ -110,32 +111,25 @@ func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClien
 	return c, err
 }
 
+// updateClient rewrites a client's row if its version is still the one
+// read (the last argument; clientArgs gives the others).
+const updateClient = `UPDATE oauth_clients SET created_ns = $2, used = $3, version = $4, record = $5
+	WHERE id = $1 AND version = $6`
+
 // UpdateOAuthClient implements vault.AuthStore (compare-and-swap on the
 // version column).
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	for range s.attempts {
-		old, version, err := s.getClient(ctx, id)
+	return cas(ctx, s, "oauth client", id, updateClient, s.getClient, func(old vault.OAuthClient, _ int64) (vault.OAuthClient, casWrite, error) {
+		nc, err := record.ApplyOAuthClientUpdate(old, fn)
 		if err != nil {
-			return vault.OAuthClient{}, err
-		}
-		nc, err := vault.ApplyOAuthClientUpdate(old, fn)
-		if err != nil {
-			return vault.OAuthClient{}, err
+			return vault.OAuthClient{}, casWrite{}, err
 		}
 		args, err := s.clientArgs(nc)
 		if err != nil {
-			return vault.OAuthClient{}, err
+			return vault.OAuthClient{}, casWrite{}, err
 		}
-		tag, err := s.pool.Exec(ctx, `UPDATE oauth_clients SET created_ns = $2, used = $3, version = $4, record = $5
-			WHERE id = $1 AND version = $6`, append(args, version)...)
-		if err != nil {
-			return vault.OAuthClient{}, s.dbErr(fmt.Errorf("pgstore: update oauth client %s: %w", id, err))
-		}
-		if tag.RowsAffected() == 1 {
-			return nc, nil
-		}
-	}
-	return vault.OAuthClient{}, fmt.Errorf("pgstore: update oauth client %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
+		return nc, casWrite{args: args}, nil
+	})
 }
 
 // deleteRow deletes the row of table whose column equals key.
@@ -179,7 +173,7 @@ func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
 		return err
 	}
 	c.Redeemed = false // the redeemed column is authoritative
-	rec, err := vault.EncodeAuthCode(c)
+	rec, err := record.EncodeAuthCode(c)
 	if err != nil {
 		return err
 	}
@@ -219,7 +213,7 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 	if err != nil {
 		return vault.AuthCode{}, s.dbErr(fmt.Errorf("pgstore: redeem authorization code: %w", err))
 	}
-	c, err := vault.DecodeAuthCode(rec)
+	c, err := record.DecodeAuthCode(rec)
 	if err != nil {
 		return vault.AuthCode{}, err
 	}
@@ -240,7 +234,7 @@ func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (i
 }
 
 func (s *Store) appArgs(a vault.AppAccess) ([]any, error) {
-	rec, err := vault.EncodeAppAccess(a)
+	rec, err := record.EncodeAppAccess(a)
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +246,9 @@ func (s *Store) appArgs(a vault.AppAccess) ([]any, error) {
 	}
 	return []any{a.ID, []byte(a.Principal.Issuer), []byte(a.Principal.Subject), a.ClientID, int64(a.Version), rec}, nil
 }
+
+const insertApp = `INSERT INTO oauth_apps (id, iss, sub, client_id, version, record)
+	VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`
 
 // CreateAppAccess implements vault.AuthStore. The unique (iss, sub,
 // client_id) constraint keeps one record per person and client.
@@ -265,8 +262,7 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
-	tag, err := s.pool.Exec(ctx, `INSERT INTO oauth_apps (id, iss, sub, client_id, version, record)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, args...)
+	tag, err := s.pool.Exec(ctx, insertApp, args...)
 	if err != nil {
 		return vault.AppAccess{}, s.dbErr(fmt.Errorf("pgstore: create app access %s: %w", a.ID, err))
 	}
@@ -286,7 +282,7 @@ func (s *Store) scanApp(row pgx.Row, what string) (vault.AppAccess, int64, error
 	if err != nil {
 		return vault.AppAccess{}, 0, s.dbErr(fmt.Errorf("pgstore: get app access %s: %w", what, err))
 	}
-	a, err := vault.DecodeAppAccess(rec)
+	a, err := record.DecodeAppAccess(rec)
 	return a, version, err
 }
 
@@ -338,7 +334,7 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 	var out []vault.AppAccess
 	var rec []byte
 	_, err = pgx.ForEachRow(rows, []any{&rec}, func() error {
-		a, err := vault.DecodeAppAccess(rec)
+		a, err := record.DecodeAppAccess(rec)
 		if err != nil {
 			return err
 		}
@@ -354,32 +350,24 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 	return out, nil
 }
 
+// updateApp rewrites an app access row if its version is still the one
+// read (the last argument).
+const updateApp = "UPDATE oauth_apps SET version = $2, record = $3 WHERE id = $1 AND version = $4"
+
 // UpdateAppAccess implements vault.AuthStore (compare-and-swap on the
 // version column).
 func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
-	for range s.attempts {
-		old, version, err := s.getApp(ctx, id)
+	return cas(ctx, s, "app access", id, updateApp, s.getApp, func(old vault.AppAccess, _ int64) (vault.AppAccess, casWrite, error) {
+		na, err := record.ApplyAppAccessUpdate(old, fn)
 		if err != nil {
-			return vault.AppAccess{}, err
+			return vault.AppAccess{}, casWrite{}, err
 		}
-		na, err := vault.ApplyAppAccessUpdate(old, fn)
+		rec, err := record.EncodeAppAccess(na)
 		if err != nil {
-			return vault.AppAccess{}, err
+			return vault.AppAccess{}, casWrite{}, err
 		}
-		rec, err := vault.EncodeAppAccess(na)
-		if err != nil {
-			return vault.AppAccess{}, err
-		}
-		tag, err := s.pool.Exec(ctx, "UPDATE oauth_apps SET version = $2, record = $3 WHERE id = $1 AND version = $4",
-			id, int64(na.Version), rec, version)
-		if err != nil {
-			return vault.AppAccess{}, s.dbErr(fmt.Errorf("pgstore: update app access %s: %w", id, err))
-		}
-		if tag.RowsAffected() == 1 {
-			return na, nil
-		}
-	}
-	return vault.AppAccess{}, fmt.Errorf("pgstore: update app access %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
+		return na, casWrite{args: []any{id, int64(na.Version), rec}}, nil
+	})
 }
 
 // DeleteAppAccess implements vault.AuthStore.

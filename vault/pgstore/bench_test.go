@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 	"credbroker/vault/pgstore"
 	"credbroker/vault/pgstore/pgtest"
 	"credbroker/vault/vaulttest"
 )
 
 // The benchmark fixture mirrors boltstore's: benchConns connections, four
-// per principal, loaded once per run through ImportConnectionRecords into
+// per principal, loaded once per run through ImportRecords into
 // one schema of the shared throwaway server. BENCH_CONNS overrides the
 // size (default 100,000). Plain `go test` never builds it.
 var (
@@ -71,14 +72,14 @@ func openFixture(b *testing.B) *pgstore.Store {
 		for i := range n {
 			c := vaulttest.Conn(benchID(i), benchPrincipal(i), "github", strconv.Itoa(i))
 			c.Version = 1
-			rec, err := vault.EncodeConnection(kr, c)
+			rec, err := record.EncodeConnection(kr, c)
 			if err != nil {
 				fixtureErr = err
 				return
 			}
 			recs = append(recs, rec)
 			if len(recs) == cap(recs) || i == n-1 {
-				if _, _, fixtureErr = s.ImportConnectionRecords(context.Background(), recs); fixtureErr != nil {
+				if _, _, fixtureErr = s.ImportRecords(context.Background(), vault.Records{Kind: vault.KindConnection, Recs: recs}); fixtureErr != nil {
 					return
 				}
 				recs = recs[:0]

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 var _ vault.GrantConnector = (*Store)(nil)
@@ -33,7 +34,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		created = w.Create.Clone()
 		created.Version = 1
 		created.SealedWith = ""
-		rec, err := vault.EncodeConnection(s.kr, created)
+		rec, err := record.EncodeConnection(s.kr, created)
 		if err != nil {
 			return vault.Connection{}, vault.Grant{}, err
 		}
@@ -66,14 +67,14 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		if err != nil {
 			return err
 		}
-		og, err := vault.DecodeGrant(grec)
+		og, err := record.DecodeGrant(grec)
 		if err == nil && og.ID != grantID {
 			err = fmt.Errorf("pgstore: grant %s: stored record names id %s: %w", grantID, og.ID, vault.ErrMalformed)
 		}
 		if err != nil {
 			return fail(err)
 		}
-		ng, err := vault.ApplyGrantUpdate(og, grant)
+		ng, err := record.ApplyGrantUpdate(og, grant)
 		if err != nil {
 			return fail(err)
 		}
@@ -107,7 +108,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 			if err != nil {
 				return err
 			}
-			nrec, nc, err := vault.ApplyConnectionRecordUpdate(s.kr, old, id, w.Update)
+			nrec, nc, err := record.ApplyConnectionRecordUpdate(s.kr, old, id, w.Update)
 			if err != nil {
 				return fail(err)
 			}
@@ -118,16 +119,16 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 			if err != nil {
 				return fail(err)
 			}
-			if _, err := tx.Exec(ctx, updateConn, updateConnArgs(row, version)...); err != nil {
+			if _, err := tx.Exec(ctx, updateConn, append(updateConnArgs(row), version)...); err != nil {
 				return err
 			}
 			rec, outC = nrec, nc
 		}
-		ds, err := vault.ChangeDeliveries(s.changes, old, rec)
+		ds, err := record.ChangeDeliveries(s.changes, old, rec)
 		if err != nil {
 			return fail(err)
 		}
-		if _, err := tx.Exec(ctx, updateGrant, updateGrantArgs(gargs, gversion)...); err != nil {
+		if _, err := tx.Exec(ctx, updateGrant, append(updateGrantArgs(gargs), gversion)...); err != nil {
 			return err
 		}
 		if len(ds) > 0 {

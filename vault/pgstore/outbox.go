@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 var (
@@ -78,7 +79,7 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 		if err != nil {
 			return err
 		}
-		ds, err := vault.ChangeDeliveries(s.changes, rec, nil)
+		ds, err := record.ChangeDeliveries(s.changes, rec, nil)
 		if err != nil {
 			opErr = err
 			return errNoChange // roll back
@@ -86,7 +87,7 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 		b := &pgx.Batch{}
 		queueDeliveries(b, ds)
 		if retire {
-			m, err := vault.ConnectionMeta(rec)
+			m, err := record.ConnectionMeta(rec)
 			if err != nil {
 				opErr = err
 				return errNoChange
@@ -114,7 +115,7 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) erro
 		return err
 	}
 	for _, d := range ds {
-		if err := vault.CheckDelivery(d); err != nil {
+		if err := record.CheckDelivery(d); err != nil {
 			return err
 		}
 	}
@@ -251,7 +252,7 @@ func (s *Store) ProviderConnections(ctx context.Context, provider, after string,
 	}
 	out := make([]vault.Connection, 0, len(recs))
 	for _, rec := range recs {
-		m, err := vault.ConnectionMeta(rec)
+		m, err := record.ConnectionMeta(rec)
 		if err != nil {
 			return nil, err
 		}
@@ -301,7 +302,7 @@ func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]va
 	}
 	out := make([]vault.Connection, 0, len(recs))
 	for _, rec := range recs {
-		c, err := vault.DecodeConnection(s.kr, rec)
+		c, err := record.DecodeConnection(s.kr, rec)
 		if err != nil {
 			return nil, err
 		}

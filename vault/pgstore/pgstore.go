@@ -2,7 +2,7 @@
 // several broker replicas behind a load balancer serve one deployment.
 //
 // Records are stored exactly as boltstore stores them: the record column
-// holds vault.EncodeConnection's output (the token set sealed with the key
+// holds record.EncodeConnection's output (the token set sealed with the key
 // ring, AAD bound to the record's identity), and the metadata the broker
 // queries (principal, provider, account, status, times, sealing key,
 // version) is projected into indexed columns next to it. The database never
@@ -42,6 +42,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // ErrWrongKey: a configured key differs from the key of the same id that
@@ -282,29 +283,30 @@ const insertConn = `INSERT INTO connections (id, iss, sub, provider, account_id,
 	ON CONFLICT (id) DO NOTHING`
 
 // updateConn rewrites a connection's row if its version is still the one
-// read; updateConnArgs gives its arguments.
+// read; updateConnArgs gives its arguments but that version, the last.
 const updateConn = `UPDATE connections SET account_login = $2, status = $3, created = $4,
 	updated = $5, last_used = $6, last_refreshed = $7, sealed_with = $8, version = $9, record = $10
 	WHERE id = $1 AND version = $11`
 
-func updateConnArgs(r connRow, version int64) []any {
+func updateConnArgs(r connRow) []any {
 	a := r.args()
-	return append(append([]any{a[0]}, a[5:]...), version)
+	return append([]any{a[0]}, a[5:]...)
 }
 
 // updateGrant rewrites a grant's row if its version is still the one read;
-// updateGrantArgs gives its arguments from grantArgs'.
+// updateGrantArgs gives its arguments from grantArgs', but that version,
+// the last.
 const updateGrant = `UPDATE grants SET provider = $2, state = $3, created_ns = $4,
 	expires_ns = $5, version = $6, record = $7
 	WHERE id = $1 AND version = $8`
 
-func updateGrantArgs(args []any, version int64) []any {
-	return append(append([]any{args[0]}, args[3:]...), version)
+func updateGrantArgs(args []any) []any {
+	return append([]any{args[0]}, args[3:]...)
 }
 
 // rowFromRecord projects a stored record into its columns.
 func rowFromRecord(rec []byte) (connRow, error) {
-	m, err := vault.ConnectionMeta(rec)
+	m, err := record.ConnectionMeta(rec)
 	if err != nil {
 		return connRow{}, err
 	}
@@ -322,7 +324,7 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	c = c.Clone()
 	c.Version = 1
 	c.SealedWith = ""
-	rec, err := vault.EncodeConnection(s.kr, c)
+	rec, err := record.EncodeConnection(s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -330,7 +332,7 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	ds, err := vault.ChangeDeliveries(s.changes, nil, rec)
+	ds, err := record.ChangeDeliveries(s.changes, nil, rec)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -351,7 +353,7 @@ func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection,
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	c, err := vault.DecodeConnection(s.kr, rec)
+	c, err := record.DecodeConnection(s.kr, rec)
 	if err == nil && c.ID != id {
 		err = fmt.Errorf("pgstore: connection %s: stored record names id %s: %w", id, c.ID, vault.ErrMalformed)
 	}
@@ -399,7 +401,7 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: list connections: %w", err))
 	}
-	return vault.DecodePrincipalConnections(p, recs)
+	return record.DecodePrincipalConnections(p, recs)
 }
 
 // AccountConnections implements vault.Store through the (provider,
@@ -417,7 +419,7 @@ func (s *Store) AccountConnections(ctx context.Context, provider, accountID stri
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: account connections: %w", err))
 	}
-	return vault.DecodeAccountConnections(provider, accountID, recs)
+	return record.DecodeAccountConnections(provider, accountID, recs)
 }
 
 // UpdateConnection implements vault.Store: read, fn, then a write that only
@@ -425,7 +427,7 @@ func (s *Store) AccountConnections(ctx context.Context, provider, accountID stri
 // again on the fresh record.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
 	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return vault.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
+		return record.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
 	})
 }
 
@@ -433,44 +435,71 @@ func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.C
 // as UpdateConnection, copying the sealed tokens instead of opening them.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
 	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return vault.ApplyConnectionMetaUpdate(rec, id, fn)
+		return record.ApplyConnectionMetaUpdate(rec, id, fn)
 	})
 }
 
 // rewriteConnection replaces connection id's record with what rewrite
-// makes of it, with a write that only lands if the version column still
-// is the one read.
+// makes of it, writing the deliveries the change causes in the same
+// transaction.
 func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
-	for range s.attempts {
-		rec, version, err := s.connectionRecord(ctx, id)
-		if err != nil {
-			return vault.Connection{}, err
-		}
+	return cas(ctx, s, "connection", id, updateConn, s.connectionRecord, func(rec []byte, version int64) (vault.Connection, casWrite, error) {
 		nrec, nc, err := rewrite(rec)
 		if err != nil {
-			return vault.Connection{}, err
+			return vault.Connection{}, casWrite{}, err
 		}
 		if int64(nc.Version) != version+1 {
-			return vault.Connection{}, fmt.Errorf("pgstore: connection %s: record version %d, column says %d: %w", id, nc.Version-1, version, vault.ErrMalformed)
+			return vault.Connection{}, casWrite{}, fmt.Errorf("pgstore: connection %s: record version %d, column says %d: %w", id, nc.Version-1, version, vault.ErrMalformed)
 		}
 		row, err := rowFromRecord(nrec)
 		if err != nil {
-			return vault.Connection{}, err
+			return vault.Connection{}, casWrite{}, err
 		}
-		ds, err := vault.ChangeDeliveries(s.changes, rec, nrec)
+		ds, err := record.ChangeDeliveries(s.changes, rec, nrec)
 		if err != nil {
-			return vault.Connection{}, err
+			return vault.Connection{}, casWrite{}, err
 		}
-		tag, err := s.execWithDeliveries(ctx, ds, updateConn, updateConnArgs(row, version)...)
+		return nc, casWrite{args: updateConnArgs(row), ds: ds}, nil
+	})
+}
+
+// casWrite is the write of one compare-and-swap attempt: the arguments of
+// its UPDATE but the last (the version read), and the deliveries to write
+// in the same transaction.
+type casWrite struct {
+	args []any
+	ds   []vault.Delivery
+}
+
+// cas is every compare-and-swap update of a row: read gets the current
+// value of row id and its version column, next makes the new value and
+// its write, and update (an UPDATE whose last parameter is the version)
+// stores it only if the version column still holds the one read. When
+// another writer won (or the row went away), it reads again and next
+// runs again on the fresh value, up to s.attempts times. An error of read
+// or next is the call's answer, and nothing is written.
+func cas[O, N any](ctx context.Context, s *Store, what, id, update string,
+	read func(ctx context.Context, id string) (O, int64, error),
+	next func(old O, version int64) (N, casWrite, error)) (N, error) {
+	var zero N
+	for range s.attempts {
+		old, version, err := read(ctx, id)
 		if err != nil {
-			return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: update connection %s: %w", id, err))
+			return zero, err
+		}
+		nv, w, err := next(old, version)
+		if err != nil {
+			return zero, err
+		}
+		tag, err := s.execWithDeliveries(ctx, w.ds, update, append(w.args, version)...)
+		if err != nil {
+			return zero, s.dbErr(fmt.Errorf("pgstore: update %s %s: %w", what, id, err))
 		}
 		if tag.RowsAffected() == 1 {
-			return nc, nil
+			return nv, nil
 		}
-		// Another writer won (or the row went away): read again.
 	}
-	return vault.Connection{}, fmt.Errorf("pgstore: update connection %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
+	return zero, fmt.Errorf("pgstore: update %s %s: still contended after %d attempts: %w", what, id, s.attempts, vault.ErrConflict)
 }
 
 // DeleteConnection implements vault.Store.
@@ -535,12 +564,7 @@ func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
 		}
 		batch := &pgx.Batch{}
 		for _, rec := range recs {
-			c, err := vault.DecodeConnection(s.kr, rec)
-			if err != nil {
-				return err
-			}
-			c.Version++
-			nrec, err := vault.EncodeConnection(s.kr, c)
+			nrec, c, err := record.Reseal(s.kr, rec)
 			if err != nil {
 				return err
 			}
@@ -576,7 +600,7 @@ func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 }
 
 func (s *Store) grantArgs(g vault.Grant) ([]any, error) {
-	rec, err := vault.EncodeGrant(g)
+	rec, err := record.EncodeGrant(g)
 	if err != nil {
 		return nil, err
 	}
@@ -690,7 +714,7 @@ func (s *Store) getGrant(ctx context.Context, id string) (vault.Grant, int64, er
 	if err != nil {
 		return vault.Grant{}, 0, s.dbErr(fmt.Errorf("pgstore: get grant %s: %w", id, err))
 	}
-	g, err := vault.DecodeGrant(rec)
+	g, err := record.DecodeGrant(rec)
 	if err == nil && g.ID != id {
 		err = fmt.Errorf("pgstore: grant %s: stored record names id %s: %w", id, g.ID, vault.ErrMalformed)
 	}
@@ -704,28 +728,17 @@ func (s *Store) getGrant(ctx context.Context, id string) (vault.Grant, int64, er
 // UpdateConnection: of two concurrent consumers of a single-use grant,
 // exactly one write lands and the other re-runs fn on the consumed grant.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	for range s.attempts {
-		old, version, err := s.getGrant(ctx, id)
+	return cas(ctx, s, "grant", id, updateGrant, s.getGrant, func(old vault.Grant, _ int64) (vault.Grant, casWrite, error) {
+		ng, err := record.ApplyGrantUpdate(old, fn)
 		if err != nil {
-			return vault.Grant{}, err
-		}
-		ng, err := vault.ApplyGrantUpdate(old, fn)
-		if err != nil {
-			return vault.Grant{}, err
+			return vault.Grant{}, casWrite{}, err
 		}
 		args, err := s.grantArgs(ng)
 		if err != nil {
-			return vault.Grant{}, err
+			return vault.Grant{}, casWrite{}, err
 		}
-		tag, err := s.pool.Exec(ctx, updateGrant, updateGrantArgs(args, version)...)
-		if err != nil {
-			return vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: update grant %s: %w", id, err))
-		}
-		if tag.RowsAffected() == 1 {
-			return ng, nil
-		}
-	}
-	return vault.Grant{}, fmt.Errorf("pgstore: update grant %s: still contended after %d attempts: %w", id, s.attempts, vault.ErrConflict)
+		return ng, casWrite{args: updateGrantArgs(args)}, nil
+	})
 }
 
 // countGrantsSQL counts a principal's grants created at or after $3 and,
@@ -763,7 +776,7 @@ func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Ti
 	}
 	out := make([]vault.Grant, 0, len(recs))
 	for _, rec := range recs {
-		g, err := vault.DecodeGrant(rec)
+		g, err := record.DecodeGrant(rec)
 		if err != nil {
 			return nil, err
 		}

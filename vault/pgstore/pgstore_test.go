@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 	"credbroker/vault/pgstore"
 	"credbroker/vault/pgstore/pgtest"
 	"credbroker/vault/vaulttest"
@@ -291,13 +292,13 @@ func TestSweepOnEveryReplica(t *testing.T) {
 		if i >= expired {
 			exp = now.Add(time.Minute)
 		}
-		rec, err := vault.EncodeGrant(vault.Grant{ID: fmt.Sprintf("g%05d", i), Principal: alice, Provider: "github", Created: now.Add(-time.Hour), Expires: exp, State: vault.GrantPending, Version: 1})
+		rec, err := record.EncodeGrant(vault.Grant{ID: fmt.Sprintf("g%05d", i), Principal: alice, Provider: "github", Created: now.Add(-time.Hour), Expires: exp, State: vault.GrantPending, Version: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		batch = append(batch, rec)
 	}
-	if added, _, err := stores[0].ImportGrantRecords(ctx, batch); err != nil || added != expired+live {
+	if added, _, err := stores[0].ImportRecords(ctx, vault.Records{Kind: vault.KindGrant, Recs: batch}); err != nil || added != expired+live {
 		t.Fatalf("import: %d, %v", added, err)
 	}
 	var total atomic.Int64

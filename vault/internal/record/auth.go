@@ -1,10 +1,12 @@
-package vault
+package record
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"credbroker/vault"
 )
 
 // The stored forms of the authorization server's records. Like grants,
@@ -26,7 +28,7 @@ type oauthClientRecord struct {
 }
 
 // EncodeOAuthClient renders c for storage.
-func EncodeOAuthClient(c OAuthClient) ([]byte, error) {
+func EncodeOAuthClient(c vault.OAuthClient) ([]byte, error) {
 	if c.ID == "" {
 		return nil, errors.New("vault: oauth client without id")
 	}
@@ -41,39 +43,38 @@ func EncodeOAuthClient(c OAuthClient) ([]byte, error) {
 }
 
 // DecodeOAuthClient parses a stored client.
-func DecodeOAuthClient(b []byte) (OAuthClient, error) {
+func DecodeOAuthClient(b []byte) (vault.OAuthClient, error) {
 	var r oauthClientRecord
 	if err := json.Unmarshal(b, &r); err != nil {
-		return OAuthClient{}, fmt.Errorf("vault: decode oauth client record: %w", err)
+		return vault.OAuthClient{}, fmt.Errorf("vault: decode oauth client record: %w", err)
 	}
 	if r.V != recordV1 || r.ID == "" {
-		return OAuthClient{}, fmt.Errorf("vault: oauth client record version %d without id or unsupported: %w", r.V, ErrMalformed)
+		return vault.OAuthClient{}, fmt.Errorf("vault: oauth client record version %d without id or unsupported: %w", r.V, vault.ErrMalformed)
 	}
-	return OAuthClient{
+	return vault.OAuthClient{
 		ID: r.ID, SecretHash: r.SecretHash, AuthMethod: r.AuthMethod, Name: r.Name, URI: r.URI,
 		RedirectURIs: r.RedirectURIs, GrantTypes: r.GrantTypes, ApplicationType: r.ApplicationType,
 		Created: r.Created, Used: r.Used, Version: r.Version,
 	}, nil
 }
 
-// ApplyOAuthClientUpdate runs an UpdateOAuthClient closure on the current
-// record: fn's result, refused if it changed the id or the version, with
-// Version one past old's.
-func ApplyOAuthClientUpdate(old OAuthClient, fn func(OAuthClient) (OAuthClient, error)) (OAuthClient, error) {
-	nc, err := fn(old.Clone())
-	if err != nil {
-		return OAuthClient{}, err
+// checkOAuthClientUpdate refuses an update closure's result that changed
+// the client's id or returned a stale version.
+func checkOAuthClientUpdate(old, new vault.OAuthClient) error {
+	if new.ID != old.ID {
+		return fmt.Errorf("vault: update of oauth client %s changed its id", old.ID)
 	}
-	if nc.ID != old.ID {
-		return OAuthClient{}, fmt.Errorf("vault: update of oauth client %s changed its id", old.ID)
-	}
-	if nc.Version != old.Version {
-		return OAuthClient{}, fmt.Errorf("vault: update of oauth client %s returned version %d, stored is %d: %w", old.ID, nc.Version, old.Version, ErrConflict)
-	}
-	nc = nc.Clone()
-	nc.Version = old.Version + 1
-	return nc, nil
+	return checkVersion("oauth client", old.ID, old.Version, new.Version)
 }
+
+// ApplyOAuthClientUpdate runs an UpdateOAuthClient closure on the current
+// record with the update rules (applyUpdate): ID is immutable.
+func ApplyOAuthClientUpdate(old vault.OAuthClient, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
+	return applyUpdate(old, fn, vault.OAuthClient.Clone, checkOAuthClientUpdate, func(n, o vault.OAuthClient) vault.OAuthClient { n.Version = o.Version + 1; return n })
+}
+
+// OAuthClients are the stored registered clients.
+var OAuthClients = Kind[vault.OAuthClient]{Encode: EncodeOAuthClient, Decode: DecodeOAuthClient, Apply: ApplyOAuthClientUpdate}
 
 type authCodeRecord struct {
 	V           int       `json:"v"`
@@ -93,7 +94,7 @@ type authCodeRecord struct {
 }
 
 // EncodeAuthCode renders c for storage.
-func EncodeAuthCode(c AuthCode) ([]byte, error) {
+func EncodeAuthCode(c vault.AuthCode) ([]byte, error) {
 	if c.Key == "" {
 		return nil, errors.New("vault: authorization code without key")
 	}
@@ -110,17 +111,17 @@ func EncodeAuthCode(c AuthCode) ([]byte, error) {
 }
 
 // DecodeAuthCode parses a stored authorization code.
-func DecodeAuthCode(b []byte) (AuthCode, error) {
+func DecodeAuthCode(b []byte) (vault.AuthCode, error) {
 	var r authCodeRecord
 	if err := json.Unmarshal(b, &r); err != nil {
-		return AuthCode{}, fmt.Errorf("vault: decode authorization code record: %w", err)
+		return vault.AuthCode{}, fmt.Errorf("vault: decode authorization code record: %w", err)
 	}
 	if r.V != recordV1 || r.Key == "" {
-		return AuthCode{}, fmt.Errorf("vault: authorization code record version %d without key or unsupported: %w", r.V, ErrMalformed)
+		return vault.AuthCode{}, fmt.Errorf("vault: authorization code record version %d without key or unsupported: %w", r.V, vault.ErrMalformed)
 	}
-	return AuthCode{
+	return vault.AuthCode{
 		Key: r.Key, ClientID: r.ClientID, RedirectURI: r.RedirectURI,
-		Principal: Principal{Issuer: r.Issuer, Subject: r.Subject}, Scopes: r.Scopes, Resource: r.Resource,
+		Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject}, Scopes: r.Scopes, Resource: r.Resource,
 		Challenge: r.Challenge, AppID: r.AppID, FamilyID: r.FamilyID, Created: r.Created, Expires: r.Expires,
 		Redeemed: r.Redeemed,
 	}, nil
@@ -154,7 +155,7 @@ type familyRecord struct {
 }
 
 // EncodeAppAccess renders a for storage.
-func EncodeAppAccess(a AppAccess) ([]byte, error) {
+func EncodeAppAccess(a vault.AppAccess) ([]byte, error) {
 	if a.ID == "" {
 		return nil, errors.New("vault: app access without id")
 	}
@@ -181,21 +182,21 @@ func EncodeAppAccess(a AppAccess) ([]byte, error) {
 }
 
 // DecodeAppAccess parses a stored app access record.
-func DecodeAppAccess(b []byte) (AppAccess, error) {
+func DecodeAppAccess(b []byte) (vault.AppAccess, error) {
 	var r appAccessRecord
 	if err := json.Unmarshal(b, &r); err != nil {
-		return AppAccess{}, fmt.Errorf("vault: decode app access record: %w", err)
+		return vault.AppAccess{}, fmt.Errorf("vault: decode app access record: %w", err)
 	}
 	if r.V != recordV1 || r.ID == "" {
-		return AppAccess{}, fmt.Errorf("vault: app access record version %d without id or unsupported: %w", r.V, ErrMalformed)
+		return vault.AppAccess{}, fmt.Errorf("vault: app access record version %d without id or unsupported: %w", r.V, vault.ErrMalformed)
 	}
-	a := AppAccess{
-		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject}, ClientID: r.ClientID,
+	a := vault.AppAccess{
+		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject}, ClientID: r.ClientID,
 		ClientName: r.ClientName, RedirectURI: r.RedirectURI, Scopes: r.Scopes, Created: r.Created,
 		Updated: r.Updated, LastUsed: r.LastUsed, Version: r.Version,
 	}
 	for _, f := range r.Families {
-		a.Families = append(a.Families, TokenFamily{
+		a.Families = append(a.Families, vault.TokenFamily{
 			ID: f.ID, Scopes: f.Scopes, Resource: f.Resource, Created: f.Created, Expires: f.Expires,
 			RefreshHash: f.RefreshHash, Refreshed: f.Refreshed, Spent: f.Spent,
 		})
@@ -203,21 +204,21 @@ func DecodeAppAccess(b []byte) (AppAccess, error) {
 	return a, nil
 }
 
-// ApplyAppAccessUpdate runs an UpdateAppAccess closure on the current
-// record: fn's result, refused if it changed an immutable field (id,
-// principal, client) or the version, with Version one past old's.
-func ApplyAppAccessUpdate(old AppAccess, fn func(AppAccess) (AppAccess, error)) (AppAccess, error) {
-	na, err := fn(old.Clone())
-	if err != nil {
-		return AppAccess{}, err
+// checkAppAccessUpdate refuses an update closure's result that changed an
+// immutable field (id, principal, client) or returned a stale version.
+func checkAppAccessUpdate(old, new vault.AppAccess) error {
+	if new.ID != old.ID || new.Principal != old.Principal || new.ClientID != old.ClientID {
+		return fmt.Errorf("vault: update of app access %s changed an immutable field (id, principal or client)", old.ID)
 	}
-	if na.ID != old.ID || na.Principal != old.Principal || na.ClientID != old.ClientID {
-		return AppAccess{}, fmt.Errorf("vault: update of app access %s changed an immutable field (id, principal or client)", old.ID)
-	}
-	if na.Version != old.Version {
-		return AppAccess{}, fmt.Errorf("vault: update of app access %s returned version %d, stored is %d: %w", old.ID, na.Version, old.Version, ErrConflict)
-	}
-	na = na.Clone()
-	na.Version = old.Version + 1
-	return na, nil
+	return checkVersion("app access", old.ID, old.Version, new.Version)
 }
+
+// ApplyAppAccessUpdate runs an UpdateAppAccess closure on the current
+// record with the update rules (applyUpdate): ID, Principal and ClientID
+// are immutable.
+func ApplyAppAccessUpdate(old vault.AppAccess, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
+	return applyUpdate(old, fn, vault.AppAccess.Clone, checkAppAccessUpdate, func(n, o vault.AppAccess) vault.AppAccess { n.Version = o.Version + 1; return n })
+}
+
+// AppAccesses are the stored app access records.
+var AppAccesses = Kind[vault.AppAccess]{Encode: EncodeAppAccess, Decode: DecodeAppAccess, Apply: ApplyAppAccessUpdate}

@@ -1,4 +1,4 @@
-package vault
+package record
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"credbroker/internal/plainjson/plainjsontest"
+	"credbroker/vault"
 )
 
 // checkGrantRecord fails when decodeGrantRecord accepts b and
@@ -32,11 +33,11 @@ func checkGrantRecord(t testing.TB, b []byte) bool {
 
 func TestDecodeGrantRecordMatchesJSON(t *testing.T) {
 	now := time.Date(2026, 12, 2, 13, 4, 5, 123456789, time.UTC)
-	for _, g := range []Grant{
-		{ID: "g1", Principal: Principal{Issuer: "https://idp", Subject: "alice"}, Provider: "github", Scopes: []string{"repo", "read:org"},
-			ClientName: "Agent ✓", Server: "demorepos", Created: now, Expires: now.Add(10 * time.Minute), State: GrantPending, Version: 1},
-		{ID: "g2", Principal: Principal{Issuer: "i", Subject: "s"}, Provider: "demo", Created: now.In(time.FixedZone("x", 3600)),
-			State: GrantCompleted, ConnectionID: "c1", Rounds: 3, Attempts: 2, Version: 123456789012},
+	for _, g := range []vault.Grant{
+		{ID: "g1", Principal: vault.Principal{Issuer: "https://idp", Subject: "alice"}, Provider: "github", Scopes: []string{"repo", "read:org"},
+			ClientName: "Agent ✓", Server: "demorepos", Created: now, Expires: now.Add(10 * time.Minute), State: vault.GrantPending, Version: 1},
+		{ID: "g2", Principal: vault.Principal{Issuer: "i", Subject: "s"}, Provider: "demo", Created: now.In(time.FixedZone("x", 3600)),
+			State: vault.GrantCompleted, ConnectionID: "c1", Rounds: 3, Attempts: 2, Version: 123456789012},
 		{ID: "g3"},
 		{ID: "g4", ClientName: "<script>&", Scopes: []string{}},
 	} {
@@ -185,8 +186,8 @@ func FuzzDecodeGrantRecord(f *testing.F) {
 
 func BenchmarkDecodeGrant(b *testing.B) {
 	now := time.Now()
-	rec, err := EncodeGrant(Grant{ID: "g1", Principal: Principal{Issuer: "https://idp.example", Subject: "alice"}, Provider: "github",
-		Scopes: []string{"repo"}, ClientName: "Agent", Created: now, Expires: now.Add(10 * time.Minute), State: GrantPending, Version: 2})
+	rec, err := EncodeGrant(vault.Grant{ID: "g1", Principal: vault.Principal{Issuer: "https://idp.example", Subject: "alice"}, Provider: "github",
+		Scopes: []string{"repo"}, ClientName: "Agent", Created: now, Expires: now.Add(10 * time.Minute), State: vault.GrantPending, Version: 2})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -234,8 +235,8 @@ func TestEncodeGrantRecordMatchesJSON(t *testing.T) {
 		fast bool
 	}{
 		{grantRecord{V: 1, ID: "g1", Issuer: "https://idp", Subject: "alice", Provider: "github", Scopes: []string{"repo", "read:org"},
-			ClientName: "Agent ✓", Server: "demorepos", Created: now, Expires: now.Add(time.Minute), State: GrantPending, Version: 1}, true},
-		{grantRecord{V: 1, ID: "g2", Created: now.In(time.FixedZone("x", -5*3600-1800)), State: GrantCompleted, ConnectionID: "c",
+			ClientName: "Agent ✓", Server: "demorepos", Created: now, Expires: now.Add(time.Minute), State: vault.GrantPending, Version: 1}, true},
+		{grantRecord{V: 1, ID: "g2", Created: now.In(time.FixedZone("x", -5*3600-1800)), State: vault.GrantCompleted, ConnectionID: "c",
 			Rounds: -3, Attempts: 7, Version: 1<<64 - 1}, true},
 		{grantRecord{}, true},
 		{grantRecord{Scopes: []string{}}, true},
@@ -309,7 +310,7 @@ func randomGrantValue(rng *rand.Rand) grantRecord {
 		}
 	}
 	return grantRecord{V: num(), ID: str(), Issuer: str(), Subject: str(), Provider: str(), Scopes: scopes, ClientName: str(),
-		Server: str(), Created: tm(), Expires: tm(), State: GrantState(str()), ConnectionID: str(), Rounds: num(),
+		Server: str(), Created: tm(), Expires: tm(), State: vault.GrantState(str()), ConnectionID: str(), Rounds: num(),
 		Attempts: num(), Version: rng.Uint64() >> rng.IntN(64)}
 }
 
@@ -321,7 +322,7 @@ func FuzzEncodeGrantRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id, iss, sub, prov, scope, client, conn string, sec, nsec int64, zone int, rounds int64, version uint64) {
 		tm := time.Unix(sec, nsec).In(time.FixedZone("z", zone%(48*3600)))
 		r := grantRecord{V: 1, ID: id, Issuer: iss, Subject: sub, Provider: prov, ClientName: client, Server: client + "s",
-			Created: tm, Expires: tm.Add(10 * time.Minute), State: GrantState(scope), ConnectionID: conn, Rounds: int(rounds),
+			Created: tm, Expires: tm.Add(10 * time.Minute), State: vault.GrantState(scope), ConnectionID: conn, Rounds: int(rounds),
 			Attempts: int(rounds >> 3), Version: version}
 		if scope != "" {
 			r.Scopes = []string{scope, id}
@@ -332,8 +333,8 @@ func FuzzEncodeGrantRecord(f *testing.F) {
 
 func BenchmarkEncodeGrant(b *testing.B) {
 	now := time.Now()
-	g := Grant{ID: "g1", Principal: Principal{Issuer: "https://idp.example", Subject: "alice"}, Provider: "github",
-		Scopes: []string{"repo"}, ClientName: "Agent", Created: now, Expires: now.Add(10 * time.Minute), State: GrantPending, Version: 2}
+	g := vault.Grant{ID: "g1", Principal: vault.Principal{Issuer: "https://idp.example", Subject: "alice"}, Provider: "github",
+		Scopes: []string{"repo"}, ClientName: "Agent", Created: now, Expires: now.Add(10 * time.Minute), State: vault.GrantPending, Version: 2}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := EncodeGrant(g); err != nil {

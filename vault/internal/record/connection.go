@@ -1,4 +1,4 @@
-package vault
+package record
 
 import (
 	"encoding/binary"
@@ -7,31 +7,36 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"credbroker/vault"
 )
 
 // connRecord is the stored form of a Connection: metadata in the clear,
 // token material sealed in Tokens. Format 1 is its JSON rendering; format
-// 2 (recordv2.go) is binary.
+// 2 (format2.go) is binary.
 type connRecord struct {
-	V             int              `json:"v"`
-	ID            string           `json:"id"`
-	Issuer        string           `json:"iss"`
-	Subject       string           `json:"sub"`
-	Provider      string           `json:"provider"`
-	AccountID     string           `json:"account_id"`
-	AccountLogin  string           `json:"account_login,omitempty"`
-	Scopes        []string         `json:"scopes,omitempty"`
-	Status        ConnectionStatus `json:"status"`
-	Created       time.Time        `json:"created"`
-	Updated       time.Time        `json:"updated"`
-	LastUsed      time.Time        `json:"last_used,omitzero"`
-	LastRefreshed time.Time        `json:"last_refreshed,omitzero"`
+	V             int                    `json:"v"`
+	ID            string                 `json:"id"`
+	Issuer        string                 `json:"iss"`
+	Subject       string                 `json:"sub"`
+	Provider      string                 `json:"provider"`
+	AccountID     string                 `json:"account_id"`
+	AccountLogin  string                 `json:"account_login,omitempty"`
+	Scopes        []string               `json:"scopes,omitempty"`
+	Status        vault.ConnectionStatus `json:"status"`
+	Created       time.Time              `json:"created"`
+	Updated       time.Time              `json:"updated"`
+	LastUsed      time.Time              `json:"last_used,omitzero"`
+	LastRefreshed time.Time              `json:"last_refreshed,omitzero"`
 	// RefreshExpires is Connection.RefreshExpires; NoRefresh records, in
 	// the clear, that the sealed token set has no refresh token.
 	RefreshExpires time.Time `json:"refresh_expires,omitzero"`
 	NoRefresh      bool      `json:"no_refresh,omitempty"`
 	Version        uint64    `json:"version"`
 	Tokens         []byte    `json:"tokens"`
+	// Ext is the record's extension area as stored (format2.go): fields
+	// of a newer broker that this one skips, and writes again as they are.
+	Ext []byte `json:"ext,omitempty"`
 }
 
 // tokenPlain is the plaintext that gets sealed. It exists only inside
@@ -45,6 +50,15 @@ type tokenPlain struct {
 	// Fields are an API-key connection's entered values; absent in
 	// records written before API keys existed, which open as before.
 	Fields map[string]string `json:"f,omitempty"`
+	// Ext is the token set's extension area as stored (format 2 only).
+	Ext string `json:"-"`
+}
+
+// extAreas are the extension areas of a stored connection, carried from
+// the record an update reads to the one it writes.
+type extAreas struct {
+	rec    []byte // the record's
+	tokens string // the sealed token set's
 }
 
 const recordV1 = 1
@@ -68,7 +82,13 @@ func connectionAAD(c *connRecord) []byte {
 
 // EncodeConnection renders c for storage, sealing its token set with kr's
 // primary key.
-func EncodeConnection(kr *Keyring, c Connection) ([]byte, error) {
+func EncodeConnection(kr *vault.Keyring, c vault.Connection) ([]byte, error) {
+	return encodeConnection(kr, c, extAreas{})
+}
+
+// encodeConnection is EncodeConnection writing the extension areas ext
+// (those of the record c was read from, when it replaces one).
+func encodeConnection(kr *vault.Keyring, c vault.Connection, ext extAreas) ([]byte, error) {
 	if c.ID == "" {
 		return nil, errors.New("vault: connection without id")
 	}
@@ -99,11 +119,12 @@ func EncodeConnection(kr *Keyring, c Connection) ([]byte, error) {
 		Scopes: c.Scopes, Status: c.Status, Created: c.Created, Updated: c.Updated,
 		LastUsed: c.LastUsed, LastRefreshed: c.LastRefreshed, Version: c.Version,
 		RefreshExpires: c.RefreshExpires, NoRefresh: c.Token.RefreshToken == "",
+		Ext: ext.rec,
 	}
 	pt, err := encodeTokensV2(&tokenPlain{
 		AccessToken: c.Token.AccessToken.Reveal(), RefreshToken: c.Token.RefreshToken.Reveal(),
 		TokenType: c.Token.TokenType, Expiry: c.Token.Expiry, IDToken: c.Token.IDToken.Reveal(),
-		Fields: fields,
+		Fields: fields, Ext: ext.tokens,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("vault: connection %q: %w", c.ID, err)
@@ -127,19 +148,19 @@ func parseRecord(b []byte) (connRecord, error) {
 	)
 	switch {
 	case len(b) == 0:
-		return r, fmt.Errorf("%w: empty", ErrRecordFormat)
+		return r, fmt.Errorf("%w: empty", vault.ErrRecordFormat)
 	case b[0] == recordV2:
 		r, err = decodeRecordV2(b)
 	case b[0] == '{':
 		r, err = parseRecordV1(b)
 	default:
-		return r, fmt.Errorf("%w: unknown format version %d (first byte 0x%02x); this broker reads versions 1 and 2, a newer broker wrote it", ErrRecordFormat, b[0], b[0])
+		return r, fmt.Errorf("%w: unknown format version %d (first byte 0x%02x); this broker reads versions 1 and 2, a newer broker wrote it", vault.ErrRecordFormat, b[0], b[0])
 	}
 	if err != nil {
 		return r, err
 	}
 	if r.ID == "" {
-		return r, fmt.Errorf("%w: no id", ErrRecordFormat)
+		return r, fmt.Errorf("%w: no id", vault.ErrRecordFormat)
 	}
 	return r, nil
 }
@@ -150,17 +171,24 @@ func parseRecord(b []byte) (connRecord, error) {
 func parseRecordV1(b []byte) (connRecord, error) {
 	var r connRecord
 	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("%w: v1 (JSON): %v", ErrRecordFormat, err)
+		return r, fmt.Errorf("%w: v1 (JSON): %v", vault.ErrRecordFormat, err)
 	}
 	if r.V != recordV1 {
-		return r, fmt.Errorf("%w: JSON record says version %d; this broker reads version 1 as JSON and version 2", ErrRecordFormat, r.V)
+		return r, fmt.Errorf("%w: JSON record says version %d; this broker reads version 1 as JSON and version 2", vault.ErrRecordFormat, r.V)
+	}
+	// Format 1 was written before the extension area existed; its JSON
+	// form (RecordJSON) carries a format 2 record's area, held to the
+	// same rules.
+	if err := checkExt("format 1", r.Ext); err != nil {
+		return r, err
 	}
 	return r, nil
 }
 
 // RecordJSON renders a stored connection record of either format as the
-// format 1 JSON object, its token set still sealed (base64 in "tokens"):
-// for inspection tools and for tests that edit stored records.
+// format 1 JSON object, its token set still sealed (base64 in "tokens")
+// and its extension area, if any, in "ext": for inspection tools and for
+// tests that edit stored records.
 func RecordJSON(rec []byte) ([]byte, error) {
 	r, err := parseRecord(rec)
 	if err != nil {
@@ -174,7 +202,7 @@ func RecordJSON(rec []byte) ([]byte, error) {
 // 1 JSON object, its token set copied, not opened.
 func RecordFromJSON(b []byte) ([]byte, error) {
 	if len(b) == 0 || b[0] != '{' {
-		return nil, fmt.Errorf("%w: not a JSON object", ErrRecordFormat)
+		return nil, fmt.Errorf("%w: not a JSON object", vault.ErrRecordFormat)
 	}
 	r, err := parseRecord(b)
 	if err != nil {
@@ -192,7 +220,7 @@ func openTokens(pt []byte) (tokenPlain, error) {
 	case len(pt) > 0 && pt[0] == '{':
 		return openTokensV1(pt)
 	}
-	return tokenPlain{}, fmt.Errorf("%w: token set of unknown format", ErrRecordFormat)
+	return tokenPlain{}, fmt.Errorf("%w: token set of unknown format", vault.ErrRecordFormat)
 }
 
 // openTokensV1 is parseRecordV1 for token sets (its own function for the
@@ -200,24 +228,24 @@ func openTokens(pt []byte) (tokenPlain, error) {
 func openTokensV1(pt []byte) (tokenPlain, error) {
 	var tp tokenPlain
 	if err := json.Unmarshal(pt, &tp); err != nil {
-		return tp, fmt.Errorf("%w: token set v1 (JSON): %v", ErrRecordFormat, err)
+		return tp, fmt.Errorf("%w: token set v1 (JSON): %v", vault.ErrRecordFormat, err)
 	}
 	return tp, nil
 }
 
 // ConnectionMeta decodes a stored connection's metadata without opening its
 // tokens; Token is empty and SealedWith names the sealing key.
-func ConnectionMeta(b []byte) (Connection, error) {
+func ConnectionMeta(b []byte) (vault.Connection, error) {
 	r, err := parseRecord(b)
 	if err != nil {
-		return Connection{}, err
+		return vault.Connection{}, err
 	}
-	kid, err := EnvelopeKeyID(r.Tokens)
+	kid, err := vault.EnvelopeKeyID(r.Tokens)
 	if err != nil {
-		return Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
+		return vault.Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
-	return Connection{
-		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject},
+	return vault.Connection{
+		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject},
 		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
 		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
 		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
@@ -229,105 +257,47 @@ func ConnectionMeta(b []byte) (Connection, error) {
 // DecodeConnection parses a stored connection and opens its token set.
 // Tampered, moved or wrongly keyed ciphertexts return an error wrapping
 // ErrDecrypt, ErrUnknownKey or ErrMalformed; never garbage plaintext.
-func DecodeConnection(kr *Keyring, b []byte) (Connection, error) {
+func DecodeConnection(kr *vault.Keyring, b []byte) (vault.Connection, error) {
+	c, _, err := decodeConnection(kr, b)
+	return c, err
+}
+
+// decodeConnection is DecodeConnection that also returns the record's
+// extension areas.
+func decodeConnection(kr *vault.Keyring, b []byte) (vault.Connection, extAreas, error) {
 	r, err := parseRecord(b)
 	if err != nil {
-		return Connection{}, err
+		return vault.Connection{}, extAreas{}, err
 	}
 	pt, kid, err := kr.Open(r.Tokens, connectionAAD(&r))
 	if err != nil {
-		return Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
+		return vault.Connection{}, extAreas{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
 	tp, err := openTokens(pt)
 	clear(pt)
 	if err != nil {
-		return Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
+		return vault.Connection{}, extAreas{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
-	var fields map[string]Secret
+	var fields map[string]vault.Secret
 	if len(tp.Fields) > 0 {
-		fields = make(map[string]Secret, len(tp.Fields))
+		fields = make(map[string]vault.Secret, len(tp.Fields))
 		for k, v := range tp.Fields {
-			fields[k] = Secret(v)
+			fields[k] = vault.Secret(v)
 		}
 	}
-	return Connection{
-		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject},
+	return vault.Connection{
+		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject},
 		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
 		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
 		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
 		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
 		SealedWith: kid,
-		Token: TokenSet{
-			AccessToken: Secret(tp.AccessToken), RefreshToken: Secret(tp.RefreshToken),
-			TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: Secret(tp.IDToken),
+		Token: vault.TokenSet{
+			AccessToken: vault.Secret(tp.AccessToken), RefreshToken: vault.Secret(tp.RefreshToken),
+			TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: vault.Secret(tp.IDToken),
 			Fields: fields,
 		},
-	}, nil
-}
-
-// grantRecord is the stored form of a Grant (no secrets).
-type grantRecord struct {
-	V            int        `json:"v"`
-	ID           string     `json:"id"`
-	Issuer       string     `json:"iss"`
-	Subject      string     `json:"sub"`
-	Provider     string     `json:"provider"`
-	Scopes       []string   `json:"scopes,omitempty"`
-	ClientName   string     `json:"client_name,omitempty"`
-	Server       string     `json:"server,omitempty"`
-	Created      time.Time  `json:"created"`
-	Expires      time.Time  `json:"expires"`
-	State        GrantState `json:"state"`
-	ConnectionID string     `json:"connection_id,omitempty"`
-	Rounds       int        `json:"rounds,omitempty"`
-	Attempts     int        `json:"attempts,omitempty"`
-	Version      uint64     `json:"version"`
-}
-
-// EncodeGrant renders g for storage.
-func EncodeGrant(g Grant) ([]byte, error) {
-	if g.ID == "" {
-		return nil, errors.New("vault: grant without id")
-	}
-	if err := validUTF8(g.ID, g.Principal.Issuer, g.Principal.Subject, g.Provider, g.ClientName,
-		g.Server, string(g.State), g.ConnectionID); err != nil {
-		return nil, fmt.Errorf("vault: grant %q: %w", g.ID, err)
-	}
-	if err := validUTF8(g.Scopes...); err != nil {
-		return nil, fmt.Errorf("vault: grant %q: scopes: %w", g.ID, err)
-	}
-	r := grantRecord{
-		V: recordV1, ID: g.ID, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject,
-		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Server: g.Server, Created: g.Created,
-		Expires: g.Expires, State: g.State, ConnectionID: g.ConnectionID, Rounds: g.Rounds, Attempts: g.Attempts,
-		Version: g.Version,
-	}
-	if b, ok := encodeGrantRecord(&r); ok {
-		return b, nil
-	}
-	return json.Marshal(r)
-}
-
-// DecodeGrant parses a stored grant.
-func DecodeGrant(b []byte) (Grant, error) {
-	var r grantRecord
-	if !decodeGrantRecord(b, &r) {
-		r = grantRecord{}
-		if err := json.Unmarshal(b, &r); err != nil {
-			return Grant{}, fmt.Errorf("vault: decode grant record: %w", err)
-		}
-	}
-	if r.V != recordV1 {
-		return Grant{}, fmt.Errorf("vault: grant record version %d is not supported", r.V)
-	}
-	if r.ID == "" {
-		return Grant{}, errors.New("vault: grant record without id")
-	}
-	return Grant{
-		ID: r.ID, Principal: Principal{Issuer: r.Issuer, Subject: r.Subject}, Provider: r.Provider,
-		Scopes: r.Scopes, ClientName: r.ClientName, Server: r.Server, Created: r.Created, Expires: r.Expires,
-		State: r.State, ConnectionID: r.ConnectionID, Rounds: r.Rounds, Attempts: r.Attempts, Version: r.Version,
-	}, nil
+	}, extAreas{rec: r.Ext, tokens: tp.Ext}, nil
 }
 
 // validUTF8 rejects strings that are not UTF-8: the record formats hold
@@ -343,43 +313,28 @@ func validUTF8(ss ...string) error {
 	return nil
 }
 
-// CheckConnectionUpdate reports an error when an update closure changed an
-// immutable field of a connection. Backends call it inside UpdateConnection.
-func CheckConnectionUpdate(old, new Connection) error {
+// checkConnectionUpdate reports an error when an update closure changed an
+// immutable field of a connection or returned a stale version.
+func checkConnectionUpdate(old, new vault.Connection) error {
 	if old.ID != new.ID || old.Principal != new.Principal || old.Provider != new.Provider || old.AccountID != new.AccountID {
 		return fmt.Errorf("vault: update of connection %s changed an immutable field (id, principal, provider or account id)", old.ID)
 	}
-	if new.Version != old.Version {
-		return fmt.Errorf("vault: update of connection %s returned version %d, stored is %d: %w", old.ID, new.Version, old.Version, ErrConflict)
-	}
-	return nil
-}
-
-// CheckGrantUpdate reports an error when an update closure changed an
-// immutable field of a grant.
-func CheckGrantUpdate(old, new Grant) error {
-	if old.ID != new.ID || old.Principal != new.Principal {
-		return fmt.Errorf("vault: update of grant %s changed an immutable field (id or principal)", old.ID)
-	}
-	if new.Version != old.Version {
-		return fmt.Errorf("vault: update of grant %s returned version %d, stored is %d: %w", old.ID, new.Version, old.Version, ErrConflict)
-	}
-	return nil
+	return checkVersion("connection", old.ID, old.Version, new.Version)
 }
 
 // DecodePrincipalConnections decodes the metadata of the stored records a
 // backend listed for p (from its per-principal index), opening no token
 // set, and checks each really belongs to p: an index entry pointing at
 // another principal's record is corruption, not a result.
-func DecodePrincipalConnections(p Principal, recs [][]byte) ([]Connection, error) {
-	out := make([]Connection, 0, len(recs))
+func DecodePrincipalConnections(p vault.Principal, recs [][]byte) ([]vault.Connection, error) {
+	out := make([]vault.Connection, 0, len(recs))
 	for _, rec := range recs {
 		c, err := ConnectionMeta(rec)
 		if err != nil {
 			return nil, err
 		}
 		if c.Principal != p {
-			return nil, fmt.Errorf("vault: connection %s is indexed under another principal: %w", c.ID, ErrMalformed)
+			return nil, fmt.Errorf("vault: connection %s is indexed under another principal: %w", c.ID, vault.ErrMalformed)
 		}
 		out = append(out, c)
 	}
@@ -389,8 +344,8 @@ func DecodePrincipalConnections(p Principal, recs [][]byte) ([]Connection, error
 // DecodeAccountConnections decodes the metadata of stored records and
 // keeps those of provider's account accountID (a backend may pass every
 // record, or those its index found), opening no token set.
-func DecodeAccountConnections(provider, accountID string, recs [][]byte) ([]Connection, error) {
-	var out []Connection
+func DecodeAccountConnections(provider, accountID string, recs [][]byte) ([]vault.Connection, error) {
+	var out []vault.Connection
 	for _, rec := range recs {
 		c, err := ConnectionMeta(rec)
 		if err != nil {
@@ -403,98 +358,95 @@ func DecodeAccountConnections(provider, accountID string, recs [][]byte) ([]Conn
 	return out, nil
 }
 
-// ApplyConnectionUpdate runs an UpdateConnection closure on the current
+// applyConnectionUpdate runs an UpdateConnection closure on the current
 // record and returns what the backend must store: fn's result, refused if
-// it changed an immutable field or the version, with Version one past old's.
-// Every backend's UpdateConnection goes through it, so the contract lives
-// in one place.
-func ApplyConnectionUpdate(old Connection, fn func(Connection) (Connection, error)) (Connection, error) {
-	nc, err := fn(old.Clone())
-	if err != nil {
-		return Connection{}, err
-	}
-	if err := CheckConnectionUpdate(old, nc); err != nil {
-		return Connection{}, err
-	}
-	nc = nc.Clone()
-	nc.Version = old.Version + 1
-	return nc, nil
-}
-
-// ApplyGrantUpdate is ApplyConnectionUpdate for grants.
-func ApplyGrantUpdate(old Grant, fn func(Grant) (Grant, error)) (Grant, error) {
-	ng, err := fn(old.Clone())
-	if err != nil {
-		return Grant{}, err
-	}
-	if err := CheckGrantUpdate(old, ng); err != nil {
-		return Grant{}, err
-	}
-	ng = ng.Clone()
-	ng.Version = old.Version + 1
-	return ng, nil
+// it changed an immutable field or the version, with Version one past
+// old's. Every backend's UpdateConnection goes through it (by way of
+// ApplyConnectionRecordUpdate or ApplyConnectionMetaUpdate), so the
+// contract lives in one place.
+func applyConnectionUpdate(old vault.Connection, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
+	return applyUpdate(old, fn, vault.Connection.Clone, checkConnectionUpdate, func(n, o vault.Connection) vault.Connection { n.Version = o.Version + 1; return n })
 }
 
 // ApplyConnectionRecordUpdate runs an UpdateConnection closure on the
 // stored record rec of connection id: it opens the token set, applies fn
-// (ApplyConnectionUpdate's rules) and seals the result with kr's primary
-// key. Every backend's UpdateConnection goes through it.
-func ApplyConnectionRecordUpdate(kr *Keyring, rec []byte, id string, fn func(Connection) (Connection, error)) ([]byte, Connection, error) {
-	old, err := DecodeConnection(kr, rec)
+// (with the update rules) and seals the result with kr's primary key,
+// keeping the record's extension areas. Every backend's UpdateConnection
+// goes through it.
+func ApplyConnectionRecordUpdate(kr *vault.Keyring, rec []byte, id string, fn func(vault.Connection) (vault.Connection, error)) ([]byte, vault.Connection, error) {
+	old, ext, err := decodeConnection(kr, rec)
 	if err == nil && old.ID != id {
-		err = fmt.Errorf("vault: connection %s: stored record names id %s: %w", id, old.ID, ErrMalformed)
+		err = fmt.Errorf("vault: connection %s: stored record names id %s: %w", id, old.ID, vault.ErrMalformed)
 	}
 	if err != nil {
-		return nil, Connection{}, err
+		return nil, vault.Connection{}, err
 	}
-	nc, err := ApplyConnectionUpdate(old, fn)
+	nc, err := applyConnectionUpdate(old, fn)
 	if err != nil {
-		return nil, Connection{}, err
+		return nil, vault.Connection{}, err
 	}
-	nrec, err := EncodeConnection(kr, nc)
+	nrec, err := encodeConnection(kr, nc, ext)
 	if err != nil {
-		return nil, Connection{}, err
+		return nil, vault.Connection{}, err
 	}
 	nc.SealedWith = kr.Primary()
 	return nrec, nc, nil
 }
 
+// Reseal seals the token set of the stored record rec again with kr's
+// primary key, Version one up, keeping everything else (the extension
+// areas too): key rotation's rewrite.
+func Reseal(kr *vault.Keyring, rec []byte) ([]byte, vault.Connection, error) {
+	c, ext, err := decodeConnection(kr, rec)
+	if err != nil {
+		return nil, vault.Connection{}, err
+	}
+	c.Version++
+	nrec, err := encodeConnection(kr, c, ext)
+	if err != nil {
+		return nil, vault.Connection{}, err
+	}
+	c.SealedWith = kr.Primary()
+	return nrec, c, nil
+}
+
 // ApplyConnectionMetaUpdate runs an UpdateConnectionMeta closure on the
 // stored record rec of connection id and returns the record to store and
-// its metadata. The sealed token set is copied as is: its additional data
-// binds only the immutable identity fields, so it still opens. fn must
-// leave Token empty. Every backend's UpdateConnectionMeta goes through it.
-func ApplyConnectionMetaUpdate(rec []byte, id string, fn func(Connection) (Connection, error)) ([]byte, Connection, error) {
+// its metadata. The sealed token set and the extension area are copied as
+// they are: the token set's additional data binds only the immutable
+// identity fields, so it still opens. fn must leave Token empty. Every
+// backend's UpdateConnectionMeta goes through it.
+func ApplyConnectionMetaUpdate(rec []byte, id string, fn func(vault.Connection) (vault.Connection, error)) ([]byte, vault.Connection, error) {
 	r, err := parseRecord(rec)
 	if err != nil {
-		return nil, Connection{}, err
+		return nil, vault.Connection{}, err
 	}
 	old, err := ConnectionMeta(rec)
 	if err != nil {
-		return nil, Connection{}, err
+		return nil, vault.Connection{}, err
 	}
 	if old.ID != id {
-		return nil, Connection{}, fmt.Errorf("vault: connection %s: stored record names id %s: %w", id, old.ID, ErrMalformed)
+		return nil, vault.Connection{}, fmt.Errorf("vault: connection %s: stored record names id %s: %w", id, old.ID, vault.ErrMalformed)
 	}
-	nc, err := ApplyConnectionUpdate(old, fn)
+	nc, err := applyConnectionUpdate(old, fn)
 	if err != nil {
-		return nil, Connection{}, err
+		return nil, vault.Connection{}, err
 	}
 	if !nc.Token.IsZero() {
-		return nil, Connection{}, fmt.Errorf("vault: metadata update of connection %s set token material; use UpdateConnection", id)
+		return nil, vault.Connection{}, fmt.Errorf("vault: metadata update of connection %s set token material; use UpdateConnection", id)
 	}
 	if err := validUTF8(nc.AccountLogin, string(nc.Status)); err != nil {
-		return nil, Connection{}, fmt.Errorf("vault: connection %q: %w", id, err)
+		return nil, vault.Connection{}, fmt.Errorf("vault: connection %q: %w", id, err)
 	}
 	if err := validUTF8(nc.Scopes...); err != nil {
-		return nil, Connection{}, fmt.Errorf("vault: connection %q: scopes: %w", id, err)
+		return nil, vault.Connection{}, fmt.Errorf("vault: connection %q: scopes: %w", id, err)
 	}
 	r.AccountLogin, r.Scopes, r.Status = nc.AccountLogin, nc.Scopes, nc.Status
 	r.Created, r.Updated, r.LastUsed, r.LastRefreshed, r.Version = nc.Created, nc.Updated, nc.LastUsed, nc.LastRefreshed, nc.Version
 	r.RefreshExpires = nc.RefreshExpires
 	out, err := encodeRecordV2(&r)
 	if err != nil {
-		return nil, Connection{}, fmt.Errorf("vault: connection %q: %w", id, err)
+		return nil, vault.Connection{}, fmt.Errorf("vault: connection %q: %w", id, err)
 	}
 	nc.SealedWith, nc.NoRefreshToken = old.SealedWith, old.NoRefreshToken
 	return out, nc, nil

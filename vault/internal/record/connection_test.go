@@ -1,4 +1,4 @@
-package vault
+package record
 
 import (
 	"bytes"
@@ -10,17 +10,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"credbroker/vault"
 )
 
 func TestDecodePrincipalConnections(t *testing.T) {
-	kr, err := ParseKeys(GenerateKey())
+	kr, err := vault.ParseKeys(vault.GenerateKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	alice := Principal{Issuer: "https://idp", Subject: "alice"}
+	alice := vault.Principal{Issuer: "https://idp", Subject: "alice"}
 	var recs [][]byte
 	for _, id := range []string{"c1", "c2"} {
-		b, err := EncodeConnection(kr, Connection{ID: id, Principal: alice, Provider: "demo", AccountID: id, Token: TokenSet{AccessToken: "at"}})
+		b, err := EncodeConnection(kr, vault.Connection{ID: id, Principal: alice, Provider: "demo", AccountID: id, Token: vault.TokenSet{AccessToken: "at"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,9 +37,9 @@ func TestDecodePrincipalConnections(t *testing.T) {
 		t.Fatalf("a listing decrypted token sets (%d opens)", kr.Opens()-opens)
 	}
 	// An index entry that leads to someone else's record is corruption.
-	bob := Principal{Issuer: "https://idp", Subject: "bob"}
-	if _, err := DecodePrincipalConnections(bob, recs); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("listing alice's records as bob: %v, want ErrMalformed", err)
+	bob := vault.Principal{Issuer: "https://idp", Subject: "bob"}
+	if _, err := DecodePrincipalConnections(bob, recs); !errors.Is(err, vault.ErrMalformed) {
+		t.Fatalf("listing alice's records as bob: %v, want vault.ErrMalformed", err)
 	}
 }
 
@@ -80,7 +82,7 @@ func TestGrantRecordServer(t *testing.T) {
 
 // encodeV1 writes c the way the codec did before format 2: a JSON record
 // around a JSON token plaintext, sealed with the same additional data.
-func encodeV1(t *testing.T, kr *Keyring, c Connection) []byte {
+func encodeV1(t *testing.T, kr *vault.Keyring, c vault.Connection) []byte {
 	t.Helper()
 	r := connRecord{
 		V: recordV1, ID: c.ID, Issuer: c.Principal.Issuer, Subject: c.Principal.Subject,
@@ -110,7 +112,7 @@ func encodeV1(t *testing.T, kr *Keyring, c Connection) []byte {
 }
 
 // sameConnection reports how got differs from want (times by instant).
-func sameConnection(got, want Connection) string {
+func sameConnection(got, want vault.Connection) string {
 	switch {
 	case got.ID != want.ID || got.Principal != want.Principal || got.Provider != want.Provider || got.AccountID != want.AccountID:
 		return "identity"
@@ -134,23 +136,23 @@ func sameConnection(got, want Connection) string {
 // record (a full or a metadata update) writes format 2; a malformed or
 // unknown record fails with a precise ErrRecordFormat.
 func TestCodecRecordVersions(t *testing.T) {
-	kr, err := NewKeyring([]string{"fz"}, [][]byte{bytes.Repeat([]byte{1}, 32)})
+	kr, err := vault.NewKeyring([]string{"fz"}, [][]byte{bytes.Repeat([]byte{1}, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 7, 28, 12, 0, 0, 123456789, time.UTC)
-	alice := Principal{Issuer: "https://idp.example", Subject: "alice"}
-	conns := map[string]Connection{
+	alice := vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
+	conns := map[string]vault.Connection{
 		"oauth": {ID: "c1", Principal: alice, Provider: "github", AccountID: "1", AccountLogin: "1@example.com",
-			Scopes: []string{"repo", "read:user"}, Status: StatusActive, Created: t0, Updated: t0.Add(time.Minute),
+			Scopes: []string{"repo", "read:user"}, Status: vault.StatusActive, Created: t0, Updated: t0.Add(time.Minute),
 			LastUsed: t0.Add(time.Hour), LastRefreshed: t0.Add(2 * time.Hour), RefreshExpires: t0.AddDate(0, 6, 0), Version: 7,
-			Token: TokenSet{AccessToken: "at-c1-secret", RefreshToken: "rt-c1-secret", TokenType: "Bearer",
+			Token: vault.TokenSet{AccessToken: "at-c1-secret", RefreshToken: "rt-c1-secret", TokenType: "Bearer",
 				Expiry: t0.Add(3 * time.Hour), IDToken: "idt-c1-secret"}},
-		"api key": {ID: "k1", Principal: alice, Provider: "jira", AccountID: "k", Status: StatusActive, Created: t0, Updated: t0,
-			Token: TokenSet{Fields: map[string]Secret{"email": "a@example.com", "api_token": "key-k1-secret", "z": ""}}},
-		"zero times, no refresh, other zone, NUL": {ID: "z1", Principal: Principal{Issuer: "i\x00", Subject: "s\x00"},
+		"api key": {ID: "k1", Principal: alice, Provider: "jira", AccountID: "k", Status: vault.StatusActive, Created: t0, Updated: t0,
+			Token: vault.TokenSet{Fields: map[string]vault.Secret{"email": "a@example.com", "api_token": "key-k1-secret", "z": ""}}},
+		"zero times, no refresh, other zone, NUL": {ID: "z1", Principal: vault.Principal{Issuer: "i\x00", Subject: "s\x00"},
 			Provider: "p", AccountID: "a", Updated: t0.In(time.FixedZone("x", 3600)),
-			Token: TokenSet{AccessToken: "at-z1-secret"}},
+			Token: vault.TokenSet{AccessToken: "at-z1-secret"}},
 	}
 	for name, c := range conns {
 		t.Run(name, func(t *testing.T) {
@@ -191,7 +193,7 @@ func TestCodecRecordVersions(t *testing.T) {
 				t.Fatalf("re-encoding a decoded record changed it")
 			}
 			// A full rewrite of a format 1 record writes format 2.
-			nrec, nc, err := ApplyConnectionRecordUpdate(kr, v1, c.ID, func(c Connection) (Connection, error) {
+			nrec, nc, err := ApplyConnectionRecordUpdate(kr, v1, c.ID, func(c vault.Connection) (vault.Connection, error) {
 				c.AccountLogin = "renamed"
 				return c, nil
 			})
@@ -204,8 +206,8 @@ func TestCodecRecordVersions(t *testing.T) {
 			// A metadata rewrite writes format 2 around the same sealed
 			// set (its JSON plaintext), opening nothing.
 			opens := kr.Opens()
-			mrec, _, err := ApplyConnectionMetaUpdate(v1, c.ID, func(c Connection) (Connection, error) {
-				c.Status = StatusNeedsReconnect
+			mrec, _, err := ApplyConnectionMetaUpdate(v1, c.ID, func(c vault.Connection) (vault.Connection, error) {
+				c.Status = vault.StatusNeedsReconnect
 				return c, nil
 			})
 			if err != nil || mrec[0] != recordV2 || kr.Opens() != opens {
@@ -216,13 +218,13 @@ func TestCodecRecordVersions(t *testing.T) {
 			if !bytes.Equal(r1.Tokens, r2.Tokens) {
 				t.Fatal("metadata update re-sealed the token set")
 			}
-			if got, err := DecodeConnection(kr, mrec); err != nil || !got.Token.Equal(c.Token) || got.Status != StatusNeedsReconnect {
+			if got, err := DecodeConnection(kr, mrec); err != nil || !got.Token.Equal(c.Token) || got.Status != vault.StatusNeedsReconnect {
 				t.Fatalf("v1 record after a metadata update: %v", err)
 			}
 			// Every proper prefix of a format 2 record is refused.
 			for n := range len(v2) {
-				if _, err := ConnectionMeta(v2[:n]); !errors.Is(err, ErrRecordFormat) {
-					t.Fatalf("prefix of %d bytes: %v, want ErrRecordFormat", n, err)
+				if _, err := ConnectionMeta(v2[:n]); !errors.Is(err, vault.ErrRecordFormat) {
+					t.Fatalf("prefix of %d bytes: %v, want vault.ErrRecordFormat", n, err)
 				}
 			}
 		})
@@ -242,7 +244,7 @@ func TestCodecRecordVersions(t *testing.T) {
 		{"empty", nil, "empty"},
 		{"unknown version", append([]byte{3}, good[1:]...), "unknown format version 3 (first byte 0x03); this broker reads versions 1 and 2"},
 		{"JSON of another version", []byte(`{"v":2,"id":"x"}`), "JSON record says version 2"},
-		{"trailing byte", append(bytes.Clone(good), 0), "1 bytes after the last field"},
+		{"trailing byte", append(bytes.Clone(good), 0), "extension tag 0 at byte"},
 		{"truncated", good[:len(good)-1], "truncated in tokens"},
 		{"truncated in a length", []byte{recordV2, 0x80}, "truncated in id length"},
 		{"overlong field", long, "field id is 65537 bytes, more than the 65536 allowed"},
@@ -257,8 +259,8 @@ func TestCodecRecordVersions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ConnectionMeta(tt.rec)
 			_, derr := DecodeConnection(kr, tt.rec)
-			if !errors.Is(err, ErrRecordFormat) || !errors.Is(derr, ErrRecordFormat) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v (decode: %v); want ErrRecordFormat saying %q", err, derr, tt.want)
+			if !errors.Is(err, vault.ErrRecordFormat) || !errors.Is(derr, vault.ErrRecordFormat) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v (decode: %v); want vault.ErrRecordFormat saying %q", err, derr, tt.want)
 			}
 		})
 	}
@@ -269,12 +271,12 @@ func TestCodecRecordVersions(t *testing.T) {
 	flagAt := len(rec) - len(r.Tokens) - len(binary.AppendUvarint(nil, uint64(len(r.Tokens)))) - 1
 	bad := bytes.Clone(rec)
 	bad[flagAt] = 0x82
-	if _, err := ConnectionMeta(bad); !errors.Is(err, ErrRecordFormat) || !strings.Contains(err.Error(), "unknown flags 0x82") {
+	if _, err := ConnectionMeta(bad); !errors.Is(err, vault.ErrRecordFormat) || !strings.Contains(err.Error(), "unknown flags 0x82") {
 		t.Fatalf("unknown flag: %v", err)
 	}
 	// An overlong field is refused on write too, naming it.
 	c.AccountLogin = strings.Repeat("x", maxRecordString+1)
-	if _, err := EncodeConnection(kr, c); !errors.Is(err, ErrRecordFormat) || !strings.Contains(err.Error(), "account_login") {
+	if _, err := EncodeConnection(kr, c); !errors.Is(err, vault.ErrRecordFormat) || !strings.Contains(err.Error(), "account_login") {
 		t.Fatalf("overlong login written: %v", err)
 	}
 }
@@ -284,27 +286,27 @@ func TestCodecRecordVersions(t *testing.T) {
 // refused on write, so no connection is stored that could never be read
 // back.
 func TestCodecRefusesUnreadableWrites(t *testing.T) {
-	kr, err := NewKeyring([]string{"fz"}, [][]byte{bytes.Repeat([]byte{1}, 32)})
+	kr, err := vault.NewKeyring([]string{"fz"}, [][]byte{bytes.Repeat([]byte{1}, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC)
-	base := Connection{ID: "c1", Principal: Principal{Issuer: "https://idp.example", Subject: "alice"}, Provider: "github",
-		AccountID: "1", Status: StatusActive, Created: t0, Updated: t0, Token: TokenSet{AccessToken: "at"}}
+	base := vault.Connection{ID: "c1", Principal: vault.Principal{Issuer: "https://idp.example", Subject: "alice"}, Provider: "github",
+		AccountID: "1", Status: vault.StatusActive, Created: t0, Updated: t0, Token: vault.TokenSet{AccessToken: "at"}}
 	if _, err := EncodeConnection(kr, base); err != nil {
 		t.Fatalf("the valid base: %v", err)
 	}
-	many := map[string]Secret{}
+	many := map[string]vault.Secret{}
 	for i := range maxTokenFields + 1 {
 		many[fmt.Sprintf("f%d", i)] = "v"
 	}
-	for name, mutate := range map[string]func(*Connection){
-		"login not UTF-8":        func(c *Connection) { c.AccountLogin = "a\xffb" },
-		"scope not UTF-8":        func(c *Connection) { c.Scopes = []string{"repo", "\xc3"} },
-		"access token not UTF-8": func(c *Connection) { c.Token.AccessToken = "at\xfe" },
-		"field value not UTF-8":  func(c *Connection) { c.Token.Fields = map[string]Secret{"api_key": "k\xff"} },
-		"empty field name":       func(c *Connection) { c.Token.Fields = map[string]Secret{"": "v"} },
-		"too many fields":        func(c *Connection) { c.Token.Fields = many },
+	for name, mutate := range map[string]func(*vault.Connection){
+		"login not UTF-8":        func(c *vault.Connection) { c.AccountLogin = "a\xffb" },
+		"scope not UTF-8":        func(c *vault.Connection) { c.Scopes = []string{"repo", "\xc3"} },
+		"access token not UTF-8": func(c *vault.Connection) { c.Token.AccessToken = "at\xfe" },
+		"field value not UTF-8":  func(c *vault.Connection) { c.Token.Fields = map[string]vault.Secret{"api_key": "k\xff"} },
+		"empty field name":       func(c *vault.Connection) { c.Token.Fields = map[string]vault.Secret{"": "v"} },
+		"too many fields":        func(c *vault.Connection) { c.Token.Fields = many },
 	} {
 		c := base.Clone()
 		mutate(&c)

@@ -1,12 +1,13 @@
-package vault
+package record
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 	"unicode/utf8"
+
+	"credbroker/vault"
 )
 
 // Connection record format, version 2: binary, one leading version byte,
@@ -20,14 +21,33 @@ import (
 //	uvarint version
 //	byte flags                     bit 0: no refresh token; the others must be 0
 //	bytes tokens                   the sealed token set (Keyring envelope)
+//	ext                            the extension area, to the end of the record
 //
 // str and bytes are a uvarint length then that many bytes; strings are
 // UTF-8. A time is a zigzag varint of Unix seconds then a uvarint of
 // nanoseconds (< 1e9); the zero time.Time is its own value. Varints are
-// minimal. Nothing may follow tokens. The sealed plaintext of a v2 record
-// is binary too (tokensV2 below); a v1 record's is JSON, and a v2 record
-// may carry a v1 plaintext (a metadata update of a v1 record copies the
-// sealed set as is), told apart by the plaintext's first byte.
+// minimal. The sealed plaintext of a v2 record is binary too (tokensV2
+// below), with an extension area of its own; a v1 record's is JSON, and a
+// v2 record may carry a v1 plaintext (a metadata update of a v1 record
+// copies the sealed set as is), told apart by the plaintext's first byte.
+//
+// The extension area is where fields added after format 2 go, so a record
+// can grow without a format 3. It is zero or more fields, each
+//
+//	uvarint tag | bytes value
+//
+// with tags increasing (so each tag at most once). A tag is a field number
+// (1 or more) shifted left by one, its low bit saying whether the field is
+// required. A reader that does not know a required field refuses the
+// record: the field changes what the rest means. A reader that does not
+// know an optional field skips it, and writes it again as it was whenever
+// it rewrites the record (a metadata update, a refresh, a key rotation,
+// a migration), so brokers of two releases can share one store. No field
+// is defined yet: the area is empty, and records are byte for byte what
+// they were before it existed. Everything this reader knows is still
+// decoded strictly: an area that is malformed (tag 0 or 1, tags out of
+// order or repeated, a length past the end) is refused like any other
+// malformed record.
 //
 // Version 1 is the JSON connRecord; it is still read, never written.
 const recordV2 = 0x02
@@ -39,11 +59,6 @@ const (
 	maxRecordTokens = 1 << 20
 	maxTokenFields  = 4096
 )
-
-// ErrRecordFormat: a stored connection record is not one this broker can
-// read: an unknown format version, truncated, with bytes after its last
-// field, an overlong field or a value out of range.
-var ErrRecordFormat = errors.New("vault: malformed connection record")
 
 // recordFieldNames names the v2 fields in order, for errors.
 var recordFieldNames = [...]string{"id", "iss", "sub", "provider", "account_id", "account_login"}
@@ -61,7 +76,7 @@ func appendTime(b []byte, t time.Time) []byte {
 // checkLen refuses a field longer than max, naming it.
 func checkLen(field string, n, max int) error {
 	if n > max {
-		return fmt.Errorf("%w: field %s is %d bytes, more than the %d allowed", ErrRecordFormat, field, n, max)
+		return fmt.Errorf("%w: field %s is %d bytes, more than the %d allowed", vault.ErrRecordFormat, field, n, max)
 	}
 	return nil
 }
@@ -69,7 +84,7 @@ func checkLen(field string, n, max int) error {
 // encodeRecordV2 renders r in format 2.
 func encodeRecordV2(r *connRecord) ([]byte, error) {
 	strs := [...]string{r.ID, r.Issuer, r.Subject, r.Provider, r.AccountID, r.AccountLogin}
-	size := 1 + 5*12 + 10 + 1 + 3 + len(r.Tokens) + 3 + len(r.Status) + 3
+	size := 1 + 5*12 + 10 + 1 + 3 + len(r.Tokens) + len(r.Ext) + 3 + len(r.Status) + 3
 	for i, s := range strs {
 		if err := checkLen(recordFieldNames[i], len(s), maxRecordString); err != nil {
 			return nil, err
@@ -77,7 +92,7 @@ func encodeRecordV2(r *connRecord) ([]byte, error) {
 		size += 3 + len(s)
 	}
 	if len(r.Scopes) > maxRecordScopes {
-		return nil, fmt.Errorf("%w: %d scopes, more than the %d allowed", ErrRecordFormat, len(r.Scopes), maxRecordScopes)
+		return nil, fmt.Errorf("%w: %d scopes, more than the %d allowed", vault.ErrRecordFormat, len(r.Scopes), maxRecordScopes)
 	}
 	for _, s := range r.Scopes {
 		if err := checkLen("scope", len(s), maxRecordString); err != nil {
@@ -89,6 +104,9 @@ func encodeRecordV2(r *connRecord) ([]byte, error) {
 		return nil, err
 	}
 	if err := checkLen("tokens", len(r.Tokens), maxRecordTokens); err != nil {
+		return nil, err
+	}
+	if err := checkExt("format 2", r.Ext); err != nil {
 		return nil, err
 	}
 	if err := checkTimes([]string{"created", "updated", "last_used", "last_refreshed", "refresh_expires"},
@@ -115,7 +133,8 @@ func encodeRecordV2(r *connRecord) ([]byte, error) {
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(len(r.Tokens)))
-	return append(b, r.Tokens...), nil
+	b = append(b, r.Tokens...)
+	return append(b, r.Ext...), nil
 }
 
 // reader decodes a v2 record or token plaintext. Strings are substrings of
@@ -130,7 +149,7 @@ type reader struct {
 
 func (r *reader) fail(format string, args ...any) {
 	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s: %s", ErrRecordFormat, r.what, fmt.Sprintf(format, args...))
+		r.err = fmt.Errorf("%w: %s: %s", vault.ErrRecordFormat, r.what, fmt.Sprintf(format, args...))
 	}
 }
 
@@ -233,7 +252,7 @@ func timeInRange(t time.Time) bool {
 func checkTimes(names []string, ts ...time.Time) error {
 	for i, t := range ts {
 		if !timeInRange(t) {
-			return fmt.Errorf("%w: %s is outside the years 0 to 9999", ErrRecordFormat, names[i])
+			return fmt.Errorf("%w: %s is outside the years 0 to 9999", vault.ErrRecordFormat, names[i])
 		}
 	}
 	return nil
@@ -277,7 +296,7 @@ func decodeRecordV2(b []byte) (connRecord, error) {
 			c.Scopes[i] = rd.str("scope")
 		}
 	}
-	c.Status = ConnectionStatus(rd.str("status"))
+	c.Status = vault.ConnectionStatus(rd.str("status"))
 	c.Created = rd.time("created")
 	c.Updated = rd.time("updated")
 	c.LastUsed = rd.time("last_used")
@@ -290,13 +309,18 @@ func decodeRecordV2(b []byte) (connRecord, error) {
 	}
 	c.NoRefresh = flags&1 != 0
 	tokens := rd.bytes("tokens", maxRecordTokens)
+	tokensEnd := rd.off
+	ext := rd.ext()
 	rd.end()
 	if rd.err != nil {
 		return connRecord{}, rd.err
 	}
 	// A slice of b, not a copy: the envelope is opened or copied into a
 	// new record, never kept.
-	c.Tokens = b[len(b)-len(tokens):]
+	c.Tokens = b[tokensEnd-len(tokens) : tokensEnd]
+	if ext != "" {
+		c.Ext = []byte(ext)
+	}
 	return c, nil
 }
 
@@ -304,15 +328,19 @@ func decodeRecordV2(b []byte) (connRecord, error) {
 //
 //	0x02 | str access | str refresh | str token_type | time expiry | str id_token
 //	uvarint n | (str name | str value) × n, names sorted, distinct and non-empty
+//	ext, the extension area (as the record's), to the end of the plaintext
 func encodeTokensV2(tp *tokenPlain) ([]byte, error) {
 	if err := checkTimes([]string{"token expiry"}, tp.Expiry); err != nil {
 		return nil, err
 	}
 	if len(tp.Fields) > maxTokenFields {
 		// The reader refuses more: never store what cannot be read back.
-		return nil, fmt.Errorf("%w: %d token fields, more than the %d allowed", ErrRecordFormat, len(tp.Fields), maxTokenFields)
+		return nil, fmt.Errorf("%w: %d token fields, more than the %d allowed", vault.ErrRecordFormat, len(tp.Fields), maxTokenFields)
 	}
-	size := 1 + 5*3 + len(tp.AccessToken) + len(tp.RefreshToken) + len(tp.TokenType) + len(tp.IDToken) + 12 + 3
+	if err := checkExt("format 2 token set", []byte(tp.Ext)); err != nil {
+		return nil, err
+	}
+	size := 1 + 5*3 + len(tp.AccessToken) + len(tp.RefreshToken) + len(tp.TokenType) + len(tp.IDToken) + 12 + 3 + len(tp.Ext)
 	names := make([]string, 0, len(tp.Fields))
 	for k, v := range tp.Fields {
 		names = append(names, k)
@@ -331,7 +359,7 @@ func encodeTokensV2(tp *tokenPlain) ([]byte, error) {
 		b = appendStr(b, k)
 		b = appendStr(b, tp.Fields[k])
 	}
-	return b, nil
+	return append(b, tp.Ext...), nil
 }
 
 func decodeTokensV2(pt []byte) (tokenPlain, error) {
@@ -356,6 +384,7 @@ func decodeTokensV2(pt []byte) (tokenPlain, error) {
 			tp.Fields[k], prev = v, k
 		}
 	}
+	tp.Ext = rd.ext()
 	rd.end()
 	if rd.err != nil {
 		return tokenPlain{}, rd.err
@@ -371,4 +400,48 @@ func (r *reader) tok(field string) string {
 		r.fail("field %s is not valid UTF-8", field)
 	}
 	return v
+}
+
+// requiredExt is an extension tag's low bit: the field is required.
+const requiredExt = 1
+
+// ext reads an extension area, which runs to the end of the input, and
+// returns it as stored (empty when there is none); a value is at most
+// maxRecordTokens bytes. It refuses a malformed
+// area and a required field: this broker knows no extension field yet, so
+// a required one is one a newer broker added and this one cannot read.
+func (r *reader) ext() string {
+	start := r.off
+	var prev uint64
+	for r.err == nil && r.off < len(r.s) {
+		at := r.off
+		tag := r.uvarint("extension tag", "")
+		switch {
+		case r.err != nil:
+		case tag < 2:
+			r.fail("extension tag %d at byte %d is not a field (field numbers start at 1)", tag, at)
+		case at > start && tag <= prev:
+			r.fail("extension tag %d at byte %d follows tag %d (tags increase, each appears at most once)", tag, at, prev)
+		case tag&requiredExt != 0:
+			r.fail("required extension field %d (tag %d, at byte %d) is unknown to this broker; a newer broker wrote it", tag>>1, tag, at)
+		default:
+			prev = tag
+			r.bytes("extension field", maxRecordTokens)
+		}
+	}
+	if r.err != nil {
+		return ""
+	}
+	return r.s[start:r.off]
+}
+
+// checkExt refuses an extension area the reader would refuse, so none is
+// written that could not be read back.
+func checkExt(what string, ext []byte) error {
+	if len(ext) == 0 {
+		return nil
+	}
+	rd := reader{s: string(ext), what: what + " extension area"}
+	rd.ext()
+	return rd.err
 }

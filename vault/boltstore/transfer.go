@@ -1,0 +1,217 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"credbroker/vault"
+	"credbroker/vault/internal/record"
+)
+
+// exported are where the records of each kind live, in export order: the
+// keys of bucket that start with prefix.
+var exported = []struct {
+	kind   vault.RecordKind
+	bucket []byte
+	prefix []byte
+}{
+	{vault.KindKeyCanary, bMeta, canaryPrefix},
+	{vault.KindConnection, bConns, nil},
+	{vault.KindRetiredConnection, bRetired, nil},
+	{vault.KindGrant, bGrants, nil},
+	{vault.KindOAuthClient, bOAuthClients, nil},
+	{vault.KindAuthCode, bOAuthCodes, nil},
+	{vault.KindAppAccess, bOAuthApps, nil},
+	{vault.KindDelivery, bOutbox, nil},
+}
+
+// ExportRecords hands every stored record to put, exactly as stored, kind
+// by kind in the order of vault.RecordKind and in key order within a
+// kind, at most batch records at a time (0 means 1000). Each batch is
+// read in a read transaction of its own and put runs after it ends, so
+// put may write anywhere. Index entries are not exported: ImportRecords
+// makes them again.
+func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Records) error) error {
+	if batch <= 0 {
+		batch = 1000
+	}
+	for _, e := range exported {
+		var after []byte
+		for {
+			if err := s.ready(ctx); err != nil {
+				return err
+			}
+			var recs [][]byte
+			err := s.view(func(tx *bolt.Tx) error {
+				recs = nil
+				c := tx.Bucket(e.bucket).Cursor()
+				var k, v []byte
+				switch {
+				case after != nil:
+					if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+						k, v = c.Next()
+					}
+				case len(e.prefix) > 0:
+					k, v = c.Seek(e.prefix)
+				default:
+					k, v = c.First()
+				}
+				for ; k != nil && bytes.HasPrefix(k, e.prefix) && len(recs) < batch; k, v = c.Next() {
+					recs = append(recs, bytes.Clone(v))
+					after = bytes.Clone(k)
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("boltstore: export %s: %w", e.kind, err)
+			}
+			if len(recs) == 0 {
+				break
+			}
+			if err := put(vault.Records{Kind: e.kind, Recs: recs}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// imported is one record ImportRecords stores: rec under key in bucket,
+// with its index entries. It is skipped when the key, or an index key
+// marked unique, is taken.
+type imported struct {
+	bucket, key, rec []byte
+	index            []indexEntry
+}
+
+type indexEntry struct {
+	bucket, key, val []byte
+	unique           bool
+}
+
+// ImportRecords stores records another store exported (this package's
+// ExportRecords or pgstore's) as they are, byte for byte, with their
+// index entries, in one write transaction. A record whose key (or, for an
+// app authorization, whose person and client) is taken is skipped and
+// left as it is, so an interrupted or repeated import is safe. Every
+// record is decoded first, opening nothing; one that does not decode, a
+// connection sealed with a key the ring lacks and a key canary that a
+// configured key of its id does not open are refused, and nothing of the
+// call is stored. Imports run no ChangeHook: deliveries come as records
+// of their own.
+func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, 0, err
+	}
+	items := make([]imported, 0, len(rs.Recs))
+	for _, rec := range rs.Recs {
+		it, err := s.importItem(rs.Kind, rec)
+		if err != nil {
+			return 0, 0, fmt.Errorf("boltstore: import %s: %w", rs.Kind, err)
+		}
+		items = append(items, it)
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		added, skipped = 0, 0
+	next:
+		for _, it := range items {
+			b := tx.Bucket(it.bucket)
+			if b.Get(it.key) != nil {
+				skipped++
+				continue
+			}
+			for _, ix := range it.index {
+				if ix.unique && tx.Bucket(ix.bucket).Get(ix.key) != nil {
+					skipped++
+					continue next
+				}
+			}
+			if err := b.Put(it.key, it.rec); err != nil {
+				return err
+			}
+			for _, ix := range it.index {
+				if err := tx.Bucket(ix.bucket).Put(ix.key, ix.val); err != nil {
+					return err
+				}
+			}
+			added++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("boltstore: import %s: %w", rs.Kind, err)
+	}
+	return added, skipped, nil
+}
+
+// importItem decodes one exported record of kind and says where it goes.
+func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) {
+	switch kind {
+	case vault.KindKeyCanary:
+		id, err := vault.EnvelopeKeyID(rec)
+		if err != nil {
+			return imported{}, fmt.Errorf("a key canary: %w", err)
+		}
+		if s.kr.Has(id) {
+			if _, _, err := s.kr.Open(rec, canaryAAD(id)); err != nil {
+				return imported{}, fmt.Errorf("key %s does not match the one the source was written with: %w", id, ErrWrongKey)
+			}
+		}
+		return imported{bucket: bMeta, key: append(bytes.Clone(canaryPrefix), id...), rec: rec}, nil
+	case vault.KindConnection, vault.KindRetiredConnection:
+		m, err := record.ConnectionMeta(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		if !s.kr.Has(m.SealedWith) {
+			return imported{}, fmt.Errorf("connection %s: sealed with key %s, which the key ring lacks: %w", m.ID, m.SealedWith, vault.ErrUnknownKey)
+		}
+		bucket, idx := bConns, bConnByPrinc
+		if kind == vault.KindRetiredConnection {
+			bucket, idx = bRetired, bRetiredByPrinc
+		}
+		return imported{bucket: bucket, key: []byte(m.ID), rec: rec,
+			index: []indexEntry{{bucket: idx, key: connIndexKey(m.Principal, m.ID)}}}, nil
+	case vault.KindGrant:
+		g, err := record.DecodeGrant(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		return imported{bucket: bGrants, key: []byte(g.ID), rec: rec, index: []indexEntry{
+			{bucket: bGrantByPrin, key: grantPrincipalKey(g)},
+			{bucket: bGrantByExp, key: grantExpiryKey(g)},
+		}}, nil
+	case vault.KindOAuthClient:
+		c, err := record.DecodeOAuthClient(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		return imported{bucket: bOAuthClients, key: []byte(c.ID), rec: rec}, nil
+	case vault.KindAuthCode:
+		c, err := record.DecodeAuthCode(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		return imported{bucket: bOAuthCodes, key: []byte(c.Key), rec: rec}, nil
+	case vault.KindAppAccess:
+		a, err := record.DecodeAppAccess(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		return imported{bucket: bOAuthApps, key: []byte(a.ID), rec: rec, index: []indexEntry{
+			{bucket: bOAuthAppByClient, key: appClientKey(a.Principal, a.ClientID), val: []byte(a.ID), unique: true},
+		}}, nil
+	case vault.KindDelivery:
+		d, err := record.DecodeDelivery(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		return imported{bucket: bOutbox, key: outboxKey(d.ID, d.Endpoint), rec: rec, index: []indexEntry{
+			{bucket: bOutboxDue, key: dueKey(d)},
+		}}, nil
+	}
+	return imported{}, fmt.Errorf("unknown record kind %d", int(kind))
+}

@@ -1,0 +1,93 @@
+package record
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"credbroker/vault"
+)
+
+// grantRecord is the stored form of a Grant (no secrets).
+type grantRecord struct {
+	V            int              `json:"v"`
+	ID           string           `json:"id"`
+	Issuer       string           `json:"iss"`
+	Subject      string           `json:"sub"`
+	Provider     string           `json:"provider"`
+	Scopes       []string         `json:"scopes,omitempty"`
+	ClientName   string           `json:"client_name,omitempty"`
+	Server       string           `json:"server,omitempty"`
+	Created      time.Time        `json:"created"`
+	Expires      time.Time        `json:"expires"`
+	State        vault.GrantState `json:"state"`
+	ConnectionID string           `json:"connection_id,omitempty"`
+	Rounds       int              `json:"rounds,omitempty"`
+	Attempts     int              `json:"attempts,omitempty"`
+	Version      uint64           `json:"version"`
+}
+
+// EncodeGrant renders g for storage.
+func EncodeGrant(g vault.Grant) ([]byte, error) {
+	if g.ID == "" {
+		return nil, errors.New("vault: grant without id")
+	}
+	if err := validUTF8(g.ID, g.Principal.Issuer, g.Principal.Subject, g.Provider, g.ClientName,
+		g.Server, string(g.State), g.ConnectionID); err != nil {
+		return nil, fmt.Errorf("vault: grant %q: %w", g.ID, err)
+	}
+	if err := validUTF8(g.Scopes...); err != nil {
+		return nil, fmt.Errorf("vault: grant %q: scopes: %w", g.ID, err)
+	}
+	r := grantRecord{
+		V: recordV1, ID: g.ID, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject,
+		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Server: g.Server, Created: g.Created,
+		Expires: g.Expires, State: g.State, ConnectionID: g.ConnectionID, Rounds: g.Rounds, Attempts: g.Attempts,
+		Version: g.Version,
+	}
+	if b, ok := encodeGrantRecord(&r); ok {
+		return b, nil
+	}
+	return json.Marshal(r)
+}
+
+// DecodeGrant parses a stored grant.
+func DecodeGrant(b []byte) (vault.Grant, error) {
+	var r grantRecord
+	if !decodeGrantRecord(b, &r) {
+		r = grantRecord{}
+		if err := json.Unmarshal(b, &r); err != nil {
+			return vault.Grant{}, fmt.Errorf("vault: decode grant record: %w", err)
+		}
+	}
+	if r.V != recordV1 {
+		return vault.Grant{}, fmt.Errorf("vault: grant record version %d is not supported", r.V)
+	}
+	if r.ID == "" {
+		return vault.Grant{}, errors.New("vault: grant record without id")
+	}
+	return vault.Grant{
+		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject}, Provider: r.Provider,
+		Scopes: r.Scopes, ClientName: r.ClientName, Server: r.Server, Created: r.Created, Expires: r.Expires,
+		State: r.State, ConnectionID: r.ConnectionID, Rounds: r.Rounds, Attempts: r.Attempts, Version: r.Version,
+	}, nil
+}
+
+// checkGrantUpdate reports an error when an update closure changed an
+// immutable field of a grant or returned a stale version.
+func checkGrantUpdate(old, new vault.Grant) error {
+	if old.ID != new.ID || old.Principal != new.Principal {
+		return fmt.Errorf("vault: update of grant %s changed an immutable field (id or principal)", old.ID)
+	}
+	return checkVersion("grant", old.ID, old.Version, new.Version)
+}
+
+// ApplyGrantUpdate runs an UpdateGrant closure on the current grant with
+// the update rules (applyUpdate): ID and Principal are immutable.
+func ApplyGrantUpdate(old vault.Grant, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
+	return applyUpdate(old, fn, vault.Grant.Clone, checkGrantUpdate, func(n, o vault.Grant) vault.Grant { n.Version = o.Version + 1; return n })
+}
+
+// Grants are the stored grants.
+var Grants = Kind[vault.Grant]{Encode: EncodeGrant, Decode: DecodeGrant, Apply: ApplyGrantUpdate}

@@ -1,0 +1,170 @@
+package vaulttest
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"credbroker/vault"
+)
+
+// FillEveryKind stores records of every vault.RecordKind in s through its
+// API, for tests that move a store's contents (broker migrate): OAuth and
+// API-key connections of two people (one with bytes some databases
+// mangle) in both statuses, one of them retired; grants in three states;
+// a confidential and a public registered client; a redeemed and an
+// unredeemed authorization code; app authorizations with token families;
+// webhook deliveries, one of them retried. Key canaries are the store's
+// own. s must also be a vault.AuthStore, with an outbox and an AdminStore.
+// It returns how many records of each kind it stored.
+func FillEveryKind(t *testing.T, s vault.Store) map[vault.RecordKind]int {
+	t.Helper()
+	ctx := t.Context()
+	auth, ok := s.(vault.AuthStore)
+	if !ok {
+		t.Fatalf("%T is no AuthStore", s)
+	}
+	out, adm := outboxOf(t, s), adminOf(t, s)
+	check := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("fill: %s: %v", what, err)
+		}
+	}
+
+	for _, c := range []vault.Connection{
+		Conn("conn-a1", alice, "github", "1"),
+		Conn("conn-a2", alice, "google", "alice@example.com"),
+		KeyConn("conn-a3", alice, "jira", "a3"),
+		Conn("conn-o1", odd, "github", "2"),
+		Conn("conn-o2", odd, "github", "3"),
+	} {
+		_, err := s.CreateConnection(ctx, c)
+		check("create "+c.ID, err)
+	}
+	_, err := s.UpdateConnectionMeta(ctx, "conn-a2", func(c vault.Connection) (vault.Connection, error) {
+		c.Status, c.LastUsed = vault.StatusNeedsReconnect, base.Add(time.Minute)
+		return c, nil
+	})
+	check("needs reconnect", err)
+	_, err = s.UpdateConnection(ctx, "conn-o1", func(c vault.Connection) (vault.Connection, error) {
+		c.Token.AccessToken, c.LastRefreshed, c.RefreshExpires = "at-conn-o1-refreshed", base.Add(time.Hour), base.AddDate(0, 6, 0)
+		return c, nil
+	})
+	check("refresh", err)
+	check("retire", adm.RetireConnection(ctx, "conn-o2"))
+
+	for i, g := range []vault.Grant{
+		grant("grant-1", alice, base, base.Add(10*time.Minute)),
+		grant("grant-2", odd, base.Add(time.Second), base.Add(10*time.Minute)),
+		grant("grant-3", alice, base.Add(-time.Hour), base.Add(-50*time.Minute)),
+	} {
+		_, err := s.CreateGrant(ctx, g)
+		check("create "+g.ID, err)
+		if i == 1 {
+			_, err = s.UpdateGrant(ctx, g.ID, func(g vault.Grant) (vault.Grant, error) {
+				g.State, g.ConnectionID, g.Rounds, g.Attempts = vault.GrantCompleted, "conn-o1", 2, 1
+				return g, nil
+			})
+			check("complete "+g.ID, err)
+		}
+	}
+
+	public := oauthClient("client-public", base)
+	public.SecretHash, public.AuthMethod = nil, "none"
+	for _, c := range []vault.OAuthClient{oauthClient("client-confidential", base), public} {
+		_, err := auth.CreateOAuthClient(ctx, c, 0)
+		check("create "+c.ID, err)
+	}
+	_, err = auth.UpdateOAuthClient(ctx, "client-public", func(c vault.OAuthClient) (vault.OAuthClient, error) {
+		c.Used = base.Add(time.Minute)
+		return c, nil
+	})
+	check("use client", err)
+
+	for _, c := range []vault.AuthCode{authCode("code-redeemed", odd, base.Add(time.Minute)), authCode("code-open", alice, base.Add(time.Minute))} {
+		check("create code", auth.CreateAuthCode(ctx, c))
+	}
+	_, err = auth.RedeemAuthCode(ctx, vault.SecretKey("code-redeemed"))
+	check("redeem code", err)
+
+	a := appAccess("app-1", alice, "client-public")
+	a.Families = []vault.TokenFamily{
+		{ID: "fam-1", Scopes: []string{"mcp"}, Resource: "https://broker.example/mcp", Created: base, Expires: base.AddDate(0, 1, 0),
+			RefreshHash: vault.SecretKey("rt-2"), Refreshed: base.Add(time.Hour), Spent: []string{vault.SecretKey("rt-1")}},
+		{ID: "fam-2", Resource: "https://broker.example/mcp", Created: base, Expires: base.AddDate(0, 1, 0)},
+	}
+	for _, a := range []vault.AppAccess{a, appAccess("app-2", odd, "https://claude.example/client.json")} {
+		_, err := auth.CreateAppAccess(ctx, a)
+		check("create "+a.ID, err)
+	}
+
+	ds := []vault.Delivery{
+		{ID: "evt-1", Endpoint: "audit", Type: "connection.created", Created: base, Payload: []byte(`{"type":"connection.created"}`), Due: base},
+		{ID: "evt-1", Endpoint: "crm", Type: "connection.created", Created: base, Payload: []byte(`{"type":"connection.created"}`), Due: base},
+		{ID: "evt-2", Endpoint: "audit", Type: "app.removed", Created: base.Add(time.Second), Payload: []byte(`{}`), Due: base},
+	}
+	check("enqueue", out.EnqueueDeliveries(ctx, ds))
+	ds[2].Attempts, ds[2].Due, ds[2].LastError = 3, base.Add(time.Hour), "502 from the endpoint"
+	check("retry", out.RetryDelivery(ctx, ds[2]))
+
+	return map[vault.RecordKind]int{
+		vault.KindConnection: 4, vault.KindRetiredConnection: 1, vault.KindGrant: 3,
+		vault.KindOAuthClient: 2, vault.KindAuthCode: 2, vault.KindAppAccess: 2, vault.KindDelivery: 3,
+	}
+}
+
+// Exporter is a store that exports its records (boltstore, pgstore).
+type Exporter interface {
+	ExportRecords(ctx context.Context, batch int, put func(vault.Records) error) error
+}
+
+// Exported returns every record s exports, by kind, in export order.
+func Exported(t *testing.T, s Exporter) map[vault.RecordKind][][]byte {
+	t.Helper()
+	all := map[vault.RecordKind][][]byte{}
+	err := s.ExportRecords(t.Context(), 3, func(rs vault.Records) error {
+		all[rs.Kind] = append(all[rs.Kind], rs.Recs...)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("export: %v", err)
+	}
+	return all
+}
+
+// SameRecords fails unless a and b hold the same records, byte for byte,
+// in the same order; key canaries, which each store seals itself (with a
+// random nonce), by the key ids they name.
+func SameRecords(t *testing.T, a, b Exporter) {
+	t.Helper()
+	ra, rb := Exported(t, a), Exported(t, b)
+	keyIDs := func(canaries [][]byte) []string {
+		var ids []string
+		for _, c := range canaries {
+			id, err := vault.EnvelopeKeyID(c)
+			if err != nil {
+				t.Fatalf("a key canary: %v", err)
+			}
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	if ia, ib := keyIDs(ra[vault.KindKeyCanary]), keyIDs(rb[vault.KindKeyCanary]); !slices.Equal(ia, ib) {
+		t.Errorf("key canaries for %q and %q", ia, ib)
+	}
+	delete(ra, vault.KindKeyCanary)
+	delete(rb, vault.KindKeyCanary)
+	for k := range rb {
+		if _, ok := ra[k]; !ok {
+			t.Errorf("%s: %d records, and none in the other store", k, len(rb[k]))
+		}
+	}
+	for k, recs := range ra {
+		if !slices.EqualFunc(recs, rb[k], bytes.Equal) {
+			t.Errorf("%s differ:\n%q\n%q", k, recs, rb[k])
+		}
+	}
+}
