@@ -9,13 +9,13 @@
 // its own broker, and for each:
 //
 //   - load: tools/call connect_account for an already connected person
-//     over HTTP, at several concurrencies, both modes in turns with their
-//     floors in the same run: a bare net/http handler decoding the same
-//     JSON-RPC body and answering fixed JSON, and on PostgreSQL the same
-//     plus one SQL round trip (a primary-key read) on the same server;
-//     throughput, p50, p99, the ratios to the floors and, on PostgreSQL,
-//     the server's CPU per request; then the SQL statements per call from
-//     pg_stat_statements;
+//     over HTTP, at several concurrencies, both modes in turns with the
+//     floor in the same run: a bare net/http handler decoding the same
+//     JSON-RPC body and answering fixed JSON (on PostgreSQL also the floor
+//     plus one SQL round trip, a primary-key read on the same server, for
+//     reference); throughput, p50, p99, the ratios to the floor and, on
+//     PostgreSQL, the server's CPU and the SQL statements per request
+//     (pg_stat_statements);
 //   - provider: provider_request's added latency at p50 (c=1);
 //   - opens: token-set decryptions per list_connections and per
 //     provider_request for a person with five connections;
