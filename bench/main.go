@@ -145,6 +145,7 @@ func run(cfg config) error {
 			return err
 		}
 	}
+	sum.compareMRTR()
 	sum.print()
 	fmt.Printf("load average at end: %s\n", loadavg())
 	return nil
@@ -209,9 +210,42 @@ func loadavg() string {
 // checked. A measure without a target is printed in its own section only.
 type summary struct {
 	lines []summaryLine
-	// mrtrCPU is each store's MRTR CPU per round trip in the default
-	// mode, so PostgreSQL's row can show bolt's next to it.
-	mrtrCPU map[string]float64
+	// mrtr is each store's MRTR CPU per round trip by mode (on
+	// PostgreSQL the broker's and the server's), so PostgreSQL's can be
+	// set next to bbolt's once both ran.
+	mrtr map[string]map[string]mrtrFigure
+}
+
+// mrtrFigure is the CPU of one store's MRTR round trip and of its floor's
+// two bare durable commits, µs.
+type mrtrFigure struct{ cpu, floor float64 }
+
+func (s *summary) setMRTR(kind, mode string, f mrtrFigure) {
+	if s.mrtr == nil {
+		s.mrtr = map[string]map[string]mrtrFigure{}
+	}
+	if s.mrtr[kind] == nil {
+		s.mrtr[kind] = map[string]mrtrFigure{}
+	}
+	s.mrtr[kind][mode] = f
+}
+
+// compareMRTR adds PostgreSQL's MRTR CPU next to bbolt's: what the round
+// trip adds to each store's two bare durable commits (on PostgreSQL the
+// broker's and the server's CPU together) may be no more on PostgreSQL.
+// Without both figures there is no row.
+func (s *summary) compareMRTR() {
+	for _, m := range modes {
+		p, okp := s.mrtr[storePostgres][m]
+		b, okb := s.mrtr[storeBolt][m]
+		if !okp || !okb {
+			continue
+		}
+		padd, badd := (p.cpu-p.floor)/1000, (b.cpu-b.floor)/1000
+		s.add(fmt.Sprintf("%s, MRTR round trip, %s: CPU ms added to the store's 2 bare commits, broker and PostgreSQL", storeTitle(storePostgres), pathName(m)),
+			fmt.Sprintf("%.3f (%.3f with them; bbolt's: %.3f added, %.3f with them)", padd, p.cpu/1000, badd, b.cpu/1000),
+			fmt.Sprintf("≤ %.3f (bbolt's)", badd), padd <= badd)
+	}
 }
 
 type summaryLine struct {
