@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"credbroker/internal/testskip"
+	"credbroker/vault/pgstore/pgtest"
+)
+
+// TestTargetsTableChecksEveryRow runs the load measure briefly on both
+// stores and reads the closing table: it covers both modes on both stores,
+// every row's target is a comparison, and every row's "met" is that
+// comparison applied to the figure the row prints, so no row says "met"
+// without a check.
+func TestTargetsTableChecksEveryRow(t *testing.T) {
+	testskip.Short(t, "starts PostgreSQL and two brokers")
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = devnull
+	t.Cleanup(func() { os.Stdout = stdout; devnull.Close() })
+	pg, err := startPostgres()
+	if err != nil {
+		pgtest.Unavailable(t, err)
+	}
+	t.Cleanup(pg.close)
+	cfg := config{only: "load", duration: time.Second, concs: "16"}
+	sum := &summary{}
+	for _, kind := range []string{storeBolt, storePostgres} {
+		if err := runStore(cfg, kind, t.TempDir(), pg, []int{16}, sum); err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+	}
+	want := map[string]bool{}
+	for _, kind := range []string{storeBolt, storePostgres} {
+		for _, m := range modes {
+			what := fmt.Sprintf("%s, %s, c=16", storeTitle(kind), pathName(m))
+			want[what+": throughput ÷ floor"] = true
+			if kind == storeBolt {
+				want[what+": p99 ÷ floor's"] = true
+			} else {
+				want[what+": SQL statements per call"] = true
+			}
+		}
+	}
+	for _, l := range sum.lines {
+		delete(want, l.what)
+		if err := checkLine(l); err != nil {
+			t.Errorf("row %q: %v", l.what, err)
+		}
+	}
+	for what := range want {
+		t.Errorf("the targets table has no row %q", what)
+	}
+}
+
+// checkLine reports whether l's "met" is its target's comparison applied
+// to the first number of its measure. Within rounding of a ≥ or ≤
+// threshold either answer is accepted.
+func checkLine(l summaryLine) error {
+	got, err := firstNumber(l.got)
+	if err != nil {
+		return fmt.Errorf("measure %q: %v", l.got, err)
+	}
+	op, rest := "=", l.target
+	for _, p := range []string{"≥", "≤"} {
+		if r, ok := strings.CutPrefix(l.target, p); ok {
+			op, rest = p, r
+		}
+	}
+	want, err := firstNumber(rest)
+	if err != nil {
+		return fmt.Errorf("target %q is not a comparison: %v", l.target, err)
+	}
+	var holds bool
+	switch op {
+	case "≥":
+		holds = got >= want
+	case "≤":
+		holds = got <= want
+	default:
+		holds = got == want
+	}
+	if holds != l.met && (op == "=" || math.Abs(got-want) > 0.006) {
+		return fmt.Errorf("measured %v, target %s: met says %v", got, l.target, l.met)
+	}
+	return nil
+}
+
+func firstNumber(s string) (float64, error) {
+	f := strings.Fields(strings.NewReplacer("×", " ", "(", " ").Replace(s))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("empty")
+	}
+	return strconv.ParseFloat(f[0], 64)
+}
+
+func TestCheckLine(t *testing.T) {
+	for _, tc := range []struct {
+		l    summaryLine
+		fail bool
+	}{
+		{summaryLine{"a", "0.91× (1 vs 1 req/s)", "≥ 0.90×", true}, false},
+		{summaryLine{"a", "0.80× (1 vs 1 req/s)", "≥ 0.90×", false}, false},
+		{summaryLine{"a", "0.80× (1 vs 1 req/s)", "≥ 0.90×", true}, true},
+		{summaryLine{"a", "1.686 (user 1.2)", "≤ 1", false}, false},
+		{summaryLine{"a", "2.00", "≤ 3", true}, false},
+		{summaryLine{"a", "0.00", "0", true}, false},
+		{summaryLine{"a", "1.00", "1", false}, true},
+		// What the table printed before: a figure with no check, met.
+		{summaryLine{"a", "0.84× (5609 vs 6701 req/s)", "(reported)", true}, true},
+		{summaryLine{"a", "0.85×", "≥ 0.85×", false}, false}, // rounding
+	} {
+		if err := checkLine(tc.l); (err != nil) != tc.fail {
+			t.Errorf("%+v: %v, want failure %v", tc.l, err, tc.fail)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"time"
+)
+
+// providerOverhead compares GET /user through provider_request (default
+// mode) with the same call straight to the fake API, and through a bare
+// forwarder, one client at a time.
+func (st *stack) providerOverhead(cfg config) error {
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"provider_request","arguments":{"provider":"github","method":"GET","path":"/user"},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}}}}`)
+	brokerReq := func() *http.Request {
+		r := st.newRequest(st.endpoint(modeBroker), st.aliceAuth[modeBroker], body)
+		r.Header.Set("Mcp-Name", "provider_request")
+		return r
+	}
+	// Check once that the broker really reaches the API.
+	resp, err := http.DefaultClient.Do(brokerReq())
+	if err != nil {
+		return err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`\"login\":\"octocat\"`)) {
+		return fmt.Errorf("provider_request: HTTP %d %s", resp.StatusCode, b)
+	}
+	directReq := func() *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, st.apiURL+"/user", nil)
+		r.Header.Set("Authorization", "Bearer "+benchAccessToken)
+		return r
+	}
+	proxyReq := func() *http.Request {
+		r := st.newRequest(st.proxyURL+"/mcp", nil, body)
+		r.Header.Set("Mcp-Name", "provider_request")
+		return r
+	}
+	fmt.Printf("\n## provider_request overhead (%s, default path): GET /user through the broker vs straight to the fake API, and through a bare net/http forwarder (c=1, %s each, alternating 1s slices)\n\n", storeTitle(st.kind), cfg.duration)
+	fmt.Println("| path | req/s | p50 ms | p99 ms |")
+	fmt.Println("|---|---|---|---|")
+	if cfg.cpuprofile != "" {
+		f, err := os.Create(cfg.cpuprofile + "." + st.kind + ".provider")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		pprof.StartCPUProfile(f)
+	}
+	// The profile covers all three paths.
+	r := alternate(cfg.duration, cfg.warmup,
+		func(w, d time.Duration) loadResult { return hammerWith(brokerReq, 1, w, d, nil) },
+		func(w, d time.Duration) loadResult { return hammerWith(directReq, 1, w, d, nil) },
+		func(w, d time.Duration) loadResult { return hammerWith(proxyReq, 1, w, d, nil) })
+	if cfg.cpuprofile != "" {
+		pprof.StopCPUProfile()
+	}
+	br, dr, pr := r[0], r[1], r[2]
+	fmt.Printf("| broker provider_request | %.0f | %s | %s |\n| direct | %.0f | %s | %s |\n| bare forwarder (floor) | %.0f | %s | %s |\n",
+		br.rps, ms(br.p50), ms(br.p99), dr.rps, ms(dr.p50), ms(dr.p99), pr.rps, ms(pr.p50), ms(pr.p99))
+	added, floor := br.p50-dr.p50, pr.p50-dr.p50
+	fmt.Printf("\nadded at p50: %s ms; the bare forwarder adds %s ms (a second HTTP hop, one JSON decode and encode), so the broker's own work adds %s ms\n",
+		ms(added), ms(floor), ms(added-floor))
+	st.sum.add(storeTitle(st.kind)+", provider_request: added p50 ms", fmt.Sprintf("%s (bare forwarder %s)", ms(added), ms(floor)), "≤ 0.1", added <= 100*time.Microsecond && br.errors == 0)
+	return nil
+}
+
+// opens counts token-set decryptions per tools/call for bob, who has five
+// connections: list_connections should open none, provider_request (GET
+// /user at github) exactly the one it uses. Calls run in-process, one at a
+// time, in the default mode, so the keyring's counter is exact.
+func (st *stack) opens() error {
+	const n = 200
+	call := func(tool, args string) (float64, error) {
+		body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":` + args + `,` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`)
+		do := func() error {
+			r := st.newRequest(st.endpoint(modeBroker), st.bobAuth[modeBroker], body)
+			r.Header.Set("Mcp-Name", tool)
+			rr := &recorder{h: http.Header{}}
+			st.srv[modeBroker].ServeHTTP(rr, r)
+			if rr.status != 200 || bytes.Contains(rr.body.Bytes(), []byte(`"isError":true`)) {
+				return fmt.Errorf("%s: HTTP %d %s", tool, rr.status, rr.body.Bytes())
+			}
+			return nil
+		}
+		if err := do(); err != nil { // warm: token cache, last use
+			return 0, err
+		}
+		before := st.keys.Opens()
+		for range n {
+			if err := do(); err != nil {
+				return 0, err
+			}
+		}
+		return float64(st.keys.Opens()-before) / n, nil
+	}
+	list, err := call("list_connections", "{}")
+	if err != nil {
+		return err
+	}
+	req, err := call("provider_request", `{"provider":"github","method":"GET","path":"/user"}`)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n## Decryptions per call (%s; bob: five connections, %d calls each)\n\nlist_connections: %.2f opens per call; provider_request: %.2f opens per call\n", storeTitle(st.kind), n, list, req)
+	st.sum.add(storeTitle(st.kind)+", list_connections, 5 connections: opens per call", fmt.Sprintf("%.2f", list), "0", list == 0)
+	st.sum.add(storeTitle(st.kind)+", provider_request: opens per call", fmt.Sprintf("%.2f", req), "1", req == 1)
+	return nil
+}
+
+// recorder is a minimal http.ResponseWriter for in-process calls.
+type recorder struct {
+	h      http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.h }
+func (r *recorder) WriteHeader(s int) {
+	if r.status == 0 {
+		r.status = s
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = 200
+	}
+	return r.body.Write(b)
+}

@@ -1,0 +1,588 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"credbroker/authserver"
+	"credbroker/binding"
+	"credbroker/connections"
+	"credbroker/internal/devidp"
+	"credbroker/internal/logredact"
+	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
+	"credbroker/mcpapi"
+	"credbroker/oauthflow"
+	"credbroker/provider"
+	"credbroker/vault"
+	"credbroker/vault/boltstore"
+	"credbroker/vault/pgstore"
+)
+
+// stack is one broker on one store: the MCP endpoint in both modes (the
+// default one with the authorization server and the browser sign-in on the
+// broker's listener, the issuer mode on a listener of its own, both on the
+// same connections layer and store), the IdP, the fake provider API and
+// the floors, each on its own loopback listener.
+type stack struct {
+	kind      string // storeBolt or storePostgres
+	base      string // broker base URL (default mode: --mcp-auth broker)
+	issuerURL string // the same broker in --mcp-auth issuer mode
+	baseline  string // the JSON floor's URL
+	sqlFloor  string // PostgreSQL: the JSON + one SQL round trip floor's URL
+	header    http.Header
+	alice     vault.Principal
+	aliceAuth map[string][]string // Authorization header by mode
+	bobAuth   map[string][]string
+	store     vault.Store // the plain store
+	bolt      *boltstore.Store
+	pg        *pgServer
+	dbURL     string // PostgreSQL: the broker's database (its own schema)
+	keys      *vault.Keyring
+	srv       map[string]*mcpapi.Server // by mode
+	grants    *binding.Service
+	conns     *connections.Service
+	people    []mrtrPerson   // who the MRTR round trips are for, in turns
+	counter   *countingStore // durable commits through the broker's store
+	apiURL    string         // the fake provider API
+	proxyURL  string         // provider_request's floor: a bare forwarder
+	sum       *summary
+	closers   []func()
+}
+
+// MCP authorization modes (--mcp-auth), the default first.
+const (
+	modeBroker = "broker"
+	modeIssuer = "issuer"
+)
+
+var modes = []string{modeBroker, modeIssuer}
+
+func modeLabel(m string) string {
+	if m == modeBroker {
+		return "--mcp-auth broker (default)"
+	}
+	return "--mcp-auth issuer"
+}
+
+func (st *stack) close() {
+	for i := len(st.closers) - 1; i >= 0; i-- {
+		st.closers[i]()
+	}
+}
+
+func listen() (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	return ln, "http://" + ln.Addr().String(), nil
+}
+
+func serve(st *stack, ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+	go srv.Serve(ln)
+	st.closers = append(st.closers, func() { srv.Close() })
+}
+
+// brokerClientID is the broker's own client at the IdP (its sign-in).
+const brokerClientID = "credbroker-bench"
+
+func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) {
+	st := &stack{kind: kind, pg: pg, srv: map[string]*mcpapi.Server{}}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	ctx := context.Background()
+	t0 := time.Now()
+
+	// The IdP, on its own listener.
+	idpLn, idpURL, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	users := devidp.DefaultUsers()
+	for i := range mrtrPeople {
+		name := mrtrName(i)
+		users = append(users, devidp.User{Username: name, Password: name, Subject: name, Email: name + "@example.test", Name: name})
+	}
+	idp, err := devidp.New(devidp.Options{Issuer: idpURL + "/idp", Users: users})
+	if err != nil {
+		return nil, err
+	}
+	idpMux := http.NewServeMux()
+	idpMux.Handle("/idp/", idp.Handler())
+	serve(st, idpLn, idpMux)
+
+	brokerLn, base, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	st.base = base
+	if err := idp.AddClient(devidp.Client{ID: brokerClientID, Secret: "bench-idp-secret", RedirectURIs: []string{base + "/auth/callback"}}); err != nil {
+		return nil, err
+	}
+	st.keys, err = vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case storeBolt:
+		st.bolt, err = boltstore.Open(filepath.Join(dir, "broker.db"), st.keys, boltstore.Options{})
+		if err != nil {
+			return nil, err
+		}
+		st.store = st.bolt
+	case storePostgres:
+		dbURL, err := pg.freshSchema()
+		if err != nil {
+			return nil, err
+		}
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ps, err := pgstore.Open(octx, dbURL, st.keys, pgstore.Options{})
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		st.store, st.dbURL = ps, dbURL
+	}
+	st.closers = append(st.closers, func() { st.store.Close() })
+	st.alice = vault.Principal{Issuer: idp.Issuer(), Subject: "alice"}
+	now := time.Now()
+	if _, err := st.store.CreateConnection(ctx, vault.Connection{
+		ID: "conn_bench_alice_github", Principal: st.alice, Provider: "github", AccountID: "583231", AccountLogin: "octocat",
+		Scopes: []string{"read:user", "repo"}, Status: vault.StatusActive, Created: now, Updated: now,
+		Token: vault.TokenSet{AccessToken: benchAccessToken, TokenType: "bearer"},
+	}); err != nil {
+		return nil, err
+	}
+	log := slog.New(logredact.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	rec := telemetry.New(telemetry.Options{Providers: []string{"demo", "github"}, Audit: log, ProcessMetrics: true})
+	// bob: five connections, one of them github with the fake API's token
+	// (opens per list_connections and per provider_request).
+	bob := vault.Principal{Issuer: idp.Issuer(), Subject: "bob"}
+	for i, pv := range []string{"github", "gitlab", "slack", "notion", "linear"} {
+		if _, err := st.store.CreateConnection(ctx, vault.Connection{
+			ID: fmt.Sprintf("conn_bench_bob_%d", i), Principal: bob, Provider: pv, AccountID: strconv.Itoa(100 + i), AccountLogin: "bob-" + pv,
+			Scopes: []string{"read:user"}, Status: vault.StatusActive, Created: now, Updated: now,
+			Token: vault.TokenSet{AccessToken: benchAccessToken, TokenType: "bearer"},
+		}); err != nil {
+			return nil, err
+		}
+	}
+	st.counter = &countingStore{Store: st.store, twoSteps: cfg.twoSteps}
+	tp, err := st.startTracing(ctx, cfg.tracing)
+	if err != nil {
+		return nil, err
+	}
+	store := tracing.WrapStore(tp, rec.WrapStore(st.counter))
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+	// The fake provider API: answers GET /user for the seeded token.
+	apiLn, apiURL, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	st.apiURL = apiURL
+	serve(st, apiLn, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+benchAccessToken || r.URL.Path != "/user" {
+			http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.Write([]byte(`{"login":"octocat","id":583231,"name":"The Octocat","public_repos":8}`))
+	}))
+	reg, err := provider.ParseProviders("bench providers", []byte(`providers:
+  github:
+    display_name: GitHub
+    type: oauth2
+    authorization_url: `+apiURL+`/login/oauth/authorize
+    token_url: `+apiURL+`/login/oauth/access_token
+    client_id: bench
+    client_secret: ${SECRET}
+    default_scopes: [read:user]
+    allowed_scopes: [read:user, repo]
+    account: {url: `+apiURL+`/user, id_field: id, login_field: login}
+    api: {base_url: `+apiURL+`}
+  demo:
+    display_name: Demo
+    type: oauth2
+    authorization_url: `+apiURL+`/demo/authorize
+    token_url: `+apiURL+`/demo/token
+    client_id: bench
+    client_secret: ${SECRET}
+    default_scopes: [profile]
+    account: {url: `+apiURL+`/demo/user, id_field: id}
+`), func(string) string { return "bench-secret" })
+	if err != nil {
+		return nil, err
+	}
+	pc, err := provider.New(provider.Options{Store: store, Providers: reg, HTTPClient: client, Logger: log, Telemetry: rec, Tracing: tp})
+	if err != nil {
+		return nil, err
+	}
+	st.grants = binding.New(store, binding.Options{})
+	st.conns, err = connections.New(connections.Options{Store: store, Grants: st.grants,
+		Client: pc, PublicURL: base, Telemetry: rec, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+
+	// As serve wires broker mode: the authorization server on the plain
+	// store, people signing in through the browser flow's session.
+	astore, ok := st.store.(vault.AuthStore)
+	if !ok {
+		return nil, fmt.Errorf("the %s store cannot hold the authorization server's records", kind)
+	}
+	var flow *oauthflow.Flow
+	as, err := authserver.New(authserver.Options{
+		PublicURL: base, Resource: base + "/mcp", IdPIssuer: idp.Issuer(), Store: astore, Keys: st.keys,
+		Person: func(r *http.Request) (authserver.Person, bool) {
+			p, ok := flow.SignedIn(r)
+			return authserver.Person{Principal: p.Principal, Display: p.Display, CSRF: p.CSRF}, ok
+		},
+		StartSignIn:  func(w http.ResponseWriter, r *http.Request, returnTo string) { flow.StartSignIn(w, r, returnTo) },
+		Registration: true, Logger: log, Telemetry: rec, Tracing: tp,
+	})
+	if err != nil {
+		return nil, err
+	}
+	flow, err = oauthflow.New(ctx, oauthflow.Options{
+		PublicURL: base, Issuer: idp.Issuer(), ClientID: brokerClientID, ClientSecret: "bench-idp-secret",
+		Grants: st.grants, Connections: st.conns, Client: pc, CookieKeys: st.keys.Derive("cookies"),
+		HTTPClient: client, Logger: log, Telemetry: rec, Tracing: tp,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range modes {
+		opts := mcpapi.Options{
+			PublicURL: base, ResourceURI: base + "/mcp", Issuer: idp.Issuer(), Connections: st.conns,
+			StateKeys: st.keys.Derive("requestState"), Logger: log, HTTPClient: client, Telemetry: rec, Tracing: tp,
+		}
+		if m == modeBroker {
+			opts.Verifier = as.Verifier()
+			opts.AuthorizationServers = []string{as.Issuer()}
+		}
+		if st.srv[m], err = mcpapi.New(opts); err != nil {
+			return nil, err
+		}
+	}
+	mux := http.NewServeMux()
+	flow.Register(mux)
+	st.srv[modeBroker].Register(mux)
+	as.Register(mux)
+	mux.Handle("GET /metrics", rec.Handler())
+	serve(st, brokerLn, mux)
+	issLn, issURL, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	st.issuerURL = issURL
+	issMux := http.NewServeMux()
+	st.srv[modeIssuer].Register(issMux)
+	serve(st, issLn, issMux)
+
+	// Bearer tokens. Default mode: as an MCP host gets them, from the
+	// broker's authorization server after the person signed in and
+	// allowed the host. Issuer mode: the IdP's JWTs for the resource.
+	h, err := registerHost(base)
+	if err != nil {
+		return nil, err
+	}
+	st.aliceAuth, st.bobAuth = map[string][]string{}, map[string][]string{}
+	names := []string{"alice", "bob"}
+	mrtr := cfg.runs("mrtr") && cfg.mrtrN > 0
+	if mrtr {
+		for i := range mrtrPeople {
+			names = append(names, mrtrName(i))
+		}
+	}
+	brokerTokens, err := h.tokens(names, 4)
+	if err != nil {
+		return nil, err
+	}
+	issuerToken := func(user string) ([]string, error) {
+		tok, _, err := idp.MintAccessToken(user, base+"/mcp", nil, time.Hour)
+		return []string{"Bearer " + tok}, err
+	}
+	for _, w := range []struct {
+		user string
+		auth map[string][]string
+	}{{"alice", st.aliceAuth}, {"bob", st.bobAuth}} {
+		w.auth[modeBroker] = []string{"Bearer " + brokerTokens[w.user]}
+		if w.auth[modeIssuer], err = issuerToken(w.user); err != nil {
+			return nil, err
+		}
+	}
+	// The MRTR run goes through the same servers, with the default limits
+	// on connect requests per person (counted in the grant's creating
+	// transaction, as in production): mrtrPeople take turns, so no one
+	// passes the limit of requests per hour and each person's requests
+	// stay as few as they would be.
+	for i := range mrtrPeople {
+		if !mrtr {
+			break
+		}
+		name := mrtrName(i)
+		p := mrtrPerson{p: vault.Principal{Issuer: idp.Issuer(), Subject: name}, auth: map[string][]string{
+			modeBroker: {"Bearer " + brokerTokens[name]}}}
+		if p.auth[modeIssuer], err = issuerToken(name); err != nil {
+			return nil, err
+		}
+		st.people = append(st.people, p)
+	}
+	fmt.Printf("\n# Store: %s\n\nbroker built and %d people signed in through the host flow (registration, IdP sign-in, consent, code with PKCE) in %s\n",
+		storeTitle(kind), len(names), time.Since(t0).Round(10*time.Millisecond))
+
+	st.header = http.Header{}
+	st.header.Set("Content-Type", "application/json")
+	st.header.Set("Accept", "application/json, text/event-stream")
+	st.header.Set("MCP-Protocol-Version", "2026-07-28")
+	st.header.Set("Mcp-Method", "tools/call")
+	st.header.Set("Mcp-Name", "connect_account")
+
+	// The floor: decode the same JSON-RPC body, answer the broker's
+	// answer as fixed bytes (same size on the wire).
+	blLn, blURL, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	st.baseline = blURL
+	fixed, err := st.brokerAnswer()
+	if err != nil {
+		return nil, err
+	}
+	serve(st, blLn, jsonFloor(fixed, nil))
+	if kind == storePostgres {
+		if st.sqlFloor, err = st.startSQLFloor(st.dbURL, fixed); err != nil {
+			return nil, err
+		}
+	}
+
+	pxLn, pxURL, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	st.proxyURL = pxURL
+	serve(st, pxLn, bareForwarder(apiURL))
+	return st, nil
+}
+
+func storeTitle(kind string) string {
+	if kind == storePostgres {
+		return "PostgreSQL (pgstore)"
+	}
+	return "bbolt (boltstore)"
+}
+
+// endpoint is the MCP URL of a mode.
+func (st *stack) endpoint(mode string) string {
+	if mode == modeIssuer {
+		return st.issuerURL + "/mcp"
+	}
+	return st.base + "/mcp"
+}
+
+// jsonFloor is the load run's floor: a bare net/http handler that decodes
+// the JSON-RPC body and answers fixed bytes; roundTrip, when set, runs
+// between the two (the PostgreSQL floor's one SQL round trip).
+func jsonFloor(fixed []byte, roundTrip func(context.Context) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var msg struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Method  string          `json:"method"`
+			Params  json.RawMessage `json:"params"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&msg); err != nil || msg.Method != "tools/call" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		if roundTrip != nil {
+			if err := roundTrip(r.Context()); err != nil {
+				http.Error(w, "store", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(fixed)
+	})
+}
+
+// bareForwarder is provider_request's floor: a JSON-RPC tools/call
+// forwarder on net/http and encoding/json alone, with what any such
+// gateway does and nothing more (no authentication, no store, no
+// decryption, no checks, no redaction): decode the call, send its method
+// and path to the API with the bench token over a keep-alive client, and
+// answer the status and body in a JSON-RPC result.
+func bareForwarder(apiURL string) http.Handler {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	type content struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	type answer struct {
+		Status int    `json:"status"`
+		Body   string `json:"body"`
+	}
+	type result struct {
+		Content           []content `json:"content"`
+		StructuredContent answer    `json:"structuredContent"`
+	}
+	type response struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  result          `json:"result"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Arguments struct {
+					Method string `json:"method"`
+					Path   string `json:"path"`
+				} `json:"arguments"`
+			} `json:"params"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&msg); err != nil || msg.Method != "tools/call" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		req, err := http.NewRequestWithContext(r.Context(), msg.Params.Arguments.Method, apiURL+msg.Params.Arguments.Path, nil)
+		if err != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+benchAccessToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if err != nil {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return
+		}
+		out, _ := json.Marshal(response{JSONRPC: "2.0", ID: msg.ID, Result: result{
+			Content:           []content{{Type: "text", Text: string(body)}},
+			StructuredContent: answer{Status: resp.StatusCode, Body: string(body)}}})
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(out)
+	})
+}
+
+// startTracing, with -tracing, sets tracing up as serve does when
+// OTEL_EXPORTER_OTLP_ENDPOINT is set (tracing.Setup: the SDK's batch span
+// processor, the redacting exporter, OTLP/HTTP) and points it at a loopback
+// sink that counts what it receives and answers as a collector does. At
+// close it flushes and prints how many exports and bytes arrived. Without
+// -tracing it returns nil (tracing off).
+func (st *stack) startTracing(ctx context.Context, on bool) (trace.TracerProvider, error) {
+	if !on {
+		return nil, nil
+	}
+	ln, sinkURL, err := listen()
+	if err != nil {
+		return nil, err
+	}
+	var exports, bytesIn atomic.Int64
+	serve(st, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" {
+			http.NotFound(w, r)
+			return
+		}
+		n, _ := io.Copy(io.Discard, r.Body)
+		exports.Add(1)
+		bytesIn.Add(n)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK) // an empty ExportTraceServiceResponse
+	}))
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": sinkURL}
+	tp, shutdown, err := tracing.Setup(ctx, func(k string) string { return env[k] }, "bench")
+	if err != nil {
+		return nil, err
+	}
+	if tp == nil {
+		return nil, fmt.Errorf("tracing.Setup left tracing off")
+	}
+	// Runs before the sink's server closes (closers run in reverse).
+	st.closers = append(st.closers, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := shutdown(sctx)
+		fmt.Printf("tracing: %d OTLP exports, %.1f MB received by the loopback sink", exports.Load(), float64(bytesIn.Load())/1e6)
+		if err != nil {
+			fmt.Printf(" (shutdown: %v)", err)
+		}
+		fmt.Println()
+	})
+	fmt.Printf("tracing on: batched OTLP/HTTP export to %s\n", sinkURL)
+	return tp, nil
+}
+
+const benchAccessToken = "gho_benchaccesstoken0123456789"
+
+// callBody is tools/call connect_account {provider: github} in 2026-07-28.
+func callBody(id int, provider string, extra string) []byte {
+	return []byte(`{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"tools/call","params":{"name":"connect_account","arguments":{"provider":"` + provider + `"},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}},` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"}}` + extra + `}}`)
+}
+
+// newRequest is a POST of body to url with the MCP headers and auth as
+// its Authorization header.
+func (st *stack) newRequest(url string, auth []string, body []byte) *http.Request {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	// The same headers each time: share their value slices (read only;
+	// Set and Add on the request's own map replace or copy them) rather
+	// than allocate six per request, which the MRTR figure would count.
+	req.Header = make(http.Header, len(st.header)+1)
+	for k, v := range st.header {
+		req.Header[k] = v[:len(v):len(v)]
+	}
+	if auth != nil {
+		req.Header["Authorization"] = auth[:len(auth):len(auth)]
+	}
+	return req
+}
+
+// brokerAnswer calls the broker once in each mode, checks both answer
+// "connected" alike, and returns the answer.
+func (st *stack) brokerAnswer() ([]byte, error) {
+	var out []byte
+	for _, m := range modes {
+		resp, err := http.DefaultClient.Do(st.newRequest(st.endpoint(m), st.aliceAuth[m], callBody(1, "github", "")))
+		if err != nil {
+			return nil, err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`"status":"connected"`)) {
+			return nil, fmt.Errorf("broker (%s) answered HTTP %d: %s", modeLabel(m), resp.StatusCode, b)
+		}
+		if out != nil && !bytes.Equal(out, b) {
+			return nil, fmt.Errorf("the two modes answer differently:\n%s\n%s", out, b)
+		}
+		out = b
+	}
+	return out, nil
+}
