@@ -264,7 +264,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 	}
 	flow, err = oauthflow.New(ctx, oauthflow.Options{
 		PublicURL: base, Issuer: idp.Issuer(), ClientID: brokerClientID, ClientSecret: "bench-idp-secret",
-		Grants: st.grants, Connections: st.conns, Client: pc, CookieKeys: st.keys.Derive("cookies"),
+		Connections: st.conns, CookieKeys: st.keys.Derive("cookies"),
 		HTTPClient: client, Logger: log, Telemetry: rec, Tracing: tp,
 	})
 	if err != nil {
