@@ -419,10 +419,8 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 		g, err = s.opts.Grants.Create(ctx, req.Principal, p.Name, scopes, req.ClientName)
 	}
 	switch {
-	case errors.Is(err, binding.ErrTooManyPending):
-		return nil, ErrTooManyPending
-	case errors.Is(err, binding.ErrRateLimited):
-		return nil, ErrRateLimited
+	case errors.Is(err, ErrTooManyPending), errors.Is(err, ErrRateLimited):
+		return nil, err
 	case err != nil:
 		return nil, fmt.Errorf("connections: start connect request: %w", err)
 	}
@@ -527,8 +525,8 @@ func (s *Service) Resume(ctx context.Context, req Request, grantID string, answe
 	}
 	g, err = s.opts.Grants.Round(ctx, g.ID, req.Principal)
 	switch {
-	case errors.Is(err, binding.ErrTooManyRounds):
-		return nil, ErrTooManyRounds
+	case errors.Is(err, ErrTooManyRounds):
+		return nil, err
 	case errors.Is(err, binding.ErrExpired):
 		s.opts.Telemetry.Elicitation(telemetry.ElicitationExpired)
 		return nil, ErrRequestExpired

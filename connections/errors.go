@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"credbroker/binding"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
@@ -19,12 +20,13 @@ var (
 	ErrUnknownRequest = errors.New("connections: no such connect request")
 	// ErrRequestExpired: the connect request expired before it completed.
 	ErrRequestExpired = errors.New("connections: the connect request expired")
-	// ErrTooManyRounds: the client retried one connect request too often.
-	ErrTooManyRounds = errors.New("connections: too many retries for one connect request")
+	// ErrTooManyRounds: the client retried one connect request too often
+	// (the limit binding keeps).
+	ErrTooManyRounds = binding.ErrTooManyRounds
 	// ErrTooManyPending: the person has too many open connect requests.
-	ErrTooManyPending = errors.New("connections: too many open connect requests")
+	ErrTooManyPending = binding.ErrTooManyPending
 	// ErrRateLimited: the person started too many connect requests recently.
-	ErrRateLimited = errors.New("connections: too many connect requests this hour")
+	ErrRateLimited = binding.ErrRateLimited
 	// ErrConnectionGone: the connection a completed request made was
 	// deleted since.
 	ErrConnectionGone = errors.New("connections: the connection made by this request no longer exists")

@@ -17,9 +17,8 @@ import (
 // observedWriter notes what serveMCP learned about a request so that one
 // MCPRequest call can describe it when the handler returns.
 type observedWriter struct {
-	http.ResponseWriter
+	telemetry.StatusWriter
 	start   time.Time
-	status  int
 	method  string
 	tool    string
 	era     string
@@ -29,29 +28,12 @@ type observedWriter struct {
 	header  http.Header // the request's, for its traceparent
 }
 
-func (o *observedWriter) WriteHeader(status int) {
-	if o.status == 0 {
-		o.status = status
-	}
-	o.ResponseWriter.WriteHeader(status)
-}
-
-func (o *observedWriter) Write(b []byte) (int, error) {
-	if o.status == 0 {
-		o.status = http.StatusOK
-	}
-	return o.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (o *observedWriter) Unwrap() http.ResponseWriter { return o.ResponseWriter }
-
 // observeStart wraps w when metrics or traces are on.
 func (s *Server) observeStart(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, *observedWriter) {
 	if s.opts.Telemetry == nil && s.tracer == nil {
 		return w, nil
 	}
-	ow := &observedWriter{ResponseWriter: w, start: time.Now(), era: "none", header: r.Header}
+	ow := &observedWriter{StatusWriter: telemetry.StatusWriter{ResponseWriter: w}, start: time.Now(), era: "none", header: r.Header}
 	return ow, ow
 }
 
@@ -94,7 +76,7 @@ func (s *Server) traceEnd(ow *observedWriter, outcome string) {
 		attribute.String("mcp.method", ow.method),
 		attribute.String("mcp.era", ow.era),
 		attribute.String("mcp.outcome", outcome),
-		attribute.Int("http.response.status_code", ow.status),
+		attribute.Int("http.response.status_code", ow.Status),
 	}
 	if ow.tool != "" {
 		attrs = append(attrs, attribute.String("mcp.tool", ow.tool))
@@ -116,13 +98,13 @@ func (s *Server) observeEnd(ow *observedWriter) {
 	}
 	outcome := ow.outcome
 	switch {
-	case ow.status == http.StatusUnauthorized || ow.status == http.StatusForbidden:
+	case ow.Status == http.StatusUnauthorized || ow.Status == http.StatusForbidden:
 		outcome = telemetry.OutcomeUnauthorized
-	case ow.status >= 500:
+	case ow.Status >= 500:
 		outcome = telemetry.OutcomeInternal
-	case ow.status == http.StatusAccepted:
+	case ow.Status == http.StatusAccepted:
 		outcome = telemetry.OutcomeAccepted
-	case ow.status >= 400:
+	case ow.Status >= 400:
 		outcome = telemetry.OutcomeRPCError
 	case outcome == "":
 		outcome = telemetry.OutcomeComplete

@@ -105,12 +105,14 @@ func (f *Flow) keyRejected(r *http.Request, s *session, p *provider.Provider) bo
 }
 
 // keyValues collects the posted field values of form: each field at most
-// once.
-func keyValues(r *http.Request, form provider.Form) (map[string]string, bool) {
+// once, else page says so and ok is false.
+func (f *Flow) keyValues(w http.ResponseWriter, r *http.Request, form provider.Form, page keyEntryPage) (map[string]string, bool) {
 	out := map[string]string{}
 	for _, fd := range form.Fields {
 		vs := r.PostForm["field."+fd.Name]
 		if len(vs) > 1 {
+			page.Error = "The form gave a field twice. Nothing was sent or stored."
+			f.renderKeyEntry(w, http.StatusBadRequest, page)
 			return nil, false
 		}
 		if len(vs) == 1 {
@@ -179,21 +181,12 @@ func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
 			Next:    "Open the link from your app again."})
 		return
 	}
-	switch r.PostFormValue("decision") {
-	case "deny":
-		f.decline(w, r, s, cr)
-		return
-	case "approve":
-	default:
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "No decision",
-			Message: "The form did not say Connect or Deny. Nothing was sent or stored.", Next: "Open the link again and choose."})
+	if !f.approved(w, r, s, "Connect or Deny", "Nothing was sent or stored.", "Open the link again and choose.", func() { f.decline(w, r, s, cr) }) {
 		return
 	}
 	page := grantKeyPage(s, p, step.Form(), g)
-	values, ok := keyValues(r, step.Form())
+	values, ok := f.keyValues(w, r, step.Form(), page)
 	if !ok {
-		page.Error = "The form gave a field twice. Nothing was sent or stored."
-		f.renderKeyEntry(w, http.StatusBadRequest, page)
 		return
 	}
 	conn, err := f.opts.Connections.EnterKey(r.Context(), s.principal(), cr, values)
@@ -266,22 +259,13 @@ func (f *Flow) handleReplaceKey(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	switch r.PostFormValue("decision") {
-	case "deny":
-		f.redirectNotice(w, r, "")
-		return
-	case "approve":
-	default:
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "No decision",
-			Message: "The form did not say Replace key or Cancel. Nothing was sent or stored.", Next: "Go to My connections."})
+	if !f.approved(w, r, s, "Replace key or Cancel", "Nothing was sent or stored.", "Go to My connections.", func() { f.redirectNotice(w, r, "") }) {
 		return
 	}
 	page := replacePage(s, c, p)
 	step, _ := p.Kind.(provider.FormStep)
-	values, ok := keyValues(r, step.Form())
+	values, ok := f.keyValues(w, r, step.Form(), page)
 	if !ok {
-		page.Error = "The form gave a field twice. Nothing was sent or stored."
-		f.renderKeyEntry(w, http.StatusBadRequest, page)
 		return
 	}
 	_, err := f.opts.Connections.ReplaceKey(r.Context(), connections.Request{Principal: s.principal(), Via: "browser"}, c.ID, values)

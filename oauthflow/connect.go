@@ -199,6 +199,22 @@ func (f *Flow) checkForm(w http.ResponseWriter, r *http.Request, s *session, k f
 	return true
 }
 
+// approved reads a form's decision: true for approve. For deny it calls
+// deny; a form with neither (buttons names the two) gets a page saying
+// nothing happened (nothing: what did not happen; next: what to do).
+func (f *Flow) approved(w http.ResponseWriter, r *http.Request, s *session, buttons, nothing, next string, deny func()) bool {
+	switch r.PostFormValue("decision") {
+	case "approve":
+		return true
+	case "deny":
+		deny()
+	default:
+		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "No decision",
+			Message: "The form did not say " + buttons + ". " + nothing, Next: next})
+	}
+	return false
+}
+
 // decline declines open request cr on the person's word and says so.
 func (f *Flow) decline(w http.ResponseWriter, r *http.Request, s *session, cr connections.ConnectRequest) {
 	if err := f.opts.Connections.Decline(r.Context(), s.principal(), cr.Grant.ID, "browser"); err != nil {
@@ -223,14 +239,7 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	switch r.PostFormValue("decision") {
-	case "deny":
-		f.decline(w, r, s, cr)
-		return
-	case "approve":
-	default:
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "No decision",
-			Message: "The form did not say Approve or Deny. Nothing changed.", Next: "Open the link again and choose."})
+	if !f.approved(w, r, s, "Approve or Deny", "Nothing changed.", "Open the link again and choose.", func() { f.decline(w, r, s, cr) }) {
 		return
 	}
 	p, g := cr.Provider, cr.Grant

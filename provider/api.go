@@ -273,11 +273,6 @@ type APIResponse struct {
 	Decoded string
 }
 
-// ErrUninspectableAnswer: the provider answered in a form the broker
-// cannot check for secrets (an unknown or undecodable content encoding),
-// so nothing of the answer is returned.
-var ErrUninspectableAnswer = errors.New("provider: the answer cannot be checked for secrets")
-
 // UninspectableError is an answer the broker could not check for secrets:
 // Why says what (no token material). It matches ErrUninspectableAnswer.
 type UninspectableError struct {

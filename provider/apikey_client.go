@@ -19,10 +19,6 @@ import (
 	"credbroker/vault"
 )
 
-// ErrNotAToken: an API-key connection was asked for an OAuth token (token
-// export, a refresh). An API key is never handed out.
-var ErrNotAToken = errors.New("provider: an API-key connection has no token to hand out")
-
 // KeyRefusedError: the provider answered the verify request with an error
 // status, so the entered credential was not stored. It names the status
 // only: never the credential.

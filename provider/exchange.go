@@ -18,20 +18,6 @@ import (
 	"credbroker/internal/untrusted"
 )
 
-// Errors of Exchange, for the browser flow to explain.
-var (
-	// ErrCodeRejected: the provider refused the authorization code
-	// (already used, expired, or not issued for this client).
-	ErrCodeRejected = errors.New("provider: the authorization code was refused")
-	// ErrAccountUnknown: the provider issued tokens, but which account
-	// they belong to could not be established.
-	ErrAccountUnknown = errors.New("provider: the connected account could not be established")
-	// ErrWrongDomain: the account is not in the entry's hosted_domain (the
-	// ID token's hd claim is absent or another domain); a
-	// *WrongDomainError says which domain was required.
-	ErrWrongDomain = errors.New("provider: the account is not in the required domain")
-)
-
 // WrongDomainError: the connected account is not in the hosted domain
 // the entry requires. It matches ErrWrongDomain.
 type WrongDomainError struct {

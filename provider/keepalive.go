@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -86,9 +85,6 @@ func RefreshedAt(c vault.Connection) time.Time {
 	}
 	return c.Updated
 }
-
-// ErrNothingToKeepAlive: the connection holds no refresh token.
-var ErrNothingToKeepAlive = errors.New("provider: the connection has no refresh token to keep alive")
 
 // KeepAlive refreshes connection id when its tokens were last refreshed
 // before olderThan, even though its access token is still fresh: the same

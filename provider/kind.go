@@ -129,10 +129,6 @@ type AuthRequest struct {
 	Scopes []string
 }
 
-// ErrNoStep: the provider's kind does not have the browser step asked for
-// (a code exchange for a form kind, a key for a redirect kind).
-var ErrNoStep = errors.New("provider: the provider is not connected this way")
-
 func noStep(p *Provider, step string) error {
 	return fmt.Errorf("%w: %s has no %s step", ErrNoStep, p.Name, step)
 }

@@ -21,24 +21,6 @@ import (
 	"credbroker/vault"
 )
 
-// Errors returned (wrapped) by Client.
-var (
-	// ErrNeedsReconnect: the provider refused the stored grant
-	// (invalid_grant, GitHub's bad_refresh_token, or an expired token with
-	// no refresh token); the
-	// connection is marked vault.StatusNeedsReconnect and the user must
-	// connect again.
-	ErrNeedsReconnect = errors.New("provider: the connection must be reconnected")
-	// ErrProviderUnavailable: the provider's token endpoint or API timed out
-	// or answered 5xx (a token request that reached the provider is never
-	// re-sent at once; one that never left is retried within the bound).
-	// Stored tokens are untouched.
-	ErrProviderUnavailable = errors.New("provider: the provider is unavailable")
-	// ErrUnknownProvider: the connection names a provider that is no longer
-	// configured.
-	ErrUnknownProvider = errors.New("provider: provider not configured")
-)
-
 // Options configures a Client.
 type Options struct {
 	Store     vault.Store

@@ -4,20 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"slices"
 	"time"
-)
-
-// Errors of AuthStore, besides the sentinels of Store.
-var (
-	// ErrCodeRedeemed: RedeemAuthCode found a code that was redeemed
-	// before. The record is returned with it, so the caller can revoke
-	// what the first redemption issued.
-	ErrCodeRedeemed = errors.New("vault: authorization code already redeemed")
-	// ErrTooManyClients: CreateOAuthClient refused a registration because
-	// the store already holds the maximum number of registered clients.
-	ErrTooManyClients = errors.New("vault: too many registered clients")
 )
 
 // OAuthClient is a client registered at the broker's authorization server

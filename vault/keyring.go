@@ -17,19 +17,6 @@ import (
 	"sync/atomic"
 )
 
-// Envelope errors.
-var (
-	// ErrUnknownKey: the ciphertext names a key id the key ring does not hold.
-	ErrUnknownKey = errors.New("vault: unknown key id")
-	// ErrDecrypt: authentication failed (wrong key, tampered bytes, or a
-	// ciphertext moved to another record).
-	ErrDecrypt = errors.New("vault: decryption failed (wrong key, tampered data or ciphertext moved between records)")
-	// ErrMalformed: the envelope is too short or has an unknown version.
-	ErrMalformed = errors.New("vault: malformed ciphertext envelope")
-	// ErrNoKeys: no keys were configured.
-	ErrNoKeys = errors.New("vault: no encryption keys configured")
-)
-
 const (
 	envelopeV1 = 0x01
 	keySize    = 32

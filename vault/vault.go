@@ -3,32 +3,9 @@ package vault
 import (
 	"context"
 	"crypto/subtle"
-	"errors"
 	"maps"
 	"slices"
 	"time"
-)
-
-// Sentinel errors returned (wrapped) by every Store implementation.
-var (
-	// ErrNotFound: no record with that id.
-	ErrNotFound = errors.New("vault: not found")
-	// ErrExists: a record with that id already exists.
-	ErrExists = errors.New("vault: already exists")
-	// ErrConflict: the record changed between read and write (compare-and-swap lost).
-	ErrConflict = errors.New("vault: conflict")
-	// ErrClosed: the store has been closed.
-	ErrClosed = errors.New("vault: store closed")
-	// ErrTooManyOpenGrants: CreateGrantLimited refused a grant because its
-	// principal already holds GrantLimits.MaxOpen open grants.
-	ErrTooManyOpenGrants = errors.New("vault: too many open grants")
-	// ErrTooManyRecentGrants: CreateGrantLimited refused a grant because its
-	// principal created GrantLimits.MaxCreated grants since GrantLimits.Since.
-	ErrTooManyRecentGrants = errors.New("vault: too many grants created recently")
-	// ErrRecordFormat: a stored connection record is not one this broker
-	// can read: an unknown format version, truncated, an overlong field, a
-	// value out of range, or a required field of a newer broker.
-	ErrRecordFormat = errors.New("vault: malformed connection record")
 )
 
 // Principal identifies a person: the issuer and subject of a validated

@@ -1,0 +1,44 @@
+package vault
+
+import "errors"
+
+// Errors, matched with errors.Is: the sentinels every Store returns
+// (wrapped), those of AuthStore, and those of the envelope.
+var (
+	// ErrNotFound: no record with that id.
+	ErrNotFound = errors.New("vault: not found")
+	// ErrExists: a record with that id already exists.
+	ErrExists = errors.New("vault: already exists")
+	// ErrConflict: the record changed between read and write (compare-and-swap lost).
+	ErrConflict = errors.New("vault: conflict")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("vault: store closed")
+	// ErrTooManyOpenGrants: CreateGrantLimited refused a grant because its
+	// principal already holds GrantLimits.MaxOpen open grants.
+	ErrTooManyOpenGrants = errors.New("vault: too many open grants")
+	// ErrTooManyRecentGrants: CreateGrantLimited refused a grant because its
+	// principal created GrantLimits.MaxCreated grants since GrantLimits.Since.
+	ErrTooManyRecentGrants = errors.New("vault: too many grants created recently")
+	// ErrRecordFormat: a stored connection record is not one this broker
+	// can read: an unknown format version, truncated, an overlong field, a
+	// value out of range, or a required field of a newer broker.
+	ErrRecordFormat = errors.New("vault: malformed connection record")
+	// Errors of AuthStore, besides the sentinels above.
+	// ErrCodeRedeemed: RedeemAuthCode found a code that was redeemed
+	// before. The record is returned with it, so the caller can revoke
+	// what the first redemption issued.
+	ErrCodeRedeemed = errors.New("vault: authorization code already redeemed")
+	// ErrTooManyClients: CreateOAuthClient refused a registration because
+	// the store already holds the maximum number of registered clients.
+	ErrTooManyClients = errors.New("vault: too many registered clients")
+	// Envelope errors.
+	// ErrUnknownKey: the ciphertext names a key id the key ring does not hold.
+	ErrUnknownKey = errors.New("vault: unknown key id")
+	// ErrDecrypt: authentication failed (wrong key, tampered bytes, or a
+	// ciphertext moved to another record).
+	ErrDecrypt = errors.New("vault: decryption failed (wrong key, tampered data or ciphertext moved between records)")
+	// ErrMalformed: the envelope is too short or has an unknown version.
+	ErrMalformed = errors.New("vault: malformed ciphertext envelope")
+	// ErrNoKeys: no keys were configured.
+	ErrNoKeys = errors.New("vault: no encryption keys configured")
+)
