@@ -59,7 +59,14 @@
 // the broker's session (Options.Person and Options.StartSignIn, which
 // send the browser through the IdP and back to the same /authorize URL).
 // Consent is remembered per person and client and asked again when the
-// redirect URI (loopback: ignoring the port) or the scopes grow; the page
+// redirect URI (loopback: ignoring the port) or the scopes grow. A
+// remembered consent issues a code with no page only where the client's
+// identity is assured (RFC 8252 section 8.6): an https redirect, not on a
+// loopback host, of a confidential client or of a metadata-document
+// client on its document's own host. Public clients and every loopback or
+// private-use redirect get a one-click page naming the app and the
+// redirect target instead (prompt=none: interaction_required), since any
+// program on the person's machine can listen there. The consent page
 // shows the client's self-asserted name marked as such, the host it sends
 // the person back to, whether a metadata document at a domain vouches for
 // it or it registered itself, and in plain words what it gets. Its buttons
