@@ -142,6 +142,8 @@ type storage struct {
 	requests map[string]*authRequest
 	codes    map[string]string // code -> request id
 	tokens   map[string]*accessToken
+	// idjagRules is the token-exchange policy (tokenexchange.go).
+	idjagRules []IDJAGRule
 }
 
 var _ op.Storage = (*storage)(nil)
