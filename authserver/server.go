@@ -456,8 +456,9 @@ func (l *windowLimiter) allow(key string) bool {
 	return true
 }
 
-// GC removes expired authorization codes and registered clients that were
-// never used. The caller runs it periodically.
+// GC removes expired authorization codes, registered clients that were
+// never used and spent ID-JAG ids past their expiry. The caller runs it
+// periodically.
 func (s *Server) GC(ctx context.Context) (codes, clients int, err error) {
 	now := s.now()
 	codes, err = s.store.DeleteExpiredAuthCodes(ctx, now.Add(-time.Hour))
@@ -465,5 +466,12 @@ func (s *Server) GC(ctx context.Context) (codes, clients int, err error) {
 		return codes, 0, err
 	}
 	clients, err = s.store.DeleteUnusedOAuthClients(ctx, now.Add(-s.opts.UnusedClientTTL))
+	if err != nil {
+		return codes, clients, err
+	}
+	if l := s.opts.IDJAG.Ledger; l != nil {
+		// An assertion is refused after its exp plus the leeway anyway.
+		_, err = l.DeleteSpentAssertions(ctx, now.Add(-idjagLeeway))
+	}
 	return codes, clients, err
 }
