@@ -38,6 +38,10 @@ type User struct {
 type Client struct {
 	ID, Secret   string
 	RedirectURIs []string
+	// Native makes a confidential client a native app: its loopback
+	// redirect URIs match on any port (a desktop host with a secret for
+	// token exchange).
+	Native bool
 }
 
 // Options configure an IdP.
