@@ -213,7 +213,7 @@ func (a appsOf) ListApps(ctx context.Context, p vault.Principal) ([]oauthflow.Ap
 	out := make([]oauthflow.App, len(apps))
 	for i, x := range apps {
 		out[i] = oauthflow.App{ID: x.ID, Name: x.Name, ClientID: x.ClientID, VerifiedDomain: x.VerifiedDomain,
-			Authorized: x.Authorized, LastUsed: x.LastUsed, Active: x.Active}
+			Authorized: x.Authorized, LastUsed: x.LastUsed, Active: x.Active, ByOrganisation: x.ByOrganisation}
 	}
 	return out, nil
 }
