@@ -538,3 +538,34 @@ func TestParseIDJAGPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestIDJAGTrustedIssuer: an issuer trusted besides the IdP (discovered
+// on first use) vouches for people of its own: the access token names its
+// (iss, sub), and the verifier accepts that principal; an issuer not
+// configured stays refused.
+func TestIDJAGTrustedIssuer(t *testing.T) {
+	second := devidptest.Start(t, nil, nil)
+	e := newJAGEnv(t, func(o *Options) { o.IDJAG.TrustedIssuers = []string{second.Issuer()} })
+	c := e.claims()
+	c["iss"] = second.Issuer()
+	jag, err := second.Sign("oauth-id-jag+jwt", c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := e.redeem(jag, nil)
+	if tok.Status != 200 {
+		t.Fatalf("redeem: %+v", tok)
+	}
+	info, err := e.as.Verifier()(t.Context(), tok.AccessToken)
+	if err != nil || info.Principal != (vault.Principal{Issuer: second.Issuer(), Subject: "alice"}) {
+		t.Fatalf("verifier: %+v, %v", info.Principal, err)
+	}
+	// The same broker without the option refuses that issuer.
+	plain := newJAGEnv(t)
+	c = plain.claims()
+	c["iss"] = second.Issuer()
+	jag, _ = second.Sign("oauth-id-jag+jwt", c)
+	if a := plain.redeem(jag, nil); a.Status != 400 || !strings.Contains(a.Desc, "issuer is not trusted") {
+		t.Fatalf("untrusted: %+v", a)
+	}
+}
