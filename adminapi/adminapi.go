@@ -12,12 +12,15 @@
 // an audit event naming the admin.
 //
 //	GET  /admin/v1/connections?iss=ISS&sub=SUB      a person's connections (metadata)
+//	GET  /admin/v1/apps?iss=ISS&sub=SUB             the apps (MCP hosts) with access as the person,
+//	                                                 marked when the organisation's IdP let them in (ID-JAG)
 //	POST /admin/v1/offboard                          {"iss": …, "sub": …}
 //	POST /admin/v1/providers/{name}/disable          {"delete": false}
 package adminapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,6 +106,10 @@ type Options struct {
 	Claim     Claim
 	Telemetry *telemetry.Recorder
 	Logger    *slog.Logger
+	// Apps lists the apps a person allowed at the broker's authorization
+	// server (wired by cmd/broker; nil: the route answers 404, as in
+	// issuer mode).
+	Apps func(ctx context.Context, p vault.Principal) ([]App, error)
 	// Tracing, when set, makes each request an "adminapi.request" server
 	// span with the route and the status; never the people a request
 	// names (they travel in its query or body). Nil: off.
@@ -132,6 +139,7 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /admin/v1/connections", s.admin(s.listConnections))
+	mux.Handle("GET /admin/v1/apps", s.admin(s.listApps))
 	mux.Handle("POST /admin/v1/offboard", s.admin(s.offboard))
 	mux.Handle("POST /admin/v1/providers/{name}/disable", s.admin(s.disable))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -300,6 +308,65 @@ func (s *Server) listConnections(w http.ResponseWriter, r *http.Request, admin c
 		return
 	}
 	writeJSON(w, http.StatusOK, Connections(p, conns))
+}
+
+// App is one app with access as a person, as the authorization server
+// knows it.
+type App struct {
+	ID             string
+	ClientID       string
+	Name           string // self-asserted by the app: untrusted text
+	VerifiedDomain string
+	Authorized     time.Time
+	LastUsed       time.Time
+	Active         bool
+	ByOrganisation bool
+}
+
+// AppJSON is an app in GET /admin/v1/apps.
+type AppJSON struct {
+	ID       string `json:"id"`
+	ClientID string `json:"client_id"`
+	// Name is the app's self-asserted name (not verified).
+	Name           string     `json:"name"`
+	VerifiedDomain string     `json:"verified_domain,omitempty"`
+	Authorized     time.Time  `json:"authorized"`
+	LastUsed       *time.Time `json:"last_used,omitempty"`
+	Active         bool       `json:"active"`
+	// ByOrganisation: the organisation's IdP let the app in with an
+	// ID-JAG (enterprise-managed authorization).
+	ByOrganisation bool `json:"by_organisation"`
+}
+
+// AppsJSON answers GET /admin/v1/apps.
+type AppsJSON struct {
+	Principal PrincipalJSON `json:"principal"`
+	Apps      []AppJSON     `json:"apps"`
+}
+
+func (s *Server) listApps(w http.ResponseWriter, r *http.Request, admin connections.Admin) {
+	if s.opts.Apps == nil {
+		writeError(w, http.StatusNotFound, "not_found", "this broker has no authorization server of its own (--mcp-auth issuer), so no apps")
+		return
+	}
+	p := vault.Principal{Issuer: r.URL.Query().Get("iss"), Subject: r.URL.Query().Get("sub")}
+	if p.Issuer == "" || p.Subject == "" {
+		writeError(w, http.StatusBadRequest, "invalid_request", "query parameters iss and sub are required")
+		return
+	}
+	apps, err := s.opts.Apps(r.Context(), p)
+	if err != nil {
+		s.internal(w, "list apps", err)
+		return
+	}
+	s.opts.Telemetry.Audit(r.Context(), telemetry.Event{Kind: telemetry.EventAdminList, Admin: admin.Principal, Principal: p,
+		Via: "admin-api", Outcome: "apps"})
+	out := AppsJSON{Principal: PrincipalJSON{p.Issuer, p.Subject}, Apps: []AppJSON{}}
+	for _, a := range apps {
+		out.Apps = append(out.Apps, AppJSON{ID: a.ID, ClientID: a.ClientID, Name: a.Name, VerifiedDomain: a.VerifiedDomain,
+			Authorized: a.Authorized, LastUsed: optTime(a.LastUsed), Active: a.Active, ByOrganisation: a.ByOrganisation})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) offboard(w http.ResponseWriter, r *http.Request, admin connections.Admin) {

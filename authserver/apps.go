@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ type App struct {
 	LastUsed       time.Time
 	// Active reports whether the app holds a token that still works.
 	Active bool
+	// ByOrganisation reports that the organisation's IdP let the app in
+	// (an ID-JAG redeemed for it), rather than only the person's consent.
+	ByOrganisation bool
 }
 
 // Apps lists the apps p has allowed.
@@ -46,6 +50,7 @@ func (s *Server) Apps(ctx context.Context, p vault.Principal) ([]App, error) {
 			}
 		}
 		app.Active = len(liveFamilies(a.Families, now, s.opts.RefreshIdleTTL)) > 0
+		app.ByOrganisation = slices.ContainsFunc(a.Families, func(f vault.TokenFamily) bool { return f.Via == vault.FamilyViaIDJAG })
 		out = append(out, app)
 	}
 	return out, nil

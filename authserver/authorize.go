@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/untrusted"
 	"credbroker/vault"
@@ -40,6 +41,11 @@ type pending struct {
 	Issuer      string   `json:"iss"`
 	Subject     string   `json:"sub"`
 	Expires     int64    `json:"exp"`
+	// Remembered marks a request the person had approved before, shown
+	// the one-click page because the client's identity is not assured
+	// (identityAssured): approving it issues a code under the remembered
+	// consent and changes nothing else.
+	Remembered bool `json:"remembered,omitempty"`
 }
 
 func (p *pending) principal() vault.Principal {
@@ -171,10 +177,19 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	if !slices.Contains(prompts, "consent") {
 		app, err := s.store.FindAppAccess(r.Context(), person.Principal, c.ID)
 		switch {
-		case err == nil && consentCovers(app, p):
-			// Consent given before covers this request: no page.
+		case err == nil && consentCovers(app, p) && identityAssured(c, redirect):
+			// Consent given before covers this request, and only this
+			// client can redeem the code (RFC 8252 section 8.6): no page.
 			s.issueCode(w, r, c, p, false)
 			return
+		case err == nil && consentCovers(app, p):
+			// Remembered, but any local program could be listening at
+			// the redirect or claim the client_id: one click.
+			if noPrompt {
+				fail("interaction_required", "the person must confirm this app again: its identity cannot be assured (a public client or a loopback or private-use redirect URI)")
+				return
+			}
+			p.Remembered = true
 		case err != nil && !errors.Is(err, vault.ErrNotFound):
 			s.fail(w, r, person, "find app access", err)
 			return
@@ -184,6 +199,12 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 		fail("consent_required", "the person has not approved this app for this request")
 		return
 	}
+	s.renderConsent(w, r, person, c, p)
+}
+
+// renderConsent shows the consent page for p: the full one, or the
+// one-click confirmation of a remembered consent (p.Remembered).
+func (s *Server) renderConsent(w http.ResponseWriter, r *http.Request, person Person, c *client, p pending) {
 	sealed, err := s.sealPending(p)
 	if err != nil {
 		s.fail(w, r, person, "seal request", err)
@@ -191,10 +212,43 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 	page := consentPage{
 		Chrome: chromeOf(person), ClientName: untrusted.Clip(c.displayName(), 120), Verified: c.host,
-		RedirectHost: redirectHost(redirect), Identity: person.Display, Scopes: scopeLines(scopes),
-		Request: sealed, Action: "/authorize/decision",
+		RedirectHost: redirectHost(p.RedirectURI), RedirectTarget: redirectTarget(p.RedirectURI), Identity: person.Display,
+		Scopes: scopeLines(p.Scopes), Request: sealed, Action: "/authorize/decision", Remembered: p.Remembered,
 	}
-	s.render(w, http.StatusOK, "app_consent", page, formTarget(redirect))
+	s.render(w, http.StatusOK, "app_consent", page, formTarget(p.RedirectURI))
+}
+
+// identityAssured reports whether a code sent to redirect can only end up
+// with client c, so a remembered consent may be applied without a page
+// (RFC 8252 section 8.6): an https redirect URI that is not on a loopback
+// host, of a confidential client (it must authenticate to redeem the
+// code) or of a metadata-document client whose redirect is on the very
+// host (and port) its document was fetched from. Never for a loopback or
+// private-use redirect, where any program on the person's machine can
+// listen or register the scheme, nor for another public client.
+func identityAssured(c *client, redirect string) bool {
+	u, err := url.Parse(redirect)
+	if err != nil || u.Scheme != "https" || u.User != nil || loopback.Host(u.Hostname()) {
+		return false
+	}
+	if c.AuthMethod != authNone {
+		return true
+	}
+	return c.host != "" && strings.EqualFold(u.Host, c.host)
+}
+
+// redirectTarget renders a redirect URI for the one-click page: scheme,
+// host, port and path, clipped (the query is the client's business).
+func redirectTarget(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "?"
+	}
+	t := u.Scheme + ":"
+	if u.Host != "" {
+		t += "//" + u.Host
+	}
+	return untrusted.Clip(t+u.EscapedPath(), 200)
 }
 
 // clientErrorPage renders why a client_id could not be resolved.
@@ -315,6 +369,22 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.PostFormValue("decision") {
 	case "approve":
+		if p.Remembered {
+			// The one-click page: the remembered consent must still cover
+			// the request (the app may have been removed or its consent
+			// narrowed meanwhile); if not, the full page asks afresh.
+			app, err := s.store.FindAppAccess(r.Context(), person.Principal, c.ID)
+			switch {
+			case err == nil && consentCovers(app, p):
+				s.issueCode(w, r, c, p, false)
+			case err == nil || errors.Is(err, vault.ErrNotFound):
+				p.Remembered = false
+				s.renderConsent(w, r, person, c, p)
+			default:
+				s.fail(w, r, person, "find app access", err)
+			}
+			return
+		}
 		s.issueCode(w, r, c, p, true)
 	case "deny":
 		s.log.Info("authserver: authorization denied by the person", "client_id", c.ID, "sub", p.Subject)

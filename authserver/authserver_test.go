@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -192,43 +193,184 @@ func TestCIMDFlow(t *testing.T) {
 	}
 }
 
-// TestConsentRemembered: a second authorization of the same app with the
-// same redirect URI and scopes needs no page; a loopback port may differ;
-// another redirect URI or a new scope asks again.
+// TestConsentRemembered: a remembered consent spares the person the full
+// consent page, but a code goes out without any page only where the
+// client's identity is assured (RFC 8252 section 8.6): a confidential
+// client with an https redirect, or a metadata-document client whose https
+// redirect is on its document's host. A public client, and any loopback
+// or private-use redirect, gets the one-click page naming the app and the
+// redirect target, whatever the port; another redirect URI or a new scope
+// asks again in full.
 func TestConsentRemembered(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Scopes = []string{"broker"} })
-	redirect := "http://127.0.0.1:41234/callback"
-	status, out := h.register(map[string]any{"redirect_uris": []string{redirect, "https://app.example/cb"}, "token_endpoint_auth_method": "none"})
-	if status != 201 {
-		t.Fatal(out)
-	}
-	id := out["client_id"].(string)
+	alice := vault.Principal{Issuer: testIdP, Subject: "alice"}
 	b := h.browser("alice")
-	h.approve(b, h.authorizeURL(id, redirect, newPKCE(), nil), redirect)
+
+	// Which page an authorization request gets.
+	const (
+		silent   = "no page"
+		oneClick = "one-click page"
+		full     = "full consent page"
+	)
+	pageOf := func(t *testing.T, p page) string {
+		t.Helper()
+		switch {
+		case p.status == http.StatusFound:
+			return silent
+		case p.status == http.StatusOK && strings.Contains(p.body, "Continue to this app?"):
+			return oneClick
+		case p.status == http.StatusOK && strings.Contains(p.body, "Allow an app to use credbroker as you?"):
+			return full
+		}
+		t.Fatalf("HTTP %d to %q:\n%.1500s", p.status, p.location, p.body)
+		return ""
+	}
+
+	// Metadata documents come from https://example.com (a name the test
+	// server's certificate carries, dialled to it): a host that is not
+	// loopback, as a real client's is.
+	docOrigin := "https://example.com"
+	docAddr := h.docs.Listener.Addr().String()
+	tr := h.as.docs.client.Transport.(*http.Transport)
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr != "example.com:443" {
+			return nil, fmt.Errorf("test dials only example.com, not %s", addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, docAddr)
+	}
+	// newClient registers (or publishes) a client of kind with redirect
+	// and approves it once; it returns the client id.
+	n := 0
+	newClient := func(t *testing.T, kind, redirect string) string {
+		t.Helper()
+		n++
+		var id string
+		switch kind {
+		case "public", "confidential":
+			method := "none"
+			if kind == "confidential" {
+				method = "client_secret_basic"
+			}
+			status, out := h.register(map[string]any{"client_name": "Host " + kind, "redirect_uris": []string{redirect},
+				"token_endpoint_auth_method": method})
+			if status != 201 {
+				t.Fatal(out)
+			}
+			id = out["client_id"].(string)
+		case "cimd":
+			path := fmt.Sprintf("/web%d/client.json", n)
+			id = docOrigin + path
+			h.serveDoc(path, docAnswer{body: cimdDoc(id, redirect)})
+		}
+		h.approve(b, h.authorizeURL(id, redirect, newPKCE(), nil), redirect)
+		return id
+	}
+	docHost := docOrigin + "/web/cb"
+
 	for _, tc := range []struct {
-		name, redirect, scope string
-		page                  bool
+		name, kind, approved, redirect, scope, prompt string
+		want                                          string
 	}{
-		{"same request", redirect, "", false},
-		{"loopback on another port", "http://127.0.0.1:9999/callback", "", false},
-		{"another redirect URI", "https://app.example/cb", "", true},
-		{"a new scope", redirect, "broker", true},
-		{"prompt=consent", redirect, "", true},
+		{"public, loopback, same request", "public", "http://127.0.0.1:41234/callback", "", "", "", oneClick},
+		{"public, loopback on another port", "public", "http://127.0.0.1:41234/callback", "http://127.0.0.1:9999/callback", "", "", oneClick},
+		{"public, private-use scheme", "public", "com.example.app:/cb", "", "", "", oneClick},
+		{"public, https", "public", "https://app.example/cb", "", "", "", oneClick},
+		{"public, a new scope", "public", "http://127.0.0.1:41234/callback", "", "broker", "", full},
+		{"public, prompt=consent", "public", "http://127.0.0.1:41234/callback", "", "", "consent", full},
+		{"confidential, https", "confidential", "https://web.example/cb", "", "", "", silent},
+		{"confidential, loopback", "confidential", "http://127.0.0.1:5000/cb", "", "", "", oneClick},
+		{"confidential, private-use scheme", "confidential", "com.example.web:/cb", "", "", "", oneClick},
+		{"metadata document, https on its host", "cimd", docHost, "", "", "", silent},
+		{"metadata document, https elsewhere", "cimd", "https://elsewhere.example/cb", "", "", "", oneClick},
+		{"metadata document, loopback", "cimd", "http://127.0.0.1:6000/cb", "http://127.0.0.1:6001/cb", "", "", oneClick},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			params := map[string]string{"scope": tc.scope}
-			if tc.name == "prompt=consent" {
-				params["prompt"] = "consent"
+			client := newClient(t, tc.kind, tc.approved)
+			redirect := tc.redirect
+			if redirect == "" {
+				redirect = tc.approved
 			}
-			p := b.get(h.authorizeURL(id, tc.redirect, newPKCE(), params))
-			if got := p.status == 200; got != tc.page {
-				t.Fatalf("consent page shown: %v (HTTP %d to %q), want %v", got, p.status, p.location, tc.page)
+			before, err := h.store.FindAppAccess(t.Context(), alice, client)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if !tc.page {
-				h.callback(p, tc.redirect)
+			pk := newPKCE()
+			p := b.get(h.authorizeURL(client, redirect, pk, map[string]string{"scope": tc.scope, "prompt": tc.prompt}))
+			got := pageOf(t, p)
+			if got != tc.want {
+				t.Fatalf("got the %s (HTTP %d to %q), want the %s", got, p.status, p.location, tc.want)
+			}
+			switch got {
+			case silent:
+				if q := h.callback(p, redirect); q.Get("code") == "" {
+					t.Fatalf("no code: %v", q)
+				}
+				return
+			case full:
+				return
+			}
+			// The one-click page names the app and where it sends the
+			// person, port included, and says it was allowed before.
+			for _, want := range []string{"Continue to this app?", "You allowed", `<code class="target">` + redirect + `</code>`,
+				`name="decision" value="approve"`, `name="decision" value="deny"`} {
+				if !strings.Contains(p.body, want) {
+					t.Errorf("the one-click page lacks %q:\n%s", want, p.body)
+				}
+			}
+			if name := map[string]string{"public": "Host public", "confidential": "Host confidential", "cimd": "Claude &lt;i&gt;Desktop&lt;/i&gt;"}[tc.kind]; !strings.Contains(p.body, name) {
+				t.Errorf("the one-click page does not name the app %q:\n%s", name, p.body)
+			}
+			// prompt=none cannot be answered without the click.
+			none := b.get(h.authorizeURL(client, redirect, newPKCE(), map[string]string{"prompt": "none"}))
+			if q := h.callback(none, redirect); q.Get("error") != "interaction_required" || q.Get("code") != "" {
+				t.Fatalf("prompt=none answered %v, want interaction_required", q)
+			}
+			// One click issues a code for this very redirect.
+			q := h.callback(b.submit(p, "/authorize/decision", url.Values{"decision": {"approve"}}), redirect)
+			if q.Get("code") == "" {
+				t.Fatalf("Continue answered %v", q)
+			}
+			if tc.kind == "public" {
+				if tok := h.exchange(client, q.Get("code"), redirect, pk, nil); tok.Status != 200 {
+					t.Fatalf("the code of the one-click page: %+v", tok)
+				}
+			}
+			// The click changed nothing in the remembered consent.
+			after, err := h.store.FindAppAccess(t.Context(), alice, client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.RedirectURI != before.RedirectURI || !slices.Equal(after.Scopes, before.Scopes) || !after.Updated.Equal(before.Updated) {
+				t.Fatalf("a one-click approval rewrote the consent: %+v, was %+v", after, before)
 			}
 		})
 	}
+
+	t.Run("removed before the click", func(t *testing.T) {
+		loop := "http://127.0.0.1:41234/callback"
+		public := newClient(t, "public", loop)
+		app, err := h.store.FindAppAccess(t.Context(), alice, public)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := b.get(h.authorizeURL(public, loop, newPKCE(), nil))
+		if got := pageOf(t, p); got != oneClick {
+			t.Fatalf("got the %s", got)
+		}
+		if err := h.as.RemoveApp(t.Context(), alice, app.ID); err != nil {
+			t.Fatal(err)
+		}
+		// Continue on a page whose consent is gone asks in full again
+		// and issues nothing.
+		p = b.submit(p, "/authorize/decision", url.Values{"decision": {"approve"}})
+		if got := pageOf(t, p); got != full {
+			t.Fatalf("after the app was removed, Continue gave the %s", got)
+		}
+		if apps := h.apps("alice"); slices.ContainsFunc(apps, func(a vault.AppAccess) bool { return a.ClientID == public }) {
+			t.Fatal("Continue after removal recreated the app's access")
+		}
+	})
 }
 
 // TestRefusals: every refusal the issue lists, each with a precise error,

@@ -160,8 +160,8 @@ func parseCommon(r *rawMetadata, cimd bool) (Metadata, error) {
 		m.GrantTypes = []string{grantCode} // RFC 7591's default
 	}
 	for _, g := range m.GrantTypes {
-		if g != grantCode && g != grantRefresh {
-			return Metadata{}, badMetadata("grant_types: only authorization_code and refresh_token are supported")
+		if g != grantCode && g != grantRefresh && g != grantJWTBearer {
+			return Metadata{}, badMetadata("grant_types: only authorization_code, refresh_token and " + grantJWTBearer + " are supported")
 		}
 	}
 	if !slices.Contains(m.GrantTypes, grantCode) {

@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,6 +48,10 @@ func (s *Server) lookupClient(ctx context.Context, clientID string) (*client, er
 		}
 		u, _ := url.Parse(clientID)
 		return &client{ID: clientID, Metadata: m, host: u.Host}, nil
+	}
+	if sc, ok := s.static[clientID]; ok {
+		cp := *sc
+		return &cp, nil
 	}
 	c, err := s.store.GetOAuthClient(ctx, clientID)
 	if errors.Is(err, vault.ErrNotFound) {
@@ -203,4 +209,44 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 // readBody reads at most max bytes of r's body.
 func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
 	return io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+}
+
+// StaticClient is a client configured rather than registered: broker
+// dev's host client, which the development IdP's token exchange names in
+// the ID-JAGs it issues. Its secret is given in the clear and kept only as
+// SHA-256.
+type StaticClient struct {
+	ID     string
+	Secret string // empty: a public client
+	Name   string
+	// RedirectURIs follow the registration rules (loopback: any port).
+	RedirectURIs []string
+}
+
+// staticClients validates the configured clients.
+func staticClients(list []StaticClient) (map[string]*client, error) {
+	out := map[string]*client{}
+	for _, sc := range list {
+		switch {
+		case sc.ID == "" || isClientIDURL(sc.ID) || len(sc.ID) > 200:
+			return nil, fmt.Errorf("configured client %q: the id must be a short name that is not an https URL", sc.ID)
+		case out[sc.ID] != nil:
+			return nil, fmt.Errorf("configured client %q appears twice", sc.ID)
+		case len(sc.RedirectURIs) == 0:
+			return nil, fmt.Errorf("configured client %q has no redirect URI", sc.ID)
+		}
+		for _, u := range sc.RedirectURIs {
+			if err := checkRedirectURI(u); err != nil {
+				return nil, fmt.Errorf("configured client %q: %v", sc.ID, err)
+			}
+		}
+		c := &client{ID: sc.ID, Metadata: Metadata{RedirectURIs: slices.Clone(sc.RedirectURIs),
+			GrantTypes: []string{grantCode, grantRefresh}, AuthMethod: authNone, Name: sc.Name, ApplicationType: "native"}}
+		if sc.Secret != "" {
+			sum := sha256.Sum256([]byte(sc.Secret))
+			c.secretHash, c.AuthMethod = sum[:], authSecretBasic
+		}
+		out[sc.ID] = c
+	}
+	return out, nil
 }

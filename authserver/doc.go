@@ -13,7 +13,8 @@
 //	GET  /authorize                               authorization request: client, redirect URI, PKCE S256,
 //	                                              resource; sign-in; remembered consent or the consent page
 //	POST /authorize/decision                      the consent form (CSRF, same-origin): approve or deny
-//	POST /token                                   authorization_code and refresh_token grants
+//	POST /token                                   authorization_code, refresh_token and (with --idjag) the
+//	                                              JWT bearer grant for ID-JAGs
 //	POST /revoke                                  RFC 7009 revocation
 //	POST /register                                RFC 7591 dynamic registration (off: 403 access_denied)
 //
@@ -59,7 +60,14 @@
 // the broker's session (Options.Person and Options.StartSignIn, which
 // send the browser through the IdP and back to the same /authorize URL).
 // Consent is remembered per person and client and asked again when the
-// redirect URI (loopback: ignoring the port) or the scopes grow; the page
+// redirect URI (loopback: ignoring the port) or the scopes grow. A
+// remembered consent issues a code with no page only where the client's
+// identity is assured (RFC 8252 section 8.6): an https redirect, not on a
+// loopback host, of a confidential client or of a metadata-document
+// client on its document's own host. Public clients and every loopback or
+// private-use redirect get a one-click page naming the app and the
+// redirect target instead (prompt=none: interaction_required), since any
+// program on the person's machine can listen there. The consent page
 // shows the client's self-asserted name marked as such, the host it sends
 // the person back to, whether a metadata document at a domain vouches for
 // it or it registered itself, and in plain words what it gets. Its buttons
@@ -105,6 +113,28 @@
 // revoking (RFC 7009, either token of a family), a replay, and a person
 // removing the app on "My connections" (Server.RemoveApp) end its access
 // at once on every replica. Signing out of the broker revokes nothing.
+//
+// # Enterprise-managed authorization (idjag.go)
+//
+// With Options.IDJAG's policy on, /token also takes
+// grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer with an ID-JAG
+// (draft-ietf-oauth-identity-assertion-authz-grant, as MCP's
+// enterprise-managed-authorization extension profiles it): the IdP that
+// signs people in (and any issuer trusted besides it) vouches for the person
+// and the host, and no consent page is shown. The policy is off, any
+// confidential client, or an allow-list. The assertion must be a JWS with an
+// asymmetric algorithm (never none or HMAC), typ oauth-id-jag+jwt, signed
+// by a key of its trusted issuer (JWKS from discovery), with aud the
+// broker's issuer alone, resource (if any) the MCP endpoint, client_id the
+// authenticated client, exp/iat/nbf within 30 s of now, at most 5 minutes
+// between iat and exp, scopes the broker offers, and a jti never redeemed
+// before on any replica (vault.AssertionLedger, the last check, so a refusal
+// stores nothing). The answer is an access token without a refresh token,
+// for a token family marked vault.FamilyViaIDJAG ("let in by the
+// organisation" on the Apps page); no consent is recorded. Every refusal is
+// an RFC 6749 error, an idjag_refused audit event and a count in
+// credbroker_idjag_grants_total; metadata advertises the grant type and the
+// ID-JAG grant profile while the policy is on.
 //
 // # Storage
 //

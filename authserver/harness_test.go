@@ -102,7 +102,7 @@ func newHarness(t *testing.T, mods ...func(*Options)) *harness {
 			if err != nil || c.Value == "" {
 				return Person{}, false
 			}
-			return Person{Principal: vault.Principal{Issuer: testIdP, Subject: c.Value}, Display: c.Value + "@example.test", CSRF: "csrf-" + c.Value}, true
+			return Person{Principal: vault.Principal{Issuer: h.opts.IdPIssuer, Subject: c.Value}, Display: c.Value + "@example.test", CSRF: "csrf-" + c.Value}, true
 		},
 		StartSignIn: func(w http.ResponseWriter, r *http.Request, returnTo string) {
 			http.Redirect(w, r, "/test/login?return="+url.QueryEscape(returnTo), http.StatusFound)

@@ -52,10 +52,16 @@ type consentPage struct {
 	ClientName   string
 	Verified     string
 	RedirectHost string
-	Identity     string
-	Scopes       []scopeLine
-	Request      string
-	Action       string
+	// RedirectTarget is the redirect URI without its query, shown on the
+	// one-click page (a loopback port is what tells two programs apart).
+	RedirectTarget string
+	Identity       string
+	Scopes         []scopeLine
+	Request        string
+	Action         string
+	// Remembered selects the one-click confirmation of a remembered
+	// consent instead of the full consent page.
+	Remembered bool
 }
 
 // errorPage is a failure the person must read (web/templates/error.html).

@@ -81,6 +81,13 @@ type Options struct {
 	MaxClients       int
 	RegistrationRate int
 	UnusedClientTTL  time.Duration
+	// IDJAG configures enterprise-managed authorization: the JWT bearer
+	// grant with ID-JAGs from the organisation's IdP (idjag.go). Off by
+	// default.
+	IDJAG IDJAGOptions
+	// Clients are clients configured rather than registered (broker dev's
+	// host client): looked up before the store, never expiring.
+	Clients []StaticClient
 	// Tracing, when set, makes each request to the authorization server's
 	// endpoints a server span (authserver.authorize, .decision, .token,
 	// .revoke, .register) with the route and the status. Nil: off.
@@ -128,6 +135,13 @@ type Server struct {
 	cop     *http.CrossOriginProtection
 	scopes  []string
 	tracer  trace.Tracer // nil: tracing off
+	jag     *idjagVerifier
+	// jagLifetime is the longest ID-JAG accepted (exp - iat).
+	jagLifetime time.Duration
+	// trusted are the issuers whose people the verifier accepts: the IdP
+	// and the ID-JAG issuers trusted besides it.
+	trusted []string
+	static  map[string]*client
 
 	metadata []byte
 }
@@ -155,8 +169,30 @@ func New(opts Options) (*Server, error) {
 			errs = append(errs, fmt.Errorf("%s is required", m.name))
 		}
 	}
+	switch opts.IDJAG.Policy.Mode {
+	case "", IDJAGOff:
+		opts.IDJAG.Policy.Mode = IDJAGOff
+	case IDJAGAny, IDJAGAllow:
+		if opts.IDJAG.Ledger == nil {
+			errs = append(errs, errors.New("IDJAG.Ledger is required when the JWT bearer grant is on (the store must keep spent assertions)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("IDJAG.Policy.Mode %q must be off, any or allow", opts.IDJAG.Policy.Mode))
+	}
+	for _, iss := range opts.IDJAG.TrustedIssuers {
+		if u, err := url.Parse(iss); err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopback.Host(u.Hostname()))) {
+			errs = append(errs, fmt.Errorf("trusted ID-JAG issuer %q must be an https URL (http only on loopback)", iss))
+		}
+	}
+	static, err := staticClients(opts.Clients)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("authserver: %w", errors.Join(errs...))
+	}
+	if opts.IDJAG.MaxLifetime <= 0 {
+		opts.IDJAG.MaxLifetime = defaultIDJAGLifetime
 	}
 	if opts.AccessTokenTTL <= 0 {
 		opts.AccessTokenTTL = time.Hour
@@ -192,6 +228,8 @@ func New(opts Options) (*Server, error) {
 		limiter: newWindowLimiter(opts.RegistrationRate, time.Minute, opts.Now),
 		cop:     http.NewCrossOriginProtection(),
 		tracer:  tracing.Tracer(opts.Tracing),
+		jag:     newIDJAGVerifier(opts.IDJAG, opts.IdPIssuer), jagLifetime: opts.IDJAG.MaxLifetime,
+		trusted: append([]string{opts.IdPIssuer}, opts.IDJAG.TrustedIssuers...), static: static,
 	}
 	for _, sc := range opts.Scopes {
 		if sc != "" && !slices.Contains(s.scopes, sc) {
@@ -255,6 +293,7 @@ type asMetadata struct {
 	TokenEndpointAuthMethodsSupported          []string `json:"token_endpoint_auth_methods_supported"`
 	RevocationEndpointAuthMethodsSupported     []string `json:"revocation_endpoint_auth_methods_supported"`
 	CodeChallengeMethodsSupported              []string `json:"code_challenge_methods_supported"`
+	AuthorizationGrantProfilesSupported        []string `json:"authorization_grant_profiles_supported,omitempty"`
 	AuthorizationResponseIssParameterSupported bool     `json:"authorization_response_iss_parameter_supported"`
 	ClientIDMetadataDocumentSupported          bool     `json:"client_id_metadata_document_supported"`
 }
@@ -274,6 +313,10 @@ func (s *Server) serverMetadata() asMetadata {
 	}
 	if s.opts.Registration {
 		m.RegistrationEndpoint = base + "/register"
+	}
+	if s.opts.IDJAG.Policy.Mode != IDJAGOff {
+		m.GrantTypesSupported = append(m.GrantTypesSupported, grantJWTBearer)
+		m.AuthorizationGrantProfilesSupported = []string{profileIDJAG}
 	}
 	return m
 }
@@ -413,8 +456,9 @@ func (l *windowLimiter) allow(key string) bool {
 	return true
 }
 
-// GC removes expired authorization codes and registered clients that were
-// never used. The caller runs it periodically.
+// GC removes expired authorization codes, registered clients that were
+// never used and spent ID-JAG ids past their expiry. The caller runs it
+// periodically.
 func (s *Server) GC(ctx context.Context) (codes, clients int, err error) {
 	now := s.now()
 	codes, err = s.store.DeleteExpiredAuthCodes(ctx, now.Add(-time.Hour))
@@ -422,5 +466,12 @@ func (s *Server) GC(ctx context.Context) (codes, clients int, err error) {
 		return codes, 0, err
 	}
 	clients, err = s.store.DeleteUnusedOAuthClients(ctx, now.Add(-s.opts.UnusedClientTTL))
+	if err != nil {
+		return codes, clients, err
+	}
+	if l := s.opts.IDJAG.Ledger; l != nil {
+		// An assertion is refused after its exp plus the leeway anyway.
+		_, err = l.DeleteSpentAssertions(ctx, now.Add(-idjagLeeway))
+	}
 	return codes, clients, err
 }

@@ -37,6 +37,9 @@ type tokenResponse struct {
 	ExpiresIn    int64  `json:"expires_in"`
 	RefreshToken string `json:"refresh_token,omitempty"`
 	Scope        string `json:"scope,omitempty"`
+	// Resource is the granted resource of a JWT bearer grant whose ID-JAG
+	// named one (the ID-JAG draft's processing rules).
+	Resource string `json:"resource,omitempty"`
 }
 
 // handleToken is POST /token.
@@ -57,10 +60,12 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		resp, e = s.codeGrant(r.Context(), c, form)
 	case grantRefresh:
 		resp, e = s.refreshGrant(r.Context(), c, form)
+	case grantJWTBearer:
+		resp, e = s.jwtBearerGrant(r.Context(), c, form)
 	case "":
 		e = oerr(http.StatusBadRequest, "invalid_request", "grant_type is required")
 	default:
-		e = oerr(http.StatusBadRequest, "unsupported_grant_type", "grant_type must be authorization_code or refresh_token")
+		e = oerr(http.StatusBadRequest, "unsupported_grant_type", "grant_type must be %s", s.grantTypesText())
 	}
 	if e != nil {
 		s.writeError(w, r, e)

@@ -67,7 +67,7 @@ func (s *Server) verifySigned(_ context.Context, raw string) (bearer.TokenInfo, 
 		return bearer.TokenInfo{}, fmt.Errorf("%w: expired at %s", bearer.ErrInvalidToken, c.expiry().UTC().Format(time.RFC3339))
 	case time.Unix(c.IssuedAt, 0).After(now.Add(clockLeeway)):
 		return bearer.TokenInfo{}, fmt.Errorf("%w: issued in the future", bearer.ErrInvalidToken)
-	case c.SubID.Format != "iss_sub" || c.SubID.Issuer != s.opts.IdPIssuer || c.SubID.Subject == "" || c.SubID.Subject != c.Subject:
+	case c.SubID.Format != "iss_sub" || !slices.Contains(s.trusted, c.SubID.Issuer) || c.SubID.Subject == "" || c.SubID.Subject != c.Subject:
 		return bearer.TokenInfo{}, fmt.Errorf("%w: the token does not name a person of this broker's identity provider", bearer.ErrInvalidToken)
 	case c.ClientID == "" || !strings.Contains(c.Session, "."):
 		return bearer.TokenInfo{}, fmt.Errorf("%w: no client or grant", bearer.ErrInvalidToken)

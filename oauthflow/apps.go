@@ -48,6 +48,9 @@ type App struct {
 	Authorized     time.Time
 	LastUsed       time.Time
 	Active         bool
+	// ByOrganisation: the organisation's IdP let the app in (an ID-JAG,
+	// enterprise-managed authorization), not only the person's consent.
+	ByOrganisation bool
 }
 
 // Apps lists and removes the apps a person allowed. The broker's
@@ -64,7 +67,7 @@ var ErrNoSuchApp = errors.New("oauthflow: no such app")
 
 type appRow struct {
 	ID, Name, ClientID, Verified, Authorized, LastUsed string
-	Active                                             bool
+	Active, ByOrganisation                             bool
 }
 
 func (f *Flow) appRows(ctx context.Context, p vault.Principal) ([]appRow, error) {
@@ -77,7 +80,7 @@ func (f *Flow) appRows(ctx context.Context, p vault.Principal) ([]appRow, error)
 	}
 	rows := make([]appRow, 0, len(apps))
 	for _, a := range apps {
-		row := appRow{ID: a.ID, Name: a.Name, ClientID: a.ClientID, Verified: a.VerifiedDomain, Active: a.Active,
+		row := appRow{ID: a.ID, Name: a.Name, ClientID: a.ClientID, Verified: a.VerifiedDomain, Active: a.Active, ByOrganisation: a.ByOrganisation,
 			Authorized: a.Authorized.UTC().Format("2006-01-02 15:04 UTC"), LastUsed: "never"}
 		if !a.LastUsed.IsZero() {
 			row.LastUsed = a.LastUsed.UTC().Format("2006-01-02 15:04 UTC")

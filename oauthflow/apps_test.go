@@ -50,6 +50,7 @@ func TestAppsWithAccess(t *testing.T) {
 		"alice": {
 			{ID: "app-claude", Name: "Claude <b>Desktop</b>", ClientID: "https://claude.ai/oauth/mcp.json", VerifiedDomain: "claude.ai", LastUsed: used, Active: true},
 			{ID: "app-cursor", Name: "Cursor", ClientID: "abc123", Active: false},
+			{ID: "app-xaa", Name: "Enterprise host", ClientID: "xaa", Active: true, ByOrganisation: true},
 		},
 		"bob": {{ID: "app-bob", Name: "Bob's host", ClientID: "def456"}},
 	}}
@@ -59,7 +60,11 @@ func TestAppsWithAccess(t *testing.T) {
 	p := b.signInIfAsked(b.get(base+"/connections"), "alice")
 	mustStatus(t, p, http.StatusOK)
 	mustContain(t, p, `id="apps"`, "Claude &lt;b&gt;Desktop&lt;/b&gt;", "verified: <strong>claude.ai</strong>",
-		"registered dynamically, not verified", "2026-07-28 09:30 UTC", "(no current token)", `action="/connections/apps/app-cursor/remove"`)
+		"registered dynamically, not verified", "2026-07-28 09:30 UTC", "(no current token)", `action="/connections/apps/app-cursor/remove"`,
+		`<span class="client">Enterprise host</span> <span class="org">let in by your organisation</span>`)
+	if n := strings.Count(p.body, "let in by your organisation"); n != 1 {
+		t.Fatalf("%d apps marked as let in by the organisation, want 1 (only the ID-JAG one)", n)
+	}
 	if strings.Contains(p.body, "Bob's host") {
 		t.Fatal("alice sees bob's app")
 	}

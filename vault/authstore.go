@@ -136,7 +136,14 @@ type TokenFamily struct {
 	// first and capped: presenting one again is a replay, and revokes the
 	// family.
 	Spent []string
+	// Via says how the family was granted when not by the person's consent
+	// in the browser: FamilyViaIDJAG for an ID-JAG the organisation's IdP
+	// issued (enterprise-managed authorization); empty otherwise.
+	Via string
 }
+
+// FamilyViaIDJAG marks a token family granted by redeeming an ID-JAG.
+const FamilyViaIDJAG = "id-jag"
 
 // Clone returns a deep copy of f.
 func (f TokenFamily) Clone() TokenFamily {

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"credbroker/authserver"
 	"credbroker/internal/clientaddr"
+	"credbroker/internal/loopback"
 )
 
 // serveConfig is everything `broker serve` needs, as data. validate reports
@@ -51,6 +53,10 @@ type serveConfig struct {
 	AccessTokenTTL             time.Duration
 	RefreshTokenTTL            time.Duration
 	RefreshTokenIdle           time.Duration
+	// IDJAG is the JWT bearer grant's policy (off, any, or an allow-list)
+	// and IDJAGIssuers the ID-JAG issuers trusted besides --issuer.
+	IDJAG        string
+	IDJAGIssuers string
 	// Ops: webhooks, the admin API, keep-alive (ops.go).
 	Ops opsConfig
 }
@@ -82,6 +88,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.AccessTokenTTL, "access-token-ttl", time.Hour, "lifetime of the access tokens the broker issues")
 	fs.DurationVar(&c.RefreshTokenTTL, "refresh-token-ttl", 30*24*time.Hour, "absolute lifetime of a sign-in's refresh tokens")
 	fs.DurationVar(&c.RefreshTokenIdle, "refresh-token-idle", 7*24*time.Hour, "a refresh token unused this long expires")
+	fs.StringVar(&c.IDJAG, "idjag", envOr("BROKER_IDJAG", "off"), "enterprise-managed authorization: which clients may redeem ID-JAGs from the organisation's IdP at the built-in authorization server (JWT bearer grant, no consent page): off, any (any confidential client), or a comma-separated allow-list of client ids and metadata-document URLs (env BROKER_IDJAG)")
+	fs.StringVar(&c.IDJAGIssuers, "idjag-issuers", os.Getenv("BROKER_IDJAG_ISSUERS"), "comma-separated issuers whose ID-JAGs are trusted besides --issuer, each found by OIDC discovery (env BROKER_IDJAG_ISSUERS)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", os.Getenv("BROKER_METRICS_ADDR"), "serve /metrics on this separate address instead of the main listener (env BROKER_METRICS_ADDR)")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", os.Getenv("BROKER_TRUSTED_PROXIES"), "comma-separated addresses or CIDR prefixes of the load balancers or proxies in front of the broker: from them, the client address (registration limit, security-event logs) is read from X-Forwarded-For (env BROKER_TRUSTED_PROXIES; default: none)")
 	c.Ops.flags(fs)
@@ -173,6 +181,16 @@ func (c *serveConfig) validate() error {
 	if c.Registration != "open" && c.Registration != "off" {
 		bad("--registration %q: want open or off", c.Registration)
 	}
+	if _, err := authserver.ParseIDJAGPolicy(c.IDJAG); err != nil {
+		bad("--idjag: %v", err)
+	} else if c.IDJAG != "off" && c.MCPAuth != "broker" {
+		bad("--idjag %s needs --mcp-auth broker (the built-in authorization server redeems ID-JAGs)", c.IDJAG)
+	}
+	for _, iss := range splitList(c.IDJAGIssuers) {
+		if u, err := url.Parse(iss); err != nil || u.Host == "" || u.Scheme != "https" && !(u.Scheme == "http" && loopback.Host(u.Hostname())) {
+			bad("--idjag-issuers: %q must be an https URL (http only on loopback)", iss)
+		}
+	}
 	if c.AccessTokenTTL < time.Minute || c.AccessTokenTTL > 24*time.Hour {
 		bad("--access-token-ttl %s: must be between 1m and 24h", c.AccessTokenTTL)
 	}
@@ -238,4 +256,15 @@ func storePath(s string) (string, error) {
 		return "", fmt.Errorf("%q: unsupported store (want bolt:PATH, a path, or postgres://…)", redactStore(s))
 	}
 	return s, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -175,8 +175,13 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		Users:  devidp.DefaultUsers(),
 		Clients: []devidp.Client{{
 			ID: devClientID, Secret: idpSecret, RedirectURIs: []string{base + "/auth/callback"},
+		}, {
+			// The MCP hosts' client at the IdP, for enterprise-managed
+			// authorization (README, "Enterprise-managed authorization").
+			ID: devHostClientID, Secret: devHostSecret, RedirectURIs: []string{"http://127.0.0.1/callback"}, Native: true,
 		}},
-		Logger: log.With("component", "devidp"),
+		IDJAGRules: devIDJAGRules(base, resource),
+		Logger:     log.With("component", "devidp"),
 	})
 	if err != nil {
 		ln.Close()
@@ -239,7 +244,14 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		// MCP hosts get their tokens from the broker itself: dynamic
 		// registration is open, metadata documents are fetched from
 		// public addresses only.
-		AuthServer: &authServerConfig{Registration: true},
+		AuthServer: &authServerConfig{Registration: true,
+			// Enterprise-managed authorization: any confidential client may
+			// redeem the dev IdP's ID-JAGs, and the host client is
+			// configured at the broker under the IdP's client id.
+			IDJAG: authserver.IDJAGPolicy{Mode: authserver.IDJAGAny},
+			Clients: []authserver.StaticClient{{ID: devHostClientID, Secret: devHostSecret, Name: "Development MCP host",
+				RedirectURIs: []string{"http://127.0.0.1/callback"}}},
+		},
 	})
 	if err != nil {
 		stopServing()
@@ -250,6 +262,23 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 	go collectGrants(sctx, m.Grants, log)
 	printDevBanner(stdout, base, dbPath, keysPath, side)
 	return <-serveErr
+}
+
+// The development MCP host's client, at the IdP and at the broker alike
+// (so the ID-JAG's client_id needs no mapping). Its secret is fixed so the
+// README's curl steps work; broker dev listens on loopback only.
+const (
+	devHostClientID = "credbroker-dev-host"
+	devHostSecret   = "dev-host-secret"
+)
+
+// devIDJAGRules is the dev IdP's token-exchange policy: alice's host may
+// get ID-JAGs for this broker, bob's may not (the IdP saying no).
+func devIDJAGRules(base, resource string) []devidp.IDJAGRule {
+	return []devidp.IDJAGRule{
+		{User: "alice", Client: devHostClientID, Audience: base, Resources: []string{resource}},
+		{User: "bob", Client: devHostClientID, Audience: base, Deny: true},
+	}
 }
 
 // devSidecar is what the banner says about the sidecar API.

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/adminapi"
+	"credbroker/authserver"
 	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/buildinfo"
@@ -201,8 +202,12 @@ func startOps(ctx context.Context, d opsDeps) error {
 	if err != nil {
 		return err
 	}
-	api, err := adminapi.New(adminapi.Options{Connections: d.Mounted.Conns, Verify: bearer.Cached(verify, 1000, nil), Claim: claim,
-		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "adminapi"), Tracing: d.Tracing})
+	opts := adminapi.Options{Connections: d.Mounted.Conns, Verify: bearer.Cached(verify, 1000, nil), Claim: claim,
+		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "adminapi"), Tracing: d.Tracing}
+	if as := d.Mounted.Auth; as != nil {
+		opts.Apps = adminApps(as)
+	}
+	api, err := adminapi.New(opts)
 	if err != nil {
 		return err
 	}
@@ -299,5 +304,21 @@ func appEvents(events *webhook.Publisher, store vault.Store, log *slog.Logger) f
 		if err := events.Publish(ctx, store, kind, webhook.AppEvent(p, clientID, clientName)); err != nil {
 			log.Warn("app event not queued", "event", kind, "client_id", clientID, "err", err)
 		}
+	}
+}
+
+// adminApps lists a person's apps for the admin API.
+func adminApps(as *authserver.Server) func(context.Context, vault.Principal) ([]adminapi.App, error) {
+	return func(ctx context.Context, p vault.Principal) ([]adminapi.App, error) {
+		apps, err := as.Apps(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]adminapi.App, len(apps))
+		for i, a := range apps {
+			out[i] = adminapi.App{ID: a.ID, ClientID: a.ClientID, Name: a.Name, VerifiedDomain: a.VerifiedDomain,
+				Authorized: a.Authorized, LastUsed: a.LastUsed, Active: a.Active, ByOrganisation: a.ByOrganisation}
+		}
+		return out, nil
 	}
 }

@@ -119,21 +119,33 @@ func TestReplicasAuthServer(t *testing.T) {
 		t.Fatalf("the code redeemed on a, again on b: %+v", again)
 	}
 	// The replay revoked the first exchange's family: sign in again for
-	// the rest (consent is remembered, so no page this time).
+	// the rest. Consent is remembered, but the host is a public client
+	// with a loopback redirect, so it takes the one-click page (RFC 8252
+	// section 8.6), on b as well.
 	get := func() tokenReply {
 		t.Helper()
 		v2 := randomSecret() + randomSecret()
 		sum := sha256.Sum256([]byte(v2))
 		q.Set("code_challenge", base64.RawURLEncoding.EncodeToString(sum[:]))
 		r, _ := http.NewRequest(http.MethodGet, public+"/authorize?"+q.Encode(), nil)
-		resp, err := br.Do(r)
+		p := fetch(t, br, r)
+		if !strings.Contains(p.body, "Continue to this app?") || !strings.Contains(p.body, "Replica host") {
+			t.Fatalf("remembered consent on b: no one-click page (HTTP %d %s):\n%.1500s", p.status, p.url, p.body)
+		}
+		target, vals, err := htmlform.Find(p.url, p.body, "/authorize/decision", url.Values{"decision": {"approve"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		creq, _ := http.NewRequest(http.MethodPost, target.String(), strings.NewReader(vals.Encode()))
+		creq.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := br.Do(creq)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		loc, _ := url.Parse(resp.Header.Get("Location"))
 		if loc == nil || loc.Query().Get("code") == "" {
-			t.Fatalf("remembered consent on b: HTTP %d to %v", resp.StatusCode, loc)
+			t.Fatalf("Continue on the one-click page on b: HTTP %d to %v", resp.StatusCode, loc)
 		}
 		return s.postToken(t, "b", url.Values{"grant_type": {"authorization_code"}, "code": {loc.Query().Get("code")},
 			"redirect_uri": {redirect}, "code_verifier": {v2}, "client_id": {client.ClientID}})

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 
+	"credbroker/authserver"
 	"credbroker/internal/buildinfo"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
@@ -169,7 +170,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		authCfg = &authServerConfig{
 			Registration: cfg.Registration == "open", AllowPrivateMetadata: cfg.ClientMetadataAllowPrivate,
 			AccessTokenTTL: cfg.AccessTokenTTL, RefreshTokenTTL: cfg.RefreshTokenTTL, RefreshIdleTTL: cfg.RefreshTokenIdle,
+			IDJAGIssuers: splitList(cfg.IDJAGIssuers),
 		}
+		authCfg.IDJAG, _ = authserver.ParseIDJAGPolicy(cfg.IDJAG) // validated
 	}
 	m, err := mount(ctx, mux, brokerDeps{
 		PublicURL: publicURL, Resource: resource, Issuer: cfg.Issuer,

@@ -72,6 +72,12 @@ type authServerConfig struct {
 	AccessTokenTTL       time.Duration
 	RefreshTokenTTL      time.Duration
 	RefreshIdleTTL       time.Duration
+	// IDJAG is the JWT bearer grant's policy; IDJAGIssuers the ID-JAG
+	// issuers trusted besides the IdP.
+	IDJAG        authserver.IDJAGPolicy
+	IDJAGIssuers []string
+	// Clients are configured clients (broker dev's host).
+	Clients []authserver.StaticClient
 }
 
 // mounted is what mount built that its callers drive further.
@@ -124,6 +130,12 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		if d.RequiredScope != "" {
 			scopes = []string{d.RequiredScope}
 		}
+		jag := authserver.IDJAGOptions{Policy: c.IDJAG, TrustedIssuers: c.IDJAGIssuers, HTTPClient: d.HTTPClient}
+		if c.IDJAG.Mode != "" && c.IDJAG.Mode != authserver.IDJAGOff {
+			if jag.Ledger, ok = plainStore.(vault.AssertionLedger); !ok {
+				return mounted{}, fmt.Errorf("the store %T cannot keep spent ID-JAG ids; use bolt or PostgreSQL, or --idjag off", plainStore)
+			}
+		}
 		as, err = authserver.New(authserver.Options{
 			PublicURL: d.PublicURL, Resource: d.Resource, IdPIssuer: d.Issuer, Store: astore, Keys: d.Keys,
 			Person: func(r *http.Request) (authserver.Person, bool) {
@@ -135,6 +147,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 			AccessTokenTTL: c.AccessTokenTTL, RefreshTokenTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL,
 			Logger: d.Logger.With("component", "authserver"), Telemetry: d.Telemetry,
 			AppEvent: appEvents(d.Events, plainStore, d.Logger), ClientAddr: d.ClientAddr, Tracing: d.Tracing,
+			IDJAG: jag, Clients: c.Clients,
 		})
 		if err != nil {
 			return mounted{}, fmt.Errorf("authorization server: %w", err)
@@ -199,7 +212,7 @@ func (a appsOf) ListApps(ctx context.Context, p vault.Principal) ([]oauthflow.Ap
 	out := make([]oauthflow.App, len(apps))
 	for i, x := range apps {
 		out[i] = oauthflow.App{ID: x.ID, Name: x.Name, ClientID: x.ClientID, VerifiedDomain: x.VerifiedDomain,
-			Authorized: x.Authorized, LastUsed: x.LastUsed, Active: x.Active}
+			Authorized: x.Authorized, LastUsed: x.LastUsed, Active: x.Active, ByOrganisation: x.ByOrganisation}
 	}
 	return out, nil
 }

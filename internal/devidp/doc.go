@@ -13,7 +13,11 @@
 //	GET  /login?authRequestID=…              sign-in form (or immediate success, see below)
 //	POST /login                              checks origin, CSRF token, username and password
 //	GET  /authorize/callback?id=…            finishes the request; redirects to the client
-//	POST /oauth/token                        authorization_code grant
+//	POST /oauth/token                        authorization_code grant; RFC 8693 token exchange for
+//	                                         ID-JAGs (tokenexchange.go): client authentication
+//	                                         required, the subject an ID token of this IdP for that
+//	                                         client, the per-user, per-client policy (IDJAGRule)
+//	                                         deciding; the ID-JAG lives five minutes
 //	GET  /userinfo                           OIDC userinfo (Bearer access token)
 //
 // Sessions: a successful sign-in sets an HttpOnly cookie (devidp_session,

@@ -38,6 +38,10 @@ type User struct {
 type Client struct {
 	ID, Secret   string
 	RedirectURIs []string
+	// Native makes a confidential client a native app: its loopback
+	// redirect URIs match on any port (a desktop host with a secret for
+	// token exchange).
+	Native bool
 }
 
 // Options configure an IdP.
@@ -47,7 +51,11 @@ type Options struct {
 	Issuer  string
 	Users   []User
 	Clients []Client
-	Logger  *slog.Logger // nil: discard
+	// IDJAGRules is the token-exchange policy: which user may have which
+	// client get ID-JAGs for which authorization server (tokenexchange.go).
+	// None: every exchange is refused.
+	IDJAGRules []IDJAGRule
+	Logger     *slog.Logger // nil: discard
 }
 
 // DefaultUsers returns alice/alice and bob/bob.
@@ -182,7 +190,8 @@ func New(opts Options) (*IdP, error) {
 	mux.HandleFunc("POST "+p.path+"/login", p.loginSubmit)
 	mux.HandleFunc("GET "+p.path+"/style.css", serveCSS)
 	mux.Handle(p.path+"/", http.StripPrefix(p.path, p.provider))
-	p.handler = mux
+	p.handler = p.withTokenExchange(mux)
+	p.SetIDJAGRules(opts.IDJAGRules)
 	return p, nil
 }
 

@@ -84,10 +84,11 @@ func (c *client) PostLogoutRedirectURIs() []string { return nil }
 func (c *client) public() bool                     { return c.c.Secret == "" }
 
 // ApplicationType: confidential clients are web applications (exact redirect
-// URI match); public clients are native applications, for which the library
-// accepts a registered loopback redirect URI on any port (RFC 8252, 7.3).
+// URI match) unless marked Native; public clients are native applications,
+// for which the library accepts a registered loopback redirect URI on any
+// port (RFC 8252, 7.3).
 func (c *client) ApplicationType() op.ApplicationType {
-	if c.public() {
+	if c.public() || c.c.Native {
 		return op.ApplicationTypeNative
 	}
 	return op.ApplicationTypeWeb
@@ -142,6 +143,8 @@ type storage struct {
 	requests map[string]*authRequest
 	codes    map[string]string // code -> request id
 	tokens   map[string]*accessToken
+	// idjagRules is the token-exchange policy (tokenexchange.go).
+	idjagRules []IDJAGRule
 }
 
 var _ op.Storage = (*storage)(nil)

@@ -27,7 +27,8 @@ const (
 	EventWebhookExpired = "webhook_expired"
 )
 
-var knownOpsEvents = []string{EventAdminList, EventOffboard, EventProviderDisable, EventAdminRefused, EventWebhookExpired}
+var knownOpsEvents = []string{EventAdminList, EventOffboard, EventProviderDisable, EventAdminRefused, EventWebhookExpired,
+	EventIDJAGGranted, EventIDJAGRefused}
 
 // eventLabel bounds an audit event kind for the metric label.
 func eventLabel(kind string) string {

@@ -20,6 +20,7 @@
 //	credbroker_vault_operation_duration_seconds{op,outcome}
 //	credbroker_audit_events_total{event}
 //	credbroker_sidecar_requests_total{server,route,status}
+//	credbroker_idjag_grants_total{outcome}    granted, or why a JWT bearer grant was refused (idjag.go)
 //
 // The server label of the sidecar series is the configured name of the
 // co-located server (Options.SidecarServers, "unnamed" for the unnamed
@@ -78,7 +79,8 @@ type Recorder struct {
 	vaultDuration *prometheus.HistogramVec
 	auditEvents   *prometheus.CounterVec
 	sidecar       *prometheus.CounterVec
-	ops           *opsMetrics // webhooks, keep-alive (ops.go)
+	ops           *opsMetrics            // webhooks, keep-alive (ops.go)
+	idjag         *prometheus.CounterVec // JWT bearer grants (idjag.go)
 }
 
 // Latency buckets: the broker answers in well under a millisecond; provider
@@ -139,6 +141,7 @@ func New(opts Options) *Recorder {
 	r.reg.MustRegister(r.mcpRequests, r.mcpDuration, r.elicitations, r.mismatches, r.refreshes,
 		r.provRequests, r.provDuration, r.vaultDuration, r.auditEvents, r.sidecar)
 	r.ops = newOpsMetrics(r.reg, opts.WebhookEndpoints)
+	r.idjag = newIDJAGMetric(r.reg)
 	if opts.ProcessMetrics {
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -315,7 +318,7 @@ func (r *Recorder) Audit(ctx context.Context, e Event) {
 	switch e.Kind {
 	case EventIdentityMismatch:
 		level = slog.LevelWarn
-	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay:
+	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay, EventIDJAGRefused:
 		level = slog.LevelWarn
 	}
 	if e.Err != nil && level < slog.LevelWarn {

@@ -19,6 +19,7 @@
 //	outbox_due          due|len(id)|id|endpoint → ""
 //	retired             id → sealed connection record kept to retry its revocation
 //	retired_by_principal len(iss)|iss|len(sub)|sub|id → ""
+//	spent_assertions    vault.AssertionKey → expiry (Unix nanoseconds, 8 bytes big endian)
 //
 // Times in keys are 12 bytes that sort like the times: the Unix second with
 // its sign bit flipped, then the nanosecond, both big endian. Listing a
@@ -75,7 +76,7 @@ var (
 
 	allBuckets = [][]byte{bConns, bConnByPrinc, bGrants, bGrantByPrin, bGrantByExp, bMeta,
 		bOAuthClients, bOAuthCodes, bOAuthApps, bOAuthAppByClient,
-		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc}
+		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc, bSpent}
 
 	keySchema       = []byte("schema")
 	keySealedAll    = []byte("sealed_all")

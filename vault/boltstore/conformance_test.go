@@ -53,3 +53,11 @@ func TestOutboxConformance(t *testing.T) {
 		return s
 	})
 }
+
+func TestAssertionConformance(t *testing.T) {
+	kr := newKeyring(t)
+	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
+		s := openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
+		return s, s
+	})
+}

@@ -30,6 +30,7 @@ type Store struct {
 	auth        authMaps
 	outbox      map[string]vault.Delivery // by Delivery.Key
 	retired     map[string][]byte         // connection id -> sealed record
+	spent       map[string]time.Time      // vault.AssertionKey -> expiry (assertions.go)
 }
 
 var (

@@ -33,3 +33,14 @@ func TestOutboxConformance(t *testing.T) {
 		return memstore.NewWith(kr, memstore.Options{Changes: hook})
 	})
 }
+
+func TestAssertionConformance(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
+		s := memstore.New(kr)
+		return s, s
+	})
+}

@@ -56,6 +56,17 @@ func TestAuthConformance(t *testing.T) {
 	})
 }
 
+// TestAssertionConformance runs the ledger suite with two stores (two
+// pools, as two replicas) on one database.
+func TestAssertionConformance(t *testing.T) {
+	srv := pgtest.Shared(t)
+	kr := newKeyring(t)
+	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
+		url := srv.Schema(t)
+		return open(t, url, kr), open(t, url, kr)
+	})
+}
+
 var alice = vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
 
 func TestMigrationsIdempotentAndConcurrent(t *testing.T) {

@@ -124,6 +124,14 @@ CREATE INDEX retired_by_principal ON retired_connections (iss, sub, id);
 
 CREATE INDEX connections_by_provider_id ON connections (provider, id);
 `},
+	{4, "spent assertions (ID-JAG jti replay ledger)", `
+CREATE TABLE spent_assertions (
+	key         text COLLATE "C" PRIMARY KEY,
+	expires_ns  bigint NOT NULL
+);
+COMMENT ON TABLE spent_assertions IS 'vault.AssertionKey (base64url SHA-256 of issuer and jti) of each accepted one-time assertion, kept until it expires; the assertion itself is never stored';
+CREATE INDEX spent_assertions_by_expiry ON spent_assertions (expires_ns);
+`},
 }
 
 // SchemaVersion is the schema version this build migrates to.

@@ -322,8 +322,10 @@ func testAppAccessCRUD(t *testing.T, s AuthBackend) {
 		ID: "f1", Scopes: []string{"mcp"}, Resource: "https://broker.example/mcp", Created: base, Expires: base.Add(24 * time.Hour),
 		RefreshHash: vault.SecretKey("rt-2"), Refreshed: base.Add(time.Minute), Spent: []string{vault.SecretKey("rt-1")},
 	}
+	// A family granted by an ID-JAG keeps its mark.
+	org := vault.TokenFamily{ID: "f2", Resource: "https://broker.example/mcp", Created: base, Expires: base.Add(time.Hour), Via: vault.FamilyViaIDJAG}
 	upd, err := s.UpdateAppAccess(ctx, "a1", func(a vault.AppAccess) (vault.AppAccess, error) {
-		a.Families = append(a.Families, fam)
+		a.Families = append(a.Families, fam, org)
 		a.LastUsed = base.Add(time.Minute)
 		return a, nil
 	})
@@ -331,10 +333,13 @@ func testAppAccessCRUD(t *testing.T, s AuthBackend) {
 		t.Fatalf("update: v%d, %v", upd.Version, err)
 	}
 	read, _ = s.GetAppAccess(ctx, "a1")
-	a.Families, a.LastUsed, a.Version = []vault.TokenFamily{fam}, base.Add(time.Minute), 2
+	a.Families, a.LastUsed, a.Version = []vault.TokenFamily{fam, org}, base.Add(time.Minute), 2
 	sameJSON(t, "app access with a family", read, a)
 	if f, ok := read.Family("f1"); !ok || f.RefreshHash != fam.RefreshHash {
 		t.Fatalf("Family(f1) = %+v, %v", f, ok)
+	}
+	if f, ok := read.Family("f2"); !ok || f.Via != vault.FamilyViaIDJAG {
+		t.Fatalf("Family(f2) = %+v, %v: the ID-JAG mark was lost", f, ok)
 	}
 
 	for name, change := range map[string]func(*vault.AppAccess){

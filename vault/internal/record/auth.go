@@ -152,6 +152,7 @@ type familyRecord struct {
 	RefreshHash string    `json:"refresh_hash,omitempty"`
 	Refreshed   time.Time `json:"refreshed,omitzero"`
 	Spent       []string  `json:"spent,omitempty"`
+	Via         string    `json:"via,omitempty"`
 }
 
 // EncodeAppAccess renders a for storage.
@@ -169,10 +170,10 @@ func EncodeAppAccess(a vault.AppAccess) ([]byte, error) {
 		if f.ID == "" {
 			return nil, fmt.Errorf("vault: app access %q: token family without id", a.ID)
 		}
-		ss = append(append(append(ss, f.ID, f.Resource, f.RefreshHash), f.Scopes...), f.Spent...)
+		ss = append(append(append(ss, f.ID, f.Resource, f.RefreshHash, f.Via), f.Scopes...), f.Spent...)
 		r.Families = append(r.Families, familyRecord{
 			ID: f.ID, Scopes: f.Scopes, Resource: f.Resource, Created: f.Created, Expires: f.Expires,
-			RefreshHash: f.RefreshHash, Refreshed: f.Refreshed, Spent: f.Spent,
+			RefreshHash: f.RefreshHash, Refreshed: f.Refreshed, Spent: f.Spent, Via: f.Via,
 		})
 	}
 	if err := validUTF8(ss...); err != nil {
@@ -198,7 +199,7 @@ func DecodeAppAccess(b []byte) (vault.AppAccess, error) {
 	for _, f := range r.Families {
 		a.Families = append(a.Families, vault.TokenFamily{
 			ID: f.ID, Scopes: f.Scopes, Resource: f.Resource, Created: f.Created, Expires: f.Expires,
-			RefreshHash: f.RefreshHash, Refreshed: f.Refreshed, Spent: f.Spent,
+			RefreshHash: f.RefreshHash, Refreshed: f.Refreshed, Spent: f.Spent, Via: f.Via,
 		})
 	}
 	return a, nil

@@ -1,0 +1,102 @@
+package vaulttest
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"credbroker/vault"
+)
+
+// NewLedgers returns two handles on one fresh, empty assertion ledger: two
+// processes sharing the store where the backend can have them (PostgreSQL:
+// two pools), else the same store twice.
+type NewLedgers func(t *testing.T) (a, b vault.AssertionLedger)
+
+// RunAssertions is the conformance suite of vault.AssertionLedger: an
+// assertion is spent once, across handles and under concurrency; a
+// refused or malformed spend stores nothing; expired records are
+// collected and only they.
+func RunAssertions(t *testing.T, newLedgers NewLedgers) {
+	t.Run("SpendOnce", func(t *testing.T) {
+		a, b := newLedgers(t)
+		k := vault.AssertionKey("https://idp.example", "jti-1")
+		exp := time.Now().Add(5 * time.Minute)
+		if err := a.SpendAssertion(t.Context(), k, exp); err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range []vault.AssertionLedger{a, b} {
+			if err := l.SpendAssertion(t.Context(), k, exp); !errors.Is(err, vault.ErrAssertionSpent) {
+				t.Fatalf("second spend on handle %d: %v, want ErrAssertionSpent", i, err)
+			}
+		}
+		// The same jti from another issuer is another assertion.
+		if err := b.SpendAssertion(t.Context(), vault.AssertionKey("https://other.example", "jti-1"), exp); err != nil {
+			t.Fatalf("the same jti of another issuer: %v", err)
+		}
+	})
+	t.Run("ConcurrentSpendsOneWins", func(t *testing.T) {
+		a, b := newLedgers(t)
+		k := vault.AssertionKey("https://idp.example", "raced")
+		exp := time.Now().Add(5 * time.Minute)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		won, spent := 0, 0
+		for i := range 16 {
+			l := a
+			if i%2 == 1 {
+				l = b
+			}
+			wg.Go(func() {
+				err := l.SpendAssertion(t.Context(), k, exp)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					won++
+				case errors.Is(err, vault.ErrAssertionSpent):
+					spent++
+				default:
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if won != 1 || spent != 15 {
+			t.Fatalf("%d spends succeeded and %d were refused; want 1 and 15", won, spent)
+		}
+	})
+	t.Run("MalformedKeyStoresNothing", func(t *testing.T) {
+		a, _ := newLedgers(t)
+		for _, k := range []string{"", "jti-in-clear", vault.AssertionKey("i", "j") + "x", "!" + vault.AssertionKey("i", "j")[1:]} {
+			if err := a.SpendAssertion(t.Context(), k, time.Now().Add(time.Minute)); err == nil || errors.Is(err, vault.ErrAssertionSpent) {
+				t.Errorf("key %q: %v, want a malformed-key error", k, err)
+			}
+		}
+		if n, err := a.DeleteSpentAssertions(t.Context(), time.Now().Add(time.Hour)); err != nil || n != 0 {
+			t.Fatalf("a malformed key was stored: %d records, %v", n, err)
+		}
+	})
+	t.Run("DeleteExpired", func(t *testing.T) {
+		a, b := newLedgers(t)
+		now := time.Now()
+		old, live := vault.AssertionKey("i", "old"), vault.AssertionKey("i", "live")
+		if err := a.SpendAssertion(t.Context(), old, now.Add(-time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.SpendAssertion(t.Context(), live, now.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		n, err := b.DeleteSpentAssertions(t.Context(), now)
+		if err != nil || n != 1 {
+			t.Fatalf("DeleteSpentAssertions = %d, %v; want 1", n, err)
+		}
+		if err := a.SpendAssertion(t.Context(), live, now.Add(time.Minute)); !errors.Is(err, vault.ErrAssertionSpent) {
+			t.Fatalf("the live record was collected: %v", err)
+		}
+		if err := a.SpendAssertion(t.Context(), old, now.Add(time.Minute)); err != nil {
+			t.Fatalf("the collected record still refuses: %v", err)
+		}
+	})
+}
