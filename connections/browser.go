@@ -293,7 +293,7 @@ func (s *Service) Complete(ctx context.Context, cb Callback) (vault.Connection, 
 		}
 		return vault.Connection{}, p, pe
 	}
-	ex, err := s.opts.Client.Exchange(ctx, p, cb.RedirectURL, cb.Code, cb.Request)
+	ex, err := s.opts.Client.Exchange(ctx, p, cb.Principal, cb.RedirectURL, cb.Code, cb.Request)
 	if err != nil {
 		return vault.Connection{}, p, err
 	}

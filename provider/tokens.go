@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,20 @@ type Options struct {
 	// event); c is metadata only. A refresh the provider refused goes
 	// through needs_reconnect instead, which the store reports.
 	RefreshFailed func(ctx context.Context, c vault.Connection)
+	// UpstreamClients keeps the clients the broker registers at upstream
+	// MCP servers' authorization servers (default: in this process only).
+	UpstreamClients UpstreamClients
+	// ClientMetadataURL is the broker's Client ID Metadata Document (an
+	// https URL: upstream servers that support it identify the broker by
+	// it); BrokerURL its public URL, named in registrations.
+	ClientMetadataURL string
+	BrokerURL         string
+	// RedirectURL is the broker's provider callback of a provider (the
+	// browser door's route; default BrokerURL + "/oauth/{name}/callback").
+	RedirectURL func(provider string) string
+	// AccountKey keys the account ids of upstream MCP servers that name no
+	// account (a hash of the person, so people never share one).
+	AccountKey []byte
 	// Tracing, when set, traces API requests (provider.request), token
 	// refreshes (provider.token_refresh per caller, a link from each
 	// waiter to the one provider.token_refresh.flight) and every HTTP
@@ -97,6 +112,7 @@ type Client struct {
 	mu         sync.Mutex // guards the fields below
 	flights    map[string]*flight
 	discovered map[string]*oidc.Provider
+	upstreams  map[string]*upstreamState
 }
 
 // flight is one refresh in progress; waiters block on done. stale is the
@@ -158,13 +174,20 @@ func New(opts Options) (*Client, error) {
 	if opts.SaveTimeout <= 0 {
 		opts.SaveTimeout = 10 * time.Second
 	}
+	if opts.UpstreamClients == nil {
+		opts.UpstreamClients = &memUpstreamClients{m: map[string]UpstreamClient{}}
+	}
+	if opts.RedirectURL == nil {
+		base := strings.TrimRight(opts.BrokerURL, "/")
+		opts.RedirectURL = func(name string) string { return base + "/oauth/" + name + "/callback" }
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	k := &Client{opts: opts, log: log, locker: vault.LockerFor(opts.Store), tracer: tracing.Tracer(opts.Tracing),
 		apiHTTP: apiHTTP, apiClients: map[*APIBase]*http.Client{},
-		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}}
+		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}, upstreams: map[string]*upstreamState{}}
 	for _, name := range opts.Providers.Names() {
 		p, _ := opts.Providers.Lookup(name)
 		for i := range p.APIBases {
