@@ -31,6 +31,9 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	sw := &telemetry.StatusWriter{ResponseWriter: w}
 	defer func() {
 		rec.Status = sw.Status
+		if rec.Status == 0 { // nothing written: net/http answers 200
+			rec.Status = http.StatusOK
+		}
 		s.remember(rec)
 	}()
 	scheme, cred, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
