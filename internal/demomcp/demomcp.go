@@ -52,22 +52,16 @@
 package demomcp
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"credbroker/internal/demoprovider"
@@ -214,170 +208,4 @@ func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.requests)
-}
-
-// call is what serveMCP hands the tools through the request: the token's
-// introspection, and where to note the tool that ran.
-type call struct {
-	in  demoprovider.Introspection
-	ran *atomic.Pointer[string]
-}
-
-type callKey struct{}
-
-// newMCPHandler is the go-sdk server behind the bearer check: stateless,
-// so both eras are served on the one endpoint.
-func (s *Server) newMCPHandler() http.Handler {
-	srv := mcp.NewServer(&mcp.Implementation{Name: "credbroker-demo-mcp", Title: "Demo MCP server", Version: "1.0.0"}, &mcp.ServerOptions{
-		Logger:       s.log,
-		Instructions: "A demonstration MCP server of credbroker's broker dev: echo, and a few notes per demo account.",
-	})
-	mcp.AddTool(srv, &mcp.Tool{Name: "echo", Title: "Echo",
-		Description: "Answers what it was sent: the arguments, the request's _meta and headers (never Authorization), and the caller's account.",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.echo)
-	mcp.AddTool(srv, &mcp.Tool{Name: "list_notes", Title: "List notes",
-		Description: "The demo account's notes (needs the notes:read scope).",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.listNotes)
-	mcp.AddTool(srv, &mcp.Tool{Name: "add_note", Title: "Add a note",
-		Description: "Adds a note to the demo account (needs the notes:write scope); the last 20 are kept."}, s.addNote)
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
-		Stateless:    true,
-		JSONResponse: true,
-		Logger:       s.log,
-		// Hosts reach it through names that resolve to loopback (tests,
-		// the gateway's allowed hosts); every request needs a token anyway.
-		DisableLocalhostProtection: true,
-	})
-	// The token was checked by serveMCP; this hands its account to the
-	// tools (RequestExtra.TokenInfo). Its expiry was checked too, with the
-	// provider's clock.
-	verify := func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
-		c, ok := r.Context().Value(callKey{}).(call)
-		if !ok {
-			return nil, auth.ErrInvalidToken
-		}
-		return &auth.TokenInfo{Scopes: c.in.Scopes, UserID: c.in.Account.Login, Extra: map[string]any{extraCall: c}}, nil
-	}
-	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
-}
-
-// serveMCP checks the bearer token and the scope a tools/call needs, then
-// hands the request to the go-sdk.
-func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
-	rec := Request{HTTPMethod: r.Method, ProtocolVersion: r.Header.Get("Mcp-Protocol-Version")}
-	sw := &statusWriter{ResponseWriter: w}
-	defer func() {
-		rec.Status = sw.code()
-		s.remember(rec)
-	}()
-	scheme, cred, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-	cred = strings.TrimSpace(cred)
-	rec.AuthScheme, rec.Token = scheme, demoprovider.Fingerprint(cred)
-	if !strings.EqualFold(scheme, "Bearer") || cred == "" {
-		rec.Outcome = "missing_token"
-		s.challenge(sw, http.StatusUnauthorized, "", "", ScopeRead)
-		return
-	}
-	in, ok := s.authServer.Introspect(cred)
-	switch {
-	case !ok:
-		rec.Outcome = "invalid_token"
-		s.challenge(sw, http.StatusUnauthorized, "invalid_token", "The access token is invalid, expired or revoked", ScopeRead)
-		return
-	case in.Resource != s.url:
-		rec.Outcome = "wrong_resource"
-		s.challenge(sw, http.StatusUnauthorized, "invalid_token", "The access token was not issued for this resource", ScopeRead)
-		return
-	}
-	rec.Account = in.Account.Login
-	if r.Method == http.MethodPost {
-		body, err := io.ReadAll(http.MaxBytesReader(sw, r.Body, maxBody))
-		if err != nil {
-			rec.Outcome = "too_large"
-			http.Error(sw, "request body too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		if rec.Method, rec.Tool, err = peek(body); err != nil {
-			rec.Outcome = "bad_body"
-			sw.Header().Set("Content-Type", "application/json")
-			sw.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(sw).Encode(map[string]any{"jsonrpc": "2.0", "id": nil,
-				"error": map[string]any{"code": -32600, "message": "Invalid request: " + err.Error()}})
-			return
-		}
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-	}
-	if need := toolScopes[rec.Tool]; rec.Method == "tools/call" && need != "" && !slices.Contains(in.Scopes, need) {
-		rec.Outcome = "insufficient_scope"
-		s.challenge(sw, http.StatusForbidden, "insufficient_scope", rec.Tool+" needs the "+need+" scope", need)
-		return
-	}
-	rec.Outcome = "ok"
-	ran := new(atomic.Pointer[string])
-	s.mcp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), callKey{}, call{in: in, ran: ran})))
-	if name := ran.Load(); name != nil {
-		rec.Ran = *name
-	}
-}
-
-// challenge answers 401 or 403 with an RFC 6750 Bearer challenge naming
-// the protected resource metadata (RFC 9728 section 5.1).
-func (s *Server) challenge(w http.ResponseWriter, status int, code, desc, scope string) {
-	params := []string{}
-	if code != "" {
-		params = append(params, fmt.Sprintf("error=%q", code))
-	}
-	params = append(params, fmt.Sprintf("scope=%q", scope), fmt.Sprintf("resource_metadata=%q", s.metadataURL))
-	if desc != "" {
-		params = append(params, fmt.Sprintf("error_description=%q", desc))
-	}
-	w.Header().Set("WWW-Authenticate", "Bearer "+strings.Join(params, ", "))
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	if code == "" {
-		code, desc = "invalid_request", "A bearer token is required"
-	}
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": desc})
-}
-
-func (s *Server) remember(rec Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.seq++
-	rec.Seq = s.seq
-	if len(s.requests) >= maxRequests {
-		s.requests = slices.Delete(s.requests, 0, len(s.requests)-maxRequests+1)
-	}
-	s.requests = append(s.requests, rec)
-	s.log.Debug("demomcp: request", "method", rec.Method, "tool", rec.Tool, "account", rec.Account, "outcome", rec.Outcome, "status", rec.Status)
-}
-
-// statusWriter records the status answered.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func (w *statusWriter) code() int {
-	if w.status == 0 {
-		return http.StatusOK
-	}
-	return w.status
 }

@@ -8,10 +8,47 @@ import (
 	"slices"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"credbroker/internal/demoprovider"
 )
+
+// newMCPHandler is the go-sdk server behind the bearer check: stateless,
+// so both eras are served on the one endpoint.
+func (s *Server) newMCPHandler() http.Handler {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "credbroker-demo-mcp", Title: "Demo MCP server", Version: "1.0.0"}, &mcp.ServerOptions{
+		Logger:       s.log,
+		Instructions: "A demonstration MCP server of credbroker's broker dev: echo, and a few notes per demo account.",
+	})
+	mcp.AddTool(srv, &mcp.Tool{Name: "echo", Title: "Echo",
+		Description: "Answers what it was sent: the arguments, the request's _meta and headers (never Authorization), and the caller's account.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.echo)
+	mcp.AddTool(srv, &mcp.Tool{Name: "list_notes", Title: "List notes",
+		Description: "The demo account's notes (needs the notes:read scope).",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, s.listNotes)
+	mcp.AddTool(srv, &mcp.Tool{Name: "add_note", Title: "Add a note",
+		Description: "Adds a note to the demo account (needs the notes:write scope); the last 20 are kept."}, s.addNote)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+		Stateless:    true,
+		JSONResponse: true,
+		Logger:       s.log,
+		// Hosts reach it through names that resolve to loopback (tests,
+		// the gateway's allowed hosts); every request needs a token anyway.
+		DisableLocalhostProtection: true,
+	})
+	// The token was checked by serveMCP; this hands its account to the
+	// tools (RequestExtra.TokenInfo). Its expiry was checked too, with the
+	// provider's clock.
+	verify := func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
+		c, ok := r.Context().Value(callKey{}).(call)
+		if !ok {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{Scopes: c.in.Scopes, UserID: c.in.Account.Login, Extra: map[string]any{extraCall: c}}, nil
+	}
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+}
 
 // EchoResult is what echo answers.
 type EchoResult struct {

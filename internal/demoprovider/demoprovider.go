@@ -620,6 +620,31 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// Introspection is what the provider knows about a live access token: what
+// a resource server needs to decide (RFC 7662's claims, in-process).
+type Introspection struct {
+	Account  Account
+	ClientID string
+	Scopes   []string
+	// Resource is the RFC 8707 resource the token is bound to ("" for a
+	// token of the demo API).
+	Resource string
+	Expiry   time.Time
+}
+
+// Introspect describes the access token tok, or reports false when it is
+// unknown, a refresh token, revoked or expired.
+func (p *Provider) Introspect(tok string) (Introspection, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.tokens[key(tok)]
+	if !ok || t.refresh || t.revoked || !p.opts.Now().Before(t.expiry) {
+		return Introspection{}, false
+	}
+	return Introspection{Account: t.account, ClientID: t.clientID, Scopes: strings.Fields(t.scope),
+		Resource: t.resource, Expiry: t.expiry}, true
+}
+
 // revokeGrant revokes every token of a grant; callers hold p.mu.
 func (p *Provider) revokeGrant(grantID string) {
 	for _, t := range p.tokens {

@@ -19,8 +19,8 @@ func ExampleNew() {
 	_, err = c.Get("http://mcp.example.com/mcp")
 	fmt.Println(errors.Is(err, egress.ErrNotHTTPS))
 
-	any, _ := egress.New(egress.Options{})
-	_, err = any.Get("https://169.254.169.254/latest/meta-data/")
+	strict, _ := egress.New(egress.Options{})
+	_, err = strict.Get("https://169.254.169.254/latest/meta-data/")
 	fmt.Println(err)
 	// Output:
 	// true

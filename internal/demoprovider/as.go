@@ -1,3 +1,8 @@
+// What makes the provider the authorization server of an MCP server
+// (internal/demomcp), as hosted MCP servers' are: dynamic client
+// registration and client authentication, resource indicators bound to
+// the grant, RFC 8414 metadata, and introspection for the resource server.
+
 package demoprovider
 
 import (
@@ -10,7 +15,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"credbroker/internal/loopback"
 )
@@ -40,7 +44,6 @@ type client struct {
 	redirectURIs []string
 	name         string // self-asserted (registered clients)
 	refresh      bool   // may use (and is issued) refresh tokens
-	registered   time.Time
 }
 
 // registration is the client metadata a registration request may carry
@@ -154,7 +157,7 @@ func (p *Provider) register(w http.ResponseWriter, r *http.Request) {
 	}
 	now := p.opts.Now()
 	c := &client{id: "dcr_" + randomToken(16), method: m.TokenEndpointAuthMethod, redirectURIs: slices.Clone(m.RedirectURIs),
-		name: m.ClientName, refresh: slices.Contains(m.GrantTypes, "refresh_token"), registered: now}
+		name: m.ClientName, refresh: slices.Contains(m.GrantTypes, "refresh_token")}
 	out := registered{ClientID: c.id, ClientIDIssuedAt: now.Unix(), registration: m}
 	if c.method != authNone {
 		secret := randomToken(32)
@@ -218,4 +221,72 @@ func (c *client) label() string {
 		return c.id
 	}
 	return strings.TrimSpace(c.name)
+}
+
+// checkResource accepts what RFC 8707 section 2 allows as a resource: an
+// absolute URI without a fragment.
+func checkResource(r string) error {
+	u, err := url.Parse(r)
+	if err != nil || !u.IsAbs() || u.Fragment != "" || strings.Contains(r, "#") {
+		return fmt.Errorf("%q is not an absolute URI without a fragment", r)
+	}
+	return nil
+}
+
+// requestedResource reads /authorize's resource parameters: none, or one
+// of Options.Resources.
+func (p *Provider) requestedResource(values []string) (string, error) {
+	switch {
+	case len(values) == 0:
+		return "", nil
+	case len(values) > 1:
+		return "", errors.New("one resource at a time")
+	}
+	if err := checkResource(values[0]); err != nil {
+		return "", err
+	}
+	if !slices.Contains(p.opts.Resources, values[0]) {
+		return "", fmt.Errorf("%q is not a resource of this authorization server", values[0])
+	}
+	return values[0], nil
+}
+
+// sameResource reports whether a token request's resource parameters
+// (none, or one) name the grant's resource.
+func sameResource(sent []string, granted string) bool {
+	return len(sent) == 0 || len(sent) == 1 && sent[0] != "" && sent[0] == granted
+}
+
+// serverMetadata is the RFC 8414 authorization server metadata.
+type serverMetadata struct {
+	Issuer                                 string   `json:"issuer"`
+	AuthorizationEndpoint                  string   `json:"authorization_endpoint"`
+	TokenEndpoint                          string   `json:"token_endpoint"`
+	RegistrationEndpoint                   string   `json:"registration_endpoint"`
+	RevocationEndpoint                     string   `json:"revocation_endpoint"`
+	ResponseTypesSupported                 []string `json:"response_types_supported"`
+	GrantTypesSupported                    []string `json:"grant_types_supported"`
+	CodeChallengeMethodsSupported          []string `json:"code_challenge_methods_supported"`
+	TokenEndpointAuthMethodsSupported      []string `json:"token_endpoint_auth_methods_supported"`
+	RevocationEndpointAuthMethodsSupported []string `json:"revocation_endpoint_auth_methods_supported"`
+	AuthorizationResponseIssParameter      bool     `json:"authorization_response_iss_parameter_supported"`
+}
+
+// metadata is GET /.well-known/oauth-authorization-server<path>.
+func (p *Provider) metadata(w http.ResponseWriter, _ *http.Request) {
+	methods := []string{authBasic, authPost, authNone}
+	w.Header().Set("Access-Control-Allow-Origin", "*") // public, for browser-based clients
+	writeJSON(w, http.StatusOK, serverMetadata{
+		Issuer:                                 p.Issuer(),
+		AuthorizationEndpoint:                  p.AuthURL(),
+		TokenEndpoint:                          p.TokenURL(),
+		RegistrationEndpoint:                   p.RegisterURL(),
+		RevocationEndpoint:                     p.RevokeURL(),
+		ResponseTypesSupported:                 []string{"code"},
+		GrantTypesSupported:                    []string{"authorization_code", "refresh_token"},
+		CodeChallengeMethodsSupported:          []string{"S256"},
+		TokenEndpointAuthMethodsSupported:      methods,
+		RevocationEndpointAuthMethodsSupported: methods,
+		AuthorizationResponseIssParameter:      true,
+	})
 }
