@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"credbroker/connections"
@@ -134,8 +135,14 @@ func (f *Flow) consentLanding(w http.ResponseWriter, r *http.Request, s *session
 	if page.ClientName == "" && page.Server == "" {
 		page.ClientName = "an unnamed client"
 	}
+	if gw, ok := p.Kind.(provider.Gateway); ok {
+		page.Relay = gw.Upstream().URL
+	}
+	added := f.opts.Connections.Added(r.Context(), s.principal(), cr, ar.Scopes)
 	for _, sc := range ar.Scopes {
-		page.Scopes = append(page.Scopes, plainScope(p, sc))
+		line := plainScope(p, sc)
+		line.New = slices.Contains(added, sc)
+		page.Scopes = append(page.Scopes, line)
 	}
 	f.render(w, http.StatusOK, step.ConsentPage(), page, originOf(ar))
 }

@@ -59,6 +59,10 @@ type Options struct {
 	// security events name (nil: the connection's peer, see
 	// internal/clientaddr).
 	ClientAddr func(*http.Request) string
+	// ClientMetadataURL is the broker's Client ID Metadata Document at
+	// upstream MCP servers; served at ClientMetadataPath when it is that
+	// https URL.
+	ClientMetadataURL string
 }
 
 // Flow serves the browser side of credbroker. See the package doc for routes.
@@ -167,6 +171,7 @@ func (f *Flow) Register(mux *http.ServeMux) {
 	mux.Handle("POST /connections/{id}/key", f.cop.Handler(http.HandlerFunc(f.handleReplaceKey)))
 	mux.Handle("GET /auth/callback", f.traced("oauthflow.signin_callback", http.HandlerFunc(f.handleLoginCallback)))
 	mux.Handle("GET /oauth/{provider}/callback", f.traced("oauthflow.callback", http.HandlerFunc(f.handleProviderCallback)))
+	mux.HandleFunc("GET "+ClientMetadataPath, f.handleClientMetadata)
 	mux.HandleFunc("GET /connections", f.handleConnections)
 	mux.Handle("POST /connections/{id}/disconnect", f.cop.Handler(http.HandlerFunc(f.handleDisconnect)))
 	mux.Handle("POST /connections/apps/{id}/remove", f.cop.Handler(http.HandlerFunc(f.handleRemoveApp)))

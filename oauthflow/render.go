@@ -40,7 +40,12 @@ type chrome struct {
 	CSRF     string
 }
 
-type scopeLine struct{ Scope, Words string }
+type scopeLine struct {
+	Scope, Words string
+	// New: a scope the person's connection does not hold yet (asking
+	// for more access).
+	New bool
+}
 
 type consentPage struct {
 	Chrome   chrome
@@ -56,6 +61,9 @@ type consentPage struct {
 	Identity      string
 	Scopes        []scopeLine
 	Action        string
+	// Relay is the MCP server the broker relays calls to with the
+	// account (type: mcp providers), "" otherwise.
+	Relay string
 }
 
 type mismatchPage struct {

@@ -118,7 +118,7 @@ func (o *OAuth) lookupAccount(ctx context.Context, k *Client, p *Provider, _ vau
 	}
 	req.Header.Set("Accept", "application/json")
 	tok.SetAuthHeader(req)
-	resp, err := k.opts.HTTPClient.Do(req)
+	resp, err := k.httpFor(p).Do(req)
 	if err != nil {
 		return Account{}, fmt.Errorf("account endpoint: %s", describeRefreshErr(err))
 	}

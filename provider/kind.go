@@ -189,7 +189,7 @@ func (k *Client) Exchange(ctx context.Context, p *Provider, pr vault.Principal, 
 	if !ok {
 		return Exchanged{}, fmt.Errorf("%w: %s has no way to name the account", ErrAccountUnknown, p.Name)
 	}
-	acct, err := lookup.lookupAccount(k.HTTPContext(ctx), k, p, pr, tok, a.Nonce)
+	acct, err := lookup.lookupAccount(k.HTTPContext(ctx, p), k, p, pr, tok, a.Nonce)
 	if errors.Is(err, ErrWrongDomain) {
 		return Exchanged{}, err
 	}

@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -401,7 +400,7 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 		k.opts.Telemetry.Upstream(p.Name, "discovery", "", "failed", 0)
 		return nil, &UpstreamError{Provider: p.DisplayName, Reason: reason, Err: err}
 	}
-	client := NoRedirectClient(k.opts.HTTPClient)
+	client := NoRedirectClient(k.opts.UpstreamHTTPClient)
 	var prm *oauthex.ProtectedResourceMetadata
 	var other string
 	for _, u := range prmURLs(ctx, client, m.up.URL) {
@@ -540,27 +539,85 @@ func challengeMetadataURL(ctx context.Context, client *http.Client, resource str
 // server: pre-registered, a Client ID Metadata Document, or registered
 // dynamically (once, shared by replicas through the store).
 func (m *MCP) client(ctx context.Context, k *Client, p *Provider, ua *upstreamAuth, redirectURL string) (UpstreamClient, error) {
-	cimd := k.opts.ClientMetadataURL
-	canCIMD := ua.meta.ClientIDMetadataDocumentSupported && strings.HasPrefix(cimd, "https://")
+	method, err := m.registration(k, p, ua)
 	switch {
-	case m.ClientID != "" && (m.Registration == "auto" || m.Registration == "static"):
-		method := "client_secret_basic"
+	case err != nil:
+		return UpstreamClient{}, err
+	case method == "static":
+		auth := "client_secret_basic"
 		if m.ClientSecret == "" {
-			method = "none"
+			auth = "none"
 		}
-		return UpstreamClient{ClientID: m.ClientID, ClientSecret: m.ClientSecret, AuthMethod: method}, nil
-	case m.Registration == "static":
-		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Reason: "mcp.registration static needs client_id"}
-	case canCIMD && (m.Registration == "auto" || m.Registration == "cimd"):
-		return UpstreamClient{ClientID: cimd, AuthMethod: "none"}, nil
-	case m.Registration == "cimd":
-		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName,
-			Reason: "registration cimd needs an authorization server that supports Client ID Metadata Documents and an https --client-metadata-url"}
-	case ua.meta.RegistrationEndpoint == "":
-		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName,
-			Reason: "its authorization server offers no way to register (no pre-registered client_id, no Client ID Metadata Documents, no dynamic registration): register the broker there and set client_id"}
+		return UpstreamClient{ClientID: m.ClientID, ClientSecret: m.ClientSecret, AuthMethod: auth}, nil
+	case method == "cimd":
+		return UpstreamClient{ClientID: k.opts.ClientMetadataURL, AuthMethod: "none"}, nil
 	}
 	return m.register(ctx, k, p, ua, redirectURL)
+}
+
+// registration picks how the broker is a client there, in the
+// specification's order: static (a client_id is configured), cimd (the
+// authorization server supports Client ID Metadata Documents and the
+// broker's document is https), dcr (it has a registration endpoint).
+func (m *MCP) registration(k *Client, p *Provider, ua *upstreamAuth) (string, error) {
+	canCIMD := ua.meta.ClientIDMetadataDocumentSupported && strings.HasPrefix(k.opts.ClientMetadataURL, "https://")
+	switch {
+	case m.ClientID != "" && (m.Registration == "auto" || m.Registration == "static"):
+		return "static", nil
+	case m.Registration == "static":
+		return "", &UpstreamError{Provider: p.DisplayName, Reason: "mcp.registration static needs client_id"}
+	case canCIMD && (m.Registration == "auto" || m.Registration == "cimd"):
+		return "cimd", nil
+	case m.Registration == "cimd":
+		return "", &UpstreamError{Provider: p.DisplayName,
+			Reason: "registration cimd needs an authorization server that supports Client ID Metadata Documents and an https --client-metadata-url"}
+	case ua.meta.RegistrationEndpoint == "":
+		return "", &UpstreamError{Provider: p.DisplayName,
+			Reason: "its authorization server offers no way to register (no pre-registered client_id, no Client ID Metadata Documents, no dynamic registration): register the broker there and set client_id"}
+	}
+	return "dcr", nil
+}
+
+// UpstreamCheck is what `broker upstreams check` reports of an mcp entry.
+type UpstreamCheck struct {
+	URL string
+	// Open: auth none (nothing below is set).
+	Open bool
+	// Issuer is the authorization server; Registration how the broker
+	// is (or would become) its client: static, cimd or dcr.
+	Issuer       string
+	Registration string
+	// Scopes are those a connect request asks for by default.
+	Scopes []string
+}
+
+// CheckUpstream runs mcp entry name's discovery and picks its
+// registration method, registering nothing and storing nothing.
+func (k *Client) CheckUpstream(ctx context.Context, name string) (UpstreamCheck, error) {
+	p, ok := k.opts.Providers.Lookup(name)
+	if !ok {
+		return UpstreamCheck{}, fmt.Errorf("%w: %s", ErrUnknownProvider, name)
+	}
+	g, ok := p.Kind.(Gateway)
+	if !ok {
+		return UpstreamCheck{}, fmt.Errorf("provider %s is of type %s, not mcp", name, p.Kind.Type())
+	}
+	out := UpstreamCheck{URL: g.Upstream().URL, Open: g.Upstream().Open}
+	m, ok := g.(*MCP)
+	if !ok {
+		return out, nil
+	}
+	ua, err := m.discover(ctx, k, p)
+	if err != nil {
+		return out, err
+	}
+	out.Issuer = ua.issuer
+	out.Scopes = p.DefaultScopes
+	if len(out.Scopes) == 0 {
+		out.Scopes = ua.scopes
+	}
+	out.Registration, err = m.registration(k, p, ua)
+	return out, err
 }
 
 // register registers the broker dynamically (RFC 7591), once per
@@ -591,7 +648,7 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	meta := &oauthex.ClientRegistrationMetadata{RedirectURIs: []string{redirectURL}, TokenEndpointAuthMethod: method,
 		GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},
 		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker"}
-	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.opts.HTTPClient))
+	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.opts.UpstreamHTTPClient))
 	if err != nil {
 		k.opts.Telemetry.Upstream(p.Name, "registration", "", "failed", 0)
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Reason: "dynamic registration at its authorization server failed (" + untrusted.Clip(err.Error(), 200) + ")", Err: err}
@@ -672,7 +729,7 @@ func (m *MCP) redeem(ctx context.Context, k *Client, p *Provider, redirectURL, c
 		return nil, err
 	}
 	conf.Scopes = a.Scopes
-	tok, err := conf.Exchange(k.TokenContext(ctx), code, oauth2.VerifierOption(a.Verifier), oauth2.SetAuthURLParam("resource", m.up.URL))
+	tok, err := conf.Exchange(k.TokenContext(ctx, p), code, oauth2.VerifierOption(a.Verifier), oauth2.SetAuthURLParam("resource", m.up.URL))
 	if err != nil {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && re.ErrorCode == "invalid_grant" {
@@ -701,7 +758,7 @@ func (m *MCP) refreshToken(ctx context.Context, k *Client, p *Provider, refreshT
 		// request's transport adds resource.
 		base, _ := ctx.Value(oauth2.HTTPClient).(*http.Client)
 		if base == nil {
-			base = NoRedirectClient(k.opts.HTTPClient)
+			base = NoRedirectClient(k.opts.UpstreamHTTPClient)
 		}
 		cl := *base
 		next := cl.Transport
@@ -749,7 +806,7 @@ func (f formParam) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // lookupAccount names the account: a verified ID token's subject, else
-// the entry's account endpoint, else a keyed hash of the person (so that
+// the entry's account endpoint, else a hash of the provider and the person (so that
 // two people never share an account id, and revoking one person's
 // connection never counts as shared).
 func (m *MCP) lookupAccount(ctx context.Context, k *Client, p *Provider, pr vault.Principal, tok *oauth2.Token, nonce string) (Account, error) {
@@ -765,7 +822,7 @@ func (m *MCP) lookupAccount(ctx context.Context, k *Client, p *Provider, pr vaul
 		if err != nil {
 			return Account{}, err
 		}
-		v := oidc.NewVerifier(ua.issuer, oidc.NewRemoteKeySet(k.HTTPContext(ctx), ua.meta.JWKSURI), &oidc.Config{ClientID: conf.ClientID, Now: k.opts.Now})
+		v := oidc.NewVerifier(ua.issuer, oidc.NewRemoteKeySet(k.HTTPContext(ctx, p), ua.meta.JWKSURI), &oidc.Config{ClientID: conf.ClientID, Now: k.opts.Now})
 		idt, err := v.Verify(ctx, raw)
 		if err != nil {
 			return Account{}, fmt.Errorf("id_token: %w", err)
@@ -785,9 +842,10 @@ func (m *MCP) lookupAccount(ctx context.Context, k *Client, p *Provider, pr vaul
 		return (&OAuth{AccountURL: m.AccountURL, AccountIDField: m.AccountIDField, AccountLoginField: m.AccountLoginField}).
 			lookupAccount(ctx, k, p, pr, tok, "")
 	}
-	mac := hmac.New(sha256.New, k.opts.AccountKey)
-	fmt.Fprintf(mac, "credbroker/upstream-account/v1\x00%s\x00%s\x00%s", p.Name, pr.Issuer, pr.Subject)
-	id := hex.EncodeToString(mac.Sum(nil))[:32]
+	// Not keyed with the broker's keys: the id must survive a key
+	// rotation (a new id would make a reconnect a second account).
+	sum := sha256.Sum256([]byte("credbroker/upstream-account/v1\x00" + p.Name + "\x00" + pr.Issuer + "\x00" + pr.Subject))
+	id := hex.EncodeToString(sum[:16])
 	return Account{ID: id, Login: p.DisplayName + " account " + id[:8]}, nil
 }
 

@@ -60,6 +60,11 @@ type Options struct {
 	// event); c is metadata only. A refresh the provider refused goes
 	// through needs_reconnect instead, which the store reports.
 	RefreshFailed func(ctx context.Context, c vault.Connection)
+	// UpstreamHTTPClient talks to upstream MCP servers' authorization
+	// servers (discovery, registration, tokens, revocation): the egress
+	// policy for destinations the organisation does not control (default
+	// HTTPClient).
+	UpstreamHTTPClient *http.Client
 	// UpstreamClients keeps the clients the broker registers at upstream
 	// MCP servers' authorization servers (default: in this process only).
 	UpstreamClients UpstreamClients
@@ -71,9 +76,6 @@ type Options struct {
 	// RedirectURL is the broker's provider callback of a provider (the
 	// browser door's route; default BrokerURL + "/oauth/{name}/callback").
 	RedirectURL func(provider string) string
-	// AccountKey keys the account ids of upstream MCP servers that name no
-	// account (a hash of the person, so people never share one).
-	AccountKey []byte
 	// Tracing, when set, traces API requests (provider.request), token
 	// refreshes (provider.token_refresh per caller, a link from each
 	// waiter to the one provider.token_refresh.flight) and every HTTP
@@ -148,9 +150,14 @@ func New(opts Options) (*Client, error) {
 	// endpoints through x/oauth2, discovery, revocation...) go through it.
 	api := *opts.HTTPClient
 	apiHTTP := &api
+	if opts.UpstreamHTTPClient == nil {
+		opts.UpstreamHTTPClient = opts.HTTPClient
+	}
 	opts.HTTPClient = withUserAgent(opts.HTTPClient, opts.UserAgent)
+	opts.UpstreamHTTPClient = withUserAgent(opts.UpstreamHTTPClient, opts.UserAgent)
 	if opts.Tracing != nil {
 		opts.HTTPClient = withTracing(opts.HTTPClient, opts.Tracing)
+		opts.UpstreamHTTPClient = withTracing(opts.UpstreamHTTPClient, opts.Tracing)
 		apiHTTP = withTracing(apiHTTP, opts.Tracing)
 	}
 	if opts.Now == nil {
@@ -407,7 +414,7 @@ func (k *Client) spend(ctx context.Context, r Refresher, p *Provider, cur vault.
 			sent.Store(true)
 		}
 	}}
-	hctx := httptrace.WithClientTrace(context.WithValue(ctx, oauth2.HTTPClient, NoRedirectClient(k.opts.HTTPClient)), trace)
+	hctx := httptrace.WithClientTrace(context.WithValue(ctx, oauth2.HTTPClient, NoRedirectClient(k.httpFor(p))), trace)
 	backoff := k.opts.RetryBackoff
 	for attempt := 1; ; attempt++ {
 		sent.Store(false)

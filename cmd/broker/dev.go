@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"credbroker/authserver"
+	"credbroker/internal/demomcp"
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/telemetry"
@@ -32,6 +33,7 @@ import (
 const (
 	devIdPPath      = "/dev/idp"
 	devProviderPath = "/dev/provider"
+	devMCPPath      = "/dev/mcp-upstream"
 	devClientID     = "credbroker"
 	devDemoClientID = "credbroker-demo"
 	devTokenTTL     = time.Hour
@@ -76,6 +78,12 @@ const devProvidersYAML = `providers:
     api:
       base_url: {{BASE}}/keys-api
       allowed_paths: [GET /me]
+  demo-mcp:
+    display_name: Demo MCP server
+    type: mcp
+    mcp:
+      url: {{MCP}}
+      call_timeout: 30s
 `
 
 // devSidecarAddr is where broker dev serves the sidecar API unless told
@@ -190,14 +198,21 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 	demo, err := demoprovider.New(demoprovider.Options{
 		BaseURL: base + devProviderPath, ClientID: devDemoClientID, ClientSecret: demoSecret,
 		RedirectURIs: []string{base + "/oauth/demo/callback"},
-		Logger:       log.With("component", "demoprovider"),
+		// It is also the authorization server of the demo MCP server.
+		Resources: []string{base + devMCPPath},
+		Logger:    log.With("component", "demoprovider"),
 	})
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("demo provider: %w", err)
 	}
+	upstream, err := demomcp.New(demomcp.Options{URL: base + devMCPPath, AuthServer: demo, Logger: log.With("component", "demomcp")})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("demo MCP server: %w", err)
+	}
 	providers, err := provider.ParseProviders("dev providers",
-		[]byte(strings.ReplaceAll(devProvidersYAML, "{{BASE}}", base+devProviderPath)),
+		[]byte(strings.NewReplacer("{{BASE}}", base+devProviderPath, "{{MCP}}", base+devMCPPath).Replace(devProvidersYAML)),
 		func(k string) string {
 			if k == "DEMO_CLIENT_SECRET" {
 				return demoSecret
@@ -217,7 +232,8 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 	defer stopTracing()
 	mux := http.NewServeMux()
 	mux.Handle(devIdPPath+"/", idp.Handler())
-	mux.Handle(devProviderPath+"/", demo.Handler())
+	demo.Mount(mux)
+	upstream.Mount(mux)
 	// /dev/token mints the broker's own tokens, so it works once the
 	// authorization server is mounted below.
 	var auth atomic.Pointer[authserver.Server]
@@ -252,6 +268,8 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 			Clients: []authserver.StaticClient{{ID: devHostClientID, Secret: devHostSecret, Name: "Development MCP host",
 				RedirectURIs: []string{"http://127.0.0.1/callback"}}},
 		},
+		// The gateway reaches the demo MCP server on this listener only.
+		Upstreams: upstreamConfig{AllowPrivate: true, AllowedHosts: []string{ln.Addr().String()}, MaxCallTimeout: provider.MaxCallTimeout},
 	})
 	if err != nil {
 		stopServing()

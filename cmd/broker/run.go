@@ -44,6 +44,7 @@ commands:
   keys status    how many records each key seals (when an old key can be removed)
   migrate        copy every record of a bolt store into PostgreSQL, or back (--from STORE --to STORE)
   admin          connections | offboard | provider disable (docs/OPERATIONS.md)
+  upstreams      check [PROVIDER]: discovery and registration of type: mcp entries, storing nothing
   version        print the version, commit and build date
 `
 
@@ -63,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDev(ctx, args[1:], stdout, stderr)
 	case "admin":
 		return runAdmin(ctx, args[1:], stdout, stderr)
+	case "upstreams":
+		return runUpstreams(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		return runVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -112,6 +115,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	providers, err := provider.LoadProviders(cfg.ProvidersFile, os.Getenv)
 	if err != nil {
 		problems = append(problems, err)
+	}
+	if providers != nil {
+		problems = append(problems, cfg.Upstreams.checkProviders(providers)...)
 	}
 	sc := cfg.sidecar()
 	var sidecarNames []string
@@ -185,6 +191,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		AuthServer:    authCfg,
 		Events:        events,
 		ClientAddr:    cfg.trusted().Addr,
+		Upstreams:     cfg.Upstreams,
 	})
 	if err != nil {
 		return err

@@ -15,11 +15,13 @@ import (
 	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/bearer"
+	"credbroker/internal/buildinfo"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
 	"credbroker/provider"
+	"credbroker/provider/mcpup"
 	"credbroker/vault"
 	"credbroker/webhook"
 )
@@ -63,6 +65,8 @@ type brokerDeps struct {
 	// ClientAddr is the address of the client behind a request
 	// (--trusted-proxies); nil (dev): the connection's peer.
 	ClientAddr func(*http.Request) string
+	// Upstreams is how the gateway reaches remote MCP servers.
+	Upstreams upstreamConfig
 }
 
 // authServerConfig is the built-in authorization server's settings.
@@ -99,11 +103,16 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	plainStore := d.Store
 	d.Store = tracing.WrapStore(d.Tracing, d.Telemetry.WrapStore(d.Store))
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
+	authHTTP, mcpHTTP, err := d.Upstreams.httpClients()
+	if err != nil {
+		return mounted{}, err
+	}
 	client, err := provider.New(provider.Options{
 		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "provider"), RefreshMargin: d.RefreshMargin,
 		Telemetry: d.Telemetry, RefreshFailed: refreshFailedEvents(d.Events, d.Store, d.Logger),
-		Tracing: d.Tracing,
+		Tracing:            d.Tracing,
+		UpstreamHTTPClient: authHTTP, BrokerURL: d.PublicURL, ClientMetadataURL: d.Upstreams.metadataURL(d.PublicURL),
 	})
 	if err != nil {
 		return mounted{}, err
@@ -158,6 +167,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		Connections: conns, CookieKeys: d.Keys.Derive("cookies"), HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "oauthflow"), DevMode: d.DevMode,
 		Telemetry: d.Telemetry, Tracing: d.Tracing, ClientAddr: d.ClientAddr,
+		ClientMetadataURL: d.Upstreams.metadataURL(d.PublicURL),
 	}
 	if as != nil {
 		flowOpts.Apps = appsOf{as}
@@ -173,6 +183,8 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		StateKeys:   d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
 		Logger: d.Logger.With("component", "mcpapi"), HTTPClient: d.HTTPClient,
 		Telemetry: d.Telemetry, Tracing: d.Tracing,
+		Upstreams: mcpup.New(mcpup.Options{HTTPClient: mcpHTTP, Tokens: client.UpstreamTokens(),
+			Version: buildinfo.Get().Version, Logger: d.Logger.With("component", "mcpup")}),
 	}
 	var brokerTokens bearer.Verifier
 	if as != nil {
