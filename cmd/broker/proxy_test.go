@@ -123,8 +123,11 @@ func TestWholeBodyKeepsLongAnswers(t *testing.T) {
 			}
 			whole := err == nil && string(got) == answer
 			logged := proxyLog.String()
-			if whole != tc.wantWhole {
-				t.Fatalf("whole answer: %v, want %v (read %d of %d bytes, error %v)\nproxy log: %s", whole, tc.wantWhole, len(got), len(answer), err, logged)
+			if whole && !tc.wantWhole {
+				t.Fatalf("a bare ReverseProxy kept the whole answer: the interleaving no longer loses it (has Go fixed golang/go#40747?), so this test no longer shows what wholeBody is for\nproxy log: %s", logged)
+			}
+			if !whole && tc.wantWhole {
+				t.Fatalf("the answer was cut: read %d of %d bytes, error %v\nproxy log: %s", len(got), len(answer), err, logged)
 			}
 			if !tc.wantWhole && !strings.Contains(logged, "use of closed network connection") {
 				t.Errorf("the control case lost the answer some other way; proxy log: %s", logged)
