@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"strings"
@@ -60,26 +62,21 @@ func wholeBody(next http.Handler) http.Handler {
 
 // TestWholeBodyKeepsLongAnswers recreates the interleaving that cut the
 // conformance suite's tools/list answer in half on a busy machine, without
-// waiting on time: the connection to the backend holds the write of the
+// waiting on time. The connection to the backend holds the write of the
 // request body until the proxy has written 64 KiB of the answer to its
-// client, so the transport's last read of the body comes after the proxy's
-// server has closed it. The control case (a bare ReverseProxy) must lose
-// the answer, which shows the interleaving is the one that fails; behind
-// wholeBody the whole answer arrives.
+// client, so the transport's last read of the body comes after the
+// proxy's server has closed it; the backend sends the rest of its answer
+// only once the transport reports how writing the request ended
+// (httptrace's WroteRequest), and after a failed write only once the
+// transport has closed the connection, as a longer answer or a busier
+// machine would have it. The control case (a bare ReverseProxy) must fail
+// the write and lose the answer, which shows the interleaving is the one
+// that fails; behind wholeBody the write succeeds and the whole answer
+// arrives.
 func TestWholeBodyKeepsLongAnswers(t *testing.T) {
 	const marker = "request-body-marker"
-	answer := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(r.Body)
-		if err != nil || !strings.Contains(string(b), marker) {
-			http.Error(w, "bad request body", http.StatusBadRequest)
-			return
-		}
-		io.WriteString(w, answer)
-	}))
-	defer backend.Close()
-	target, _ := url.Parse(backend.URL)
-
+	head := strings.Repeat("0123456789abcdef", 1<<12) // 64 KiB
+	rest := strings.Repeat("fedcba9876543210", 1<<12)
 	for _, tc := range []struct {
 		name      string
 		wrap      func(http.Handler) http.Handler
@@ -89,6 +86,27 @@ func TestWholeBodyKeepsLongAnswers(t *testing.T) {
 		{"behind wholeBody", wholeBody, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			wrote := make(chan error, 1) // how the transport's write of the request ended
+			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, err := io.ReadAll(r.Body)
+				if err != nil || !strings.Contains(string(b), marker) {
+					http.Error(w, "bad request body", http.StatusBadRequest)
+					return
+				}
+				io.WriteString(w, head)
+				http.NewResponseController(w).Flush()
+				select {
+				case err := <-wrote:
+					if err != nil {
+						<-r.Context().Done() // the transport closes this connection
+					}
+				case <-r.Context().Done():
+				}
+				io.WriteString(w, rest)
+			}))
+			defer backend.Close()
+			target, _ := url.Parse(backend.URL)
+
 			answered := make(chan struct{}) // closed once the client has been sent 64 KiB
 			var once sync.Once
 			var holds atomic.Int32
@@ -101,13 +119,22 @@ func TestWholeBodyKeepsLongAnswers(t *testing.T) {
 			}}
 			defer tr.CloseIdleConnections()
 			var proxyLog logbuf.Buffer
+			var writeErr atomic.Value
 			rp := &httputil.ReverseProxy{
-				Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+				Rewrite: func(pr *httputil.ProxyRequest) {
+					pr.SetURL(target)
+					pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(), &httptrace.ClientTrace{
+						WroteRequest: func(info httptrace.WroteRequestInfo) {
+							writeErr.Store(fmt.Sprint(info.Err))
+							wrote <- info.Err
+						},
+					}))
+				},
 				Transport: tr,
 				ErrorLog:  log.New(&proxyLog, "", 0),
 			}
 			front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				tc.wrap(rp).ServeHTTP(&countingWriter{ResponseWriter: w, at: 64 << 10, reached: func() { once.Do(func() { close(answered) }) }}, r)
+				tc.wrap(rp).ServeHTTP(&countingWriter{ResponseWriter: w, at: len(head), reached: func() { once.Do(func() { close(answered) }) }}, r)
 			}))
 			defer front.Close()
 
@@ -121,13 +148,14 @@ func TestWholeBodyKeepsLongAnswers(t *testing.T) {
 			if holds.Load() != 1 {
 				t.Fatalf("the request body's write was held %d times, want once: the interleaving was not recreated", holds.Load())
 			}
-			whole := err == nil && string(got) == answer
+			whole := err == nil && string(got) == head+rest
 			logged := proxyLog.String()
+			t.Logf("writing the request: %v; the client read %d of %d bytes (%v)", writeErr.Load(), len(got), len(head+rest), err)
 			if whole && !tc.wantWhole {
 				t.Fatalf("a bare ReverseProxy kept the whole answer: the interleaving no longer loses it (has Go fixed golang/go#40747?), so this test no longer shows what wholeBody is for\nproxy log: %s", logged)
 			}
 			if !whole && tc.wantWhole {
-				t.Fatalf("the answer was cut: read %d of %d bytes, error %v\nproxy log: %s", len(got), len(answer), err, logged)
+				t.Fatalf("the answer was cut: read %d of %d bytes, error %v\nproxy log: %s", len(got), len(head+rest), err, logged)
 			}
 			if !tc.wantWhole && !strings.Contains(logged, "use of closed network connection") {
 				t.Errorf("the control case lost the answer some other way; proxy log: %s", logged)
