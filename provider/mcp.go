@@ -647,7 +647,7 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	}
 	meta := &oauthex.ClientRegistrationMetadata{RedirectURIs: []string{redirectURL}, TokenEndpointAuthMethod: method,
 		GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},
-		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker"}
+		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker", ApplicationType: "web"}
 	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.opts.UpstreamHTTPClient))
 	if err != nil {
 		k.opts.Telemetry.Upstream(p.Name, "registration", "", "failed", 0)
