@@ -526,10 +526,10 @@ func (g *gateway) upstreamInput(w http.ResponseWriter, c *gwCall, r connections.
 		g.toolError(w, c, fmt.Sprintf("%s asks for more input before it can answer, which needs a 2026-07-28 client; this client speaks 2025-11-25. Nothing was done.", c.p.DisplayName))
 		return
 	}
-	var cc mcp.ClientCapabilities
+	var cc hostCapabilities
 	_ = json.Unmarshal(c.rawCaps, &cc)
 	for key, req := range in.requests {
-		if missing := missingCapability(req, &cc, c.up.InputRequests); missing != "" {
+		if missing := missingCapability(req, cc, c.up.InputRequests); missing != "" {
 			g.toolError(w, c, fmt.Sprintf("%s asks for input this client cannot give: it did not declare the capability %s (input %s). Nothing was done.",
 				c.p.DisplayName, missing, quote(key)))
 			return
@@ -575,10 +575,20 @@ func inputRequestsOf(res any) *upstreamInputs {
 	return &upstreamInputs{requests: reqs, state: state}
 }
 
+// hostCapabilities are the capabilities a 2026-07-28 host declared. Roots
+// is read as present or not: the go-sdk's ClientCapabilities keeps
+// "roots": {} only as a zero ListChanged, which cannot be told from no
+// roots at all.
+type hostCapabilities struct {
+	mcp.ClientCapabilities
+	Roots *json.RawMessage `json:"roots"`
+}
+
 // missingCapability names the capability an input request needs that the
 // host did not declare, or the entry does not let through ("" when
 // none).
-func missingCapability(req mcp.InputRequest, cc *mcp.ClientCapabilities, allowed []string) string {
+func missingCapability(req mcp.InputRequest, host hostCapabilities, allowed []string) string {
+	cc := &host.ClientCapabilities
 	switch r := req.(type) {
 	case *mcp.ElicitParams:
 		switch {
@@ -589,12 +599,13 @@ func missingCapability(req mcp.InputRequest, cc *mcp.ClientCapabilities, allowed
 		case r.Mode != "url" && !formCapable(cc.Elicitation):
 			return "elicitation.form"
 		}
-	case *mcp.CreateMessageParams:
+	case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
+		// (an upstream's sampling/createMessage decodes as the latter)
 		if !slices.Contains(allowed, "sampling") || cc.Sampling == nil {
 			return "sampling"
 		}
 	case *mcp.ListRootsParams:
-		if !slices.Contains(allowed, "roots") || cc.RootsV2 == nil && cc.Roots.ListChanged == false {
+		if !slices.Contains(allowed, "roots") || host.Roots == nil {
 			return "roots"
 		}
 	default:
