@@ -261,7 +261,11 @@ func (g *gateway) serverInfo(p *provider.Provider) *mcp.Implementation {
 func (g *gateway) dispatch(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	switch c.method {
 	case "ping":
-		g.writeResult(w, c, &mcp.CompleteResult{})
+		if c.modern {
+			g.methodNotFound(w, c) // removed in 2026-07-28
+			return
+		}
+		g.writeResult(w, c, struct{}{})
 	case "server/discover":
 		if !c.modern {
 			g.methodNotFound(w, c)
