@@ -834,7 +834,13 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 			writeRPCErrorValue(w, http.StatusOK, c.id, legacyURLElicitation(re))
 			return
 		}
-		writeRPCErrorValue(w, g.errStatus(c), c.id, &rpcError{Code: re.Code, Message: re.Message})
+		relayed := &rpcError{Code: re.Code, Message: re.Message}
+		if len(re.Data) <= maxUpstreamError && json.Valid(re.Data) {
+			// Small structured data goes with it (a missing resource's
+			// uri, the capabilities a -32021 requires); larger is dropped.
+			relayed.Data = re.Data
+		}
+		writeRPCErrorValue(w, g.errStatus(c), c.id, relayed)
 		return
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
