@@ -277,6 +277,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		return err
 	}
 	auth.Store(m.Auth)
+	srv.RegisterOnShutdown(m.MCP.EndStreams)
 	go collectGrants(sctx, m.Grants, log)
 	printDevBanner(stdout, base, dbPath, keysPath, side)
 	return <-serveErr

@@ -225,5 +225,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "mcp_auth", cfg.MCPAuth,
 		"providers", strings.Join(providers.Names(), ","),
 		"version", bi.Version, "commit", bi.Commit)
-	return serveUntilDone(ctx, newHTTPServer(mux, log), ln, log)
+	srv := newHTTPServer(mux, log)
+	srv.RegisterOnShutdown(m.MCP.EndStreams)
+	return serveUntilDone(ctx, srv, ln, log)
 }

@@ -93,6 +93,8 @@ type mounted struct {
 	// keep-alive loop.
 	Conns  *connections.Service
 	Client *provider.Client
+	// MCP is the MCP endpoint (its long-lived streams end at shutdown).
+	MCP *mcpapi.Server
 }
 
 // mount builds the provider client, the connections layer, the browser
@@ -209,7 +211,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if d.MetricsOnMain && d.Telemetry != nil {
 		mux.Handle("GET /metrics", d.Telemetry.Handler())
 	}
-	return mounted{Grants: grants, Auth: as, Conns: conns, Client: client}, nil
+	return mounted{Grants: grants, Auth: as, Conns: conns, Client: client, MCP: mcp}, nil
 }
 
 // appsOf shows the authorization server's apps on the browser flow's
