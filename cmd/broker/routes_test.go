@@ -288,8 +288,9 @@ func TestEveryBrowserRouteCarriesThePagePolicy(t *testing.T) {
 // TestNoAPIRouteCarriesPagePolicyOrTakesCookies walks every route on the
 // site's API side, and the sidecar API's routes (docs/sidecar.openapi.yaml),
 // with and without the signed-in browser's cookies: no answer carries a
-// page header, and the cookies change no answer, so none of these routes
-// takes the browser session as authentication.
+// page header, is a page or sets a cookie (a sign-in's, say), and the
+// cookies change no answer, so none of these routes takes the browser
+// session as authentication.
 func TestNoAPIRouteCarriesPagePolicyOrTakesCookies(t *testing.T) {
 	s := newRouteStack(t)
 	patterns := s.site.API.Patterns()
@@ -332,6 +333,9 @@ func TestNoAPIRouteCarriesPagePolicyOrTakesCookies(t *testing.T) {
 					}
 					if strings.Contains(a.header.Get("Content-Type"), "text/html") {
 						t.Errorf("%s %s (%s) %s answered a page (HTTP %d)", method, path, kind, what, a.status)
+					}
+					if c := a.header.Values("Set-Cookie"); len(c) > 0 {
+						t.Errorf("%s %s (%s) %s set a cookie (HTTP %d): %v", method, path, kind, what, a.status, c)
 					}
 				}
 				if with.status != without.status {
