@@ -22,7 +22,6 @@ import (
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/htmlform"
 	"credbroker/internal/telemetry"
-	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
 	"credbroker/web"
@@ -53,20 +52,7 @@ func newRouteStack(t *testing.T) *routeStack {
 	if err := idp.AddClient(devidp.Client{ID: "broker", Secret: "routes-idp-secret", RedirectURIs: []string{srv.URL + "/auth/callback"}}); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := provider.ParseProviders("providers.yaml", []byte(`providers:
-  demo:
-    display_name: Demo
-    type: oauth2
-    authorization_url: http://127.0.0.1:1/authorize
-    token_url: http://127.0.0.1:1/token
-    client_id: demo
-    client_secret: ${S}
-    account: {url: "http://127.0.0.1:1/user", id_field: id, login_field: login}
-    api: {base_url: "http://127.0.0.1:1/api"}
-`), func(string) string { return "demo-client-secret" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := unreachableDemo(t)
 	kr, err := vault.ParseKeys(vault.GenerateKey())
 	if err != nil {
 		t.Fatal(err)
