@@ -5,25 +5,6 @@ import (
 	"net/http"
 )
 
-// SetPageHeaders sets the security headers of every page: a CSP that
-// allows no script, no inline style and no framing, nosniff, no referrer,
-// no caching, DENY framing for older browsers and a same-origin opener
-// policy. formAction adds origins a page's forms may lead to.
-func SetPageHeaders(h http.Header, formAction ...string) {
-	fa := "'self'"
-	for _, o := range formAction {
-		if o != "" {
-			fa += " " + o
-		}
-	}
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action "+fa+"; frame-ancestors 'none'; base-uri 'none'")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Cross-Origin-Opener-Policy", "same-origin")
-}
-
 // Visitor is who is signed in to the broker in a browser, as a door knows
 // them from the broker's session; a nil *Visitor is nobody.
 type Visitor struct {
