@@ -2,7 +2,6 @@ package authserver
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"credbroker/internal/telemetry"
 	"credbroker/internal/untrusted"
 	"credbroker/vault"
+	"credbroker/web"
 )
 
 const (
@@ -91,7 +91,7 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for k, v := range q {
 		if len(v) > 1 {
-			s.renderError(w, errorPage{Heading: "The app's request is malformed",
+			s.renderError(w, web.ErrorPage{Heading: "The app's request is malformed",
 				Message: "The app sent parameter " + untrustedName(k) + " more than once, so the broker cannot tell what it asks for.",
 				Next:    "Tell the app's maker; nothing was authorized."})
 			return
@@ -99,7 +99,7 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 	clientID := q.Get("client_id")
 	if clientID == "" {
-		s.renderError(w, errorPage{Heading: "The app's request is incomplete",
+		s.renderError(w, web.ErrorPage{Heading: "The app's request is incomplete",
 			Message: "The app did not say who it is (no client_id).", Next: "Go back to the app and try again; nothing was authorized."})
 		return
 	}
@@ -114,7 +114,7 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 	if redirect == "" || !redirectAllowed(c.RedirectURIs, redirect) {
 		s.log.Info("authserver: authorization refused", "client_id", clientID, "reason", "unregistered redirect_uri")
-		s.renderError(w, errorPage{Heading: "This app's return address is not registered",
+		s.renderError(w, web.ErrorPage{Heading: "This app's return address is not registered",
 			Message: "The app asked to be sent back to an address it did not register (redirect_uri " + untrusted.Quote(redirect) + "), so the broker will not send anything there.",
 			Next:    "Nothing was authorized. If you did not start this, close this page; otherwise tell the app's maker."})
 		return
@@ -164,7 +164,7 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if person.Principal.Issuer != s.opts.IdPIssuer {
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Signed in with another identity provider",
+		s.renderError(w, web.ErrorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Signed in with another identity provider",
 			Message: "This browser is signed in to the broker through an identity provider the broker no longer uses.",
 			Next:    "Sign out and try again."})
 		return
@@ -215,7 +215,7 @@ func (s *Server) renderConsent(w http.ResponseWriter, r *http.Request, person Pe
 		RedirectHost: redirectHost(p.RedirectURI), RedirectTarget: redirectTarget(p.RedirectURI), Identity: person.Display,
 		Scopes: scopeLines(p.Scopes), Request: sealed, Action: "/authorize/decision", Remembered: p.Remembered,
 	}
-	s.render(w, http.StatusOK, "app_consent", page, formTarget(p.RedirectURI))
+	s.kit.Render(w, http.StatusOK, "app_consent", page, formTarget(p.RedirectURI))
 }
 
 // identityAssured reports whether a code sent to redirect can only end up
@@ -257,12 +257,12 @@ func (s *Server) clientErrorPage(w http.ResponseWriter, r *http.Request, clientI
 	switch {
 	case errors.Is(err, errUnknownClient):
 		s.log.Info("authserver: authorization refused", "client_id", untrusted.Clip(clientID, 200), "reason", "unknown client")
-		s.renderError(w, errorPage{Status: http.StatusBadRequest, Heading: "Unknown app",
+		s.renderError(w, web.ErrorPage{Status: http.StatusBadRequest, Heading: "Unknown app",
 			Message: "The app identified itself as " + untrusted.Quote(clientID) + ", which is not registered with this broker.",
 			Next:    "Nothing was authorized. Go back to the app and connect again; it may need to register afresh."})
 	case errors.As(err, &fe):
 		s.log.Info("authserver: authorization refused", "client_id", untrusted.Clip(clientID, 200), "reason", fe.Reason, "err", fe.Err)
-		s.renderError(w, errorPage{Status: http.StatusBadRequest, Heading: "The app's description could not be used",
+		s.renderError(w, web.ErrorPage{Status: http.StatusBadRequest, Heading: "The app's description could not be used",
 			Message: "The app identified itself by the metadata document at " + untrusted.Quote(clientID) + ", but " + fe.Reason + ".",
 			Next:    "Nothing was authorized. Tell the app's maker."})
 	default:
@@ -320,38 +320,29 @@ func consentCovers(a vault.AppAccess, p pending) bool {
 	return true
 }
 
+// decisionForm is the consent form's post: its limit and what its
+// refusals say (web.Kit.PostedForm).
+var decisionForm = web.Form{Limit: 32 << 10,
+	SignedOut: web.ErrorPage{Message: "Your sign-in to the broker expired before you decided, so nothing was authorized.",
+		Next: "Go back to the app and connect again."},
+	Refused: web.ErrorPage{Message: "This form was not accepted: it is out of date or did not come from the page the broker showed you. Nothing was authorized.",
+		Next: "Go back to the app and connect again."}}
+
 // handleDecision is POST /authorize/decision: the consent form.
 func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 32<<10)
-	if err := r.ParseForm(); err != nil {
-		s.renderError(w, errorPage{Heading: "The form could not be read", Message: "The broker could not read what this page sent.",
-			Next: "Go back to the app and connect again."})
-		return
-	}
 	person, ok := s.opts.Person(r)
-	if !ok {
-		s.renderError(w, errorPage{Status: http.StatusUnauthorized, Heading: "Your sign-in ended",
-			Message: "Your sign-in to the broker expired before you decided, so nothing was authorized.",
-			Next:    "Go back to the app and connect again."})
-		return
-	}
-	if csrf := r.PostFormValue("csrf"); csrf == "" || subtle.ConstantTimeCompare([]byte(csrf), []byte(person.CSRF)) != 1 {
-		s.log.Warn("security event", "event", "authorize_csrf_mismatch", "remote", s.opts.ClientAddr(r),
-			"actor_iss", person.Principal.Issuer, "actor_sub", person.Principal.Subject)
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Request not accepted",
-			Message: "This form did not come from the page the broker showed you.", Next: "Go back to the app and connect again."})
+	if !s.kit.PostedForm(w, r, visitorOf(person, ok), decisionForm) {
 		return
 	}
 	p, err := s.openPending(r.PostFormValue("request"))
 	if err != nil {
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Status: http.StatusBadRequest, Heading: "This request has expired",
+		s.renderError(w, web.ErrorPage{Chrome: chromeOf(person), Status: http.StatusBadRequest, Heading: "This request has expired",
 			Message: "Approval pages work for a few minutes only. Nothing was authorized.", Next: "Go back to the app and connect again."})
 		return
 	}
 	if p.principal() != person.Principal {
-		s.log.Warn("security event", "event", "authorize_identity_mismatch", "remote", s.opts.ClientAddr(r),
-			"actor_iss", person.Principal.Issuer, "actor_sub", person.Principal.Subject)
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Signed in as someone else",
+		s.kit.SecurityEvent(r, "authorize_identity_mismatch", visitorOf(person, true))
+		s.renderError(w, web.ErrorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Signed in as someone else",
 			Message: "This approval page was shown to another person signed in to the broker. Nothing was authorized.",
 			Next:    "Go back to the app and connect again."})
 		return
@@ -362,7 +353,7 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !redirectAllowed(c.RedirectURIs, p.RedirectURI) {
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Heading: "This app's return address is no longer registered",
+		s.renderError(w, web.ErrorPage{Chrome: chromeOf(person), Heading: "This app's return address is no longer registered",
 			Message: "The app changed its registered addresses since you started. Nothing was authorized.",
 			Next:    "Go back to the app and connect again."})
 		return
@@ -391,7 +382,7 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 		s.redirectWith(w, r, p.RedirectURI, url.Values{"error": {"access_denied"},
 			"error_description": {"the person did not allow this app"}, "state": {p.State}})
 	default:
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Heading: "No decision", Message: "The form carried no decision.",
+		s.renderError(w, web.ErrorPage{Chrome: chromeOf(person), Heading: "No decision", Message: "The form carried no decision.",
 			Next: "Go back to the app and connect again."})
 	}
 }
@@ -467,7 +458,6 @@ func (s *Server) redirectWith(w http.ResponseWriter, r *http.Request, redirect s
 	}
 	q.Set("iss", s.opts.PublicURL)
 	u.RawQuery = q.Encode()
-	setPageHeaders(w.Header())
 	status := http.StatusFound
 	if r.Method == http.MethodPost {
 		status = http.StatusSeeOther

@@ -21,6 +21,7 @@ import (
 	"credbroker/internal/logbuf"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
+	"credbroker/web"
 )
 
 // The authorization server is tested in-process over loopback with a
@@ -92,8 +93,8 @@ func newHarness(t *testing.T, mods ...func(*Options)) *harness {
 	t.Cleanup(h.docs.Close)
 	pool := x509.NewCertPool()
 	pool.AddCert(h.docs.Certificate())
-	mux := http.NewServeMux()
-	h.srv = httptest.NewServer(mux)
+	site := web.NewSite()
+	h.srv = httptest.NewServer(site)
 	t.Cleanup(h.srv.Close)
 	h.opts = Options{
 		PublicURL: h.srv.URL, Resource: h.srv.URL + "/mcp", IdPIssuer: testIdP, Store: h.store, Keys: kr,
@@ -117,7 +118,7 @@ func newHarness(t *testing.T, mods ...func(*Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.as.Register(mux)
+	h.as.Register(site)
 	return h
 }
 

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html/template"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -22,7 +21,6 @@ import (
 	"credbroker/internal/clientaddr"
 	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
-	"credbroker/internal/tracing"
 	"credbroker/vault"
 	"credbroker/web"
 )
@@ -131,10 +129,8 @@ type Server struct {
 	seal    *vault.Keyring
 	docs    *metadataCache
 	limiter *windowLimiter
-	pages   map[string]*template.Template
-	cop     *http.CrossOriginProtection
+	kit     *web.Kit
 	scopes  []string
-	tracer  trace.Tracer // nil: tracing off
 	jag     *idjagVerifier
 	// jagLifetime is the longest ID-JAG accepted (exp - iat).
 	jagLifetime time.Duration
@@ -226,8 +222,6 @@ func New(opts Options) (*Server, error) {
 		seal:    opts.Keys.Derive("authserver/pending-request"),
 		docs:    newMetadataCache(newMetadataClient(opts.AllowPrivateMetadata, opts.MetadataTLS), opts.Now),
 		limiter: newWindowLimiter(opts.RegistrationRate, time.Minute, opts.Now),
-		cop:     http.NewCrossOriginProtection(),
-		tracer:  tracing.Tracer(opts.Tracing),
 		jag:     newIDJAGVerifier(opts.IDJAG, opts.IdPIssuer), jagLifetime: opts.IDJAG.MaxLifetime,
 		trusted: append([]string{opts.IdPIssuer}, opts.IDJAG.TrustedIssuers...), static: static,
 	}
@@ -240,7 +234,8 @@ func New(opts Options) (*Server, error) {
 	if s.keys, err = newKeySet(opts.Keys); err != nil {
 		return nil, err
 	}
-	if s.pages, err = parsePages(web.Templates); err != nil {
+	if s.kit, err = web.NewKit(web.KitOptions{Door: "authserver", Pages: pages, Unchanged: "Nothing was authorized.",
+		ClientAddr: opts.ClientAddr, Tracing: opts.Tracing, Logger: opts.Logger}); err != nil {
 		return nil, err
 	}
 	if s.metadata, err = json.Marshal(s.serverMetadata()); err != nil {
@@ -257,25 +252,23 @@ const scopeOffline = "offline_access"
 // Issuer is the broker's issuer identifier (its public URL).
 func (s *Server) Issuer() string { return s.opts.PublicURL }
 
-// Register mounts the authorization server's routes on mux.
-func (s *Server) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /.well-known/oauth-authorization-server", s.serveMetadata)
-	mux.HandleFunc("GET /.well-known/jwks.json", s.serveJWKS)
-	mux.Handle("GET /authorize", s.traced("authserver.authorize", http.HandlerFunc(s.handleAuthorize)))
-	mux.Handle("POST /authorize/decision", s.traced("authserver.decision", s.cop.Handler(http.HandlerFunc(s.handleDecision))))
-	mux.Handle("POST /token", s.traced("authserver.token", http.HandlerFunc(s.handleToken)))
-	mux.Handle("POST /revoke", s.traced("authserver.revoke", http.HandlerFunc(s.handleRevoke)))
-	mux.Handle("POST /register", s.traced("authserver.register", http.HandlerFunc(s.handleRegister)))
+// Register mounts the authorization server's routes on the site: the
+// authorization request and the consent form on its browser side, the
+// metadata, keys, token, revocation and registration endpoints (and their
+// CORS preflights) on its API side. Each endpoint but the metadata is a
+// server span (route, method and status, nothing from the query, form or
+// headers, where codes, tokens, client secrets and redirect URIs travel).
+func (s *Server) Register(site *web.Site) {
+	s.kit.Route(site.Browser, "GET /authorize", "authserver.authorize", s.handleAuthorize)
+	s.kit.Route(site.Browser, "POST /authorize/decision", "authserver.decision", s.handleDecision)
+	s.kit.Route(site.API, "GET /.well-known/oauth-authorization-server", "", s.serveMetadata)
+	s.kit.Route(site.API, "GET /.well-known/jwks.json", "", s.serveJWKS)
+	s.kit.Route(site.API, "POST /token", "authserver.token", s.handleToken)
+	s.kit.Route(site.API, "POST /revoke", "authserver.revoke", s.handleRevoke)
+	s.kit.Route(site.API, "POST /register", "authserver.register", s.handleRegister)
 	for _, p := range []string{"/token", "/revoke", "/register"} {
-		mux.HandleFunc("OPTIONS "+p, s.preflight)
+		s.kit.Route(site.API, "OPTIONS "+p, "", s.preflight)
 	}
-}
-
-// traced wraps an endpoint's handler in a server span named name (see
-// tracing.Handler): route, method and status, nothing from the query, form
-// or headers, where codes, tokens, client secrets and redirect URIs travel.
-func (s *Server) traced(name string, h http.Handler) http.Handler {
-	return tracing.Handler(s.tracer, name, h, nil)
 }
 
 // asMetadata is the RFC 8414 document.

@@ -29,6 +29,7 @@ import (
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/pgstore"
+	"credbroker/web"
 )
 
 // stack is one broker on one store: the MCP endpoint in both modes (the
@@ -283,12 +284,12 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 			return nil, err
 		}
 	}
-	mux := http.NewServeMux()
-	flow.Register(mux)
-	st.srv[modeBroker].Register(mux)
-	as.Register(mux)
-	mux.Handle("GET /metrics", rec.Handler())
-	serve(st, brokerLn, mux)
+	site := web.NewSite()
+	flow.Register(site)
+	st.srv[modeBroker].Register(site.API)
+	as.Register(site)
+	site.API.Handle("GET /metrics", rec.Handler())
+	serve(st, brokerLn, site)
 	issLn, issURL, err := listen()
 	if err != nil {
 		return nil, err

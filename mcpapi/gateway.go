@@ -75,7 +75,7 @@ func newGateway(s *Server) *gateway {
 }
 
 // register mounts the gateway's routes.
-func (g *gateway) register(mux *http.ServeMux) {
+func (g *gateway) register(mux Routes) {
 	mux.HandleFunc("POST /mcp/u/{provider}", g.serve)
 	mux.HandleFunc("GET /mcp/u/{provider}", g.s.methodNotAllowed)
 	mux.HandleFunc("DELETE /mcp/u/{provider}", g.s.methodNotAllowed)

@@ -255,8 +255,15 @@ func (s *Server) encodeStatic() error {
 	return nil
 }
 
+// Routes is where Register mounts the routes: an *http.ServeMux, or the
+// API side of the broker's site (web.Site.API), which keeps page headers
+// and cookies away from them.
+type Routes interface {
+	HandleFunc(pattern string, handler func(http.ResponseWriter, *http.Request))
+}
+
 // Register mounts the MCP endpoint and the metadata routes on mux.
-func (s *Server) Register(mux *http.ServeMux) {
+func (s *Server) Register(mux Routes) {
 	mux.HandleFunc("POST /mcp", s.serveMCP)
 	mux.HandleFunc("GET /mcp", s.methodNotAllowed)
 	mux.HandleFunc("DELETE /mcp", s.methodNotAllowed)

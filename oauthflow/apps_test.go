@@ -94,7 +94,7 @@ func TestAppsWithAccess(t *testing.T) {
 // SignedIn and StartSignIn, and comes back to its own path after sign-in.
 func TestSignInHooks(t *testing.T) {
 	h := newHarness(t, fakeProviders)
-	h.mux.HandleFunc("GET /probe", func(w http.ResponseWriter, r *http.Request) {
+	h.site.Browser.HandleFunc("GET /probe", func(w http.ResponseWriter, r *http.Request) {
 		p, ok := h.flow.SignedIn(r)
 		if !ok {
 			h.flow.StartSignIn(w, r, r.URL.RequestURI())

@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"credbroker/authserver"
@@ -230,14 +229,12 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		return err
 	}
 	defer stopTracing()
+	// The development IdP and demo provider stand beside the broker on
+	// its listener; the broker's own routes are its site, mounted at "/".
 	mux := http.NewServeMux()
 	mux.Handle(devIdPPath+"/", idp.Handler())
 	demo.Mount(mux)
 	upstream.Mount(mux)
-	// /dev/token mints the broker's own tokens, so it works once the
-	// authorization server is mounted below.
-	var auth atomic.Pointer[authserver.Server]
-	mux.Handle("POST /dev/token", devTokenHandler(&auth, idp.Issuer()))
 	srv := newHTTPServer(mux, log)
 	serveErr := make(chan error, 1)
 	sctx, stopServing := context.WithCancel(ctx)
@@ -276,7 +273,8 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		<-serveErr
 		return err
 	}
-	auth.Store(m.Auth)
+	// /dev/token mints the broker's own tokens: an API of the broker's.
+	m.Site.API.Handle("POST /dev/token", devTokenHandler(m.Auth, idp.Issuer()))
 	srv.RegisterOnShutdown(m.MCP.EndStreams)
 	go collectGrants(sctx, m.Grants, log)
 	printDevBanner(stdout, base, dbPath, keysPath, side)
@@ -398,7 +396,7 @@ const (
 // a browser, issued by the broker's authorization server exactly as for an
 // MCP host: POST /dev/token with user=alice. With "Accept: text/plain" the
 // answer is the bare token, for shell scripts.
-func devTokenHandler(auth *atomic.Pointer[authserver.Server], issuer string) http.Handler {
+func devTokenHandler(as *authserver.Server, issuer string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 		w.Header().Set("Cache-Control", "no-store")
@@ -406,11 +404,6 @@ func devTokenHandler(auth *atomic.Pointer[authserver.Server], issuer string) htt
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
 			json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": desc})
-		}
-		as := auth.Load()
-		if as == nil {
-			fail(http.StatusServiceUnavailable, "temporarily_unavailable", "the broker is still starting")
-			return
 		}
 		user := r.PostFormValue("user")
 		var subject string

@@ -22,6 +22,7 @@ import (
 	"credbroker/internal/telemetry"
 	"credbroker/provider"
 	"credbroker/vault"
+	"credbroker/web"
 	"credbroker/webhook"
 )
 
@@ -215,7 +216,7 @@ func startOps(ctx context.Context, d opsDeps) error {
 	if err != nil {
 		return fmt.Errorf("listen on --admin-addr %s: %w", d.Config.AdminAddr, err)
 	}
-	go serveUntilDone(ctx, newHTTPServer(api.Handler(), d.Logger), ln, d.Logger)
+	go serveUntilDone(ctx, newHTTPServer(web.APIPolicy(api.Handler()), d.Logger), ln, d.Logger)
 	d.Logger.Info("admin API serving", "addr", ln.Addr().String(), "audience", aud, "claim", claim.String())
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"credbroker/internal/tracing"
 	"credbroker/provider"
 	"credbroker/vault"
+	"credbroker/web"
 	"credbroker/webhook"
 )
 
@@ -212,7 +213,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		mmux := http.NewServeMux()
 		mmux.Handle("GET /metrics", rec.Handler())
-		go serveUntilDone(ctx, newHTTPServer(mmux, log), mln, log)
+		go serveUntilDone(ctx, newHTTPServer(web.APIPolicy(mmux), log), mln, log)
 		log.Info("metrics serving", "addr", mln.Addr().String())
 	}
 	go collectGrants(ctx, m.Grants, log)

@@ -23,6 +23,7 @@ import (
 	"credbroker/provider"
 	"credbroker/provider/mcpup"
 	"credbroker/vault"
+	"credbroker/web"
 	"credbroker/webhook"
 )
 
@@ -95,12 +96,17 @@ type mounted struct {
 	Client *provider.Client
 	// MCP is the MCP endpoint (its long-lived streams end at shutdown).
 	MCP *mcpapi.Server
+	// Site holds every route of the main listener, pages and APIs apart.
+	Site *web.Site
 }
 
 // mount builds the provider client, the connections layer, the browser
-// flow, the authorization server (in broker mode) and the MCP endpoint and
-// registers their routes on mux. The IdP must be reachable (discovery runs
-// here). Background work (authorization server clean-up) runs until ctx ends.
+// flow, the authorization server (in broker mode) and the MCP endpoint,
+// registers their routes on a web.Site (pages on its browser side; MCP,
+// the authorization server's endpoints, health and metrics on its API
+// side) and serves the site at "/" on mux. The IdP must be reachable
+// (discovery runs here). Background work (authorization server clean-up)
+// runs until ctx ends.
 func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, error) {
 	plainStore := d.Store
 	d.Store = tracing.WrapStore(d.Tracing, d.Telemetry.WrapStore(d.Store))
@@ -201,17 +207,19 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if _, err := startSidecar(ctx, d, conns, brokerTokens); err != nil {
 		return mounted{}, err
 	}
-	flow.Register(mux)
-	mcp.Register(mux)
+	site := web.NewSite()
+	flow.Register(site)
+	mcp.Register(site.API)
 	if as != nil {
-		as.Register(mux)
+		as.Register(site)
 		go collectAuth(ctx, as, d.Logger)
 	}
-	registerHealth(mux, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
+	registerHealth(site.API, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
 	if d.MetricsOnMain && d.Telemetry != nil {
-		mux.Handle("GET /metrics", d.Telemetry.Handler())
+		site.API.Handle("GET /metrics", d.Telemetry.Handler())
 	}
-	return mounted{Grants: grants, Auth: as, Conns: conns, Client: client, MCP: mcp}, nil
+	mux.Handle("/", site)
+	return mounted{Grants: grants, Auth: as, Conns: conns, Client: client, MCP: mcp, Site: site}, nil
 }
 
 // appsOf shows the authorization server's apps on the browser flow's
