@@ -85,6 +85,12 @@ const devProvidersYAML = `providers:
       call_timeout: 30s
 `
 
+// devProviders is devProvidersYAML for a broker dev (or a test standing
+// in for one) serving the demo provider and the demo MCP server at base.
+func devProviders(base string) string {
+	return strings.NewReplacer("{{BASE}}", base+devProviderPath, "{{MCP}}", base+devMCPPath).Replace(devProvidersYAML)
+}
+
 // devSidecarAddr is where broker dev serves the sidecar API unless told
 // otherwise; devSidecarName is the name its development secret goes by.
 const (
@@ -211,7 +217,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		return fmt.Errorf("demo MCP server: %w", err)
 	}
 	providers, err := provider.ParseProviders("dev providers",
-		[]byte(strings.NewReplacer("{{BASE}}", base+devProviderPath, "{{MCP}}", base+devMCPPath).Replace(devProvidersYAML)),
+		[]byte(devProviders(base)),
 		func(k string) string {
 			if k == "DEMO_CLIENT_SECRET" {
 				return demoSecret
