@@ -162,6 +162,9 @@ func (s *Service) AddFamily(ctx context.Context, appID string, p vault.Principal
 	if errors.Is(err, vault.ErrNotFound) {
 		err = ErrRemoved
 	}
+	if err == nil {
+		s.ended(appID) // the oldest family may have made room for this one
+	}
 	return a, err
 }
 

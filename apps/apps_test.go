@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -315,6 +316,15 @@ func TestAliveSoleWriter(t *testing.T) {
 			_, err := svc.Offboard(ctx, alice, apps.Actor{Via: "cli"})
 			return err
 		}, apps.ErrAppGone},
+		{"pushed out by newer sign-ins", func(a vault.AppAccess, _ string) error {
+			for i := range apps.MaxFamilies {
+				f := svc.Policy().NewFamily(fmt.Sprintf("newer-%d", i), nil, "r", "", time.Now())
+				if _, err := svc.AddFamily(ctx, a.ID, alice, client, f); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, apps.ErrFamilyEnded},
 	}
 	for _, e := range ends {
 		t.Run(e.name, func(t *testing.T) {
