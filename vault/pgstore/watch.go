@@ -20,8 +20,13 @@ import (
 // WatchApps sends its heartbeats.
 const appsChannel = "credbroker_apps"
 
-// heartbeatEvery is how often WatchApps proves its feed is current.
-const heartbeatEvery = 200 * time.Millisecond
+// heartbeatEvery is how often WatchApps proves its feed is current;
+// after maxWaiting heartbeats without one coming back (ten seconds) it
+// takes the listening session for dead and reconnects.
+const (
+	heartbeatEvery = 200 * time.Millisecond
+	maxWaiting     = 50
+)
 
 var _ vault.AppWatch = (*Store)(nil)
 
@@ -31,7 +36,8 @@ var _ vault.AppWatch = (*Store)(nil)
 // heartbeat this watcher sent at time t comes back, every change
 // committed before t has come back before it: that is Fresh(t). A
 // heartbeat goes out every 200 ms on a second connection. When either
-// connection fails it calls Lost, reconnects (backing off up to five
+// connection fails, or ten seconds of heartbeats do not come back, it
+// calls Lost, reconnects (backing off up to five
 // seconds) and, listening again, calls Lost once more (what changed
 // meanwhile was missed; the caller reads afresh), then Fresh with the
 // next heartbeat. It returns when ctx ends or the store is closed.
@@ -97,7 +103,15 @@ func (s *Store) watchApps(ctx context.Context, w vault.AppWatcher) error {
 		for seq := uint64(1); ; seq++ {
 			mu.Lock()
 			sent[seq] = time.Now() // before the NOTIFY can commit
+			waiting := len(sent)
 			mu.Unlock()
+			if waiting > maxWaiting {
+				// The listening session hears nothing (a dead connection
+				// TCP has not noticed yet): start afresh.
+				beatErr <- fmt.Errorf("no heartbeat came back in %v", maxWaiting*heartbeatEvery)
+				cancel()
+				return
+			}
 			if _, err := beat.Exec(ctx, "SELECT pg_notify($1, $2)", appsChannel, mine+strconv.FormatUint(seq, 10)); err != nil {
 				beatErr <- err
 				cancel()

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,4 +151,27 @@ func TestWatchApps(t *testing.T) {
 	if last < 0 || !slices.Contains(evs[last:], "changed app-1") {
 		t.Fatalf("after the reconnection the delete was not heard: %v", evs)
 	}
+
+	// The listening session stops answering without closing (its backend
+	// frozen, as a connection TCP has not seen die): no report of
+	// freshness covers the time after the freeze; the watcher gives up
+	// on the session, reports the loss and listens afresh.
+	var pid int
+	if err := a.Pool().QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = 'credbroker-watch'
+		AND datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	frozen := time.Now()
+	log.mu.Lock()
+	before = len(log.events)
+	log.mu.Unlock()
+	evs = log.waitFresh(t, frozen)
+	if !slices.Contains(evs[before:], "lost") { // evs ends with the first freshness covering the freeze
+		t.Fatalf("after the freeze: %v, want the loss before freshness as of a time after it", evs[before:])
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
 }
