@@ -18,7 +18,6 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"credbroker/internal/telemetry"
-	"credbroker/internal/untrusted"
 	"credbroker/vault"
 )
 
@@ -527,36 +526,10 @@ func (s *Server) redeemIDJAG(ctx context.Context, c *client, form url.Values) (t
 func (s *Server) issueForIDJAG(ctx context.Context, c *client, a acceptedJAG, scopes []string) (tokenResponse, *oauthError) {
 	now := s.now()
 	fam := vault.TokenFamily{ID: randomID(16), Scopes: scopes, Resource: s.opts.Resource, Created: now,
-		Expires: now.Add(s.opts.AccessTokenTTL), Via: vault.FamilyViaIDJAG}
-	var app vault.AppAccess
-	var err error
-	for range 3 {
-		app, err = s.store.FindAppAccess(ctx, a.principal, c.ID)
-		if errors.Is(err, vault.ErrNotFound) {
-			// No consent is recorded: the organisation let the app in, and
-			// the browser's /authorize still asks the person.
-			app, err = s.store.CreateAppAccess(ctx, vault.AppAccess{ID: randomID(16), Principal: a.principal, ClientID: c.ID,
-				ClientName: clipName(c.displayName()), Created: now, Updated: now})
-			if errors.Is(err, vault.ErrExists) {
-				continue
-			}
-		}
-		break
-	}
-	if err != nil {
-		return tokenResponse{}, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the app's access could not be recorded", Err: err}
-	}
-	app, err = s.store.UpdateAppAccess(ctx, app.ID, func(x vault.AppAccess) (vault.AppAccess, error) {
-		if x.Principal != a.principal || x.ClientID != c.ID {
-			return x, errAppChanged
-		}
-		x.Families = append(liveFamilies(x.Families, now, s.opts.RefreshIdleTTL), fam)
-		if len(x.Families) > maxFamilies {
-			x.Families = x.Families[len(x.Families)-maxFamilies:]
-		}
-		x.LastUsed = now
-		return x, nil
-	})
+		Expires: now.Add(s.policy.AccessTokenTTL), Via: vault.FamilyViaIDJAG}
+	// No consent is recorded: the organisation let the app in, and the
+	// browser's /authorize still asks the person.
+	app, err := s.apps.AddFamilyWithoutConsent(ctx, a.principal, c.ID, c.displayName(), fam)
 	if err != nil {
 		return tokenResponse{}, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the tokens could not be recorded", Err: err}
 	}
@@ -577,6 +550,3 @@ func (s *Server) grantTypesText() string {
 	}
 	return "authorization_code, refresh_token or " + grantJWTBearer
 }
-
-// clipName bounds a client's self-asserted name for storage.
-func clipName(n string) string { return untrusted.Clip(n, 200) }

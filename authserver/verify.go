@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"credbroker/apps"
 	"credbroker/internal/bearer"
 	"credbroker/vault"
 )
@@ -19,8 +20,10 @@ const clockLeeway = 30 * time.Second
 // for every front door that accepts them (the MCP endpoint, the sidecar
 // API). The signature and claims of a token are checked once and cached;
 // that its token family still exists (the app was not removed, the token
-// was not revoked, no replay revoked it) is checked in the store on every
-// use, so a revocation on one replica holds on all of them at once.
+// was not revoked, no replay revoked it) is checked on every use by the
+// apps core (apps.Service.Alive: its cache where it can be trusted, else
+// the store), so a revocation on one replica holds on all of them within
+// apps.Bound.
 func (s *Server) Verifier() bearer.Verifier {
 	signed := bearer.Cached(s.verifySigned, 10000, s.now)
 	return func(ctx context.Context, raw string) (bearer.TokenInfo, error) {
@@ -29,20 +32,17 @@ func (s *Server) Verifier() bearer.Verifier {
 			return bearer.TokenInfo{}, err
 		}
 		appID, famID, _ := strings.Cut(info.Session, ".")
-		a, err := s.store.GetAppAccess(ctx, appID)
-		if errors.Is(err, vault.ErrNotFound) {
-			return bearer.TokenInfo{}, fmt.Errorf("%w: the app's access was removed", bearer.ErrInvalidToken)
-		}
-		if err != nil {
-			return bearer.TokenInfo{}, fmt.Errorf("authserver: check token family: %w", err)
-		}
-		f, ok := a.Family(famID)
+		expires, err := s.apps.Alive(ctx, info.Principal, appID, famID)
 		switch {
-		case !ok:
+		case errors.Is(err, apps.ErrAppGone):
+			return bearer.TokenInfo{}, fmt.Errorf("%w: the app's access was removed", bearer.ErrInvalidToken)
+		case errors.Is(err, apps.ErrFamilyEnded):
 			return bearer.TokenInfo{}, fmt.Errorf("%w: the token was revoked", bearer.ErrInvalidToken)
-		case a.Principal != info.Principal:
+		case errors.Is(err, apps.ErrNotTheirs):
 			return bearer.TokenInfo{}, fmt.Errorf("%w: the token's person does not match its grant", bearer.ErrInvalidToken)
-		case !s.now().Before(f.Expires.Add(clockLeeway)):
+		case err != nil:
+			return bearer.TokenInfo{}, fmt.Errorf("authserver: check token family: %w", err)
+		case !s.now().Before(expires.Add(clockLeeway)):
 			return bearer.TokenInfo{}, fmt.Errorf("%w: the token's sign-in has ended", bearer.ErrInvalidToken)
 		}
 		return info, nil
