@@ -125,13 +125,19 @@ func (s *Service) Approve(ctx context.Context, r Request) (vault.AppAccess, erro
 		if errors.Is(err, vault.ErrNotFound) {
 			a, err = s.store.CreateAppAccess(ctx, vault.AppAccess{
 				ID: newID(), Principal: r.Principal, ClientID: r.ClientID, ClientName: name,
-				RedirectURI: r.RedirectURI, Scopes: r.Scopes, Created: now, Updated: now,
+				RedirectURI: r.RedirectURI, Scopes: r.Scopes, Resources: withResource(vault.AppAccess{}, Request{Resource: r.Resource}),
+				Created: now, Updated: now,
 			})
 			if errors.Is(err, vault.ErrExists) {
 				continue // a concurrent first approval won: update its record
 			}
 		} else if err == nil {
 			a, err = s.store.UpdateAppAccess(ctx, a.ID, func(x vault.AppAccess) (vault.AppAccess, error) {
+				if x.RedirectURI != "" {
+					x.Resources = withResource(x, r) // the consent so far, and this one
+				} else {
+					x.Resources = withResource(vault.AppAccess{}, Request{Resource: r.Resource})
+				}
 				x.RedirectURI, x.Scopes, x.Updated, x.ClientName = r.RedirectURI, r.Scopes, now, name
 				return x, nil
 			})

@@ -217,14 +217,41 @@ type Request struct {
 	ClientName  string
 	RedirectURI string
 	Scopes      []string
+	// Resource is the broker endpoint asked for; Primary the broker's MCP
+	// endpoint, which a record from before resources were recorded
+	// covers. "" for both: the resource is not checked.
+	Resource, Primary string
+}
+
+// consentedResources are the resources a's consent covers: those recorded,
+// or primary for a record from before resources were recorded.
+func consentedResources(a vault.AppAccess, primary string) []string {
+	if len(a.Resources) == 0 && primary != "" {
+		return []string{primary}
+	}
+	return a.Resources
+}
+
+// withResource is a's resources with r's added (an approval for one more
+// resource keeps the consent to the others).
+func withResource(a vault.AppAccess, r Request) []string {
+	out := slices.Clone(consentedResources(a, r.Primary))
+	if r.Resource != "" && !slices.Contains(out, r.Resource) {
+		out = append(out, r.Resource)
+	}
+	return out
 }
 
 // Covers reports whether the consent a remembers covers r: the same
-// redirect URI (a loopback one may differ in port, RFC 8252 section 7.3)
-// and no scope it did not grant. A record without a consent (an app the
-// organisation let in) covers nothing.
+// redirect URI (a loopback one may differ in port, RFC 8252 section 7.3),
+// the resource among those consented to (consent is per person, client and
+// resource), and no scope it did not grant. A record without a consent (an
+// app the organisation let in) covers nothing.
 func Covers(a vault.AppAccess, r Request) bool {
 	if a.RedirectURI == "" || (a.RedirectURI != r.RedirectURI && !loopback.SameRedirect(a.RedirectURI, r.RedirectURI)) {
+		return false
+	}
+	if r.Resource != "" && !slices.Contains(consentedResources(a, r.Primary), r.Resource) {
 		return false
 	}
 	for _, sc := range r.Scopes {

@@ -140,8 +140,8 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 	resource := s.opts.Resource
 	if raw, ok := q["resource"]; ok {
-		if !sameResource(raw[0], s.opts.Resource) {
-			fail("invalid_target", "resource must be this broker's MCP endpoint, "+s.opts.Resource)
+		if resource, ok = s.resourceOf(raw[0]); !ok {
+			fail("invalid_target", s.resourceHint())
 			return
 		}
 	}
@@ -173,7 +173,7 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 		Expires: s.now().Add(pendingTTL).Unix(),
 	}
 	if !slices.Contains(prompts, "consent") {
-		app, covered, err := s.apps.Remembered(r.Context(), p.request(c))
+		app, covered, err := s.apps.Remembered(r.Context(), p.request(c, s.opts.Resource))
 		switch {
 		case err != nil:
 			s.fail(w, r, person, "find app access", err)
@@ -212,6 +212,9 @@ func (s *Server) renderConsent(w http.ResponseWriter, r *http.Request, person Pe
 		Chrome: chromeOf(person), ClientName: untrusted.Clip(c.displayName(), 120), Verified: c.host,
 		RedirectHost: redirectHost(p.RedirectURI), RedirectTarget: redirectTarget(p.RedirectURI), Identity: person.Display,
 		Scopes: scopeLines(p.Scopes), Request: sealed, Action: "/authorize/decision", Remembered: p.Remembered,
+	}
+	if p.Resource != s.opts.Resource {
+		page.Gateway = p.Resource
 	}
 	s.kit.Render(w, http.StatusOK, "app_consent", page, formTarget(p.RedirectURI))
 }
@@ -277,6 +280,30 @@ func validChallenge(c string) bool {
 	return err == nil
 }
 
+// resourceHint says which resources the broker issues tokens for.
+func (s *Server) resourceHint() string {
+	if s.opts.MoreResources == nil {
+		return "resource must be this broker's MCP endpoint, " + s.opts.Resource
+	}
+	return "resource must be this broker's MCP endpoint, " + s.opts.Resource + ", or one of its gateway endpoints, " + s.opts.PublicURL + "/mcp/u/{provider}"
+}
+
+// resourceOf returns the broker resource a requested resource indicator
+// names: the MCP endpoint, or one of MoreResources. Scheme and host compare
+// case-insensitively, everything else exactly.
+func (s *Server) resourceOf(requested string) (string, bool) {
+	if sameResource(requested, s.opts.Resource) {
+		return s.opts.Resource, true
+	}
+	u, err := url.Parse(requested)
+	if err != nil || u.Fragment != "" || strings.Contains(requested, "#") || !u.IsAbs() || s.opts.MoreResources == nil {
+		return "", false
+	}
+	u.Scheme, u.Host = strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	canon := u.String()
+	return canon, s.opts.MoreResources(canon)
+}
+
 // sameResource compares a requested resource indicator with the broker's
 // resource URI: scheme and host case-insensitively (the MCP specification
 // asks servers to accept upper case there), everything else exactly. A
@@ -305,8 +332,9 @@ func (s *Server) grantableScopes(raw string) []string {
 }
 
 // request is what p asks the person to allow, for the apps core.
-func (p *pending) request(c *client) apps.Request {
-	return apps.Request{Principal: p.principal(), ClientID: c.ID, ClientName: c.displayName(), RedirectURI: p.RedirectURI, Scopes: p.Scopes}
+func (p *pending) request(c *client, primary string) apps.Request {
+	return apps.Request{Principal: p.principal(), ClientID: c.ID, ClientName: c.displayName(), RedirectURI: p.RedirectURI, Scopes: p.Scopes,
+		Resource: p.Resource, Primary: primary}
 }
 
 // decisionForm is the consent form's post: its limit and what its
@@ -353,7 +381,7 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 			// The one-click page: the remembered consent must still cover
 			// the request (the app may have been removed or its consent
 			// narrowed meanwhile); if not, the full page asks afresh.
-			app, covered, err := s.apps.Remembered(r.Context(), p.request(c))
+			app, covered, err := s.apps.Remembered(r.Context(), p.request(c, s.opts.Resource))
 			switch {
 			case err != nil:
 				s.fail(w, r, person, "find app access", err)
@@ -365,7 +393,7 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		app, err := s.apps.Approve(r.Context(), p.request(c))
+		app, err := s.apps.Approve(r.Context(), p.request(c, s.opts.Resource))
 		if err != nil {
 			s.fail(w, r, Person{}, "record consent", err)
 			return

@@ -791,7 +791,7 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatalf("JWKS %s, %v", as2.keys.jwks, err)
 	}
 	claims, _ := h.as.keys.parse(old.AccessToken)
-	newTok, _, err := as2.MintAccessToken(t.Context(), vault.Principal{Issuer: testIdP, Subject: "alice"}, "urn:credbroker:test", "t", time.Hour)
+	newTok, _, err := as2.MintAccessToken(t.Context(), vault.Principal{Issuer: testIdP, Subject: "alice"}, "urn:credbroker:test", "t", "", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -267,6 +267,8 @@ type acceptedJAG struct {
 	scopes    []string
 	hasScope  bool
 	resources []string
+	// resource is the one the token is issued for.
+	resource string
 }
 
 // validateIDJAG checks raw as an ID-JAG for clientID at now: the checks of
@@ -344,10 +346,12 @@ func (s *Server) validateIDJAG(ctx context.Context, raw, clientID string, now ti
 		if len(c.Resource.values) == 0 {
 			return acceptedJAG{}, refuse(telemetry.IDJAGResource, "the assertion's resource is empty")
 		}
-		for _, r := range c.Resource.values {
-			if !sameResource(r, s.opts.Resource) {
-				return acceptedJAG{}, refuse(telemetry.IDJAGResource, "the assertion's resource must be this broker's MCP endpoint, %s", s.opts.Resource)
+		for i, r := range c.Resource.values {
+			canon, ok := s.resourceOf(r)
+			if !ok {
+				return acceptedJAG{}, refuse(telemetry.IDJAGResource, "the assertion's resource must be this broker's MCP endpoint, %s, or a gateway endpoint of it", s.opts.Resource)
 			}
+			c.Resource.values[i] = canon
 		}
 	}
 	if c.ClientID != clientID {
@@ -482,9 +486,24 @@ func (s *Server) redeemIDJAG(ctx context.Context, c *client, form url.Values) (t
 	if r != nil {
 		return tokenResponse{}, a, r
 	}
-	if e := s.checkResource(form); e != nil {
+	// The resource: the request's (within the assertion's, if it names
+	// any), else the assertion's one, else the MCP endpoint.
+	resource, e := s.requestedResource(form)
+	switch {
+	case e != nil:
 		return tokenResponse{}, a, &jagRefusal{outcome: telemetry.IDJAGResource, status: e.Status, code: e.Code, desc: e.Desc}
+	case resource != "" && len(a.resources) > 0 && !slices.Contains(a.resources, resource):
+		return tokenResponse{}, a, &jagRefusal{outcome: telemetry.IDJAGResource, status: http.StatusBadRequest, code: "invalid_target",
+			desc: "resource is not one the assertion was issued for"}
+	case resource == "" && len(a.resources) == 1:
+		resource = a.resources[0]
+	case resource == "" && len(a.resources) > 1:
+		return tokenResponse{}, a, &jagRefusal{outcome: telemetry.IDJAGResource, status: http.StatusBadRequest, code: "invalid_target",
+			desc: "the assertion names several resources: say which one with the resource parameter"}
+	case resource == "":
+		resource = s.opts.Resource
 	}
+	a.resource = resource
 	// Granted: the ID-JAG's scopes, narrowed to the request's scope when
 	// one is sent (the MCP profile's intersection). Refresh tokens are not
 	// issued for this grant, so offline_access means nothing here.
@@ -525,7 +544,7 @@ func (s *Server) redeemIDJAG(ctx context.Context, c *client, form url.Values) (t
 // token expires.
 func (s *Server) issueForIDJAG(ctx context.Context, c *client, a acceptedJAG, scopes []string) (tokenResponse, *oauthError) {
 	now := s.now()
-	fam := vault.TokenFamily{ID: randomID(16), Scopes: scopes, Resource: s.opts.Resource, Created: now,
+	fam := vault.TokenFamily{ID: randomID(16), Scopes: scopes, Resource: a.resource, Created: now,
 		Expires: now.Add(s.policy.AccessTokenTTL), Via: vault.FamilyViaIDJAG}
 	// No consent is recorded: the organisation let the app in, and the
 	// browser's /authorize still asks the person.
@@ -538,7 +557,7 @@ func (s *Server) issueForIDJAG(ctx context.Context, c *client, a acceptedJAG, sc
 		return tokenResponse{}, e
 	}
 	if len(a.resources) > 0 {
-		resp.Resource = s.opts.Resource
+		resp.Resource = a.resource
 	}
 	return resp, nil
 }

@@ -41,8 +41,13 @@ type Options struct {
 	// PublicURL is the broker's external base URL: the issuer identifier
 	// of its tokens and metadata (no trailing slash).
 	PublicURL string
-	// Resource is the MCP resource URI: the only audience tokens name.
+	// Resource is the MCP resource URI: the audience tokens name unless
+	// another resource is asked for.
 	Resource string
+	// MoreResources reports the other resources tokens may be issued for
+	// (the gateway's /mcp/u/{provider} endpoints), given a requested
+	// resource with its scheme and host in lower case. Nil: none.
+	MoreResources func(resource string) bool
 	// IdPIssuer is the organisation's IdP: the issuer of every principal.
 	IdPIssuer string
 	// Store keeps clients, codes and app access.

@@ -82,11 +82,26 @@ func validVerifier(v string) bool {
 	return true
 }
 
-// checkResource applies RFC 8707 to a token request: an absent resource
-// means the broker's; another one is invalid_target.
-func (s *Server) checkResource(form url.Values) *oauthError {
-	if raw, ok := form["resource"]; ok && !sameResource(raw[0], s.opts.Resource) {
-		return oerr(http.StatusBadRequest, "invalid_target", "resource must be this broker's MCP endpoint, %s", s.opts.Resource)
+// requestedResource applies RFC 8707 to a token request: an absent
+// resource is "" (the grant's); one that is not the broker's is
+// invalid_target, before anything is spent.
+func (s *Server) requestedResource(form url.Values) (string, *oauthError) {
+	raw, ok := form["resource"]
+	if !ok {
+		return "", nil
+	}
+	r, ok := s.resourceOf(raw[0])
+	if !ok {
+		return "", oerr(http.StatusBadRequest, "invalid_target", "%s", s.resourceHint())
+	}
+	return r, nil
+}
+
+// grantedResource checks a requested resource (requestedResource) against
+// the one a grant is for.
+func grantedResource(requested, granted string) *oauthError {
+	if requested != "" && requested != granted {
+		return oerr(http.StatusBadRequest, "invalid_target", "resource must be the one this grant is for, %s", granted)
 	}
 	return nil
 }
@@ -102,7 +117,8 @@ func (s *Server) codeGrant(ctx context.Context, c *client, form url.Values) (tok
 	case !validVerifier(verifier):
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_request", "code_verifier must be 43 to 128 characters of A-Z a-z 0-9 - . _ ~")
 	}
-	if e := s.checkResource(form); e != nil {
+	resource, e := s.requestedResource(form)
+	if e != nil {
 		return tokenResponse{}, e
 	}
 	// Redeeming marks the code used whatever follows: a code is tried once.
@@ -134,6 +150,9 @@ func (s *Server) codeGrant(ctx context.Context, c *client, form url.Values) (tok
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "redirect_uri differs from the authorization request's")
 	case !pkceMatches(verifier, ac.Challenge):
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "code_verifier does not match the code_challenge")
+	}
+	if e := grantedResource(resource, ac.Resource); e != nil {
+		return tokenResponse{}, e
 	}
 	var rt, rtHash string
 	if slices.Contains(c.GrantTypes, grantRefresh) {
@@ -218,12 +237,25 @@ func (s *Server) refreshGrant(ctx context.Context, c *client, form url.Values) (
 	if !slices.Contains(c.GrantTypes, grantRefresh) {
 		return tokenResponse{}, oerr(http.StatusBadRequest, "unauthorized_client", "this client is not registered for the refresh_token grant")
 	}
-	if e := s.checkResource(form); e != nil {
+	resource, e := s.requestedResource(form)
+	if e != nil {
 		return tokenResponse{}, e
 	}
 	appID, famID, ok := parseRefresh(rt)
 	if !ok {
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "unknown refresh token")
+	}
+	if resource != "" {
+		// Checked before the rotation, which spends the token.
+		if a, err := s.store.GetAppAccess(ctx, appID); err == nil {
+			for _, f := range a.Families {
+				if f.ID == famID {
+					if e := grantedResource(resource, f.Resource); e != nil {
+						return tokenResponse{}, e
+					}
+				}
+			}
+		}
 	}
 	next := refreshPrefix + appID + "." + famID + "." + randomID(32)
 	app, fam, outcome, err := s.apps.Rotate(ctx, appID, apps.Refresh{FamilyID: famID, Presented: vault.SecretKey(rt), Next: vault.SecretKey(next), ClientID: c.ID})
@@ -255,11 +287,20 @@ func (s *Server) refreshGrant(ctx context.Context, c *client, form url.Values) (
 }
 
 // MintAccessToken issues an access token for p to the built-in client
-// clientID (named name on "My connections") without a browser step. It is
+// clientID (named name on "My connections") without a browser step, for
+// resource (the MCP endpoint when "", or a gateway endpoint). It is
 // for trusted in-process callers only: broker dev's POST /dev/token.
-func (s *Server) MintAccessToken(ctx context.Context, p vault.Principal, clientID, name string, ttl time.Duration) (string, time.Time, error) {
+func (s *Server) MintAccessToken(ctx context.Context, p vault.Principal, clientID, name, resource string, ttl time.Duration) (string, time.Time, error) {
 	now := s.now()
-	fam := vault.TokenFamily{ID: randomID(16), Resource: s.opts.Resource, Created: now, Expires: now.Add(ttl)}
+	switch r, ok := s.resourceOf(resource); {
+	case resource == "":
+		resource = s.opts.Resource
+	case !ok:
+		return "", time.Time{}, fmt.Errorf("authserver: %q is not a resource of this broker", resource)
+	default:
+		resource = r
+	}
+	fam := vault.TokenFamily{ID: randomID(16), Resource: resource, Created: now, Expires: now.Add(ttl)}
 	app, err := s.apps.AddFamilyWithoutConsent(ctx, p, clientID, name, fam)
 	if err != nil {
 		return "", time.Time{}, err

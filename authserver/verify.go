@@ -24,8 +24,14 @@ const clockLeeway = 30 * time.Second
 // apps core (apps.Service.Alive: its cache where it can be trusted, else
 // the store), so a revocation on one replica holds on all of them within
 // apps.Bound.
-func (s *Server) Verifier() bearer.Verifier {
-	signed := bearer.Cached(s.verifySigned, 10000, s.now)
+func (s *Server) Verifier() bearer.Verifier { return s.VerifierFor(s.opts.Resource) }
+
+// VerifierFor is Verifier for tokens of resource (a gateway endpoint): a
+// token for another resource of the broker is refused.
+func (s *Server) VerifierFor(resource string) bearer.Verifier {
+	signed := bearer.Cached(func(ctx context.Context, raw string) (bearer.TokenInfo, error) {
+		return s.verifySigned(ctx, raw, resource)
+	}, 10000, s.now)
 	return func(ctx context.Context, raw string) (bearer.TokenInfo, error) {
 		info, err := signed(ctx, raw)
 		if err != nil {
@@ -50,9 +56,9 @@ func (s *Server) Verifier() bearer.Verifier {
 }
 
 // verifySigned checks a token's signature and claims: issued by this
-// broker, for its resource, unexpired, naming a person of the configured
+// broker, for resource, unexpired, naming a person of the configured
 // IdP.
-func (s *Server) verifySigned(_ context.Context, raw string) (bearer.TokenInfo, error) {
+func (s *Server) verifySigned(_ context.Context, raw, resource string) (bearer.TokenInfo, error) {
 	c, err := s.keys.parse(raw)
 	if err != nil {
 		return bearer.TokenInfo{}, fmt.Errorf("%w: %v", bearer.ErrInvalidToken, err)
@@ -61,8 +67,8 @@ func (s *Server) verifySigned(_ context.Context, raw string) (bearer.TokenInfo, 
 	switch {
 	case c.Issuer != s.opts.PublicURL:
 		return bearer.TokenInfo{}, fmt.Errorf("%w: issuer %q is not this broker", bearer.ErrInvalidToken, c.Issuer)
-	case !slices.Contains([]string(c.Audience), s.opts.Resource):
-		return bearer.TokenInfo{}, fmt.Errorf("%w: audience does not name %s", bearer.ErrInvalidToken, s.opts.Resource)
+	case !slices.Contains([]string(c.Audience), resource):
+		return bearer.TokenInfo{}, fmt.Errorf("%w: audience does not name %s", bearer.ErrInvalidToken, resource)
 	case !now.Before(c.expiry().Add(clockLeeway)):
 		return bearer.TokenInfo{}, fmt.Errorf("%w: expired at %s", bearer.ErrInvalidToken, c.expiry().UTC().Format(time.RFC3339))
 	case time.Unix(c.IssuedAt, 0).After(now.Add(clockLeeway)):

@@ -79,9 +79,13 @@ type AppAccess struct {
 	// ClientName is the client's self-asserted name when consent was
 	// given: untrusted text, shown escaped.
 	ClientName string
-	// RedirectURI and Scopes are what the person consented to.
+	// RedirectURI, Scopes and Resources are what the person consented
+	// to. Resources are the broker's MCP endpoints the consent covers (the
+	// main one, gateway endpoints); empty in a record from before they
+	// were recorded, which covers the main endpoint only.
 	RedirectURI string
 	Scopes      []string
+	Resources   []string
 	Created     time.Time
 	// Updated is when consent was last given.
 	Updated time.Time
@@ -94,6 +98,7 @@ type AppAccess struct {
 // Clone returns a deep copy of a.
 func (a AppAccess) Clone() AppAccess {
 	a.Scopes = slices.Clone(a.Scopes)
+	a.Resources = slices.Clone(a.Resources)
 	fams := make([]TokenFamily, len(a.Families))
 	for i, f := range a.Families {
 		fams[i] = f.Clone()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -176,7 +177,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 			Registration: c.Registration, AllowPrivateMetadata: c.AllowPrivateMetadata, Scopes: scopes, Apps: appSvc,
 			Logger: d.Logger.With("component", "authserver"), Telemetry: d.Telemetry,
 			ClientAddr: d.ClientAddr, Tracing: d.Tracing,
-			IDJAG: jag, Clients: c.Clients,
+			IDJAG: jag, Clients: c.Clients, MoreResources: gatewayResources(d.PublicURL, d.Providers),
 		})
 		if err != nil {
 			return mounted{}, fmt.Errorf("authorization server: %w", err)
@@ -210,6 +211,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if as != nil {
 		brokerTokens = as.Verifier()
 		mcpOpts.Verifier = brokerTokens
+		mcpOpts.VerifierFor = as.VerifierFor
 		mcpOpts.AuthorizationServers = []string{as.Issuer()}
 	}
 	mcp, err := mcpapi.New(mcpOpts)
@@ -358,5 +360,24 @@ func collectGrants(ctx context.Context, g *binding.Service, log *slog.Logger) {
 				log.Debug("expired grants removed", "count", n)
 			}
 		}
+	}
+}
+
+// gatewayResources reports the gateway endpoints of the catalogue's
+// type: mcp entries, <public-url>/mcp/u/<key>: the resources the built-in
+// authorization server issues tokens for besides the MCP endpoint.
+func gatewayResources(publicURL string, reg *provider.Registry) func(string) bool {
+	prefix := strings.ToLower(strings.TrimSuffix(publicURL, "/")) + "/mcp/u/"
+	return func(resource string) bool {
+		name, ok := strings.CutPrefix(resource, prefix)
+		if !ok {
+			return false
+		}
+		p, ok := reg.Lookup(name)
+		if !ok {
+			return false
+		}
+		_, gw := p.Kind.(provider.Gateway)
+		return gw
 	}
 }

@@ -143,6 +143,7 @@ type appAccessRecord struct {
 	ClientName  string         `json:"client_name,omitempty"`
 	RedirectURI string         `json:"redirect_uri"`
 	Scopes      []string       `json:"scopes,omitempty"`
+	Resources   []string       `json:"resources,omitempty"`
 	Created     time.Time      `json:"created"`
 	Updated     time.Time      `json:"updated"`
 	LastUsed    time.Time      `json:"last_used,omitzero"`
@@ -167,10 +168,10 @@ func EncodeAppAccess(a vault.AppAccess) ([]byte, error) {
 	if a.ID == "" {
 		return nil, errors.New("vault: app access without id")
 	}
-	ss := append([]string{a.ID, a.Principal.Issuer, a.Principal.Subject, a.ClientID, a.ClientName, a.RedirectURI}, a.Scopes...)
+	ss := append(append([]string{a.ID, a.Principal.Issuer, a.Principal.Subject, a.ClientID, a.ClientName, a.RedirectURI}, a.Scopes...), a.Resources...)
 	r := appAccessRecord{
 		V: recordV1, ID: a.ID, Issuer: a.Principal.Issuer, Subject: a.Principal.Subject, ClientID: a.ClientID,
-		ClientName: a.ClientName, RedirectURI: a.RedirectURI, Scopes: a.Scopes, Created: a.Created, Updated: a.Updated,
+		ClientName: a.ClientName, RedirectURI: a.RedirectURI, Scopes: a.Scopes, Resources: a.Resources, Created: a.Created, Updated: a.Updated,
 		LastUsed: a.LastUsed, Version: a.Version,
 	}
 	for _, f := range a.Families {
@@ -197,7 +198,7 @@ func DecodeAppAccess(b []byte) (vault.AppAccess, error) {
 	}
 	a := vault.AppAccess{
 		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject}, ClientID: r.ClientID,
-		ClientName: r.ClientName, RedirectURI: r.RedirectURI, Scopes: r.Scopes, Created: r.Created,
+		ClientName: r.ClientName, RedirectURI: r.RedirectURI, Scopes: r.Scopes, Resources: r.Resources, Created: r.Created,
 		Updated: r.Updated, LastUsed: r.LastUsed, Version: r.Version,
 	}
 	for _, f := range r.Families {
