@@ -66,6 +66,8 @@ type gateway struct {
 	endpoints map[string]*endpoint
 	limits    map[limitKey]*limiter
 	toolHash  map[string][32]byte
+	listeners map[listenKey]map[chan struct{}]bool
+	tools     map[toolsKey]cachedTools
 }
 
 func newGateway(s *Server) *gateway {
@@ -73,7 +75,7 @@ func newGateway(s *Server) *gateway {
 }
 
 // register mounts the gateway's routes.
-func (g *gateway) register(mux *http.ServeMux) {
+func (g *gateway) register(mux Routes) {
 	mux.HandleFunc("POST /mcp/u/{provider}", g.serve)
 	mux.HandleFunc("GET /mcp/u/{provider}", g.s.methodNotAllowed)
 	mux.HandleFunc("DELETE /mcp/u/{provider}", g.s.methodNotAllowed)
@@ -135,6 +137,8 @@ type gwCall struct {
 	caps       capsInfo
 	rawCaps    json.RawMessage
 	clientName string
+	// sse: the host accepts an event stream (progress is relayed).
+	sse bool
 }
 
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
@@ -164,7 +168,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "Invalid Request: id must be a string or a number", nil)
 		return
 	}
-	c := &gwCall{id: msg.ID, principal: info.Principal, method: msg.Method, raw: msg.Params}
+	c := &gwCall{id: msg.ID, principal: info.Principal, method: msg.Method, raw: msg.Params, sse: acceptsJSONAndSSE(r.Header.Values("Accept"))}
 	c.p, c.up, _ = s.opts.Connections.Gateway(name)
 	var metaV *string
 	if len(msg.Params) > 0 && string(msg.Params) != "null" {
@@ -278,6 +282,12 @@ func (g *gateway) dispatch(ctx context.Context, w http.ResponseWriter, c *gwCall
 		g.call(ctx, w, c)
 	case "prompts/list", "resources/list", "resources/templates/list", "completion/complete":
 		g.list(ctx, w, c)
+	case "subscriptions/listen":
+		if !c.modern {
+			g.methodNotFound(w, c)
+			return
+		}
+		g.listen(ctx, w, c)
 	default:
 		g.methodNotFound(w, c)
 	}
@@ -352,23 +362,96 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 		return
 	}
 	params := &mcp.ListToolsParams{}
-	if c.params.Cursor != nil {
+	first := c.params.Cursor == nil
+	if !first {
 		params.Cursor = *c.params.Cursor
 	}
-	res, _, err := relayAs(ctx, g, c, r, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
+	key := toolsKey{principal: c.principal, conn: r.Conn.ID, gen: toolsGeneration(r.Conn), modern: c.modern, provider: c.p.Name}
+	if first {
+		if b, ok := g.cachedToolsList(key); ok {
+			writeRPCResult(w, c.id, b)
+			return
+		}
+	}
+	up, _, err := relayAs(ctx, g, c, r, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 		return cs.ListTools(ctx, params)
 	})
 	if err != nil {
 		g.relayFailed(ctx, w, c, r, err)
 		return
 	}
-	res.Tools = g.sanitizeTools(ctx, c, r, res.Tools)
+	// up may be the session's cached result (the go-sdk keeps lists for
+	// their ttl): a copy is changed, never it.
+	res := *up
+	res.Tools = g.sanitizeTools(ctx, c, r, up.Tools)
 	ttl := res.TTLMs
 	if ttl <= 0 || ttl > maxToolsListTTL {
 		ttl = maxToolsListTTL
 	}
 	res.Meta, res.Cacheable = g.s.serverMeta(), mcp.Cacheable{TTLMs: ttl, CacheScope: "private"}
-	g.writeResult(w, c, res)
+	b, ok := g.encodeResult(w, c, &res)
+	if !ok {
+		return
+	}
+	if first {
+		g.cacheToolsList(key, b, time.Duration(ttl)*time.Millisecond)
+	}
+	writeRPCResult(w, c.id, b)
+}
+
+// The tools/list cache: per replica, per person, connection and grant
+// (a step-up or a reconnect for other scopes is another list), for the
+// list's ttl (at most maxToolsListTTL), first pages only.
+type toolsKey struct {
+	principal      vault.Principal
+	provider, conn string
+	gen            string
+	modern         bool
+}
+
+type cachedTools struct {
+	body  []byte
+	until time.Time
+}
+
+// maxCachedLists bounds the cache; beyond it the cache starts over.
+const maxCachedLists = 10000
+
+// toolsGeneration names what the upstream's answer to tools/list may
+// depend on: the connection and the scopes it was granted.
+func toolsGeneration(c vault.Connection) string {
+	return c.Created.String() + "\x00" + strings.Join(c.Scopes, " ")
+}
+
+func (g *gateway) cachedToolsList(k toolsKey) ([]byte, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, ok := g.tools[k]
+	if !ok || !g.s.opts.Now().Before(e.until) {
+		return nil, false
+	}
+	return e.body, true
+}
+
+func (g *gateway) cacheToolsList(k toolsKey, b []byte, ttl time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.tools == nil || len(g.tools) >= maxCachedLists {
+		g.tools = map[toolsKey]cachedTools{}
+	}
+	g.tools[k] = cachedTools{body: b, until: g.s.opts.Now().Add(ttl)}
+}
+
+// forgetTools drops a person's cached lists of provider (their connection
+// changed).
+func (g *gateway) forgetTools(pr vault.Principal, provider string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k := range g.tools {
+		if k.principal == pr && k.provider == provider {
+			delete(g.tools, k)
+		}
+	}
 }
 
 // list relays the listing methods (prompts, resources, templates) and
@@ -470,6 +553,11 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, invalidState, nil)
 		return
 	}
+	if st.Grant != "" {
+		// The person just connected (or was upgraded): the endpoint's
+		// tools changed.
+		g.changed(c, r)
+	}
 	if c.method == "tools/call" && c.params.Name == placeholderTool {
 		g.connected(w, c, r)
 		return
@@ -484,16 +572,27 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		return
 	}
 	defer release()
-	upstreamState := ""
-	if st.Grant == "" {
+	upstreamState, relink := "", st.Upstream == relinkState
+	if st.Grant == "" && !relink {
 		upstreamState = st.Upstream
 	}
 	meta := mcp.Meta{}
 	if c.modern {
 		meta[mcp.MetaKeyClientCapabilities] = g.upstreamCaps(c)
 	}
-	res, era, err := g.relay(ctx, c, r, func(ctx context.Context, cs *mcp.ClientSession) (any, error) {
+	extendDeadline(w, c)
+	w, progressToken, stop := g.progressRelay(w, c)
+	defer stop()
+	if progressToken != "" {
+		meta["progressToken"] = progressToken
+	}
+	res, _, err := g.relay(ctx, c, r, func(ctx context.Context, cs *mcp.ClientSession) (any, error) {
 		responses := g.upstreamResponses(c)
+		if relink {
+			// The upstream asked for links (-32042): the retry is the call
+			// again, without the answers it could not read.
+			responses = nil
+		}
 		switch c.method {
 		case "prompts/get":
 			var p mcp.GetPromptParams
@@ -516,7 +615,7 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		return
 	}
 	if in := inputRequestsOf(res); in != nil {
-		g.upstreamInput(w, c, r, era, digest, in)
+		g.upstreamInput(w, c, r, digest, in)
 		return
 	}
 	g.writeResult(w, c, res)
@@ -525,7 +624,7 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 // upstreamInput relays an upstream's input_required to the host: verbatim,
 // its state sealed inside the gateway's; never an input kind the host did
 // not declare, nor to a 2025-11-25 host (which cannot answer it).
-func (g *gateway) upstreamInput(w http.ResponseWriter, c *gwCall, r connections.Ready, era string, digest []byte, in *upstreamInputs) {
+func (g *gateway) upstreamInput(w http.ResponseWriter, c *gwCall, r connections.Ready, digest []byte, in *upstreamInputs) {
 	if !c.modern {
 		g.toolError(w, c, fmt.Sprintf("%s asks for more input before it can answer, which needs a 2026-07-28 client; this client speaks 2025-11-25. Nothing was done.", c.p.DisplayName))
 		return
@@ -755,6 +854,14 @@ func (g *gateway) askToConnect(w http.ResponseWriter, c *gwCall, n connections.N
 	writeRPCResult(w, c.id, b)
 }
 
+// changed: c's person has a new or upgraded connection; their cached tool
+// lists are stale and listening hosts are told.
+func (g *gateway) changed(c *gwCall, r connections.Ready) {
+	g.s.opts.Upstreams.Forget(r.Target)
+	g.forgetTools(c.principal, c.p.Name)
+	g.toolsChanged(c.principal, c.p.Name)
+}
+
 // connected answers the placeholder tool once the person is connected.
 func (g *gateway) connected(w http.ResponseWriter, c *gwCall, r connections.Ready) {
 	text := fmt.Sprintf("Connected to %s.", c.p.DisplayName)
@@ -834,6 +941,10 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 			writeRPCErrorValue(w, http.StatusOK, c.id, legacyURLElicitation(re))
 			return
 		}
+		if re.Code == mcp.CodeURLElicitationRequired {
+			g.upstreamLinks(w, c, r, re)
+			return
+		}
 		relayed := &rpcError{Code: re.Code, Message: re.Message}
 		if len(re.Data) <= maxUpstreamError && json.Valid(re.Data) {
 			// Small structured data goes with it (a missing resource's
@@ -854,6 +965,39 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 		return
 	}
 	g.toolError(w, c, fmt.Sprintf("%s could not be reached or did not answer as an MCP server. Try again later.", c.p.DisplayName))
+}
+
+// relinkState is the upstream state of a gateway continuation whose
+// upstream asked for links the legacy way (-32042): the retry calls again
+// with nothing to continue.
+const relinkState = "\x00relink"
+
+// upstreamLinks relays a 2025-11-25 upstream's -32042 (open these links,
+// then call again) to a 2026-07-28 host as input_required url entries,
+// only https links of at most 2 KiB without user info, and only to a host
+// that declared url elicitation.
+func (g *gateway) upstreamLinks(w http.ResponseWriter, c *gwCall, r connections.Ready, re *rpcError) {
+	var data struct {
+		Elicitations []*mcp.ElicitParams `json:"elicitations"`
+	}
+	if json.Unmarshal(re.Data, &data) != nil || len(data.Elicitations) == 0 {
+		g.toolError(w, c, fmt.Sprintf("%s asked for a browser step without a link the broker can relay. Nothing was done.", c.p.DisplayName))
+		return
+	}
+	reqs := mcp.InputRequestMap{}
+	for i, e := range data.Elicitations {
+		if e == nil || !safeElicitURL(e.URL) {
+			g.toolError(w, c, fmt.Sprintf("%s asked the person to open a link the broker does not relay (only https links of at most 2 KiB without user info). Nothing was done.", c.p.DisplayName))
+			return
+		}
+		reqs[fmt.Sprintf("upstream_link_%d", i+1)] = &mcp.ElicitParams{Mode: "url", Message: sanitizeText(e.Message, maxDescription), URL: e.URL}
+	}
+	digest, err := requeststate.Digest(c.callArgs())
+	if err != nil {
+		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: arguments are not valid JSON", nil)
+		return
+	}
+	g.upstreamInput(w, c, r, digest, &upstreamInputs{requests: reqs, state: relinkState})
 }
 
 // transportRejected is the go-sdk transport's code for a request that did
@@ -923,6 +1067,15 @@ func (g *gateway) toolError(w http.ResponseWriter, c *gwCall, text string) {
 // writeResult writes a complete result in c's era, capped at the entry's
 // max_result_bytes.
 func (g *gateway) writeResult(w http.ResponseWriter, c *gwCall, res any) {
+	if b, ok := g.encodeResult(w, c, res); ok {
+		writeRPCResult(w, c.id, b)
+	}
+}
+
+// encodeResult encodes a complete result in c's era; when it is over the
+// entry's max_result_bytes or cannot be encoded, the answer (a tool error)
+// is written instead and ok is false.
+func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byte, bool) {
 	if m, ok := res.(interface{ SetMeta(map[string]any) }); ok && c.modern {
 		meta := map[string]any{mcp.MetaKeyServerInfo: g.s.implJSON}
 		if gm, ok := res.(interface{ GetMeta() map[string]any }); ok {
@@ -937,16 +1090,16 @@ func (g *gateway) writeResult(w http.ResponseWriter, c *gwCall, res any) {
 	b, err := json.Marshal(res)
 	if err != nil {
 		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
-		return
+		return nil, false
 	}
 	if c.up.MaxResultBytes > 0 && int64(len(b)) > c.up.MaxResultBytes {
 		g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays. Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes))
-		return
+		return nil, false
 	}
 	if c.modern {
 		b = withResultType("complete", b)
 	}
-	writeRPCResult(w, c.id, b)
+	return b, true
 }
 
 // admitCall applies the per-person limits: at most maxInFlight calls at
@@ -1013,10 +1166,13 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 			continue
 		}
 		seen[t.Name] = true
+		t = new(*t) // a copy: the upstream's list may be the session's cache
 		t.Description = sanitizeText(t.Description, maxDescription)
 		t.Title = sanitizeText(t.Title, 200)
 		if t.Annotations != nil {
-			t.Annotations.Title = sanitizeText(t.Annotations.Title, 200)
+			a := *t.Annotations
+			a.Title = sanitizeText(a.Title, 200)
+			t.Annotations = &a
 		}
 		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", t.Name, in, t.Description)
 		out = append(out, t)

@@ -1,8 +1,13 @@
 package mcpapi
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +16,8 @@ import (
 	"credbroker/provider"
 	"credbroker/provider/mcpup"
 	"credbroker/vault"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // gatewayHarness is the harness with an mcp provider "up" (testUpstream)
@@ -134,7 +141,7 @@ func TestGatewayRelay(t *testing.T) {
 	}
 	// Connected: the upstream's tools, private, ttl capped.
 	d = g.gwCall("alice", urlCaps, "tools/list", "", nil)
-	if names := toolNames(t, d); !slices.Equal(names, []string{"admin", "ask", "echo"}) || d.Result["cacheScope"] != "private" {
+	if names := toolNames(t, d); !slices.Equal(names, []string{"admin", "ask", "echo", "link", "slow"}) || d.Result["ttlMs"] != float64(maxToolsListTTL) || d.Result["cacheScope"] != "private" {
 		t.Fatalf("connected tools/list = %v %+v", names, d.Result)
 	}
 	// The placeholder says connected.
@@ -281,4 +288,223 @@ func messageOf(t testing.TB, d decoded) string {
 		return m
 	}
 	return ""
+}
+
+// connected returns a gateway harness whose alice is connected to "up"
+// with scopes.
+func connectedGateway(t *testing.T, scopes ...string) (*gatewayHarness, vault.Connection) {
+	g := newGatewayHarness(t)
+	d := g.gwCall("alice", urlCaps, "tools/call", "echo", map[string]any{"arguments": map[string]any{}})
+	_, link, _ := elicitation(t, d)
+	return g, g.connectUp(grantIDOf(t, link), scopes...)
+}
+
+// decodedMessage is any JSON-RPC message.
+type decodedMessage struct {
+	Method string         `json:"method"`
+	Params map[string]any `json:"params"`
+	Result map[string]any `json:"result"`
+	Error  map[string]any `json:"error"`
+}
+
+// TestGatewayProgress: a host that asks for progress gets an event stream
+// as the call runs: each of the upstream's progress notifications arrives
+// (under the host's own token; the upstream saw a token the broker minted;
+// messages sanitised) before the upstream goes on, then the result.
+func TestGatewayProgress(t *testing.T) {
+	g, _ := connectedGateway(t, "tools")
+	seen := make(chan struct{})
+	g.up.mu.Lock()
+	g.up.progressSeen = seen
+	g.up.mu.Unlock()
+	body := modernBody(3, "tools/call", urlCaps, map[string]any{"name": "slow", "arguments": map[string]any{}})
+	body = strings.Replace(body, `"_meta":{`, `"_meta":{"progressToken":"host-tok-1",`, 1)
+	req, _ := http.NewRequest(http.MethodPost, g.http.URL+"/mcp/u/up", strings.NewReader(body))
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Authorization": "Bearer " + g.gwBearer("alice"), "MCP-Protocol-Version": versionModern, "Mcp-Method": "tools/call", "Mcp-Name": "slow"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := g.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var progress []float64
+	var last decodedMessage
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var m decodedMessage
+		if err := json.Unmarshal([]byte(data), &m); err != nil {
+			t.Fatalf("event %q: %v", data, err)
+		}
+		if m.Method == "notifications/progress" {
+			if m.Params["progressToken"] != "host-tok-1" || strings.ContainsRune(m.Params["message"].(string), '\u202e') {
+				t.Fatalf("progress relayed as %+v", m.Params)
+			}
+			progress = append(progress, m.Params["progress"].(float64))
+			seen <- struct{}{} // the upstream goes on only now
+			continue
+		}
+		last = m
+	}
+	if !slices.Equal(progress, []float64{1, 2}) || last.Result == nil || !strings.Contains(fmt.Sprint(last.Result["content"]), "slow done") {
+		t.Fatalf("progress %v, last event %+v", progress, last)
+	}
+	g.up.mu.Lock()
+	tokens := slices.Clone(g.up.progressTokens)
+	g.up.progressSeen = nil
+	g.up.mu.Unlock()
+	if len(tokens) != 1 || tokens[0] == "host-tok-1" || !strings.HasPrefix(fmt.Sprint(tokens[0]), "cb-") {
+		t.Fatalf("the upstream got progress tokens %v", tokens)
+	}
+	// Without a progress token: a plain JSON answer.
+	d := g.gwCall("alice", urlCaps, "tools/call", "slow", map[string]any{"arguments": map[string]any{}})
+	if textOf(d) != "slow done" {
+		t.Fatalf("without progress: %+v", d)
+	}
+}
+
+// TestGatewayToolsListCached: the upstream's list is fetched once per
+// ttl for one person and connection; another person, or the same person
+// after a step-up, fetches again.
+func TestGatewayToolsListCached(t *testing.T) {
+	g, _ := connectedGateway(t, "tools")
+	lists := func() int {
+		g.up.mu.Lock()
+		defer g.up.mu.Unlock()
+		return g.up.methods["tools/list"]
+	}
+	first := g.gwCall("alice", urlCaps, "tools/list", "", nil)
+	n := lists()
+	second := g.gwCall("alice", urlCaps, "tools/list", "", nil)
+	if lists() != n || !reflect.DeepEqual(first.Result, second.Result) {
+		t.Fatalf("second list went upstream (%d → %d) or differs", n, lists())
+	}
+	g.clock.Advance(time.Duration(maxToolsListTTL)*time.Millisecond + time.Second)
+	d := g.gwCall("alice", urlCaps, "tools/list", "", nil)
+	if lists() != n+1 || len(toolNames(t, d)) != 5 {
+		t.Fatalf("after the ttl: %d lists, want %d: %+v", lists(), n+1, d)
+	}
+	// A step-up is another grant: another list.
+	d = g.gwCall("alice", urlCaps, "tools/call", "admin", map[string]any{"arguments": map[string]any{}})
+	_, link, _ := elicitation(t, d)
+	g.connectUp(grantIDOf(t, link), "tools", "admin")
+	g.gwCall("alice", urlCaps, "tools/list", "", nil)
+	if lists() != n+2 {
+		t.Fatalf("after the step-up: %d lists, want %d", lists(), n+2)
+	}
+}
+
+// TestGatewayUpstreamLinks: a 2025-11-25-style -32042 from the upstream
+// reaches a 2026-07-28 host as input_required url entries; the retry calls
+// the upstream again.
+func TestGatewayUpstreamLinks(t *testing.T) {
+	g, _ := connectedGateway(t, "tools")
+	d := g.gwCall("alice", urlCaps, "tools/call", "link", map[string]any{"arguments": map[string]any{}})
+	key, u, state := elicitation(t, d)
+	if key != "upstream_link_1" || u != "https://upstream.example/authorise" {
+		t.Fatalf("links relayed as %q %q", key, u)
+	}
+	d = g.gwCall("alice", urlCaps, "tools/call", "link", map[string]any{"arguments": map[string]any{}, "requestState": state,
+		"inputResponses": map[string]any{key: map[string]any{"action": "accept"}}})
+	if textOf(d) != "linked" {
+		t.Fatalf("retry: %+v", d)
+	}
+	// A host without url elicitation is told which capability it lacks.
+	g.up.mu.Lock()
+	g.up.links = 0
+	g.up.mu.Unlock()
+	if d := g.gwCall("alice", `{"elicitation":{"form":{}}}`, "tools/call", "link", map[string]any{"arguments": map[string]any{}}); d.Result["isError"] != true || !strings.Contains(textOf(d), "elicitation.url") {
+		t.Fatalf("no url capability: %+v", d)
+	}
+}
+
+// TestGatewayListChanged: a modern host listening on the endpoint gets
+// notifications/tools/list_changed when its person connects (not when
+// another person does), only what the endpoint honours is acknowledged,
+// and EndStreams ends the stream with its result.
+func TestGatewayListChanged(t *testing.T) {
+	g := newGatewayHarness(t)
+	body := modernBody(5, "subscriptions/listen", urlCaps, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}})
+	req, _ := http.NewRequest(http.MethodPost, g.http.URL+"/mcp/u/up", strings.NewReader(body))
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Authorization": "Bearer " + g.gwBearer("alice"), "MCP-Protocol-Version": versionModern, "Mcp-Method": "subscriptions/listen"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := g.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("listen answered %d %s: %s", resp.StatusCode, ct, b)
+	}
+	events := make(chan decodedMessage)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var m decodedMessage
+				if json.Unmarshal([]byte(data), &m) == nil {
+					events <- m
+				}
+			}
+		}
+	}()
+	next := func() decodedMessage {
+		t.Helper()
+		select {
+		case m := <-events:
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatal("no event within 30 s")
+		}
+		return decodedMessage{}
+	}
+	ack := next()
+	if ack.Method != "notifications/subscriptions/acknowledged" || fmt.Sprint(ack.Params["notifications"]) != "map[toolsListChanged:true]" ||
+		ack.Params["_meta"].(map[string]any)[mcp.MetaKeySubscriptionID] != float64(5) {
+		t.Fatalf("ack %+v", ack)
+	}
+	connect := func(sub string) {
+		d := g.gwCall(sub, urlCaps, "tools/call", "connect_account", map[string]any{"arguments": map[string]any{}})
+		key, link, state := elicitation(t, d)
+		id := grantIDOf(t, link)
+		gr, err := g.grants.Authorize(context.Background(), id, g.principal(sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, rt := g.up.grant("tools")
+		p, _ := g.conns.Providers().Lookup("up")
+		if _, err := g.conns.Save(context.Background(), g.principal(sub), gr, p, provider.Exchanged{Account: provider.Account{ID: "up-" + sub, Login: sub + "@up"},
+			Scopes: []string{"tools"}, Token: vault.TokenSet{AccessToken: vault.Secret(at), RefreshToken: vault.Secret(rt), TokenType: "Bearer", Expiry: g.clock.Now().Add(time.Hour)}}); err != nil {
+			t.Fatal(err)
+		}
+		d = g.gwCall(sub, urlCaps, "tools/call", "connect_account", map[string]any{"arguments": map[string]any{}, "requestState": state,
+			"inputResponses": map[string]any{key: map[string]any{"action": "accept"}}})
+		if !strings.Contains(textOf(d), sub+"@up") {
+			t.Fatalf("%s's placeholder after connecting: %+v", sub, d)
+		}
+	}
+	connect("bob")
+	connect("alice")
+	if m := next(); m.Method != "notifications/tools/list_changed" || m.Params["_meta"].(map[string]any)[mcp.MetaKeySubscriptionID] != float64(5) {
+		t.Fatalf("after connecting: %+v", m)
+	}
+	g.srv.EndStreams()
+	if m := next(); m.Result == nil || m.Result["resultType"] != "complete" {
+		t.Fatalf("the stream's end: %+v", m)
+	}
+	if m, ok := <-events; ok {
+		t.Fatalf("after the result: %+v", m)
+	}
 }

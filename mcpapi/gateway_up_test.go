@@ -42,13 +42,21 @@ type testUpstream struct {
 	// refreshes counts token requests; resources the resource each named.
 	refreshes int
 	resources []string
-	// seenAuth are the Authorization headers the MCP server received.
-	seenAuth []string
-	n        int
+	// seenAuth are the Authorization headers the MCP server received;
+	// methods counts the JSON-RPC methods it was sent; progressTokens are
+	// the progress tokens slow was called with; links counts link's calls.
+	seenAuth       []string
+	methods        map[string]int
+	progressTokens []any
+	links          int
+	n              int
+	// progressSeen, when set, is waited on after each progress
+	// notification slow sends (the test reads it from the stream first).
+	progressSeen chan struct{}
 }
 
 func newTestUpstream(t testing.TB) *testUpstream {
-	u := &testUpstream{t: t, tokens: map[string][]string{}, refresh: map[string][]string{}}
+	u := &testUpstream{t: t, tokens: map[string][]string{}, refresh: map[string][]string{}, methods: map[string]int{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, &mcp.ServerOptions{
 		Instructions: "Upstream instructions\u202e with a bidi override and \u200b a zero-width space.",
 	})
@@ -73,16 +81,55 @@ func newTestUpstream(t testing.TB) *testUpstream {
 				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"colour": map[string]any{"type": "string"}}}}},
 				RequestState: "upstream-state-1"}, nil
 		})
+	server.AddTool(&mcp.Tool{Name: "slow", Description: "Reports progress twice.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			tok := req.Params.GetProgressToken()
+			u.mu.Lock()
+			u.progressTokens = append(u.progressTokens, tok)
+			u.mu.Unlock()
+			u.mu.Lock()
+			seen := u.progressSeen
+			u.mu.Unlock()
+			for i := 1; i <= 2 && tok != nil; i++ {
+				req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(i), Total: 2,
+					Message: fmt.Sprintf("step %d\u202e", i)})
+				if seen != nil {
+					select {
+					case <-seen:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "slow done"}}}, nil
+		})
+	server.AddTool(&mcp.Tool{Name: "link", Description: "Asks for a link the legacy way once.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			u.mu.Lock()
+			u.links++
+			n := u.links
+			u.mu.Unlock()
+			if n == 1 {
+				return nil, mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: "Authorise the upstream's app",
+					URL: "https://upstream.example/authorise", ElicitationID: "e1"}})
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "linked"}}}, nil
+		})
 	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, DisableLocalhostProtection: true})
+		&mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
 		auth := r.Header.Get("Authorization")
 		tok, _ := strings.CutPrefix(auth, "Bearer ")
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		var m struct {
+			Method string `json:"method"`
+		}
+		_ = json.Unmarshal(body, &m)
 		u.mu.Lock()
 		u.seenAuth = append(u.seenAuth, auth)
+		u.methods[m.Method]++
 		scopes, ok := u.tokens[tok]
 		u.mu.Unlock()
 		meta := u.srv.URL + "/.well-known/oauth-protected-resource/mcp"

@@ -24,6 +24,9 @@ type reqMeta struct {
 	// W3C trace context (SEP-414 reserves these unprefixed keys).
 	TraceParent string `json:"traceparent"`
 	TraceState  string `json:"tracestate"`
+	// ProgressToken asks for progress notifications (relayed by the
+	// gateway; /mcp's own tools report none).
+	ProgressToken json.RawMessage `json:"progressToken"`
 }
 
 // modernParams is the union of the params this handler reads: _meta for

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -102,7 +103,17 @@ type Server struct {
 	gw *gateway // /mcp/u/{provider}
 
 	caps capsMemo // decoded _meta clientCapabilities, by their bytes
+
+	// done is closed by EndStreams: long-lived streams end.
+	done     chan struct{}
+	doneOnce sync.Once
 }
+
+// EndStreams ends the long-lived streams (the gateway's
+// subscriptions/listen) gracefully, each with its final result: for a
+// server shutting down (http.Server.RegisterOnShutdown), whose Shutdown
+// would otherwise wait for them.
+func (s *Server) EndStreams() { s.doneOnce.Do(func() { close(s.done) }) }
 
 // New validates opts and builds a Server. It performs no I/O: the IdP's
 // keys are fetched on the first request that needs them.
@@ -152,7 +163,7 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{
+	s := &Server{done: make(chan struct{}),
 		opts:    opts,
 		log:     log,
 		origins: map[string]bool{pu.Scheme + "://" + pu.Host: true},
@@ -244,8 +255,15 @@ func (s *Server) encodeStatic() error {
 	return nil
 }
 
+// Routes is where Register mounts the routes: an *http.ServeMux, or the
+// API side of the broker's site (web.Site.API), which keeps page headers
+// and cookies away from them.
+type Routes interface {
+	HandleFunc(pattern string, handler func(http.ResponseWriter, *http.Request))
+}
+
 // Register mounts the MCP endpoint and the metadata routes on mux.
-func (s *Server) Register(mux *http.ServeMux) {
+func (s *Server) Register(mux Routes) {
 	mux.HandleFunc("POST /mcp", s.serveMCP)
 	mux.HandleFunc("GET /mcp", s.methodNotAllowed)
 	mux.HandleFunc("DELETE /mcp", s.methodNotAllowed)

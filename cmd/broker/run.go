@@ -18,6 +18,7 @@ import (
 	"credbroker/internal/tracing"
 	"credbroker/provider"
 	"credbroker/vault"
+	"credbroker/web"
 	"credbroker/webhook"
 )
 
@@ -157,7 +158,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer stopTracing()
 	events := webhook.NewPublisher(hooks, nil)
-	store, err := openStoreHooked(cfg.Store, keys, events.Hook())
+	store, err := openStoreHooked(cfg.Store, keys, events)
 	if err != nil {
 		return err
 	}
@@ -212,7 +213,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		mmux := http.NewServeMux()
 		mmux.Handle("GET /metrics", rec.Handler())
-		go serveUntilDone(ctx, newHTTPServer(mmux, log), mln, log)
+		go serveUntilDone(ctx, newHTTPServer(web.APIPolicy(mmux), log), mln, log)
 		log.Info("metrics serving", "addr", mln.Addr().String())
 	}
 	go collectGrants(ctx, m.Grants, log)
@@ -225,5 +226,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "mcp_auth", cfg.MCPAuth,
 		"providers", strings.Join(providers.Names(), ","),
 		"version", bi.Version, "commit", bi.Commit)
-	return serveUntilDone(ctx, newHTTPServer(mux, log), ln, log)
+	srv := newHTTPServer(mux, log)
+	srv.RegisterOnShutdown(m.MCP.EndStreams)
+	return serveUntilDone(ctx, srv, ln, log)
 }

@@ -101,6 +101,9 @@ type Pool struct {
 	opts Options
 	log  *slog.Logger
 
+	// progress maps the progress tokens of calls in flight to their sinks.
+	progress sync.Map
+
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*list.Element
 	lru      *list.List // of *entry, most recently used first
@@ -237,7 +240,8 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			return &mcp.ElicitResult{Action: "cancel"}, nil
 		},
-		Logger: p.log,
+		ProgressNotificationHandler: p.routeProgress,
+		Logger:                      p.log,
 	})
 	ctx, rec := withRecorder(ctx)
 	cs, err := client.Connect(context.WithoutCancel(ctx), tr, nil)
