@@ -108,6 +108,23 @@ func (s *Service) Upstream(ctx context.Context, req Request, grant string, answe
 	return o, nil
 }
 
+// upstreamUsable refuses to start a connect request for an MCP server
+// whose authorization the broker cannot use (its metadata names another
+// resource, its authorization server is on a host not allowed, lacks S256
+// or offers no way to register: a *provider.UpstreamError naming the
+// fix), so the person is not sent to a link that can only fail. Discovery
+// is cached; nothing is registered or stored.
+func (s *Service) upstreamUsable(ctx context.Context, p *provider.Provider) error {
+	if _, ok := p.Kind.(provider.Gateway); !ok {
+		return nil
+	}
+	if _, tokens := p.Kind.(provider.RedirectStep); !tokens {
+		return nil
+	}
+	_, err := s.opts.Client.CheckUpstream(ctx, p.Name)
+	return err
+}
+
 // ErrTooManyStepUps: the upstream keeps asking for more scopes.
 var ErrTooManyStepUps = errors.New("connections: the server asked for more scopes too often")
 

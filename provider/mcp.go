@@ -719,6 +719,12 @@ func (m *MCP) authRequest(ctx context.Context, k *Client, p *Provider, scopes []
 		a.Nonce = randomToken()
 		opts = append(opts, oauth2.SetAuthURLParam("nonce", a.Nonce))
 	}
+	if slices.Contains(scopes, oidc.ScopeOfflineAccess) {
+		// OpenID Connect Core §11: offline access is asked with
+		// prompt=consent, else OpenID providers (oidc-provider) drop the
+		// scope and issue no refresh token.
+		opts = append(opts, oauth2.SetAuthURLParam("prompt", "consent"))
+	}
 	a.URL = conf.AuthCodeURL(a.State, opts...)
 	return a, nil
 }

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
@@ -236,8 +237,13 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		Capabilities:   &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
 		// A pushed url elicitation (a legacy upstream asking in-band) is
-		// not relayed: the person is not listening on this session.
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		// not relayed: the person is not listening on this session. Any
+		// other push (a form elicitation) is a method the broker does not
+		// serve (issue 31's era table).
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if req.Params.Mode != "url" {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the broker relays no pushed form elicitation"}
+			}
 			return &mcp.ElicitResult{Action: "cancel"}, nil
 		},
 		ProgressNotificationHandler: p.routeProgress,
