@@ -120,6 +120,12 @@ func TestGatewayRelay(t *testing.T) {
 	if names := toolNames(t, d); !slices.Equal(names, []string{"connect_account"}) || d.Result["ttlMs"] != float64(0) || d.Result["cacheScope"] != "private" {
 		t.Fatalf("unconnected tools/list = %+v", d.Result)
 	}
+	// The other lists are empty, and private too.
+	for _, m := range []string{"prompts/list", "resources/list", "resources/templates/list"} {
+		if d := g.gwCall("alice", urlCaps, m, "", nil); d.Error != nil || d.Result["cacheScope"] != "private" {
+			t.Fatalf("unconnected %s = %+v %+v", m, d.Result, d.Error)
+		}
+	}
 	// Any call asks to connect.
 	args := map[string]any{"arguments": map[string]any{"x": 1}}
 	d = g.gwCall("alice", urlCaps, "tools/call", "echo", args)
