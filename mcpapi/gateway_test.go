@@ -430,6 +430,19 @@ func TestGatewayUpstreamLinks(t *testing.T) {
 	if d := g.gwCall("alice", `{"elicitation":{"form":{}}}`, "tools/call", "link", map[string]any{"arguments": map[string]any{}}); d.Result["isError"] != true || !strings.Contains(textOf(d), "elicitation.url") {
 		t.Fatalf("no url capability: %+v", d)
 	}
+	// Only https links of at most 2 KiB without user info are relayed:
+	// anything else is a tool error that names no link.
+	for _, bad := range []string{"http://127.0.0.1:9/authorise", "https://user@upstream.example/authorise",
+		"https://upstream.example/" + strings.Repeat("a", 2048), "javascript:alert(1)"} {
+		g.up.mu.Lock()
+		g.up.links, g.up.linkURL = 0, bad
+		g.up.mu.Unlock()
+		d := g.gwCall("alice", urlCaps, "tools/call", "link", map[string]any{"arguments": map[string]any{}})
+		if d.Result["isError"] != true || !strings.Contains(textOf(d), "a link the broker does not relay") || strings.Contains(textOf(d), bad) ||
+			d.Result["inputRequests"] != nil {
+			t.Fatalf("link %.40q relayed: %+v", bad, d)
+		}
+	}
 }
 
 // TestGatewayListChanged: a modern host listening on the endpoint gets
