@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8080
 # Time each fuzz target gets in `make test` (make fuzz FUZZTIME=1m for longer).
 FUZZTIME ?= 5s
 
-.PHONY: run test deps build vet fmt-check tidy-check unit fuzz bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
+.PHONY: run test deps build vet fmt-check tidy-check unit fuzz bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps server-everything-deps
 .PHONY: image image-rootfs
 
 # Build information stamped into the binary (internal/buildinfo): shown by
@@ -118,6 +118,21 @@ mcpclient-deps: conformance-deps
 		cp testdata/mcpclient/package-lock.json $(MCPCLIENT_DIR)/.installed-lock.json; \
 	fi
 
+# The MCP reference server server-everything (an upstream of the gateway in
+# cmd/broker's TestGatewayServerEverything), pinned by
+# testdata/server-everything/package-lock.json; it runs on the Node 22
+# installed with the conformance suite.
+SERVER_EVERYTHING_DIR ?= .cache/server-everything
+server-everything-deps: conformance-deps
+	@if ! command -v npm >/dev/null 2>&1 && [ "$$CREDBROKER_ALLOW_SKIP" = 1 ]; then \
+		echo "server-everything-deps: no npm; the test that needs it will skip (CREDBROKER_ALLOW_SKIP=1)"; \
+	elif ! cmp -s testdata/server-everything/package-lock.json $(SERVER_EVERYTHING_DIR)/.installed-lock.json; then \
+		rm -rf $(SERVER_EVERYTHING_DIR) && mkdir -p $(SERVER_EVERYTHING_DIR) && \
+		cp testdata/server-everything/package.json testdata/server-everything/package-lock.json $(SERVER_EVERYTHING_DIR)/ && \
+		(cd $(SERVER_EVERYTHING_DIR) && npm ci --no-audit --no-fund --loglevel=error) && \
+		cp testdata/server-everything/package-lock.json $(SERVER_EVERYTHING_DIR)/.installed-lock.json; \
+	fi
+
 conformance: conformance-deps
 	$(GO) test -race -count=1 -run TestConformance -v ./cmd/broker
 
@@ -131,7 +146,7 @@ sidecar-ts-deps: conformance-deps
 		cd $(SIDECAR_TS_DIR) && PATH="$(CURDIR)/$(CONFORMANCE_DIR)/node_modules/node-linux-$(NODE_ARCH)/bin:$$PATH" npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
-test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps unit fuzz
+test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps server-everything-deps unit fuzz
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,
