@@ -1055,6 +1055,9 @@ func (g *gateway) writeResult(w http.ResponseWriter, c *gwCall, res any) {
 // entry's max_result_bytes or cannot be encoded, the answer (a tool error)
 // is written instead and ok is false.
 func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byte, bool) {
+	if c.modern {
+		res = privateCopy(res)
+	}
 	if m, ok := res.(interface{ SetMeta(map[string]any) }); ok && c.modern {
 		meta := map[string]any{mcp.MetaKeyServerInfo: g.s.implJSON}
 		if gm, ok := res.(interface{ GetMeta() map[string]any }); ok {
@@ -1079,6 +1082,33 @@ func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byt
 		b = withResultType("complete", b)
 	}
 	return b, true
+}
+
+// privateCopy returns a relayed list or resource marked cacheScope
+// "private", whatever the upstream said (nothing, for a 2025-11-25
+// server): an endpoint answers as one person, with their account or their
+// session at the server, so no cache may serve the answer to another. A
+// copy, since the go-sdk hands out the lists it keeps cached; results of
+// other kinds are returned as they are.
+func privateCopy(res any) any {
+	switch r := res.(type) {
+	case *mcp.ListPromptsResult:
+		return privately(r, func(v *mcp.ListPromptsResult) *mcp.Cacheable { return &v.Cacheable })
+	case *mcp.ListResourcesResult:
+		return privately(r, func(v *mcp.ListResourcesResult) *mcp.Cacheable { return &v.Cacheable })
+	case *mcp.ListResourceTemplatesResult:
+		return privately(r, func(v *mcp.ListResourceTemplatesResult) *mcp.Cacheable { return &v.Cacheable })
+	case *mcp.ReadResourceResult:
+		return privately(r, func(v *mcp.ReadResourceResult) *mcp.Cacheable { return &v.Cacheable })
+	}
+	return res
+}
+
+// privately is a copy of r whose cache scope is private.
+func privately[T any](r *T, cache func(*T) *mcp.Cacheable) *T {
+	v := *r
+	cache(&v).CacheScope = "private"
+	return &v
 }
 
 // admitCall applies the per-person limits: at most maxInFlight calls at

@@ -120,6 +120,12 @@ func TestGatewayRelay(t *testing.T) {
 	if names := toolNames(t, d); !slices.Equal(names, []string{"connect_account"}) || d.Result["ttlMs"] != float64(0) || d.Result["cacheScope"] != "private" {
 		t.Fatalf("unconnected tools/list = %+v", d.Result)
 	}
+	// The other lists are empty, and private too.
+	for _, m := range []string{"prompts/list", "resources/list", "resources/templates/list"} {
+		if d := g.gwCall("alice", urlCaps, m, "", nil); d.Error != nil || d.Result["cacheScope"] != "private" {
+			t.Fatalf("unconnected %s = %+v %+v", m, d.Result, d.Error)
+		}
+	}
 	// Any call asks to connect.
 	args := map[string]any{"arguments": map[string]any{"x": 1}}
 	d = g.gwCall("alice", urlCaps, "tools/call", "echo", args)
@@ -423,6 +429,19 @@ func TestGatewayUpstreamLinks(t *testing.T) {
 	g.up.mu.Unlock()
 	if d := g.gwCall("alice", `{"elicitation":{"form":{}}}`, "tools/call", "link", map[string]any{"arguments": map[string]any{}}); d.Result["isError"] != true || !strings.Contains(textOf(d), "elicitation.url") {
 		t.Fatalf("no url capability: %+v", d)
+	}
+	// Only https links of at most 2 KiB without user info are relayed:
+	// anything else is a tool error that names no link.
+	for _, bad := range []string{"http://127.0.0.1:9/authorise", "https://user@upstream.example/authorise",
+		"https://upstream.example/" + strings.Repeat("a", 2048), "javascript:alert(1)"} {
+		g.up.mu.Lock()
+		g.up.links, g.up.linkURL = 0, bad
+		g.up.mu.Unlock()
+		d := g.gwCall("alice", urlCaps, "tools/call", "link", map[string]any{"arguments": map[string]any{}})
+		if d.Result["isError"] != true || !strings.Contains(textOf(d), "a link the broker does not relay") || strings.Contains(textOf(d), bad) ||
+			d.Result["inputRequests"] != nil {
+			t.Fatalf("link %.40q relayed: %+v", bad, d)
+		}
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package mcpup is the broker's client of upstream MCP servers (the
 // gateway's far side), on the go-sdk's client: one session per connection
-// (per provider for a server that takes no token), the protocol era probed
+// (per person for a server that takes no token), the protocol era probed
 // when the session opens (server/discover, falling back to initialize),
 // the broker's own multi round-trip handling off (an upstream's
 // input_required comes back as it is, for the host to answer), and the
@@ -31,6 +31,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
+
+	"credbroker/vault"
 )
 
 // Errors of a request to an upstream server.
@@ -60,11 +62,15 @@ type Target struct {
 	// Conn is the connection whose token is used ("" for a server that
 	// takes no token).
 	Conn string
+	// Person is whose session a server that takes no token gets: each
+	// person has their own, as each connection does (what a session holds
+	// at the server, such as what its tools made, is never another's).
+	Person vault.Principal
 }
 
 func (t Target) key() string {
 	if t.Conn == "" {
-		return "open:" + t.Provider
+		return "open:" + t.Provider + "\x00" + t.Person.Issuer + "\x00" + t.Person.Subject
 	}
 	return t.Conn
 }
