@@ -56,6 +56,9 @@ const (
 	maxInstructions  = 8 << 10
 	maxUpstreamError = 1 << 10
 	maxToolsListTTL  = 300_000 // ms
+	// maxTools bounds one relayed tools/list page; the rest is dropped
+	// (and logged).
+	maxTools = 1000
 )
 
 // gateway serves the /mcp/u/{provider} endpoints of a Server.
@@ -1165,8 +1168,13 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	out := make([]*mcp.Tool, 0, len(tools))
 	seen := map[string]bool{}
 	h := sha256.New()
+	dropped := 0
 	for _, t := range tools {
 		if t == nil || !toolNameRE.MatchString(t.Name) || seen[t.Name] || !c.up.Tools.Allowed(t.Name) {
+			continue
+		}
+		if len(out) == maxTools {
+			dropped++
 			continue
 		}
 		in, _ := json.Marshal(t.InputSchema)
@@ -1186,9 +1194,13 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", t.Name, in, t.Description)
 		out = append(out, t)
 	}
+	if dropped > 0 {
+		g.s.log.Warn("mcpapi: an upstream listed more tools than the broker relays; the rest were dropped",
+			"provider", c.p.Name, "relayed", maxTools, "dropped", dropped)
+	}
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
-	key := r.Target.Provider + "/" + r.Target.Conn
+	key := r.Target.Provider + "/" + r.Target.Conn + "/" + c.principal.Issuer + "\x00" + c.principal.Subject
 	g.mu.Lock()
 	prev, had := g.toolHash[key]
 	if len(g.toolHash) > 100000 {
