@@ -170,7 +170,9 @@ type mcpSection struct {
 	Instructions  string   `yaml:"instructions"`
 }
 
-var mcpKind = defineKind(TypeMCP, onlyFor, buildMCP)
+var mcpKind = defineKind(TypeMCP, func(key, _ string) string {
+	return fmt.Sprintf("%s is not used by type %q (the broker relays MCP requests to mcp.url)", key, TypeMCP)
+}, buildMCP)
 
 // buildMCP validates an mcp entry.
 func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
@@ -180,6 +182,7 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 	}
 	up := c.upstream(s.MCP)
 	if s.MCP.Auth == "none" {
+		up.Open = true
 		p := c.newProvider(s.entrySpec, &OpenMCP{mcpUpstream{up}})
 		for _, k := range []string{"client_id", "client_secret", "client_secret_file", "default_scopes", "allowed_scopes", "account", "keep_alive"} {
 			if keyLine(c.node, k) > 0 {
@@ -251,11 +254,18 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 
 // upstream checks the mcp section's relay settings.
 func (c *entryCheck) upstream(s *mcpSection) Upstream {
-	up := Upstream{URL: c.url("mcp", s.URL, true), CallTimeout: defaultCallTimeout, MaxResultBytes: defaultMaxResultBytes,
+	up := Upstream{CallTimeout: defaultCallTimeout, MaxResultBytes: defaultMaxResultBytes,
 		InputRequests: []string{"elicitation", "sampling"}, RelayInstructions: true}
-	if up.URL != "" {
-		if u, _ := url.Parse(up.URL); u.RawQuery != "" || strings.HasSuffix(u.Path, "/") && u.Path != "/" {
+	switch err := checkEndpoint(s.URL); {
+	case s.URL == "":
+		c.failAt(at("mcp", "url"), "mcp.url is required")
+	case err != nil:
+		c.failAt(at("mcp", "url"), "mcp.url: %v", err)
+	default:
+		if u, _ := url.Parse(s.URL); u.RawQuery != "" || strings.HasSuffix(u.Path, "/") && u.Path != "/" {
 			c.failAt(at("mcp", "url"), "mcp.url %q: the server's canonical URL has no query and no trailing slash", s.URL)
+		} else {
+			up.URL = s.URL
 		}
 	}
 	switch s.Auth {
