@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
 
+	"credbroker/internal/egress"
 	"credbroker/internal/untrusted"
 	"credbroker/provider/mcpup"
 	"credbroker/vault"
@@ -412,11 +413,14 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 	}
 	client := NoRedirectClient(k.opts.UpstreamHTTPClient)
 	var prm *oauthex.ProtectedResourceMetadata
-	var other string
+	var other, refused string
 	for _, u := range prmURLs(ctx, client, m.up.URL) {
 		got, err := fetchJSON[oauthex.ProtectedResourceMetadata](ctx, client, u)
 		switch {
 		case err != nil:
+			if refused == "" {
+				refused = refusalReason(err)
+			}
 			continue
 		case got.Resource != m.up.URL:
 			// RFC 9728 §3.3: the document is for another resource.
@@ -429,6 +433,8 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 	switch {
 	case prm == nil && other != "":
 		return fail("its protected-resource metadata names the resource "+untrusted.Quote(other)+", not mcp.url "+untrusted.Quote(m.up.URL)+"; set mcp.url to the server's canonical URL", nil)
+	case prm == nil && refused != "":
+		return fail("its protected-resource metadata "+refused, nil)
 	case prm == nil:
 		return fail("no protected-resource metadata (RFC 9728) was found for "+m.up.URL, nil)
 	case len(prm.AuthorizationServers) == 0:
@@ -480,6 +486,36 @@ func prmURLs(ctx context.Context, client *http.Client, resource string) []string
 	return append(out, w.String())
 }
 
+// redirectError is a redirect answered to a discovery request, which the
+// broker does not follow.
+type redirectError struct {
+	status int
+	host   string
+}
+
+func (e *redirectError) Error() string {
+	return fmt.Sprintf("%s answered with a redirect (HTTP %d)", e.host, e.status)
+}
+
+// refusalReason says why a discovery request was refused by the egress
+// policy or answered with a redirect ("" when it failed otherwise), with
+// what to do about it.
+func refusalReason(err error) string {
+	var rd *redirectError
+	var re *egress.RefusedError
+	switch {
+	case errors.As(err, &rd):
+		return "at " + untrusted.Quote(rd.host) + " answered with a redirect (HTTP " + strconv.Itoa(rd.status) +
+			"), which the broker does not follow; set mcp.url to the server's canonical URL"
+	case errors.As(err, &re) && errors.Is(re, egress.ErrSpecialAddress):
+		return "could not be fetched: " + re.Addr.String() + " is " + re.Range +
+			": start the broker with --upstream-allow-private to reach servers on private addresses"
+	case errors.As(err, &re):
+		return "could not be fetched: " + untrusted.Clip(re.Error(), 200)
+	}
+	return ""
+}
+
 // maxMetadataBytes caps a metadata document.
 const maxMetadataBytes = 64 << 10
 
@@ -498,7 +534,10 @@ func fetchJSON[T any](ctx context.Context, client *http.Client, u string) (*T, e
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch {
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return nil, &redirectError{status: resp.StatusCode, host: req.URL.Host}
+	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	b, err := readLimited(resp.Body, maxMetadataBytes)
