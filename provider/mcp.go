@@ -371,9 +371,10 @@ type upstreamAuth struct {
 
 // upstreamState is a Client's memory of one mcp entry.
 type upstreamState struct {
-	mu      sync.Mutex // guards the fields below
-	auth    *upstreamAuth
-	lastReg time.Time
+	mu   sync.Mutex // guards the fields below
+	auth *upstreamAuth
+	// regFailed is when a dynamic registration last failed.
+	regFailed time.Time
 }
 
 func (k *Client) upstream(name string) *upstreamState {
@@ -670,8 +671,8 @@ func (k *Client) CheckUpstream(ctx context.Context, name string) (UpstreamCheck,
 }
 
 // register registers the broker dynamically (RFC 7591), once per
-// issuer and redirect URI; an attempt that failed is not repeated within a
-// minute.
+// issuer and redirect URI; after an attempt that failed, none is made
+// within a minute.
 func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstreamAuth, redirectURL string) (UpstreamClient, error) {
 	key := ua.issuer + " " + redirectURL
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
@@ -685,10 +686,8 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
 		return c, nil // registered by another caller meanwhile
 	}
-	if now := k.opts.Now(); now.Sub(st.lastReg) < registrationBackoff {
+	if k.opts.Now().Sub(st.regFailed) < registrationBackoff {
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Reason: "dynamic registration failed a moment ago; try again in a minute"}
-	} else {
-		st.lastReg = now
 	}
 	method := "none"
 	if slices.Contains(ua.meta.TokenEndpointAuthMethodsSupported, "client_secret_basic") {
@@ -699,6 +698,7 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker"}
 	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.opts.UpstreamHTTPClient))
 	if err != nil {
+		st.regFailed = k.opts.Now()
 		k.opts.Telemetry.Upstream(p.Name, "registration", "", "failed", 0)
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Reason: "dynamic registration at its authorization server failed (" + untrusted.Clip(err.Error(), 200) + ")", Err: err}
 	}
