@@ -871,7 +871,8 @@ func (m *MCP) lookupAccount(ctx context.Context, k *Client, p *Provider, pr vaul
 		if err != nil {
 			return Account{}, err
 		}
-		v := oidc.NewVerifier(ua.issuer, oidc.NewRemoteKeySet(k.HTTPContext(ctx, p), ua.meta.JWKSURI), &oidc.Config{ClientID: conf.ClientID, Now: k.opts.Now})
+		v := oidc.NewVerifier(ua.issuer, oidc.NewRemoteKeySet(k.HTTPContext(ctx, p), ua.meta.JWKSURI),
+			&oidc.Config{ClientID: conf.ClientID, Now: k.opts.Now, SupportedSigningAlgs: idTokenAlgs})
 		idt, err := v.Verify(ctx, raw)
 		if err != nil {
 			return Account{}, fmt.Errorf("id_token: %w", err)
@@ -897,6 +898,13 @@ func (m *MCP) lookupAccount(ctx context.Context, k *Client, p *Provider, pr vaul
 	id := hex.EncodeToString(sum[:16])
 	return Account{ID: id, Login: p.DisplayName + " account " + id[:8]}, nil
 }
+
+// idTokenAlgs are the signatures an upstream's ID token may have: every
+// asymmetric one go-oidc knows, checked with the keys of the server's own
+// jwks_uri (RFC 8414 metadata does not list them, and go-oidc's default
+// is RS256 alone, which refused an ES256 authorization server's tokens).
+var idTokenAlgs = []string{oidc.RS256, oidc.RS384, oidc.RS512, oidc.ES256, oidc.ES384, oidc.ES512,
+	oidc.PS256, oidc.PS384, oidc.PS512, oidc.EdDSA}
 
 // revoke revokes at the authorization server's RFC 7009 endpoint, when it
 // has one.
