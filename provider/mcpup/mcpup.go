@@ -323,18 +323,43 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 		}
 		return fmt.Errorf("mcpup: the upstream server answered 403")
 	}
+	rec, _ := ctx.Value(recorderKey{}).(*recorder)
+	if rec == nil {
+		rec = &recorder{}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	switch {
+	case rec.refreshErr != nil:
+		// The refresh already failed in this exchange (the go-sdk asks
+		// again when it falls back from server/discover to initialize).
+		return rec.refreshErr
+	case rec.refreshed:
+		// The token a forced refresh gave is refused too.
+		return ErrUnauthorized
+	}
 	stale, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 	if _, err := h.tokens.ForceRefresh(ctx, h.conn, stale); err != nil {
+		rec.refreshErr = err
 		return err
 	}
+	rec.refreshed = true
 	return nil
 }
 
-// recorder notes the HTTP statuses of one request's exchanges, so that a
-// second 401 (which the transport reports only in words) is typed.
+// recorder follows one request's exchanges (a call, or opening a
+// session, which may be server/discover and then initialize): whether a
+// forced refresh was made and how it went, and whether a 401 came after
+// it, so that the upstream refusing a fresh token (which the transport
+// reports only in words) is typed, and an exchange forces one refresh at
+// most.
 type recorder struct {
-	mu           sync.Mutex
-	unauthorized int
+	mu sync.Mutex // guards the fields below
+	// refreshed: a forced refresh gave a new token; refreshErr: it failed.
+	refreshed  bool
+	refreshErr error
+	// refusedAfter: a 401 answered a request made after the refresh.
+	refusedAfter bool
 }
 
 type recorderKey struct{}
@@ -346,19 +371,20 @@ func withRecorder(ctx context.Context) (context.Context, *recorder) {
 
 func (r *recorder) classify(err error) error {
 	r.mu.Lock()
-	n := r.unauthorized
+	refused := r.refusedAfter
 	r.mu.Unlock()
 	var ns *NeedScope
 	switch {
-	case errors.As(err, &ns), errors.Is(err, ErrNoToken):
+	case errors.As(err, &ns), errors.Is(err, ErrNoToken), errors.Is(err, ErrUnauthorized):
 		return err
-	case n >= 2:
+	case refused:
 		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
 	return err
 }
 
-// statusRecorder counts 401s into the request's recorder.
+// statusRecorder notes a 401 after a forced refresh in the request's
+// recorder.
 type statusRecorder struct{ next http.RoundTripper }
 
 func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -366,7 +392,7 @@ func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil && resp.StatusCode == http.StatusUnauthorized {
 		if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
 			r.mu.Lock()
-			r.unauthorized++
+			r.refusedAfter = r.refusedAfter || r.refreshed
 			r.mu.Unlock()
 		}
 	}
