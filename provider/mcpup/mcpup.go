@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
@@ -153,8 +154,7 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 			return nil, ctx.Err()
 		}
 		if e.err != nil {
-			p.Forget(t)
-			return nil, e.err
+			return nil, e.err // its opener dropped it
 		}
 		return e.cs, nil
 	}
@@ -170,10 +170,39 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 	e.cs, e.err = p.connect(ctx, t)
 	close(e.ready)
 	if e.err != nil {
-		p.Forget(t)
+		p.drop(t, e)
 		return nil, e.err
 	}
 	return e.cs, nil
+}
+
+// drop closes and drops t's session if it is still the one e holds: a
+// caller that saw a session fail must not close the one another caller
+// opened since.
+func (p *Pool) drop(t Target, e *entry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if el, ok := p.sessions[t.key()]; ok && el.Value.(*entry) == e {
+		p.removeLocked(el)
+	}
+}
+
+// dropSession is drop for the entry holding cs.
+func (p *Pool) dropSession(t Target, cs *mcp.ClientSession) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	el, ok := p.sessions[t.key()]
+	if !ok {
+		return
+	}
+	e := el.Value.(*entry)
+	select {
+	case <-e.ready:
+		if e.cs == cs {
+			p.removeLocked(el)
+		}
+	default: // another caller is opening a new one
+	}
 }
 
 // Forget closes and drops t's session (after ErrSessionMissing, a
@@ -257,7 +286,11 @@ func Era(cs *mcp.ClientSession) string {
 
 // Do runs one request on t's session: op gets the session (re-opened
 // once if the upstream forgot it) and ctx carries the per-request
-// recorder that turns a second 401 into ErrUnauthorized.
+// recorder that turns a second 401 into ErrUnauthorized. A session that
+// may be broken after a failure (the transport failed, the upstream
+// answered something that is not MCP, which makes the go-sdk close the
+// session, or refused the token) is dropped, so the next request opens a
+// new one.
 func Do[T any](ctx context.Context, p *Pool, t Target, op func(context.Context, *mcp.ClientSession) (T, error)) (T, string, error) {
 	var zero T
 	for attempt := 0; ; attempt++ {
@@ -270,16 +303,24 @@ func Do[T any](ctx context.Context, p *Pool, t Target, op func(context.Context, 
 		if err == nil {
 			return out, Era(cs), nil
 		}
-		if errors.Is(err, mcp.ErrSessionMissing) && attempt == 0 {
-			p.Forget(t)
-			continue
-		}
 		err = rec.classify(err)
-		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrNoToken) {
-			p.Forget(t)
+		if !sessionSurvives(err) {
+			p.dropSession(t, cs)
+		}
+		if errors.Is(err, mcp.ErrSessionMissing) && attempt == 0 {
+			continue
 		}
 		return zero, Era(cs), err
 	}
+}
+
+// sessionSurvives reports whether a session is still usable after a
+// request on it failed with err: the upstream answered it (a JSON-RPC
+// error, a 403 insufficient_scope) or the caller gave up.
+func sessionSurvives(err error) bool {
+	var we *jsonrpc.Error
+	var ns *NeedScope
+	return errors.As(err, &we) || errors.As(err, &ns) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // oauthHandler puts the connection's token on every request.
