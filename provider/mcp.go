@@ -220,19 +220,9 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 	if s.ClientID != "" {
 		m.ClientID, _ = c.secretRef("client_id", s.ClientID, true)
 	}
-	switch {
-	case s.ClientSecret != "" && s.ClientSecretFile != "":
-		c.fail("client_secret", "give client_secret or client_secret_file, not both")
-	case s.ClientSecret != "":
-		val, ok := c.secretRef("client_secret", s.ClientSecret, false)
-		if !ok {
-			c.fail("client_secret", "client_secret must be a reference ${NAME} to an environment variable (or use client_secret_file); secrets are never written in this file")
-		}
-		m.ClientSecret = vault.Secret(val)
-	case s.ClientSecretFile != "":
-		m.ClientSecret = vault.Secret(c.readSecretFile("client_secret_file", s.ClientSecretFile))
-	}
-	if m.ClientSecret != "" && s.ClientID == "" {
+	secret, secretGiven := c.clientSecret(s.ClientSecret, s.ClientSecretFile)
+	m.ClientSecret = secret
+	if secretGiven && s.ClientID == "" {
 		c.fail("client_secret", "a client secret needs client_id (a pre-registered client)")
 	}
 	if m.Registration == "static" && s.ClientID == "" {
@@ -873,20 +863,8 @@ func (m *MCP) lookupAccount(ctx context.Context, k *Client, p *Provider, pr vaul
 		}
 		v := oidc.NewVerifier(ua.issuer, oidc.NewRemoteKeySet(k.HTTPContext(ctx, p), ua.meta.JWKSURI),
 			&oidc.Config{ClientID: conf.ClientID, Now: k.opts.Now, SupportedSigningAlgs: idTokenAlgs})
-		idt, err := v.Verify(ctx, raw)
-		if err != nil {
-			return Account{}, fmt.Errorf("id_token: %w", err)
-		}
-		if nonce != "" && !equalToken(idt.Nonce, nonce) {
-			return Account{}, errors.New("id_token nonce does not match")
-		}
-		var c struct {
-			Email string `json:"email"`
-			User  string `json:"preferred_username"`
-			Name  string `json:"name"`
-		}
-		_ = idt.Claims(&c)
-		return Account{ID: idt.Subject, Login: FirstNonEmpty(c.Email, c.User, c.Name, idt.Subject)}, nil
+		a, _, err := verifyIDToken(ctx, v, raw, nonce)
+		return a, err
 	}
 	if m.AccountURL != "" {
 		return (&OAuth{AccountURL: m.AccountURL, AccountIDField: m.AccountIDField, AccountLoginField: m.AccountLoginField}).
