@@ -95,15 +95,8 @@ func SealGateway(keys *vault.Keyring, st Gateway) (string, error) {
 // Principal, Provider, Method, Name and ArgDigest) and has not expired at
 // now. Nothing is parsed before authentication succeeds.
 func OpenGateway(keys *vault.Keyring, sealed string, want Gateway, now time.Time) (Gateway, error) {
-	if len(sealed) == 0 || len(sealed) > maxGatewaySealed {
-		return Gateway{}, ErrInvalid
-	}
-	ct, err := base64.RawURLEncoding.DecodeString(sealed)
-	if err != nil {
-		return Gateway{}, ErrInvalid
-	}
-	pt, _, err := keys.Open(ct, []byte(gatewayAAD))
-	if err != nil {
+	pt, ok := unseal(keys, sealed, maxGatewaySealed, gatewayAAD)
+	if !ok {
 		return Gateway{}, ErrInvalid
 	}
 	header, upstream, ok := bytes.Cut(pt, []byte{0})
