@@ -12,6 +12,24 @@ import (
 	"testing"
 )
 
+// wantProblems fails unless ce has exactly the problems want, each
+// found as a substring of one of them.
+func wantProblems(t *testing.T, ce *ConfigError, want []string) {
+	t.Helper()
+	got := strings.Join(ce.Problems, "\n")
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("missing problem %q", w)
+		}
+	}
+	if t.Failed() {
+		t.Logf("problems:\n%s", got)
+	}
+	if len(ce.Problems) != len(want) {
+		t.Errorf("%d problems, want %d:\n%s", len(ce.Problems), len(want), got)
+	}
+}
+
 func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }

@@ -153,16 +153,5 @@ func TestMCPCatalogProblems(t *testing.T) {
 		`p.yaml:40: open: default_scopes means nothing with mcp.auth: none`,
 		`p.yaml:41: nosection: mcp (url, auth, …) is required for type "mcp"`,
 	}
-	got := strings.Join(ce.Problems, "\n")
-	for _, w := range want {
-		if !strings.Contains(got, w) {
-			t.Errorf("missing problem %q", w)
-		}
-	}
-	if t.Failed() {
-		t.Logf("problems:\n%s", got)
-	}
-	if len(ce.Problems) != len(want) {
-		t.Errorf("%d problems, want %d:\n%s", len(ce.Problems), len(want), got)
-	}
+	wantProblems(t, ce, want)
 }

@@ -584,45 +584,37 @@ func tokenOf(ts vault.TokenSet) *oauth2.Token {
 	return &oauth2.Token{AccessToken: ts.AccessToken.Reveal(), RefreshToken: ts.RefreshToken.Reveal(), TokenType: ts.TokenType, Expiry: ts.Expiry}
 }
 
-// recordingClients keeps registrations in memory like the default store,
-// counting what it is asked; afterGet runs after each lookup with the
-// number of lookups so far.
+// recordingClients is the default registration store, counting what it
+// is asked; afterGet runs after each lookup with the number of lookups so
+// far.
 type recordingClients struct {
+	memUpstreamClients
 	mu       sync.Mutex // guards the fields below
-	m        map[string]UpstreamClient
 	gets     int
 	puts     []UpstreamClient
 	afterGet func(n int)
 }
 
 func newRecordingClients() *recordingClients {
-	return &recordingClients{m: map[string]UpstreamClient{}}
+	return &recordingClients{memUpstreamClients: memUpstreamClients{m: map[string]UpstreamClient{}}}
 }
 
-func (s *recordingClients) GetUpstreamClient(_ context.Context, key string) (UpstreamClient, error) {
+func (s *recordingClients) GetUpstreamClient(ctx context.Context, key string) (UpstreamClient, error) {
 	s.mu.Lock()
 	s.gets++
 	n, after := s.gets, s.afterGet
-	c, ok := s.m[key]
 	s.mu.Unlock()
 	if after != nil {
 		after(n)
 	}
-	if !ok {
-		return UpstreamClient{}, vault.ErrNotFound
-	}
-	return c, nil
+	return s.memUpstreamClients.GetUpstreamClient(ctx, key)
 }
 
-func (s *recordingClients) PutUpstreamClient(_ context.Context, c UpstreamClient) (UpstreamClient, error) {
+func (s *recordingClients) PutUpstreamClient(ctx context.Context, c UpstreamClient) (UpstreamClient, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.puts = append(s.puts, c)
-	if old, ok := s.m[c.Key]; ok {
-		return old, nil
-	}
-	s.m[c.Key] = c
-	return c, nil
+	s.mu.Unlock()
+	return s.memUpstreamClients.PutUpstreamClient(ctx, c)
 }
 
 func (s *recordingClients) counts() (gets, puts int) {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,23 +243,11 @@ func newPool(t testing.TB, o Options) *Pool {
 	return New(o)
 }
 
-// testClock is a clock tests move by hand.
-type testClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
+// testClock is a clock tests move by hand (nanoseconds since the epoch).
+type testClock struct{ ns atomic.Int64 }
 
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // waitFor polls cond until it holds (the pool closes sessions in the
 // background), failing the test after a generous while.
@@ -427,7 +416,8 @@ func TestPoolLRU(t *testing.T) {
 // pool's next use; one used since is kept.
 func TestPoolIdleExpiry(t *testing.T) {
 	u := newUpstream(t, true)
-	clock := &testClock{t: time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC)}
+	clock := &testClock{}
+	clock.ns.Store(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC).UnixNano())
 	p := newPool(t, Options{IdleTimeout: 10 * time.Minute, Now: clock.Now})
 	ctx := context.Background()
 	a, err := p.Session(ctx, Target{Provider: "a", URL: u.url()})
