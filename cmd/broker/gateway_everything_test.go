@@ -301,7 +301,7 @@ func TestGatewayServerEverything(t *testing.T) {
 			t.Fatalf("gzip-file-as-resource: %s", made.final)
 		}
 		uri := link.Content[0].URI
-		read := func(h *gwHost) *gwAnswer {
+		read := func(h *evHost) *gwAnswer {
 			return h.post(t, context.Background(), "resources/read", map[string]any{"uri": uri}, nil)
 		}
 		// Alice reads it back (the resource exists, and reading works).
@@ -528,15 +528,15 @@ func (g *everythingGateway) token(t *testing.T, user string) string {
 	return tok
 }
 
-// gwHost is a 2026-07-28 host of a gateway endpoint: JSON-RPC over HTTP,
+// evHost is a 2026-07-28 host of a gateway endpoint: JSON-RPC over HTTP,
 // reading an answer as JSON or as an event stream.
-type gwHost struct {
+type evHost struct {
 	endpoint, token string
 	caps            map[string]any
 }
 
-func (g *everythingGateway) host(t *testing.T, user string, caps map[string]any) *gwHost {
-	return &gwHost{endpoint: g.endpoint, token: g.token(t, user), caps: caps}
+func (g *everythingGateway) host(t *testing.T, user string, caps map[string]any) *evHost {
+	return &evHost{endpoint: g.endpoint, token: g.token(t, user), caps: caps}
 }
 
 // gwEvent is one event of an answer: a comment, or a JSON-RPC message.
@@ -592,7 +592,7 @@ func (a *gwAnswer) result(t *testing.T, v any) {
 
 var gwRPCID atomic.Int64
 
-func (h *gwHost) post(t *testing.T, ctx context.Context, method string, params map[string]any, onEvent func(gwEvent)) *gwAnswer {
+func (h *evHost) post(t *testing.T, ctx context.Context, method string, params map[string]any, onEvent func(gwEvent)) *gwAnswer {
 	t.Helper()
 	a := h.postErr(ctx, method, params, onEvent)
 	if a.err != nil {
@@ -603,7 +603,7 @@ func (h *gwHost) post(t *testing.T, ctx context.Context, method string, params m
 
 // postErr sends one request with the 2026-07-28 _meta and headers;
 // onEvent sees each event as it arrives.
-func (h *gwHost) postErr(ctx context.Context, method string, params map[string]any, onEvent func(gwEvent)) *gwAnswer {
+func (h *evHost) postErr(ctx context.Context, method string, params map[string]any, onEvent func(gwEvent)) *gwAnswer {
 	p := map[string]any{}
 	for k, v := range params {
 		p[k] = v
