@@ -285,6 +285,15 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 	})
 	ctx, rec := withRecorder(ctx)
 	cs, err := client.Connect(context.WithoutCancel(ctx), tr, nil)
+	if ns := rec.scope(); ns != nil {
+		// The upstream wants more scopes for server/discover (the go-sdk's
+		// fall back to initialize was stopped at the transport: a session
+		// of the wrong era past the refusal): the step-up comes first.
+		if cs != nil {
+			cs.Close()
+		}
+		return nil, ns
+	}
 	if err != nil {
 		return nil, rec.classify(err)
 	}
@@ -367,21 +376,24 @@ func (s tokenSource) Token() (*oauth2.Token, error) {
 // retries once), a 403 insufficient_scope with *NeedScope.
 func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *http.Response) error {
 	defer resp.Body.Close()
+	rec, _ := ctx.Value(recorderKey{}).(*recorder)
+	if rec == nil {
+		rec = &recorder{}
+	}
 	if resp.StatusCode == http.StatusForbidden {
 		ns := &NeedScope{}
 		if cs, err := oauthex.ParseWWWAuthenticate(resp.Header.Values("WWW-Authenticate")); err == nil {
 			for _, c := range cs {
 				if c.Scheme == "bearer" && c.Params["error"] == "insufficient_scope" {
 					ns.Scopes = strings.Fields(c.Params["scope"])
+					rec.mu.Lock()
+					rec.needScope = ns
+					rec.mu.Unlock()
 					return ns
 				}
 			}
 		}
 		return fmt.Errorf("mcpup: the upstream server answered 403")
-	}
-	rec, _ := ctx.Value(recorderKey{}).(*recorder)
-	if rec == nil {
-		rec = &recorder{}
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -416,6 +428,15 @@ type recorder struct {
 	refreshErr error
 	// refusedAfter: a 401 answered a request made after the refresh.
 	refusedAfter bool
+	// needScope: a 403 insufficient_scope answered a request.
+	needScope *NeedScope
+}
+
+// scope is the 403 insufficient_scope an exchange got, if any.
+func (r *recorder) scope() *NeedScope {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.needScope
 }
 
 type recorderKey struct{}
@@ -440,10 +461,19 @@ func (r *recorder) classify(err error) error {
 }
 
 // statusRecorder notes a 401 after a forced refresh in the request's
-// recorder.
+// recorder, and sends nothing more in an exchange the upstream answered
+// 403 insufficient_scope.
 type statusRecorder struct{ next http.RoundTripper }
 
 func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
+		if ns := r.scope(); ns != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, ns
+		}
+	}
 	resp, err := s.next.RoundTrip(req)
 	if err == nil && resp.StatusCode == http.StatusUnauthorized {
 		if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {

@@ -26,7 +26,8 @@ import (
 // behind bearer tokens when tokens is set, every request recorded.
 //
 // Tools: echo (answers "echo" and its arguments), admin (403
-// insufficient_scope "admin issues:write" for every token).
+// insufficient_scope "admin issues:write" for every token). The methods in
+// forbidden get 403 insufficient_scope "issues:read" for every token.
 type upstream struct {
 	t      testing.TB
 	srv    *httptest.Server
@@ -37,8 +38,9 @@ type upstream struct {
 	mu      sync.Mutex // guards the fields below
 	handler http.Handler
 	// tokens are the access tokens it takes (nil: it takes no token).
-	tokens map[string]bool
-	seen   []seenRequest
+	tokens    map[string]bool
+	forbidden map[string]bool
+	seen      []seenRequest
 }
 
 // seenRequest is what the upstream received.
@@ -85,6 +87,12 @@ func (u *upstream) restart() {
 	u.handler = u.newHandler()
 }
 
+func (u *upstream) with(f func()) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	f()
+}
+
 func (u *upstream) setTokens(toks ...string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -109,7 +117,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		s.Header = r.Header.Clone()
 	}
 	u.mu.Lock()
-	h, toks := u.handler, u.tokens
+	h, toks, forbidden := u.handler, u.tokens, u.forbidden[msg.Method]
 	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	ok := toks == nil || toks[tok]
 	u.mu.Unlock()
@@ -120,6 +128,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(rec, `{"error":"invalid_token"}`, http.StatusUnauthorized)
 	case toks != nil && msg.Method == "tools/call" && msg.Params.Name == "admin":
 		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope", scope="admin issues:write", resource_metadata="`+u.srv.URL+`/.well-known/oauth-protected-resource/mcp"`)
+		http.Error(rec, `{"error":"insufficient_scope"}`, http.StatusForbidden)
+	case toks != nil && forbidden:
+		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope", scope="issues:read", resource_metadata="`+u.srv.URL+`/.well-known/oauth-protected-resource/mcp"`)
 		http.Error(rec, `{"error":"insufficient_scope"}`, http.StatusForbidden)
 	default:
 		h.ServeHTTP(rec, r)
@@ -598,6 +609,27 @@ func TestInsufficientScope(t *testing.T) {
 		if _, _, err := echo(context.Background(), p, target, "ok"); err != nil {
 			t.Fatalf("legacy %v: the session broke: %v", legacy, err)
 		}
+	}
+}
+
+// TestInsufficientScopeAtDiscover: a 403 insufficient_scope answering the
+// server/discover that opens a session is a *NeedScope with the
+// challenge's scopes, not a fall back to initialize (the go-sdk's answer
+// to a failed discover, which would open a session of the wrong era past
+// the server's refusal); no session is kept.
+func TestInsufficientScopeAtDiscover(t *testing.T) {
+	u := newUpstream(t, false)
+	u.setTokens("tok-1")
+	u.with(func() { u.forbidden = map[string]bool{"server/discover": true} })
+	tokens := &fakeTokens{tok: map[string]string{"conn-1": "tok-1"}}
+	p := newPool(t, Options{Tokens: tokens})
+	_, era, err := echo(context.Background(), p, Target{Provider: "up", URL: u.url(), Conn: "conn-1"}, "x")
+	var ns *NeedScope
+	if !errors.As(err, &ns) || !slices.Equal(ns.Scopes, []string{"issues:read"}) {
+		t.Fatalf("echo: %v (era %q), want *NeedScope{issues:read}", err, era)
+	}
+	if n := u.count("initialize"); n != 0 || p.Len() != 0 || len(tokens.refreshes()) != 0 {
+		t.Fatalf("%d initialize requests, %d sessions kept, %d refreshes", n, p.Len(), len(tokens.refreshes()))
 	}
 }
 
