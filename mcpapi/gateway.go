@@ -364,7 +364,7 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 			Tools: []*mcp.Tool{placeholder(c.p)}})
 		return
 	}
-	params := &mcp.ListToolsParams{}
+	params := &mcp.ListToolsParams{Meta: g.upstreamMeta(c)}
 	first := c.params.Cursor == nil
 	if !first {
 		params.Cursor = *c.params.Cursor
@@ -468,20 +468,21 @@ func (g *gateway) list(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		g.writeResult(w, c, empty)
 		return
 	}
+	meta := g.upstreamMeta(c)
 	res, _, err := g.relay(ctx, c, r, func(ctx context.Context, cs *mcp.ClientSession) (any, error) {
 		switch c.method {
 		case "prompts/list":
 			var p mcp.ListPromptsParams
-			return decodeInto(c.raw, &p, func() (any, error) { return cs.ListPrompts(ctx, &p) })
+			return decodeInto(c.raw, &p, func() (any, error) { p.Meta = meta; return cs.ListPrompts(ctx, &p) })
 		case "resources/list":
 			var p mcp.ListResourcesParams
-			return decodeInto(c.raw, &p, func() (any, error) { return cs.ListResources(ctx, &p) })
+			return decodeInto(c.raw, &p, func() (any, error) { p.Meta = meta; return cs.ListResources(ctx, &p) })
 		case "resources/templates/list":
 			var p mcp.ListResourceTemplatesParams
-			return decodeInto(c.raw, &p, func() (any, error) { return cs.ListResourceTemplates(ctx, &p) })
+			return decodeInto(c.raw, &p, func() (any, error) { p.Meta = meta; return cs.ListResourceTemplates(ctx, &p) })
 		}
 		var p mcp.CompleteParams
-		return decodeInto(c.raw, &p, func() (any, error) { return cs.Complete(ctx, &p) })
+		return decodeInto(c.raw, &p, func() (any, error) { p.Meta = meta; return cs.Complete(ctx, &p) })
 	})
 	if err != nil {
 		g.relayFailed(ctx, w, c, r, err)
@@ -579,10 +580,7 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	if st.Grant == "" && !relink {
 		upstreamState = st.Upstream
 	}
-	meta := mcp.Meta{}
-	if c.modern {
-		meta[mcp.MetaKeyClientCapabilities] = g.upstreamCaps(c)
-	}
+	meta := g.upstreamMeta(c)
 	extendDeadline(w, c)
 	w, progressToken, stop := g.progressRelay(w, c)
 	defer stop()
@@ -725,6 +723,17 @@ func missingCapability(req mcp.InputRequest, host hostCapabilities, allowed []st
 // backwards-compatible reading).
 func formCapable(e *mcp.ElicitationCapabilities) bool {
 	return e != nil && (e.Form != nil || e.URL == nil)
+}
+
+// upstreamMeta is the _meta of a request relayed for c: a 2026-07-28
+// host's capabilities as upstreamCaps has them (the upstream's session
+// declares its own otherwise: url elicitation only).
+func (g *gateway) upstreamMeta(c *gwCall) mcp.Meta {
+	meta := mcp.Meta{}
+	if c.modern {
+		meta[mcp.MetaKeyClientCapabilities] = g.upstreamCaps(c)
+	}
+	return meta
 }
 
 // upstreamCaps are the capabilities the upstream may rely on: the host's,

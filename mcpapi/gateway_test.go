@@ -409,6 +409,39 @@ func TestGatewayToolsListCached(t *testing.T) {
 	}
 }
 
+// TestGatewayRelayedCapabilities: every request relayed for a 2026-07-28
+// host (lists as well as calls) declares to the upstream the host's
+// capabilities within what the entry relays (up relays elicitation and
+// sampling, not roots), never the broker's own: a host that declared
+// nothing is relayed as declaring nothing.
+func TestGatewayRelayedCapabilities(t *testing.T) {
+	g, _ := connectedGateway(t, "tools")
+	all := `{"elicitation":{"url":{}},"sampling":{},"roots":{}}`
+	relayed := `{"elicitation":{"url":{}},"sampling":{}}`
+	for _, c := range []struct{ caps, method, name, want string }{
+		{all, "tools/list", "", relayed},
+		{all, "tools/call", "echo", relayed},
+		{all, "resources/list", "", relayed},
+		{`{}`, "resources/templates/list", "", `{}`},
+		{`{}`, "tools/call", "echo", `{}`},
+	} {
+		var params map[string]any
+		if c.method == "tools/call" {
+			params = map[string]any{"arguments": map[string]any{}}
+		}
+		g.gwCall("alice", c.caps, c.method, c.name, params)
+		g.up.mu.Lock()
+		got := g.up.caps[c.method]
+		g.up.mu.Unlock()
+		var gv, wv any
+		_ = json.Unmarshal(got, &gv)
+		_ = json.Unmarshal([]byte(c.want), &wv)
+		if !reflect.DeepEqual(gv, wv) {
+			t.Errorf("%s for a host declaring %s: the upstream saw capabilities %s, want %s", c.method, c.caps, got, c.want)
+		}
+	}
+}
+
 // TestGatewayUpstreamLinks: a 2025-11-25-style -32042 from the upstream
 // reaches a 2026-07-28 host as input_required url entries; the retry calls
 // the upstream again.

@@ -45,8 +45,11 @@ type testUpstream struct {
 	// seenAuth are the Authorization headers the MCP server received;
 	// methods counts the JSON-RPC methods it was sent; progressTokens are
 	// the progress tokens slow was called with; links counts link's calls.
-	seenAuth       []string
-	methods        map[string]int
+	seenAuth []string
+	methods  map[string]int
+	// caps are the clientCapabilities the last request of each method
+	// declared.
+	caps           map[string]json.RawMessage
 	progressTokens []any
 	links          int
 	n              int
@@ -58,7 +61,7 @@ type testUpstream struct {
 }
 
 func newTestUpstream(t testing.TB) *testUpstream {
-	u := &testUpstream{t: t, tokens: map[string][]string{}, refresh: map[string][]string{}, methods: map[string]int{}}
+	u := &testUpstream{t: t, tokens: map[string][]string{}, refresh: map[string][]string{}, methods: map[string]int{}, caps: map[string]json.RawMessage{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, &mcp.ServerOptions{
 		Instructions: "Upstream instructions\u202e with a bidi override and \u200b a zero-width space.",
 	})
@@ -130,11 +133,17 @@ func newTestUpstream(t testing.TB) *testUpstream {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		var m struct {
 			Method string `json:"method"`
+			Params struct {
+				Meta struct {
+					Caps json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
+				} `json:"_meta"`
+			} `json:"params"`
 		}
 		_ = json.Unmarshal(body, &m)
 		u.mu.Lock()
 		u.seenAuth = append(u.seenAuth, auth)
 		u.methods[m.Method]++
+		u.caps[m.Method] = m.Params.Meta.Caps
 		scopes, ok := u.tokens[tok]
 		u.mu.Unlock()
 		meta := u.srv.URL + "/.well-known/oauth-protected-resource/mcp"
