@@ -145,7 +145,7 @@ server-everything-deps: conformance-deps
 	$(call npm-peer,server-everything,$(SERVER_EVERYTHING_DIR),TestGatewayServerEverything)
 
 conformance: conformance-deps
-	$(GO) test -race -count=1 -run TestConformance -v ./cmd/broker
+	$(GO) test -race -count=1 -run 'TestConformance|TestGatewayConformance' -v ./cmd/broker
 
 # examples/sidecar-ts: its locked dependencies (npm ci, on the pinned Node 22
 # above), reinstalled when package-lock.json changes.
