@@ -142,6 +142,8 @@ type gwCall struct {
 	clientName string
 	// sse: the host accepts an event stream (progress is relayed).
 	sse bool
+	// header is the request's (its Mcp-Param headers are checked).
+	header http.Header
 }
 
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
@@ -171,7 +173,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "Invalid Request: id must be a string or a number", nil)
 		return
 	}
-	c := &gwCall{id: msg.ID, principal: info.Principal, method: msg.Method, raw: msg.Params, sse: acceptsJSONAndSSE(r.Header.Values("Accept"))}
+	c := &gwCall{id: msg.ID, principal: info.Principal, method: msg.Method, raw: msg.Params, sse: acceptsJSONAndSSE(r.Header.Values("Accept")), header: r.Header}
 	c.p, c.up, _ = s.opts.Connections.Gateway(name)
 	var metaV *string
 	if len(msg.Params) > 0 && string(msg.Params) != "null" {
@@ -364,6 +366,22 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 			Tools: []*mcp.Tool{placeholder(c.p)}})
 		return
 	}
+	page, ok, err := g.toolsPage(ctx, w, c, r)
+	switch {
+	case err != nil:
+		g.relayFailed(ctx, w, c, r, err)
+	case ok:
+		writeRPCResult(w, c.id, page.body)
+	}
+}
+
+// toolsPage returns the page of the upstream's tools c asks for,
+// sanitised and encoded in c's era: a first page from the cache while it
+// is fresh, else relayed (and then cached with its tools' x-mcp-header
+// bindings). A relay that failed is err; an answer that cannot be relayed
+// (too large) was answered on w instead (when w is not nil) and ok is
+// false.
+func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready) (cachedTools, bool, error) {
 	params := &mcp.ListToolsParams{Meta: g.upstreamMeta(c)}
 	first := c.params.Cursor == nil
 	if !first {
@@ -371,17 +389,15 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 	}
 	key := toolsKey{principal: c.principal, conn: r.Conn.ID, gen: toolsGeneration(r.Conn), modern: c.modern, provider: c.p.Name}
 	if first {
-		if b, ok := g.cachedToolsList(key); ok {
-			writeRPCResult(w, c.id, b)
-			return
+		if e, ok := g.cachedToolsList(key); ok {
+			return e, true, nil
 		}
 	}
 	up, _, err := relayAs(ctx, g, c, r, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 		return cs.ListTools(ctx, params)
 	})
 	if err != nil {
-		g.relayFailed(ctx, w, c, r, err)
-		return
+		return cachedTools{}, false, err
 	}
 	// up may be the session's cached result (the go-sdk keeps lists for
 	// their ttl): a copy is changed, never it.
@@ -394,12 +410,28 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 	res.Meta, res.Cacheable = g.s.serverMeta(), mcp.Cacheable{TTLMs: ttl, CacheScope: "private"}
 	b, ok := g.encodeResult(w, c, &res)
 	if !ok {
-		return
+		return cachedTools{}, false, nil
+	}
+	e := cachedTools{body: b, until: g.s.opts.Now().Add(time.Duration(ttl) * time.Millisecond), bindings: map[string][]paramBinding{}}
+	for _, t := range res.Tools {
+		if bs := toolParamBindings(t.InputSchema); len(bs) > 0 {
+			e.bindings[t.Name] = bs
+		}
 	}
 	if first {
-		g.cacheToolsList(key, b, time.Duration(ttl)*time.Millisecond)
+		g.cacheToolsList(key, e)
 	}
-	writeRPCResult(w, c.id, b)
+	return e, true, nil
+}
+
+// paramBindings are the x-mcp-header bindings of the upstream's tools as
+// c's person sees them (its first page of tools, listed for the purpose
+// when the cache holds none); nil when the list cannot be had.
+func (g *gateway) paramBindings(ctx context.Context, c *gwCall, r connections.Ready) map[string][]paramBinding {
+	lc := *c
+	lc.method, lc.params = "tools/list", gwParams{Meta: c.params.Meta}
+	page, _, _ := g.toolsPage(ctx, nil, &lc, r)
+	return page.bindings
 }
 
 // The tools/list cache: per replica, per person, connection and grant
@@ -415,6 +447,8 @@ type toolsKey struct {
 type cachedTools struct {
 	body  []byte
 	until time.Time
+	// bindings are the listed tools' x-mcp-header bindings, by tool.
+	bindings map[string][]paramBinding
 }
 
 // maxCachedLists bounds the cache; beyond it the cache starts over.
@@ -426,23 +460,23 @@ func toolsGeneration(c vault.Connection) string {
 	return c.Created.String() + "\x00" + strings.Join(c.Scopes, " ")
 }
 
-func (g *gateway) cachedToolsList(k toolsKey) ([]byte, bool) {
+func (g *gateway) cachedToolsList(k toolsKey) (cachedTools, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e, ok := g.tools[k]
 	if !ok || !g.s.opts.Now().Before(e.until) {
-		return nil, false
+		return cachedTools{}, false
 	}
-	return e.body, true
+	return e, true
 }
 
-func (g *gateway) cacheToolsList(k toolsKey, b []byte, ttl time.Duration) {
+func (g *gateway) cacheToolsList(k toolsKey, e cachedTools) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.tools == nil || len(g.tools) >= maxCachedLists {
 		g.tools = map[toolsKey]cachedTools{}
 	}
-	g.tools[k] = cachedTools{body: b, until: g.s.opts.Now().Add(ttl)}
+	g.tools[k] = e
 }
 
 // forgetTools drops a person's cached lists of provider (their connection
@@ -569,6 +603,16 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	if c.method == "tools/call" && !c.up.Tools.Allowed(c.params.Name) {
 		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: unknown tool "+quote(c.params.Name), nil)
 		return
+	}
+	if c.method == "tools/call" && c.modern {
+		// SEP-2243: the host's Mcp-Param headers must say what the body
+		// says; the upstream's are written from the body.
+		want, problem := checkParamHeaders(c.header, c.params.Arguments, g.paramBindings(ctx, c, r)[c.params.Name])
+		if problem != "" {
+			writeRPCError(w, http.StatusBadRequest, c.id, codeHeaderMismatch, "Header mismatch: "+problem, nil)
+			return
+		}
+		ctx = mcpup.WithParamHeaders(ctx, want)
 	}
 	release, busy := g.admitCall(c)
 	if busy != "" {
@@ -1086,7 +1130,7 @@ func (g *gateway) writeResult(w http.ResponseWriter, c *gwCall, res any) {
 
 // encodeResult encodes a complete result in c's era; when it is over the
 // entry's max_result_bytes or cannot be encoded, the answer (a tool error)
-// is written instead and ok is false.
+// is written instead (unless w is nil) and ok is false.
 func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byte, bool) {
 	if c.modern {
 		res = privateCopy(res)
@@ -1104,11 +1148,15 @@ func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byt
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
-		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+		if w != nil {
+			writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+		}
 		return nil, false
 	}
 	if c.up.MaxResultBytes > 0 && int64(len(b)) > c.up.MaxResultBytes {
-		g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays. Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes))
+		if w != nil {
+			g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays. Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes))
+		}
 		return nil, false
 	}
 	if c.modern {

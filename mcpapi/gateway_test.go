@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -148,7 +149,7 @@ func TestGatewayRelay(t *testing.T) {
 	}
 	// Connected: the upstream's tools, private, ttl capped.
 	d = g.gwCall("alice", urlCaps, "tools/list", "", nil)
-	if names := toolNames(t, d); !slices.Equal(names, []string{"admin", "ask", "echo", "link", "slow"}) || d.Result["ttlMs"] != float64(maxToolsListTTL) || d.Result["cacheScope"] != "private" {
+	if names := toolNames(t, d); !slices.Equal(names, []string{"admin", "ask", "echo", "link", "route", "slow"}) || d.Result["ttlMs"] != float64(maxToolsListTTL) || d.Result["cacheScope"] != "private" {
 		t.Fatalf("connected tools/list = %v %+v", names, d.Result)
 	}
 	// The placeholder says connected.
@@ -396,7 +397,7 @@ func TestGatewayToolsListCached(t *testing.T) {
 	}
 	g.clock.Advance(time.Duration(maxToolsListTTL)*time.Millisecond + time.Second)
 	d := g.gwCall("alice", urlCaps, "tools/list", "", nil)
-	if lists() != n+1 || len(toolNames(t, d)) != 5 {
+	if lists() != n+1 || len(toolNames(t, d)) != 6 {
 		t.Fatalf("after the ttl: %d lists, want %d: %+v", lists(), n+1, d)
 	}
 	// A step-up is another grant: another list.
@@ -439,6 +440,75 @@ func TestGatewayRelayedCapabilities(t *testing.T) {
 		if !reflect.DeepEqual(gv, wv) {
 			t.Errorf("%s for a host declaring %s: the upstream saw capabilities %s, want %s", c.method, c.caps, got, c.want)
 		}
+	}
+}
+
+// TestGatewayParamHeaders: a 2026-07-28 host's Mcp-Param headers (SEP-2243)
+// must say what the call's arguments say, for the tools the upstream marks
+// x-mcp-header: a missing, extra, badly encoded or different header is
+// refused with 400 and -32020 and nothing reaches the upstream; the
+// upstream's request carries the header written from the arguments, also
+// when its session is new and has not listed the tools (the go-sdk's
+// client writes it only for tools its session has listed).
+func TestGatewayParamHeaders(t *testing.T) {
+	g, conn := connectedGateway(t, "tools")
+	call := func(args map[string]any, headers map[string]string) (int, decoded) {
+		t.Helper()
+		hd := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"Authorization": "Bearer " + g.gwBearer("alice"), "MCP-Protocol-Version": versionModern, "Mcp-Method": "tools/call", "Mcp-Name": "route"}
+		maps.Copy(hd, headers)
+		r := g.do(rawCall{path: "/mcp/u/up", headers: hd, body: modernBody(9, "tools/call", urlCaps, map[string]any{"name": "route", "arguments": args})})
+		return r.status, decode(t, r.body)
+	}
+	regions := func() []string {
+		g.up.mu.Lock()
+		defer g.up.mu.Unlock()
+		return slices.Clone(g.up.regions)
+	}
+	for _, c := range []struct {
+		name    string
+		args    map[string]any
+		headers map[string]string
+		problem string // "" when the call goes through
+	}{
+		{"missing", map[string]any{"region": "eu"}, nil, "missing Mcp-Param-Region header"},
+		{"different", map[string]any{"region": "eu"}, map[string]string{"Mcp-Param-Region": "us"}, "does not match"},
+		{"bad Base64 padding", map[string]any{"region": "Hello"}, map[string]string{"Mcp-Param-Region": "=?base64?SGVsbG8?="}, "not valid Base64"},
+		{"bad Base64 characters", map[string]any{"region": "Hello"}, map[string]string{"Mcp-Param-Region": "=?base64?SGVs!!!bG8=?="}, "not valid Base64"},
+		{"for an absent argument", map[string]any{}, map[string]string{"Mcp-Param-Region": "eu"}, "unexpected Mcp-Param-Region header"},
+		{"for a null argument", map[string]any{"region": nil}, map[string]string{"Mcp-Param-Region": "eu"}, "unexpected Mcp-Param-Region header"},
+		{"plain", map[string]any{"region": "eu", "n": 2}, map[string]string{"Mcp-Param-Region": "eu"}, ""},
+		{"Base64", map[string]any{"region": "Hello"}, map[string]string{"Mcp-Param-Region": "=?base64?SGVsbG8=?="}, ""},
+		{"literal without the suffix", map[string]any{"region": "=?base64?SGVsbG8="}, map[string]string{"Mcp-Param-Region": "=?base64?SGVsbG8="}, ""},
+		{"absent argument, no header", map[string]any{}, nil, ""},
+	} {
+		before := len(regions())
+		status, d := call(c.args, c.headers)
+		if c.problem != "" {
+			if status != http.StatusBadRequest || d.Error == nil || d.Error.Code != codeHeaderMismatch || !strings.Contains(d.Error.Message, c.problem) {
+				t.Errorf("%s: HTTP %d %+v, want 400 -32020 saying %q", c.name, status, d.Error, c.problem)
+			}
+			if len(regions()) != before {
+				t.Errorf("%s: the refused call reached the upstream", c.name)
+			}
+			continue
+		}
+		if status != http.StatusOK || d.Error != nil || !strings.HasPrefix(textOf(d), "routed") {
+			t.Errorf("%s: HTTP %d %+v %q, want the upstream's answer", c.name, status, d.Error, textOf(d))
+		}
+	}
+	want := []string{"eu", "Hello", "=?base64?SGVsbG8=", ""}
+	if got := regions(); !slices.Equal(got, want) {
+		t.Fatalf("the upstream got Mcp-Param-Region %q, want %q", got, want)
+	}
+	// A new upstream session, which has listed nothing; the gateway's
+	// list is cached.
+	g.srv.opts.Upstreams.Forget(mcpup.Target{Provider: "up", URL: g.up.url(), Conn: conn.ID})
+	if status, d := call(map[string]any{"region": "ap"}, map[string]string{"Mcp-Param-Region": "ap"}); status != http.StatusOK || d.Error != nil {
+		t.Fatalf("after a new session: HTTP %d %+v %q", status, d.Error, textOf(d))
+	}
+	if got := regions(); got[len(got)-1] != "ap" {
+		t.Fatalf("after a new session the upstream got Mcp-Param-Region %q, want ap", got[len(got)-1])
 	}
 }
 

@@ -27,7 +27,9 @@ import (
 //
 // Its tools: echo (answers its arguments), admin (needs the scope
 // "admin": 403 insufficient_scope otherwise), ask (asks the host a form
-// question first: input_required, then the answer).
+// question first: input_required, then the answer), route (its region
+// argument is also the header Mcp-Param-Region, SEP-2243, which the
+// go-sdk's server checks).
 type testUpstream struct {
 	t   testing.TB
 	srv *httptest.Server
@@ -48,8 +50,9 @@ type testUpstream struct {
 	seenAuth []string
 	methods  map[string]int
 	// caps are the clientCapabilities the last request of each method
-	// declared.
+	// declared; regions the Mcp-Param-Region headers of route's calls.
 	caps           map[string]json.RawMessage
+	regions        []string
 	progressTokens []any
 	links          int
 	n              int
@@ -85,6 +88,11 @@ func newTestUpstream(t testing.TB) *testUpstream {
 			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"colour": &mcp.ElicitParams{Mode: "form", Message: "Which colour?",
 				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"colour": map[string]any{"type": "string"}}}}},
 				RequestState: "upstream-state-1"}, nil
+		})
+	server.AddTool(&mcp.Tool{Name: "route", Description: "Routed by region.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"},"n":{"type":"integer"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "routed " + string(req.Params.Arguments)}}}, nil
 		})
 	server.AddTool(&mcp.Tool{Name: "slow", Description: "Reports progress twice.", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -144,6 +152,9 @@ func newTestUpstream(t testing.TB) *testUpstream {
 		u.seenAuth = append(u.seenAuth, auth)
 		u.methods[m.Method]++
 		u.caps[m.Method] = m.Params.Meta.Caps
+		if bytes.Contains(body, []byte(`"name":"route"`)) {
+			u.regions = append(u.regions, r.Header.Get("Mcp-Param-Region"))
+		}
 		scopes, ok := u.tokens[tok]
 		u.mu.Unlock()
 		meta := u.srv.URL + "/.well-known/oauth-protected-resource/mcp"

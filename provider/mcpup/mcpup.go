@@ -460,9 +460,22 @@ func (r *recorder) classify(err error) error {
 	return err
 }
 
+type paramHeadersKey struct{}
+
+// WithParamHeaders returns ctx whose 2026-07-28 tools/call requests carry
+// headers h (the call's Mcp-Param headers, SEP-2243, written from its
+// arguments and the tool's x-mcp-header bindings): the go-sdk's client
+// writes them only for tools its own session has listed.
+func WithParamHeaders(ctx context.Context, h map[string]string) context.Context {
+	if len(h) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, paramHeadersKey{}, h)
+}
+
 // statusRecorder notes a 401 after a forced refresh in the request's
-// recorder, and sends nothing more in an exchange the upstream answered
-// 403 insufficient_scope.
+// recorder, sends nothing more in an exchange the upstream answered 403
+// insufficient_scope, and puts a call's Mcp-Param headers on it.
 type statusRecorder struct{ next http.RoundTripper }
 
 func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -472,6 +485,12 @@ func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 				req.Body.Close()
 			}
 			return nil, ns
+		}
+	}
+	if h, ok := req.Context().Value(paramHeadersKey{}).(map[string]string); ok && req.Header.Get("Mcp-Method") == "tools/call" {
+		req = req.Clone(req.Context())
+		for k, v := range h {
+			req.Header.Set(k, v)
 		}
 	}
 	resp, err := s.next.RoundTrip(req)
