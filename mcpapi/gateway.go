@@ -69,7 +69,7 @@ type gateway struct {
 	endpoints map[string]*endpoint
 	limits    map[limitKey]*limiter
 	toolHash  map[string][32]byte
-	listeners map[listenKey]map[chan struct{}]bool
+	listeners map[listenKey]map[*listener]bool
 	tools     map[toolsKey]cachedTools
 }
 
@@ -320,17 +320,38 @@ func (g *gateway) quietly(ctx context.Context, c *gwCall) (connections.Ready, bo
 	return r, err == nil && ok
 }
 
+// discover declares tools with listChanged (the gateway's own list changes
+// when the person connects), and, for a connected person, the upstream's
+// prompts, resources (without subscribe: resource subscriptions are not
+// relayed) and completions.
 func (g *gateway) discover(ctx context.Context, w http.ResponseWriter, c *gwCall) {
-	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
-	if r, ok := g.quietly(ctx, c); ok {
-		if cs, err := g.s.opts.Upstreams.Session(ctx, r.Target); err == nil && cs.InitializeResult() != nil && cs.InitializeResult().Capabilities != nil {
-			up := cs.InitializeResult().Capabilities
-			caps = &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: up.Prompts, Resources: up.Resources, Completions: up.Completions}
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}
+	if _, up := g.upstreamCapabilities(ctx, c); up != nil {
+		caps.Prompts, caps.Completions = up.Prompts, up.Completions
+		if up.Resources != nil {
+			res := *up.Resources
+			res.Subscribe = false
+			caps.Resources = &res
 		}
 	}
 	res := &mcp.DiscoverResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{TTLMs: 0, CacheScope: "private"},
 		SupportedVersions: supportedVersions, Capabilities: caps, Instructions: g.instructions(ctx, c)}
 	g.writeResult(w, c, res)
+}
+
+// upstreamCapabilities are the capabilities of the upstream session of c's
+// person (nil when the person is not connected or it cannot be opened),
+// and the person's connection.
+func (g *gateway) upstreamCapabilities(ctx context.Context, c *gwCall) (connections.Ready, *mcp.ServerCapabilities) {
+	r, ok := g.quietly(ctx, c)
+	if !ok {
+		return r, nil
+	}
+	cs, err := g.s.opts.Upstreams.Session(ctx, r.Target)
+	if err != nil || cs.InitializeResult() == nil {
+		return r, nil
+	}
+	return r, cs.InitializeResult().Capabilities
 }
 
 // instructions are the upstream's, sanitised and capped (or dropped), or

@@ -632,6 +632,107 @@ func TestGatewayListChanged(t *testing.T) {
 	}
 }
 
+// TestGatewayUpstreamListChanged: a host listening at the endpoint hears
+// the upstream's own list changes: its tools (the person's cached list is
+// dropped, so the next tools/list has the new tool), and its prompts,
+// which the endpoint honours because the upstream declares them with
+// listChanged; the endpoint's discover says so. A stream that did not ask
+// for prompts hears no prompt change.
+func TestGatewayUpstreamListChanged(t *testing.T) {
+	g := newGatewayHarness(t)
+	noArgs := func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{}, nil
+	}
+	g.up.server.AddPrompt(&mcp.Prompt{Name: "first"}, noArgs)
+	d := g.gwCall("alice", urlCaps, "tools/call", "echo", map[string]any{"arguments": map[string]any{}})
+	_, link, _ := elicitation(t, d)
+	g.connectUp(grantIDOf(t, link), "tools")
+	caps := g.gwCall("alice", urlCaps, "server/discover", "", nil).Result["capabilities"].(map[string]any)
+	if fmt.Sprint(caps["tools"]) != "map[listChanged:true]" || fmt.Sprint(caps["prompts"]) != "map[listChanged:true]" {
+		t.Fatalf("discover declares %v", caps)
+	}
+	before := toolNames(t, g.gwCall("alice", urlCaps, "tools/list", "", nil))
+	all := g.listen(t, 5, map[string]any{"toolsListChanged": true, "promptsListChanged": true})
+	toolsOnly := g.listen(t, 6, map[string]any{"toolsListChanged": true})
+	if n := fmt.Sprint(all.next().Params["notifications"]); n != "map[promptsListChanged:true toolsListChanged:true]" {
+		t.Fatalf("ack honours %s", n)
+	}
+	toolsOnly.next()
+	g.up.server.AddTool(&mcp.Tool{Name: "late", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	for _, st := range []*listenStream{all, toolsOnly} {
+		if m := st.next(); m.Method != "notifications/tools/list_changed" {
+			t.Fatalf("after a tool was added: %+v", m)
+		}
+	}
+	if after := toolNames(t, g.gwCall("alice", urlCaps, "tools/list", "", nil)); len(after) != len(before)+1 || !slices.Contains(after, "late") {
+		t.Fatalf("tools/list after the change: %v (before: %v)", after, before)
+	}
+	g.up.server.AddPrompt(&mcp.Prompt{Name: "second"}, noArgs)
+	if m := all.next(); m.Method != "notifications/prompts/list_changed" {
+		t.Fatalf("after a prompt was added: %+v", m)
+	}
+	g.srv.EndStreams()
+	for _, st := range []*listenStream{all, toolsOnly} {
+		if m := st.next(); m.Result == nil || m.Result["resultType"] != "complete" {
+			t.Fatalf("the stream's end: %+v (a prompt change reached the stream that did not ask for it?)", m)
+		}
+	}
+}
+
+// listenStream is a host's subscriptions/listen stream at the endpoint.
+type listenStream struct {
+	t      *testing.T
+	events chan decodedMessage
+}
+
+// listen opens alice's subscriptions/listen stream (id) at "up".
+func (g *gatewayHarness) listen(t *testing.T, id int, notifications map[string]any) *listenStream {
+	t.Helper()
+	body := modernBody(id, "subscriptions/listen", urlCaps, map[string]any{"notifications": notifications})
+	req, _ := http.NewRequest(http.MethodPost, g.http.URL+"/mcp/u/up", strings.NewReader(body))
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Authorization": "Bearer " + g.gwBearer("alice"), "MCP-Protocol-Version": versionModern, "Mcp-Method": "subscriptions/listen"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := g.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("listen answered %d %s: %s", resp.StatusCode, ct, b)
+	}
+	st := &listenStream{t: t, events: make(chan decodedMessage, 16)}
+	go func() {
+		defer close(st.events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var m decodedMessage
+				if json.Unmarshal([]byte(data), &m) == nil {
+					st.events <- m
+				}
+			}
+		}
+	}()
+	return st
+}
+
+func (st *listenStream) next() decodedMessage {
+	st.t.Helper()
+	select {
+	case m := <-st.events:
+		return m
+	case <-time.After(30 * time.Second):
+		st.t.Fatal("no event within 30 s")
+	}
+	return decodedMessage{}
+}
+
 // TestGatewayLimits: an upstream's untrusted answers get the documented
 // answers: a list of 1,001 tools is relayed up to 1,000; a tool whose
 // schema is over 64 KiB, or whose name is not [A-Za-z0-9_.-]{1,128}, or

@@ -31,8 +31,9 @@ import (
 // argument is also the header Mcp-Param-Region, SEP-2243, which the
 // go-sdk's server checks).
 type testUpstream struct {
-	t   testing.TB
-	srv *httptest.Server
+	t      testing.TB
+	srv    *httptest.Server
+	server *mcp.Server // the MCP server, to change its lists
 
 	mu sync.Mutex // guards the fields below
 	// tokens are the access tokens it accepts, with their scopes.
@@ -131,6 +132,7 @@ func newTestUpstream(t testing.TB) *testUpstream {
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "linked"}}}, nil
 		})
+	u.server = server
 	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
 	mux := http.NewServeMux()

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -97,6 +98,9 @@ type Options struct {
 	// a session unused that long (default 10 minutes).
 	MaxSessions int
 	IdleTimeout time.Duration
+	// ListenWait bounds how long Listen waits for a server's answers
+	// (default 5 seconds).
+	ListenWait time.Duration
 	// Version is the broker's version, in clientInfo.
 	Version string
 	Logger  *slog.Logger
@@ -133,6 +137,9 @@ func New(opts Options) *Pool {
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = 10 * time.Minute
+	}
+	if opts.ListenWait <= 0 {
+		opts.ListenWait = 5 * time.Second
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -176,7 +183,7 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 		p.removeLocked(p.lru.Back())
 	}
 	p.mu.Unlock()
-	e.cs, e.err = p.connect(ctx, t)
+	e.cs, e.err = p.connect(ctx, t, nil, nil)
 	close(e.ready)
 	if e.err != nil {
 		p.drop(t, e)
@@ -259,15 +266,18 @@ func (p *Pool) expireLocked() {
 }
 
 // connect opens a session with t: the era probed (discover, else
-// initialize declaring url elicitation only).
-func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error) {
+// initialize declaring url elicitation only). With changed set, the
+// session also hears the server's list-changed notifications (Listen),
+// and acked is closed when a 2026-07-28 server acknowledges the
+// subscription.
+func (p *Pool) connect(ctx context.Context, t Target, changed func(method string), acked chan<- struct{}) (*mcp.ClientSession, error) {
 	hc := *p.opts.HTTPClient
 	hc.Transport = statusRecorder{next: transportOf(p.opts.HTTPClient)}
 	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
 	if t.Conn != "" {
 		tr.OAuthHandler = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn}
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "credbroker", Version: p.opts.Version}, &mcp.ClientOptions{
+	opts := &mcp.ClientOptions{
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		Capabilities:   &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
 		// A pushed url elicitation (a legacy upstream asking in-band) is
@@ -282,7 +292,31 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 		},
 		ProgressNotificationHandler: p.routeProgress,
 		Logger:                      p.log,
-	})
+	}
+	if changed != nil {
+		// The go-sdk then opens a subscriptions/listen stream with a
+		// 2026-07-28 server that declares listChanged (in the background:
+		// a server that refuses it does not fail the session), and with a
+		// 2025-11-25 one its standalone event stream. Each request is
+		// answered at once, or given up.
+		tr.DisableStandaloneSSE = false
+		hc.Transport = headerDeadline{next: hc.Transport, d: p.opts.ListenWait}
+		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { changed(ToolsListChanged) }
+		opts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { changed(PromptsListChanged) }
+		opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { changed(ResourcesListChanged) }
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "credbroker", Version: p.opts.Version}, opts)
+	if acked != nil {
+		var once sync.Once
+		client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method == "notifications/subscriptions/acknowledged" {
+					once.Do(func() { close(acked) })
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
 	ctx, rec := withRecorder(ctx)
 	cs, err := client.Connect(context.WithoutCancel(ctx), tr, nil)
 	if ns := rec.scope(); ns != nil {
@@ -502,6 +536,41 @@ func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return resp, err
+}
+
+// headerDeadline gives up a request whose answer's headers do not come
+// within d.
+type headerDeadline struct {
+	next http.RoundTripper
+	d    time.Duration
+}
+
+func (h headerDeadline) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancel(req.Context())
+	t := time.AfterFunc(h.d, cancel)
+	resp, err := h.next.RoundTrip(req.WithContext(ctx))
+	if !t.Stop() || err != nil {
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("mcpup: %s did not answer within %s", req.URL.Redacted(), h.d)
+		}
+		return nil, err
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose releases a request's context with its answer's body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 func transportOf(c *http.Client) http.RoundTripper {

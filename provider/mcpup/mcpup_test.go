@@ -32,11 +32,13 @@ type upstream struct {
 	t      testing.TB
 	srv    *httptest.Server
 	legacy bool
-	// quiet records no headers (a soak's thousands of requests).
-	quiet bool
+	// quiet records no headers (a soak's thousands of requests); sse
+	// answers with event streams (set before restart).
+	quiet, sse bool
 
 	mu      sync.Mutex // guards the fields below
 	handler http.Handler
+	server  *mcp.Server
 	// tokens are the access tokens it takes (nil: it takes no token).
 	tokens    map[string]bool
 	forbidden map[string]bool
@@ -76,8 +78,9 @@ func (u *upstream) newHandler() http.Handler {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "admin"}}}, nil
 		})
+	u.server = server
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Stateless: !u.legacy, JSONResponse: true, DisableLocalhostProtection: true})
+		&mcp.StreamableHTTPOptions{Stateless: !u.legacy, JSONResponse: !u.sse, DisableLocalhostProtection: true})
 }
 
 // restart replaces the server: every session is forgotten.
@@ -150,6 +153,10 @@ func (s *statusWriter) WriteHeader(code int) {
 	s.status = code
 	s.ResponseWriter.WriteHeader(code)
 }
+
+// Flush and Unwrap let event streams through.
+func (s *statusWriter) Flush()                      { http.NewResponseController(s.ResponseWriter).Flush() }
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // requests returns what the upstream received.
 func (u *upstream) requests() []seenRequest {
@@ -610,6 +617,102 @@ func TestInsufficientScope(t *testing.T) {
 			t.Fatalf("legacy %v: the session broke: %v", legacy, err)
 		}
 	}
+}
+
+// TestListen: a listening session hears the server's list changes: a
+// 2026-07-28 server's over subscriptions/listen, acknowledged before
+// Listen returns (so a change right after is heard), a 2025-11-25 one's on
+// its standalone event stream. It takes no place in the pool and ends
+// with its context.
+func TestListen(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy %v", legacy), func(t *testing.T) {
+			u := newUpstream(t, legacy)
+			u.sse = true
+			u.restart()
+			// The broker's client of MCP servers: no time limit on a whole
+			// exchange (a stream lasts).
+			hc, err := egress.New(egress.Options{AllowPrivate: true, AllowLoopbackHTTP: true, Timeout: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := newPool(t, Options{HTTPClient: hc})
+			heard := make(chan string, 16)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if err := p.Listen(ctx, Target{Provider: "up", URL: u.url()}, func(m string) { heard <- m }); err != nil {
+				t.Fatal(err)
+			}
+			if p.Len() != 0 {
+				t.Fatalf("%d sessions in the pool", p.Len())
+			}
+			u.mu.Lock()
+			server := u.server
+			u.mu.Unlock()
+			add := func(i int) {
+				server.AddTool(&mcp.Tool{Name: fmt.Sprintf("late%d", i), InputSchema: json.RawMessage(`{"type":"object"}`)},
+					func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+						return &mcp.CallToolResult{}, nil
+					})
+			}
+			if !legacy {
+				add(0)
+				select {
+				case m := <-heard:
+					if m != ToolsListChanged {
+						t.Fatalf("heard %s", m)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("the change right after Listen was not heard")
+				}
+				return
+			}
+			// The standalone stream opens in the background: change until
+			// one is heard.
+			for i := 0; ; i++ {
+				add(i)
+				select {
+				case m := <-heard:
+					if m != ToolsListChanged {
+						t.Fatalf("heard %s", m)
+					}
+					cancel()
+					waitFor(t, "the session's end", func() bool { return u.count("DELETE") == 1 })
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				if i == 300 {
+					t.Fatal("no change heard in 30 s")
+				}
+			}
+		})
+	}
+}
+
+// TestListenGivesUp: a server that answers nothing holds Listen up for
+// twice Options.ListenWait at most (server/discover, then initialize), and
+// Listen says it could not listen.
+func TestListenGivesUp(t *testing.T) {
+	release := make(chan struct{})
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(silent.Close)
+	t.Cleanup(func() { close(release) })
+	hc, err := egress.New(egress.Options{AllowPrivate: true, AllowLoopbackHTTP: true, Timeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPool(t, Options{HTTPClient: hc, ListenWait: 200 * time.Millisecond})
+	start := time.Now()
+	err = p.Listen(context.Background(), Target{Provider: "up", URL: silent.URL + "/mcp"}, func(string) {})
+	if err == nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("Listen = %v after %s, want an error within twice the wait", err, time.Since(start))
+	}
+	t.Logf("Listen after %s: %v", time.Since(start), err)
 }
 
 // TestInsufficientScopeAtDiscover: a 403 insufficient_scope answering the

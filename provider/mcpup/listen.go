@@ -1,0 +1,45 @@
+package mcpup
+
+import (
+	"context"
+	"time"
+)
+
+// The list-changed notifications an upstream sends.
+const (
+	ToolsListChanged     = "notifications/tools/list_changed"
+	PromptsListChanged   = "notifications/prompts/list_changed"
+	ResourcesListChanged = "notifications/resources/list_changed"
+)
+
+// Listen opens a session with t of its own, outside the pool, that hears
+// the server's list-changed notifications and passes each one's method
+// (ToolsListChanged and the others) to changed, until ctx ends: a
+// 2026-07-28 server is asked with subscriptions/listen (when it declares
+// listChanged), a 2025-11-25 one is heard on its standalone event stream.
+// It returns once the session is open and a 2026-07-28 server has
+// acknowledged the subscription, or with the error that kept the session
+// from opening: after Options.ListenWait at most (or twice that for a
+// server that answers no request in time). changed must not block.
+func (p *Pool) Listen(ctx context.Context, t Target, changed func(method string)) error {
+	acked := make(chan struct{})
+	cs, err := p.connect(ctx, t, changed, acked)
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-ctx.Done()
+		cs.Close()
+	}()
+	if caps := cs.InitializeResult().Capabilities; Era(cs) >= "2026-07-28" && caps != nil &&
+		(caps.Tools != nil && caps.Tools.ListChanged || caps.Prompts != nil && caps.Prompts.ListChanged || caps.Resources != nil && caps.Resources.ListChanged) {
+		t := time.NewTimer(p.opts.ListenWait)
+		defer t.Stop()
+		select {
+		case <-acked:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
