@@ -65,8 +65,9 @@ const paramHeaderPrefix = "Mcp-Param-"
 
 // checkParamHeaders compares a call's Mcp-Param headers with its
 // arguments, binding by binding: a header for an argument that is absent
-// or null, no header for one that is present, a header that is not valid
-// Base64 in its =?base64?…?= form, or one whose value differs from the
+// or null, no header for one that is present (an empty header is present:
+// an empty string's), a header given twice, one that is not valid Base64
+// in its =?base64?…?= form, or one whose value differs from the
 // argument's are problems (the first is returned, "" when there is none).
 // want are the headers the upstream request carries, written from the
 // arguments.
@@ -79,22 +80,29 @@ func checkParamHeaders(h http.Header, args json.RawMessage, bindings []paramBind
 	want = map[string]string{}
 	for _, b := range bindings {
 		name := paramHeaderPrefix + b.header
-		got := h.Get(name)
+		values := h.Values(name)
+		sent, got := len(values) > 0, ""
+		if sent {
+			got = values[0]
+		}
+		if len(values) > 1 {
+			return nil, name + " header given more than once"
+		}
 		arg, present := argumentAt(obj, b.path)
 		if !present || string(arg) == "null" {
-			if got != "" {
+			if sent {
 				return nil, "unexpected " + name + " header: the argument " + quote(strings.Join(b.path, ".")) + " is absent or null"
 			}
 			continue
 		}
 		value, ok := headerPrimitive(arg)
 		if !ok {
-			if got != "" {
+			if sent {
 				return nil, name + " header for the argument " + quote(strings.Join(b.path, ".")) + ", which is not a string, an integer or a boolean"
 			}
 			continue
 		}
-		if got == "" {
+		if !sent {
 			return nil, "missing " + name + " header for the argument " + quote(strings.Join(b.path, "."))
 		}
 		decoded, ok := decodeHeaderValue(got)

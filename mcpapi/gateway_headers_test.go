@@ -43,6 +43,9 @@ func TestCheckParamHeaders(t *testing.T) {
 		{name: "a value of the Base64 form itself", args: `{"region":"=?base64?eA==?="}`,
 			headers: map[string]string{"Mcp-Param-Region": "=?base64?PT9iYXNlNjQ/ZUE9PT89?="},
 			want:    map[string]string{"Mcp-Param-Region": "=?base64?PT9iYXNlNjQ/ZUE9PT89?="}},
+		{name: "an empty string", args: `{"region":""}`, headers: map[string]string{"Mcp-Param-Region": ""},
+			want: map[string]string{"Mcp-Param-Region": ""}},
+		{name: "an empty string without its header", args: `{"region":""}`, problem: "missing Mcp-Param-Region header"},
 		{name: "a nested header missing", args: `{"opts":{"shard":7}}`, problem: "missing Mcp-Param-Shard header for the argument \"opts.shard\""},
 		{name: "an integer that differs", args: `{"opts":{"shard":7}}`, headers: map[string]string{"Mcp-Param-Shard": "8"}, problem: "does not match"},
 		{name: "an integer header that is not a number", args: `{"opts":{"shard":7}}`, headers: map[string]string{"Mcp-Param-Shard": "seven"}, problem: "does not match"},
@@ -56,6 +59,13 @@ func TestCheckParamHeaders(t *testing.T) {
 			h.Set(k, v)
 		}
 		want, problem := checkParamHeaders(h, json.RawMessage(c.args), bindings)
+		if c.name == "all" {
+			twice := h.Clone()
+			twice.Add("Mcp-Param-Region", "eu")
+			if _, p := checkParamHeaders(twice, json.RawMessage(c.args), bindings); !strings.Contains(p, "given more than once") {
+				t.Errorf("a header given twice: problem %q", p)
+			}
+		}
 		switch {
 		case c.problem != "" && !strings.Contains(problem, c.problem):
 			t.Errorf("%s: problem %q, want %q", c.name, problem, c.problem)
