@@ -50,6 +50,9 @@ const gatewayClientVersion = "2026-07-28"
 var gatewayClientOthers = []string{"sep-2322-client-request-state", "http-standard-headers", "http-custom-headers",
 	"http-invalid-tool-headers", "request-metadata", "tools_call", "json-schema-ref-no-deref"}
 
+// gatewayClientConcurrency is how many client scenarios run at a time.
+const gatewayClientConcurrency = 4
+
 // gatewayHelperEnv, when set in a test binary's environment, makes it the
 // suite's --command: it posts the scenario to the control URL the variable
 // holds and prints the answer (see TestMain).
@@ -146,18 +149,25 @@ func TestGatewayConformanceClient(t *testing.T) {
 	control := httptest.NewServer(http.HandlerFunc(rig.serveScenario))
 	t.Cleanup(control.Close)
 
-	// The scenarios run in parallel subtests (as many at a time as
-	// -parallel allows: each mostly waits for processes to start and
-	// answer); the baseline's left-overs are judged once all have run.
+	// Each scenario's subtest starts the suite for it and waits in
+	// parallel with the others: gatewayClientConcurrency runs at a time,
+	// whatever -parallel says, since each mostly waits for processes to
+	// start and answer. The baseline's left-overs are judged once all have
+	// run.
 	results := t.TempDir()
 	t.Cleanup(func() {
 		baseline.leftOver(t, func(version, scenario string) bool {
 			return version == gatewayClientVersion && slices.Contains(scenarios, scenario)
 		})
 	})
+	ctx := testContext(t, 10*time.Minute)
+	slots := make(chan struct{}, gatewayClientConcurrency)
+	type suiteRun struct {
+		output []byte
+		err    error
+	}
 	for _, s := range scenarios {
 		t.Run(s, func(t *testing.T) {
-			t.Parallel()
 			out := filepath.Join(results, strings.ReplaceAll(s, "/", "-"))
 			args := []string{suite, "client", "--command", self, "--scenario", s, "--spec-version", gatewayClientVersion,
 				"--timeout", "90000", "-o", out}
@@ -165,9 +175,20 @@ func TestGatewayConformanceClient(t *testing.T) {
 				// Extensions are on no version's timeline: run at 2026-07-28.
 				args = append(args, "--force")
 			}
-			cmd := exec.CommandContext(testContext(t, 2*time.Minute), node, args...)
-			cmd.Env = append(os.Environ(), gatewayHelperEnv+"="+control.URL)
-			output, runErr := cmd.CombinedOutput()
+			done := make(chan suiteRun, 1)
+			go func() {
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(sctx, node, args...)
+				cmd.Env = append(os.Environ(), gatewayHelperEnv+"="+control.URL)
+				output, err := cmd.CombinedOutput()
+				done <- suiteRun{output, err}
+			}()
+			t.Parallel()
+			run := <-done
+			output, runErr := run.output, run.err
 			if bytes.Contains(output, []byte("SKIPPED: scenario")) {
 				t.Fatalf("the suite did not run scenario %s:\n%s", s, output)
 			}
