@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"credbroker/binding"
+	"credbroker/internal/outage"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
@@ -136,6 +137,8 @@ func Describe(err error, p *provider.Provider) string {
 	var ng *NotAGatewayError
 	var ue2 *provider.UpstreamError
 	switch {
+	case vault.Unavailable(err):
+		return outage.Message
 	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae), errors.As(err, &ke), errors.As(err, &ce),
 		errors.As(err, &ge), errors.As(err, &ng), errors.As(err, &ue2):
 		return err.Error()
@@ -210,6 +213,10 @@ const (
 	Unavailable
 	// TimedOut: the call was cancelled or ran out of time.
 	TimedOut
+	// StorageUnavailable: the broker's store could not be used (the
+	// database down or restarting, the disk full): retry in a few seconds
+	// (outage.RetryAfter). The cause is for the log only.
+	StorageUnavailable
 )
 
 // Code is a failure's stable name, which the sidecar API publishes as its
@@ -230,12 +237,14 @@ const (
 	CodeConflict            Code = "conflict"
 	CodeProviderUnavailable Code = "provider_unavailable"
 	CodeAnswerRefused       Code = "provider_answer_refused"
+	CodeStorageUnavailable  Code = "storage_unavailable"
 )
 
 // Codes lists every Code, for the documents that publish them.
 func Codes() []Code {
 	return []Code{CodeInternal, CodeInvalidRequest, CodeRequestRefused, CodeInvalidState, CodeUnknownProvider, CodeNotConnected,
-		CodeNeedsReconnect, CodeRefused, CodeExportDisabled, CodeConflict, CodeProviderUnavailable, CodeAnswerRefused}
+		CodeNeedsReconnect, CodeRefused, CodeExportDisabled, CodeConflict, CodeProviderUnavailable, CodeAnswerRefused,
+		CodeStorageUnavailable}
 }
 
 // Next is what the caller can do about a failure, which each front door
@@ -282,6 +291,9 @@ func Explain(err error, p *provider.Provider) Failure {
 	var ge *GatewayOnlyError
 	var ng *NotAGatewayError
 	switch {
+	case vault.Unavailable(err):
+		// First: whatever else the error says, the store could not be used.
+		f.Class, f.Code = StorageUnavailable, CodeStorageUnavailable
 	case errors.As(err, &up), errors.As(err, &ng):
 		f.Class, f.Code = NotFound, CodeUnknownProvider
 	case errors.As(err, &ge):

@@ -358,14 +358,18 @@ func (s *Server) connectAccount(ctx context.Context, c *callContext) outcome {
 const invalidState = "Invalid or expired requestState"
 
 // failed turns a connections error into the tool's answer, by its class: a
-// tool error the model can act on, -32602 for a bad requestState, or an
-// internal error (logged, never shown).
+// tool error the model can act on, -32602 for a bad requestState, the
+// storage outage's retryable error, or an internal error (logged, never
+// shown).
 func (s *Server) failed(err error, providerName string, tool string) outcome {
 	p, _ := s.opts.Connections.Providers().Lookup(providerName)
 	f := connections.Explain(err, p)
 	switch f.Class {
 	case connections.BadState:
 		return invalidParams(invalidState)
+	case connections.StorageUnavailable:
+		s.unavailableLogged(err)
+		return outcome{rpcErr: unavailableError()}
 	case connections.Internal:
 		s.log.Error("mcpapi: "+tool+" failed", "err", err.Error())
 		if tool != toolRequest || p == nil {
@@ -432,8 +436,7 @@ func (s *Server) listConnections(ctx context.Context, c *callContext) outcome {
 	}
 	conns, err := s.opts.Connections.List(ctx, c.principal)
 	if err != nil {
-		s.log.Error("mcpapi: list connections", "err", err.Error())
-		return internalError()
+		return s.failed(err, "", toolList)
 	}
 	out := listOutput{Connections: make([]connectionView, 0, len(conns))}
 	for _, conn := range conns {
@@ -457,6 +460,10 @@ func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome 
 	}
 	name := d.Provider.DisplayName
 	out := disconnectOutput{Provider: d.Provider.Name, Account: connections.AccountName(d.Conn), Revocation: string(d.Revocation), Deleted: err == nil}
+	if vault.Unavailable(err) {
+		// Revoked (or not) at the provider, not deleted: a retry finishes.
+		return s.failed(err, in.Provider, toolDisconnect)
+	}
 	if err != nil {
 		s.log.Error("mcpapi: delete connection", "connection", d.Conn.ID, "err", err.Error())
 		out.Message = fmt.Sprintf("The %s connection for %s could not be deleted; try again.", name, out.Account)

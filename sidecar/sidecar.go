@@ -23,6 +23,7 @@ import (
 
 	"credbroker/connections"
 	"credbroker/internal/bearer"
+	"credbroker/internal/outage"
 	"credbroker/internal/requeststate"
 	"credbroker/internal/strictjson"
 	"credbroker/internal/telemetry"
@@ -256,6 +257,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	info, err := s.opts.Verify(r.Context(), raw)
 	if err != nil || info.Principal.Issuer == "" || info.Principal.Subject == "" {
+		if vault.Unavailable(err) {
+			s.storageUnavailable(w, log, err)
+			return
+		}
 		if err != nil && !errors.Is(err, bearer.ErrInvalidToken) {
 			log.Error("sidecar: cannot verify user tokens", "err", err.Error())
 			writeError(w, http.StatusServiceUnavailable, "internal", "user tokens cannot be verified right now", nil)
@@ -353,6 +358,16 @@ type errorBody struct {
 	Error    string   `json:"error"`
 	Message  string   `json:"message"`
 	Accounts []string `json:"accounts,omitempty"`
+}
+
+// storageUnavailable answers a request a storage outage stopped: 503 with
+// Retry-After, code storage_unavailable; the cause goes to log, the
+// refusal to credbroker_store_unavailable_total{door="sidecar"}.
+func (s *Server) storageUnavailable(w http.ResponseWriter, log *slog.Logger, err error) {
+	log.Warn("sidecar: store unavailable; answered 503", "err", err.Error())
+	s.opts.Telemetry.StoreUnavailable(telemetry.DoorSidecar)
+	outage.SetRetryAfter(w.Header())
+	writeError(w, http.StatusServiceUnavailable, string(connections.CodeStorageUnavailable), outage.Message, nil)
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string, accounts []string) {
@@ -598,16 +613,17 @@ const invalidState = "Invalid or expired requestState"
 
 // statusOf is the HTTP status of each class of failure.
 var statusOf = map[connections.Class]int{
-	connections.BadRequest:      http.StatusBadRequest,
-	connections.BadState:        http.StatusBadRequest,
-	connections.NotFound:        http.StatusNotFound,
-	connections.NeedsConnection: http.StatusConflict,
-	connections.Refused:         http.StatusConflict,
-	connections.Conflict:        http.StatusConflict,
-	connections.Forbidden:       http.StatusForbidden,
-	connections.Unavailable:     http.StatusBadGateway,
-	connections.TimedOut:        http.StatusGatewayTimeout,
-	connections.Internal:        http.StatusInternalServerError,
+	connections.BadRequest:         http.StatusBadRequest,
+	connections.BadState:           http.StatusBadRequest,
+	connections.NotFound:           http.StatusNotFound,
+	connections.NeedsConnection:    http.StatusConflict,
+	connections.Refused:            http.StatusConflict,
+	connections.Conflict:           http.StatusConflict,
+	connections.Forbidden:          http.StatusForbidden,
+	connections.Unavailable:        http.StatusBadGateway,
+	connections.TimedOut:           http.StatusGatewayTimeout,
+	connections.Internal:           http.StatusInternalServerError,
+	connections.StorageUnavailable: http.StatusServiceUnavailable,
 }
 
 // failed answers a connections or provider error: the status of its class,
@@ -619,6 +635,9 @@ func (s *Server) failed(w http.ResponseWriter, err error, providerName string) {
 	msg := f.Message
 	var re *provider.RequestError
 	switch {
+	case f.Class == connections.StorageUnavailable:
+		s.storageUnavailable(w, s.log, err)
+		return
 	case f.Class == connections.BadState:
 		msg = invalidState
 	case errors.As(err, &re):
