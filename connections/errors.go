@@ -28,6 +28,10 @@ var (
 	ErrTooManyPending = binding.ErrTooManyPending
 	// ErrRateLimited: the person started too many connect requests recently.
 	ErrRateLimited = binding.ErrRateLimited
+	// ErrTooManyKeys: as many keys were checked for this connection's
+	// replacement as a connect link may check (ReplaceKey); nothing was
+	// sent.
+	ErrTooManyKeys = binding.ErrTooManyAttempts
 	// ErrConnectionGone: the connection a completed request made was
 	// deleted since.
 	ErrConnectionGone = errors.New("connections: the connection made by this request no longer exists")
@@ -158,6 +162,8 @@ func Describe(err error, p *provider.Provider) string {
 		return fmt.Sprintf("The connect request for %s expired before it was completed.", name)
 	case errors.Is(err, ErrTooManyRounds):
 		return fmt.Sprintf("The connect request for %s was retried too many times without being completed.", name)
+	case errors.Is(err, ErrTooManyKeys):
+		return fmt.Sprintf("Too many keys were tried for this %s connection. Nothing was sent to %s; try again in a few minutes.", name, name)
 	case errors.Is(err, ErrTooManyPending):
 		return "Too many connect requests are open for this user. Finish or let the earlier connect links expire, then try again."
 	case errors.Is(err, ErrRateLimited):
@@ -319,7 +325,7 @@ func Explain(err error, p *provider.Provider) Failure {
 		f.Class, f.Code, f.Next = NeedsConnection, CodeNotConnected, NextConnect
 	case errors.Is(err, ErrRequestExpired), errors.Is(err, ErrTooManyRounds):
 		f.Class, f.Code, f.Next = Refused, CodeRefused, NextStartOver
-	case errors.Is(err, ErrTooManyPending), errors.Is(err, ErrRateLimited), errors.Is(err, ErrConnectionGone):
+	case errors.Is(err, ErrTooManyPending), errors.Is(err, ErrRateLimited), errors.Is(err, ErrConnectionGone), errors.Is(err, ErrTooManyKeys):
 		f.Class, f.Code = Refused, CodeRefused
 	case errors.Is(err, ErrExportDisabled), errors.Is(err, provider.ErrNotAToken):
 		f.Class, f.Code = Forbidden, CodeExportDisabled
