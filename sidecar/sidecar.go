@@ -422,12 +422,21 @@ type ConnectionView struct {
 	Account  string   `json:"account"`
 	Scopes   []string `json:"scopes"`
 	Status   string   `json:"status"`
+	// NotGranted are the scopes the connection's last connect request
+	// asked for that the provider did not grant; Note says so and how to
+	// ask again. Both absent when everything was granted.
+	NotGranted []string `json:"not_granted,omitempty"`
+	Note       string   `json:"note,omitempty"`
 }
 
-func viewOf(c vault.Connection) ConnectionView {
+func viewOf(c vault.Connection, p *provider.Provider) ConnectionView {
 	v := ConnectionView{ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: slices.Clone(c.Scopes), Status: string(c.Status)}
 	if v.Scopes == nil {
 		v.Scopes = []string{}
+	}
+	if v.NotGranted = connections.NotGranted(p, c); len(v.NotGranted) > 0 {
+		v.Note = connections.NotGrantedWords(p, v.NotGranted) +
+			" To ask again, call POST /v1/require with these scopes; the user is asked in the browser and may grant them or not."
 	}
 	return v
 }
@@ -563,7 +572,7 @@ func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
 	}
 	switch o := o.(type) {
 	case connections.Connected:
-		v := viewOf(o.Conn)
+		v := viewOf(o.Conn, o.Provider)
 		writeJSON(w, http.StatusOK, requireResponse{Status: "connected", Connection: &v})
 	case connections.NeedsUser:
 		state := requeststate.Seal(s.opts.StateKeys, requeststate.State{Principal: req.Principal, Operation: requireOperation,
