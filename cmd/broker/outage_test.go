@@ -131,7 +131,7 @@ func newOutageStack(t *testing.T) *outageStack {
 			t.Fatal(err)
 		}
 		if auth != nil {
-			tok, _, err := m.Auth.MintAccessToken(ctx, vault.Principal{Issuer: s.idp.Issuer(), Subject: "alice"}, "urn:credbroker:outage", "outage test", time.Hour)
+			tok, _, err := m.Auth.MintAccessToken(ctx, vault.Principal{Issuer: s.idp.Issuer(), Subject: "alice"}, "urn:credbroker:outage", "outage test", "", time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
