@@ -256,7 +256,7 @@ func outageProblem(h hit) string {
 		if !strings.Contains(h.header.Get("Content-Type"), "text/html") || !strings.Contains(h.body, "storage is unavailable") {
 			return "not the outage page: " + h.body
 		}
-	case "token":
+	case "token", "register":
 		if !strings.Contains(h.body, `"error":"temporarily_unavailable"`) {
 			return "not temporarily_unavailable: " + h.body
 		}
