@@ -1,11 +1,11 @@
 package record
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -100,7 +100,7 @@ func encodeConnection(kr *vault.Keyring, c vault.Connection, ext extAreas) ([]by
 		c.Token.TokenType, c.Token.IDToken.Reveal()); err != nil {
 		return nil, fmt.Errorf("vault: connection %q: %w", c.ID, err)
 	}
-	if err := validUTF8(append(slices.Clip(c.Scopes), c.Requested...)...); err != nil {
+	if err := cmp.Or(validUTF8(c.Scopes...), validUTF8(c.Requested...)); err != nil {
 		return nil, fmt.Errorf("vault: connection %q: scopes: %w", c.ID, err)
 	}
 	var fields map[string]string
@@ -247,6 +247,12 @@ func ConnectionMeta(b []byte) (vault.Connection, error) {
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
+	return r.meta(kid), nil
+}
+
+// meta is the connection r describes, without its token set, sealed with
+// key kid.
+func (r *connRecord) meta(kid string) vault.Connection {
 	return vault.Connection{
 		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject},
 		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
@@ -254,7 +260,7 @@ func ConnectionMeta(b []byte) (vault.Connection, error) {
 		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
 		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
 		SealedWith: kid,
-	}, nil
+	}
 }
 
 // DecodeConnection parses a stored connection and opens its token set.
@@ -288,19 +294,13 @@ func decodeConnection(kr *vault.Keyring, b []byte) (vault.Connection, extAreas, 
 			fields[k] = vault.Secret(v)
 		}
 	}
-	return vault.Connection{
-		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject},
-		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
-		Scopes: r.Scopes, Requested: r.Requested, Status: r.Status, Created: r.Created, Updated: r.Updated,
-		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
-		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
-		SealedWith: kid,
-		Token: vault.TokenSet{
-			AccessToken: vault.Secret(tp.AccessToken), RefreshToken: vault.Secret(tp.RefreshToken),
-			TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: vault.Secret(tp.IDToken),
-			Fields: fields,
-		},
-	}, extAreas{rec: r.Ext, tokens: tp.Ext}, nil
+	c := r.meta(kid)
+	c.Token = vault.TokenSet{
+		AccessToken: vault.Secret(tp.AccessToken), RefreshToken: vault.Secret(tp.RefreshToken),
+		TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: vault.Secret(tp.IDToken),
+		Fields: fields,
+	}
+	return c, extAreas{rec: r.Ext, tokens: tp.Ext}, nil
 }
 
 // validUTF8 rejects strings that are not UTF-8: the record formats hold
@@ -441,7 +441,7 @@ func ApplyConnectionMetaUpdate(rec []byte, id string, fn func(vault.Connection) 
 	if err := validUTF8(nc.AccountLogin, string(nc.Status)); err != nil {
 		return nil, vault.Connection{}, fmt.Errorf("vault: connection %q: %w", id, err)
 	}
-	if err := validUTF8(append(slices.Clip(nc.Scopes), nc.Requested...)...); err != nil {
+	if err := cmp.Or(validUTF8(nc.Scopes...), validUTF8(nc.Requested...)); err != nil {
 		return nil, vault.Connection{}, fmt.Errorf("vault: connection %q: scopes: %w", id, err)
 	}
 	r.AccountLogin, r.Scopes, r.Requested, r.Status = nc.AccountLogin, nc.Scopes, nc.Requested, nc.Status

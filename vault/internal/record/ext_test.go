@@ -342,4 +342,16 @@ func TestCodecRequestedScopes(t *testing.T) {
 			t.Errorf("%s: %v, want ErrRecordFormat", name, err)
 		}
 	}
+	// Nor is one written: a requested scope that is not UTF-8.
+	notText := extConn()
+	notText.Requested = []string{"repo", "\xc0"}
+	if _, err := EncodeConnection(kr, notText); err == nil {
+		t.Error("a requested scope that is not UTF-8 was encoded")
+	}
+	if _, _, err := ApplyConnectionMetaUpdate(rec, c.ID, func(o vault.Connection) (vault.Connection, error) {
+		o.Requested = notText.Requested
+		return o, nil
+	}); err == nil {
+		t.Error("a metadata update to a requested scope that is not UTF-8 was applied")
+	}
 }
