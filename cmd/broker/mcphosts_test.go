@@ -159,6 +159,10 @@ type hostEvent struct {
 	Refresh bool            `json:"refresh"`
 	Result  json.RawMessage `json:"result"`
 	Message string          `json:"message"`
+	// In command mode (HOST_COMMANDS=1): the tools listed, and whether a
+	// link came as a 2025-11-25 -32042 error.
+	Names  []string `json:"names"`
+	Legacy bool     `json:"legacy"`
 }
 
 // signInAndAllow does what a person does with an MCP host's authorization
