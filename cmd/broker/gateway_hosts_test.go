@@ -59,6 +59,7 @@ var demoMCPTools = []string{"add_note", "echo", "list_notes"}
 // /mcp), so each host starts unconnected.
 func TestGatewayHosts(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	mcpClientDir(t) // skip early when a host is not installed
 	insp := inspectorHost(t)
 	d := startDev(t, freeAddr(t), t.TempDir())

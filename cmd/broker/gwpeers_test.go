@@ -387,13 +387,7 @@ func gwPeer(t *testing.T, name, pkg string, scripts ...string) (node, dir string
 		}
 	}
 	for _, s := range scripts {
-		src, err := os.ReadFile(filepath.Join(root, "testdata", name, s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, s), src, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		installScript(t, filepath.Join(root, "testdata", name, s), filepath.Join(dir, s))
 	}
 	return node, dir
 }
