@@ -199,6 +199,10 @@ func (n NeedsUser) Message() string {
 	case n.Why.Kind == Pending:
 		return fmt.Sprintf("Connect your %s account to continue: open the link, sign in to the broker and approve access.", name)
 	}
+	if len(n.Scopes) == 0 {
+		// The server's own defaults (an MCP server that names none).
+		return fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access.", name, n.Why)
+	}
 	return fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access for scopes %s.",
 		name, n.Why, strings.Join(n.Scopes, " "))
 }

@@ -871,7 +871,9 @@ func (g *gateway) changed(c *gwCall, r connections.Ready) {
 func (g *gateway) connected(w http.ResponseWriter, c *gwCall, r connections.Ready) {
 	text := fmt.Sprintf("Connected to %s.", c.p.DisplayName)
 	if !r.Conn.Created.IsZero() {
-		text = fmt.Sprintf("Connected: %s account %s. %s's own tools are listed now: list the tools again to see them.",
+		// The account's name may be the broker's own for it ("Linear
+		// account 1f2e3d4c") when the server names none.
+		text = fmt.Sprintf("Connected to %s as %s. %s's own tools are listed now: list the tools again to see them.",
 			c.p.DisplayName, connections.AccountName(r.Conn), c.p.DisplayName)
 	}
 	g.writeResult(w, c, &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}})
