@@ -953,32 +953,34 @@ func (s *memUpstreamClients) PutUpstreamClient(_ context.Context, c UpstreamClie
 	return c, nil
 }
 
-// UpstreamTokens gives the gateway's upstream client (mcpup) the access
-// tokens of connections to upstream MCP servers, refreshed as Token
-// refreshes them; the client puts them on its requests only.
+// UpstreamTokens gives the gateway's upstream client (mcpup) the tokens
+// of connections to upstream MCP servers, refreshed as Token refreshes
+// them; the client puts the access token on its requests only, and
+// redacts both from every answer of the upstream.
 func (k *Client) UpstreamTokens() mcpup.Tokens { return upstreamTokens{k} }
 
 type upstreamTokens struct{ k *Client }
 
-func (u upstreamTokens) AccessToken(ctx context.Context, id string) (string, error) {
-	return accessToken(u.k.Token(ctx, id))
+func (u upstreamTokens) AccessToken(ctx context.Context, id string) (mcpup.Token, error) {
+	return upstreamToken(u.k.Token(ctx, id))
 }
 
-func (u upstreamTokens) ForceRefresh(ctx context.Context, id, stale string) (string, error) {
-	return accessToken(u.k.ForceRefresh(ctx, id, vault.Secret(stale)))
+func (u upstreamTokens) ForceRefresh(ctx context.Context, id, stale string) (mcpup.Token, error) {
+	return upstreamToken(u.k.ForceRefresh(ctx, id, vault.Secret(stale)))
 }
 
-// accessToken is c's access token; an error that means the connection
-// must be made again is also mcpup.ErrNoToken (any other, such as an
-// authorization server that is down, is not: the grant may be fine).
-func accessToken(c vault.Connection, err error) (string, error) {
+// upstreamToken is c's tokens (the access token for the upstream's
+// requests, both for redacting its answers); an error that means the
+// connection must be made again is also mcpup.ErrNoToken (any other, such
+// as an authorization server that is down, is not: the grant may be fine).
+func upstreamToken(c vault.Connection, err error) (mcpup.Token, error) {
 	switch {
 	case errors.Is(err, ErrNeedsReconnect), errors.Is(err, vault.ErrNotFound):
-		return "", fmt.Errorf("%w: %w", mcpup.ErrNoToken, err)
+		return mcpup.Token{}, fmt.Errorf("%w: %w", mcpup.ErrNoToken, err)
 	case err != nil:
-		return "", err
+		return mcpup.Token{}, err
 	}
-	return c.Token.AccessToken.Reveal(), nil
+	return mcpup.Token{Access: c.Token.AccessToken.Reveal(), Refresh: c.Token.RefreshToken.Reveal()}, nil
 }
 
 // Unauthorized marks connection id needs_reconnect because its server
