@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -28,7 +29,7 @@ type gatewayHarness struct {
 	up *testUpstream
 }
 
-func newGatewayHarness(t *testing.T) *gatewayHarness {
+func newGatewayHarness(t *testing.T, mods ...harnessOpt) *gatewayHarness {
 	t.Helper()
 	up := newTestUpstream(t)
 	var hh *harness
@@ -39,7 +40,10 @@ func newGatewayHarness(t *testing.T) *gatewayHarness {
     type: mcp
     mcp: {url: ` + up.url() + `, call_timeout: 5s, tools: {deny: [hidden]}}
 `
-	}, func(o *Options) { o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens()}) })
+	}, append([]harnessOpt{func(o *Options) {
+		o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens(),
+			Logger: slog.New(slog.NewJSONHandler(hh.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	}}, mods...)...)
 	return &gatewayHarness{harness: h, up: up}
 }
 
