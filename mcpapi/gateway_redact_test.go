@@ -47,7 +47,7 @@ func TestGatewayNoTokenPassthrough(t *testing.T) {
 	mem := tracetest.NewInMemoryExporter()
 	g := newGatewayHarness(t, func(o *Options) { o.Tracing = tracing.NewSyncProvider(mem) })
 	g.up.addLeakyTools()
-	g.withAudit()
+	g.withAudit(g.client)
 
 	// Alice connects; the connection holds the escapable tokens.
 	d := g.gwCall("alice", urlCaps, "tools/call", "echo_headers", map[string]any{"arguments": map[string]any{}})
@@ -191,12 +191,12 @@ func TestGatewayNoTokenPassthrough(t *testing.T) {
 }
 
 // withAudit has the gateway's and the connections layer's audit events
-// written to g's log.
-func (g *gatewayHarness) withAudit() {
+// written to g's log, the connections layer using client.
+func (g *gatewayHarness) withAudit(client *provider.Client) {
 	g.t.Helper()
 	rec := telemetry.New(telemetry.Options{Providers: g.conns.Providers().Names(), Audit: slog.New(slog.NewJSONHandler(g.logs, nil))})
 	g.srv.opts.Telemetry = rec
-	conns, err := connections.New(connections.Options{Store: g.store, Grants: g.grants, Client: g.client,
+	conns, err := connections.New(connections.Options{Store: g.store, Grants: g.grants, Client: client,
 		PublicURL: publicURL, Now: g.clock.Now, Logger: slog.New(slog.NewJSONHandler(g.logs, nil)), Telemetry: rec})
 	if err != nil {
 		g.t.Fatal(err)

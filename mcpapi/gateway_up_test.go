@@ -63,6 +63,9 @@ type testUpstream struct {
 	// progressSeen, when set, is waited on after each progress
 	// notification slow sends (the test reads it from the stream first).
 	progressSeen chan struct{}
+	// intercept, when set, answers every request (a server or
+	// authorization server misbehaving), next being the usual answers.
+	intercept func(w http.ResponseWriter, r *http.Request, next http.Handler)
 }
 
 func newTestUpstream(t testing.TB) *testUpstream {
@@ -199,7 +202,16 @@ func newTestUpstream(t testing.TB) *testUpstream {
 		at, rt := u.mint(scopes)
 		json.NewEncoder(w).Encode(map[string]any{"access_token": at, "refresh_token": rt, "token_type": "Bearer", "expires_in": 3600})
 	})
-	u.srv = httptest.NewServer(mux)
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		intercept := u.intercept
+		u.mu.Unlock()
+		if intercept == nil {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		intercept(w, r, mux)
+	}))
 	t.Cleanup(u.srv.Close)
 	return u
 }
