@@ -1,6 +1,7 @@
 package mcpapi
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/connections"
 	"credbroker/internal/egress"
 	"credbroker/internal/telemetry"
 	"credbroker/provider"
@@ -198,4 +200,47 @@ func auditEvents(t *testing.T, logs, kind string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// TestGatewayStateOfReplacedConnection: an upstream's question wrapped in
+// gateway state is bound to the connection that asked it. After the person
+// disconnects and connects again (another connection, new tokens), the
+// retry carrying the old state gets the one -32602 "Invalid or expired
+// requestState", and nothing reaches the upstream; a fresh call asks again.
+func TestGatewayStateOfReplacedConnection(t *testing.T) {
+	g, old := connectedGateway(t, "tools")
+	caps := `{"elicitation":{"form":{},"url":{}}}`
+	d := g.gwCall("alice", caps, "tools/call", "ask", map[string]any{"arguments": map[string]any{}})
+	if d.Result["resultType"] != "input_required" {
+		t.Fatalf("ask = %+v", d)
+	}
+	state := d.Result["requestState"].(string)
+	answer := map[string]any{"colour": map[string]any{"action": "accept", "content": map[string]any{"colour": "blue"}}}
+
+	// Replaced: the old connection is gone, a new one is made.
+	if _, err := g.conns.DisconnectID(context.Background(), connections.Request{Principal: g.principal("alice"), Provider: "up", Via: "mcp"}, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	d = g.gwCall("alice", urlCaps, "tools/call", "echo", map[string]any{"arguments": map[string]any{}})
+	_, link, _ := elicitation(t, d)
+	if repl := g.connectUp(grantIDOf(t, link), "tools"); repl.ID == old.ID {
+		t.Fatalf("the connection was not replaced: %s", repl.ID)
+	}
+	calls := func() int {
+		g.up.mu.Lock()
+		defer g.up.mu.Unlock()
+		return g.up.methods["tools/call"]
+	}
+	before := calls()
+	d = g.gwCall("alice", caps, "tools/call", "ask", map[string]any{"arguments": map[string]any{}, "requestState": state, "inputResponses": answer})
+	if d.Error == nil || d.Error.Code != codeInvalidParams || d.Error.Message != invalidState || d.Result != nil {
+		t.Fatalf("the old state after a replaced connection: %+v %+v", d.Result, d.Error)
+	}
+	if calls() != before {
+		t.Fatalf("the refused retry reached the upstream (%d calls, %d before)", calls(), before)
+	}
+	// The same call without the old state asks the upstream's question again.
+	if d := g.gwCall("alice", caps, "tools/call", "ask", map[string]any{"arguments": map[string]any{}}); d.Result["resultType"] != "input_required" {
+		t.Fatalf("ask on the new connection = %+v", d)
+	}
 }
