@@ -16,19 +16,37 @@ import (
 	"credbroker/provider"
 )
 
-// rewriteJSON answers r as next would, with the JSON document's members
-// changed by edit.
-func rewriteJSON(w http.ResponseWriter, r *http.Request, next http.Handler, edit func(doc map[string]any)) {
-	rec := httptest.NewRecorder()
-	next.ServeHTTP(rec, r)
-	var doc map[string]any
-	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
-		http.Error(w, "not JSON", http.StatusInternalServerError)
-		return
+// interceptor is a testUpstream's misbehaviour (its intercept).
+type interceptor = func(u *testUpstream) func(w http.ResponseWriter, r *http.Request, next http.Handler)
+
+// at answers the requests whose path starts with prefix with answer, and
+// the others as usual.
+func at(prefix string, answer func(u *testUpstream, w http.ResponseWriter, r *http.Request, next http.Handler)) interceptor {
+	return func(u *testUpstream) func(http.ResponseWriter, *http.Request, http.Handler) {
+		return func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+			if !strings.HasPrefix(r.URL.Path, prefix) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			answer(u, w, r, next)
+		}
 	}
-	edit(doc)
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(doc)
+}
+
+// editing answers path's JSON document with its members changed by edit.
+func editing(path string, edit func(u *testUpstream, doc map[string]any)) interceptor {
+	return at(path, func(u *testUpstream, w http.ResponseWriter, r *http.Request, next http.Handler) {
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		var doc map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+			http.Error(w, "not JSON", http.StatusInternalServerError)
+			return
+		}
+		edit(u, doc)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(doc)
+	})
 }
 
 const (
@@ -49,80 +67,36 @@ const (
 func TestGatewayUpstreamRefusals(t *testing.T) {
 	for _, c := range []struct {
 		name      string
-		intercept func(u *testUpstream) func(w http.ResponseWriter, r *http.Request, next http.Handler)
+		intercept interceptor
 		private   bool // the egress policy refuses loopback
 		kind      string
 		says      string
 	}{
 		{name: "resource metadata for another resource", kind: provider.UpstreamResourceMismatch,
-			intercept: func(u *testUpstream) func(http.ResponseWriter, *http.Request, http.Handler) {
-				return func(w http.ResponseWriter, r *http.Request, next http.Handler) {
-					if r.URL.Path != pathPRM {
-						next.ServeHTTP(w, r)
-						return
-					}
-					rewriteJSON(w, r, next, func(doc map[string]any) { doc["resource"] = u.url() + "/v2" })
-				}
-			},
-			says: `names the resource "%URL%/v2", not mcp.url "%URL%"; set mcp.url to the server's canonical URL`},
+			intercept: editing(pathPRM, func(u *testUpstream, doc map[string]any) { doc["resource"] = u.url() + "/v2" }),
+			says:      `names the resource "%URL%/v2", not mcp.url "%URL%"; set mcp.url to the server's canonical URL`},
 		{name: "another issuer", kind: provider.UpstreamIssuerMismatch,
-			intercept: func(u *testUpstream) func(http.ResponseWriter, *http.Request, http.Handler) {
-				return func(w http.ResponseWriter, r *http.Request, next http.Handler) {
-					if r.URL.Path != pathASM {
-						next.ServeHTTP(w, r)
-						return
-					}
-					rewriteJSON(w, r, next, func(doc map[string]any) { doc["issuer"] = u.srv.URL + "/" })
-				}
-			},
-			says: `metadata names issuer "%AS%/", not "%AS%" (RFC 8414 wants them identical); the server's operator must make them equal`},
+			intercept: editing(pathASM, func(u *testUpstream, doc map[string]any) { doc["issuer"] = u.srv.URL + "/" }),
+			says:      `metadata names issuer "%AS%/", not "%AS%" (RFC 8414 wants them identical); the server's operator must make them equal`},
 		{name: "no S256", kind: provider.UpstreamNoS256,
-			intercept: func(u *testUpstream) func(http.ResponseWriter, *http.Request, http.Handler) {
-				return func(w http.ResponseWriter, r *http.Request, next http.Handler) {
-					if r.URL.Path != pathASM {
-						next.ServeHTTP(w, r)
-						return
-					}
-					rewriteJSON(w, r, next, func(doc map[string]any) { doc["code_challenge_methods_supported"] = []string{"plain"} })
-				}
-			},
-			says: "does not support PKCE with S256, which the broker requires; the server's operator must enable it"},
+			intercept: editing(pathASM, func(u *testUpstream, doc map[string]any) { doc["code_challenge_methods_supported"] = []string{"plain"} }),
+			says:      "does not support PKCE with S256, which the broker requires; the server's operator must enable it"},
 		{name: "a private address", kind: provider.UpstreamPrivateAddress, private: true,
 			says: "127.0.0.1 is loopback (RFC 1122): start the broker with --upstream-allow-private to reach servers on private addresses"},
 		{name: "a redirect to another host", kind: provider.UpstreamRedirect,
-			intercept: func(u *testUpstream) func(http.ResponseWriter, *http.Request, http.Handler) {
-				return func(w http.ResponseWriter, r *http.Request, next http.Handler) {
-					if !strings.HasPrefix(r.URL.Path, "/.well-known/oauth-protected-resource") {
-						next.ServeHTTP(w, r)
-						return
-					}
-					http.Redirect(w, r, "https://elsewhere.example.com/prm", http.StatusFound)
-				}
-			},
+			intercept: at("/.well-known/oauth-protected-resource", func(_ *testUpstream, w http.ResponseWriter, r *http.Request, _ http.Handler) {
+				http.Redirect(w, r, "https://elsewhere.example.com/prm", http.StatusFound)
+			}),
 			says: "answered with a redirect (HTTP 302), which the broker does not follow; set mcp.url to the server's canonical URL"},
 		{name: "no way to register", kind: provider.UpstreamNoRegistration,
-			intercept: func(u *testUpstream) func(http.ResponseWriter, *http.Request, http.Handler) {
-				return func(w http.ResponseWriter, r *http.Request, next http.Handler) {
-					if r.URL.Path != pathASM {
-						next.ServeHTTP(w, r)
-						return
-					}
-					rewriteJSON(w, r, next, func(doc map[string]any) { delete(doc, "registration_endpoint") })
-				}
-			},
-			says: "offers no way to register (no pre-registered client_id, no Client ID Metadata Documents, no dynamic registration): register the broker there and set client_id"},
+			intercept: editing(pathASM, func(_ *testUpstream, doc map[string]any) { delete(doc, "registration_endpoint") }),
+			says:      "offers no way to register (no pre-registered client_id, no Client ID Metadata Documents, no dynamic registration): register the broker there and set client_id"},
 		{name: "dynamic registration failing", kind: provider.UpstreamRegistrationFailed,
-			intercept: func(u *testUpstream) func(http.ResponseWriter, *http.Request, http.Handler) {
-				return func(w http.ResponseWriter, r *http.Request, next http.Handler) {
-					if r.URL.Path != "/register" {
-						next.ServeHTTP(w, r)
-						return
-					}
-					w.Header().Set("Content-Type", "application/json")
-					w.WriteHeader(http.StatusInternalServerError)
-					w.Write([]byte(`{"error":"server_error"}`))
-				}
-			},
+			intercept: at("/register", func(_ *testUpstream, w http.ResponseWriter, _ *http.Request, _ http.Handler) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusInternalServerError)
+				w.Write([]byte(`{"error":"server_error"}`))
+			}),
 			says: "dynamic registration at its authorization server failed ("},
 	} {
 		t.Run(c.name, func(t *testing.T) {
