@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -23,8 +24,10 @@ import (
 //     connection's access token, and the refresh token that came with it,
 //     the latest maxSecrets of them), in every encoding provider/redact
 //     knows: bodies (results, errors, every event of a stream, whatever
-//     the go-sdk later turns into an error's text) and headers. Nothing
-//     the upstream sends can hand the host a token the broker holds.
+//     the go-sdk later turns into an error's text) and headers. JSON
+//     escapes of printable ASCII (\u0041 for A) are written as the
+//     characters first, so a token spelled with them is found too. What
+//     the upstream echoes of the broker's tokens never reaches the host.
 //   - The progress notifications of an event stream are routed (OnProgress)
 //     as each event is read, in the order they came on the wire: always
 //     before the response that ends the stream reaches the go-sdk, which
@@ -109,7 +112,9 @@ func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	for _, vs := range resp.Header {
 		for i, v := range vs {
-			vs[i] = string(redact.All([]byte(v), forms))
+			if len(forms) > 0 {
+				vs[i] = string(redact.All([]byte(v), forms))
+			}
 		}
 	}
 	resp.Body = &answerBody{rc: resp.Body, forms: forms, sse: sse, pool: a.pool}
@@ -158,11 +163,16 @@ func (b *answerBody) Close() error { return b.rc.Close() }
 // fill reads what the upstream sent next and makes its whole lines ready.
 func (b *answerBody) fill() {
 	if b.chunk == nil {
-		b.chunk = make([]byte, 32<<10)
+		b.chunk = make([]byte, 8<<10)
 	}
 	n, err := b.rc.Read(b.chunk)
+	// pending holds no line end before what was just read: only that is
+	// searched (a long line costs no more than its length).
+	end := 0
+	if i := bytes.LastIndexByte(b.chunk[:n], '\n'); i >= 0 {
+		end = len(b.pending) + i + 1
+	}
 	b.pending = append(b.pending, b.chunk[:n]...)
-	end := bytes.LastIndexByte(b.pending, '\n') + 1
 	if err != nil {
 		end = len(b.pending)
 	}
@@ -181,7 +191,10 @@ func (b *answerBody) fill() {
 // emit redacts lines (whole lines, or the answer's last bytes) into out,
 // routing the progress of every event that ends in them.
 func (b *answerBody) emit(lines []byte) {
-	red := redact.All(lines, b.forms)
+	red := lines
+	if len(b.forms) > 0 {
+		red = redact.All(canonicalEscapes(lines), b.forms)
+	}
 	b.outBuf = append(b.outBuf[:0], red...)
 	b.out = b.outBuf
 	if !b.sse {
@@ -232,4 +245,42 @@ func (p *Pool) progressEvent(data []byte) {
 		return
 	}
 	p.routeProgress(msg.Params)
+}
+
+// canonicalEscapes rewrites b's JSON escapes of printable ASCII (\u0041)
+// as the characters themselves (\" and \\ for the quote and the
+// backslash): the same JSON to any decoder, and one spelling of a token
+// for the redaction to find. Other escapes, and any text that is not
+// JSON, stay as they are; b itself is returned when it has no \u.
+func canonicalEscapes(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 == len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		if b[i+1] != 'u' || i+6 > len(b) {
+			out = append(out, b[i], b[i+1]) // an escape of another kind (\\ included): kept whole
+			i++
+			continue
+		}
+		v, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+		switch {
+		case err != nil: // not JSON: kept, the next bytes read as they come
+			out = append(out, b[i], b[i+1])
+			i++
+			continue
+		case v < 0x20 || v > 0x7e:
+			out = append(out, b[i:i+6]...)
+		case v == '"' || v == '\\':
+			out = append(out, '\\', byte(v))
+		default:
+			out = append(out, byte(v))
+		}
+		i += 5
+	}
+	return out
 }

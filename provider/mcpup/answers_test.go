@@ -36,7 +36,8 @@ const (
 // after a progress notification that carries them; fail answers a
 // JSON-RPC error naming them; over answers HTTP 400 with a JSON-RPC error
 // naming them; scope answers 403 insufficient_scope whose scope is the
-// token. Its answers are event streams (sse) or JSON bodies.
+// token; escaped answers the header with every character a JSON \u
+// escape. Its answers are event streams (sse) or JSON bodies.
 func leakyUpstream(t *testing.T, legacy, sse bool) *httptest.Server {
 	opts := &mcp.ServerOptions{}
 	if legacy {
@@ -77,6 +78,7 @@ func leakyUpstream(t *testing.T, legacy, sse bool) *httptest.Server {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		var msg struct {
+			ID     json.RawMessage `json:"id"`
 			Params struct {
 				Name string `json:"name"`
 			} `json:"params"`
@@ -90,6 +92,13 @@ func leakyUpstream(t *testing.T, legacy, sse bool) *httptest.Server {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
 			json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": 2, "error": map[string]any{"code": -32603, "message": leak(r.Header)}})
+		case msg.Params.Name == "escaped":
+			var esc strings.Builder
+			for _, c := range r.Header.Get("Authorization") + " " + leakRefresh {
+				fmt.Fprintf(&esc, `\u%04x`, c)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}`, msg.ID, esc.String())
 		case msg.Params.Name == "scope":
 			w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope", scope="`+leakAccess+` `+leakRefresh+`"`)
 			http.Error(w, leak(r.Header), http.StatusForbidden)
@@ -149,6 +158,16 @@ func TestAnswersRedacted(t *testing.T) {
 			}
 			if !strings.Contains(text, "REDACTED") || !strings.Contains(text, "hex-upper: ") {
 				t.Fatalf("the echo came back as %s", b)
+			}
+			// Every character escaped: decoded, it would be the tokens.
+			res, _, err = Do(context.Background(), p, target, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CallToolResult, error) {
+				return cs.CallTool(ctx, &mcp.CallToolParams{Name: "escaped", Arguments: map[string]any{}})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if text := res.Content[0].(*mcp.TextContent).Text; len(leaks(text)) > 0 || !strings.Contains(text, "REDACTED") {
+				t.Errorf("escaped: %v leaked: %.200s", leaks(text), text)
 			}
 			if c.sse && len(progress) != 1 {
 				t.Errorf("%d progress notifications, want 1", len(progress))
