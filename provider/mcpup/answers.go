@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -83,13 +84,17 @@ func (s *secrets) current() [][]byte {
 	return s.forms
 }
 
-// answers is a session's RoundTripper: it notes a 401 after a forced
-// refresh in the request's recorder, and hands the go-sdk the upstream's
-// answer redacted of the session's secrets, its progress routed.
+// answers is a session's RoundTripper: it notes a 401 (in refused, and
+// after a forced refresh in the request's recorder), and hands the go-sdk
+// the upstream's answer redacted of the session's secrets, its progress
+// routed.
 type answers struct {
 	next    http.RoundTripper
 	secrets *secrets // nil for a server that takes no token
 	pool    *Pool
+	// refused is set by any 401 (the go-sdk opens a session on a context
+	// of its own, so opening is not followed by a recorder).
+	refused *atomic.Bool
 }
 
 func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -98,6 +103,7 @@ func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
+		a.refused.Store(true)
 		if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
 			r.mu.Lock()
 			r.refusedAfter = r.refusedAfter || r.refreshed

@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -49,6 +50,9 @@ var (
 	// ErrNoToken: the connection has no usable token (it needs
 	// reconnecting).
 	ErrNoToken = errors.New("mcpup: the connection has no usable token")
+	// ErrTokenRequired: Probe was refused (401) without a token, as an
+	// OAuth-protected server refuses anyone not yet connected.
+	ErrTokenRequired = errors.New("mcpup: the upstream server asks for a token")
 	// ErrClosed: the pool was closed.
 	ErrClosed = errors.New("mcpup: the pool is closed")
 )
@@ -218,6 +222,18 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 	return e.cs, nil
 }
 
+// Probe opens a session with t only to tell its era, and closes it. A
+// server that answers 401 to a target without a connection (no token
+// sent) gives an error wrapping ErrTokenRequired.
+func (p *Pool) Probe(ctx context.Context, t Target) (string, error) {
+	cs, err := p.Session(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	defer p.Forget(t)
+	return Era(cs), nil
+}
+
 // drop closes and drops t's session if it is still the one e holds: a
 // caller that saw a session fail must not close the one another caller
 // opened since.
@@ -314,7 +330,7 @@ func (p *Pool) expireLocked() {
 func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error) {
 	hc := *p.opts.HTTPClient
 	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
-	ans := answers{next: transportOf(p.opts.HTTPClient), pool: p}
+	ans := answers{next: transportOf(p.opts.HTTPClient), pool: p, refused: new(atomic.Bool)}
 	if t.Conn != "" {
 		ans.secrets = &secrets{}
 		tr.OAuthHandler = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets}
@@ -339,7 +355,10 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 	})
 	ctx, rec := withRecorder(ctx)
 	cs, err := client.Connect(ctx, tr, nil)
-	if err != nil {
+	switch {
+	case err != nil && t.Conn == "" && ans.refused.Load():
+		return nil, fmt.Errorf("%w: %w", ErrTokenRequired, err)
+	case err != nil:
 		return nil, rec.classify(err)
 	}
 	return cs, nil
