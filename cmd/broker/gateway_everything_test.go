@@ -37,8 +37,7 @@ import (
 //     characters written in, reach a host sanitised and capped;
 //   - trigger-long-running-operation's progress reaches the host under
 //     the host's own progress token (the upstream sees a token the broker
-//     minted), every event before the result (the last one may be lost:
-//     see the subtest);
+//     minted), every event in the order sent and before the result;
 //   - a host that goes away mid-call cancels the upstream's request (the
 //     upstream receives notifications/cancelled for it, and the request's
 //     abort signal fires, seen through preload.mjs);
