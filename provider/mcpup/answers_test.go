@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -324,4 +325,18 @@ func TestPoolClose(t *testing.T) {
 		return now <= before
 	})
 	t.Logf("goroutines %d → %d", before, now)
+}
+
+// TestTokenPrintsRedacted: a Token printed or logged, in any verb or
+// inside a struct, shows no token.
+func TestTokenPrintsRedacted(t *testing.T) {
+	tok := Token{Access: leakAccess, Refresh: leakRefresh}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("token", "t", tok)
+	for _, s := range []string{fmt.Sprint(tok), fmt.Sprintf("%+v %#v %s %q %x", tok, tok, tok, tok, tok),
+		fmt.Sprintf("%+v", struct{ T Token }{tok}), fmt.Sprintf("%v", &tok), logged.String()} {
+		if len(leaks(s)) > 0 || strings.Contains(s, "ACCESS") || strings.Contains(s, "REFRESH") {
+			t.Fatalf("a token printed as %s", s)
+		}
+	}
 }

@@ -25,7 +25,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -108,8 +107,7 @@ type Token struct {
 
 func (Token) String() string             { return "REDACTED" }
 func (Token) LogValue() slog.Value       { return slog.StringValue("REDACTED") }
-func (Token) GoString() string           { return "REDACTED" }
-func (Token) Format(f fmt.State, _ rune) { io.WriteString(f, "REDACTED") }
+func (Token) Format(f fmt.State, _ rune) { f.Write([]byte("REDACTED")) }
 
 // Options configures a Pool.
 type Options struct {
