@@ -406,7 +406,7 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 	if !req.CanAsk {
 		return need, nil
 	}
-	if err := s.upstreamUsable(ctx, p); err != nil {
+	if err := s.upstreamUsable(ctx, req, p); err != nil {
 		return nil, err
 	}
 	if req.ReuseOpen && req.Server == "" {
