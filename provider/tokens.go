@@ -162,7 +162,7 @@ func New(opts Options) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	k := &Client{opts: opts, log: log, locker: vault.LockerFor(opts.Store), tracer: tracing.Tracer(opts.Tracing),
+	k := &Client{opts: opts, log: log, locker: opts.Store.Locker(), tracer: tracing.Tracer(opts.Tracing),
 		apiHTTP: apiHTTP, apiClients: map[*APIBase]*http.Client{},
 		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}}
 	for _, name := range opts.Providers.Names() {

@@ -160,8 +160,8 @@ func SecretKey(secret string) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// AuthStore is the storage of the broker's OAuth authorization server.
-// Every backend implements it next to Store, and vaulttest.RunAuth is its
+// AuthStore is the storage of the broker's OAuth authorization server,
+// the Store feature that Store.Auth returns; vaulttest.RunAuth is its
 // conformance suite. Nothing secret is stored: codes and refresh tokens
 // are kept as SecretKey hashes, client secrets as SHA-256.
 type AuthStore interface {

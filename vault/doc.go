@@ -3,7 +3,11 @@
 // connect requests).
 //
 // The Store interface is the contract every backend implements; vaulttest.Run
-// is the conformance suite each backend runs. Backends never see plaintext
+// is the conformance suite each backend runs. A Store's features beyond
+// connections and grants are sub-stores it names (Auth, Outbox, Admin,
+// Assertions, Connector, Locker, Resealer), each with a suite of its own,
+// and Observe is the one place every operation of every feature is
+// reported to observers (metrics, traces). Backends never see plaintext
 // tokens at rest: a connection's token set is sealed with the Keyring (AEAD,
 // random nonce, key-id prefix, AAD bound to the record's identity) before it
 // is written, and opened after it is read, by the record codecs the

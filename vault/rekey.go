@@ -27,7 +27,7 @@ func Rekey(ctx context.Context, s Store, kr *Keyring, batch int) (int, error) {
 		if len(ids) == 0 {
 			return rewritten, nil
 		}
-		if r, ok := s.(Resealer); ok {
+		if r := s.Resealer(); r != nil {
 			n, err := r.Reseal(ctx, ids)
 			rewritten += n
 			if err != nil {
@@ -60,11 +60,12 @@ func Rekey(ctx context.Context, s Store, kr *Keyring, batch int) (int, error) {
 	}
 }
 
-// Resealer is an optional Store feature: re-seal the token sets of the
-// given connections with the primary key in one transaction, skipping those
-// already sealed with it and ids that no longer exist, and return how many it
-// rewrote (each rewrite increments Version). Rekey uses it when present so a
-// rotation costs one durable write per batch instead of one per record.
+// Resealer is the Store feature (Store.Resealer, which may be nil) that
+// re-seals the token sets of the given connections with the primary key
+// in one transaction, skipping those already sealed with it and ids that
+// no longer exist, and returns how many it rewrote (each rewrite
+// increments Version). Rekey uses it when present so a rotation costs one
+// durable write per batch instead of one per record.
 type Resealer interface {
 	Reseal(ctx context.Context, ids []string) (int, error)
 }

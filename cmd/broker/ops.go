@@ -151,7 +151,7 @@ func refreshFailedEvents(pub *webhook.Publisher, store vault.Store, log *slog.Lo
 type opsDeps struct {
 	Config    opsConfig
 	Webhooks  *webhook.Config
-	Store     vault.Store // the backend itself (its Locker and Outbox)
+	Store     vault.Store // the observed store (mounted.Store): its Outbox and Locker
 	Mounted   mounted
 	Providers *provider.Registry
 	Issuer    string
@@ -183,7 +183,7 @@ func startOps(ctx context.Context, d opsDeps) error {
 		}
 	}
 	if len(kept) > 0 {
-		go runKeepAlive(ctx, d.Mounted.Conns, vault.LockerFor(d.Store), d.Config.KeepAliveInterval, d.Config.KeepAliveRate,
+		go runKeepAlive(ctx, d.Mounted.Conns, d.Store.Locker(), d.Config.KeepAliveInterval, d.Config.KeepAliveRate,
 			d.Logger.With("component", "keepalive"))
 		d.Logger.Info("keep-alive on", "providers", strings.Join(kept, ","), "interval", d.Config.KeepAliveInterval)
 	}
@@ -267,12 +267,9 @@ func runKeepAlive(ctx context.Context, conns *connections.Service, locker vault.
 // appGrantsStep is offboarding's step for the authorization server: every
 // app the person allowed loses its tokens and consent, each removal an
 // app.removed event. It works on the store alone, so the offline admin
-// commands run it too; nil when the store keeps no authorization records.
+// commands run it too.
 func appGrantsStep(store vault.Store, events *webhook.Publisher, log *slog.Logger) []connections.OffboardStep {
-	as, ok := store.(vault.AuthStore)
-	if !ok {
-		return nil
-	}
+	as := store.Auth()
 	return []connections.OffboardStep{{
 		Name: "app grants",
 		Remove: func(ctx context.Context, p vault.Principal, admin connections.Admin) (int, error) {

@@ -16,7 +16,6 @@ import (
 	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/telemetry"
-	"credbroker/internal/tracing"
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
 	"credbroker/provider"
@@ -82,6 +81,9 @@ type authServerConfig struct {
 
 // mounted is what mount built that its callers drive further.
 type mounted struct {
+	// Store is the observed store (observeStore) every part of the
+	// broker uses.
+	Store  vault.Store
 	Grants *binding.Service
 	// Auth is the built-in authorization server (nil in issuer mode).
 	Auth *authserver.Server
@@ -97,7 +99,7 @@ type mounted struct {
 // here). Background work (authorization server clean-up) runs until ctx ends.
 func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, error) {
 	plainStore := d.Store
-	d.Store = tracing.WrapStore(d.Tracing, d.Telemetry.WrapStore(d.Store))
+	d.Store = observeStore(d.Store, d.Telemetry, d.Tracing)
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
 	client, err := provider.New(provider.Options{
 		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
@@ -111,7 +113,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	conns, err := connections.New(connections.Options{
 		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
-		Offboard: appGrantsStep(plainStore, d.Events, d.Logger),
+		Offboard: appGrantsStep(d.Store, d.Events, d.Logger),
 	})
 	if err != nil {
 		return mounted{}, err
@@ -122,22 +124,16 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	var flow *oauthflow.Flow
 	var as *authserver.Server
 	if c := d.AuthServer; c != nil {
-		astore, ok := plainStore.(vault.AuthStore)
-		if !ok {
-			return mounted{}, fmt.Errorf("the store %T cannot hold the authorization server's records; use --mcp-auth issuer", plainStore)
-		}
 		var scopes []string
 		if d.RequiredScope != "" {
 			scopes = []string{d.RequiredScope}
 		}
 		jag := authserver.IDJAGOptions{Policy: c.IDJAG, TrustedIssuers: c.IDJAGIssuers, HTTPClient: d.HTTPClient}
 		if c.IDJAG.Mode != "" && c.IDJAG.Mode != authserver.IDJAGOff {
-			if jag.Ledger, ok = plainStore.(vault.AssertionLedger); !ok {
-				return mounted{}, fmt.Errorf("the store %T cannot keep spent ID-JAG ids; use bolt or PostgreSQL, or --idjag off", plainStore)
-			}
+			jag.Ledger = d.Store.Assertions()
 		}
 		as, err = authserver.New(authserver.Options{
-			PublicURL: d.PublicURL, Resource: d.Resource, IdPIssuer: d.Issuer, Store: astore, Keys: d.Keys,
+			PublicURL: d.PublicURL, Resource: d.Resource, IdPIssuer: d.Issuer, Store: d.Store.Auth(), Keys: d.Keys,
 			Person: func(r *http.Request) (authserver.Person, bool) {
 				p, ok := flow.SignedIn(r)
 				return authserver.Person{Principal: p.Principal, Display: p.Display, CSRF: p.CSRF}, ok
@@ -146,7 +142,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 			Registration: c.Registration, AllowPrivateMetadata: c.AllowPrivateMetadata, Scopes: scopes,
 			AccessTokenTTL: c.AccessTokenTTL, RefreshTokenTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL,
 			Logger: d.Logger.With("component", "authserver"), Telemetry: d.Telemetry,
-			AppEvent: appEvents(d.Events, plainStore, d.Logger), ClientAddr: d.ClientAddr, Tracing: d.Tracing,
+			AppEvent: appEvents(d.Events, d.Store, d.Logger), ClientAddr: d.ClientAddr, Tracing: d.Tracing,
 			IDJAG: jag, Clients: c.Clients,
 		})
 		if err != nil {
@@ -193,11 +189,13 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		as.Register(mux)
 		go collectAuth(ctx, as, d.Logger)
 	}
+	// The readiness probe reads the store as opened: a probe is no
+	// operation of the broker's to time or trace.
 	registerHealth(mux, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
 	if d.MetricsOnMain && d.Telemetry != nil {
 		mux.Handle("GET /metrics", d.Telemetry.Handler())
 	}
-	return mounted{Grants: grants, Auth: as, Conns: conns, Client: client}, nil
+	return mounted{Store: d.Store, Grants: grants, Auth: as, Conns: conns, Client: client}, nil
 }
 
 // appsOf shows the authorization server's apps on the browser flow's

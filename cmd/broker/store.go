@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/pgstore"
@@ -78,17 +80,24 @@ func redactStore(s string) string {
 	return s
 }
 
+// backend is a store as opened: bolt or PostgreSQL, with what only the
+// backend itself offers.
+type backend interface {
+	vault.Store
+	sealMarker
+}
+
 // openStore opens the store a --store value names, with kr: a bolt file
 // (creating its directory, mode 0700, when missing) or a PostgreSQL
 // database (migrating its schema). Errors are one line naming the cause
 // (locked by another broker, corrupt file, wrong key, unreachable database).
-func openStore(spec string, kr *vault.Keyring) (vault.Store, error) {
+func openStore(spec string, kr *vault.Keyring) (backend, error) {
 	return openStoreHooked(spec, kr, nil)
 }
 
 // openStoreHooked is openStore with the store's change hook (the webhook
 // outbox's; nil: none).
-func openStoreHooked(spec string, kr *vault.Keyring, hook vault.ChangeHook) (vault.Store, error) {
+func openStoreHooked(spec string, kr *vault.Keyring, hook vault.ChangeHook) (backend, error) {
 	ss, err := parseStore(spec)
 	if err != nil {
 		return nil, fmt.Errorf("--store: %w", err)
@@ -128,6 +137,16 @@ func openBoltWith(path string, kr *vault.Keyring, opts boltstore.Options) (*bolt
 	return boltstore.Open(path, kr, opts)
 }
 
+// observeStore is the one place the broker's store is instrumented: every
+// operation of every feature (connections, grants, the authorization
+// server's records, the outbox, admin actions, the assertion ledger,
+// locks, re-sealing) is timed into
+// credbroker_vault_operation_duration_seconds and traced as a
+// vault.<operation> span, each when on.
+func observeStore(s vault.Store, rec *telemetry.Recorder, tp trace.TracerProvider) vault.Store {
+	return vault.Observe(s, tracing.StoreObserver(tp), rec.StoreObserver())
+}
+
 // sealMarker is a store that can tell cheaply that every record is sealed
 // with the primary key (boltstore records it; pgstore asks its index).
 type sealMarker interface {
@@ -145,13 +164,13 @@ const rekeyBatch = 500
 // primary already finished. The returned channel closes when it is done;
 // cancelling ctx stops it, and the next start resumes.
 // A finished or failed rotation is an audit event (key_rotation) on rec
-// when given; progress otherwise goes to log.
-func startBackgroundRekey(ctx context.Context, store vault.Store, kr *vault.Keyring, log *slog.Logger, rec *telemetry.Recorder) <-chan struct{} {
+// when given; progress otherwise goes to log. bs, when not nil, records
+// a finished rotation.
+func startBackgroundRekey(ctx context.Context, store vault.Store, bs sealMarker, kr *vault.Keyring, log *slog.Logger, rec *telemetry.Recorder) <-chan struct{} {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	done := make(chan struct{})
-	bs, _ := store.(sealMarker)
 	if bs != nil && bs.FullySealed() {
 		close(done)
 		return done

@@ -16,7 +16,8 @@ import (
 // nanoseconds, big endian).
 var bSpent = []byte("spent_assertions")
 
-var _ vault.AssertionLedger = (*Store)(nil)
+// Assertions implements vault.Store: the store is its own AssertionLedger.
+func (s *Store) Assertions() vault.AssertionLedger { return s }
 
 // SpendAssertion implements vault.AssertionLedger: the check and the
 // insert are one write transaction (through the group commit, so it is

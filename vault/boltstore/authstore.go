@@ -24,7 +24,8 @@ var (
 	bOAuthAppByClient = []byte("oauth_app_by_client")
 )
 
-var _ vault.AuthStore = (*Store)(nil)
+// Auth implements vault.Store: the store is its own AuthStore.
+func (s *Store) Auth() vault.AuthStore { return s }
 
 func appClientKey(p vault.Principal, clientID string) []byte {
 	return append(principalKey(p, len(clientID)), clientID...)

@@ -104,12 +104,8 @@ type Store struct {
 	path    string
 	closed  atomic.Bool
 	group   *groupCommit
+	locker  *vault.LocalLocker // a bolt file belongs to one process
 }
-
-var (
-	_ vault.Store    = (*Store)(nil)
-	_ vault.Resealer = (*Store)(nil)
-)
 
 // Open opens (creating if needed) the database at path. It verifies kr
 // against the per-key canaries stored in the file, adding canaries for keys
@@ -150,7 +146,8 @@ func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
 			return nil, fmt.Errorf("database %s: restrict mode to 0600: %w", path, err)
 		}
 	}
-	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, group: newGroupCommit(db, true)}
+	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, group: newGroupCommit(db, true),
+		locker: vault.NewLocalLocker()}
 	if err := s.prepare(); err != nil {
 		closeQuietly(db)
 		return nil, err
@@ -981,3 +978,10 @@ func (s *Store) Close() error {
 	}
 	return s.db.Close()
 }
+
+// Locker implements vault.Store: the file lock keeps every other process
+// out, so an in-process lock excludes every caller.
+func (s *Store) Locker() vault.Locker { return s.locker }
+
+// Resealer implements vault.Store: the store is its own Resealer (Reseal).
+func (s *Store) Resealer() vault.Resealer { return s }

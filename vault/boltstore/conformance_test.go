@@ -37,7 +37,7 @@ func TestConformance(t *testing.T) {
 
 func TestAuthConformance(t *testing.T) {
 	kr := newKeyring(t)
-	vaulttest.RunAuth(t, func(t *testing.T) vaulttest.AuthBackend {
+	vaulttest.RunAuth(t, func(t *testing.T) vault.Store {
 		return openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
 	})
 }
@@ -58,6 +58,6 @@ func TestAssertionConformance(t *testing.T) {
 	kr := newKeyring(t)
 	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
 		s := openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
-		return s, s
+		return s.Assertions(), s.Assertions()
 	})
 }

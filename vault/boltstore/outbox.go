@@ -20,10 +20,8 @@ var (
 	bRetiredByPrinc = []byte("retired_by_principal")
 )
 
-var (
-	_ vault.Outbox     = (*Store)(nil)
-	_ vault.AdminStore = (*Store)(nil)
-)
+// Outbox implements vault.Store: the store is its own Outbox.
+func (s *Store) Outbox() vault.Outbox { return s }
 
 // outboxKey is a delivery's key in the outbox bucket: the id's length
 // keeps ids that are prefixes of each other apart.
@@ -208,6 +206,9 @@ func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
 	})
 	return n, oldest, err
 }
+
+// Admin implements vault.Store: the store is its own AdminStore.
+func (s *Store) Admin() vault.AdminStore { return s }
 
 // ProviderConnections implements vault.AdminStore: a walk of the
 // connections from after, decoding metadata only.

@@ -11,7 +11,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var _ vault.GrantConnector = (*Store)(nil)
+// Connector implements vault.Store: the store connects in one transaction.
+func (s *Store) Connector() vault.GrantConnector { return s }
 
 // Connect implements vault.GrantConnector: the connection write and the
 // grant update share one batched write transaction, so one fsync.

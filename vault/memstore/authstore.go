@@ -11,7 +11,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var _ vault.AuthStore = (*Store)(nil)
+// Auth implements vault.Store: the store is its own AuthStore.
+func (s *Store) Auth() vault.AuthStore { return s }
 
 // appKey is the unique (person, client) of an app access record.
 type appKey struct {

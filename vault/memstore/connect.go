@@ -9,7 +9,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var _ vault.GrantConnector = (*Store)(nil)
+// Connector implements vault.Store: the store connects in one transaction.
+func (s *Store) Connector() vault.GrantConnector { return s }
 
 // Connect implements vault.GrantConnector under the write lock.
 func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {

@@ -16,11 +16,12 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-// Store is an in-memory vault.Store. It also keeps an outbox
-// (vault.Outbox) and the records of vault.AdminStore.
+// Store is an in-memory vault.Store with every feature but the batch
+// re-seal: it is its own sub-stores (features.go).
 type Store struct {
 	kr      *vault.Keyring
 	changes vault.ChangeHook
+	locker  *vault.LocalLocker // one process holds the store
 
 	mu          sync.RWMutex // guards the fields below
 	closed      bool
@@ -32,12 +33,6 @@ type Store struct {
 	retired     map[string][]byte         // connection id -> sealed record
 	spent       map[string]time.Time      // vault.AssertionKey -> expiry (assertions.go)
 }
-
-var (
-	_ vault.Store      = (*Store)(nil)
-	_ vault.Outbox     = (*Store)(nil)
-	_ vault.AdminStore = (*Store)(nil)
-)
 
 // New returns an empty store sealing tokens with kr.
 func New(kr *vault.Keyring) *Store { return NewWith(kr, Options{}) }
@@ -54,6 +49,7 @@ func NewWith(kr *vault.Keyring, opts Options) *Store {
 	return &Store{
 		kr:          kr,
 		changes:     opts.Changes,
+		locker:      vault.NewLocalLocker(),
 		conns:       map[string][]byte{},
 		byPrincipal: map[vault.Principal]map[string]struct{}{},
 		grants:      map[string][]byte{},
@@ -417,6 +413,14 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 	}
 	return n, nil
 }
+
+// Locker implements vault.Store: one process holds a memory store, so an
+// in-process lock excludes every caller.
+func (s *Store) Locker() vault.Locker { return s.locker }
+
+// Resealer implements vault.Store: nil. Re-sealing in memory costs no
+// durable commit, so record by record is as good as a batch.
+func (s *Store) Resealer() vault.Resealer { return nil }
 
 // Close implements vault.Store.
 func (s *Store) Close() error {

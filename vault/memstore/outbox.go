@@ -11,6 +11,9 @@ import (
 	"credbroker/vault/internal/record"
 )
 
+// Outbox implements vault.Store: the store is its own Outbox.
+func (s *Store) Outbox() vault.Outbox { return s }
+
 // EnqueueDeliveries implements vault.Outbox.
 func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) error {
 	for _, d := range ds {
@@ -104,6 +107,9 @@ func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
 	}
 	return len(s.outbox), oldest, nil
 }
+
+// Admin implements vault.Store: the store is its own AdminStore.
+func (s *Store) Admin() vault.AdminStore { return s }
 
 // ProviderConnections implements vault.AdminStore: a scan of every
 // record's metadata.

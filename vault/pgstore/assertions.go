@@ -8,7 +8,8 @@ import (
 	"credbroker/vault"
 )
 
-var _ vault.AssertionLedger = (*Store)(nil)
+// Assertions implements vault.Store: the store is its own AssertionLedger.
+func (s *Store) Assertions() vault.AssertionLedger { return s }
 
 // SpendAssertion implements vault.AssertionLedger: one INSERT … ON
 // CONFLICT DO NOTHING, so of concurrent spends on any replica exactly one

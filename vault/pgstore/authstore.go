@@ -12,7 +12,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var _ vault.AuthStore = (*Store)(nil)
+// Auth implements vault.Store: the store is its own AuthStore.
+func (s *Store) Auth() vault.AuthStore { return s }
 
 // clientsLockKey serialises registrations under a cap across replicas
 // (a transaction-scoped advisory lock).

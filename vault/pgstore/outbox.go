@@ -15,10 +15,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var (
-	_ vault.Outbox     = (*Store)(nil)
-	_ vault.AdminStore = (*Store)(nil)
-)
+// Outbox implements vault.Store: the store is its own Outbox.
+func (s *Store) Outbox() vault.Outbox { return s }
 
 const insertDelivery = `INSERT INTO outbox (id, endpoint, type, created_ns, due_ns, attempts, last_error, payload)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id, endpoint) DO NOTHING`
@@ -226,6 +224,9 @@ func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
 	}
 	return n, time.Unix(0, *oldest).UTC(), nil
 }
+
+// Admin implements vault.Store: the store is its own AdminStore.
+func (s *Store) Admin() vault.AdminStore { return s }
 
 // ProviderConnections implements vault.AdminStore through the (provider,
 // id) index.

@@ -77,12 +77,6 @@ type Store struct {
 	closed     atomic.Bool
 }
 
-var (
-	_ vault.Store    = (*Store)(nil)
-	_ vault.Resealer = (*Store)(nil)
-	_ vault.Locker   = (*Store)(nil)
-)
-
 // Open connects to the database at url (postgres://… or a libpq key=value
 // string), migrates the schema and checks kr against the key canaries.
 func Open(ctx context.Context, url string, kr *vault.Keyring, opts Options) (*Store, error) {
@@ -818,6 +812,10 @@ func lockKey(name string) int64 {
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }
 
+// Locker implements vault.Store: the store is its own Locker, whose
+// advisory locks every replica sharing the database sees.
+func (s *Store) Locker() vault.Locker { return s }
+
 // LockConnection implements vault.Locker. Waiters in this process queue on
 // an in-process lock first, so each connection id holds at most one
 // database session per replica; the holder then takes a session-level
@@ -910,6 +908,10 @@ func (s *Store) Close() error {
 	s.pool.Close()
 	return nil
 }
+
+// Resealer implements vault.Store: the store is its own Resealer (Reseal),
+// and FullySealed tells a starting replica whether to run it at all.
+func (s *Store) Resealer() vault.Resealer { return s }
 
 // FullySealed reports whether every connection is sealed with the primary
 // key (one scan of the sealed_with column), so a starting replica can skip

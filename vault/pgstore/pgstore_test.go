@@ -51,7 +51,7 @@ func TestConformance(t *testing.T) {
 func TestAuthConformance(t *testing.T) {
 	srv := pgtest.Shared(t)
 	kr := newKeyring(t)
-	vaulttest.RunAuth(t, func(t *testing.T) vaulttest.AuthBackend {
+	vaulttest.RunAuth(t, func(t *testing.T) vault.Store {
 		return open(t, srv.Schema(t), kr)
 	})
 }
@@ -63,7 +63,7 @@ func TestAssertionConformance(t *testing.T) {
 	kr := newKeyring(t)
 	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
 		url := srv.Schema(t)
-		return open(t, url, kr), open(t, url, kr)
+		return open(t, url, kr).Assertions(), open(t, url, kr).Assertions()
 	})
 }
 

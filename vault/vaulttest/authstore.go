@@ -11,20 +11,19 @@ import (
 	"credbroker/vault"
 )
 
-// AuthBackend is what RunAuth tests: a vault.Store that is also a
-// vault.AuthStore (every backend is both).
-type AuthBackend interface {
+// authBackend is what RunAuth tests: a store and its vault.AuthStore.
+type authBackend struct {
 	vault.Store
 	vault.AuthStore
 }
 
-// RunAuth runs the conformance suite of vault.AuthStore, the authorization
-// server's storage. newStore returns a fresh, empty store for each subtest;
-// RunAuth closes it.
-func RunAuth(t *testing.T, newStore func(t *testing.T) AuthBackend) {
+// RunAuth runs the conformance suite of vault.AuthStore (Store.Auth), the
+// authorization server's storage. newStore returns a fresh, empty store
+// for each subtest; RunAuth closes it.
+func RunAuth(t *testing.T, newStore func(t *testing.T) vault.Store) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s AuthBackend)
+		fn   func(t *testing.T, s authBackend)
 	}{
 		{"OAuthClientCRUD", testOAuthClientCRUD},
 		{"OAuthClientLimit", testOAuthClientLimit},
@@ -43,7 +42,7 @@ func RunAuth(t *testing.T, newStore func(t *testing.T) AuthBackend) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStore(t)
 			t.Cleanup(func() { _ = s.Close() })
-			tt.fn(t, s)
+			tt.fn(t, authBackend{s, s.Auth()})
 		})
 	}
 }
@@ -88,7 +87,7 @@ func normalise(v any) any {
 	return v
 }
 
-func testOAuthClientCRUD(t *testing.T, s AuthBackend) {
+func testOAuthClientCRUD(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	c := oauthClient("c1", base)
 	got, err := s.CreateOAuthClient(ctx, c, 0)
@@ -142,7 +141,7 @@ func testOAuthClientCRUD(t *testing.T, s AuthBackend) {
 	wantErr(t, "delete twice", s.DeleteOAuthClient(ctx, "c1"), vault.ErrNotFound)
 }
 
-func testOAuthClientLimit(t *testing.T, s AuthBackend) {
+func testOAuthClientLimit(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	for i := range 3 {
 		if _, err := s.CreateOAuthClient(ctx, oauthClient(fmt.Sprint("l", i), base), 3); err != nil {
@@ -158,7 +157,7 @@ func testOAuthClientLimit(t *testing.T, s AuthBackend) {
 	}
 }
 
-func testConcurrentOAuthClientLimit(t *testing.T, s AuthBackend) {
+func testConcurrentOAuthClientLimit(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	const n, max = 24, 5
 	var wg sync.WaitGroup
@@ -185,7 +184,7 @@ func testConcurrentOAuthClientLimit(t *testing.T, s AuthBackend) {
 	}
 }
 
-func testDeleteUnusedOAuthClients(t *testing.T, s AuthBackend) {
+func testDeleteUnusedOAuthClients(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	old, used, fresh := oauthClient("old", base), oauthClient("used", base), oauthClient("fresh", base.Add(2*time.Hour))
 	used.Used = base.Add(time.Minute)
@@ -215,7 +214,7 @@ func authCode(secret string, p vault.Principal, expires time.Time) vault.AuthCod
 	}
 }
 
-func testAuthCodeRedeem(t *testing.T, s AuthBackend) {
+func testAuthCodeRedeem(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	c := authCode("code-1", odd, base.Add(time.Minute))
 	if err := s.CreateAuthCode(ctx, c); err != nil {
@@ -235,7 +234,7 @@ func testAuthCodeRedeem(t *testing.T, s AuthBackend) {
 	wantErr(t, "unknown code", err, vault.ErrNotFound)
 }
 
-func testConcurrentAuthCodeRedeem(t *testing.T, s AuthBackend) {
+func testConcurrentAuthCodeRedeem(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	c := authCode("race", alice, base.Add(time.Minute))
 	if err := s.CreateAuthCode(ctx, c); err != nil {
@@ -266,7 +265,7 @@ func testConcurrentAuthCodeRedeem(t *testing.T, s AuthBackend) {
 	}
 }
 
-func testDeleteExpiredAuthCodes(t *testing.T, s AuthBackend) {
+func testDeleteExpiredAuthCodes(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	for i, exp := range []time.Time{base, base.Add(time.Minute), base.Add(time.Hour)} {
 		if err := s.CreateAuthCode(ctx, authCode(fmt.Sprint("gc", i), alice, exp)); err != nil {
@@ -295,7 +294,7 @@ func appAccess(id string, p vault.Principal, client string) vault.AppAccess {
 	}
 }
 
-func testAppAccessCRUD(t *testing.T, s AuthBackend) {
+func testAppAccessCRUD(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	a := appAccess("a1", odd, "https://claude.example/client.json")
 	got, err := s.CreateAppAccess(ctx, a)
@@ -376,7 +375,7 @@ func testAppAccessCRUD(t *testing.T, s AuthBackend) {
 	}
 }
 
-func testAppAccessUnique(t *testing.T, s AuthBackend) {
+func testAppAccessUnique(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	if _, err := s.CreateAppAccess(ctx, appAccess("u1", alice, "c")); err != nil {
 		t.Fatal(err)
@@ -415,7 +414,7 @@ func testAppAccessUnique(t *testing.T, s AuthBackend) {
 	}
 }
 
-func testAppAccessList(t *testing.T, s AuthBackend) {
+func testAppAccessList(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	bob := vault.Principal{Issuer: alice.Issuer, Subject: "bob"}
 	prefix := vault.Principal{Issuer: alice.Issuer, Subject: "ali"} // a prefix of alice's subject
@@ -435,7 +434,7 @@ func testAppAccessList(t *testing.T, s AuthBackend) {
 	}
 }
 
-func testConcurrentAppAccessUpdates(t *testing.T, s AuthBackend) {
+func testConcurrentAppAccessUpdates(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	if _, err := s.CreateAppAccess(ctx, appAccess("cu", alice, "c")); err != nil {
 		t.Fatal(err)
@@ -467,7 +466,7 @@ func testConcurrentAppAccessUpdates(t *testing.T, s AuthBackend) {
 	}
 }
 
-func testAuthClosed(t *testing.T, s AuthBackend) {
+func testAuthClosed(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

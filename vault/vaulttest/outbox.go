@@ -37,24 +37,6 @@ func RunOutbox(t *testing.T, newStore NewHookedStore) {
 	}
 }
 
-func outboxOf(t *testing.T, s vault.Store) vault.Outbox {
-	t.Helper()
-	o, ok := vault.OutboxFor(s)
-	if !ok {
-		t.Fatalf("%T keeps no outbox", s)
-	}
-	return o
-}
-
-func adminOf(t *testing.T, s vault.Store) vault.AdminStore {
-	t.Helper()
-	a, ok := vault.AdminFor(s)
-	if !ok {
-		t.Fatalf("%T is no AdminStore", s)
-	}
-	return a
-}
-
 // recordingHook names every change it sees: created, deleted or
 // updated, with the status after it; a change of LastUsed alone gives
 // nothing, as the broker's own hook does.
@@ -99,7 +81,7 @@ func types(t *testing.T, o vault.Outbox) []string {
 func testChangesWriteDeliveries(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, recordingHook)
 	t.Cleanup(func() { _ = s.Close() })
-	o := outboxOf(t, s)
+	o := s.Outbox()
 	ctx := t.Context()
 	mustCreate(t, s, Conn("c1", alice, "github", "1"))
 	if _, err := s.CreateConnection(ctx, Conn("c1", alice, "github", "1")); !errors.Is(err, vault.ErrExists) {
@@ -155,7 +137,7 @@ func testChangesWriteDeliveries(t *testing.T, newStore NewHookedStore) {
 	if err := plain.DeleteConnection(ctx, "c2"); err != nil {
 		t.Fatal(err)
 	}
-	if n, _, err := outboxOf(t, plain).OutboxDepth(ctx); err != nil || n != 0 {
+	if n, _, err := plain.Outbox().OutboxDepth(ctx); err != nil || n != 0 {
 		t.Fatalf("a store without a hook holds %d deliveries (%v)", n, err)
 	}
 }
@@ -163,7 +145,7 @@ func testChangesWriteDeliveries(t *testing.T, newStore NewHookedStore) {
 func testClaimLease(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, nil)
 	t.Cleanup(func() { _ = s.Close() })
-	o := outboxOf(t, s)
+	o := s.Outbox()
 	ctx := t.Context()
 	var ds []vault.Delivery
 	for i := range 5 {
@@ -229,7 +211,7 @@ func testClaimLease(t *testing.T, newStore NewHookedStore) {
 func testConcurrentClaims(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, nil)
 	t.Cleanup(func() { _ = s.Close() })
-	o := outboxOf(t, s)
+	o := s.Outbox()
 	ctx := t.Context()
 	const n = 200
 	var ds []vault.Delivery
@@ -275,7 +257,7 @@ func testConcurrentClaims(t *testing.T, newStore NewHookedStore) {
 func testProviderConnections(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, nil)
 	t.Cleanup(func() { _ = s.Close() })
-	a := adminOf(t, s)
+	a := s.Admin()
 	bob := vault.Principal{Issuer: alice.Issuer, Subject: "bob"}
 	for i := range 7 {
 		p := alice
@@ -315,7 +297,7 @@ func testProviderConnections(t *testing.T, newStore NewHookedStore) {
 func testDeleteGrants(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, nil)
 	t.Cleanup(func() { _ = s.Close() })
-	a := adminOf(t, s)
+	a := s.Admin()
 	ctx := t.Context()
 	bob := vault.Principal{Issuer: alice.Issuer, Subject: "bob"}
 	for i, p := range []vault.Principal{alice, alice, bob, alice} {
@@ -348,8 +330,8 @@ func testDeleteGrants(t *testing.T, newStore NewHookedStore) {
 func testRetire(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, recordingHook)
 	t.Cleanup(func() { _ = s.Close() })
-	a := adminOf(t, s)
-	o := outboxOf(t, s)
+	a := s.Admin()
+	o := s.Outbox()
 	ctx := t.Context()
 	want := mustCreate(t, s, Conn("r1", alice, "github", "1"))
 	mustCreate(t, s, Conn("r2", alice, "google", "2"))

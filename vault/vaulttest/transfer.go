@@ -17,16 +17,11 @@ import (
 // a confidential and a public registered client; a redeemed and an
 // unredeemed authorization code; app authorizations with token families;
 // webhook deliveries, one of them retried. Key canaries are the store's
-// own. s must also be a vault.AuthStore, with an outbox and an AdminStore.
-// It returns how many records of each kind it stored.
+// own. It returns how many records of each kind it stored.
 func FillEveryKind(t *testing.T, s vault.Store) map[vault.RecordKind]int {
 	t.Helper()
 	ctx := t.Context()
-	auth, ok := s.(vault.AuthStore)
-	if !ok {
-		t.Fatalf("%T is no AuthStore", s)
-	}
-	out, adm := outboxOf(t, s), adminOf(t, s)
+	auth, out, adm := s.Auth(), s.Outbox(), s.Admin()
 	check := func(what string, err error) {
 		t.Helper()
 		if err != nil {

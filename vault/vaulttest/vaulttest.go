@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"ConcurrentCreateSameID", testConcurrentCreateSameID},
 		{"ConcurrentCreateAndList", testConcurrentCreateAndList},
 		{"GrantConnector", testGrantConnector},
+		{"Locker", testLocker},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
