@@ -29,6 +29,10 @@ const (
 	KindAppAccess
 	// KindDelivery: a webhook delivery in the outbox.
 	KindDelivery
+	// KindSpentAssertion: a spent one-time assertion (an ID-JAG's jti,
+	// as an AssertionKey) and when it expires: without it the target of
+	// a migration would accept the assertion again.
+	KindSpentAssertion
 )
 
 var recordKindNames = [...]string{
@@ -40,6 +44,7 @@ var recordKindNames = [...]string{
 	KindAuthCode:          "authorization codes",
 	KindAppAccess:         "app authorizations",
 	KindDelivery:          "webhook deliveries",
+	KindSpentAssertion:    "spent assertions",
 }
 
 // String names the kind's records, as a report counts them.

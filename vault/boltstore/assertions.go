@@ -10,11 +10,34 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // bSpent holds spent assertions: vault.AssertionKey -> expiry (Unix
-// nanoseconds, big endian).
+// nanoseconds, big endian: spentValue).
 var bSpent = []byte("spent_assertions")
+
+// spentValue is a spent assertion's value in bSpent.
+func spentValue(expires time.Time) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(expires.UnixNano()))
+}
+
+// spentExpiry reads a value of bSpent; false when it is not one.
+func spentExpiry(v []byte) (time.Time, bool) {
+	if len(v) != 8 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(v))), true
+}
+
+// spentRecord is the exported record of the spent assertion under k.
+func spentRecord(k, v []byte) ([]byte, error) {
+	exp, ok := spentExpiry(v)
+	if !ok {
+		return nil, fmt.Errorf("spent assertion %s: %d bytes of expiry: %w", k, len(v), vault.ErrMalformed)
+	}
+	return record.EncodeSpentAssertion(string(k), exp)
+}
 
 // Assertions implements vault.Store: the store is its own AssertionLedger.
 func (s *Store) Assertions() vault.AssertionLedger { return s }
@@ -29,7 +52,7 @@ func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Tim
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	val := binary.BigEndian.AppendUint64(nil, uint64(expires.UnixNano()))
+	val := spentValue(expires)
 	var opErr error
 	err := s.batch(func(tx *bolt.Tx) error {
 		opErr = nil
@@ -58,7 +81,7 @@ func (s *Store) DeleteSpentAssertions(ctx context.Context, before time.Time) (in
 		b := tx.Bucket(bSpent)
 		var gone [][]byte
 		err := b.ForEach(func(k, v []byte) error {
-			if len(v) != 8 || int64(binary.BigEndian.Uint64(v)) < before.UnixNano() {
+			if exp, ok := spentExpiry(v); !ok || exp.Before(before) {
 				gone = append(gone, bytes.Clone(k))
 			}
 			return nil

@@ -3,6 +3,7 @@ package vaulttest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -16,8 +17,8 @@ import (
 // mangle) in both statuses, one of them retired; grants in three states;
 // a confidential and a public registered client; a redeemed and an
 // unredeemed authorization code; app authorizations with token families;
-// webhook deliveries, one of them retried. Key canaries are the store's
-// own. It returns how many records of each kind it stored.
+// webhook deliveries, one of them retried; spent assertions (StillSpent
+// checks them). Key canaries are the store's own. It returns how many records of each kind it stored.
 func FillEveryKind(t *testing.T, s vault.Store) map[vault.RecordKind]int {
 	t.Helper()
 	ctx := t.Context()
@@ -105,9 +106,29 @@ func FillEveryKind(t *testing.T, s vault.Store) map[vault.RecordKind]int {
 	ds[2].Attempts, ds[2].Due, ds[2].LastError = 3, base.Add(time.Hour), "502 from the endpoint"
 	check("retry", out.RetryDelivery(ctx, ds[2]))
 
+	for _, jti := range spentJTIs {
+		check("spend "+jti, s.Assertions().SpendAssertion(ctx, vault.AssertionKey(alice.Issuer, jti), base.Add(5*time.Minute)))
+	}
+
 	return map[vault.RecordKind]int{
 		vault.KindConnection: 4, vault.KindRetiredConnection: 1, vault.KindGrant: 3,
 		vault.KindOAuthClient: 2, vault.KindAuthCode: 2, vault.KindAppAccess: 2, vault.KindDelivery: 3,
+		vault.KindSpentAssertion: len(spentJTIs),
+	}
+}
+
+// spentJTIs are the ids of the assertions FillEveryKind spends.
+var spentJTIs = []string{"jti-1", "jti-2"}
+
+// StillSpent fails unless s refuses every assertion FillEveryKind spent:
+// a store its records were copied into keeps replay protection.
+func StillSpent(t *testing.T, s vault.Store) {
+	t.Helper()
+	for _, jti := range spentJTIs {
+		err := s.Assertions().SpendAssertion(t.Context(), vault.AssertionKey(alice.Issuer, jti), base.Add(5*time.Minute))
+		if !errors.Is(err, vault.ErrAssertionSpent) {
+			t.Errorf("assertion %s after the copy: %v, want ErrAssertionSpent", jti, err)
+		}
 	}
 }
 
