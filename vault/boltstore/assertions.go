@@ -53,20 +53,13 @@ func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Tim
 		return err
 	}
 	val := spentValue(expires)
-	var opErr error
-	err := s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bSpent)
 		if b.Get([]byte(key)) != nil {
-			opErr = fmt.Errorf("boltstore: %w", vault.ErrAssertionSpent)
-			return nil
+			return refuse(fmt.Errorf("boltstore: %w", vault.ErrAssertionSpent))
 		}
 		return b.Put([]byte(key), val)
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }
 
 // DeleteSpentAssertions implements vault.AssertionLedger. The bucket only

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -43,23 +44,16 @@ func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max 
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
-	var opErr error
-	err = s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	err = s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bOAuthClients)
 		if b.Get([]byte(c.ID)) != nil {
-			opErr = fmt.Errorf("boltstore: oauth client %s: %w", c.ID, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: oauth client %s: %w", c.ID, vault.ErrExists))
 		}
 		if max > 0 && countKeys(b, max) >= max {
-			opErr = fmt.Errorf("boltstore: oauth client %s: %w", c.ID, vault.ErrTooManyClients)
-			return nil
+			return refuse(fmt.Errorf("boltstore: oauth client %s: %w", c.ID, vault.ErrTooManyClients))
 		}
 		return b.Put([]byte(c.ID), rec)
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
@@ -120,20 +114,13 @@ func (s *Store) deleteKey(ctx context.Context, bucket []byte, key, what string) 
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var opErr error
-	err := s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
 		if b.Get([]byte(key)) == nil {
-			opErr = fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound))
 		}
 		return b.Delete([]byte(key))
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }
 
 // deleteWhere removes the records of bucket that drop says to, in one
@@ -186,20 +173,13 @@ func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
 	if err != nil {
 		return err
 	}
-	var opErr error
-	err = s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bOAuthCodes)
 		if b.Get([]byte(c.Key)) != nil {
-			opErr = fmt.Errorf("boltstore: authorization code: %w", vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: authorization code: %w", vault.ErrExists))
 		}
 		return b.Put([]byte(c.Key), rec)
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }
 
 // RedeemAuthCode implements vault.AuthStore: read, check and mark happen in
@@ -208,40 +188,34 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 	if err := s.ready(ctx); err != nil {
 		return vault.AuthCode{}, err
 	}
-	var (
-		out   vault.AuthCode
-		opErr error
-	)
-	err := s.batch(func(tx *bolt.Tx) error {
-		out, opErr = vault.AuthCode{}, nil
+	var out vault.AuthCode
+	err := s.decide(func(tx *bolt.Tx) error {
+		out = vault.AuthCode{}
 		b := tx.Bucket(bOAuthCodes)
 		rec := b.Get([]byte(key))
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: authorization code: %w", vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: authorization code: %w", vault.ErrNotFound))
 		}
 		c, err := record.DecodeAuthCode(rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		if c.Redeemed {
-			out, opErr = c, fmt.Errorf("boltstore: %w", vault.ErrCodeRedeemed)
-			return nil
+			out = c
+			return refuse(fmt.Errorf("boltstore: %w", vault.ErrCodeRedeemed))
 		}
 		c.Redeemed = true
 		nrec, err := record.EncodeAuthCode(c)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		out = c
 		return b.Put([]byte(key), nrec)
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, vault.ErrCodeRedeemed) {
 		return vault.AuthCode{}, err
 	}
-	return out, opErr
+	return out, err // a redeemed code comes with its record
 }
 
 // DeleteExpiredAuthCodes implements vault.AuthStore.
@@ -264,26 +238,19 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 		return vault.AppAccess{}, err
 	}
 	ik := appClientKey(a.Principal, a.ClientID)
-	var opErr error
-	err = s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	err = s.decide(func(tx *bolt.Tx) error {
 		apps, idx := tx.Bucket(bOAuthApps), tx.Bucket(bOAuthAppByClient)
 		if apps.Get([]byte(a.ID)) != nil {
-			opErr = fmt.Errorf("boltstore: app access %s: %w", a.ID, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: app access %s: %w", a.ID, vault.ErrExists))
 		}
 		if idx.Get(ik) != nil {
-			opErr = fmt.Errorf("boltstore: app access for client %q: %w", a.ClientID, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: app access for client %q: %w", a.ClientID, vault.ErrExists))
 		}
 		if err := apps.Put([]byte(a.ID), rec); err != nil {
 			return err
 		}
 		return idx.Put(ik, []byte(a.ID))
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
@@ -348,16 +315,9 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 	if err != nil {
 		return nil, err
 	}
-	out := make([]vault.AppAccess, 0, len(recs))
-	for _, rec := range recs {
-		a, err := record.DecodeAppAccess(rec)
-		if err != nil {
-			return nil, err
-		}
-		if a.Principal != p {
-			return nil, fmt.Errorf("boltstore: app access %s is indexed under another principal: %w", a.ID, vault.ErrMalformed)
-		}
-		out = append(out, a)
+	out, err := record.DecodeAppAccessOf(p, recs)
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b vault.AppAccess) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
@@ -376,14 +336,11 @@ func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var opErr error
-	err := s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bOAuthApps)
 		rec := b.Get([]byte(id))
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound))
 		}
 		if a, err := record.DecodeAppAccess(rec); err == nil {
 			if err := tx.Bucket(bOAuthAppByClient).Delete(appClientKey(a.Principal, a.ClientID)); err != nil {
@@ -392,8 +349,4 @@ func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
 		}
 		return b.Delete([]byte(id))
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }

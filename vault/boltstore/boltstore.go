@@ -302,6 +302,35 @@ func (s *Store) batch(fn func(*bolt.Tx) error) (err error) {
 	return txErr(s.group.do(fn))
 }
 
+// decide runs fn in a batched write transaction, as batch does, where fn
+// may refuse: a refuse(err) it returns is decide's answer, and the
+// transaction ends as if fn had returned nil (fn refuses before it
+// writes). Any other error fails the transaction.
+func (s *Store) decide(fn func(*bolt.Tx) error) error {
+	var refused error
+	err := s.batch(func(tx *bolt.Tx) error {
+		refused = nil
+		err := fn(tx)
+		if r := (refusal{}); errors.As(err, &r) {
+			refused = r.err
+			return nil
+		}
+		return err
+	})
+	if err == nil {
+		err = refused
+	}
+	return err
+}
+
+// refusal is an answer of a decide closure that is not a failure.
+type refusal struct{ err error }
+
+func (r refusal) Error() string { return r.err.Error() }
+
+// refuse makes err a decide closure's answer (see decide).
+func refuse(err error) error { return refusal{err} }
+
 func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
 	defer s.recoverCorrupt(&err)
 	return txErr(s.db.Update(fn))
@@ -356,18 +385,14 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	}
 	id := []byte(c.ID)
 	idx := connIndexKey(c.Principal, c.ID)
-	var opErr error
-	err = s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	err = s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bConns)
 		if b.Get(id) != nil {
-			opErr = fmt.Errorf("boltstore: connection %s: %w", c.ID, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: connection %s: %w", c.ID, vault.ErrExists))
 		}
 		ds, err := record.ChangeDeliveries(s.changes, nil, rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		if err := b.Put(id, rec); err != nil {
 			return err
@@ -377,9 +402,6 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 		}
 		return tx.Bucket(bConnByPrinc).Put(idx, nil)
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -526,22 +548,17 @@ func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string,
 	if err := s.ready(ctx); err != nil {
 		return *new(T), err
 	}
-	var (
-		out   T
-		opErr error
-	)
-	err := s.batch(func(tx *bolt.Tx) error {
-		out, opErr = *new(T), nil
+	var out T
+	err := s.decide(func(tx *bolt.Tx) error {
+		out = *new(T)
 		b := tx.Bucket(bucket)
 		rec := b.Get([]byte(key))
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound))
 		}
 		e, err := change(rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		if err := b.Put([]byte(key), e.rec); err != nil {
 			return err
@@ -559,9 +576,6 @@ func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string,
 		out = e.out
 		return nil
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return *new(T), err
 	}
@@ -579,24 +593,19 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var opErr error
-	err := s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bConns)
 		rec := b.Get([]byte(id))
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound))
 		}
 		meta, err := record.ConnectionMeta(rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		ds, err := record.ChangeDeliveries(s.changes, rec, nil)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		if err := putDeliveries(tx, ds); err != nil {
 			return err
@@ -614,10 +623,6 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 		}
 		return b.Delete([]byte(id))
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }
 
 // AccountConnections implements vault.Store: a scan of every record's
@@ -777,13 +782,10 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 	}
 	id := []byte(g.ID)
 	pk, ek := grantPrincipalKey(g), grantExpiryKey(g)
-	var opErr error
-	err = s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	err = s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bGrants)
 		if b.Get(id) != nil {
-			opErr = fmt.Errorf("boltstore: grant %s: %w", g.ID, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: grant %s: %w", g.ID, vault.ErrExists))
 		}
 		if lim.Enforced() {
 			created, open, err := countGrants(tx, g.Principal, lim)
@@ -791,8 +793,7 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 				err = lim.Check(created, open)
 			}
 			if err != nil {
-				opErr = fmt.Errorf("boltstore: grant %s: %w", g.ID, err)
-				return nil
+				return refuse(fmt.Errorf("boltstore: grant %s: %w", g.ID, err))
 			}
 		}
 		if err := b.Put(id, rec); err != nil {
@@ -803,9 +804,6 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 		}
 		return tx.Bucket(bGrantByExp).Put(ek, nil)
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return vault.Grant{}, err
 	}

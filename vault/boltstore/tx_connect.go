@@ -41,42 +41,36 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		return vault.Connection{}, vault.Grant{}, errors.New("boltstore: connect: no connection to write")
 	}
 	var (
-		outC  vault.Connection
-		outG  vault.Grant
-		opErr error
+		outC vault.Connection
+		outG vault.Grant
 	)
-	err := s.batch(func(tx *bolt.Tx) error {
-		outC, outG, opErr = vault.Connection{}, vault.Grant{}, nil
+	err := s.decide(func(tx *bolt.Tx) error {
+		outC, outG = vault.Connection{}, vault.Grant{}
 		cb := tx.Bucket(bConns)
 		old := cb.Get(id)
 		rec := newRec
 		switch {
 		case w.Create != nil && old != nil:
-			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrExists))
 		case w.Create != nil:
 			outC = created
 			outC.SealedWith = s.kr.Primary()
 		case old == nil:
-			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound))
 		default:
 			nrec, nc, err := record.ApplyConnectionRecordUpdate(s.kr, old, string(id), w.Update)
 			if err != nil {
-				opErr = err
-				return nil
+				return refuse(err)
 			}
 			rec, outC = nrec, nc
 		}
 		og, ng, ngrec, err := grantUpdate(tx, grantID, grant)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		ds, err := record.ChangeDeliveries(s.changes, old, rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		// Every expected failure is behind us: write both.
 		if err := cb.Put(id, rec); err != nil {
@@ -99,9 +93,6 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		outG = ng
 		return nil
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}

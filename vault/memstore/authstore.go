@@ -96,23 +96,10 @@ func (s *Store) DeleteOAuthClient(ctx context.Context, id string) error {
 
 // DeleteUnusedOAuthClients implements vault.AuthStore.
 func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time.Time) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return 0, err
-	}
-	n := 0
-	for id, b := range s.auth.clients {
+	return deleteWhere(s, s.auth.clients, func(b []byte) (bool, error) {
 		c, err := record.DecodeOAuthClient(b)
-		if err != nil {
-			return n, err
-		}
-		if c.Used.IsZero() && c.Created.Before(createdBefore) {
-			delete(s.auth.clients, id)
-			n++
-		}
-	}
-	return n, nil
+		return err == nil && c.Used.IsZero() && c.Created.Before(createdBefore), err
+	})
 }
 
 // CreateAuthCode implements vault.AuthStore.
@@ -162,23 +149,10 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 
 // DeleteExpiredAuthCodes implements vault.AuthStore.
 func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return 0, err
-	}
-	n := 0
-	for k, b := range s.auth.codes {
+	return deleteWhere(s, s.auth.codes, func(b []byte) (bool, error) {
 		c, err := record.DecodeAuthCode(b)
-		if err != nil {
-			return n, err
-		}
-		if c.Expires.Before(before) {
-			delete(s.auth.codes, k)
-			n++
-		}
-	}
-	return n, nil
+		return err == nil && c.Expires.Before(before), err
+	})
 }
 
 // CreateAppAccess implements vault.AuthStore.

@@ -56,6 +56,7 @@ func NewWith(kr *vault.Keyring, opts Options) *Store {
 		auth:        newAuthMaps(),
 		outbox:      map[string]vault.Delivery{},
 		retired:     map[string][]byte{},
+		spent:       map[string]time.Time{},
 	}
 }
 
@@ -395,19 +396,28 @@ func (s *Store) countGrants(p vault.Principal, lim vault.GrantLimits) (created, 
 
 // DeleteExpiredGrants implements vault.Store.
 func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error) {
+	return deleteWhere(s, s.grants, func(b []byte) (bool, error) {
+		g, err := record.DecodeGrant(b)
+		return err == nil && g.Expires.Before(now), err
+	})
+}
+
+// deleteWhere removes, under the write lock, the entries of m (one of the
+// store's maps) that drop says to, and returns how many.
+func deleteWhere[V any](s *Store, m map[string]V, drop func(V) (bool, error)) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
 		return 0, err
 	}
 	n := 0
-	for id, b := range s.grants {
-		g, err := record.DecodeGrant(b)
+	for k, v := range m {
+		ok, err := drop(v)
 		if err != nil {
 			return n, err
 		}
-		if g.Expires.Before(now) {
-			delete(s.grants, id)
+		if ok {
+			delete(m, k)
 			n++
 		}
 	}

@@ -141,23 +141,10 @@ func (s *Store) ProviderConnections(ctx context.Context, provider, after string,
 
 // DeleteGrants implements vault.AdminStore.
 func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return 0, err
-	}
-	n := 0
-	for id, b := range s.grants {
+	return deleteWhere(s, s.grants, func(b []byte) (bool, error) {
 		g, err := record.DecodeGrant(b)
-		if err != nil {
-			return n, err
-		}
-		if g.Principal == p {
-			delete(s.grants, id)
-			n++
-		}
-	}
-	return n, nil
+		return err == nil && g.Principal == p, err
+	})
 }
 
 // RetireConnection implements vault.AdminStore.

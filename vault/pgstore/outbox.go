@@ -301,18 +301,7 @@ func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]va
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: retired connections: %w", err))
 	}
-	out := make([]vault.Connection, 0, len(recs))
-	for _, rec := range recs {
-		c, err := record.DecodeConnection(s.kr, rec)
-		if err != nil {
-			return nil, err
-		}
-		if c.Principal != p {
-			return nil, fmt.Errorf("pgstore: retired connection %s is listed under another principal: %w", c.ID, vault.ErrMalformed)
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return record.DecodeRetired(s.kr, p, recs)
 }
 
 // ForgetRetired implements vault.AdminStore.

@@ -39,6 +39,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"credbroker/vault"
@@ -363,22 +364,96 @@ func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection,
 // connectionRecord reads connection id's stored record and its version
 // column.
 func (s *Store) connectionRecord(ctx context.Context, id string) ([]byte, int64, error) {
+	return s.readRecord(ctx, "connection", "SELECT record, version FROM connections WHERE id = $1", id)
+}
+
+// insertRow stores a new row: insert is an INSERT … ON CONFLICT DO NOTHING
+// with args, and ErrExists answers a taken key. With check, the insert
+// runs in a transaction that first takes the transaction-level advisory
+// lock lock, and check (a count, under the lock) may refuse it: its
+// refusal (its first result) is the answer, and nothing is written (the
+// commit only releases the lock). name names the row in errors ("grant
+// g1").
+func (s *Store) insertRow(ctx context.Context, name, insert string, args []any, lock int64, check func(pgx.Tx) (refused, err error)) error {
+	var refused error
+	run := func(db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}) error {
+		tag, err := db.Exec(ctx, insert, args...)
+		if err == nil && tag.RowsAffected() == 0 {
+			refused = vault.ErrExists
+		}
+		return err
+	}
+	var err error
+	if check == nil {
+		err = run(s.pool)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			refused = nil
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock); err != nil {
+				return err
+			}
+			var err error
+			if refused, err = check(tx); refused != nil || err != nil {
+				return err
+			}
+			return run(tx)
+		})
+	}
+	if err != nil {
+		return s.dbErr(fmt.Errorf("pgstore: create %s: %w", name, err))
+	}
+	if refused != nil {
+		return fmt.Errorf("pgstore: %s: %w", name, refused)
+	}
+	return nil
+}
+
+// readRecord reads the record and the version column of the row query
+// (SELECT record, version … WHERE id = $1) finds for id. what names the
+// kind of record in errors.
+func (s *Store) readRecord(ctx context.Context, what, query, id string) ([]byte, int64, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, 0, err
 	}
 	if !storable(id) {
-		return nil, 0, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
+		return nil, 0, fmt.Errorf("pgstore: %s %q: %w", what, id, vault.ErrNotFound)
 	}
+	return s.scanRecord(s.pool.QueryRow(ctx, query, id), what, id)
+}
+
+// scanRecord scans a row of a record and its version; ErrNotFound when
+// there is none. what and name name the row in errors.
+func (s *Store) scanRecord(row pgx.Row, what, name string) ([]byte, int64, error) {
 	var rec []byte
 	var version int64
-	err := s.pool.QueryRow(ctx, "SELECT record, version FROM connections WHERE id = $1", id).Scan(&rec, &version)
+	err := row.Scan(&rec, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
+		return nil, 0, fmt.Errorf("pgstore: %s %s: %w", what, name, vault.ErrNotFound)
 	}
 	if err != nil {
-		return nil, 0, s.dbErr(fmt.Errorf("pgstore: get connection %s: %w", id, err))
+		return nil, 0, s.dbErr(fmt.Errorf("pgstore: get %s %s: %w", what, name, err))
 	}
 	return rec, version, nil
+}
+
+// getRecord is readRecord decoded as a record of kind k; a record naming
+// another id than the one it is stored under is malformed.
+func getRecord[T any](ctx context.Context, s *Store, k record.Kind[T], what, query, id string) (T, int64, error) {
+	var zero T
+	rec, version, err := s.readRecord(ctx, what, query, id)
+	if err != nil {
+		return zero, 0, err
+	}
+	v, err := k.Decode(rec)
+	if err == nil && k.ID(v) != id {
+		err = fmt.Errorf("pgstore: %s %s: stored record names id %s: %w", what, id, k.ID(v), vault.ErrMalformed)
+	}
+	if err != nil {
+		return zero, 0, err
+	}
+	return v, version, nil
 }
 
 // ListConnections implements vault.Store: an index scan on (iss, sub, id).
@@ -630,51 +705,27 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 	if err != nil {
 		return vault.Grant{}, err
 	}
-	if !lim.Enforced() {
-		tag, err := s.pool.Exec(ctx, insertGrant, args...)
+	var limited func(pgx.Tx) (error, error)
+	var lock int64
+	if lim.Enforced() {
+		name := grantLockName(g.Principal)
+		unlock, err := s.grantLocal.LockConnection(ctx, name)
 		if err != nil {
-			return vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: create grant %s: %w", g.ID, err))
+			return vault.Grant{}, err
 		}
-		if tag.RowsAffected() == 0 {
-			return vault.Grant{}, fmt.Errorf("pgstore: grant %s: %w", g.ID, vault.ErrExists)
+		defer unlock()
+		lock = lockKey(name)
+		limited = func(tx pgx.Tx) (error, error) {
+			var created, open int
+			if err := tx.QueryRow(ctx, countGrantsSQL, []byte(g.Principal.Issuer), []byte(g.Principal.Subject),
+				nanos(lim.Since), nanos(lim.Now)).Scan(&created, &open); err != nil {
+				return nil, err
+			}
+			return lim.Check(created, open), nil
 		}
-		return g, nil
 	}
-	name := grantLockName(g.Principal)
-	unlock, err := s.grantLocal.LockConnection(ctx, name)
-	if err != nil {
+	if err := s.insertRow(ctx, "grant "+g.ID, insertGrant, args, lock, limited); err != nil {
 		return vault.Grant{}, err
-	}
-	defer unlock()
-	var opErr error
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		opErr = nil
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(name)); err != nil {
-			return err
-		}
-		var created, open int
-		if err := tx.QueryRow(ctx, countGrantsSQL, []byte(g.Principal.Issuer), []byte(g.Principal.Subject),
-			nanos(lim.Since), nanos(lim.Now)).Scan(&created, &open); err != nil {
-			return err
-		}
-		if err := lim.Check(created, open); err != nil {
-			opErr = err
-			return nil // nothing written; the commit only releases the lock
-		}
-		tag, err := tx.Exec(ctx, insertGrant, args...)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			opErr = vault.ErrExists
-		}
-		return nil
-	})
-	if err != nil {
-		return vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: create grant %s: %w", g.ID, err))
-	}
-	if opErr != nil {
-		return vault.Grant{}, fmt.Errorf("pgstore: grant %s: %w", g.ID, opErr)
 	}
 	return g, nil
 }
@@ -693,29 +744,7 @@ func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
 }
 
 func (s *Store) getGrant(ctx context.Context, id string) (vault.Grant, int64, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Grant{}, 0, err
-	}
-	if !storable(id) {
-		return vault.Grant{}, 0, fmt.Errorf("pgstore: grant %q: %w", id, vault.ErrNotFound)
-	}
-	var rec []byte
-	var version int64
-	err := s.pool.QueryRow(ctx, "SELECT record, version FROM grants WHERE id = $1", id).Scan(&rec, &version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return vault.Grant{}, 0, fmt.Errorf("pgstore: grant %s: %w", id, vault.ErrNotFound)
-	}
-	if err != nil {
-		return vault.Grant{}, 0, s.dbErr(fmt.Errorf("pgstore: get grant %s: %w", id, err))
-	}
-	g, err := record.DecodeGrant(rec)
-	if err == nil && g.ID != id {
-		err = fmt.Errorf("pgstore: grant %s: stored record names id %s: %w", id, g.ID, vault.ErrMalformed)
-	}
-	if err != nil {
-		return vault.Grant{}, 0, err
-	}
-	return g, version, nil
+	return getRecord(ctx, s, record.Grants, "grant", "SELECT record, version FROM grants WHERE id = $1", id)
 }
 
 // UpdateGrant implements vault.Store with the compare-and-swap of
@@ -768,18 +797,7 @@ func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Ti
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: list grants: %w", err))
 	}
-	out := make([]vault.Grant, 0, len(recs))
-	for _, rec := range recs {
-		g, err := record.DecodeGrant(rec)
-		if err != nil {
-			return nil, err
-		}
-		if g.Principal != p {
-			return nil, fmt.Errorf("pgstore: grant %s is listed under another principal: %w", g.ID, vault.ErrMalformed)
-		}
-		out = append(out, g)
-	}
-	return out, nil
+	return record.DecodeGrantsOf(p, recs)
 }
 
 // DeleteExpiredGrants implements vault.Store, a thousand grants per

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
@@ -160,25 +159,10 @@ func testOAuthClientLimit(t *testing.T, s authBackend) {
 func testConcurrentOAuthClientLimit(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	const n, max = 24, 5
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Go(func() {
-			_, err := s.CreateOAuthClient(ctx, oauthClient(fmt.Sprint("cc", i), base), max)
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	ok := 0
-	for err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, vault.ErrTooManyClients):
-			t.Fatalf("unexpected error: %v", err)
-		}
-	}
+	ok := concurrently(t, n, vault.ErrTooManyClients, func(i int) error {
+		_, err := s.CreateOAuthClient(ctx, oauthClient(fmt.Sprint("cc", i), base), max)
+		return err
+	})
 	if ok != max {
 		t.Fatalf("%d of %d concurrent registrations stored under a cap of %d", ok, n, max)
 	}
@@ -241,25 +225,10 @@ func testConcurrentAuthCodeRedeem(t *testing.T, s authBackend) {
 		t.Fatal(err)
 	}
 	const n = 20
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for range n {
-		wg.Go(func() {
-			_, err := s.RedeemAuthCode(ctx, c.Key)
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	ok := 0
-	for err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, vault.ErrCodeRedeemed):
-			t.Fatalf("unexpected error: %v", err)
-		}
-	}
+	ok := concurrently(t, n, vault.ErrCodeRedeemed, func(int) error {
+		_, err := s.RedeemAuthCode(ctx, c.Key)
+		return err
+	})
 	if ok != 1 {
 		t.Fatalf("%d of %d concurrent redemptions succeeded; want exactly 1", ok, n)
 	}
@@ -389,25 +358,10 @@ func testAppAccessUnique(t *testing.T, s authBackend) {
 	}
 	// Concurrent first authorizations of one app by one person: one record.
 	const n = 12
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Go(func() {
-			_, err := s.CreateAppAccess(ctx, appAccess(fmt.Sprint("r", i), alice, "race"))
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	ok := 0
-	for err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, vault.ErrExists):
-			t.Fatalf("unexpected error: %v", err)
-		}
-	}
+	ok := concurrently(t, n, vault.ErrExists, func(i int) error {
+		_, err := s.CreateAppAccess(ctx, appAccess(fmt.Sprint("r", i), alice, "race"))
+		return err
+	})
 	list, err := s.ListAppAccess(ctx, alice)
 	if ok != 1 || err != nil || len(list) != 2 {
 		t.Fatalf("%d concurrent creates succeeded and alice lists %d records (%v); want 1 and 2", ok, len(list), err)
@@ -440,26 +394,18 @@ func testConcurrentAppAccessUpdates(t *testing.T, s authBackend) {
 		t.Fatal(err)
 	}
 	const workers, each = 10, 3
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*each)
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				_, err := s.UpdateAppAccess(ctx, "cu", func(a vault.AppAccess) (vault.AppAccess, error) {
-					a.Families = append(a.Families, vault.TokenFamily{ID: fmt.Sprintf("f%d-%d", w, i), Created: base, Expires: base})
-					return a, nil
-				})
-				errs <- err
+	concurrently(t, workers, nil, func(w int) error {
+		for i := range each {
+			_, err := s.UpdateAppAccess(ctx, "cu", func(a vault.AppAccess) (vault.AppAccess, error) {
+				a.Families = append(a.Families, vault.TokenFamily{ID: fmt.Sprintf("f%d-%d", w, i), Created: base, Expires: base})
+				return a, nil
+			})
+			if err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
 		}
-	}
+		return nil
+	})
 	a, err := s.GetAppAccess(ctx, "cu")
 	if err != nil || a.Version != 1+workers*each || len(a.Families) != workers*each {
 		t.Fatalf("record v%d with %d families, %v; want v%d with %d (lost update)", a.Version, len(a.Families), err, 1+workers*each, workers*each)

@@ -74,7 +74,8 @@ func ApplyOAuthClientUpdate(old vault.OAuthClient, fn func(vault.OAuthClient) (v
 }
 
 // OAuthClients are the stored registered clients.
-var OAuthClients = Kind[vault.OAuthClient]{Encode: EncodeOAuthClient, Decode: DecodeOAuthClient, Apply: ApplyOAuthClientUpdate}
+var OAuthClients = Kind[vault.OAuthClient]{Encode: EncodeOAuthClient, Decode: DecodeOAuthClient, Apply: ApplyOAuthClientUpdate,
+	ID: func(c vault.OAuthClient) string { return c.ID }}
 
 type authCodeRecord struct {
 	V           int       `json:"v"`
@@ -222,4 +223,11 @@ func ApplyAppAccessUpdate(old vault.AppAccess, fn func(vault.AppAccess) (vault.A
 }
 
 // AppAccesses are the stored app access records.
-var AppAccesses = Kind[vault.AppAccess]{Encode: EncodeAppAccess, Decode: DecodeAppAccess, Apply: ApplyAppAccessUpdate}
+var AppAccesses = Kind[vault.AppAccess]{Encode: EncodeAppAccess, Decode: DecodeAppAccess, Apply: ApplyAppAccessUpdate,
+	ID: func(a vault.AppAccess) string { return a.ID }}
+
+// DecodeAppAccessOf decodes the app access records a backend listed for p
+// and checks each belongs to p (decodeOwned).
+func DecodeAppAccessOf(p vault.Principal, recs [][]byte) ([]vault.AppAccess, error) {
+	return decodeOwned(p, recs, "app access", DecodeAppAccess, func(a vault.AppAccess) (string, vault.Principal) { return a.ID, a.Principal })
+}

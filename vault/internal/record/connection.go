@@ -324,19 +324,35 @@ func checkConnectionUpdate(old, new vault.Connection) error {
 
 // DecodePrincipalConnections decodes the metadata of the stored records a
 // backend listed for p (from its per-principal index), opening no token
-// set, and checks each really belongs to p: an index entry pointing at
-// another principal's record is corruption, not a result.
+// set, and checks each really belongs to p (decodeOwned).
 func DecodePrincipalConnections(p vault.Principal, recs [][]byte) ([]vault.Connection, error) {
-	out := make([]vault.Connection, 0, len(recs))
+	return decodeOwned(p, recs, "connection", ConnectionMeta, connectionOwner)
+}
+
+// DecodeRetired opens p's retired connections, whose records a backend's
+// index found for p (decodeOwned).
+func DecodeRetired(kr *vault.Keyring, p vault.Principal, recs [][]byte) ([]vault.Connection, error) {
+	return decodeOwned(p, recs, "retired connection", func(rec []byte) (vault.Connection, error) { return DecodeConnection(kr, rec) }, connectionOwner)
+}
+
+func connectionOwner(c vault.Connection) (string, vault.Principal) { return c.ID, c.Principal }
+
+// decodeOwned decodes, with decode, the records a backend listed for p
+// (from a per-principal index), and checks that each belongs to p: an
+// index entry pointing at another principal's record is corruption, not
+// a result. owner gives a value's id and principal; what names the kind
+// of record in errors.
+func decodeOwned[T any](p vault.Principal, recs [][]byte, what string, decode func([]byte) (T, error), owner func(T) (string, vault.Principal)) ([]T, error) {
+	out := make([]T, 0, len(recs))
 	for _, rec := range recs {
-		c, err := ConnectionMeta(rec)
+		v, err := decode(rec)
 		if err != nil {
 			return nil, err
 		}
-		if c.Principal != p {
-			return nil, fmt.Errorf("vault: connection %s is indexed under another principal: %w", c.ID, vault.ErrMalformed)
+		if id, q := owner(v); q != p {
+			return nil, fmt.Errorf("vault: %s %s is indexed under another principal: %w", what, id, vault.ErrMalformed)
 		}
-		out = append(out, c)
+		out = append(out, v)
 	}
 	return out, nil
 }

@@ -90,4 +90,11 @@ func ApplyGrantUpdate(old vault.Grant, fn func(vault.Grant) (vault.Grant, error)
 }
 
 // Grants are the stored grants.
-var Grants = Kind[vault.Grant]{Encode: EncodeGrant, Decode: DecodeGrant, Apply: ApplyGrantUpdate}
+var Grants = Kind[vault.Grant]{Encode: EncodeGrant, Decode: DecodeGrant, Apply: ApplyGrantUpdate,
+	ID: func(g vault.Grant) string { return g.ID }}
+
+// DecodeGrantsOf decodes the grant records a backend listed for p and
+// checks each belongs to p (decodeOwned).
+func DecodeGrantsOf(p vault.Principal, recs [][]byte) ([]vault.Grant, error) {
+	return decodeOwned(p, recs, "grant", DecodeGrant, func(g vault.Grant) (string, vault.Principal) { return g.ID, g.Principal })
+}

@@ -44,6 +44,8 @@ type Kind[T any] struct {
 	// Apply runs an update closure on the current value with the kind's
 	// rules (applyUpdate).
 	Apply func(old T, fn func(T) (T, error)) (T, error)
+	// ID is the id a value names (the key it must be stored under).
+	ID func(T) string
 }
 
 // Update decodes the stored record rec, applies fn with the kind's rules
