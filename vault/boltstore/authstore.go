@@ -315,7 +315,7 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 	if err != nil {
 		return nil, err
 	}
-	out, err := record.DecodeAppAccessOf(p, recs)
+	out, err := record.AppAccesses.DecodeOwned(p, recs)
 	if err != nil {
 		return nil, err
 	}

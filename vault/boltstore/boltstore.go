@@ -376,10 +376,7 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, err
 	}
-	c = c.Clone()
-	c.Version = 1
-	c.SealedWith = ""
-	rec, err := record.EncodeConnection(s.kr, c)
+	c, rec, err := record.NewConnection(s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -419,9 +416,7 @@ func (s *Store) Import(ctx context.Context, conns []vault.Connection) error {
 	type item struct{ id, rec, idx []byte }
 	items := make([]item, len(conns))
 	for i, c := range conns {
-		c = c.Clone()
-		c.Version = 1
-		rec, err := record.EncodeConnection(s.kr, c)
+		c, rec, err := record.NewConnection(s.kr, c)
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -20,31 +19,16 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
-	var (
-		id      []byte
-		created vault.Connection
-		newRec  []byte
-	)
-	switch {
-	case w.Create != nil:
-		created = w.Create.Clone()
-		created.Version = 1
-		created.SealedWith = ""
-		rec, err := record.EncodeConnection(s.kr, created)
-		if err != nil {
-			return vault.Connection{}, vault.Grant{}, err
-		}
-		id, newRec = []byte(created.ID), rec
-	case w.Update != nil:
-		id = []byte(w.UpdateID)
-	default:
-		return vault.Connection{}, vault.Grant{}, errors.New("boltstore: connect: no connection to write")
+	target, created, newRec, err := record.ConnectTarget(s.kr, w)
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
 	}
+	id := []byte(target)
 	var (
 		outC vault.Connection
 		outG vault.Grant
 	)
-	err := s.decide(func(tx *bolt.Tx) error {
+	err = s.decide(func(tx *bolt.Tx) error {
 		outC, outG = vault.Connection{}, vault.Grant{}
 		cb := tx.Bucket(bConns)
 		old := cb.Get(id)

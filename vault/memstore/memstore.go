@@ -78,9 +78,7 @@ func (s *Store) check() error {
 
 // CreateConnection implements vault.Store.
 func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault.Connection, error) {
-	c = c.Clone()
-	c.Version = 1
-	b, err := record.EncodeConnection(s.kr, c)
+	c, b, err := record.NewConnection(s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}

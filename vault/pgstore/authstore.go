@@ -66,7 +66,7 @@ func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max 
 }
 
 func (s *Store) getClient(ctx context.Context, id string) (vault.OAuthClient, int64, error) {
-	return getRecord(ctx, s, record.OAuthClients, "oauth client", "SELECT record, version FROM oauth_clients WHERE id = $1", id)
+	return getRecord(ctx, s, record.OAuthClients, "SELECT record, version FROM oauth_clients WHERE id = $1", id)
 }
 
 // GetOAuthClient implements vault.AuthStore.
@@ -84,7 +84,7 @@ const updateClient = `UPDATE oauth_clients SET created_ns = $2, used = $3, versi
 // version column).
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
 	return cas(ctx, s, "oauth client", id, updateClient, s.getClient, func(old vault.OAuthClient, _ int64) (vault.OAuthClient, casWrite, error) {
-		nc, err := record.ApplyOAuthClientUpdate(old, fn)
+		nc, err := record.OAuthClients.Apply(old, fn)
 		if err != nil {
 			return vault.OAuthClient{}, casWrite{}, err
 		}
@@ -226,7 +226,7 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 }
 
 func (s *Store) getApp(ctx context.Context, id string) (vault.AppAccess, int64, error) {
-	return getRecord(ctx, s, record.AppAccesses, "app access", "SELECT record, version FROM oauth_apps WHERE id = $1", id)
+	return getRecord(ctx, s, record.AppAccesses, "SELECT record, version FROM oauth_apps WHERE id = $1", id)
 }
 
 // GetAppAccess implements vault.AuthStore.
@@ -268,7 +268,7 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: list app access: %w", err))
 	}
-	return record.DecodeAppAccessOf(p, recs)
+	return record.AppAccesses.DecodeOwned(p, recs)
 }
 
 // updateApp rewrites an app access row if its version is still the one
@@ -279,7 +279,7 @@ const updateApp = "UPDATE oauth_apps SET version = $2, record = $3 WHERE id = $1
 // version column).
 func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
 	return cas(ctx, s, "app access", id, updateApp, s.getApp, func(old vault.AppAccess, _ int64) (vault.AppAccess, casWrite, error) {
-		na, err := record.ApplyAppAccessUpdate(old, fn)
+		na, err := record.AppAccesses.Apply(old, fn)
 		if err != nil {
 			return vault.AppAccess{}, casWrite{}, err
 		}

@@ -316,10 +316,7 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, err
 	}
-	c = c.Clone()
-	c.Version = 1
-	c.SealedWith = ""
-	rec, err := record.EncodeConnection(s.kr, c)
+	c, rec, err := record.NewConnection(s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -440,15 +437,15 @@ func (s *Store) scanRecord(row pgx.Row, what, name string) ([]byte, int64, error
 
 // getRecord is readRecord decoded as a record of kind k; a record naming
 // another id than the one it is stored under is malformed.
-func getRecord[T any](ctx context.Context, s *Store, k record.Kind[T], what, query, id string) (T, int64, error) {
+func getRecord[T any](ctx context.Context, s *Store, k record.Kind[T], query, id string) (T, int64, error) {
 	var zero T
-	rec, version, err := s.readRecord(ctx, what, query, id)
+	rec, version, err := s.readRecord(ctx, k.Name, query, id)
 	if err != nil {
 		return zero, 0, err
 	}
 	v, err := k.Decode(rec)
-	if err == nil && k.ID(v) != id {
-		err = fmt.Errorf("pgstore: %s %s: stored record names id %s: %w", what, id, k.ID(v), vault.ErrMalformed)
+	if named, _ := k.Owner(v); err == nil && named != id {
+		err = fmt.Errorf("pgstore: %s %s: stored record names id %s: %w", k.Name, id, named, vault.ErrMalformed)
 	}
 	if err != nil {
 		return zero, 0, err
@@ -744,7 +741,7 @@ func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
 }
 
 func (s *Store) getGrant(ctx context.Context, id string) (vault.Grant, int64, error) {
-	return getRecord(ctx, s, record.Grants, "grant", "SELECT record, version FROM grants WHERE id = $1", id)
+	return getRecord(ctx, s, record.Grants, "SELECT record, version FROM grants WHERE id = $1", id)
 }
 
 // UpdateGrant implements vault.Store with the compare-and-swap of
@@ -752,7 +749,7 @@ func (s *Store) getGrant(ctx context.Context, id string) (vault.Grant, int64, er
 // exactly one write lands and the other re-runs fn on the consumed grant.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
 	return cas(ctx, s, "grant", id, updateGrant, s.getGrant, func(old vault.Grant, _ int64) (vault.Grant, casWrite, error) {
-		ng, err := record.ApplyGrantUpdate(old, fn)
+		ng, err := record.Grants.Apply(old, fn)
 		if err != nil {
 			return vault.Grant{}, casWrite{}, err
 		}
@@ -797,7 +794,7 @@ func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Ti
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: list grants: %w", err))
 	}
-	return record.DecodeGrantsOf(p, recs)
+	return record.Grants.DecodeOwned(p, recs)
 }
 
 // DeleteExpiredGrants implements vault.Store, a thousand grants per

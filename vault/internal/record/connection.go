@@ -313,13 +313,28 @@ func validUTF8(ss ...string) error {
 	return nil
 }
 
-// checkConnectionUpdate reports an error when an update closure changed an
-// immutable field of a connection or returned a stale version.
-func checkConnectionUpdate(old, new vault.Connection) error {
-	if old.ID != new.ID || old.Principal != new.Principal || old.Provider != new.Provider || old.AccountID != new.AccountID {
-		return fmt.Errorf("vault: update of connection %s changed an immutable field (id, principal, provider or account id)", old.ID)
+// NewConnection returns c as CreateConnection stores it (a copy, Version
+// 1) and its record, sealed with kr's primary key.
+func NewConnection(kr *vault.Keyring, c vault.Connection) (vault.Connection, []byte, error) {
+	c = c.Clone()
+	c.Version = 1
+	c.SealedWith = ""
+	rec, err := EncodeConnection(kr, c)
+	return c, rec, err
+}
+
+// ConnectTarget is the connection half of a GrantConnector.Connect: the id
+// of the connection w writes and, when w creates it, the new connection
+// (NewConnection) and its record. A write of nothing is an error.
+func ConnectTarget(kr *vault.Keyring, w vault.ConnectionWrite) (id string, created vault.Connection, rec []byte, err error) {
+	switch {
+	case w.Create != nil:
+		created, rec, err = NewConnection(kr, *w.Create)
+		return created.ID, created, rec, err
+	case w.Update != nil:
+		return w.UpdateID, vault.Connection{}, nil, nil
 	}
-	return checkVersion("connection", old.ID, old.Version, new.Version)
+	return "", vault.Connection{}, nil, errors.New("vault: connect: no connection to write")
 }
 
 // DecodePrincipalConnections decodes the metadata of the stored records a
@@ -381,8 +396,19 @@ func DecodeAccountConnections(provider, accountID string, recs [][]byte) ([]vaul
 // ApplyConnectionRecordUpdate or ApplyConnectionMetaUpdate), so the
 // contract lives in one place.
 func applyConnectionUpdate(old vault.Connection, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return applyUpdate(old, fn, vault.Connection.Clone, checkConnectionUpdate, func(n, o vault.Connection) vault.Connection { n.Version = o.Version + 1; return n })
+	return connectionUpdates.Apply(old, fn)
 }
+
+// connectionUpdates are a connection's update rules (its codec needs the
+// key ring, so it is not a Kind's): an update keeps its id, principal,
+// provider and account.
+var connectionUpdates = Kind[vault.Connection]{Name: "connection", Owner: connectionOwner,
+	clone: vault.Connection.Clone, immutable: "id, principal, provider or account id",
+	same: func(o, n vault.Connection) bool {
+		return o.ID == n.ID && o.Principal == n.Principal && o.Provider == n.Provider && o.AccountID == n.AccountID
+	},
+	version:     func(c vault.Connection) uint64 { return c.Version },
+	withVersion: func(c vault.Connection, v uint64) vault.Connection { c.Version = v; return c }}
 
 // ApplyConnectionRecordUpdate runs an UpdateConnection closure on the
 // stored record rec of connection id: it opens the token set, applies fn

@@ -10,6 +10,6 @@
 //     authorization server's clients, codes and app access records,
 //     webhook deliveries, and spent assertions as exported (assertion.go);
 //   - the update rules of the compare-and-swap closures (immutable fields,
-//     versions: applyUpdate), and Kind, which bundles a kind's codec and
+//     versions: Kind.Apply), and Kind, which bundles a kind's codec and
 //     rules for a backend's one compare-and-swap helper.
 package record
