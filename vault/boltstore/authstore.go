@@ -71,6 +71,22 @@ func countKeys(b *bolt.Bucket, limit int) int {
 	return n
 }
 
+// getKind returns the record of kind k stored under id in bucket.
+func getKind[T any](ctx context.Context, s *Store, bucket []byte, k record.Kind[T], id string) (T, error) {
+	var zero T
+	if err := s.ready(ctx); err != nil {
+		return zero, err
+	}
+	rec, err := s.get(bucket, id)
+	if err != nil {
+		return zero, err
+	}
+	if rec == nil {
+		return zero, fmt.Errorf("boltstore: %s %s: %w", k.Name, id, vault.ErrNotFound)
+	}
+	return k.Decode(rec)
+}
+
 // get returns a copy of key's value in bucket, or nil.
 func (s *Store) get(bucket []byte, key string) ([]byte, error) {
 	var rec []byte
@@ -83,17 +99,7 @@ func (s *Store) get(bucket []byte, key string) ([]byte, error) {
 
 // GetOAuthClient implements vault.AuthStore.
 func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClient, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.OAuthClient{}, err
-	}
-	rec, err := s.get(bOAuthClients, id)
-	if err != nil {
-		return vault.OAuthClient{}, err
-	}
-	if rec == nil {
-		return vault.OAuthClient{}, fmt.Errorf("boltstore: oauth client %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeOAuthClient(rec)
+	return getKind(ctx, s, bOAuthClients, record.OAuthClients, id)
 }
 
 // UpdateOAuthClient implements vault.AuthStore.
@@ -259,17 +265,7 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 
 // GetAppAccess implements vault.AuthStore.
 func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppAccess{}, err
-	}
-	rec, err := s.get(bOAuthApps, id)
-	if err != nil {
-		return vault.AppAccess{}, err
-	}
-	if rec == nil {
-		return vault.AppAccess{}, fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeAppAccess(rec)
+	return getKind(ctx, s, bOAuthApps, record.AppAccesses, id)
 }
 
 // FindAppAccess implements vault.AuthStore.

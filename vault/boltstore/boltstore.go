@@ -807,21 +807,7 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 
 // GetGrant implements vault.Store.
 func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Grant{}, err
-	}
-	var rec []byte
-	err := s.view(func(tx *bolt.Tx) error {
-		rec = bytes.Clone(tx.Bucket(bGrants).Get([]byte(id)))
-		return nil
-	})
-	if err != nil {
-		return vault.Grant{}, err
-	}
-	if rec == nil {
-		return vault.Grant{}, fmt.Errorf("boltstore: grant %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeGrant(rec)
+	return getKind(ctx, s, bGrants, record.Grants, id)
 }
 
 // UpdateGrant implements vault.Store, keeping the indexes in step when

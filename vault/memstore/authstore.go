@@ -59,17 +59,7 @@ func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max 
 
 // GetOAuthClient implements vault.AuthStore.
 func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClient, error) {
-	s.mu.RLock()
-	err := s.check()
-	b, ok := s.auth.clients[id]
-	s.mu.RUnlock()
-	if err != nil {
-		return vault.OAuthClient{}, err
-	}
-	if !ok {
-		return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeOAuthClient(b)
+	return getKind(s, s.auth.clients, record.OAuthClients, id)
 }
 
 // UpdateOAuthClient implements vault.AuthStore.
@@ -182,17 +172,7 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 
 // GetAppAccess implements vault.AuthStore.
 func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, error) {
-	s.mu.RLock()
-	err := s.check()
-	b, ok := s.auth.apps[id]
-	s.mu.RUnlock()
-	if err != nil {
-		return vault.AppAccess{}, err
-	}
-	if !ok {
-		return vault.AppAccess{}, fmt.Errorf("memstore: app access %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeAppAccess(b)
+	return getKind(s, s.auth.apps, record.AppAccesses, id)
 }
 
 // FindAppAccess implements vault.AuthStore.

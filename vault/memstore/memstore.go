@@ -314,17 +314,7 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 
 // GetGrant implements vault.Store.
 func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
-	s.mu.RLock()
-	err := s.check()
-	b, ok := s.grants[id]
-	s.mu.RUnlock()
-	if err != nil {
-		return vault.Grant{}, err
-	}
-	if !ok {
-		return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeGrant(b)
+	return getKind(s, s.grants, record.Grants, id)
 }
 
 // UpdateGrant implements vault.Store.
@@ -398,6 +388,23 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 		g, err := record.DecodeGrant(b)
 		return err == nil && g.Expires.Before(now), err
 	})
+}
+
+// getKind returns the record of kind k stored under id in m (one of the
+// store's maps).
+func getKind[T any](s *Store, m map[string][]byte, k record.Kind[T], id string) (T, error) {
+	s.mu.RLock()
+	err := s.check()
+	b, ok := m[id]
+	s.mu.RUnlock()
+	var zero T
+	if err != nil {
+		return zero, err
+	}
+	if !ok {
+		return zero, fmt.Errorf("memstore: %s %s: %w", k.Name, id, vault.ErrNotFound)
+	}
+	return k.Decode(b)
 }
 
 // deleteWhere removes, under the write lock, the entries of m (one of the

@@ -16,10 +16,8 @@ func (s *Store) Outbox() vault.Outbox { return s }
 
 // EnqueueDeliveries implements vault.Outbox.
 func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) error {
-	for _, d := range ds {
-		if err := record.CheckDelivery(d); err != nil {
-			return err
-		}
+	if err := record.CheckDeliveries(ds); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

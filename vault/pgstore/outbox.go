@@ -112,10 +112,8 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) erro
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	for _, d := range ds {
-		if err := record.CheckDelivery(d); err != nil {
-			return err
-		}
+	if err := record.CheckDeliveries(ds); err != nil {
+		return err
 	}
 	if len(ds) == 0 {
 		return nil
