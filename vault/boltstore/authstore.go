@@ -3,7 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -194,9 +193,12 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 	if err := s.ready(ctx); err != nil {
 		return vault.AuthCode{}, err
 	}
-	var out vault.AuthCode
+	var (
+		out      vault.AuthCode
+		redeemed bool // before: out comes with the refusal
+	)
 	err := s.decide(func(tx *bolt.Tx) error {
-		out = vault.AuthCode{}
+		out, redeemed = vault.AuthCode{}, false
 		b := tx.Bucket(bOAuthCodes)
 		rec := b.Get([]byte(key))
 		if rec == nil {
@@ -207,7 +209,7 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 			return refuse(err)
 		}
 		if c.Redeemed {
-			out = c
+			out, redeemed = c, true
 			return refuse(fmt.Errorf("boltstore: %w", vault.ErrCodeRedeemed))
 		}
 		c.Redeemed = true
@@ -218,10 +220,10 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 		out = c
 		return b.Put([]byte(key), nrec)
 	})
-	if err != nil && !errors.Is(err, vault.ErrCodeRedeemed) {
+	if err != nil && !redeemed {
 		return vault.AuthCode{}, err
 	}
-	return out, err // a redeemed code comes with its record
+	return out, err
 }
 
 // DeleteExpiredAuthCodes implements vault.AuthStore.
