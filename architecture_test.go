@@ -1,10 +1,14 @@
 package credbroker_test
 
 import (
-	"go/build"
+	"fmt"
+	"go/parser"
+	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -17,13 +21,16 @@ var (
 	// forbidden maps a package (and its subpackages) to what it must never
 	// import (and their subpackages).
 	forbidden = map[string][]string{
-		"connections": append([]string{"cmd"}, frontDoors...),
-		"provider":    append([]string{"cmd", "connections"}, frontDoors...),
-		"binding":     append([]string{"cmd", "connections", "provider"}, frontDoors...),
-		"vault":       append([]string{"cmd", "connections", "provider", "binding"}, frontDoors...),
-		"internal":    append([]string{"cmd", "connections", "provider"}, frontDoors...),
-		"webhook":     append([]string{"cmd", "connections", "provider", "binding"}, frontDoors...),
-		"web":         append([]string{"cmd", "connections", "provider", "binding", "vault"}, frontDoors...),
+		// apps is the authorization server's core, beside connections:
+		// neither imports the other.
+		"connections": append([]string{"cmd", "apps"}, frontDoors...),
+		"apps":        append([]string{"cmd", "connections", "provider", "binding"}, frontDoors...),
+		"provider":    append([]string{"cmd", "connections", "apps"}, frontDoors...),
+		"binding":     append([]string{"cmd", "connections", "apps", "provider"}, frontDoors...),
+		"vault":       append([]string{"cmd", "connections", "apps", "provider", "binding"}, frontDoors...),
+		"internal":    append([]string{"cmd", "connections", "apps", "provider"}, frontDoors...),
+		"webhook":     append([]string{"cmd", "connections", "apps", "provider", "binding"}, frontDoors...),
+		"web":         append([]string{"cmd", "connections", "apps", "provider", "binding", "vault"}, frontDoors...),
 	}
 )
 
@@ -39,8 +46,25 @@ func under(p, top string) bool {
 // arrows: a front door importing another front door, or a lower layer
 // (connections, provider, binding, vault, internal pieces) importing one
 // above it. Test files count too, except the repository-wide ones and
-// those of cmd/, which wires everything.
+// those of cmd/, which wires everything; so do files behind build tags
+// (every Go file is read, whatever its tags), and a Go file that does not
+// parse fails the test rather than hiding its imports.
 func TestImportArrows(t *testing.T) {
+	problems, checked, err := arrowProblems(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if checked < 15 {
+		t.Fatalf("checked only %d packages; the walk is broken", checked)
+	}
+}
+
+// arrowRules maps each top-level directory under the arrows to what it
+// must never import.
+func arrowRules() map[string][]string {
 	rules := map[string][]string{}
 	for _, fd := range frontDoors {
 		for _, other := range frontDoors {
@@ -56,8 +80,17 @@ func TestImportArrows(t *testing.T) {
 	// The browser door asks connections about connect requests; it never
 	// advances them itself.
 	rules["oauthflow"] = append(rules["oauthflow"], "binding")
-	checked := 0
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+	return rules
+}
+
+// arrowProblems walks the module rooted at root and returns every import
+// across the arrows and every Go file it could not read or parse, with the
+// number of package directories it checked. A directory without Go files
+// is not a package and is passed over; build constraints are ignored, so
+// a file behind a tag (or one no build would ever select) counts as well.
+func arrowProblems(root string) (problems []string, checked int, err error) {
+	rules := arrowRules()
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -65,14 +98,14 @@ func TestImportArrows(t *testing.T) {
 			return nil
 		}
 		name := d.Name()
-		if path != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules" || name == "data") {
+		if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules" || name == "data") {
 			return filepath.SkipDir
 		}
-		pkg, err := build.ImportDir(path, build.ImportComment)
+		rel, err := filepath.Rel(root, path)
 		if err != nil {
-			return nil // no Go files here
+			return err
 		}
-		rel := filepath.ToSlash(path)
+		rel = filepath.ToSlash(rel)
 		var top string
 		for k := range rules {
 			if rel == k || strings.HasPrefix(rel, k+"/") {
@@ -82,23 +115,84 @@ func TestImportArrows(t *testing.T) {
 		if top == "" {
 			return nil
 		}
+		files, err := filepath.Glob(filepath.Join(path, "*.go"))
+		if err != nil {
+			return err
+		}
+		if len(files) == 0 {
+			return nil // no Go files: not a package
+		}
 		checked++
-		imports := slices.Concat(pkg.Imports, pkg.TestImports, pkg.XTestImports)
-		for _, imp := range imports {
-			for _, bad := range rules[top] {
-				// A package's own subpackages (sidecar/client under sidecar) are fine.
-				if under(imp, bad) && !under(imp, top) {
-					t.Errorf("%s imports %s: %s must never import %s (docs/ARCHITECTURE.md)", rel, imp, top, bad)
+		fset := token.NewFileSet()
+		for _, file := range files {
+			f, err := parser.ParseFile(fset, file, nil, parser.ImportsOnly)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: cannot read its imports: %v", filepath.ToSlash(file), err))
+				continue
+			}
+			for _, spec := range f.Imports {
+				imp, err := strconv.Unquote(spec.Path.Value)
+				if err != nil {
+					problems = append(problems, fmt.Sprintf("%s: import path %s: %v", filepath.ToSlash(file), spec.Path.Value, err))
+					continue
+				}
+				for _, bad := range rules[top] {
+					// A package's own subpackages (sidecar/client under sidecar) are fine.
+					if under(imp, bad) && !under(imp, top) {
+						base := filepath.Base(file)
+						problems = append(problems, fmt.Sprintf("%s/%s imports %s: %s must never import %s (docs/ARCHITECTURE.md)", rel, base, imp, top, bad))
+					}
 				}
 			}
 		}
 		return nil
 	})
+	return problems, checked, err
+}
+
+// TestImportArrowsReadsEveryFile proves the walk sees what a build would
+// leave out: an import behind a build tag, and one in a file no build
+// would select, both count; a file that does not parse is reported, not
+// passed over; a directory with no Go files is not a package.
+func TestImportArrowsReadsEveryFile(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		"connections/connections.go": "package connections\n",
+		"connections/linux_only.go":  "//go:build linux && never\n\npackage connections\n\nimport _ \"credbroker/mcpapi\"\n",
+		"vault/gen.go":               "//go:build ignore\n\npackage main\n\nimport _ \"credbroker/provider\"\n",
+		"vault/vault.go":             "package vault\n",
+		"binding/broken.go":          "package binding\n\nimport \"credbroker/vault\n",
+		"web/static/README.md":       "no Go here\n",
+		"sidecar/ok.go":              "package sidecar\n\nimport _ \"credbroker/sidecar/client\"\n",
+	}
+	for name, content := range files {
+		path := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	problems, checked, err := arrowProblems(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if checked < 15 {
-		t.Fatalf("checked only %d packages; the walk is broken", checked)
+	if checked != 4 {
+		t.Errorf("checked %d packages, want 4 (connections, vault, binding, sidecar; web/static has no Go files)", checked)
+	}
+	want := []string{
+		"connections/linux_only.go imports credbroker/mcpapi",
+		"vault/gen.go imports credbroker/provider",
+		"binding/broken.go: cannot read its imports",
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, w) }) {
+			t.Errorf("no problem reported for %q; got %q", w, problems)
+		}
+	}
+	if len(problems) != len(want) {
+		t.Errorf("got %d problems, want %d: %q", len(problems), len(want), problems)
 	}
 }
 

@@ -1,22 +1,20 @@
 package authserver
 
 import (
-	"context"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"credbroker/apps"
 	"credbroker/internal/loopback"
-	"credbroker/internal/telemetry"
 	"credbroker/internal/untrusted"
 	"credbroker/vault"
+	"credbroker/web"
 )
 
 const (
@@ -91,7 +89,7 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for k, v := range q {
 		if len(v) > 1 {
-			s.renderError(w, errorPage{Heading: "The app's request is malformed",
+			s.renderError(w, web.ErrorPage{Heading: "The app's request is malformed",
 				Message: "The app sent parameter " + untrustedName(k) + " more than once, so the broker cannot tell what it asks for.",
 				Next:    "Tell the app's maker; nothing was authorized."})
 			return
@@ -99,7 +97,7 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 	clientID := q.Get("client_id")
 	if clientID == "" {
-		s.renderError(w, errorPage{Heading: "The app's request is incomplete",
+		s.renderError(w, web.ErrorPage{Heading: "The app's request is incomplete",
 			Message: "The app did not say who it is (no client_id).", Next: "Go back to the app and try again; nothing was authorized."})
 		return
 	}
@@ -114,7 +112,7 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 	if redirect == "" || !redirectAllowed(c.RedirectURIs, redirect) {
 		s.log.Info("authserver: authorization refused", "client_id", clientID, "reason", "unregistered redirect_uri")
-		s.renderError(w, errorPage{Heading: "This app's return address is not registered",
+		s.renderError(w, web.ErrorPage{Heading: "This app's return address is not registered",
 			Message: "The app asked to be sent back to an address it did not register (redirect_uri " + untrusted.Quote(redirect) + "), so the broker will not send anything there.",
 			Next:    "Nothing was authorized. If you did not start this, close this page; otherwise tell the app's maker."})
 		return
@@ -142,8 +140,8 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 	resource := s.opts.Resource
 	if raw, ok := q["resource"]; ok {
-		if !sameResource(raw[0], s.opts.Resource) {
-			fail("invalid_target", "resource must be this broker's MCP endpoint, "+s.opts.Resource)
+		if resource, ok = s.resourceOf(raw[0]); !ok {
+			fail("invalid_target", s.resourceHint())
 			return
 		}
 	}
@@ -164,7 +162,7 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if person.Principal.Issuer != s.opts.IdPIssuer {
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Signed in with another identity provider",
+		s.renderError(w, web.ErrorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Signed in with another identity provider",
 			Message: "This browser is signed in to the broker through an identity provider the broker no longer uses.",
 			Next:    "Sign out and try again."})
 		return
@@ -175,14 +173,17 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 		Expires: s.now().Add(pendingTTL).Unix(),
 	}
 	if !slices.Contains(prompts, "consent") {
-		app, err := s.store.FindAppAccess(r.Context(), person.Principal, c.ID)
+		app, covered, err := s.apps.Remembered(r.Context(), p.request(c, s.opts.Resource))
 		switch {
-		case err == nil && consentCovers(app, p) && identityAssured(c, redirect):
+		case err != nil:
+			s.fail(w, r, person, "find app access", err)
+			return
+		case covered && identityAssured(c, redirect):
 			// Consent given before covers this request, and only this
 			// client can redeem the code (RFC 8252 section 8.6): no page.
-			s.issueCode(w, r, c, p, false)
+			s.issueCode(w, r, c, p, app)
 			return
-		case err == nil && consentCovers(app, p):
+		case covered:
 			// Remembered, but any local program could be listening at
 			// the redirect or claim the client_id: one click.
 			if noPrompt {
@@ -190,9 +191,6 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			p.Remembered = true
-		case err != nil && !errors.Is(err, vault.ErrNotFound):
-			s.fail(w, r, person, "find app access", err)
-			return
 		}
 	}
 	if noPrompt {
@@ -215,7 +213,10 @@ func (s *Server) renderConsent(w http.ResponseWriter, r *http.Request, person Pe
 		RedirectHost: redirectHost(p.RedirectURI), RedirectTarget: redirectTarget(p.RedirectURI), Identity: person.Display,
 		Scopes: scopeLines(p.Scopes), Request: sealed, Action: "/authorize/decision", Remembered: p.Remembered,
 	}
-	s.render(w, http.StatusOK, "app_consent", page, formTarget(p.RedirectURI))
+	if p.Resource != s.opts.Resource {
+		page.Gateway = p.Resource
+	}
+	s.kit.Render(w, http.StatusOK, "app_consent", page, formTarget(p.RedirectURI))
 }
 
 // identityAssured reports whether a code sent to redirect can only end up
@@ -257,12 +258,12 @@ func (s *Server) clientErrorPage(w http.ResponseWriter, r *http.Request, clientI
 	switch {
 	case errors.Is(err, errUnknownClient):
 		s.log.Info("authserver: authorization refused", "client_id", untrusted.Clip(clientID, 200), "reason", "unknown client")
-		s.renderError(w, errorPage{Status: http.StatusBadRequest, Heading: "Unknown app",
+		s.renderError(w, web.ErrorPage{Status: http.StatusBadRequest, Heading: "Unknown app",
 			Message: "The app identified itself as " + untrusted.Quote(clientID) + ", which is not registered with this broker.",
 			Next:    "Nothing was authorized. Go back to the app and connect again; it may need to register afresh."})
 	case errors.As(err, &fe):
 		s.log.Info("authserver: authorization refused", "client_id", untrusted.Clip(clientID, 200), "reason", fe.Reason, "err", fe.Err)
-		s.renderError(w, errorPage{Status: http.StatusBadRequest, Heading: "The app's description could not be used",
+		s.renderError(w, web.ErrorPage{Status: http.StatusBadRequest, Heading: "The app's description could not be used",
 			Message: "The app identified itself by the metadata document at " + untrusted.Quote(clientID) + ", but " + fe.Reason + ".",
 			Next:    "Nothing was authorized. Tell the app's maker."})
 	default:
@@ -277,6 +278,30 @@ func validChallenge(c string) bool {
 	}
 	_, err := base64.RawURLEncoding.DecodeString(c)
 	return err == nil
+}
+
+// resourceHint says which resources the broker issues tokens for.
+func (s *Server) resourceHint() string {
+	if s.opts.MoreResources == nil {
+		return "resource must be this broker's MCP endpoint, " + s.opts.Resource
+	}
+	return "resource must be this broker's MCP endpoint, " + s.opts.Resource + ", or one of its gateway endpoints, " + s.opts.PublicURL + "/mcp/u/{provider}"
+}
+
+// resourceOf returns the broker resource a requested resource indicator
+// names: the MCP endpoint, or one of MoreResources. Scheme and host compare
+// case-insensitively, everything else exactly.
+func (s *Server) resourceOf(requested string) (string, bool) {
+	if sameResource(requested, s.opts.Resource) {
+		return s.opts.Resource, true
+	}
+	u, err := url.Parse(requested)
+	if err != nil || u.Fragment != "" || strings.Contains(requested, "#") || !u.IsAbs() || s.opts.MoreResources == nil {
+		return "", false
+	}
+	u.Scheme, u.Host = strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	canon := u.String()
+	return canon, s.opts.MoreResources(canon)
 }
 
 // sameResource compares a requested resource indicator with the broker's
@@ -306,52 +331,35 @@ func (s *Server) grantableScopes(raw string) []string {
 	return out
 }
 
-// consentCovers reports whether a's remembered consent covers p: the same
-// redirect URI (a loopback one may differ in port) and no new scope.
-func consentCovers(a vault.AppAccess, p pending) bool {
-	if a.RedirectURI != p.RedirectURI && !sameLoopbackRedirect(a.RedirectURI, p.RedirectURI) {
-		return false
-	}
-	for _, sc := range p.Scopes {
-		if !slices.Contains(a.Scopes, sc) {
-			return false
-		}
-	}
-	return true
+// request is what p asks the person to allow, for the apps core.
+func (p *pending) request(c *client, primary string) apps.Request {
+	return apps.Request{Principal: p.principal(), ClientID: c.ID, ClientName: c.displayName(), RedirectURI: p.RedirectURI, Scopes: p.Scopes,
+		Resource: p.Resource, Primary: primary}
 }
+
+// decisionForm is the consent form's post: its limit and what its
+// refusals say (web.Kit.PostedForm).
+var decisionForm = web.Form{Limit: 32 << 10,
+	SignedOut: web.ErrorPage{Message: "Your sign-in to the broker expired before you decided, so nothing was authorized.",
+		Next: "Go back to the app and connect again."},
+	Refused: web.ErrorPage{Message: "This form was not accepted: it is out of date or did not come from the page the broker showed you. Nothing was authorized.",
+		Next: "Go back to the app and connect again."}}
 
 // handleDecision is POST /authorize/decision: the consent form.
 func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 32<<10)
-	if err := r.ParseForm(); err != nil {
-		s.renderError(w, errorPage{Heading: "The form could not be read", Message: "The broker could not read what this page sent.",
-			Next: "Go back to the app and connect again."})
-		return
-	}
 	person, ok := s.opts.Person(r)
-	if !ok {
-		s.renderError(w, errorPage{Status: http.StatusUnauthorized, Heading: "Your sign-in ended",
-			Message: "Your sign-in to the broker expired before you decided, so nothing was authorized.",
-			Next:    "Go back to the app and connect again."})
-		return
-	}
-	if csrf := r.PostFormValue("csrf"); csrf == "" || subtle.ConstantTimeCompare([]byte(csrf), []byte(person.CSRF)) != 1 {
-		s.log.Warn("security event", "event", "authorize_csrf_mismatch", "remote", s.opts.ClientAddr(r),
-			"actor_iss", person.Principal.Issuer, "actor_sub", person.Principal.Subject)
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Request not accepted",
-			Message: "This form did not come from the page the broker showed you.", Next: "Go back to the app and connect again."})
+	if !s.kit.PostedForm(w, r, visitorOf(person, ok), decisionForm) {
 		return
 	}
 	p, err := s.openPending(r.PostFormValue("request"))
 	if err != nil {
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Status: http.StatusBadRequest, Heading: "This request has expired",
+		s.renderError(w, web.ErrorPage{Chrome: chromeOf(person), Status: http.StatusBadRequest, Heading: "This request has expired",
 			Message: "Approval pages work for a few minutes only. Nothing was authorized.", Next: "Go back to the app and connect again."})
 		return
 	}
 	if p.principal() != person.Principal {
-		s.log.Warn("security event", "event", "authorize_identity_mismatch", "remote", s.opts.ClientAddr(r),
-			"actor_iss", person.Principal.Issuer, "actor_sub", person.Principal.Subject)
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Signed in as someone else",
+		s.kit.SecurityEvent(r, "authorize_identity_mismatch", visitorOf(person, true))
+		s.renderError(w, web.ErrorPage{Chrome: chromeOf(person), Status: http.StatusForbidden, Heading: "Signed in as someone else",
 			Message: "This approval page was shown to another person signed in to the broker. Nothing was authorized.",
 			Next:    "Go back to the app and connect again."})
 		return
@@ -362,7 +370,7 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !redirectAllowed(c.RedirectURIs, p.RedirectURI) {
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Heading: "This app's return address is no longer registered",
+		s.renderError(w, web.ErrorPage{Chrome: chromeOf(person), Heading: "This app's return address is no longer registered",
 			Message: "The app changed its registered addresses since you started. Nothing was authorized.",
 			Next:    "Go back to the app and connect again."})
 		return
@@ -373,42 +381,41 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 			// The one-click page: the remembered consent must still cover
 			// the request (the app may have been removed or its consent
 			// narrowed meanwhile); if not, the full page asks afresh.
-			app, err := s.store.FindAppAccess(r.Context(), person.Principal, c.ID)
+			app, covered, err := s.apps.Remembered(r.Context(), p.request(c, s.opts.Resource))
 			switch {
-			case err == nil && consentCovers(app, p):
-				s.issueCode(w, r, c, p, false)
-			case err == nil || errors.Is(err, vault.ErrNotFound):
+			case err != nil:
+				s.fail(w, r, person, "find app access", err)
+			case covered:
+				s.issueCode(w, r, c, p, app)
+			default:
 				p.Remembered = false
 				s.renderConsent(w, r, person, c, p)
-			default:
-				s.fail(w, r, person, "find app access", err)
 			}
 			return
 		}
-		s.issueCode(w, r, c, p, true)
+		app, err := s.apps.Approve(r.Context(), p.request(c, s.opts.Resource))
+		if err != nil {
+			s.fail(w, r, Person{}, "record consent", err)
+			return
+		}
+		s.issueCode(w, r, c, p, app)
 	case "deny":
 		s.log.Info("authserver: authorization denied by the person", "client_id", c.ID, "sub", p.Subject)
 		s.redirectWith(w, r, p.RedirectURI, url.Values{"error": {"access_denied"},
 			"error_description": {"the person did not allow this app"}, "state": {p.State}})
 	default:
-		s.renderError(w, errorPage{Chrome: chromeOf(person), Heading: "No decision", Message: "The form carried no decision.",
+		s.renderError(w, web.ErrorPage{Chrome: chromeOf(person), Heading: "No decision", Message: "The form carried no decision.",
 			Next: "Go back to the app and connect again."})
 	}
 }
 
-// issueCode records consent (when given now), stores a one-minute code
-// bound to the client, redirect URI, PKCE challenge, resource and person,
-// and sends the browser back to the client with it.
-func (s *Server) issueCode(w http.ResponseWriter, r *http.Request, c *client, p pending, consented bool) {
-	ctx := r.Context()
-	app, err := s.recordConsent(ctx, c, p, consented)
-	if err != nil {
-		s.fail(w, r, Person{}, "record consent", err)
-		return
-	}
+// issueCode stores a one-minute code under app, the person's consent to
+// c, bound to the client, redirect URI, PKCE challenge, resource and
+// person, and sends the browser back to the client with it.
+func (s *Server) issueCode(w http.ResponseWriter, r *http.Request, c *client, p pending, app vault.AppAccess) {
 	code := randomID(32)
 	now := s.now()
-	if err := s.store.CreateAuthCode(ctx, vault.AuthCode{
+	if err := s.store.CreateAuthCode(r.Context(), vault.AuthCode{
 		Key: vault.SecretKey(code), ClientID: c.ID, RedirectURI: p.RedirectURI, Principal: p.principal(),
 		Scopes: p.Scopes, Resource: p.Resource, Challenge: p.Challenge, AppID: app.ID, FamilyID: randomID(16),
 		Created: now, Expires: now.Add(codeTTL),
@@ -416,39 +423,7 @@ func (s *Server) issueCode(w http.ResponseWriter, r *http.Request, c *client, p 
 		s.fail(w, r, Person{}, "store code", err)
 		return
 	}
-	if consented {
-		s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventAppAuthorized, Principal: p.principal(), Client: c.ID, Via: "browser"})
-		s.appEvent(ctx, AppAuthorized, p.principal(), c.ID, app.ClientName)
-	}
 	s.redirectWith(w, r, p.RedirectURI, url.Values{"code": {code}, "state": {p.State}})
-}
-
-// recordConsent returns the person's app access record for c, creating it
-// or updating the remembered consent when the person just gave it.
-func (s *Server) recordConsent(ctx context.Context, c *client, p pending, consented bool) (vault.AppAccess, error) {
-	now := s.now()
-	for range 3 {
-		app, err := s.store.FindAppAccess(ctx, p.principal(), c.ID)
-		if errors.Is(err, vault.ErrNotFound) {
-			app, err = s.store.CreateAppAccess(ctx, vault.AppAccess{
-				ID: randomID(16), Principal: p.principal(), ClientID: c.ID, ClientName: untrusted.Clip(c.displayName(), 200),
-				RedirectURI: p.RedirectURI, Scopes: p.Scopes, Created: now, Updated: now,
-			})
-			if errors.Is(err, vault.ErrExists) {
-				continue // a concurrent first approval won: use its record
-			}
-			return app, err
-		}
-		if err != nil || !consented {
-			return app, err
-		}
-		return s.store.UpdateAppAccess(ctx, app.ID, func(a vault.AppAccess) (vault.AppAccess, error) {
-			a.RedirectURI, a.Scopes, a.Updated = p.RedirectURI, p.Scopes, now
-			a.ClientName = untrusted.Clip(c.displayName(), 200)
-			return a, nil
-		})
-	}
-	return vault.AppAccess{}, fmt.Errorf("authserver: app access for %s keeps changing", c.ID)
 }
 
 // redirectWith sends the browser to the client's redirect URI with params
@@ -467,7 +442,6 @@ func (s *Server) redirectWith(w http.ResponseWriter, r *http.Request, redirect s
 	}
 	q.Set("iss", s.opts.PublicURL)
 	u.RawQuery = q.Encode()
-	setPageHeaders(w.Header())
 	status := http.StatusFound
 	if r.Method == http.MethodPost {
 		status = http.StatusSeeOther

@@ -6,17 +6,20 @@
 // own OIDC sign-in and browser session, package oauthflow); the broker then
 // issues its own tokens, audience-bound to its MCP endpoint.
 //
-// Routes mounted by (*Server).Register:
+// Routes mounted by (*Server).Register on a web.Site, pages on its browser
+// side (the page headers on every answer, the cross-origin check on every
+// POST, the form preamble web.Kit.PostedForm), the rest on its API side
+// (no page headers, no cookies):
 //
-//	GET  /.well-known/oauth-authorization-server  RFC 8414 metadata (issuer = the public URL)
-//	GET  /.well-known/jwks.json                   the public keys of the access tokens
-//	GET  /authorize                               authorization request: client, redirect URI, PKCE S256,
-//	                                              resource; sign-in; remembered consent or the consent page
-//	POST /authorize/decision                      the consent form (CSRF, same-origin): approve or deny
-//	POST /token                                   authorization_code, refresh_token and (with --idjag) the
-//	                                              JWT bearer grant for ID-JAGs
-//	POST /revoke                                  RFC 7009 revocation
-//	POST /register                                RFC 7591 dynamic registration (off: 403 access_denied)
+//	browser GET  /authorize                               authorization request: client, redirect URI, PKCE S256,
+//	                                                      resource; sign-in; remembered consent or the consent page
+//	browser POST /authorize/decision                      the consent form (CSRF, same-origin): approve or deny
+//	API     GET  /.well-known/oauth-authorization-server  RFC 8414 metadata (issuer = the public URL)
+//	API     GET  /.well-known/jwks.json                   the public keys of the access tokens
+//	API     POST /token                                   authorization_code, refresh_token and (with --idjag) the
+//	                                                      JWT bearer grant for ID-JAGs
+//	API     POST /revoke                                  RFC 7009 revocation
+//	API     POST /register                                RFC 7591 dynamic registration (off: 403 access_denied)
 //
 // # Clients
 //
@@ -111,8 +114,14 @@
 //
 // Every use of an access token checks that its family still exists, so
 // revoking (RFC 7009, either token of a family), a replay, and a person
-// removing the app on "My connections" (Server.RemoveApp) end its access
-// at once on every replica. Signing out of the broker revokes nothing.
+// removing the app on "My connections" end its access at once on the
+// replica that made the change and within one second on every other
+// (package apps: the liveness cache and its bound). Signing out of the
+// broker revokes nothing.
+//
+// Consent memory, token families and their lifetimes, rotation,
+// revocation, liveness and removing an app are the apps core's (package
+// apps); this package translates between the wire and it.
 //
 // # Enterprise-managed authorization (idjag.go)
 //

@@ -19,6 +19,7 @@ import (
 
 	"credbroker/vault"
 	"credbroker/vault/memstore"
+	"credbroker/web"
 )
 
 // FuzzJWTBearerGrant feeds arbitrary token request bodies, carrying
@@ -55,8 +56,8 @@ func FuzzJWTBearerGrant(f *testing.F) {
 	// The issuer's keys without discovery: the same go-oidc key set type
 	// the broker uses, holding the one public key.
 	as.jag.issuers[iss].keys = &oidc.StaticKeySet{PublicKeys: []crypto.PublicKey{&key.PublicKey}}
-	mux := http.NewServeMux()
-	as.Register(mux)
+	site := web.NewSite()
+	as.Register(site)
 
 	sign := func(typ string, claims map[string]any) string {
 		s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithType(jose.ContentType(typ)))
@@ -102,7 +103,7 @@ func FuzzJWTBearerGrant(f *testing.F) {
 			req.SetBasicAuth("fuzz-client", "fuzz-secret")
 		}
 		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, req)
+		site.ServeHTTP(rec, req)
 		var answer struct {
 			AccessToken  string `json:"access_token"`
 			RefreshToken string `json:"refresh_token"`
@@ -164,7 +165,7 @@ func FuzzJWTBearerGrant(f *testing.F) {
 			t.Fatalf("jti %q accepted twice", jti)
 		}
 		accepted[jti] = true
-		info, err := as.verifySigned(t.Context(), answer.AccessToken)
+		info, err := as.verifySigned(t.Context(), answer.AccessToken, as.opts.Resource)
 		if err != nil || info.Principal != (vault.Principal{Issuer: iss, Subject: cl["sub"].(string)}) || info.ClientID != "fuzz-client" {
 			t.Fatalf("the access token: %+v, %v", info, err)
 		}

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html/template"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -19,10 +18,10 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"credbroker/apps"
 	"credbroker/internal/clientaddr"
 	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
-	"credbroker/internal/tracing"
 	"credbroker/vault"
 	"credbroker/web"
 )
@@ -42,8 +41,13 @@ type Options struct {
 	// PublicURL is the broker's external base URL: the issuer identifier
 	// of its tokens and metadata (no trailing slash).
 	PublicURL string
-	// Resource is the MCP resource URI: the only audience tokens name.
+	// Resource is the MCP resource URI: the audience tokens name unless
+	// another resource is asked for.
 	Resource string
+	// MoreResources reports the other resources tokens may be issued for
+	// (the gateway's /mcp/u/{provider} endpoints), given a requested
+	// resource with its scheme and host in lower case. Nil: none.
+	MoreResources func(resource string) bool
 	// IdPIssuer is the organisation's IdP: the issuer of every principal.
 	IdPIssuer string
 	// Store keeps clients, codes and app access.
@@ -71,9 +75,10 @@ type Options struct {
 	// MCP endpoint's required scope, when one is configured).
 	Scopes []string
 
-	AccessTokenTTL  time.Duration // default 1h
-	RefreshTokenTTL time.Duration // absolute lifetime of a token family; default 30 days
-	RefreshIdleTTL  time.Duration // a refresh token unused this long expires; default 7 days
+	// Apps is the apps core: consent memory, token families and their
+	// lifetimes, liveness, removal. Nil: one on Store with the default
+	// lifetimes, whose checks read the store each time.
+	Apps *apps.Service
 	// MaxClients caps registered clients (default 10000); RegistrationRate
 	// caps registrations per remote address per minute (default 20);
 	// UnusedClientTTL removes registered clients that never redeemed a
@@ -101,23 +106,6 @@ type Options struct {
 	Logger    *slog.Logger
 	Now       func() time.Time
 	Telemetry *telemetry.Recorder
-	// AppEvent, when set, is told when a person authorizes an app
-	// ("app.authorized") or removes it ("app.removed"), for the webhook
-	// events; it must not block.
-	AppEvent func(ctx context.Context, kind string, p vault.Principal, clientID, clientName string)
-}
-
-// App events (AppEvent's kind).
-const (
-	AppAuthorized = "app.authorized"
-	AppRemoved    = "app.removed"
-)
-
-// appEvent reports an app event when someone listens.
-func (s *Server) appEvent(ctx context.Context, kind string, p vault.Principal, clientID, clientName string) {
-	if s.opts.AppEvent != nil {
-		s.opts.AppEvent(ctx, kind, p, clientID, clientName)
-	}
 }
 
 // Server is the broker's OAuth 2.1 authorization server. See the package
@@ -127,14 +115,14 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time
 	store   vault.AuthStore
+	apps    *apps.Service
+	policy  apps.Policy
 	keys    *keySet
 	seal    *vault.Keyring
 	docs    *metadataCache
 	limiter *windowLimiter
-	pages   map[string]*template.Template
-	cop     *http.CrossOriginProtection
+	kit     *web.Kit
 	scopes  []string
-	tracer  trace.Tracer // nil: tracing off
 	jag     *idjagVerifier
 	// jagLifetime is the longest ID-JAG accepted (exp - iat).
 	jagLifetime time.Duration
@@ -194,15 +182,6 @@ func New(opts Options) (*Server, error) {
 	if opts.IDJAG.MaxLifetime <= 0 {
 		opts.IDJAG.MaxLifetime = defaultIDJAGLifetime
 	}
-	if opts.AccessTokenTTL <= 0 {
-		opts.AccessTokenTTL = time.Hour
-	}
-	if opts.RefreshTokenTTL <= 0 {
-		opts.RefreshTokenTTL = 30 * 24 * time.Hour
-	}
-	if opts.RefreshIdleTTL <= 0 {
-		opts.RefreshIdleTTL = 7 * 24 * time.Hour
-	}
 	if opts.MaxClients <= 0 {
 		opts.MaxClients = 10000
 	}
@@ -221,13 +200,16 @@ func New(opts Options) (*Server, error) {
 	if opts.ClientAddr == nil {
 		opts.ClientAddr = clientaddr.Trusted{}.Addr // the peer
 	}
+	if opts.Apps == nil {
+		if opts.Apps, err = apps.New(apps.Options{Store: opts.Store, Telemetry: opts.Telemetry, Logger: opts.Logger, Now: opts.Now}); err != nil {
+			return nil, err
+		}
+	}
 	s := &Server{
-		opts: opts, log: opts.Logger, now: opts.Now, store: opts.Store,
+		opts: opts, log: opts.Logger, now: opts.Now, store: opts.Store, apps: opts.Apps, policy: opts.Apps.Policy(),
 		seal:    opts.Keys.Derive("authserver/pending-request"),
 		docs:    newMetadataCache(newMetadataClient(opts.AllowPrivateMetadata, opts.MetadataTLS), opts.Now),
 		limiter: newWindowLimiter(opts.RegistrationRate, time.Minute, opts.Now),
-		cop:     http.NewCrossOriginProtection(),
-		tracer:  tracing.Tracer(opts.Tracing),
 		jag:     newIDJAGVerifier(opts.IDJAG, opts.IdPIssuer), jagLifetime: opts.IDJAG.MaxLifetime,
 		trusted: append([]string{opts.IdPIssuer}, opts.IDJAG.TrustedIssuers...), static: static,
 	}
@@ -240,7 +222,8 @@ func New(opts Options) (*Server, error) {
 	if s.keys, err = newKeySet(opts.Keys); err != nil {
 		return nil, err
 	}
-	if s.pages, err = parsePages(web.Templates); err != nil {
+	if s.kit, err = web.NewKit(web.KitOptions{Door: "authserver", Pages: pages, Unchanged: "Nothing was authorized.",
+		ClientAddr: opts.ClientAddr, Tracing: opts.Tracing, Logger: opts.Logger}); err != nil {
 		return nil, err
 	}
 	if s.metadata, err = json.Marshal(s.serverMetadata()); err != nil {
@@ -257,25 +240,23 @@ const scopeOffline = "offline_access"
 // Issuer is the broker's issuer identifier (its public URL).
 func (s *Server) Issuer() string { return s.opts.PublicURL }
 
-// Register mounts the authorization server's routes on mux.
-func (s *Server) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /.well-known/oauth-authorization-server", s.serveMetadata)
-	mux.HandleFunc("GET /.well-known/jwks.json", s.serveJWKS)
-	mux.Handle("GET /authorize", s.traced("authserver.authorize", http.HandlerFunc(s.handleAuthorize)))
-	mux.Handle("POST /authorize/decision", s.traced("authserver.decision", s.cop.Handler(http.HandlerFunc(s.handleDecision))))
-	mux.Handle("POST /token", s.traced("authserver.token", http.HandlerFunc(s.handleToken)))
-	mux.Handle("POST /revoke", s.traced("authserver.revoke", http.HandlerFunc(s.handleRevoke)))
-	mux.Handle("POST /register", s.traced("authserver.register", http.HandlerFunc(s.handleRegister)))
+// Register mounts the authorization server's routes on the site: the
+// authorization request and the consent form on its browser side, the
+// metadata, keys, token, revocation and registration endpoints (and their
+// CORS preflights) on its API side. Each endpoint but the metadata is a
+// server span (route, method and status, nothing from the query, form or
+// headers, where codes, tokens, client secrets and redirect URIs travel).
+func (s *Server) Register(site *web.Site) {
+	s.kit.Route(site.Browser, "GET /authorize", "authserver.authorize", s.handleAuthorize)
+	s.kit.Route(site.Browser, "POST /authorize/decision", "authserver.decision", s.handleDecision)
+	s.kit.Route(site.API, "GET /.well-known/oauth-authorization-server", "", s.serveMetadata)
+	s.kit.Route(site.API, "GET /.well-known/jwks.json", "", s.serveJWKS)
+	s.kit.Route(site.API, "POST /token", "authserver.token", s.handleToken)
+	s.kit.Route(site.API, "POST /revoke", "authserver.revoke", s.handleRevoke)
+	s.kit.Route(site.API, "POST /register", "authserver.register", s.handleRegister)
 	for _, p := range []string{"/token", "/revoke", "/register"} {
-		mux.HandleFunc("OPTIONS "+p, s.preflight)
+		s.kit.Route(site.API, "OPTIONS "+p, "", s.preflight)
 	}
-}
-
-// traced wraps an endpoint's handler in a server span named name (see
-// tracing.Handler): route, method and status, nothing from the query, form
-// or headers, where codes, tokens, client secrets and redirect URIs travel.
-func (s *Server) traced(name string, h http.Handler) http.Handler {
-	return tracing.Handler(s.tracer, name, h, nil)
 }
 
 // asMetadata is the RFC 8414 document.

@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"credbroker/apps"
 	"credbroker/authserver"
 	"credbroker/binding"
 	"credbroker/connections"
@@ -29,6 +30,7 @@ import (
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/pgstore"
+	"credbroker/web"
 )
 
 // stack is one broker on one store: the MCP endpoint in both modes (the
@@ -251,7 +253,17 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 
 	// As serve wires broker mode: the authorization server on the
 	// observed store, people signing in through the browser flow's
-	// session.
+	// session; the apps core on it too: a bolt file has this process as
+	// its only writer, PostgreSQL tells each replica what the others
+	// change (AppWatch).
+	appSvc, err := apps.New(apps.Options{Store: store.Auth(), Watch: store.AppWatch(), SoleWriter: kind == storeBolt,
+		Telemetry: rec, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	fctx, stopFollow := context.WithCancel(ctx)
+	st.closers = append(st.closers, stopFollow)
+	go appSvc.Follow(fctx)
 	var flow *oauthflow.Flow
 	as, err := authserver.New(authserver.Options{
 		PublicURL: base, Resource: base + "/mcp", IdPIssuer: idp.Issuer(), Store: store.Auth(), Keys: st.keys,
@@ -260,7 +272,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 			return authserver.Person{Principal: p.Principal, Display: p.Display, CSRF: p.CSRF}, ok
 		},
 		StartSignIn:  func(w http.ResponseWriter, r *http.Request, returnTo string) { flow.StartSignIn(w, r, returnTo) },
-		Registration: true, Logger: log, Telemetry: rec, Tracing: tp,
+		Registration: true, Apps: appSvc, Logger: log, Telemetry: rec, Tracing: tp,
 	})
 	if err != nil {
 		return nil, err
@@ -286,12 +298,12 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 			return nil, err
 		}
 	}
-	mux := http.NewServeMux()
-	flow.Register(mux)
-	st.srv[modeBroker].Register(mux)
-	as.Register(mux)
-	mux.Handle("GET /metrics", rec.Handler())
-	serve(st, brokerLn, mux)
+	site := web.NewSite()
+	flow.Register(site)
+	st.srv[modeBroker].Register(site.API)
+	as.Register(site)
+	site.API.Handle("GET /metrics", rec.Handler())
+	serve(st, brokerLn, site)
 	issLn, issURL, err := listen()
 	if err != nil {
 		return nil, err

@@ -130,6 +130,22 @@ func (s *Service) Open(ctx context.Context, pr vault.Principal, id, stage string
 	return ConnectRequest{Grant: g, Provider: p}, nil
 }
 
+// Added returns those of scopes that pr's connections to cr's provider do
+// not hold yet, when pr has one: what a consent page for more access (a
+// step-up, missing scopes) names as new. Nil when pr has no connection
+// there (everything is new) or cannot be listed.
+func (s *Service) Added(ctx context.Context, pr vault.Principal, cr ConnectRequest, scopes []string) []string {
+	conns, err := s.providerConnections(ctx, pr, cr.Provider.Name)
+	if err != nil || len(conns) == 0 {
+		return nil
+	}
+	var held []string
+	for _, c := range conns {
+		held = append(held, c.Scopes...)
+	}
+	return cr.Provider.MissingScopes(held, scopes)
+}
+
 // AuthRequest is the authorization request of open request cr (a
 // redirect step) back to the broker's redirectURL: what the consent page
 // shows (the provider's endpoint, the scopes) and where Approve sends the
@@ -293,7 +309,7 @@ func (s *Service) Complete(ctx context.Context, cb Callback) (vault.Connection, 
 		}
 		return vault.Connection{}, p, pe
 	}
-	ex, err := s.opts.Client.Exchange(ctx, p, cb.RedirectURL, cb.Code, cb.Request)
+	ex, err := s.opts.Client.Exchange(ctx, p, cb.Principal, cb.RedirectURL, cb.Code, cb.Request)
 	if err != nil {
 		return vault.Connection{}, p, err
 	}

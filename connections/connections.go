@@ -41,6 +41,7 @@ type Service struct {
 	opts      Options
 	log       *slog.Logger
 	providers *provider.Registry
+	stepUps   stepUpCounter
 }
 
 // New validates opts and builds a Service.
@@ -400,6 +401,9 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 	if !req.CanAsk {
 		return need, nil
 	}
+	if err := s.upstreamUsable(ctx, p); err != nil {
+		return nil, err
+	}
 	if req.ReuseOpen && req.Server == "" {
 		g, ok, err := s.opts.Grants.Pending(ctx, req.Principal, p.Name, scopes, req.ClientName)
 		if err != nil {
@@ -592,6 +596,9 @@ func (s *Service) Pick(ctx context.Context, req Request) (Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.gatewayOnly(p); err != nil {
+		return nil, err
+	}
 	var match, active []vault.Connection
 	for _, c := range conns {
 		if req.Account == "" || accountMatches(c, req.Account) {
@@ -628,6 +635,11 @@ func names(conns []vault.Connection) []string {
 // (then Reconnect), provider.ErrProviderUnavailable, vault.ErrNotFound
 // (disconnected meanwhile), or the context's.
 func (s *Service) Call(ctx context.Context, c vault.Connection, req provider.APIRequest) (provider.APIResponse, error) {
+	if p, ok := s.providers.Lookup(c.Provider); ok {
+		if err := s.gatewayOnly(p); err != nil {
+			return provider.APIResponse{}, err
+		}
+	}
 	resp, err := s.opts.Client.Do(ctx, c.ID, req)
 	if err != nil {
 		return provider.APIResponse{}, err

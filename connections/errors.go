@@ -132,9 +132,15 @@ func Describe(err error, p *provider.Provider) string {
 	var kf *provider.KeyFormatError
 	var ue *provider.UninspectableError
 	var ce *ChoiceError
+	var ge *GatewayOnlyError
+	var ng *NotAGatewayError
+	var ue2 *provider.UpstreamError
 	switch {
-	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae), errors.As(err, &ke), errors.As(err, &ce):
+	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae), errors.As(err, &ke), errors.As(err, &ce),
+		errors.As(err, &ge), errors.As(err, &ng), errors.As(err, &ue2):
 		return err.Error()
+	case errors.Is(err, ErrTooManyStepUps):
+		return fmt.Sprintf("%s kept asking for more permissions; no new connect request was started. Try again later.", name)
 	case errors.As(err, &kr):
 		return fmt.Sprintf("The key was refused by %s (%d). Nothing was stored.", name, kr.Status)
 	case errors.As(err, &kf):
@@ -273,9 +279,15 @@ func Explain(err error, p *provider.Provider) Failure {
 	var kr *provider.KeyRefusedError
 	var ka *KeyAccountError
 	var ce *ChoiceError
+	var ge *GatewayOnlyError
+	var ng *NotAGatewayError
 	switch {
-	case errors.As(err, &up):
+	case errors.As(err, &up), errors.As(err, &ng):
 		f.Class, f.Code = NotFound, CodeUnknownProvider
+	case errors.As(err, &ge):
+		f.Class, f.Code = BadRequest, CodeRequestRefused
+	case errors.Is(err, ErrTooManyStepUps):
+		f.Class, f.Code = Refused, CodeRefused
 	case errors.As(err, &se), errors.As(err, &kf), errors.As(err, &kr):
 		f.Class, f.Code = BadRequest, CodeInvalidRequest
 	case errors.As(err, &ce):

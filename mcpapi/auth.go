@@ -2,6 +2,7 @@ package mcpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,23 +26,34 @@ func withPrincipal(ctx context.Context, p vault.Principal) context.Context {
 	return context.WithValue(ctx, principalKey{}, p)
 }
 
-// authenticate validates the request's bearer token. On failure it writes
-// the 401/403 answer and returns false.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (bearer.TokenInfo, bool) {
+// endpoint is one MCP endpoint of the broker as a protected resource:
+// /mcp, or a gateway endpoint /mcp/u/{provider}. Tokens must name its
+// resource.
+type endpoint struct {
+	resource    string
+	metadataURL string
+	verifier    bearer.Verifier
+	// metadataJSON is its RFC 9728 document.
+	metadataJSON []byte
+}
+
+// authenticate validates the request's bearer token for ep. On failure it
+// writes the 401/403 answer and returns false.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, ep *endpoint) (bearer.TokenInfo, bool) {
 	raw, err := bearer.FromHeader(r.Header.Values("Authorization"))
 	switch {
 	case errors.Is(err, bearer.ErrMissing):
-		s.challenge(w, http.StatusUnauthorized, "", "missing bearer token")
+		s.challenge(w, ep, http.StatusUnauthorized, "", "missing bearer token")
 		return bearer.TokenInfo{}, false
 	case err != nil:
-		s.challenge(w, http.StatusUnauthorized, "invalid_request", "the Authorization header must be one \"Bearer <token>\"")
+		s.challenge(w, ep, http.StatusUnauthorized, "invalid_request", "the Authorization header must be one \"Bearer <token>\"")
 		return bearer.TokenInfo{}, false
 	}
-	info, err := s.verifier(r.Context(), raw)
+	info, err := ep.verifier(r.Context(), raw)
 	if err != nil {
 		if errors.Is(err, bearer.ErrInvalidToken) {
 			s.log.Info("mcpapi: bearer token rejected", "reason", err.Error())
-			s.challenge(w, http.StatusUnauthorized, "invalid_token", "invalid or expired bearer token")
+			s.challenge(w, ep, http.StatusUnauthorized, "invalid_token", "invalid or expired bearer token")
 		} else {
 			s.log.Error("mcpapi: bearer token verification failed", "err", err.Error())
 			writeRPCError(w, http.StatusServiceUnavailable, nil, codeInternal, "cannot verify bearer tokens right now", nil)
@@ -49,16 +61,16 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (bearer.To
 		return bearer.TokenInfo{}, false
 	}
 	if s.opts.RequiredScope != "" && !slices.Contains(info.Scopes, s.opts.RequiredScope) {
-		s.challenge(w, http.StatusForbidden, "insufficient_scope", "the bearer token lacks the required scope")
+		s.challenge(w, ep, http.StatusForbidden, "insufficient_scope", "the bearer token lacks the required scope")
 		return bearer.TokenInfo{}, false
 	}
 	return info, true
 }
 
 // challenge writes a 401/403 with the RFC 6750 / RFC 9728 WWW-Authenticate
-// header and a JSON-RPC error body.
-func (s *Server) challenge(w http.ResponseWriter, status int, errCode, msg string) {
-	parts := []string{fmt.Sprintf("resource_metadata=%q", s.metadataURL)}
+// header naming ep's metadata, and a JSON-RPC error body.
+func (s *Server) challenge(w http.ResponseWriter, ep *endpoint, status int, errCode, msg string) {
+	parts := []string{fmt.Sprintf("resource_metadata=%q", ep.metadataURL)}
 	if s.opts.RequiredScope != "" {
 		parts = append(parts, fmt.Sprintf("scope=%q", s.opts.RequiredScope))
 	}
@@ -79,8 +91,28 @@ type protectedResourceMetadata struct {
 }
 
 func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
+	writeMetadata(w, s.main.metadataJSON)
+}
+
+func writeMetadata(w http.ResponseWriter, doc []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "public, max-age=3600")
 	w.Header().Set("Access-Control-Allow-Origin", "*")
-	w.Write(s.metadataJSON)
+	w.Write(doc)
+}
+
+// newEndpoint describes the protected resource at resource.
+func (s *Server) newEndpoint(resource, metadataURL string, verify bearer.Verifier) (*endpoint, error) {
+	md := protectedResourceMetadata{
+		Resource: resource, AuthorizationServers: s.opts.AuthorizationServers,
+		BearerMethodsSupported: []string{"header"}, ResourceName: "credbroker",
+	}
+	if s.opts.RequiredScope != "" {
+		md.ScopesSupported = []string{s.opts.RequiredScope}
+	}
+	b, err := json.Marshal(md)
+	if err != nil {
+		return nil, err
+	}
+	return &endpoint{resource: resource, metadataURL: metadataURL, verifier: verify, metadataJSON: b}, nil
 }

@@ -414,6 +414,7 @@ func (h *harness) save(id string, p vault.Principal, acct provider.Account) vaul
 // rawCall is one HTTP exchange with the endpoint.
 type rawCall struct {
 	method  string // HTTP method, default POST
+	path    string // default /mcp
 	headers map[string]string
 	body    string
 }
@@ -430,7 +431,11 @@ func (h *harness) do(c rawCall) rawResult {
 	if m == "" {
 		m = http.MethodPost
 	}
-	req, err := http.NewRequest(m, h.http.URL+"/mcp", strings.NewReader(c.body))
+	path := c.path
+	if path == "" {
+		path = "/mcp"
+	}
+	req, err := http.NewRequest(m, h.http.URL+path, strings.NewReader(c.body))
 	if err != nil {
 		h.t.Fatal(err)
 	}

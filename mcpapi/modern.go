@@ -24,6 +24,9 @@ type reqMeta struct {
 	// W3C trace context (SEP-414 reserves these unprefixed keys).
 	TraceParent string `json:"traceparent"`
 	TraceState  string `json:"tracestate"`
+	// ProgressToken asks for progress notifications (relayed by the
+	// gateway; /mcp's own tools report none).
+	ProgressToken json.RawMessage `json:"progressToken"`
 }
 
 // modernParams is the union of the params this handler reads: _meta for
@@ -78,27 +81,31 @@ func decodeHeaderValue(v string) (string, bool) {
 	return v, true
 }
 
-func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMessage, p *modernParams, header string, info bearer.TokenInfo) {
+// modernChecks applies the 2026-07-28 rules to a request: its _meta
+// protocolVersion and the headers that must repeat it, the method and
+// Accept headers, the required clientCapabilities. A notification is
+// answered 202. ok is false when the request was answered.
+func (s *Server) modernChecks(w http.ResponseWriter, r *http.Request, msg *rpcMessage, meta *reqMeta, header string) (capsInfo, bool) {
 	note(w, func(o *observedWriter) { o.era = versionModern })
 	id := msg.ID
-	if p.Meta.Version == nil {
+	if meta.Version == nil {
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams,
 			"Invalid params: _meta[\""+mcp.MetaKeyProtocolVersion+"\"] is required", nil)
-		return
+		return capsInfo{}, false
 	}
-	version := *p.Meta.Version
+	version := *meta.Version
 	switch {
 	case header == "":
 		writeRPCError(w, http.StatusBadRequest, id, codeHeaderMismatch, "Header mismatch: the MCP-Protocol-Version header is required", nil)
-		return
+		return capsInfo{}, false
 	case header != version:
 		writeRPCError(w, http.StatusBadRequest, id, codeHeaderMismatch,
 			fmt.Sprintf("Header mismatch: MCP-Protocol-Version header %s does not match _meta protocolVersion %s", quote(header), quote(version)), nil)
-		return
+		return capsInfo{}, false
 	case version != versionModern:
 		writeRPCError(w, http.StatusBadRequest, id, codeUnsupportedVersion, "Unsupported protocol version",
 			mcp.UnsupportedProtocolVersionData{Supported: supportedVersions, Requested: version})
-		return
+		return capsInfo{}, false
 	}
 	if m := r.Header.Get("Mcp-Method"); m != msg.Method {
 		text := "Header mismatch: the Mcp-Method header is required"
@@ -106,25 +113,34 @@ func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMes
 			text = fmt.Sprintf("Header mismatch: Mcp-Method header %s does not match method %s", quote(m), quote(msg.Method))
 		}
 		writeRPCError(w, http.StatusBadRequest, id, codeHeaderMismatch, text, nil)
-		return
+		return capsInfo{}, false
 	}
 	if !acceptsJSONAndSSE(r.Header.Values("Accept")) {
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidRequest, "The Accept header must list application/json and text/event-stream", nil)
-		return
+		return capsInfo{}, false
 	}
 	if msg.isNotification() {
 		w.WriteHeader(http.StatusAccepted)
-		return
+		return capsInfo{}, false
 	}
-	if caps := bytes.TrimSpace(p.Meta.Capabilities); len(caps) == 0 || string(caps) == "null" {
+	if caps := bytes.TrimSpace(meta.Capabilities); len(caps) == 0 || string(caps) == "null" {
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams,
 			"Invalid params: _meta[\""+mcp.MetaKeyClientCapabilities+"\"] is required ({} declares none)", nil)
-		return
+		return capsInfo{}, false
 	}
-	cc := s.caps.get(p.Meta.Capabilities)
+	cc := s.caps.get(meta.Capabilities)
 	if !cc.ok {
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams,
 			"Invalid params: _meta[\""+mcp.MetaKeyClientCapabilities+"\"] must be an object", nil)
+		return capsInfo{}, false
+	}
+	return cc, true
+}
+
+func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMessage, p *modernParams, header string, info bearer.TokenInfo) {
+	id := msg.ID
+	cc, ok := s.modernChecks(w, r, msg, &p.Meta, header)
+	if !ok {
 		return
 	}
 	switch msg.Method {

@@ -115,8 +115,16 @@ func (s *Server) observeEnd(ow *observedWriter) {
 
 // note records facts about the request on w when it is observed.
 func note(w http.ResponseWriter, f func(*observedWriter)) {
-	if ow, ok := w.(*observedWriter); ok {
-		f(ow)
+	for w != nil {
+		if ow, ok := w.(*observedWriter); ok {
+			f(ow)
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
 	}
 }
 

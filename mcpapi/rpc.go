@@ -75,9 +75,7 @@ func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code i
 }
 
 func writeRPCErrorValue(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError) {
-	if ow, ok := w.(*observedWriter); ok {
-		ow.code = e.Code
-	}
+	note(w, func(ow *observedWriter) { ow.code = e.Code })
 	if len(id) == 0 {
 		id = nullID
 	}

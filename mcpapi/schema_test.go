@@ -12,16 +12,16 @@ import (
 	"credbroker/provider"
 )
 
-// era drives one era's tools/call for the schema test: modern calls are
+// eraDriver drives one era's tools/call for the schema test: modern calls are
 // stateless; legacy ones run in a session whose initialize declared url
 // elicitation.
-type era struct {
+type eraDriver struct {
 	name    string
 	h       *harness
 	session string
 }
 
-func (e *era) call(t *testing.T, tool string, args map[string]any, extra map[string]any) decoded {
+func (e *eraDriver) call(t *testing.T, tool string, args map[string]any, extra map[string]any) decoded {
 	t.Helper()
 	if e.name == versionModern {
 		_, d := e.h.callTool("alice", urlCaps, tool, args, extra)
@@ -40,14 +40,14 @@ func (e *era) call(t *testing.T, tool string, args map[string]any, extra map[str
 	return decode(t, r.body)
 }
 
-func (e *era) headers(version string) map[string]string {
+func (e *eraDriver) headers(version string) map[string]string {
 	return map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
 		"Authorization": "Bearer " + e.h.bearer("alice"), "Mcp-Session-Id": e.session, "MCP-Protocol-Version": version}
 }
 
 // listTools returns the era's tools/list: each tool's output schema,
 // compiled by a JSON Schema validator (formats asserted).
-func (e *era) schemas(t *testing.T) map[string]*jsonschema.Schema {
+func (e *eraDriver) schemas(t *testing.T) map[string]*jsonschema.Schema {
 	t.Helper()
 	var d decoded
 	if e.name == versionModern {
@@ -91,7 +91,7 @@ func TestOutputSchemas(t *testing.T) {
 	for _, name := range []string{versionModern, versionLegacy} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
-			e := &era{name: name, h: h}
+			e := &eraDriver{name: name, h: h}
 			schemas := e.schemas(t)
 			alice := h.principal("alice")
 			seen := map[string]bool{}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -21,6 +22,7 @@ import (
 	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
+	"credbroker/provider/mcpup"
 	"credbroker/vault"
 )
 
@@ -60,6 +62,12 @@ type Options struct {
 	ServerVersion string
 	// Telemetry receives request metrics (nil: none).
 	Telemetry *telemetry.Recorder
+	// Upstreams is the gateway's client of upstream MCP servers
+	// (/mcp/u/{provider}); nil: the gateway answers 404.
+	Upstreams *mcpup.Pool
+	// VerifierFor verifies the bearer tokens of a gateway endpoint (tokens
+	// must name resource); default: the IdP's JWTs, as for /mcp.
+	VerifierFor func(resource string) bearer.Verifier
 	// Tracing, when set, traces each request (an "mcp.request" span with
 	// method, tool, era and outcome), continuing the trace context of
 	// _meta (traceparent, tracestate) or the traceparent header. Nil: off.
@@ -76,14 +84,14 @@ var supportedVersions = []string{versionModern, versionLegacy}
 
 // Server is the MCP endpoint and protected-resource metadata.
 type Server struct {
-	opts        Options
-	log         *slog.Logger
-	verifier    bearer.Verifier
-	origins     map[string]bool
-	metadataURL string
-	impl        *mcp.Implementation
-	tools       map[string]toolFunc
-	implJSON    json.RawMessage
+	opts    Options
+	log     *slog.Logger
+	origins map[string]bool
+	// main is /mcp as a protected resource.
+	main     *endpoint
+	impl     *mcp.Implementation
+	tools    map[string]toolFunc
+	implJSON json.RawMessage
 
 	// Pre-encoded static results.
 	discoverJSON  []byte
@@ -92,10 +100,20 @@ type Server struct {
 	legacy http.Handler
 	tracer trace.Tracer // nil: tracing off
 
-	metadataJSON []byte
+	gw *gateway // /mcp/u/{provider}
 
 	caps capsMemo // decoded _meta clientCapabilities, by their bytes
+
+	// done is closed by EndStreams: long-lived streams end.
+	done     chan struct{}
+	doneOnce sync.Once
 }
+
+// EndStreams ends the long-lived streams (the gateway's
+// subscriptions/listen) gracefully, each with its final result: for a
+// server shutting down (http.Server.RegisterOnShutdown), whose Shutdown
+// would otherwise wait for them.
+func (s *Server) EndStreams() { s.doneOnce.Do(func() { close(s.done) }) }
 
 // New validates opts and builds a Server. It performs no I/O: the IdP's
 // keys are fetched on the first request that needs them.
@@ -145,12 +163,11 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{
-		opts:        opts,
-		log:         log,
-		origins:     map[string]bool{pu.Scheme + "://" + pu.Host: true},
-		metadataURL: opts.PublicURL + "/.well-known/oauth-protected-resource/mcp",
-		impl:        &mcp.Implementation{Name: "credbroker", Title: "credbroker", Version: opts.ServerVersion},
+	s := &Server{done: make(chan struct{}),
+		opts:    opts,
+		log:     log,
+		origins: map[string]bool{pu.Scheme + "://" + pu.Host: true},
+		impl:    &mcp.Implementation{Name: "credbroker", Title: "credbroker", Version: opts.ServerVersion},
 	}
 	if s.implJSON, err = json.Marshal(s.impl); err != nil {
 		return nil, err
@@ -158,31 +175,35 @@ func New(opts Options) (*Server, error) {
 	for _, o := range opts.AllowedOrigins {
 		s.origins[strings.TrimSuffix(o, "/")] = true
 	}
-	s.verifier = opts.Verifier
-	if s.verifier == nil {
-		verify, err := bearer.NewJWTVerifier(opts.Issuer, []string{opts.ResourceURI}, opts.HTTPClient, opts.Now)
-		if err != nil {
-			return nil, fmt.Errorf("mcpapi: %w", err)
+	verify := opts.Verifier
+	if verify == nil {
+		if verify, err = s.issuerVerifier(opts.ResourceURI); err != nil {
+			return nil, err
 		}
-		s.verifier = bearer.Cached(verify, 10000, opts.Now)
+	}
+	if s.main, err = s.newEndpoint(opts.ResourceURI, opts.PublicURL+"/.well-known/oauth-protected-resource/mcp", verify); err != nil {
+		return nil, err
 	}
 	s.tools = s.toolFuncs()
 	s.tracer = tracing.Tracer(opts.Tracing)
-	md := protectedResourceMetadata{
-		Resource: opts.ResourceURI, AuthorizationServers: opts.AuthorizationServers,
-		BearerMethodsSupported: []string{"header"}, ResourceName: "credbroker",
+	if s.opts.VerifierFor == nil {
+		s.opts.VerifierFor = s.verifierFor
 	}
-	if opts.RequiredScope != "" {
-		md.ScopesSupported = []string{opts.RequiredScope}
-	}
-	if s.metadataJSON, err = json.Marshal(md); err != nil {
-		return nil, err
-	}
+	s.gw = newGateway(s)
 	if err := s.encodeStatic(); err != nil {
 		return nil, err
 	}
 	s.legacy = s.newLegacyHandler()
 	return s, nil
+}
+
+// issuerVerifier verifies the IdP's JWTs for resource (cached).
+func (s *Server) issuerVerifier(resource string) (bearer.Verifier, error) {
+	verify, err := bearer.NewJWTVerifier(s.opts.Issuer, []string{resource}, s.opts.HTTPClient, s.opts.Now)
+	if err != nil {
+		return nil, fmt.Errorf("mcpapi: %w", err)
+	}
+	return bearer.Cached(verify, 10000, s.opts.Now), nil
 }
 
 // serverMeta is the _meta every modern result carries (serverInfo
@@ -234,13 +255,23 @@ func (s *Server) encodeStatic() error {
 	return nil
 }
 
+// Routes is where Register mounts the routes: an *http.ServeMux, or the
+// API side of the broker's site (web.Site.API), which keeps page headers
+// and cookies away from them.
+type Routes interface {
+	HandleFunc(pattern string, handler func(http.ResponseWriter, *http.Request))
+}
+
 // Register mounts the MCP endpoint and the metadata routes on mux.
-func (s *Server) Register(mux *http.ServeMux) {
+func (s *Server) Register(mux Routes) {
 	mux.HandleFunc("POST /mcp", s.serveMCP)
 	mux.HandleFunc("GET /mcp", s.methodNotAllowed)
 	mux.HandleFunc("DELETE /mcp", s.methodNotAllowed)
 	mux.HandleFunc("GET /.well-known/oauth-protected-resource", s.serveMetadata)
 	mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp", s.serveMetadata)
+	if s.opts.Upstreams != nil {
+		s.gw.register(mux)
+	}
 }
 
 // ServeHTTP serves the MCP endpoint alone (POST; other methods get 405).
@@ -276,32 +307,8 @@ func (s *Server) originAllowed(origin string) bool {
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	w, ow := s.observeStart(w, r)
 	defer s.observeEnd(ow)
-	if !s.originAllowed(r.Header.Get("Origin")) {
-		writeRPCError(w, http.StatusForbidden, nil, codeInvalidRequest, "Forbidden: Origin not allowed", nil)
-		return
-	}
-	if ct := r.Header.Get("Content-Type"); ct == "" || !isJSONType(ct) {
-		writeRPCError(w, http.StatusUnsupportedMediaType, nil, codeInvalidRequest, "Content-Type must be application/json", nil)
-		return
-	}
-	info, ok := s.authenticate(w, r)
+	info, body, ok := s.admit(w, r, s.main)
 	if !ok {
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeRPCError(w, http.StatusRequestEntityTooLarge, nil, codeInvalidRequest,
-				fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), nil)
-			return
-		}
-		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "cannot read request body", nil)
-		return
-	}
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "batch requests are not supported", nil)
 		return
 	}
 	// One decode serves routing and, for modern requests, the method.
@@ -349,6 +356,60 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	note(w, func(o *observedWriter) { o.method, o.tool = msg.Method, p.Name })
 	header := r.Header.Get("Mcp-Protocol-Version")
 	ctx := withPrincipal(s.traceStart(r.Context(), w, p.Meta.TraceParent, p.Meta.TraceState), info.Principal)
+	switch chooseEra(w, &msg, metaV, header) {
+	case eraLegacy:
+		s.serveLegacy(w, r.WithContext(ctx), body, &msg, info)
+	case eraModern:
+		s.serveModern(w, r.WithContext(ctx), &msg, &p, header, info)
+	}
+}
+
+// admit applies the transport's checks to a request to ep: Origin,
+// Content-Type, the bearer token (for ep's resource), the body (capped,
+// no batch). On failure it writes the answer and ok is false.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (info bearer.TokenInfo, body []byte, ok bool) {
+	if !s.originAllowed(r.Header.Get("Origin")) {
+		writeRPCError(w, http.StatusForbidden, nil, codeInvalidRequest, "Forbidden: Origin not allowed", nil)
+		return info, nil, false
+	}
+	if ct := r.Header.Get("Content-Type"); ct == "" || !isJSONType(ct) {
+		writeRPCError(w, http.StatusUnsupportedMediaType, nil, codeInvalidRequest, "Content-Type must be application/json", nil)
+		return info, nil, false
+	}
+	if info, ok = s.authenticate(w, r, ep); !ok {
+		return info, nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeRPCError(w, http.StatusRequestEntityTooLarge, nil, codeInvalidRequest,
+				fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), nil)
+			return info, nil, false
+		}
+		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "cannot read request body", nil)
+		return info, nil, false
+	}
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '[' {
+		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "batch requests are not supported", nil)
+		return info, nil, false
+	}
+	return info, body, true
+}
+
+// era is how a request is served.
+type era int
+
+const (
+	eraRefused era = iota // answered already (an error)
+	eraModern
+	eraLegacy
+)
+
+// chooseEra picks the era of msg from its _meta protocolVersion (metaV,
+// nil when absent) and its MCP-Protocol-Version header, answering what
+// neither era takes.
+func chooseEra(w http.ResponseWriter, msg *rpcMessage, metaV *string, header string) era {
 	switch {
 	case msg.Method == "initialize":
 		if metaV != nil {
@@ -356,23 +417,25 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			// where initialize no longer exists.
 			writeRPCError(w, http.StatusNotFound, msg.ID, codeMethodNotFound,
 				"Method not found: \"initialize\" is not part of protocol "+versionModern+"; send server/discover instead", nil)
-			return
+			return eraRefused
 		}
-		s.serveLegacy(w, r.WithContext(ctx), body, &msg, info)
+		return eraLegacy
 	case metaV != nil && header != "" && header != *metaV:
 		writeRPCError(w, http.StatusBadRequest, msg.ID, codeHeaderMismatch,
 			fmt.Sprintf("Header mismatch: MCP-Protocol-Version header %s does not match _meta protocolVersion %s", quote(header), quote(*metaV)), nil)
+		return eraRefused
 	case metaV != nil && *metaV == versionModern, metaV == nil && header == versionModern:
-		s.serveModern(w, r.WithContext(ctx), &msg, &p, header, info)
+		return eraModern
 	case metaV != nil && *metaV != versionLegacy:
 		writeRPCError(w, http.StatusBadRequest, msg.ID, codeUnsupportedVersion, "Unsupported protocol version",
 			mcp.UnsupportedProtocolVersionData{Supported: supportedVersions, Requested: *metaV})
+		return eraRefused
 	case metaV == nil && header != "" && header != versionLegacy:
 		writeRPCError(w, http.StatusBadRequest, msg.ID, codeUnsupportedVersion, "Unsupported protocol version",
 			mcp.UnsupportedProtocolVersionData{Supported: supportedVersions, Requested: header})
-	default:
-		s.serveLegacy(w, r.WithContext(ctx), body, &msg, info)
+		return eraRefused
 	}
+	return eraLegacy
 }
 
 func validOrNull(id json.RawMessage) json.RawMessage {

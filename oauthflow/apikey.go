@@ -11,6 +11,7 @@ import (
 	"credbroker/connections"
 	"credbroker/provider"
 	"credbroker/vault"
+	"credbroker/web"
 )
 
 // API-key entry pages. A connect link for a type: api_key provider lands,
@@ -29,18 +30,15 @@ const noticeKeyDeleted = "key_deleted"
 
 // keyEntryPage is the key entry form.
 type keyEntryPage struct {
-	Chrome       chrome
+	Chrome       web.Chrome
 	Provider     string
 	Instructions string
 	// InstructionsURL is where the person creates (and revokes) keys.
 	InstructionsURL string
-	ClientName      string
-	// Server names the co-located server that asked through the sidecar
-	// (trusted; "" for MCP clients), as on the consent page.
-	Server        string
-	ServerUnnamed bool
-	Identity      string
-	Action        string
+	// requester: who asked, as on the consent page (empty when replacing).
+	requester
+	Identity string
+	Action   string
 	// Replace: replacing the key of connection Account.
 	Replace bool
 	Account string
@@ -72,10 +70,7 @@ func newKeyPage(s *session, p *provider.Provider, form provider.Form, action str
 // grantKeyPage is the entry page of connect request g: who asked.
 func grantKeyPage(s *session, p *provider.Provider, form provider.Form, g vault.Grant) keyEntryPage {
 	page := newKeyPage(s, p, form, "/connect/"+g.ID+"/key")
-	page.ClientName, page.Server, page.ServerUnnamed = g.ClientName, g.Server, g.Server == vault.UnnamedServer
-	if page.ClientName == "" && page.Server == "" {
-		page.ClientName = "an unnamed client"
-	}
+	page.requester = requesterOf(g)
 	return page
 }
 
@@ -163,20 +158,14 @@ func (f *Flow) keyRefused(w http.ResponseWriter, r *http.Request, s *session, p 
 // connect link. decision=deny declines the request; decision=approve
 // verifies and stores the key, which completes the request.
 func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
-	s, ok := f.postedForm(w, r, keyForm)
-	if !ok {
-		return
-	}
-	// Re-checks the signed-in person against the request's, and that the
-	// request is still open (a replayed post after success stops here).
-	cr, ok := f.open(w, r, s, r.PathValue("grant"), "key_submit")
+	s, cr, ok := f.postedLink(w, r, keyForm, "key_submit")
 	if !ok {
 		return
 	}
 	p, g := cr.Provider, cr.Grant
 	step, form := p.Kind.(provider.FormStep)
 	if !form {
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Not a key form",
+		f.renderError(w, web.ErrorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Not a key form",
 			Message: p.DisplayName + " is connected through its own sign-in, not with a key. Nothing was stored.",
 			Next:    "Open the link from your app again."})
 		return
@@ -197,7 +186,7 @@ func (f *Flow) handleKeySubmit(w http.ResponseWriter, r *http.Request) {
 		f.linkFailed(w, r, s, g.ID, "key_submit", err)
 		return
 	case errors.Is(err, connections.ErrRequestExpired):
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusGone, Heading: "This connect link can no longer be used",
+		f.renderError(w, web.ErrorPage{Chrome: s.chrome(), Status: http.StatusGone, Heading: "This connect link can no longer be used",
 			Message: "The link expired or was used meanwhile. Nothing new was stored.", Next: restart})
 		return
 	case err != nil:
@@ -215,7 +204,7 @@ func (f *Flow) keyConnection(w http.ResponseWriter, r *http.Request, s *session)
 	switch {
 	case errors.Is(err, vault.ErrNotFound):
 		// Absent, someone else's and not a key look the same.
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusNotFound, Heading: "No such key connection",
+		f.renderError(w, web.ErrorPage{Chrome: s.chrome(), Status: http.StatusNotFound, Heading: "No such key connection",
 			Message: "You have no API-key connection with this address (it may have been disconnected).",
 			Next:    "Go to My connections."})
 		return c, nil, false

@@ -11,6 +11,7 @@ import (
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
+	"credbroker/web"
 )
 
 // callbackParams is the provider's answer at the redirect URI, as parsed
@@ -66,15 +67,15 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 	fs, haveFlow := f.jar.flow(r)
 	if !haveFlow {
 		f.securityEvent(r, "callback_without_flow", s, "provider", pname)
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
+		f.renderError(w, web.ErrorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
 			Message: "This browser has no connection in progress that matches this answer from the provider (it may have expired, finished already, or been started in another browser). Nothing was connected.",
 			Next:    restart})
 		return
 	}
 	cp, err := parseCallback(r.URL.RawQuery)
-	if err != nil || fs.Provider != pname || !equalToken(cp.State, fs.State) {
+	if err != nil || fs.Provider != pname || !web.EqualToken(cp.State, fs.State) {
 		f.securityEvent(r, "callback_state_mismatch", s, "provider", pname, "grant_ref", connections.Ref(fs.Grant))
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
+		f.renderError(w, web.ErrorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
 			Message: "The answer from the provider does not match the connection this browser started. Nothing was connected.",
 			Next:    "Open the link from your app again and approve once more."})
 		return
@@ -82,7 +83,7 @@ func (f *Flow) handleProviderCallback(w http.ResponseWriter, r *http.Request) {
 	// The state matched: this flow cookie is spent whatever happens next.
 	f.jar.clear(w, "flow")
 	if s == nil {
-		f.renderError(w, errorPage{Status: http.StatusUnauthorized, Heading: "You are signed out",
+		f.renderError(w, web.ErrorPage{Status: http.StatusUnauthorized, Heading: "You are signed out",
 			Message: "Your broker sign-in expired while you were at the provider, so the connection could not be checked and nothing was connected.",
 			Next:    "Open the link from your app again; you will sign in and approve once more."})
 		return
@@ -115,42 +116,42 @@ func (f *Flow) callbackFailed(w http.ResponseWriter, r *http.Request, s *session
 		f.linkFailed(w, r, s, grant, "callback", err)
 	case errors.As(err, &ie):
 		f.securityEvent(r, "callback_issuer_mismatch", s, "provider", p.Name, "grant_ref", connections.Ref(grant), "iss_present", ie.Present)
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
+		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusBadRequest, Heading: "Connection attempt not recognised",
 			Message: "The answer did not come from " + p.DisplayName + " as the broker expected (its issuer was missing or different), so it was not used. Nothing was connected.",
 			Next:    "Open the link from your app again and approve once more."})
 	case errors.As(err, &pe):
 		f.log.Info("provider returned an error", "provider", p.Name, "error", pe.Code, "grant_ref", connections.Ref(grant))
 		if pe.Denied {
-			f.renderError(w, errorPage{Chrome: ch, Status: http.StatusForbidden, Heading: "Not connected: access was refused at " + p.DisplayName,
+			f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusForbidden, Heading: "Not connected: access was refused at " + p.DisplayName,
 				Message: p.DisplayName + " reported that access was not granted. Nothing was connected and the app has been told.",
 				Detail:  pe.Description, Next: "If this was a mistake, ask your app to start the connection again."})
 			return
 		}
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: p.DisplayName + " reported an error",
+		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: p.DisplayName + " reported an error",
 			Message: p.DisplayName + " did not complete the connection (error " + strconv.Quote(pe.Code) + "). Nothing was connected.",
 			Detail:  pe.Description, Next: "Open the link from your app again. If it keeps happening, tell your administrator."})
 	case errors.Is(err, provider.ErrCodeRejected):
 		f.log.Warn("provider code exchange refused", "provider", p.Name, "err", err.Error())
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadRequest, Heading: "The authorization was already used or has expired",
+		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusBadRequest, Heading: "The authorization was already used or has expired",
 			Message: p.DisplayName + " did not accept the authorization code. Nothing was connected.",
 			Next:    "Open the link from your app again and approve once more."})
 	case errors.As(err, &wd):
 		f.log.Warn("provider account outside the hosted domain", "provider", p.Name, "err", err.Error())
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusForbidden, Heading: "This " + p.DisplayName + " account is not allowed here",
+		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusForbidden, Heading: "This " + p.DisplayName + " account is not allowed here",
 			Message: "This broker only connects " + p.DisplayName + " accounts of " + domainWords(wd.Want) + ". The account you chose is not one of them, so nothing was stored.",
 			Next:    "Open the link from your app again and choose an account of that domain."})
 	case errors.Is(err, provider.ErrAccountUnknown):
 		f.log.Warn("provider account lookup failed", "provider", p.Name, "err", err.Error())
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: "Could not confirm your " + p.DisplayName + " account",
+		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: "Could not confirm your " + p.DisplayName + " account",
 			Message: p.DisplayName + " signed you in, but the broker could not confirm which account it was, so nothing was stored.",
 			Next:    "Open the link from your app again. If it keeps happening, tell your administrator."})
 	case errors.Is(err, provider.ErrProviderUnavailable):
 		f.log.Warn("provider code exchange failed", "provider", p.Name, "err", err.Error())
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: p.DisplayName + " did not answer properly",
+		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: p.DisplayName + " did not answer properly",
 			Message: "The broker could not finish the connection with " + p.DisplayName + ". Nothing was connected.",
 			Next:    "Try again in a few minutes: go back to your app and ask it to connect again."})
 	case errors.Is(err, connections.ErrRequestExpired):
-		f.renderError(w, errorPage{Chrome: ch, Status: http.StatusGone, Heading: "This connect link can no longer be used",
+		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusGone, Heading: "This connect link can no longer be used",
 			Message: "The link expired or was used while you were at " + p.DisplayName + ". Nothing new was stored.", Next: restart})
 	default:
 		f.fail(w, r, s, http.StatusInternalServerError, "store connection", err)

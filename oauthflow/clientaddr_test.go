@@ -3,11 +3,13 @@ package oauthflow
 import (
 	"bytes"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"credbroker/internal/clientaddr"
+	"credbroker/web"
 )
 
 // TestSecurityEventNamesClientAddr: a security event names the connection's
@@ -15,7 +17,15 @@ import (
 // (--trusted-proxies), the client address the trusted proxy forwarded.
 func TestSecurityEventNamesClientAddr(t *testing.T) {
 	var logs bytes.Buffer
-	f := &Flow{log: slog.New(slog.NewTextHandler(&logs, nil)), opts: Options{ClientAddr: clientaddr.Trusted{}.Addr}}
+	flow := func(addr func(*http.Request) string) *Flow {
+		kit, err := web.NewKit(web.KitOptions{Door: "oauthflow", Pages: []string{"error"}, ClientAddr: addr,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &Flow{kit: kit}
+	}
+	f := flow(clientaddr.Trusted{}.Addr)
 	r := httptest.NewRequest("GET", "/auth/callback", nil)
 	r.RemoteAddr = "10.1.2.3:5000"
 	r.Header.Set("X-Forwarded-For", "192.0.2.1, 198.51.100.7")
@@ -29,7 +39,7 @@ func TestSecurityEventNamesClientAddr(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.opts.ClientAddr = lb.Addr
+	f = flow(lb.Addr)
 	f.securityEvent(r, "login_state_mismatch", nil)
 	if !strings.Contains(logs.String(), "remote=198.51.100.7") || strings.Contains(logs.String(), "192.0.2.1") {
 		t.Fatalf("behind the trusted proxy the event should name the forwarded client only:\n%s", logs.String())

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"credbroker/connections"
 	"credbroker/provider"
-	"credbroker/vault"
+	"credbroker/web"
 )
 
 // redirectURL is the provider callback of p.
@@ -34,7 +35,7 @@ func (f *Flow) open(w http.ResponseWriter, r *http.Request, s *session, id, stag
 
 // linkPages are the pages of the connect-link problems that need no
 // more than words ("%s" is the provider's name).
-var linkPages = map[connections.LinkProblem]errorPage{
+var linkPages = map[connections.LinkProblem]web.ErrorPage{
 	connections.LinkUnknown: {Status: http.StatusNotFound, Heading: "Unknown connect link",
 		Message: "This connect link is not valid. It may be mistyped or it was never issued.", Next: restart},
 	connections.LinkExpired: {Status: http.StatusGone, Heading: "This connect link has expired",
@@ -127,15 +128,17 @@ func (f *Flow) consentLanding(w http.ResponseWriter, r *http.Request, s *session
 		return
 	}
 	page := consentPage{
-		Chrome: s.chrome(), Provider: p.DisplayName, Domain: ar.Endpoint.Hostname(), ClientName: g.ClientName,
-		Server: g.Server, ServerUnnamed: g.Server == vault.UnnamedServer,
+		Chrome: s.chrome(), Provider: p.DisplayName, Domain: ar.Endpoint.Hostname(), requester: requesterOf(g),
 		Identity: s.Display, Action: "/connect/" + g.ID,
 	}
-	if page.ClientName == "" && page.Server == "" {
-		page.ClientName = "an unnamed client"
+	if gw, ok := p.Kind.(provider.Gateway); ok {
+		page.Relay = gw.Upstream().URL
 	}
+	added := f.opts.Connections.Added(r.Context(), s.principal(), cr, ar.Scopes)
 	for _, sc := range ar.Scopes {
-		page.Scopes = append(page.Scopes, plainScope(p, sc))
+		line := plainScope(p, sc)
+		line.New = slices.Contains(added, sc)
+		page.Scopes = append(page.Scopes, line)
 	}
 	f.render(w, http.StatusOK, step.ConsentPage(), page, originOf(ar))
 }
@@ -148,55 +151,44 @@ func originOf(ar provider.AuthRequest) string {
 
 func (f *Flow) providerUnavailable(w http.ResponseWriter, r *http.Request, s *session, p *provider.Provider, err error) {
 	f.log.Warn("provider unavailable", "provider", p.Name, "err", err)
-	f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadGateway, Heading: p.DisplayName + " is not reachable",
+	f.renderError(w, web.ErrorPage{Chrome: s.chrome(), Status: http.StatusBadGateway, Heading: p.DisplayName + " is not reachable",
 		Message: "The broker could not reach " + p.DisplayName + ". Nothing was connected.",
 		Next:    "Try the link again in a few minutes."})
 }
 
-// formKind says how a form post is read and refused: its body's limit
-// and what its refusal page says.
-type formKind struct {
-	limit         int64
-	refused, next string
-}
-
+// The two kinds of form post: their body's limit and what their refusal
+// pages say (web.Kit.PostedForm gives the headings).
 var (
-	plainForm = formKind{limit: 4096, refused: "This form was not accepted: it is out of date or did not come from this page.",
-		next: "Reload the page and try again."}
+	plainForm = web.Form{Limit: 4096,
+		SignedOut: web.ErrorPage{Message: "Your sign-in expired before you submitted the form. Nothing changed.",
+			Next: "Open the link again; you will be asked to sign in first."},
+		Refused: web.ErrorPage{Message: "This form was not accepted: it is out of date or did not come from this page.",
+			Next: "Reload the page and try again."}}
 	// keyForm: every field at its largest, percent-encoded.
-	keyForm = formKind{limit: 128 << 10, refused: "This form was not accepted: it is out of date or did not come from this page. Nothing was sent or stored.",
-		next: "Reload the page and enter the key again."}
+	keyForm = web.Form{Limit: 128 << 10, SignedOut: plainForm.SignedOut,
+		Refused: web.ErrorPage{Message: "This form was not accepted: it is out of date or did not come from this page. Nothing was sent or stored.",
+			Next: "Reload the page and enter the key again."}}
 )
 
 // postedForm reads a POSTed form of the signed-in person: their session,
-// the body (bounded), and its CSRF token checked against the session. It
-// renders the refusal (signed out, or a form that did not come from this
-// page: a security event) and answers false.
-func (f *Flow) postedForm(w http.ResponseWriter, r *http.Request, k formKind) (*session, bool) {
+// the body (bounded), and its CSRF token checked against the session
+// (web.Kit.PostedForm, which renders a refusal).
+func (f *Flow) postedForm(w http.ResponseWriter, r *http.Request, k web.Form) (*session, bool) {
 	s := f.jar.session(r)
-	if s == nil {
-		f.renderError(w, errorPage{Status: http.StatusUnauthorized, Heading: "You are signed out",
-			Message: "Your sign-in expired before you submitted the form. Nothing changed.",
-			Next:    "Open the link again; you will be asked to sign in first."})
-		return nil, false
-	}
-	if !f.checkForm(w, r, s, k) {
-		return nil, false
-	}
-	return s, true
+	return s, f.kit.PostedForm(w, r, s.visitor(), k)
 }
 
-// checkForm reads a POST's form (bounded) and verifies its CSRF token
-// against the session.
-func (f *Flow) checkForm(w http.ResponseWriter, r *http.Request, s *session, k formKind) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, k.limit)
-	if err := r.ParseForm(); err != nil || !equalToken(r.PostFormValue("csrf"), s.CSRF) {
-		f.securityEvent(r, "csrf_rejected", s, "path", redactPath(r.URL.Path))
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusForbidden, Heading: "Form expired",
-			Message: k.refused, Next: k.next})
-		return false
+// postedLink is the preamble of a connect link's form post: the posted
+// form of the signed-in person (postedForm) and their open request,
+// re-checked (open: the person against the request's, and that it is
+// still open, so a replayed post after success stops here).
+func (f *Flow) postedLink(w http.ResponseWriter, r *http.Request, k web.Form, stage string) (*session, connections.ConnectRequest, bool) {
+	s, ok := f.postedForm(w, r, k)
+	if !ok {
+		return nil, connections.ConnectRequest{}, false
 	}
-	return true
+	cr, ok := f.open(w, r, s, r.PathValue("grant"), stage)
+	return s, cr, ok
 }
 
 // approved reads a form's decision: true for approve. For deny it calls
@@ -209,7 +201,7 @@ func (f *Flow) approved(w http.ResponseWriter, r *http.Request, s *session, butt
 	case "deny":
 		deny()
 	default:
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "No decision",
+		f.renderError(w, web.ErrorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "No decision",
 			Message: "The form did not say " + buttons + ". " + nothing, Next: next})
 	}
 	return false
@@ -231,11 +223,7 @@ func (f *Flow) decline(w http.ResponseWriter, r *http.Request, s *session, cr co
 
 // handleDecision is POST /connect/{grant}: Approve or Deny.
 func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
-	s, ok := f.postedForm(w, r, plainForm)
-	if !ok {
-		return
-	}
-	cr, ok := f.open(w, r, s, r.PathValue("grant"), "decision")
+	s, cr, ok := f.postedLink(w, r, plainForm, "decision")
 	if !ok {
 		return
 	}
@@ -244,7 +232,7 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 	}
 	p, g := cr.Provider, cr.Grant
 	if _, redirect := p.Kind.(provider.RedirectStep); !redirect {
-		f.renderError(w, errorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Enter the key on the connect page",
+		f.renderError(w, web.ErrorPage{Chrome: s.chrome(), Status: http.StatusBadRequest, Heading: "Enter the key on the connect page",
 			Message: p.DisplayName + " is connected with a key, entered on the connect page. Nothing was stored.",
 			Next:    "Open the connect link again and enter your " + p.DisplayName + " key."})
 		return
@@ -271,6 +259,6 @@ func (f *Flow) handleDecision(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.log.Info("consent given; sending browser to provider", "provider", p.Name, "grant_ref", connections.Ref(g.ID))
-	setPageHeaders(w.Header(), originOf(ar))
+	web.SetPageHeaders(w.Header(), originOf(ar))
 	http.Redirect(w, r, ar.URL, http.StatusSeeOther)
 }

@@ -94,14 +94,13 @@ func (f *Flow) handleDisconnect(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *Flow) redirectNotice(w http.ResponseWriter, r *http.Request, notice string) {
-	setPageHeaders(w.Header())
 	http.Redirect(w, r, "/connections?notice="+notice, http.StatusSeeOther)
 }
 
 // handleLogout is POST /logout.
 func (f *Flow) handleLogout(w http.ResponseWriter, r *http.Request) {
 	s := f.jar.session(r)
-	if s != nil && !f.checkForm(w, r, s, plainForm) {
+	if s != nil && !f.kit.PostedForm(w, r, s.visitor(), plainForm) {
 		return
 	}
 	f.jar.clear(w, "session")

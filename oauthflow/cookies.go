@@ -2,7 +2,6 @@ package oauthflow
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/gorilla/securecookie"
 
 	"credbroker/vault"
+	"credbroker/web"
 )
 
 // Cookie lifetimes. All three are short: the session only has to last while
@@ -33,12 +33,16 @@ func (s *session) principal() vault.Principal {
 	return vault.Principal{Issuer: s.Issuer, Subject: s.Subject}
 }
 
-func (s *session) chrome() chrome {
+// visitor is the session as the browser kit knows it; nil when nobody is
+// signed in.
+func (s *session) visitor() *web.Visitor {
 	if s == nil {
-		return chrome{}
+		return nil
 	}
-	return chrome{Identity: s.Display, CSRF: s.CSRF}
+	return &web.Visitor{Issuer: s.Issuer, Subject: s.Subject, Display: s.Display, CSRF: s.CSRF}
 }
+
+func (s *session) chrome() web.Chrome { return s.visitor().Chrome() }
 
 // loginState is the broker's own OIDC login in progress.
 type loginState struct {
@@ -159,9 +163,4 @@ func randomToken() string {
 		panic("oauthflow: crypto/rand failed: " + err.Error())
 	}
 	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// equalToken compares two tokens in constant time; empty never matches.
-func equalToken(a, b string) bool {
-	return a != "" && b != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
 }

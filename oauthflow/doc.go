@@ -5,7 +5,8 @@
 // account lookup are the provider package's (Client.Exchange); storing the
 // result, listing and disconnecting are the connections layer's.
 //
-// Routes mounted by (*Flow).Register:
+// Routes mounted by (*Flow).Register on the browser side of a web.Site
+// (which serves the embedded CSS at GET /static/ itself):
 //
 //	GET  /connect/{grant}                 landing: sign in (OIDC code + PKCE S256 + nonce) if needed,
 //	                                      compare the session's (iss, sub) with the grant's principal
@@ -30,10 +31,9 @@
 //	GET  /connections/{id}/key            "Replace key": the entry form for one API-key connection
 //	POST /connections/{id}/key            verify the new key, store it in the same connection (same
 //	                                      account only; CSRF)
-//	POST /connections/apps/{id}/remove    Options.Apps.RemoveApp: revoke every token an app (an OAuth
+//	POST /connections/apps/{id}/remove    Options.Apps.Remove: revoke every token an app (an OAuth
 //	                                      client of the broker's authorization server) holds (CSRF)
 //	POST /logout                          end the broker session (CSRF)
-//	GET  /static/                         the embedded CSS
 //
 // The consent page's buttons are a stable contract for automation:
 // <button type="submit" name="decision" value="approve"> and value="deny",
@@ -57,9 +57,13 @@
 //	flow     (person, grant, state, PKCE verifier, nonce,  10 minutes, capped at the grant's expiry
 //	          scopes): the person's consent to the grant
 //
-// Every page is rendered from embedded templates (package web) into a buffer
-// and served with a CSP that allows no script, nosniff, frame-ancestors
-// 'none', Referrer-Policy no-referrer and Cache-Control no-store. No token
+// Every page is rendered from embedded templates into a buffer by the
+// browser kit (package web: web.Kit), and every answer of a route here
+// carries the site's page headers: a CSP that allows no script, nosniff,
+// frame-ancestors 'none', X-Frame-Options DENY, Referrer-Policy
+// no-referrer, a same-origin opener policy and Cache-Control no-store.
+// Every POST passes the site's cross-origin check and then the kit's form
+// preamble (signed in, bounded body, the session's CSRF token). No token
 // value is ever rendered or logged; a failure at any step stores nothing.
 // Grant ids appear in logs only as connections.Ref references.
 package oauthflow

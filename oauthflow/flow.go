@@ -3,7 +3,6 @@ package oauthflow
 import (
 	"context"
 	"fmt"
-	"html/template"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -15,7 +14,6 @@ import (
 	"golang.org/x/oauth2"
 
 	"credbroker/connections"
-	"credbroker/internal/clientaddr"
 	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
@@ -59,6 +57,10 @@ type Options struct {
 	// security events name (nil: the connection's peer, see
 	// internal/clientaddr).
 	ClientAddr func(*http.Request) string
+	// ClientMetadataURL is the broker's Client ID Metadata Document at
+	// upstream MCP servers; served at ClientMetadataPath when it is that
+	// https URL.
+	ClientMetadataURL string
 }
 
 // Flow serves the browser side of credbroker. See the package doc for routes.
@@ -68,14 +70,12 @@ type Flow struct {
 	now     func() time.Time
 	client  *http.Client
 	jar     *cookieJar
-	pages   map[string]*template.Template
+	kit     *web.Kit
 	idp     *oidc.Provider
 	idpConf oauth2.Config
 	idpVer  *oidc.IDTokenVerifier
-	cop     *http.CrossOriginProtection
 
 	providers *provider.Registry
-	tracer    trace.Tracer // nil: tracing off
 }
 
 // New validates opts, discovers the IdP and parses the templates.
@@ -113,19 +113,15 @@ func New(ctx context.Context, opts Options) (*Flow, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.ClientAddr == nil {
-		opts.ClientAddr = clientaddr.Trusted{}.Addr // the peer
-	}
 	f := &Flow{
 		// With tracing on, every request to the IdP (discovery, keys, the
 		// sign-in's code exchange) is an "idp.http <METHOD>" client span.
 		opts: opts, log: opts.Logger, now: opts.Now, client: tracing.WrapIdPClient(opts.HTTPClient, opts.Tracing),
 		jar:       newCookieJar(opts.CookieKeys, opts.DevMode || pu.Scheme == "http", opts.Now),
 		providers: opts.Connections.Providers(),
-		cop:       http.NewCrossOriginProtection(),
-		tracer:    tracing.Tracer(opts.Tracing),
 	}
-	f.pages, err = parsePages(web.Templates)
+	f.kit, err = web.NewKit(web.KitOptions{Door: "oauthflow", Unchanged: "Nothing was connected.",
+		RedactPath: redactPath, ClientAddr: opts.ClientAddr, Tracing: opts.Tracing, SpanAttrs: f.spanAttrs, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -158,29 +154,31 @@ func (f *Flow) tokenCtx(ctx context.Context) context.Context {
 	return context.WithValue(ctx, oauth2.HTTPClient, provider.NoRedirectClient(f.client))
 }
 
-// Register mounts the browser routes on mux.
-func (f *Flow) Register(mux *http.ServeMux) {
-	mux.Handle("GET /connect/{grant}", f.traced("oauthflow.landing", http.HandlerFunc(f.handleLanding)))
-	mux.Handle("POST /connect/{grant}", f.traced("oauthflow.consent", f.cop.Handler(http.HandlerFunc(f.handleDecision))))
-	mux.Handle("POST /connect/{grant}/key", f.traced("oauthflow.key_entry", f.cop.Handler(http.HandlerFunc(f.handleKeySubmit))))
-	mux.HandleFunc("GET /connections/{id}/key", f.handleReplaceKeyPage)
-	mux.Handle("POST /connections/{id}/key", f.cop.Handler(http.HandlerFunc(f.handleReplaceKey)))
-	mux.Handle("GET /auth/callback", f.traced("oauthflow.signin_callback", http.HandlerFunc(f.handleLoginCallback)))
-	mux.Handle("GET /oauth/{provider}/callback", f.traced("oauthflow.callback", http.HandlerFunc(f.handleProviderCallback)))
-	mux.HandleFunc("GET /connections", f.handleConnections)
-	mux.Handle("POST /connections/{id}/disconnect", f.cop.Handler(http.HandlerFunc(f.handleDisconnect)))
-	mux.Handle("POST /connections/apps/{id}/remove", f.cop.Handler(http.HandlerFunc(f.handleRemoveApp)))
-	mux.Handle("POST /logout", f.cop.Handler(http.HandlerFunc(f.handleLogout)))
-	static := http.StripPrefix("/static/", http.FileServerFS(web.Static))
-	mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		if strings.HasSuffix(r.URL.Path, "/") {
-			http.NotFound(w, r) // no directory listings
-			return
-		}
-		w.Header().Set("Cache-Control", "public, max-age=3600")
-		static.ServeHTTP(w, r)
-	}))
+// Register mounts the browser routes on the site's browser side, which
+// gives every answer the page headers and every POST the cross-origin
+// check; the steps of a connect link and the sign-in are server spans
+// (Options.Tracing).
+func (f *Flow) Register(site *web.Site) {
+	for _, rt := range []struct {
+		pattern, span string
+		h             http.HandlerFunc
+	}{
+		{"GET /connect/{grant}", "oauthflow.landing", f.handleLanding},
+		{"POST /connect/{grant}", "oauthflow.consent", f.handleDecision},
+		{"POST /connect/{grant}/key", "oauthflow.key_entry", f.handleKeySubmit},
+		{"GET /connections/{id}/key", "", f.handleReplaceKeyPage},
+		{"POST /connections/{id}/key", "", f.handleReplaceKey},
+		{"GET /auth/callback", "oauthflow.signin_callback", f.handleLoginCallback},
+		{"GET /oauth/{provider}/callback", "oauthflow.callback", f.handleProviderCallback},
+		{"GET /connections", "", f.handleConnections},
+		{"POST /connections/{id}/disconnect", "", f.handleDisconnect},
+		{"POST /connections/apps/{id}/remove", "", f.handleRemoveApp},
+		{"POST /logout", "", f.handleLogout},
+	} {
+		f.kit.Route(site.Browser, rt.pattern, rt.span, rt.h)
+	}
+	// A document for authorization servers, not a page.
+	site.API.HandleFunc("GET "+ClientMetadataPath, f.handleClientMetadata)
 }
 
 // startLogin redirects the browser to the IdP and remembers where to return.
@@ -199,9 +197,7 @@ func (f *Flow) startLogin(w http.ResponseWriter, r *http.Request, returnTo strin
 		// switch accounts (its own session would sign the old one back in).
 		opts = append(opts, oauth2.SetAuthURLParam("prompt", "login"))
 	}
-	u := f.idpConf.AuthCodeURL(ls.State, opts...)
-	setPageHeaders(w.Header())
-	http.Redirect(w, r, u, http.StatusFound)
+	http.Redirect(w, r, f.idpConf.AuthCodeURL(ls.State, opts...), http.StatusFound)
 }
 
 // safeReturn accepts only broker-relative paths.
@@ -218,20 +214,20 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 	f.jar.clear(w, "login")
 	q := r.URL.Query()
 	if !ok {
-		f.renderError(w, errorPage{Heading: "Sign-in expired", Status: http.StatusBadRequest,
+		f.renderError(w, web.ErrorPage{Heading: "Sign-in expired", Status: http.StatusBadRequest,
 			Message: "This sign-in attempt is unknown or took too long, so it was not accepted.",
 			Next:    "Open the link from your app again; it will ask you to sign in afresh."})
 		return
 	}
-	if !equalToken(q.Get("state"), ls.State) {
+	if !web.EqualToken(q.Get("state"), ls.State) {
 		f.securityEvent(r, "login_state_mismatch", nil)
-		f.renderError(w, errorPage{Heading: "Sign-in not accepted", Status: http.StatusBadRequest,
+		f.renderError(w, web.ErrorPage{Heading: "Sign-in not accepted", Status: http.StatusBadRequest,
 			Message: "The answer from the sign-in service did not match the sign-in this browser started.",
 			Next:    "Open the link from your app again."})
 		return
 	}
 	if e := q.Get("error"); e != "" {
-		f.renderError(w, errorPage{Heading: "Sign-in did not complete", Status: http.StatusBadRequest,
+		f.renderError(w, web.ErrorPage{Heading: "Sign-in did not complete", Status: http.StatusBadRequest,
 			Message: "The sign-in service did not sign you in (" + e + ").", Detail: untrusted.Clip(q.Get("error_description"), 300),
 			Next: "Open the link from your app again and complete the sign-in."})
 		return
@@ -240,15 +236,15 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 	tok, err := f.idpConf.Exchange(f.tokenCtx(r.Context()), q.Get("code"), oauth2.VerifierOption(ls.Verifier))
 	if err != nil {
 		f.log.Warn("broker sign-in: code exchange failed", "err", provider.DescribeTokenError(err))
-		f.renderError(w, errorPage{Heading: "Sign-in failed", Status: http.StatusBadGateway,
+		f.renderError(w, web.ErrorPage{Heading: "Sign-in failed", Status: http.StatusBadGateway,
 			Message: "The sign-in service did not accept the sign-in.", Next: "Open the link from your app again."})
 		return
 	}
 	raw, _ := tok.Extra("id_token").(string)
 	idt, err := f.idpVer.Verify(ctx, raw)
-	if err != nil || !equalToken(idt.Nonce, ls.Nonce) {
+	if err != nil || !web.EqualToken(idt.Nonce, ls.Nonce) {
 		f.log.Warn("broker sign-in: ID token rejected", "err", err)
-		f.renderError(w, errorPage{Heading: "Sign-in failed", Status: http.StatusBadGateway,
+		f.renderError(w, web.ErrorPage{Heading: "Sign-in failed", Status: http.StatusBadGateway,
 			Message: "The sign-in service's answer could not be verified.", Next: "Open the link from your app again."})
 		return
 	}
@@ -266,27 +262,18 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	f.jar.clear(w, "logged_out")
 	f.log.Info("broker sign-in", "iss", s.Issuer, "sub", s.Subject)
-	setPageHeaders(w.Header())
 	http.Redirect(w, r, safeReturn(ls.ReturnTo), http.StatusSeeOther)
 }
 
 // securityEvent logs an attempt the broker refused. It names the acting
 // browser session, never the owner of the grant involved.
 func (f *Flow) securityEvent(r *http.Request, event string, s *session, attrs ...any) {
-	args := []any{"event", event, "remote", f.opts.ClientAddr(r)}
-	if s != nil {
-		args = append(args, "actor_iss", s.Issuer, "actor_sub", s.Subject)
-	}
-	f.log.Warn("security event", append(args, attrs...)...)
+	f.kit.SecurityEvent(r, event, s.visitor(), attrs...)
 }
 
 // fail logs err and renders a generic error page.
 func (f *Flow) fail(w http.ResponseWriter, r *http.Request, s *session, status int, what string, err error) {
-	ref := connections.Ref(fmt.Sprint(f.now().UnixNano(), r.URL.Path))
-	f.log.Error("browser flow failed", "what", what, "path", redactPath(r.URL.Path), "ref", ref, "err", err)
-	f.renderError(w, errorPage{Chrome: s.chrome(), Status: status, Heading: "Something went wrong",
-		Message: "The broker could not finish this step. Nothing was connected.",
-		Next:    "Try again in a moment. If it keeps happening, tell your administrator the reference below.", Reference: ref})
+	f.kit.Fail(w, r, s.chrome(), status, what, err)
 }
 
 // redactPath hides grant ids in logged paths.

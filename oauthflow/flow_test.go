@@ -2,6 +2,7 @@ package oauthflow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"html"
 	"net/http"
@@ -253,6 +254,32 @@ func TestCallbackFailuresStoreNothing(t *testing.T) {
 		mustContain(t, a.get(cb.String()), "Connected: return to your app")
 		for _, c := range h.connections("alice") {
 			h.store.DeleteConnection(ctx, c.ID)
+		}
+	})
+	// A mix-up: GitHub's answer (a plain OAuth 2.0 provider, no metadata,
+	// no RFC 9207 iss to compare) delivered at another provider's redirect
+	// URI. Each provider has its own redirect URI and the flow cookie names
+	// the provider, which is the mix-up defence where iss cannot be checked
+	// (RFC 9700 §4.4.2.2).
+	t.Run("answer at another provider's redirect URI", func(t *testing.T) {
+		a := h.newAgent()
+		g := h.grant("alice", "github", nil, "c")
+		cb := a.toCallback(g, "alice")
+		if !strings.HasSuffix(cb.Path, "/oauth/github/callback") {
+			t.Fatalf("GitHub answered at %s", cb.Path)
+		}
+		bad := *cb
+		bad.Path = strings.TrimSuffix(cb.Path, "/oauth/github/callback") + "/oauth/google/callback"
+		events := strings.Count(h.logs.String(), "callback_state_mismatch")
+		p := a.get(bad.String())
+		mustStatus(t, p, http.StatusBadRequest)
+		mustContain(t, p, "does not match the connection this browser started")
+		noConnections(t)
+		if d := h.untouched(g.ID); d != "" {
+			t.Fatal(d)
+		}
+		if n := strings.Count(h.logs.String(), "callback_state_mismatch"); n != events+1 {
+			t.Errorf("%d callback_state_mismatch security events logged, want 1", n-events)
 		}
 	})
 	t.Run("missing flow cookie", func(t *testing.T) {
@@ -628,12 +655,17 @@ func TestDisconnectOutcomesOnThePage(t *testing.T) {
 // endpoint, while the right one connects.
 func TestCallbackIssuer(t *testing.T) {
 	for _, tt := range []struct {
-		mode    string
-		connect bool
+		mode       string
+		advertised bool // the metadata promises iss (authorization_response_iss_parameter_supported)
+		connect    bool
 	}{
-		{"send", true},
-		{"wrong", false},
-		{"omit", false},
+		{"send", true, true},
+		{"wrong", true, false},
+		{"omit", true, false},
+		// RFC 9207 §2.4: a client compares a present iss with the issuer
+		// in the provider's metadata and refuses a mismatch, promised or
+		// not; only a missing iss depends on the promise.
+		{"wrong-unadvertised", false, false},
 	} {
 		t.Run(tt.mode, func(t *testing.T) {
 			h := newHarness(t, func(h *harness) (string, map[string]string) {
@@ -651,6 +683,9 @@ func TestCallbackIssuer(t *testing.T) {
     default_scopes: [openid, email]
 `, map[string]string{"S": "google-secret-value"}
 			})
+			if got := advertisesIss(t, h.google.Issuer()); got != tt.advertised {
+				t.Fatalf("mode %s: the fake's metadata advertises iss: %v, want %v", tt.mode, got, tt.advertised)
+			}
 			a := h.newAgent()
 			g := h.grant("alice", "google", nil, "c")
 			cb := a.toCallback(g, "alice")
@@ -679,6 +714,24 @@ func TestCallbackIssuer(t *testing.T) {
 			h.finalCheck()
 		})
 	}
+}
+
+// advertisesIss reports whether the OIDC metadata at issuer promises RFC
+// 9207's iss parameter.
+func advertisesIss(t *testing.T, issuer string) bool {
+	t.Helper()
+	resp, err := http.Get(issuer + "/.well-known/openid-configuration")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var md struct {
+		Supported *bool `json:"authorization_response_iss_parameter_supported"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&md); err != nil {
+		t.Fatal(err)
+	}
+	return md.Supported != nil && *md.Supported
 }
 
 // visibleText is a page's text as a person reads it: tags dropped,

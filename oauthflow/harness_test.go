@@ -29,6 +29,7 @@ import (
 	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
+	"credbroker/web"
 )
 
 // testClock is real time plus an adjustable offset.
@@ -44,7 +45,7 @@ type harness struct {
 	t      testing.TB
 	idp    *devidp.IdP
 	srv    *httptest.Server
-	mux    *http.ServeMux
+	site   *web.Site
 	flow   *Flow
 	store  vault.Store
 	client *provider.Client
@@ -83,7 +84,7 @@ func newHarnessStore(t testing.TB, providers func(h *harness) (string, map[strin
 	t.Helper()
 	h := &harness{t: t, clock: &testClock{}, logs: &logbuf.Buffer{}}
 	h.idp = devidptest.Start(t, nil, nil)
-	h.mux = http.NewServeMux()
+	h.site = web.NewSite()
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/oauth/") && h.hold.Load() {
 			// Test-only interception: the provider's answer is recorded and
@@ -95,7 +96,7 @@ func newHarnessStore(t testing.TB, providers func(h *harness) (string, map[strin
 			io.WriteString(w, "<!doctype html><title>held</title><h1 id=held>held by the test</h1>")
 			return
 		}
-		h.mux.ServeHTTP(w, r)
+		h.site.ServeHTTP(w, r)
 	}))
 	t.Cleanup(h.srv.Close)
 	if err := h.idp.AddClient(devidp.Client{ID: "broker", Secret: brokerClientSecret, RedirectURIs: []string{h.srv.URL + "/auth/callback"}}); err != nil {
@@ -135,7 +136,7 @@ func newHarnessStore(t testing.TB, providers func(h *harness) (string, map[strin
 	if err != nil {
 		t.Fatalf("oauthflow.New: %v", err)
 	}
-	h.flow.Register(h.mux)
+	h.flow.Register(h.site)
 	h.secret(brokerClientSecret)
 	for _, v := range envm {
 		if strings.Contains(strings.ToLower(v), "secret") {

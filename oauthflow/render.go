@@ -1,71 +1,57 @@
 package oauthflow
 
 import (
-	"bytes"
-	"credbroker/provider"
-	"fmt"
-	"html/template"
-	"io/fs"
 	"net/http"
-	"net/url"
 	"strings"
+
+	"credbroker/provider"
+	"credbroker/vault"
+	"credbroker/web"
 )
 
-// parsePages parses every page template at start-up, each with
-// layout.html: the pages of this package and those a provider kind's
-// browser step names (provider.RedirectStep.ConsentPage, provider.Form).
-func parsePages(fsys fs.FS) (map[string]*template.Template, error) {
-	files, err := fs.Glob(fsys, "*.html")
-	if err != nil {
-		return nil, fmt.Errorf("oauthflow: list pages: %w", err)
-	}
-	pages := make(map[string]*template.Template, len(files))
-	for _, file := range files {
-		n := strings.TrimSuffix(file, ".html")
-		if n == "layout" {
-			continue
-		}
-		t, err := template.New(n).ParseFS(fsys, "layout.html", file)
-		if err != nil {
-			return nil, fmt.Errorf("oauthflow: parse page %s: %w", n, err)
-		}
-		pages[n] = t
-	}
-	return pages, nil
-}
+// The pages are rendered by the browser kit (package web): every page
+// template, each with layout.html, parsed at start-up, so the page a
+// provider kind's browser step names (provider.RedirectStep.ConsentPage,
+// provider.Form) is found by that name.
 
-// chrome is the part of every page drawn by the layout.
-type chrome struct {
-	Identity string // signed-in identity for display; empty when signed out
-	CSRF     string
-}
-
-type scopeLine struct{ Scope, Words string }
-
-type consentPage struct {
-	Chrome   chrome
-	Provider string
-	Domain   string
-	// ClientName is the asking client's self-asserted name (untrusted).
+// requester is who asked for a connect request, as the consent and key
+// entry pages name them.
+type requester struct {
+	// ClientName is the asking client's self-asserted name (untrusted),
+	// web.UnnamedClient when nothing names the requester.
 	ClientName string
 	// Server is the configured name of the co-located server that asked
 	// through the sidecar (trusted), "" for MCP clients; ServerUnnamed
 	// when it used the unnamed secret.
 	Server        string
 	ServerUnnamed bool
-	Identity      string
-	Scopes        []scopeLine
-	Action        string
+}
+
+func requesterOf(g vault.Grant) requester {
+	return requester{ClientName: web.ClientName(g.ClientName, g.Server), Server: g.Server, ServerUnnamed: g.Server == vault.UnnamedServer}
+}
+
+type consentPage struct {
+	Chrome   web.Chrome
+	Provider string
+	Domain   string
+	requester
+	Identity string
+	Scopes   []web.ScopeLine
+	Action   string
+	// Relay is the MCP server the broker relays calls to with the
+	// account (type: mcp providers), "" otherwise.
+	Relay string
 }
 
 type mismatchPage struct {
-	Chrome    chrome
+	Chrome    web.Chrome
 	Identity  string
 	Reference string
 }
 
 type donePage struct {
-	Chrome   chrome
+	Chrome   web.Chrome
 	Provider string
 	Account  string
 	Scopes   []string
@@ -75,20 +61,8 @@ type donePage struct {
 }
 
 type deniedPage struct {
-	Chrome   chrome
+	Chrome   web.Chrome
 	Provider string
-}
-
-// errorPage is any failure the user must read: Heading, Message, what to do
-// Next, and optionally the provider's own (untrusted, escaped) description.
-type errorPage struct {
-	Chrome    chrome
-	Status    int
-	Heading   string
-	Message   string
-	Detail    string
-	Next      string
-	Reference string
 }
 
 type connectionRow struct {
@@ -103,7 +77,7 @@ type connectionRow struct {
 }
 
 type connectionsPage struct {
-	Chrome chrome
+	Chrome web.Chrome
 	Notice string
 	// NoticeLink (with NoticeLinkText) follows the notice: where to revoke
 	// a deleted API key at its provider.
@@ -113,44 +87,11 @@ type connectionsPage struct {
 	AppsShown                  bool
 }
 
-type signedOutPage struct{ Chrome chrome }
+type signedOutPage struct{ Chrome web.Chrome }
 
-// setPageHeaders sets the security headers every page carries. formAction
-// lists extra origins the page's forms may lead to (a redirect after a form
-// submission is checked against form-action).
-func setPageHeaders(h http.Header, formAction ...string) {
-	fa := "'self'"
-	for _, o := range formAction {
-		fa += " " + o
-	}
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action "+fa+"; frame-ancestors 'none'; base-uri 'none'")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Cross-Origin-Opener-Policy", "same-origin")
-}
-
-// render executes page into a buffer first, so a failed render is a clean 500.
+// render renders page with data through the kit.
 func (f *Flow) render(w http.ResponseWriter, status int, page string, data any, formAction ...string) {
-	var buf bytes.Buffer
-	t, ok := f.pages[page]
-	if !ok {
-		f.log.Error("render page: no such template", "page", page)
-		setPageHeaders(w.Header())
-		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
-		return
-	}
-	if err := t.ExecuteTemplate(&buf, "layout", data); err != nil {
-		f.log.Error("render page", "page", page, "err", err)
-		setPageHeaders(w.Header())
-		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
-		return
-	}
-	setPageHeaders(w.Header(), formAction...)
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	f.kit.Render(w, status, page, data, formAction...)
 }
 
 func (f *Flow) renderMismatch(w http.ResponseWriter, p mismatchPage) {
@@ -165,11 +106,8 @@ func (f *Flow) renderDenied(w http.ResponseWriter, p deniedPage) {
 	f.render(w, http.StatusOK, "denied", p)
 }
 
-func (f *Flow) renderError(w http.ResponseWriter, p errorPage) {
-	if p.Status == 0 {
-		p.Status = http.StatusBadRequest
-	}
-	f.render(w, p.Status, "error", p)
+func (f *Flow) renderError(w http.ResponseWriter, p web.ErrorPage) {
+	f.kit.RenderError(w, p)
 }
 
 func (f *Flow) renderConnections(w http.ResponseWriter, p connectionsPage) {
@@ -180,30 +118,14 @@ func (f *Flow) renderSignedOut(w http.ResponseWriter, p signedOutPage) {
 	f.render(w, http.StatusOK, "signedout", p)
 }
 
-// origin returns scheme://host of a URL, for CSP form-action.
-func origin(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return ""
-	}
-	return u.Scheme + "://" + u.Host
-}
-
 // plainScope turns a scope into words when the provider entry gives none.
-func plainScope(p *provider.Provider, s string) scopeLine {
+func plainScope(p *provider.Provider, s string) web.ScopeLine {
 	if w, ok := p.ScopeDescriptions[s]; ok && w != "" {
-		return scopeLine{Scope: s, Words: w}
+		return web.ScopeLine{Scope: s, Words: w}
 	}
-	switch s {
-	case "openid":
-		return scopeLine{Scope: s, Words: "Confirm your identity"}
-	case "email":
-		return scopeLine{Scope: s, Words: "See your email address"}
-	case "profile":
-		return scopeLine{Scope: s, Words: "See your basic profile"}
-	case "offline_access":
-		return scopeLine{Scope: s, Words: "Keep access when you are not using the app"}
+	if w, ok := web.ScopeWords(s); ok {
+		return web.ScopeLine{Scope: s, Words: w}
 	}
 	words := strings.NewReplacer(":", " ", "_", " ", ".", " ").Replace(s)
-	return scopeLine{Scope: s, Words: "Permission “" + words + "”"}
+	return web.ScopeLine{Scope: s, Words: "Permission “" + words + "”"}
 }

@@ -21,7 +21,7 @@ import (
 // kinds are the values of providers.yaml's type, each a kind of its own
 // file (kind.go says what a kind is; the package documentation how to add
 // one).
-var kinds = []kindDef{oauth2Kind, oidcKind, apiKeyKind}
+var kinds = []kindDef{oauth2Kind, oidcKind, apiKeyKind, mcpKind}
 
 // kindDef is one value of providers.yaml's type: the keys its entries take
 // (the yaml tags of its spec type) and how an entry of it is validated and

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"credbroker/internal/untrusted"
+	"credbroker/vault"
 )
 
 // WrongDomainError: the connected account is not in the hosted domain
@@ -74,7 +75,7 @@ const maxAccountBody = 1 << 20
 // lookupAccount learns which provider account was connected: the
 // verified ID token for OIDC providers (nonce checked), or the account
 // endpoint.
-func (o *OAuth) lookupAccount(ctx context.Context, k *Client, p *Provider, tok *oauth2.Token, nonce string) (Account, error) {
+func (o *OAuth) lookupAccount(ctx context.Context, k *Client, p *Provider, _ vault.Principal, tok *oauth2.Token, nonce string) (Account, error) {
 	if o.OIDC {
 		op, err := k.discover(ctx, p.Name, o.Issuer)
 		if err != nil {
@@ -117,7 +118,7 @@ func (o *OAuth) lookupAccount(ctx context.Context, k *Client, p *Provider, tok *
 	}
 	req.Header.Set("Accept", "application/json")
 	tok.SetAuthHeader(req)
-	resp, err := k.opts.HTTPClient.Do(req)
+	resp, err := k.httpFor(p).Do(req)
 	if err != nil {
 		return Account{}, fmt.Errorf("account endpoint: %s", describeRefreshErr(err))
 	}

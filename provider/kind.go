@@ -102,7 +102,8 @@ type TokenExporter interface {
 // token response belongs to (a verified ID token, an account endpoint).
 type AccountLookup interface {
 	Kind
-	lookupAccount(ctx context.Context, k *Client, p *Provider, tok *oauth2.Token, nonce string) (Account, error)
+	// lookupAccount names the account tok belongs to, for person pr.
+	lookupAccount(ctx context.Context, k *Client, p *Provider, pr vault.Principal, tok *oauth2.Token, nonce string) (Account, error)
 }
 
 // apiCaller is a kind whose connections call the provider's API
@@ -171,9 +172,9 @@ func (k *Client) ResponseIssuer(ctx context.Context, p *Provider) (issuer string
 
 // Exchange redeems an authorization code of request a (from AuthRequest,
 // carried by the caller) at p's token endpoint and establishes the
-// connected account (AccountLookup). The result's token set is for the
+// connected account (AccountLookup) of person pr. The result's token set is for the
 // connections layer's store only.
-func (k *Client) Exchange(ctx context.Context, p *Provider, redirectURL, code string, a AuthRequest) (ex Exchanged, err error) {
+func (k *Client) Exchange(ctx context.Context, p *Provider, pr vault.Principal, redirectURL, code string, a AuthRequest) (ex Exchanged, err error) {
 	ctx, span := k.startSpan(ctx, "provider.code_exchange")
 	defer func() { endSpan(span, err, "code exchange failed") }()
 	step, ok := p.Kind.(RedirectStep)
@@ -188,7 +189,7 @@ func (k *Client) Exchange(ctx context.Context, p *Provider, redirectURL, code st
 	if !ok {
 		return Exchanged{}, fmt.Errorf("%w: %s has no way to name the account", ErrAccountUnknown, p.Name)
 	}
-	acct, err := lookup.lookupAccount(k.HTTPContext(ctx), k, p, tok, a.Nonce)
+	acct, err := lookup.lookupAccount(k.HTTPContext(ctx, p), k, p, pr, tok, a.Nonce)
 	if errors.Is(err, ErrWrongDomain) {
 		return Exchanged{}, err
 	}

@@ -400,7 +400,7 @@ func (o *OAuth) redeem(ctx context.Context, k *Client, p *Provider, redirectURL,
 	if a.Verifier != "" {
 		opts = append(opts, oauth2.VerifierOption(a.Verifier))
 	}
-	tok, err := conf.Exchange(k.TokenContext(ctx), code, opts...)
+	tok, err := conf.Exchange(k.TokenContext(ctx, p), code, opts...)
 	if err != nil {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && (re.ErrorCode == "invalid_grant" || re.ErrorCode == "bad_verification_code") {
@@ -461,19 +461,29 @@ func (k *Client) discover(ctx context.Context, name, issuer string) (*oidc.Provi
 	return op, nil
 }
 
-// HTTPContext carries the Client's HTTP client for x/oauth2 and go-oidc
+// HTTPContext carries the HTTP client for p's x/oauth2 and go-oidc
 // calls (ID token key sets, account lookups).
-func (k *Client) HTTPContext(ctx context.Context) context.Context {
-	ctx = context.WithValue(ctx, oauth2.HTTPClient, k.opts.HTTPClient)
-	return oidc.ClientContext(ctx, k.opts.HTTPClient)
+func (k *Client) HTTPContext(ctx context.Context, p *Provider) context.Context {
+	c := k.httpFor(p)
+	ctx = context.WithValue(ctx, oauth2.HTTPClient, c)
+	return oidc.ClientContext(ctx, c)
 }
 
-// TokenContext carries, for x/oauth2, a copy of the Client's HTTP client
-// that never follows redirects: a token request carries the code, the PKCE
+// TokenContext carries, for x/oauth2, a copy of p's HTTP client that
+// never follows redirects: a token request carries the code, the PKCE
 // verifier and the client secret, which a 307/308 would replay to wherever
 // it points.
-func (k *Client) TokenContext(ctx context.Context) context.Context {
-	return context.WithValue(ctx, oauth2.HTTPClient, NoRedirectClient(k.opts.HTTPClient))
+func (k *Client) TokenContext(ctx context.Context, p *Provider) context.Context {
+	return context.WithValue(ctx, oauth2.HTTPClient, NoRedirectClient(k.httpFor(p)))
+}
+
+// httpFor is the client for p's token, account and revocation requests:
+// the upstream (egress) client for an MCP server the broker relays to.
+func (k *Client) httpFor(p *Provider) *http.Client {
+	if _, ok := p.Kind.(Gateway); ok {
+		return k.opts.UpstreamHTTPClient
+	}
+	return k.opts.HTTPClient
 }
 
 // HTTPClient returns the client the Client talks to providers with.

@@ -187,7 +187,7 @@ func (o *OAuth) revokeGitHub(ctx context.Context, k *Client, p *Provider, c vaul
 // status and the OAuth error code of the answer, if any.
 func (k *Client) sendRevocation(req *http.Request, p *Provider) (int, string, error) {
 	// Never redirected: a 307/308 would replay the token elsewhere.
-	resp, err := NoRedirectClient(k.opts.HTTPClient).Do(req)
+	resp, err := NoRedirectClient(k.httpFor(p)).Do(req)
 	if err != nil {
 		return 0, "", fmt.Errorf("provider: revoke %s: %s", p.Name, describeRefreshErr(err))
 	}

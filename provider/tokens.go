@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,22 @@ type Options struct {
 	// event); c is metadata only. A refresh the provider refused goes
 	// through needs_reconnect instead, which the store reports.
 	RefreshFailed func(ctx context.Context, c vault.Connection)
+	// UpstreamHTTPClient talks to upstream MCP servers' authorization
+	// servers (discovery, registration, tokens, revocation): the egress
+	// policy for destinations the organisation does not control (default
+	// HTTPClient).
+	UpstreamHTTPClient *http.Client
+	// UpstreamClients keeps the clients the broker registers at upstream
+	// MCP servers' authorization servers (default: in this process only).
+	UpstreamClients UpstreamClients
+	// ClientMetadataURL is the broker's Client ID Metadata Document (an
+	// https URL: upstream servers that support it identify the broker by
+	// it); BrokerURL its public URL, named in registrations.
+	ClientMetadataURL string
+	BrokerURL         string
+	// RedirectURL is the broker's provider callback of a provider (the
+	// browser door's route; default BrokerURL + "/oauth/{name}/callback").
+	RedirectURL func(provider string) string
 	// Tracing, when set, traces API requests (provider.request), token
 	// refreshes (provider.token_refresh per caller, a link from each
 	// waiter to the one provider.token_refresh.flight) and every HTTP
@@ -97,6 +114,7 @@ type Client struct {
 	mu         sync.Mutex // guards the fields below
 	flights    map[string]*flight
 	discovered map[string]*oidc.Provider
+	upstreams  map[string]*upstreamState
 }
 
 // flight is one refresh in progress; waiters block on done. stale is the
@@ -132,9 +150,14 @@ func New(opts Options) (*Client, error) {
 	// endpoints through x/oauth2, discovery, revocation...) go through it.
 	api := *opts.HTTPClient
 	apiHTTP := &api
+	if opts.UpstreamHTTPClient == nil {
+		opts.UpstreamHTTPClient = opts.HTTPClient
+	}
 	opts.HTTPClient = withUserAgent(opts.HTTPClient, opts.UserAgent)
+	opts.UpstreamHTTPClient = withUserAgent(opts.UpstreamHTTPClient, opts.UserAgent)
 	if opts.Tracing != nil {
 		opts.HTTPClient = withTracing(opts.HTTPClient, opts.Tracing)
+		opts.UpstreamHTTPClient = withTracing(opts.UpstreamHTTPClient, opts.Tracing)
 		apiHTTP = withTracing(apiHTTP, opts.Tracing)
 	}
 	if opts.Now == nil {
@@ -158,13 +181,20 @@ func New(opts Options) (*Client, error) {
 	if opts.SaveTimeout <= 0 {
 		opts.SaveTimeout = 10 * time.Second
 	}
+	if opts.UpstreamClients == nil {
+		opts.UpstreamClients = &memUpstreamClients{m: map[string]UpstreamClient{}}
+	}
+	if opts.RedirectURL == nil {
+		base := strings.TrimRight(opts.BrokerURL, "/")
+		opts.RedirectURL = func(name string) string { return base + "/oauth/" + name + "/callback" }
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	k := &Client{opts: opts, log: log, locker: opts.Store.Locker(), tracer: tracing.Tracer(opts.Tracing),
 		apiHTTP: apiHTTP, apiClients: map[*APIBase]*http.Client{},
-		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}}
+		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}, upstreams: map[string]*upstreamState{}}
 	for _, name := range opts.Providers.Names() {
 		p, _ := opts.Providers.Lookup(name)
 		for i := range p.APIBases {
@@ -384,7 +414,7 @@ func (k *Client) spend(ctx context.Context, r Refresher, p *Provider, cur vault.
 			sent.Store(true)
 		}
 	}}
-	hctx := httptrace.WithClientTrace(context.WithValue(ctx, oauth2.HTTPClient, NoRedirectClient(k.opts.HTTPClient)), trace)
+	hctx := httptrace.WithClientTrace(context.WithValue(ctx, oauth2.HTTPClient, NoRedirectClient(k.httpFor(p))), trace)
 	backoff := k.opts.RetryBackoff
 	for attempt := 1; ; attempt++ {
 		sent.Store(false)

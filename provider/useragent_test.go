@@ -95,7 +95,7 @@ func TestUserAgent(t *testing.T) {
 				t.Fatal(err)
 			}
 			p, _ := reg.Lookup("p")
-			ex, err := k.Exchange(ctx, p, "https://broker.test/callback", "code", AuthRequest{})
+			ex, err := k.Exchange(ctx, p, vault.Principal{Issuer: "i", Subject: "s"}, "https://broker.test/callback", "code", AuthRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}

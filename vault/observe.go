@@ -22,7 +22,7 @@ type Observer interface {
 // Observe returns s with every operation of every feature reported to the
 // observers: the store's own methods and those of each sub-store its
 // accessors return (Auth, Outbox, Admin, Assertions, Connector, Locker,
-// Resealer). Close is not an operation. The first observer's Begin runs
+// Resealer, AppWatch). Close is not an operation. The first observer's Begin runs
 // first and its End last. Nil observers are left out; with none left, s
 // is returned as is.
 //
@@ -47,6 +47,7 @@ func Observe(s Store, observers ...Observer) Store {
 		assertions: feature(s.Assertions(), func(f AssertionLedger) AssertionLedger { return observedLedger{f, o} }),
 		locker:     feature(s.Locker(), func(f Locker) Locker { return observedLocker{f, o} }),
 		resealer:   feature(s.Resealer(), func(f Resealer) Resealer { return observedResealer{f, o} }),
+		appWatch:   feature(s.AppWatch(), func(f AppWatch) AppWatch { return observedAppWatch{f, o} }),
 	}
 }
 
@@ -94,6 +95,7 @@ type observedStore struct {
 	assertions AssertionLedger
 	locker     Locker
 	resealer   Resealer
+	appWatch   AppWatch
 }
 
 var _ Store = (*observedStore)(nil)
@@ -105,6 +107,7 @@ func (s *observedStore) Admin() AdminStore           { return s.admin }
 func (s *observedStore) Assertions() AssertionLedger { return s.assertions }
 func (s *observedStore) Locker() Locker              { return s.locker }
 func (s *observedStore) Resealer() Resealer          { return s.resealer }
+func (s *observedStore) AppWatch() AppWatch          { return s.appWatch }
 func (s *observedStore) Close() error                { return s.next.Close() }
 
 func (s *observedStore) CreateConnection(ctx context.Context, c Connection) (Connection, error) {
@@ -237,6 +240,10 @@ func (a observedAuth) GetAppAccess(ctx context.Context, id string) (AppAccess, e
 	return observed(a.o, ctx, "get_app_access", func(ctx context.Context) (AppAccess, error) { return a.next.GetAppAccess(ctx, id) })
 }
 
+func (a observedAuth) GetAppLiveness(ctx context.Context, id string) (AppLiveness, error) {
+	return observed(a.o, ctx, "get_app_liveness", func(ctx context.Context) (AppLiveness, error) { return a.next.GetAppLiveness(ctx, id) })
+}
+
 func (a observedAuth) FindAppAccess(ctx context.Context, p Principal, clientID string) (AppAccess, error) {
 	return observed(a.o, ctx, "find_app_access", func(ctx context.Context) (AppAccess, error) { return a.next.FindAppAccess(ctx, p, clientID) })
 }
@@ -345,4 +352,15 @@ type observedResealer struct {
 
 func (r observedResealer) Reseal(ctx context.Context, ids []string) (int, error) {
 	return observed(r.o, ctx, "reseal", func(ctx context.Context) (int, error) { return r.next.Reseal(ctx, ids) })
+}
+
+// observedAppWatch reports the life of a feed, from the start of
+// WatchApps until it returns (its context ended), not each change.
+type observedAppWatch struct {
+	next AppWatch
+	o    observer
+}
+
+func (w observedAppWatch) WatchApps(ctx context.Context, x AppWatcher) error {
+	return observedErr(w.o, ctx, "watch_apps", func(ctx context.Context) error { return w.next.WatchApps(ctx, x) })
 }

@@ -62,7 +62,7 @@ func TestObserveEveryOperation(t *testing.T) {
 	}
 	t.Cleanup(func() { backend.Close() })
 	var events []event
-	s := vault.Observe(backend, recorder{"outer", &events}, nil, recorder{"inner", &events})
+	s := vault.Observe(everyFeature{backend}, recorder{"outer", &events}, nil, recorder{"inner", &events})
 	ops := vaulttest.EveryOperation(t, s)
 	if len(ops) < 40 {
 		t.Fatalf("%d operations found: the enumeration misses features", len(ops))
@@ -90,6 +90,23 @@ func TestObserveEveryOperation(t *testing.T) {
 			t.Errorf("%s: observers saw %+v, want %+v", what, events, want)
 		}
 	}
+}
+
+// everyFeature is a bolt store with the one feature bolt has not, a feed
+// of app changes (a hand-written one), so that every feature is there to
+// observe.
+type everyFeature struct{ *boltstore.Store }
+
+func (everyFeature) AppWatch() vault.AppWatch { return lostFeed{} }
+
+// lostFeed is a feed that reports itself lost and follows nothing until
+// its context ends.
+type lostFeed struct{}
+
+func (lostFeed) WatchApps(ctx context.Context, w vault.AppWatcher) error {
+	w.Lost()
+	<-ctx.Done()
+	return nil
 }
 
 // TestObserveErrors: End gets the operation's own error, and the caller
@@ -125,7 +142,11 @@ func TestObserveNothing(t *testing.T) {
 		t.Fatal("Observe without observers wrapped the store")
 	}
 	var events []event
-	if r := vault.Observe(m, recorder{"r", &events}).Resealer(); r != nil {
+	observed := vault.Observe(m, recorder{"r", &events})
+	if r := observed.Resealer(); r != nil {
 		t.Fatalf("the memory store has no Resealer, the observed one has %T", r)
+	}
+	if w := observed.AppWatch(); w != nil {
+		t.Fatalf("the memory store has no AppWatch, the observed one has %T", w)
 	}
 }

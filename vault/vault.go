@@ -297,6 +297,10 @@ type Store interface {
 	// Resealer returns the batch re-seal of key rotation, or nil when the
 	// store has none (Rekey then rewrites record by record).
 	Resealer() Resealer
+	// AppWatch returns the feed of the changes other processes make to
+	// the authorization server's app access records, or nil when the
+	// store has none (one process writes a bolt file or a memory store).
+	AppWatch() AppWatch
 
 	// Close releases the store. Further calls return ErrClosed.
 	Close() error

@@ -22,20 +22,7 @@ import (
 func TestBrokerModeFrontDoors(t *testing.T) {
 	const secret = "sidecar-secret-0123456789abcdef"
 	idp := devidptest.Start(t, nil, nil)
-	reg, err := provider.ParseProviders("providers.yaml", []byte(`providers:
-  demo:
-    display_name: Demo
-    type: oauth2
-    authorization_url: http://127.0.0.1:1/authorize
-    token_url: http://127.0.0.1:1/token
-    client_id: demo
-    client_secret: ${S}
-    account: {url: "http://127.0.0.1:1/user", id_field: id, login_field: login}
-    api: {base_url: "http://127.0.0.1:1/api"}
-`), func(string) string { return "demo-client-secret" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := unreachableDemo(t)
 	for _, tc := range []struct {
 		name      string
 		audiences string
@@ -67,7 +54,7 @@ func TestBrokerModeFrontDoors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			brokerTok, _, err := m.Auth.MintAccessToken(ctx, vault.Principal{Issuer: idp.Issuer(), Subject: "alice"}, "urn:credbroker:test", "test", time.Hour)
+			brokerTok, _, err := m.Auth.MintAccessToken(ctx, vault.Principal{Issuer: idp.Issuer(), Subject: "alice"}, "urn:credbroker:test", "test", "", time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,3 +98,25 @@ func isCode(err error, code string) bool {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// unreachableDemo is a catalogue of one OAuth provider, demo, whose
+// endpoints nothing answers: for tests of the broker's own routes, which
+// never reach the provider.
+func unreachableDemo(t *testing.T) *provider.Registry {
+	t.Helper()
+	reg, err := provider.ParseProviders("providers.yaml", []byte(`providers:
+  demo:
+    display_name: Demo
+    type: oauth2
+    authorization_url: http://127.0.0.1:1/authorize
+    token_url: http://127.0.0.1:1/token
+    client_id: demo
+    client_secret: ${S}
+    account: {url: "http://127.0.0.1:1/user", id_field: id, login_field: login}
+    api: {base_url: "http://127.0.0.1:1/api"}
+`), func(string) string { return "demo-client-secret" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}

@@ -59,6 +59,8 @@ type serveConfig struct {
 	IDJAGIssuers string
 	// Ops: webhooks, the admin API, keep-alive (ops.go).
 	Ops opsConfig
+	// Upstreams: how the gateway reaches remote MCP servers (upstreams.go).
+	Upstreams upstreamConfig
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -93,6 +95,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", os.Getenv("BROKER_METRICS_ADDR"), "serve /metrics on this separate address instead of the main listener (env BROKER_METRICS_ADDR)")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", os.Getenv("BROKER_TRUSTED_PROXIES"), "comma-separated addresses or CIDR prefixes of the load balancers or proxies in front of the broker: from them, the client address (registration limit, security-event logs) is read from X-Forwarded-For (env BROKER_TRUSTED_PROXIES; default: none)")
 	c.Ops.flags(fs)
+	c.Upstreams.flags(fs)
 }
 
 // trusted is the parsed --trusted-proxies (validate has checked it).
@@ -161,6 +164,7 @@ func (c *serveConfig) validate() error {
 	}
 	errs = append(errs, c.sidecar().validate()...)
 	errs = append(errs, c.Ops.validate()...)
+	errs = append(errs, c.Upstreams.validate()...)
 	if c.Ops.AdminClaim != "" && c.Ops.AdminAddr == c.Addr {
 		bad("--admin-addr %q is the same as --addr; the admin API needs its own listener", c.Ops.AdminAddr)
 	}

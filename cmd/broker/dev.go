@@ -16,10 +16,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"credbroker/authserver"
+	"credbroker/internal/demomcp"
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/telemetry"
@@ -32,6 +32,7 @@ import (
 const (
 	devIdPPath      = "/dev/idp"
 	devProviderPath = "/dev/provider"
+	devMCPPath      = "/dev/mcp-upstream"
 	devClientID     = "credbroker"
 	devDemoClientID = "credbroker-demo"
 	devTokenTTL     = time.Hour
@@ -76,7 +77,19 @@ const devProvidersYAML = `providers:
     api:
       base_url: {{BASE}}/keys-api
       allowed_paths: [GET /me]
+  demo-mcp:
+    display_name: Demo MCP server
+    type: mcp
+    mcp:
+      url: {{MCP}}
+      call_timeout: 30s
 `
+
+// devProviders is devProvidersYAML for a broker dev (or a test standing
+// in for one) serving the demo provider and the demo MCP server at base.
+func devProviders(base string) string {
+	return strings.NewReplacer("{{BASE}}", base+devProviderPath, "{{MCP}}", base+devMCPPath).Replace(devProvidersYAML)
+}
 
 // devSidecarAddr is where broker dev serves the sidecar API unless told
 // otherwise; devSidecarName is the name its development secret goes by.
@@ -190,14 +203,21 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 	demo, err := demoprovider.New(demoprovider.Options{
 		BaseURL: base + devProviderPath, ClientID: devDemoClientID, ClientSecret: demoSecret,
 		RedirectURIs: []string{base + "/oauth/demo/callback"},
-		Logger:       log.With("component", "demoprovider"),
+		// It is also the authorization server of the demo MCP server.
+		Resources: []string{base + devMCPPath},
+		Logger:    log.With("component", "demoprovider"),
 	})
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("demo provider: %w", err)
 	}
+	upstream, err := demomcp.New(demomcp.Options{URL: base + devMCPPath, AuthServer: demo, Logger: log.With("component", "demomcp")})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("demo MCP server: %w", err)
+	}
 	providers, err := provider.ParseProviders("dev providers",
-		[]byte(strings.ReplaceAll(devProvidersYAML, "{{BASE}}", base+devProviderPath)),
+		[]byte(devProviders(base)),
 		func(k string) string {
 			if k == "DEMO_CLIENT_SECRET" {
 				return demoSecret
@@ -215,13 +235,12 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		return err
 	}
 	defer stopTracing()
+	// The development IdP and demo provider stand beside the broker on
+	// its listener; the broker's own routes are its site, mounted at "/".
 	mux := http.NewServeMux()
 	mux.Handle(devIdPPath+"/", idp.Handler())
-	mux.Handle(devProviderPath+"/", demo.Handler())
-	// /dev/token mints the broker's own tokens, so it works once the
-	// authorization server is mounted below.
-	var auth atomic.Pointer[authserver.Server]
-	mux.Handle("POST /dev/token", devTokenHandler(&auth, idp.Issuer()))
+	demo.Mount(mux)
+	upstream.Mount(mux)
 	srv := newHTTPServer(mux, log)
 	serveErr := make(chan error, 1)
 	sctx, stopServing := context.WithCancel(ctx)
@@ -252,13 +271,17 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 			Clients: []authserver.StaticClient{{ID: devHostClientID, Secret: devHostSecret, Name: "Development MCP host",
 				RedirectURIs: []string{"http://127.0.0.1/callback"}}},
 		},
+		// The gateway reaches the demo MCP server on this listener only.
+		Upstreams: upstreamConfig{AllowPrivate: true, AllowedHosts: []string{ln.Addr().String()}, MaxCallTimeout: provider.MaxCallTimeout},
 	})
 	if err != nil {
 		stopServing()
 		<-serveErr
 		return err
 	}
-	auth.Store(m.Auth)
+	// /dev/token mints the broker's own tokens: an API of the broker's.
+	m.Site.API.Handle("POST /dev/token", devTokenHandler(m.Auth, idp.Issuer()))
+	srv.RegisterOnShutdown(m.MCP.EndStreams)
 	go collectGrants(sctx, m.Grants, log)
 	printDevBanner(stdout, base, dbPath, keysPath, side)
 	return <-serveErr
@@ -377,9 +400,10 @@ const (
 
 // devTokenHandler mints an MCP bearer token for a development user without
 // a browser, issued by the broker's authorization server exactly as for an
-// MCP host: POST /dev/token with user=alice. With "Accept: text/plain" the
-// answer is the bare token, for shell scripts.
-func devTokenHandler(auth *atomic.Pointer[authserver.Server], issuer string) http.Handler {
+// MCP host: POST /dev/token with user=alice, and resource=<a gateway
+// endpoint> for one of /mcp/u/PROVIDER (default: /mcp). With "Accept:
+// text/plain" the answer is the bare token, for shell scripts.
+func devTokenHandler(as *authserver.Server, issuer string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 		w.Header().Set("Cache-Control", "no-store")
@@ -387,11 +411,6 @@ func devTokenHandler(auth *atomic.Pointer[authserver.Server], issuer string) htt
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
 			json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": desc})
-		}
-		as := auth.Load()
-		if as == nil {
-			fail(http.StatusServiceUnavailable, "temporarily_unavailable", "the broker is still starting")
-			return
 		}
 		user := r.PostFormValue("user")
 		var subject string
@@ -404,8 +423,13 @@ func devTokenHandler(auth *atomic.Pointer[authserver.Server], issuer string) htt
 			fail(http.StatusBadRequest, "invalid_request", "form field user must name a development user (alice or bob)")
 			return
 		}
+		resource := r.PostFormValue("resource")
 		tok, exp, err := as.MintAccessToken(r.Context(), vault.Principal{Issuer: issuer, Subject: subject},
-			devTokenClient, devTokenClientName, devTokenTTL)
+			devTokenClient, devTokenClientName, resource, devTokenTTL)
+		if err != nil && resource != "" {
+			fail(http.StatusBadRequest, "invalid_target", "form field resource must be the broker's MCP endpoint or a gateway endpoint (/mcp/u/PROVIDER)")
+			return
+		}
 		if err != nil {
 			fail(http.StatusInternalServerError, "server_error", "the token could not be issued")
 			return
@@ -430,8 +454,9 @@ credbroker development mode (loopback only; not for real accounts)
   my connections    %[1]s/connections
   identity provider %[1]s%[2]s   users: alice / alice, bob / bob
   demo provider     %[1]s%[3]s   (API keys of demo-keys: %[1]s%[3]s/keys)
+  demo MCP server   %[1]s%[6]s, relayed at %[1]s/mcp/u/demo-mcp
   data              %[4]s (keys: %[5]s)
-`, base, devIdPPath, devProviderPath, dbPath, keysPath)
+`, base, devIdPPath, devProviderPath, dbPath, keysPath, devMCPPath)
 	if side.url != "" {
 		fmt.Fprintf(w, "  sidecar API       %s (secret: %s)\n", side.url, side.secretPath)
 	} else {
@@ -448,6 +473,10 @@ Or get a token for alice without a browser (valid one hour):
 Try it with the reference client:
   export BROKER_TOKEN=$(curl -s -H 'Accept: text/plain' -d user=alice %[1]s/dev/token)
   go run ./cmd/brokerctl --url %[1]s/mcp connect demo
+
+A remote MCP server through the gateway (a token for its endpoint):
+  export GATEWAY_TOKEN=$(curl -s -H 'Accept: text/plain' -d user=alice -d resource=%[1]s/mcp/u/demo-mcp %[1]s/dev/token)
+  BROKER_TOKEN=$GATEWAY_TOKEN go run ./cmd/brokerctl --url %[1]s/mcp/u/demo-mcp tools
 `, base)
 	if side.url != "" {
 		fmt.Fprintf(w, `

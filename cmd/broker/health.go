@@ -12,6 +12,7 @@ import (
 
 	"credbroker/internal/buildinfo"
 	"credbroker/vault"
+	"credbroker/web"
 )
 
 // readiness answers /readyz: the store is open, the keys are loaded and the
@@ -121,7 +122,7 @@ type healthReport struct {
 
 // registerHealth mounts /healthz (the process answers, with its version,
 // commit and build date) and /readyz.
-func registerHealth(mux *http.ServeMux, rd *readiness) {
+func registerHealth(mux *web.Routes, rd *readiness) {
 	health, _ := json.Marshal(healthReport{Status: "ok", Info: buildinfo.Get()})
 	health = append(health, '\n')
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

@@ -333,6 +333,18 @@ func (s *opsServe) browser() *http.Client {
 	return &http.Client{Jar: jar, Timeout: 30 * time.Second, Transport: s.lb.srv.Client().Transport}
 }
 
+// waitLogs waits (at most 30 s, woken by every write) until cond holds for
+// the broker's log, and returns the log. An audit line the broker writes
+// before its HTTP answer can reach the test after that answer: it comes
+// through the subprocess's stderr pipe, copied on its own goroutine.
+func (s *opsServe) waitLogs(what string, cond func(logs string) bool) string {
+	s.t.Helper()
+	if !s.proc.logs.WaitUntil(cond, s.proc.exited, 30*time.Second) {
+		s.t.Fatalf("the broker's log never showed %s:\n%s", what, s.proc.logs.String())
+	}
+	return s.proc.logs.String()
+}
+
 // auditLines returns the broker's audit records of kind.
 func auditLines(logs, kind string) []map[string]any {
 	var out []map[string]any
@@ -408,7 +420,13 @@ func TestOperations(t *testing.T) {
 		if status, body, _ := s.admin("GET", listPath, s.adminToken("root"), nil); status != 200 {
 			t.Fatalf("root: %d %v", status, body)
 		}
-		refused := auditLines(s.proc.logs.String(), "admin_refused")
+		// The broker writes each audit line before it answers, but the line
+		// reaches this process through a pipe read on another goroutine:
+		// wait for it.
+		logs := s.waitLogs("six admin_refused and one admin_list audit lines", func(logs string) bool {
+			return len(auditLines(logs, "admin_refused")) >= 6 && len(auditLines(logs, "admin_list")) >= 1
+		})
+		refused := auditLines(logs, "admin_refused")
 		var subs []string
 		for _, r := range refused {
 			subs = append(subs, field(r, "principal", "sub"))
@@ -416,7 +434,7 @@ func TestOperations(t *testing.T) {
 		if len(refused) != 6 || !slices.Contains(subs, "mallory") || !slices.Contains(subs, "carol") {
 			t.Fatalf("admin_refused audit events: %d, for %v", len(refused), subs)
 		}
-		if l := auditLines(s.proc.logs.String(), "admin_list"); len(l) != 1 || field(l[0], "admin", "sub") != "root" {
+		if l := auditLines(logs, "admin_list"); len(l) != 1 || field(l[0], "admin", "sub") != "root" {
 			t.Fatalf("admin_list audit: %v", l)
 		}
 	})
@@ -529,7 +547,9 @@ func TestOperations(t *testing.T) {
 		s.hooks.waitFor(t, "two connection.deleted deliveries", 30*time.Second, func() bool {
 			return len(s.hooks.delivered("connection.deleted")) == 2
 		})
-		logs := s.proc.logs.String()
+		logs := s.waitLogs("the revoke, offboard and two disconnect audit lines", func(logs string) bool {
+			return len(auditLines(logs, "revoke")) >= 2 && len(auditLines(logs, "offboard")) >= 1 && len(auditLines(logs, "disconnect")) >= 2
+		})
 		var notConfirmed bool
 		for _, r := range auditLines(logs, "revoke") {
 			if field(r, "admin", "sub") == "root" && field(r, "outcome") == "not_confirmed" && field(r, "provider") == "demo2" {

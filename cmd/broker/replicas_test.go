@@ -97,17 +97,18 @@ func (p *serveProc) kill() {
 // balancer is a loopback TLS load balancer in front of the replicas (it
 // terminates https, as production balancers do: serve insists on an https
 // public URL): one public URL, round robin unless the request names a replica in
-// X-Test-Replica. Hits per replica are counted.
+// X-Test-Replica. Hits per replica are counted. Each replica's proxy sits
+// behind wholeBody, so no answer is cut in half under load.
 type balancer struct {
 	srv     *httptest.Server
-	proxies map[string]*httputil.ReverseProxy
+	proxies map[string]http.Handler
 	names   []string
 	next    atomic.Uint64
 	hits    sync.Map // name -> *atomic.Int64
 }
 
 func newBalancer(t *testing.T) *balancer {
-	b := &balancer{proxies: map[string]*httputil.ReverseProxy{}}
+	b := &balancer{proxies: map[string]http.Handler{}}
 	b.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.Header.Get("X-Test-Replica")
 		if name == "" {
@@ -129,7 +130,7 @@ func newBalancer(t *testing.T) *balancer {
 // add registers a replica; call before traffic starts.
 func (b *balancer) add(name, base string) {
 	target, _ := url.Parse(base)
-	b.proxies[name] = &httputil.ReverseProxy{
+	b.proxies[name] = wholeBody(&httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = pr.In.Host
@@ -137,7 +138,7 @@ func (b *balancer) add(name, base string) {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			http.Error(w, "replica unavailable", http.StatusBadGateway)
 		},
-	}
+	})
 	b.names = append(b.names, name)
 }
 
@@ -316,7 +317,7 @@ func newReplicaStackWith(t *testing.T, users, extraArgs, extraEnv []string) *rep
 	}
 	pmux.Handle(devProviderPath+"/", s.demo.Handler())
 	providers := filepath.Join(t.TempDir(), "providers.yaml")
-	if err := os.WriteFile(providers, []byte(strings.ReplaceAll(devProvidersYAML, "{{BASE}}", psrv.URL+devProviderPath)), 0o600); err != nil {
+	if err := os.WriteFile(providers, []byte(devProviders(psrv.URL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if s.keys, err = vault.ParseKeys(vault.GenerateKey()); err != nil {

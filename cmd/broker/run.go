@@ -18,6 +18,7 @@ import (
 	"credbroker/internal/tracing"
 	"credbroker/provider"
 	"credbroker/vault"
+	"credbroker/web"
 	"credbroker/webhook"
 )
 
@@ -44,6 +45,7 @@ commands:
   keys status    how many records each key seals (when an old key can be removed)
   migrate        copy every record of a bolt store into PostgreSQL, or back (--from STORE --to STORE)
   admin          connections | offboard | provider disable (docs/OPERATIONS.md)
+  upstreams      check [PROVIDER]: discovery and registration of type: mcp entries, storing nothing
   version        print the version, commit and build date
 `
 
@@ -63,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDev(ctx, args[1:], stdout, stderr)
 	case "admin":
 		return runAdmin(ctx, args[1:], stdout, stderr)
+	case "upstreams":
+		return runUpstreams(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		return runVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -113,6 +117,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		problems = append(problems, err)
 	}
+	if providers != nil {
+		problems = append(problems, cfg.Upstreams.checkProviders(providers)...)
+	}
 	sc := cfg.sidecar()
 	var sidecarNames []string
 	if callers, err := sc.callers(); sc.enabled() && err == nil {
@@ -151,7 +158,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer stopTracing()
 	events := webhook.NewPublisher(hooks, nil)
-	store, err := openStoreHooked(cfg.Store, keys, events.Hook())
+	store, err := openStoreHooked(cfg.Store, keys, events)
 	if err != nil {
 		return err
 	}
@@ -185,6 +192,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		AuthServer:    authCfg,
 		Events:        events,
 		ClientAddr:    cfg.trusted().Addr,
+		Upstreams:     cfg.Upstreams,
 	})
 	if err != nil {
 		return err
@@ -205,7 +213,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		mmux := http.NewServeMux()
 		mmux.Handle("GET /metrics", rec.Handler())
-		go serveUntilDone(ctx, newHTTPServer(mmux, log), mln, log)
+		go serveUntilDone(ctx, newHTTPServer(web.APIPolicy(mmux), log), mln, log)
 		log.Info("metrics serving", "addr", mln.Addr().String())
 	}
 	go collectGrants(ctx, m.Grants, log)
@@ -218,5 +226,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("credbroker serving", "addr", ln.Addr().String(), "public_url", publicURL, "mcp_auth", cfg.MCPAuth,
 		"providers", strings.Join(providers.Names(), ","),
 		"version", bi.Version, "commit", bi.Commit)
-	return serveUntilDone(ctx, newHTTPServer(mux, log), ln, log)
+	srv := newHTTPServer(mux, log)
+	srv.RegisterOnShutdown(m.MCP.EndStreams)
+	return serveUntilDone(ctx, srv, ln, log)
 }

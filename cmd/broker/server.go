@@ -7,19 +7,24 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"credbroker/apps"
 	"credbroker/authserver"
 	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/bearer"
+	"credbroker/internal/buildinfo"
 	"credbroker/internal/telemetry"
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
 	"credbroker/provider"
+	"credbroker/provider/mcpup"
 	"credbroker/vault"
+	"credbroker/web"
 	"credbroker/webhook"
 )
 
@@ -62,6 +67,8 @@ type brokerDeps struct {
 	// ClientAddr is the address of the client behind a request
 	// (--trusted-proxies); nil (dev): the connection's peer.
 	ClientAddr func(*http.Request) string
+	// Upstreams is how the gateway reaches remote MCP servers.
+	Upstreams upstreamConfig
 }
 
 // authServerConfig is the built-in authorization server's settings.
@@ -87,33 +94,55 @@ type mounted struct {
 	Grants *binding.Service
 	// Auth is the built-in authorization server (nil in issuer mode).
 	Auth *authserver.Server
+	// Apps is the apps core.
+	Apps *apps.Service
 	// Conns and Client serve the admin API, the admin commands and the
 	// keep-alive loop.
 	Conns  *connections.Service
 	Client *provider.Client
+	// MCP is the MCP endpoint (its long-lived streams end at shutdown).
+	MCP *mcpapi.Server
+	// Site holds every route of the main listener, pages and APIs apart.
+	Site *web.Site
 }
 
 // mount builds the provider client, the connections layer, the browser
-// flow, the authorization server (in broker mode) and the MCP endpoint and
-// registers their routes on mux. The IdP must be reachable (discovery runs
-// here). Background work (authorization server clean-up) runs until ctx ends.
+// flow, the authorization server (in broker mode) and the MCP endpoint,
+// registers their routes on a web.Site (pages on its browser side; MCP,
+// the authorization server's endpoints, health and metrics on its API
+// side) and serves the site at "/" on mux. The IdP must be reachable
+// (discovery runs here). Background work (authorization server clean-up)
+// runs until ctx ends.
 func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, error) {
 	plainStore := d.Store
 	d.Store = observeStore(d.Store, d.Telemetry, d.Tracing)
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
+	authHTTP, mcpHTTP, err := d.Upstreams.httpClients()
+	if err != nil {
+		return mounted{}, err
+	}
 	client, err := provider.New(provider.Options{
 		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "provider"), RefreshMargin: d.RefreshMargin,
 		Telemetry: d.Telemetry, RefreshFailed: refreshFailedEvents(d.Events, d.Store, d.Logger),
-		Tracing: d.Tracing,
+		Tracing:            d.Tracing,
+		UpstreamHTTPClient: authHTTP, BrokerURL: d.PublicURL, ClientMetadataURL: d.Upstreams.metadataURL(d.PublicURL),
 	})
+	if err != nil {
+		return mounted{}, err
+	}
+	var policy apps.Policy
+	if c := d.AuthServer; c != nil {
+		policy = apps.Policy{AccessTokenTTL: c.AccessTokenTTL, FamilyTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL}
+	}
+	appSvc, err := appsCore(d.Store, soleWriter(plainStore), policy, d.Telemetry, d.Logger.With("component", "apps"))
 	if err != nil {
 		return mounted{}, err
 	}
 	conns, err := connections.New(connections.Options{
 		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
-		Offboard: appGrantsStep(d.Store, d.Events, d.Logger),
+		Offboard: offboardApps(appSvc),
 	})
 	if err != nil {
 		return mounted{}, err
@@ -139,11 +168,10 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 				return authserver.Person{Principal: p.Principal, Display: p.Display, CSRF: p.CSRF}, ok
 			},
 			StartSignIn:  func(w http.ResponseWriter, r *http.Request, returnTo string) { flow.StartSignIn(w, r, returnTo) },
-			Registration: c.Registration, AllowPrivateMetadata: c.AllowPrivateMetadata, Scopes: scopes,
-			AccessTokenTTL: c.AccessTokenTTL, RefreshTokenTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL,
+			Registration: c.Registration, AllowPrivateMetadata: c.AllowPrivateMetadata, Scopes: scopes, Apps: appSvc,
 			Logger: d.Logger.With("component", "authserver"), Telemetry: d.Telemetry,
-			AppEvent: appEvents(d.Events, d.Store, d.Logger), ClientAddr: d.ClientAddr, Tracing: d.Tracing,
-			IDJAG: jag, Clients: c.Clients,
+			ClientAddr: d.ClientAddr, Tracing: d.Tracing,
+			IDJAG: jag, Clients: c.Clients, MoreResources: gatewayResources(d.PublicURL, d.Providers),
 		})
 		if err != nil {
 			return mounted{}, fmt.Errorf("authorization server: %w", err)
@@ -154,9 +182,10 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		Connections: conns, CookieKeys: d.Keys.Derive("cookies"), HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "oauthflow"), DevMode: d.DevMode,
 		Telemetry: d.Telemetry, Tracing: d.Tracing, ClientAddr: d.ClientAddr,
+		ClientMetadataURL: d.Upstreams.metadataURL(d.PublicURL),
 	}
 	if as != nil {
-		flowOpts.Apps = appsOf{as}
+		flowOpts.Apps = appSvc
 	}
 	flow, err = oauthflow.New(ctx, flowOpts)
 	if err != nil {
@@ -169,11 +198,14 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		StateKeys:   d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
 		Logger: d.Logger.With("component", "mcpapi"), HTTPClient: d.HTTPClient,
 		Telemetry: d.Telemetry, Tracing: d.Tracing,
+		Upstreams: mcpup.New(mcpup.Options{HTTPClient: mcpHTTP, Tokens: client.UpstreamTokens(),
+			Version: buildinfo.Get().Version, Logger: d.Logger.With("component", "mcpup")}),
 	}
 	var brokerTokens bearer.Verifier
 	if as != nil {
 		brokerTokens = as.Verifier()
 		mcpOpts.Verifier = brokerTokens
+		mcpOpts.VerifierFor = as.VerifierFor
 		mcpOpts.AuthorizationServers = []string{as.Issuer()}
 	}
 	mcp, err := mcpapi.New(mcpOpts)
@@ -183,44 +215,42 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if _, err := startSidecar(ctx, d, conns, brokerTokens); err != nil {
 		return mounted{}, err
 	}
-	flow.Register(mux)
-	mcp.Register(mux)
+	site := web.NewSite()
+	flow.Register(site)
+	mcp.Register(site.API)
 	if as != nil {
-		as.Register(mux)
+		as.Register(site)
 		go collectAuth(ctx, as, d.Logger)
 	}
+	go func() {
+		if err := appSvc.Follow(ctx); err != nil && ctx.Err() == nil {
+			d.Logger.Error("apps: following the store's changes stopped; token checks read the store", "err", err)
+		}
+	}()
 	// The readiness probe reads the store as opened: a probe is no
 	// operation of the broker's to time or trace.
-	registerHealth(mux, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
+	registerHealth(site.API, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
 	if d.MetricsOnMain && d.Telemetry != nil {
-		mux.Handle("GET /metrics", d.Telemetry.Handler())
+		site.API.Handle("GET /metrics", d.Telemetry.Handler())
 	}
-	return mounted{Store: d.Store, Grants: grants, Auth: as, Conns: conns, Client: client}, nil
+	mux.Handle("/", site)
+	return mounted{Store: d.Store, Grants: grants, Auth: as, Apps: appSvc, Conns: conns, Client: client, MCP: mcp, Site: site}, nil
 }
 
-// appsOf shows the authorization server's apps on the browser flow's
-// "My connections" page.
-type appsOf struct{ as *authserver.Server }
-
-func (a appsOf) ListApps(ctx context.Context, p vault.Principal) ([]oauthflow.App, error) {
-	apps, err := a.as.Apps(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]oauthflow.App, len(apps))
-	for i, x := range apps {
-		out[i] = oauthflow.App{ID: x.ID, Name: x.Name, ClientID: x.ClientID, VerifiedDomain: x.VerifiedDomain,
-			Authorized: x.Authorized, LastUsed: x.LastUsed, Active: x.Active, ByOrganisation: x.ByOrganisation}
-	}
-	return out, nil
+// appsCore builds the apps core on store, telling its liveness cache how
+// the store is shared: PostgreSQL reports other replicas' changes
+// (Store.AppWatch); a bolt file has this process as its only writer
+// (sole, soleWriter of the store as opened).
+func appsCore(store vault.Store, sole bool, policy apps.Policy, rec *telemetry.Recorder, log *slog.Logger) (*apps.Service, error) {
+	return apps.New(apps.Options{Store: store.Auth(), Watch: store.AppWatch(), SoleWriter: sole,
+		Policy: policy, Telemetry: rec, Logger: log})
 }
 
-func (a appsOf) RemoveApp(ctx context.Context, p vault.Principal, id string) error {
-	err := a.as.RemoveApp(ctx, p, id)
-	if errors.Is(err, authserver.ErrNoSuchApp) {
-		return oauthflow.ErrNoSuchApp
-	}
-	return err
+// offboardApps is offboarding's step for the apps core.
+func offboardApps(a *apps.Service) []connections.OffboardStep {
+	return []connections.OffboardStep{{Name: "app grants", Remove: func(ctx context.Context, p vault.Principal, admin connections.Admin) (int, error) {
+		return a.Offboard(ctx, p, apps.Actor{Admin: admin.Principal, Via: admin.Via})
+	}}}
 }
 
 // collectAuth removes expired codes and never-used registered clients
@@ -311,5 +341,24 @@ func collectGrants(ctx context.Context, g *binding.Service, log *slog.Logger) {
 				log.Debug("expired grants removed", "count", n)
 			}
 		}
+	}
+}
+
+// gatewayResources reports the gateway endpoints of the catalogue's
+// type: mcp entries, <public-url>/mcp/u/<key>: the resources the built-in
+// authorization server issues tokens for besides the MCP endpoint.
+func gatewayResources(publicURL string, reg *provider.Registry) func(string) bool {
+	prefix := strings.ToLower(strings.TrimSuffix(publicURL, "/")) + "/mcp/u/"
+	return func(resource string) bool {
+		name, ok := strings.CutPrefix(resource, prefix)
+		if !ok {
+			return false
+		}
+		p, ok := reg.Lookup(name)
+		if !ok {
+			return false
+		}
+		_, gw := p.Kind.(provider.Gateway)
+		return gw
 	}
 }

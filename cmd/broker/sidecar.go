@@ -15,6 +15,7 @@ import (
 	"credbroker/internal/bearer"
 	"credbroker/sidecar"
 	"credbroker/vault"
+	"credbroker/web"
 )
 
 // sidecarConfig is the sidecar API listener (off unless Addr or Socket is set).
@@ -285,7 +286,9 @@ func startSidecar(ctx context.Context, d brokerDeps, conns *connections.Service,
 	if err != nil {
 		return "", fmt.Errorf("sidecar listener: %w", err)
 	}
-	srv := newHTTPServer(h, log)
+	// An API of its own listener: the same policy as the main listener's
+	// API side (no cookie reaches it).
+	srv := newHTTPServer(web.APIPolicy(h), log)
 	go func() {
 		if err := serveUntilDone(ctx, srv, ln, log); err != nil {
 			log.Error("sidecar API stopped", "err", err)

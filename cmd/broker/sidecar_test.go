@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"credbroker/internal/devidp/devidptest"
-	"credbroker/provider"
 	"credbroker/sidecar"
 	"credbroker/sidecar/client"
 	"credbroker/sidecar/sidecartest"
@@ -30,20 +29,7 @@ func TestSidecarWiringRequiredScope(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	idp := devidptest.Start(t, nil, nil)
-	reg, err := provider.ParseProviders("providers.yaml", []byte(`providers:
-  demo:
-    display_name: Demo
-    type: oauth2
-    authorization_url: http://127.0.0.1:1/authorize
-    token_url: http://127.0.0.1:1/token
-    client_id: demo
-    client_secret: ${S}
-    account: {url: "http://127.0.0.1:1/user", id_field: id, login_field: login}
-    api: {base_url: "http://127.0.0.1:1/api"}
-`), func(string) string { return "demo-client-secret" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := unreachableDemo(t)
 	kr, err := vault.ParseKeys(vault.GenerateKey())
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,14 +9,16 @@ import (
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
 	"credbroker/vault"
+	"credbroker/vault/pgstore/pgtest"
 	"credbroker/vault/vaulttest"
 )
 
 // TestObserveStoreEveryFeature: the store the broker runs on
-// (observeStore over a bolt file, as serve opens it) times and traces
-// every operation of every feature: connections, grants, the one-
-// transaction connect, the authorization server's records, the outbox,
-// admin actions, the assertion ledger, locks and re-sealing. The
+// (observeStore over PostgreSQL as serve opens it, the backend with every
+// feature) times and traces every operation of every feature:
+// connections, grants, the one-transaction connect, the authorization
+// server's records, the outbox, admin actions, the assertion ledger,
+// locks, re-sealing and the feed of app changes. The
 // operations are enumerated by reflection on vault.Store
 // (vaulttest.EveryOperation), so a feature added to the store is checked
 // here without this test changing, and fails it until it is observed.
@@ -26,7 +27,7 @@ func TestObserveStoreEveryFeature(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend, err := openStore(filepath.Join(t.TempDir(), "broker.db"), kr)
+	backend, err := openStore(pgtest.StartT(t).Schema(t), kr)
 	if err != nil {
 		t.Fatal(err)
 	}

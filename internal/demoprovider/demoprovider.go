@@ -1,19 +1,50 @@
 // Package demoprovider is the `demo` third-party provider of `broker dev`: a
 // small in-memory OAuth 2.0 authorization server with an API, mountable under
 // a path (e.g. http://127.0.0.1:8080/dev/provider), so a newcomer can connect
-// an account without any real provider.
+// an account without any real provider. It is also the authorization server
+// of the demo MCP server (internal/demomcp), as hosted MCP servers' are:
+// RFC 8414 metadata, dynamic client registration, PKCE, resource indicators.
 //
 // Routes, relative to BaseURL's path:
 //
 //	GET  /authorize   consent page: <select name="account"> of the demo accounts
 //	                  (alice-demo 1001, bob-demo 1002; the first selected) and
 //	                  <button type="submit" name="decision" value="approve"> / value="deny"
-//	POST /authorize   the consent form's decision; redirects with code or error=access_denied
+//	POST /authorize   the consent form's decision; redirects with code (or
+//	                  error=access_denied), state and iss (RFC 9207)
 //	POST /token       JSON; authorization_code (PKCE S256 required) and refresh_token
+//	POST /register    RFC 7591 dynamic client registration (JSON): public
+//	                  (token_endpoint_auth_method none) and confidential clients
+//	                  (client_secret_basic, the default, or client_secret_post)
 //	POST /revoke      RFC 7009 (client authentication, form token=…)
 //	GET  /api/user    {"id":1001,"login":"alice-demo"} for the token's account
 //	GET  /api/repos   a small list of demo repositories
 //	GET  /style.css   the pages' stylesheet
+//
+// and, outside it, the RFC 8414 metadata at the issuer's path-inserted
+// well-known URL (BaseURL is the issuer):
+//
+//	GET  /.well-known/oauth-authorization-server<BaseURL's path>
+//
+// so mount both (Mount does): mux.Handle("/dev/provider/", p.Handler()) and
+// mux.Handle("GET /.well-known/oauth-authorization-server/dev/provider", p.Handler()).
+//
+// Clients: the static client of Options (public when ClientSecret is
+// empty; it may authenticate with basic or the form, and always gets
+// refresh tokens) and the registered ones, which authenticate exactly as
+// they registered, get refresh tokens only when they registered the
+// refresh_token grant, and whose redirect URIs (https, or http on a
+// loopback host) are matched exactly at /authorize. A code or refresh
+// token is redeemed only by the client it was issued to.
+//
+// Resource indicators (RFC 8707): /authorize takes at most one resource,
+// which must be one of Options.Resources (else error=invalid_target); the
+// grant, and every token issued from it, is bound to it. A token request
+// (code or refresh) may repeat it; any other value is refused with
+// invalid_target (a refused refresh spends nothing), and without one the
+// grant's resource applies. Tokens bound to a resource are for that
+// resource only: the demo API refuses them, and Introspect names the
+// resource for the resource server to check (internal/demomcp).
 //
 // The same provider runs an API-key service, demo-keys, for services that
 // have no OAuth (the broker's type: api_key):
@@ -37,7 +68,8 @@
 // with a Bearer WWW-Authenticate challenge.
 //
 // Every interaction is appended to an ordered event log (Events), so tests
-// can assert the order of token requests and API calls. State lives in memory.
+// can assert the order of token requests and API calls, and the resource
+// each authorization and token request named. State lives in memory.
 package demoprovider
 
 import (
@@ -86,6 +118,11 @@ type Options struct {
 	RefreshIdleTTL time.Duration
 	Now            func() time.Time // default time.Now
 	Logger         *slog.Logger     // nil: discard
+	// Resources are the resource indicators (RFC 8707) the provider
+	// issues tokens for, as absolute URIs compared exactly (an MCP
+	// server's URL, e.g. "http://127.0.0.1:8080/dev/mcp-upstream").
+	// None: every resource parameter is refused with invalid_target.
+	Resources []string
 }
 
 // Account is a demo account that can be connected.
@@ -104,9 +141,14 @@ func Accounts() []Account { return slices.Clone(accounts) }
 type Event struct {
 	Seq       int
 	Time      time.Time
-	Kind      string // "authorize", "approve", "deny", "token", "api", "revoke"
+	Kind      string // "authorize", "approve", "deny", "token", "api", "revoke", "register"
 	GrantType string // token events
 	Account   string // the account concerned, when known
+	Client    string // the client concerned, when known
+	// Resource is the resource parameter the request carried (authorize
+	// and token events; "" when none), so tests can see that a client
+	// named it on every leg.
+	Resource string
 	// Token is the Fingerprint of the token concerned: presented (api,
 	// revoke, refused refresh) or issued (successful token requests).
 	Token  string
@@ -118,12 +160,14 @@ type Event struct {
 
 // Provider is the running demo provider. Its methods are safe for concurrent use.
 type Provider struct {
-	opts    Options
-	path    string
-	log     *slog.Logger
-	handler http.Handler
+	opts      Options
+	path      string
+	wellKnown string // the RFC 8414 metadata's path
+	log       *slog.Logger
+	handler   http.Handler
 
-	mu      sync.Mutex // guards the fields below
+	mu      sync.Mutex         // guards the fields below
+	clients map[string]*client // by client_id: the static one and the registered ones
 	pending map[string]*pendingAuth
 	codes   map[string]*codeGrant // by key(code)
 	tokens  map[string]*token     // by key(token)
@@ -158,8 +202,9 @@ func (p *Provider) LoseRefreshAnswers(n int) {
 }
 
 type pendingAuth struct {
-	redirectURI, scope, state, challenge string
-	created                              time.Time
+	client                                         *client
+	redirectURI, scope, state, challenge, resource string
+	created                                        time.Time
 }
 
 type codeGrant struct {
@@ -170,13 +215,15 @@ type codeGrant struct {
 }
 
 type token struct {
-	refresh bool
-	grantID string
-	scope   string
-	account Account
-	expiry  time.Time
-	spent   bool // refresh token already exchanged
-	revoked bool
+	refresh  bool
+	grantID  string
+	clientID string
+	scope    string
+	resource string // the RFC 8707 resource the grant is bound to ("" none)
+	account  Account
+	expiry   time.Time
+	spent    bool // refresh token already exchanged
+	revoked  bool
 }
 
 // New validates opts and builds the provider.
@@ -200,6 +247,11 @@ func New(opts Options) (*Provider, error) {
 	if opts.AccessTTL < 0 || opts.RefreshIdleTTL < 0 {
 		problems = append(problems, errors.New("AccessTTL and RefreshIdleTTL must not be negative"))
 	}
+	for _, r := range opts.Resources {
+		if err := checkResource(r); err != nil {
+			problems = append(problems, fmt.Errorf("resource: %w", err))
+		}
+	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("demoprovider: %w", errors.Join(problems...))
 	}
@@ -213,10 +265,15 @@ func New(opts Options) (*Provider, error) {
 		opts.Now = time.Now
 	}
 	opts.RedirectURIs = slices.Clone(opts.RedirectURIs)
+	opts.Resources = slices.Clone(opts.Resources)
 	p := &Provider{
-		opts:    opts,
-		path:    u.Path,
-		log:     opts.Logger,
+		opts:      opts,
+		path:      u.Path,
+		wellKnown: "/.well-known/oauth-authorization-server" + u.Path,
+		log:       opts.Logger,
+		clients: map[string]*client{opts.ClientID: {
+			id: opts.ClientID, redirectURIs: opts.RedirectURIs, refresh: true,
+		}},
 		pending: map[string]*pendingAuth{},
 		codes:   map[string]*codeGrant{},
 		tokens:  map[string]*token{},
@@ -225,10 +282,15 @@ func New(opts Options) (*Provider, error) {
 	for _, a := range accounts {
 		p.apiKeys[a.Login] = newAPIKey()
 	}
+	if opts.ClientSecret != "" {
+		p.clients[opts.ClientID].secretKey = key(opts.ClientSecret)
+	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+p.wellKnown, p.metadata)
+	mux.HandleFunc("POST "+p.path+"/register", p.register)
 	mux.HandleFunc("GET "+p.path+"/authorize", p.authorize)
 	mux.HandleFunc("POST "+p.path+"/authorize", p.decide)
 	mux.HandleFunc("POST "+p.path+"/token", p.token)
@@ -243,9 +305,32 @@ func New(opts Options) (*Provider, error) {
 	return p, nil
 }
 
-// Handler serves every route under BaseURL's path; it expects the full
-// request path (mount it as mux.Handle("/dev/provider/", p.Handler())).
+// Handler serves every route under BaseURL's path and the metadata; it
+// expects the full request path (mount it as mux.Handle("/dev/provider/",
+// p.Handler()) plus the metadata path, or use Mount).
 func (p *Provider) Handler() http.Handler { return p.handler }
+
+// Mount registers the provider's routes on mux: everything under BaseURL's
+// path and the RFC 8414 metadata at MetadataURL's path.
+func (p *Provider) Mount(mux *http.ServeMux) {
+	mux.Handle(p.path+"/", p.handler)
+	mux.Handle("GET "+p.wellKnown, p.handler)
+}
+
+// Issuer is the provider's issuer identifier (RFC 8414): BaseURL.
+// MetadataURL is where its authorization server metadata is served, and
+// RegisterURL its dynamic client registration endpoint.
+func (p *Provider) Issuer() string { return p.opts.BaseURL }
+func (p *Provider) MetadataURL() string {
+	u, _ := url.Parse(p.opts.BaseURL) // validated by New
+	u.Path = p.wellKnown
+	return u.String()
+}
+func (p *Provider) RegisterURL() string { return p.opts.BaseURL + "/register" }
+
+// Resources returns the resource indicators the provider issues tokens
+// for (Options.Resources).
+func (p *Provider) Resources() []string { return slices.Clone(p.opts.Resources) }
 
 // AuthURL, TokenURL and RevokeURL are the endpoints for an oauth2.Config
 // and a provider catalogue; APIBase is the API's base URL.
@@ -327,19 +412,26 @@ func (p *Provider) recordLocked(e Event) {
 
 func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p.recordLocked(Event{Kind: "authorize", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK})
-	if subtle.ConstantTimeCompare([]byte(q.Get("client_id")), []byte(p.opts.ClientID)) != 1 {
+	ev := Event{Kind: "authorize", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK, Resource: q.Get("resource")}
+	p.mu.Lock()
+	c := p.clients[q.Get("client_id")]
+	if c != nil {
+		ev.Client = c.id
+	}
+	p.record(ev)
+	p.mu.Unlock()
+	if c == nil {
 		p.errorPage(w, http.StatusBadRequest, "Unknown application (client_id).")
 		return
 	}
 	redirect := q.Get("redirect_uri")
-	if !slices.Contains(p.opts.RedirectURIs, redirect) {
+	if !slices.Contains(c.redirectURIs, redirect) {
 		p.errorPage(w, http.StatusBadRequest, "The redirect_uri is not registered for this application.")
 		return
 	}
 	state := q.Get("state")
 	bad := func(code, desc string) {
-		http.Redirect(w, r, withQuery(redirect, url.Values{"error": {code}, "error_description": {desc}, "state": {state}}), http.StatusFound)
+		http.Redirect(w, r, withQuery(redirect, url.Values{"error": {code}, "error_description": {desc}, "state": {state}, "iss": {p.Issuer()}}), http.StatusFound)
 	}
 	switch {
 	case q.Get("response_type") != "code":
@@ -349,9 +441,14 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		bad("invalid_request", "PKCE with code_challenge_method=S256 is required")
 		return
 	}
+	resource, err := p.requestedResource(q["resource"])
+	if err != nil {
+		bad("invalid_target", err.Error())
+		return
+	}
 	id := randomToken(16)
-	pa := &pendingAuth{redirectURI: redirect, scope: strings.Join(strings.Fields(q.Get("scope")), " "), state: state,
-		challenge: q.Get("code_challenge"), created: p.opts.Now()}
+	pa := &pendingAuth{client: c, redirectURI: redirect, scope: strings.Join(strings.Fields(q.Get("scope")), " "), state: state,
+		challenge: q.Get("code_challenge"), resource: resource, created: p.opts.Now()}
 	p.mu.Lock()
 	for k, old := range p.pending {
 		if p.opts.Now().Sub(old.created) > pendingTTL {
@@ -360,7 +457,8 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 	}
 	p.pending[id] = pa
 	p.mu.Unlock()
-	p.render(w, http.StatusOK, "consent", consentData{RequestID: id, ClientID: p.opts.ClientID, Scope: pa.scope, Accounts: accounts})
+	p.render(w, http.StatusOK, "consent", consentData{RequestID: id, ClientID: c.id, ClientName: c.name, Scope: pa.scope,
+		Resource: resource, Accounts: accounts})
 }
 
 func (p *Provider) decide(w http.ResponseWriter, r *http.Request) {
@@ -396,15 +494,15 @@ func (p *Provider) decide(w http.ResponseWriter, r *http.Request) {
 		p.record(Event{Kind: "deny", Method: r.Method, Path: r.URL.Path, Status: http.StatusFound, Error: "access_denied"})
 		p.mu.Unlock()
 		http.Redirect(w, r, withQuery(pa.redirectURI, url.Values{
-			"error": {"access_denied"}, "error_description": {"The user denied the request."}, "state": {pa.state},
+			"error": {"access_denied"}, "error_description": {"The user denied the request."}, "state": {pa.state}, "iss": {p.Issuer()},
 		}), http.StatusFound)
 		return
 	}
 	code := randomToken(24)
 	p.codes[key(code)] = &codeGrant{req: *pa, account: acct, expiry: p.opts.Now().Add(codeTTL)}
-	p.record(Event{Kind: "approve", Account: acct.Login, Method: r.Method, Path: r.URL.Path, Status: http.StatusFound})
+	p.record(Event{Kind: "approve", Account: acct.Login, Client: pa.client.id, Resource: pa.resource, Method: r.Method, Path: r.URL.Path, Status: http.StatusFound})
 	p.mu.Unlock()
-	http.Redirect(w, r, withQuery(pa.redirectURI, url.Values{"code": {code}, "state": {pa.state}}), http.StatusFound)
+	http.Redirect(w, r, withQuery(pa.redirectURI, url.Values{"code": {code}, "state": {pa.state}, "iss": {p.Issuer()}}), http.StatusFound)
 }
 
 // tokenResponse is the JSON body of a successful token request.
@@ -412,27 +510,8 @@ type tokenResponse struct {
 	AccessToken  string `json:"access_token"`
 	TokenType    string `json:"token_type"`
 	ExpiresIn    int    `json:"expires_in"`
-	RefreshToken string `json:"refresh_token"`
+	RefreshToken string `json:"refresh_token,omitempty"`
 	Scope        string `json:"scope,omitempty"`
-}
-
-// clientAuth authenticates the client from basic auth or the form.
-func (p *Provider) clientAuth(r *http.Request) bool {
-	id, secret, basic := r.BasicAuth()
-	if basic {
-		var err error
-		if id, err = url.QueryUnescape(id); err != nil {
-			return false
-		}
-		if secret, err = url.QueryUnescape(secret); err != nil {
-			return false
-		}
-	} else {
-		id, secret = r.PostForm.Get("client_id"), r.PostForm.Get("client_secret")
-	}
-	a := subtle.ConstantTimeCompare([]byte(id), []byte(p.opts.ClientID))
-	b := subtle.ConstantTimeCompare([]byte(secret), []byte(p.opts.ClientSecret))
-	return a&b == 1
 }
 
 func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
@@ -442,7 +521,7 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := r.PostForm
-	ev := Event{Kind: "token", GrantType: f.Get("grant_type"), Method: r.Method, Path: r.URL.Path, Status: http.StatusOK}
+	ev := Event{Kind: "token", GrantType: f.Get("grant_type"), Method: r.Method, Path: r.URL.Path, Status: http.StatusOK, Resource: f.Get("resource")}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fail := func(status int, code, desc string) {
@@ -453,23 +532,29 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 		}
 		oauthError(w, status, code, desc)
 	}
-	if !p.clientAuth(r) {
+	c, ok := p.authenticate(r)
+	if !ok {
 		fail(http.StatusUnauthorized, "invalid_client", "client authentication failed")
 		return
 	}
+	ev.Client = c.id
 	var (
-		grantID, scope string
-		acct           Account
+		grantID, scope, resource string
+		acct                     Account
 	)
 	now := p.opts.Now()
 	switch ev.GrantType {
 	case "authorization_code":
 		cg, ok := p.codes[key(f.Get("code"))]
-		if !ok || cg.used || !now.Before(cg.expiry) {
-			fail(http.StatusBadRequest, "invalid_grant", "the code is invalid, expired or already used")
+		if !ok || cg.used || !now.Before(cg.expiry) || cg.req.client.id != c.id {
+			fail(http.StatusBadRequest, "invalid_grant", "the code is invalid, expired, already used or not issued to this client")
 			return
 		}
 		cg.used = true
+		if !sameResource(f["resource"], cg.req.resource) {
+			fail(http.StatusBadRequest, "invalid_target", "the resource is not the one the authorization was granted for")
+			return
+		}
 		if f.Get("redirect_uri") != cg.req.redirectURI {
 			fail(http.StatusBadRequest, "invalid_grant", "redirect_uri does not match the authorization request")
 			return
@@ -479,11 +564,15 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 			fail(http.StatusBadRequest, "invalid_grant", "code_verifier does not match the code_challenge")
 			return
 		}
-		grantID, scope, acct = randomToken(8), cg.req.scope, cg.account
+		grantID, scope, resource, acct = randomToken(8), cg.req.scope, cg.req.resource, cg.account
 	case "refresh_token":
 		ev.Token = Fingerprint(f.Get("refresh_token"))
+		if !c.refresh {
+			fail(http.StatusBadRequest, "unauthorized_client", "the client did not register the refresh_token grant")
+			return
+		}
 		t, ok := p.tokens[key(f.Get("refresh_token"))]
-		if !ok || !t.refresh {
+		if !ok || !t.refresh || t.clientID != c.id {
 			fail(http.StatusBadRequest, "invalid_grant", "unknown refresh token")
 			return
 		}
@@ -498,15 +587,23 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 			fail(http.StatusBadRequest, "invalid_grant", "refresh token expired or revoked")
 			return
 		}
+		if !sameResource(f["resource"], t.resource) {
+			// Refused before the token is spent: the client may retry right.
+			fail(http.StatusBadRequest, "invalid_target", "the resource is not the one the grant is bound to")
+			return
+		}
 		t.spent = true
-		grantID, scope, acct = t.grantID, t.scope, t.account
+		grantID, scope, resource, acct = t.grantID, t.scope, t.resource, t.account
 	default:
 		fail(http.StatusBadRequest, "unsupported_grant_type", "grant_type must be authorization_code or refresh_token")
 		return
 	}
-	access, refresh := randomToken(32), randomToken(32)
-	p.tokens[key(access)] = &token{grantID: grantID, scope: scope, account: acct, expiry: now.Add(p.opts.AccessTTL)}
-	p.tokens[key(refresh)] = &token{refresh: true, grantID: grantID, scope: scope, account: acct, expiry: now.Add(p.opts.RefreshIdleTTL)}
+	access, refresh := randomToken(32), ""
+	p.tokens[key(access)] = &token{grantID: grantID, clientID: c.id, scope: scope, resource: resource, account: acct, expiry: now.Add(p.opts.AccessTTL)}
+	if c.refresh {
+		refresh = randomToken(32)
+		p.tokens[key(refresh)] = &token{refresh: true, grantID: grantID, clientID: c.id, scope: scope, resource: resource, account: acct, expiry: now.Add(p.opts.RefreshIdleTTL)}
+	}
 	ev.Account, ev.Token = acct.Login, Fingerprint(access)
 	if ev.GrantType == "refresh_token" && p.loseAnswers > 0 {
 		p.loseAnswers--
@@ -521,6 +618,31 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 		AccessToken: access, TokenType: "Bearer", ExpiresIn: int(p.opts.AccessTTL / time.Second),
 		RefreshToken: refresh, Scope: scope,
 	})
+}
+
+// Introspection is what the provider knows about a live access token: what
+// a resource server needs to decide (RFC 7662's claims, in-process).
+type Introspection struct {
+	Account  Account
+	ClientID string
+	Scopes   []string
+	// Resource is the RFC 8707 resource the token is bound to ("" for a
+	// token of the demo API).
+	Resource string
+	Expiry   time.Time
+}
+
+// Introspect describes the access token tok, or reports false when it is
+// unknown, a refresh token, revoked or expired.
+func (p *Provider) Introspect(tok string) (Introspection, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.tokens[key(tok)]
+	if !ok || t.refresh || t.revoked || !p.opts.Now().Before(t.expiry) {
+		return Introspection{}, false
+	}
+	return Introspection{Account: t.account, ClientID: t.clientID, Scopes: strings.Fields(t.scope),
+		Resource: t.resource, Expiry: t.expiry}, true
 }
 
 // revokeGrant revokes every token of a grant; callers hold p.mu.
@@ -544,7 +666,8 @@ func (p *Provider) revoke(w http.ResponseWriter, r *http.Request) {
 	ev := Event{Kind: "revoke", Method: r.Method, Path: r.URL.Path, Status: http.StatusOK, Token: Fingerprint(tok)}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.clientAuth(r) {
+	c, ok := p.authenticate(r)
+	if !ok {
 		ev.Status, ev.Error = http.StatusUnauthorized, "invalid_client"
 		p.record(ev)
 		w.Header().Set("WWW-Authenticate", `Basic realm="demo"`)
@@ -564,7 +687,10 @@ func (p *Provider) revoke(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "try again later")
 		return
 	}
-	if t, ok := p.tokens[key(tok)]; ok {
+	ev.Client = c.id
+	// A token of another client is left alone, with the same answer as an
+	// unknown one.
+	if t, ok := p.tokens[key(tok)]; ok && t.clientID == c.id {
 		ev.Account = t.account.Login
 		p.revokeGrant(t.grantID)
 	}
@@ -581,12 +707,14 @@ func (p *Provider) api(w http.ResponseWriter, r *http.Request) {
 		t = p.tokens[key(tok)]
 	}
 	now := p.opts.Now()
-	if t == nil || t.refresh || t.revoked || !now.Before(t.expiry) {
+	if t == nil || t.refresh || t.revoked || !now.Before(t.expiry) || t.resource != "" {
 		ev.Status, ev.Error = http.StatusUnauthorized, "invalid_token"
 		challenge := `Bearer realm="demo"`
 		switch {
 		case tok == "":
 			ev.Error = "missing_token"
+		case t != nil && !t.refresh && t.resource != "":
+			challenge += `, error="invalid_token", error_description="The access token is for another resource"`
 		case t != nil && !t.refresh && !t.revoked:
 			challenge += `, error="invalid_token", error_description="The access token expired"`
 		default:
@@ -675,12 +803,14 @@ type accountKey struct {
 
 // consentData is what the consent page shows.
 type consentData struct {
-	RequestID string
-	ClientID  string
-	Scope     string
-	Accounts  []Account
-	Message   string
-	Keys      []accountKey
+	RequestID  string
+	ClientID   string
+	ClientName string // self-asserted at registration
+	Scope      string
+	Resource   string
+	Accounts   []Account
+	Message    string
+	Keys       []accountKey
 }
 
 var pages = template.Must(template.New("").Parse(`
@@ -690,7 +820,7 @@ var pages = template.Must(template.New("").Parse(`
 {{define "consent"}}{{template "head" "Authorize · Demo provider"}}
 <body><main>
 <h1>Demo provider</h1>
-<p>The application <code>{{.ClientID}}</code> asks to access a demo account{{if .Scope}} with the scopes <code>{{.Scope}}</code>{{end}}.</p>
+<p>The application <code>{{.ClientID}}</code>{{if .ClientName}} (calling itself “{{.ClientName}}”){{end}} asks to access a demo account{{if .Scope}} with the scopes <code>{{.Scope}}</code>{{end}}{{if .Resource}} at <code>{{.Resource}}</code>{{end}}.</p>
 <form method="post" action="authorize">
 <input type="hidden" name="request" value="{{.RequestID}}">
 <label>Account

@@ -96,7 +96,10 @@ type Options struct {
 	// response: "" sends none and advertises none (Google's documented
 	// behaviour); "send" advertises authorization_response_iss_parameter_
 	// supported and sends the issuer; "omit" advertises it but sends none;
-	// "wrong" advertises it and sends another issuer (a mix-up attack).
+	// "wrong" advertises it and sends another issuer (a mix-up attack);
+	// "wrong-unadvertised" advertises nothing, as Google does, and sends
+	// another issuer (the same attack on a client that checks iss only
+	// where it was promised).
 	IssParameter string
 
 	Now    func() time.Time // default time.Now

@@ -209,7 +209,7 @@ func (g *Google) discovery(w http.ResponseWriter, _ *http.Request) {
 		"code_challenge_methods_supported":      []string{"plain", "S256"},
 		"grant_types_supported":                 []string{"authorization_code", "refresh_token"},
 	}
-	if g.opts.IssParameter != "" {
+	if g.opts.IssParameter != "" && g.opts.IssParameter != "wrong-unadvertised" {
 		doc["authorization_response_iss_parameter_supported"] = true
 	}
 	writeJSON(w, http.StatusOK, doc)
@@ -221,7 +221,7 @@ func (g *Google) withIss(v url.Values) url.Values {
 	switch g.opts.IssParameter {
 	case "send":
 		v.Set("iss", g.srv.URL)
-	case "wrong":
+	case "wrong", "wrong-unadvertised":
 		v.Set("iss", "https://accounts.evil.example")
 	}
 	return v

@@ -40,23 +40,31 @@ func (b *Buffer) String() string {
 // look again. It gives up when gone is closed (the writer has exited; nil
 // means never) or after timeout, and reports whether the text arrived.
 func (b *Buffer) WaitFor(text string, gone <-chan struct{}, timeout time.Duration) bool {
+	return b.WaitUntil(func(s string) bool { return strings.Contains(s, text) }, gone, timeout)
+}
+
+// WaitUntil waits until cond holds for everything written so far: it looks
+// at once and again after every write. It gives up when gone is closed
+// (after one last look; nil means never) or after timeout, and reports
+// whether cond held. cond runs without the buffer's lock held.
+func (b *Buffer) WaitUntil(cond func(string) bool, gone <-chan struct{}, timeout time.Duration) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
 		b.mu.Lock()
-		found := strings.Contains(b.buf.String(), text)
+		text := b.buf.String()
 		if b.changed == nil {
 			b.changed = make(chan struct{})
 		}
 		changed := b.changed
 		b.mu.Unlock()
-		if found {
+		if cond(text) {
 			return true
 		}
 		select {
 		case <-changed:
 		case <-gone:
-			return strings.Contains(b.String(), text)
+			return cond(b.String())
 		case <-deadline.C:
 			return false
 		}

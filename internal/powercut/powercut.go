@@ -21,6 +21,11 @@
 // volatile. Reads and writes go to the file system on every call (no
 // writeback cache), so a write() that returned is in powercut's memory.
 //
+// CutAtWrite cuts the power at an exact point instead: right after a given
+// write, with the writer killed at that instant, so a crash test can land
+// in the middle of a commit (pages written, not yet synced) every time
+// rather than when a timed kill happens to.
+//
 // Mounting needs /dev/fuse and either root (powercut mounts with mount(2)
 // itself) or the fusermount3 helper (Debian package fuse3). MountT mounts
 // one for a test, which fails (or skips, see internal/testskip) without.
@@ -55,6 +60,18 @@ type FS struct {
 	mu     sync.Mutex // guards the fields below and every file's contents
 	files  map[*file]bool
 	fsyncs int
+	// armed: a cut waits for the nth write (CutAtWrite); off: the power
+	// is cut and every change fails.
+	armed *armedCut
+	off   bool
+}
+
+// armedCut is a power cut waiting for a write (CutAtWrite).
+type armedCut struct {
+	writes int                  // matching writes left before the cut
+	at     func(off int64) bool // which writes count; nil: all
+	kill   func()
+	report chan CutReport
 }
 
 // Stats counts what a file system saw.
@@ -151,9 +168,46 @@ func (p *FS) Contents(name string) (b []byte, ok bool) {
 // left. Processes still using the files see their contents change under
 // them, as after a reboot; crash tests kill them first.
 func (p *FS) Cut() CutReport {
+	p.mu.Lock()
+	rep, changed := p.cutLocked()
+	p.mu.Unlock()
+	for _, f := range changed {
+		// Drop the kernel's cached pages and attributes; ENOENT just
+		// means the kernel holds nothing for this file.
+		_ = f.NotifyContent(0, 0)
+	}
+	return rep
+}
+
+// CutAtWrite arms a power cut for the nth write (n >= 1) from now on
+// whose offset at accepts (nil accepts every write, to any file), to land
+// in the middle of whatever the writer is doing: that write reaches the
+// page cache, and then, before it returns and before anything else reaches
+// the file system, kill is called (it must stop the writing processes, as
+// a power cut does: SIGKILL them) and the power is cut as by Cut. The report arrives on the returned channel. From then on
+// the file system is off: every write, truncate and sync fails with EIO
+// and changes nothing, as on a machine without power; the killed
+// processes' requests still in flight come to nothing. Read what survived
+// with Contents (the kernel's caches of the files are not dropped).
+//
+// The cut is exact: no sync can slip in between the write and the cut, so
+// the report always counts that write's dirty page.
+func (p *FS) CutAtWrite(n int, at func(off int64) bool, kill func()) <-chan CutReport {
+	if n < 1 {
+		panic("powercut: CutAtWrite needs n >= 1")
+	}
+	c := &armedCut{writes: n, at: at, kill: kill, report: make(chan CutReport, 1)}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = c
+	return c.report
+}
+
+// cutLocked discards every file's unsynced contents; the caller holds
+// p.mu. It returns the report and the files whose contents changed.
+func (p *FS) cutLocked() (CutReport, []*file) {
 	var rep CutReport
 	var changed []*file
-	p.mu.Lock()
 	for f := range p.files {
 		rep.DirtyPages += len(f.dirty)
 		lost := 0
@@ -173,13 +227,24 @@ func (p *FS) Cut() CutReport {
 		f.data = append([]byte(nil), f.synced...)
 		clear(f.dirty)
 	}
-	p.mu.Unlock()
-	for _, f := range changed {
-		// Drop the kernel's cached pages and attributes; ENOENT just
-		// means the kernel holds nothing for this file.
-		_ = f.NotifyContent(0, 0)
+	return rep, changed
+}
+
+// afterWriteLocked fires an armed cut whose write this was (at offset
+// off); the caller holds p.mu.
+func (p *FS) afterWriteLocked(off int64) {
+	c := p.armed
+	if c == nil || c.at != nil && !c.at(off) {
+		return
 	}
-	return rep
+	if c.writes--; c.writes > 0 {
+		return
+	}
+	p.armed = nil
+	c.kill()
+	rep, _ := p.cutLocked()
+	p.off = true
+	c.report <- rep
 }
 
 // rootDir is the file system's only directory.
@@ -200,6 +265,12 @@ func (d *rootDir) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrO
 }
 
 func (d *rootDir) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	d.fs.mu.Lock()
+	off := d.fs.off
+	d.fs.mu.Unlock()
+	if off {
+		return nil, nil, 0, syscall.EIO
+	}
 	f := &file{fs: d.fs, name: name, mode: mode & 0o7777, dirty: map[int]struct{}{}}
 	if c, ok := fuse.FromContext(ctx); ok {
 		f.uid, f.gid = c.Uid, c.Gid
@@ -219,8 +290,11 @@ func (d *rootDir) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	if f, ok := ch.Operations().(*file); ok {
 		d.fs.mu.Lock()
+		defer d.fs.mu.Unlock()
+		if d.fs.off {
+			return syscall.EIO
+		}
 		delete(d.fs.files, f)
-		d.fs.mu.Unlock()
 	}
 	return fs.OK
 }
@@ -272,6 +346,9 @@ func (f *file) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 func (f *file) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
+	if f.fs.off {
+		return syscall.EIO
+	}
 	if size, ok := in.GetSize(); ok {
 		f.resize(int(size))
 	}
@@ -301,12 +378,20 @@ func (f *file) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int6
 func (f *file) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
+	if f.fs.off {
+		return 0, syscall.EIO
+	}
 	end := int(off) + len(data)
 	if end > len(f.data) {
 		f.resize(end)
 	}
 	copy(f.data[off:], data)
 	f.markDirty(int(off), end)
+	f.fs.afterWriteLocked(off)
+	if f.fs.off {
+		// This write's page is what the cut lost; its writer is dead.
+		return 0, syscall.EIO
+	}
 	return uint32(len(data)), fs.OK
 }
 
@@ -315,6 +400,9 @@ func (f *file) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 func (f *file) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
+	if f.fs.off {
+		return syscall.EIO
+	}
 	f.fs.fsyncs++
 	f.synced = resized(f.synced, len(f.data))
 	for pg := range f.dirty {

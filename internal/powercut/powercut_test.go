@@ -2,8 +2,10 @@ package powercut_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -141,4 +143,61 @@ func TestCut(t *testing.T) {
 			t.Fatalf("a removed file is back after the cut: %v", err)
 		}
 	})
+}
+
+// TestCutAtWrite: the armed cut fires on the nth write after arming,
+// calls kill once, at that write, loses that write and everything else
+// unsynced, and leaves the file system off.
+func TestCutAtWrite(t *testing.T) {
+	p := powercut.MountT(t)
+	a, b := bytes.Repeat([]byte("A"), 4096), bytes.Repeat([]byte("B"), 4096)
+	path := filepath.Join(p.Dir, "db")
+	f := create(t, path)
+	write(t, f, 0, a)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	var kills atomic.Int32
+	// The second write at offset 0 or 8192: the write at 4096 does not
+	// count.
+	report := p.CutAtWrite(2, func(off int64) bool { return off != 4096 }, func() { kills.Add(1) })
+	write(t, f, 8192, b)
+	write(t, f, 4096, b)
+	if kills.Load() != 0 {
+		t.Fatal("the cut fired early; armed for the second write not at 4096")
+	}
+	if _, err := f.WriteAt(b, 0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the write the cut landed on: %v, want EIO", err)
+	}
+	var rep powercut.CutReport
+	select {
+	case rep = <-report:
+	default:
+		t.Fatal("no report after the armed write")
+	}
+	if n := kills.Load(); n != 1 {
+		t.Fatalf("kill called %d times, want once", n)
+	}
+	if rep.DirtyPages != 3 || rep.SizeRollback != 1 || rep.BytesLost != 3*4096 {
+		t.Fatalf("cut report %+v: want the 3 pages written since the sync, 12288 bytes and the size lost", rep)
+	}
+	if got, _ := p.Contents("db"); !bytes.Equal(got, a) {
+		t.Fatalf("after the cut: %d bytes, want the synced 4096 bytes of A", len(got))
+	}
+	// Off: nothing changes any more.
+	if _, err := f.WriteAt(b, 0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a write after the cut: %v, want EIO", err)
+	}
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a sync after the cut: %v, want EIO", err)
+	}
+	if err := f.Truncate(0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a truncate after the cut: %v, want EIO", err)
+	}
+	if _, err := os.Create(filepath.Join(p.Dir, "new")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a create after the cut: %v, want EIO", err)
+	}
+	if got, _ := p.Contents("db"); !bytes.Equal(got, a) {
+		t.Fatal("the file changed after the cut")
+	}
 }

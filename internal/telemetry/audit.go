@@ -10,18 +10,20 @@ import (
 
 // Audit event kinds (Event.Kind).
 const (
-	EventConnect          = "connect"           // a connection was stored (new or updated)
-	EventDisconnect       = "disconnect"        // a connection was deleted by its owner
-	EventRevoke           = "revoke"            // revocation at the provider was attempted (Outcome says how it went)
-	EventRefreshFailed    = "refresh_failed"    // a token refresh failed
-	EventNeedsReconnect   = "needs_reconnect"   // a connection was marked needs_reconnect
-	EventIdentityMismatch = "identity_mismatch" // a connect link was opened by another principal
-	EventConnectDeclined  = "connect_declined"  // a person declined a connect request (on a page, at the provider, or in their client)
-	EventKeyRotation      = "key_rotation"      // records were re-sealed with a new primary key
-	EventTokenExport      = "token_export"      // a provider access token was handed to a sidecar
-	EventAppAuthorized    = "app_authorized"    // a person approved an app (OAuth client) at the broker's authorization server
-	EventAppRemoved       = "app_removed"       // a person removed an app's access (all its tokens revoked)
-	EventTokenReplay      = "token_replay"      // a spent refresh token or a redeemed code was presented again; its tokens were revoked
+	EventConnect          = "connect"                // a connection was stored (new or updated)
+	EventDisconnect       = "disconnect"             // a connection was deleted by its owner
+	EventRevoke           = "revoke"                 // revocation at the provider was attempted (Outcome says how it went)
+	EventRefreshFailed    = "refresh_failed"         // a token refresh failed
+	EventNeedsReconnect   = "needs_reconnect"        // a connection was marked needs_reconnect
+	EventIdentityMismatch = "identity_mismatch"      // a connect link was opened by another principal
+	EventConnectDeclined  = "connect_declined"       // a person declined a connect request (on a page, at the provider, or in their client)
+	EventStepUp           = "step_up"                // an upstream MCP server asked for more scopes; a connect request for them was started
+	EventToolsChanged     = "upstream_tools_changed" // an upstream MCP server's tool list changed
+	EventKeyRotation      = "key_rotation"           // records were re-sealed with a new primary key
+	EventTokenExport      = "token_export"           // a provider access token was handed to a sidecar
+	EventAppAuthorized    = "app_authorized"         // a person approved an app (OAuth client) at the broker's authorization server
+	EventAppRemoved       = "app_removed"            // a person removed an app's access (all its tokens revoked)
+	EventTokenReplay      = "token_replay"           // a spent refresh token or a redeemed code was presented again; its tokens were revoked
 )
 
 var knownEvents = []string{EventConnect, EventDisconnect, EventRevoke, EventRefreshFailed,

@@ -81,6 +81,7 @@ type Recorder struct {
 	sidecar       *prometheus.CounterVec
 	ops           *opsMetrics            // webhooks, keep-alive (ops.go)
 	idjag         *prometheus.CounterVec // JWT bearer grants (idjag.go)
+	upstream      *upstreamMetrics       // the gateway (upstream.go)
 }
 
 // Latency buckets: the broker answers in well under a millisecond; provider
@@ -142,6 +143,7 @@ func New(opts Options) *Recorder {
 		r.provRequests, r.provDuration, r.vaultDuration, r.auditEvents, r.sidecar)
 	r.ops = newOpsMetrics(r.reg, opts.WebhookEndpoints)
 	r.idjag = newIDJAGMetric(r.reg)
+	r.upstream = newUpstreamMetrics(r.reg)
 	if opts.ProcessMetrics {
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -72,6 +72,12 @@ func countKeys(b *bolt.Bucket, limit int) int {
 
 // getKind returns the record of kind k stored under id in bucket.
 func getKind[T any](ctx context.Context, s *Store, bucket []byte, k record.Kind[T], id string) (T, error) {
+	return getDecoded(ctx, s, bucket, k.Name, id, k.Decode)
+}
+
+// getDecoded returns the record stored under id in bucket, decoded with
+// decode; what names the kind of record in errors.
+func getDecoded[T any](ctx context.Context, s *Store, bucket []byte, what, id string, decode func([]byte) (T, error)) (T, error) {
 	var zero T
 	if err := s.ready(ctx); err != nil {
 		return zero, err
@@ -81,9 +87,9 @@ func getKind[T any](ctx context.Context, s *Store, bucket []byte, k record.Kind[
 		return zero, err
 	}
 	if rec == nil {
-		return zero, fmt.Errorf("boltstore: %s %s: %w", k.Name, id, vault.ErrNotFound)
+		return zero, fmt.Errorf("boltstore: %s %s: %w", what, id, vault.ErrNotFound)
 	}
-	return k.Decode(rec)
+	return decode(rec)
 }
 
 // get returns a copy of key's value in bucket, or nil.
@@ -245,6 +251,10 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
+	ds, err := record.AppChangeDeliveries(s.appChanges, nil, &a)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
 	ik := appClientKey(a.Principal, a.ClientID)
 	err = s.decide(func(tx *bolt.Tx) error {
 		apps, idx := tx.Bucket(bOAuthApps), tx.Bucket(bOAuthAppByClient)
@@ -255,6 +265,9 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 			return refuse(fmt.Errorf("boltstore: app access for client %q: %w", a.ClientID, vault.ErrExists))
 		}
 		if err := apps.Put([]byte(a.ID), rec); err != nil {
+			return err
+		}
+		if err := putDeliveries(tx, ds); err != nil {
 			return err
 		}
 		return idx.Put(ik, []byte(a.ID))
@@ -268,6 +281,11 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 // GetAppAccess implements vault.AuthStore.
 func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, error) {
 	return getKind(ctx, s, bOAuthApps, record.AppAccesses, id)
+}
+
+// GetAppLiveness implements vault.AuthStore.
+func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
+	return getDecoded(ctx, s, bOAuthApps, "app access", id, record.DecodeAppLiveness)
 }
 
 // FindAppAccess implements vault.AuthStore.
@@ -324,8 +342,12 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 // UpdateAppAccess implements vault.AuthStore.
 func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
 	return cas(ctx, s, bOAuthApps, id, "app access", func(rec []byte) (edit[vault.AppAccess], error) {
-		nrec, _, na, err := record.AppAccesses.Update(rec, fn)
-		return edit[vault.AppAccess]{rec: nrec, out: na}, err
+		nrec, old, na, err := record.AppAccesses.Update(rec, fn)
+		if err != nil {
+			return edit[vault.AppAccess]{}, err
+		}
+		ds, err := record.AppChangeDeliveries(s.appChanges, &old, &na)
+		return edit[vault.AppAccess]{rec: nrec, out: na, ds: ds}, err
 	}, nil)
 }
 
@@ -341,6 +363,13 @@ func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
 			return refuse(fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound))
 		}
 		if a, err := record.DecodeAppAccess(rec); err == nil {
+			ds, err := record.AppChangeDeliveries(s.appChanges, &a, nil)
+			if err != nil {
+				return refuse(err)
+			}
+			if err := putDeliveries(tx, ds); err != nil {
+				return err
+			}
 			if err := tx.Bucket(bOAuthAppByClient).Delete(appClientKey(a.Principal, a.ClientID)); err != nil {
 				return err
 			}

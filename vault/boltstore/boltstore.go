@@ -94,17 +94,20 @@ type Options struct {
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries written in the change's transaction.
 	Changes vault.ChangeHook
+	// AppChanges, when set, does the same for app access records.
+	AppChanges vault.AppChangeHook
 }
 
 // Store is a vault.Store on a bbolt file.
 type Store struct {
-	db      *bolt.DB
-	kr      *vault.Keyring
-	changes vault.ChangeHook
-	path    string
-	closed  atomic.Bool
-	group   *groupCommit
-	locker  *vault.LocalLocker // a bolt file belongs to one process
+	db         *bolt.DB
+	kr         *vault.Keyring
+	changes    vault.ChangeHook
+	appChanges vault.AppChangeHook
+	path       string
+	closed     atomic.Bool
+	group      *groupCommit
+	locker     *vault.LocalLocker // a bolt file belongs to one process
 }
 
 // Open opens (creating if needed) the database at path. It verifies kr
@@ -146,7 +149,7 @@ func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
 			return nil, fmt.Errorf("database %s: restrict mode to 0600: %w", path, err)
 		}
 	}
-	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, group: newGroupCommit(db, true),
+	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, appChanges: opts.AppChanges, group: newGroupCommit(db, true),
 		locker: vault.NewLocalLocker()}
 	if err := s.prepare(); err != nil {
 		closeQuietly(db)
@@ -964,3 +967,7 @@ func (s *Store) Locker() vault.Locker { return s.locker }
 
 // Resealer implements vault.Store: the store is its own Resealer (Reseal).
 func (s *Store) Resealer() vault.Resealer { return s }
+
+// AppWatch implements vault.Store: nil. The file lock makes this process
+// the only writer, so nobody else changes an app.
+func (s *Store) AppWatch() vault.AppWatch { return nil }

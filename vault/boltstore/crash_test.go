@@ -43,9 +43,17 @@ func crashChild(path string) {
 	if err != nil {
 		fail(err)
 	}
-	s, err := boltstore.Open(path, kr, boltstore.Options{NoSync: os.Getenv(crashNoSyncEnv) == "1"})
+	noSync := os.Getenv(crashNoSyncEnv) == "1"
+	s, err := boltstore.Open(path, kr, boltstore.Options{NoSync: noSync})
 	if err != nil {
 		fail(err)
+	}
+	if noSync {
+		// Never sync at all: bbolt syncs when it grows the file unless
+		// told not to, and such a sync can cover every write so far, so
+		// the control case would pass or fail by when the last growth
+		// came.
+		s.DB().NoGrowSync = true
 	}
 	var mu sync.Mutex // guards out
 	out := bufio.NewWriter(os.Stdout)
@@ -68,53 +76,54 @@ func crashChild(path string) {
 	wg.Wait()
 }
 
-// TestCrashSafety kills a process that is writing to a bbolt store with
-// SIGKILL and then cuts the power: the store lives on a powercut file
-// system, which drops every write not covered by an fsync, as losing the
-// page cache does. Every write the store acknowledged must be there after
-// the restart, and the file must pass bbolt's consistency check. The
-// control case runs the same child with NoSync, and the cut must lose
-// acknowledged writes: otherwise the test could not tell a durable store
-// from one that never syncs.
+// TestCrashSafety kills a process that is writing to a bbolt store and
+// cuts the power: the store lives on a powercut file system, which drops
+// every write not covered by an fsync, as losing the page cache does.
+// After each cut every write the store acknowledged must be there and the
+// file must pass bbolt's consistency check (Tx.Check).
+//
+// A kill at a moment of the stream mostly lands between two commits, with
+// nothing unsynced to lose (five runs in six did). So the test also cuts
+// the power in the middle of commits on purpose: powercut.CutAtWrite kills
+// the child and cuts right after one of its page writes, before the sync
+// that would cover it, at a different write each round; every such cut
+// must report the dirty pages it threw away. The control case runs the
+// child with NoSync, and the cut must lose acknowledged writes: otherwise
+// the test could not tell a durable store from one that never syncs.
 func TestCrashSafety(t *testing.T) {
 	testskip.Short(t, "spawns a child process")
-	t.Run("fsync on: every acknowledged write survives", func(t *testing.T) {
-		s, acked := crashAndRestart(t, false)
-		for _, id := range acked {
-			c, err := s.GetConnection(t.Context(), id)
-			if err != nil {
-				t.Fatalf("acknowledged write %s: %v", id, err)
+	t.Run("fsync on, killed mid-stream: every acknowledged write survives", func(t *testing.T) {
+		s, acked, cut := crashAndRestart(t, false, crashCut{})
+		checkSurvived(t, s, acked)
+		t.Logf("%d acknowledged writes survived SIGKILL and a power cut; %d dirty pages lost", len(acked), cut.DirtyPages)
+	})
+
+	t.Run("fsync on, cut in the middle of a commit: every acknowledged write survives", func(t *testing.T) {
+		// bbolt commits by writing the changed pages, syncing, writing a
+		// meta page (page 0 or 1) and syncing again. The cut lands on the
+		// nth write after the child has 300 acks, or on the nth meta page
+		// write: written, not yet synced.
+		pageSize := int64(os.Getpagesize()) // bbolt's default page size
+		meta := func(off int64) bool { return off < 2*pageSize }
+		for _, tc := range []struct {
+			n    int
+			meta bool
+		}{{1, false}, {2, false}, {3, false}, {5, false}, {8, false}, {1, true}, {2, true}} {
+			at, what := crashCut{n: tc.n}, fmt.Sprintf("write %d", tc.n)
+			if tc.meta {
+				at.at, what = meta, fmt.Sprintf("meta page write %d", tc.n)
 			}
-			if c.Token.AccessToken.Reveal() != "at-"+id+"-secret" {
-				t.Fatalf("acknowledged write %s: wrong token after the restart", id)
+			s, acked, cut := crashAndRestart(t, false, at)
+			if cut.DirtyPages == 0 {
+				t.Fatalf("cut at %s: no dirty pages, so it did not land in the middle of a commit: %+v", what, cut)
 			}
+			checkSurvived(t, s, acked)
+			t.Logf("cut at %s: %d acknowledged writes survived; the cut lost %d dirty pages (%d bytes)", what, len(acked), cut.DirtyPages, cut.BytesLost)
 		}
-		listed := 0
-		for u := range 7 {
-			list, err := s.ListConnections(t.Context(), vault.Principal{Issuer: "https://idp.example", Subject: fmt.Sprintf("user%d", u)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			listed += len(list)
-		}
-		if listed < len(acked) {
-			t.Fatalf("index lists %d connections, %d were acknowledged", listed, len(acked))
-		}
-		var problems []error
-		err := s.DB().View(func(tx *bolt.Tx) error {
-			for err := range tx.Check() {
-				problems = append(problems, err)
-			}
-			return nil
-		})
-		if err != nil || len(problems) > 0 {
-			t.Fatalf("bbolt consistency check: %v %v", err, problems)
-		}
-		t.Logf("%d acknowledged writes survived SIGKILL and a power cut; %d records listed", len(acked), listed)
 	})
 
 	t.Run("control: with NoSync the power cut loses acknowledged writes", func(t *testing.T) {
-		s, acked := crashAndRestart(t, true)
+		s, acked, _ := crashAndRestart(t, true, crashCut{})
 		lost := 0
 		for _, id := range acked {
 			_, err := s.GetConnection(t.Context(), id)
@@ -132,11 +141,57 @@ func TestCrashSafety(t *testing.T) {
 	})
 }
 
+// checkSurvived requires every acknowledged write to read back whole from
+// s, the index to list them, and bbolt's consistency check to pass.
+func checkSurvived(t *testing.T, s *boltstore.Store, acked []string) {
+	t.Helper()
+	for _, id := range acked {
+		c, err := s.GetConnection(t.Context(), id)
+		if err != nil {
+			t.Fatalf("acknowledged write %s: %v", id, err)
+		}
+		if c.Token.AccessToken.Reveal() != "at-"+id+"-secret" {
+			t.Fatalf("acknowledged write %s: wrong token after the restart", id)
+		}
+	}
+	listed := 0
+	for u := range 7 {
+		list, err := s.ListConnections(t.Context(), vault.Principal{Issuer: "https://idp.example", Subject: fmt.Sprintf("user%d", u)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed += len(list)
+	}
+	if listed < len(acked) {
+		t.Fatalf("index lists %d connections, %d were acknowledged", listed, len(acked))
+	}
+	var problems []error
+	err := s.DB().View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			problems = append(problems, err)
+		}
+		return nil
+	})
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("bbolt consistency check: %v %v", err, problems)
+	}
+}
+
+// crashCut says where crashAndRestart cuts the power: n 0 kills the child
+// mid-stream and cuts afterwards; n > 0 kills it and cuts at its nth
+// write (among those at accepts; nil: any) from then on.
+type crashCut struct {
+	n  int
+	at func(off int64) bool
+}
+
 // crashAndRestart runs the crash child on a fresh powercut file system
-// until it has acknowledged at least 300 writes, kills it mid-stream, cuts
-// the power and opens the store again. It returns the store (closed when t
-// ends) and the ids whose writes were acknowledged.
-func crashAndRestart(t *testing.T, noSync bool) (*boltstore.Store, []string) {
+// until it has acknowledged at least 300 writes, then stops it as cut
+// says: a SIGKILL mid-stream and then the power cut, or the kill and the
+// cut together at a write (powercut.CutAtWrite), in the middle of a
+// commit. It opens the store again and returns it (closed when t ends),
+// the ids whose writes were acknowledged and what the cut discarded.
+func crashAndRestart(t *testing.T, noSync bool, cut crashCut) (*boltstore.Store, []string, powercut.CutReport) {
 	t.Helper()
 	pfs := powercut.MountT(t)
 	path := filepath.Join(pfs.Dir, "crash.db")
@@ -168,8 +223,12 @@ func crashAndRestart(t *testing.T, noSync bool) (*boltstore.Store, []string) {
 			acked = append(acked, id)
 		}
 	}
-	// Kill mid-stream: writers are still committing.
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	var armed <-chan powercut.CutReport
+	if cut.n > 0 {
+		// Writers are still committing; the kill comes from the file
+		// system, at the write, with no sync in between.
+		armed = pfs.CutAtWrite(cut.n, cut.at, func() { cmd.Process.Signal(syscall.SIGKILL) })
+	} else if err := cmd.Process.Signal(syscall.SIGKILL); err != nil { // kill mid-stream
 		t.Fatal(err)
 	}
 	for sc.Scan() { // acks already in the pipe were acknowledged too
@@ -185,8 +244,17 @@ func crashAndRestart(t *testing.T, noSync bool) (*boltstore.Store, []string) {
 		t.Fatalf("child was not killed by SIGKILL: %v", err)
 	}
 	st := pfs.Stats()
-	cut := pfs.Cut()
-	t.Logf("child: %d writes acknowledged, %d fsyncs; power cut: %+v", len(acked), st.Fsyncs, cut)
+	var rep powercut.CutReport
+	if armed != nil {
+		select {
+		case rep = <-armed:
+		default:
+			t.Fatalf("the child died before the write the cut was armed for (its exit: %v)", err)
+		}
+	} else {
+		rep = pfs.Cut()
+	}
+	t.Logf("child: %d writes acknowledged, %d fsyncs; power cut: %+v", len(acked), st.Fsyncs, rep)
 
 	// What survived, on an ordinary file: this process serves the mount,
 	// so it must not mmap files on it (see internal/powercut).
@@ -203,5 +271,5 @@ func crashAndRestart(t *testing.T, noSync bool) (*boltstore.Store, []string) {
 		t.Fatalf("reopen after kill -9 and a power cut: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s, acked
+	return s, acked, rep
 }

@@ -19,9 +19,10 @@ import (
 // Store is an in-memory vault.Store with every feature but the batch
 // re-seal: it is its own sub-stores (features.go).
 type Store struct {
-	kr      *vault.Keyring
-	changes vault.ChangeHook
-	locker  *vault.LocalLocker // one process holds the store
+	kr         *vault.Keyring
+	changes    vault.ChangeHook
+	appChanges vault.AppChangeHook
+	locker     *vault.LocalLocker // one process holds the store
 
 	mu          sync.RWMutex // guards the fields below
 	closed      bool
@@ -42,6 +43,8 @@ type Options struct {
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries, atomically with the change.
 	Changes vault.ChangeHook
+	// AppChanges, when set, does the same for app access records.
+	AppChanges vault.AppChangeHook
 }
 
 // NewWith returns an empty store sealing tokens with kr, with opts.
@@ -50,6 +53,7 @@ func NewWith(kr *vault.Keyring, opts Options) *Store {
 		kr:          kr,
 		changes:     opts.Changes,
 		locker:      vault.NewLocalLocker(),
+		appChanges:  opts.AppChanges,
 		conns:       map[string][]byte{},
 		byPrincipal: map[vault.Principal]map[string]struct{}{},
 		grants:      map[string][]byte{},
@@ -314,7 +318,22 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 
 // GetGrant implements vault.Store.
 func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
-	return getKind(s, s.grants, record.Grants, id)
+	return get(s, s.grants, id, "grant", record.DecodeGrant)
+}
+
+// get decodes id's record in recs (one of s's maps) with decode.
+func get[T any](s *Store, recs map[string][]byte, id, what string, decode func([]byte) (T, error)) (T, error) {
+	s.mu.RLock()
+	err := s.check()
+	b, ok := recs[id]
+	s.mu.RUnlock()
+	if err != nil {
+		return *new(T), err
+	}
+	if !ok {
+		return *new(T), fmt.Errorf("memstore: %s %s: %w", what, id, vault.ErrNotFound)
+	}
+	return decode(b)
 }
 
 // UpdateGrant implements vault.Store.
@@ -390,23 +409,6 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 	})
 }
 
-// getKind returns the record of kind k stored under id in m (one of the
-// store's maps).
-func getKind[T any](s *Store, m map[string][]byte, k record.Kind[T], id string) (T, error) {
-	s.mu.RLock()
-	err := s.check()
-	b, ok := m[id]
-	s.mu.RUnlock()
-	var zero T
-	if err != nil {
-		return zero, err
-	}
-	if !ok {
-		return zero, fmt.Errorf("memstore: %s %s: %w", k.Name, id, vault.ErrNotFound)
-	}
-	return k.Decode(b)
-}
-
 // deleteWhere removes, under the write lock, the entries of m (one of the
 // store's maps) that drop says to, and returns how many.
 func deleteWhere[V any](s *Store, m map[string]V, drop func(V) (bool, error)) (int, error) {
@@ -436,6 +438,10 @@ func (s *Store) Locker() vault.Locker { return s.locker }
 // Resealer implements vault.Store: nil. Re-sealing in memory costs no
 // durable commit, so record by record is as good as a batch.
 func (s *Store) Resealer() vault.Resealer { return nil }
+
+// AppWatch implements vault.Store: nil. One process holds a memory
+// store, so nobody else changes an app.
+func (s *Store) AppWatch() vault.AppWatch { return nil }
 
 // Close implements vault.Store.
 func (s *Store) Close() error {

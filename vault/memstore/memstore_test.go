@@ -48,6 +48,16 @@ func TestAssertionConformance(t *testing.T) {
 	})
 }
 
+func TestAppOutboxConformance(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
+		return memstore.NewWith(kr, memstore.Options{AppChanges: hook})
+	})
+}
+
 // counting is an Observer that counts the operations it sees end.
 type counting struct{ n *atomic.Int64 }
 
@@ -68,6 +78,9 @@ func TestObservedConformance(t *testing.T) {
 	vaulttest.RunAuth(t, func(t *testing.T) vault.Store { return observe(memstore.New(kr)) })
 	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
 		return observe(memstore.NewWith(kr, memstore.Options{Changes: hook}))
+	})
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
+		return observe(memstore.NewWith(kr, memstore.Options{AppChanges: hook}))
 	})
 	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
 		s := observe(memstore.New(kr))

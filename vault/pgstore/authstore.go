@@ -59,7 +59,7 @@ func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max 
 			return nil, nil
 		}
 	}
-	if err := s.insertRow(ctx, "oauth client "+c.ID, insertClient, args, clientsLockKey, capped); err != nil {
+	if err := s.insertRow(ctx, "oauth client "+c.ID, insertClient, args, nil, clientsLockKey, capped); err != nil {
 		return vault.OAuthClient{}, err
 	}
 	return c, nil
@@ -145,7 +145,7 @@ func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
 		return err
 	}
 	return s.insertRow(ctx, "authorization code", `INSERT INTO oauth_codes (key, expires_ns, redeemed, record)
-		VALUES ($1, $2, false, $3) ON CONFLICT (key) DO NOTHING`, []any{c.Key, nanos(c.Expires), rec}, 0, nil)
+		VALUES ($1, $2, false, $3) ON CONFLICT (key) DO NOTHING`, []any{c.Key, nanos(c.Expires), rec}, nil, 0, nil)
 }
 
 // RedeemAuthCode implements vault.AuthStore: one conditional UPDATE marks
@@ -219,7 +219,11 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
-	if err := s.insertRow(ctx, fmt.Sprintf("app access %s for client %q", a.ID, a.ClientID), insertApp, args, 0, nil); err != nil {
+	ds, err := record.AppChangeDeliveries(s.appChanges, nil, &a)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	if err := s.insertRow(ctx, fmt.Sprintf("app access %s for client %q", a.ID, a.ClientID), insertApp, args, ds, 0, nil); err != nil {
 		return vault.AppAccess{}, err
 	}
 	return a, nil
@@ -233,6 +237,19 @@ func (s *Store) getApp(ctx context.Context, id string) (vault.AppAccess, int64, 
 func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, error) {
 	a, _, err := s.getApp(ctx, id)
 	return a, err
+}
+
+// GetAppLiveness implements vault.AuthStore.
+func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
+	rec, _, err := s.readRecord(ctx, "app access", "SELECT record, version FROM oauth_apps WHERE id = $1", id)
+	if err != nil {
+		return vault.AppLiveness{}, err
+	}
+	l, err := record.DecodeAppLiveness(rec)
+	if err == nil && l.ID != id {
+		err = fmt.Errorf("pgstore: app access %s: stored record names id %s: %w", id, l.ID, vault.ErrMalformed)
+	}
+	return l, err
 }
 
 // FindAppAccess implements vault.AuthStore.
@@ -287,11 +304,30 @@ func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.Ap
 		if err != nil {
 			return vault.AppAccess{}, casWrite{}, err
 		}
-		return na, casWrite{args: []any{id, int64(na.Version), rec}}, nil
+		ds, err := record.AppChangeDeliveries(s.appChanges, &old, &na)
+		if err != nil {
+			return vault.AppAccess{}, casWrite{}, err
+		}
+		return na, casWrite{args: []any{id, int64(na.Version), rec}, ds: ds}, nil
 	})
 }
 
-// DeleteAppAccess implements vault.AuthStore.
+// DeleteAppAccess implements vault.AuthStore: the row and the change's
+// deliveries go in one transaction.
 func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
-	return s.deleteRow(ctx, "oauth_apps", "id", id, "app access")
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if s.appChanges == nil {
+		return s.deleteRow(ctx, "oauth_apps", "id", id, "app access")
+	}
+	return s.deleteReturning(ctx, "app access", id, "DELETE FROM oauth_apps WHERE id = $1 RETURNING record", func(rec []byte, b *pgx.Batch) error {
+		a, err := record.DecodeAppAccess(rec)
+		if err != nil {
+			return nil // a record that does not decode goes without events
+		}
+		ds, err := record.AppChangeDeliveries(s.appChanges, &a, nil)
+		queueDeliveries(b, ds)
+		return err
+	})
 }

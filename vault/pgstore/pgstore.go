@@ -61,6 +61,8 @@ type Options struct {
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries written in the change's transaction.
 	Changes vault.ChangeHook
+	// AppChanges, when set, does the same for app access records.
+	AppChanges vault.AppChangeHook
 }
 
 // Store is a vault.Store on PostgreSQL.
@@ -75,6 +77,7 @@ type Store struct {
 	locks      map[*heldLock]struct{}
 	attempts   int
 	changes    vault.ChangeHook
+	appChanges vault.AppChangeHook
 	closed     atomic.Bool
 }
 
@@ -110,7 +113,7 @@ func Open(ctx context.Context, url string, kr *vault.Keyring, opts Options) (*St
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), grantLocal: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts, changes: opts.Changes}
+	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), grantLocal: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts, changes: opts.Changes, appChanges: opts.AppChanges}
 	if err := s.prepare(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -328,12 +331,8 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	tag, err := s.execWithDeliveries(ctx, ds, insertConn, row.args()...)
-	if err != nil {
-		return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: create connection %s: %w", c.ID, err))
-	}
-	if tag.RowsAffected() == 0 {
-		return vault.Connection{}, fmt.Errorf("pgstore: connection %s: %w", c.ID, vault.ErrExists)
+	if err := s.insertRow(ctx, "connection "+c.ID, insertConn, row.args(), ds, 0, nil); err != nil {
+		return vault.Connection{}, err
 	}
 	c.SealedWith = s.kr.Primary()
 	return c, nil
@@ -365,13 +364,14 @@ func (s *Store) connectionRecord(ctx context.Context, id string) ([]byte, int64,
 }
 
 // insertRow stores a new row: insert is an INSERT … ON CONFLICT DO NOTHING
-// with args, and ErrExists answers a taken key. With check, the insert
-// runs in a transaction that first takes the transaction-level advisory
-// lock lock, and check (a count, under the lock) may refuse it: its
-// refusal (its first result) is the answer, and nothing is written (the
-// commit only releases the lock). name names the row in errors ("grant
-// g1").
-func (s *Store) insertRow(ctx context.Context, name, insert string, args []any, lock int64, check func(pgx.Tx) (refused, err error)) error {
+// with args, and ErrExists answers a taken key. ds, the deliveries of the
+// change, are written in the insert's transaction, and only when it
+// inserted the row. With check, the insert runs in a transaction that
+// first takes the transaction-level advisory lock lock, and check (a
+// count, under the lock) may refuse it: its refusal (its first result) is
+// the answer, and nothing is written (the commit only releases the lock).
+// name names the row in errors ("grant g1").
+func (s *Store) insertRow(ctx context.Context, name, insert string, args []any, ds []vault.Delivery, lock int64, check func(pgx.Tx) (refused, err error)) error {
 	var refused error
 	run := func(db interface {
 		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
@@ -383,19 +383,26 @@ func (s *Store) insertRow(ctx context.Context, name, insert string, args []any, 
 		return err
 	}
 	var err error
-	if check == nil {
+	if check == nil && len(ds) == 0 {
 		err = run(s.pool)
 	} else {
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			refused = nil
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock); err != nil {
+			if check != nil {
+				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock); err != nil {
+					return err
+				}
+				var err error
+				if refused, err = check(tx); refused != nil || err != nil {
+					return err
+				}
+			}
+			if err := run(tx); err != nil || refused != nil || len(ds) == 0 {
 				return err
 			}
-			var err error
-			if refused, err = check(tx); refused != nil || err != nil {
-				return err
-			}
-			return run(tx)
+			b := &pgx.Batch{}
+			queueDeliveries(b, ds)
+			return tx.SendBatch(ctx, b).Close()
 		})
 	}
 	if err != nil {
@@ -721,7 +728,7 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 			return lim.Check(created, open), nil
 		}
 	}
-	if err := s.insertRow(ctx, "grant "+g.ID, insertGrant, args, lock, limited); err != nil {
+	if err := s.insertRow(ctx, "grant "+g.ID, insertGrant, args, nil, lock, limited); err != nil {
 		return vault.Grant{}, err
 	}
 	return g, nil

@@ -18,9 +18,13 @@ type Operation struct {
 	Feature string
 	// Method is the method's name ("GetConnection").
 	Method string
-	// Call calls the method with zero arguments: ctx, zero values, and
-	// update functions that fail. It releases what the method returns
-	// (a lock's unlock) and ignores its error.
+	// Call calls the method with zero arguments: ctx, zero values,
+	// update functions that fail, and notification functions (a
+	// watcher's, a struct field's too) that end the call: the first one
+	// called cancels the call's context, so an operation that runs until
+	// its context ends (WatchApps) returns once it has called back. It
+	// releases what the method returns (a lock's unlock) and ignores its
+	// error.
 	Call func(ctx context.Context)
 }
 
@@ -63,26 +67,16 @@ func EveryOperation(t *testing.T, s vault.Store) []Operation {
 
 // call calls fn with zero arguments and releases what it returns.
 func call(ctx context.Context, fn reflect.Value) {
-	ctxType, errType := reflect.TypeFor[context.Context](), reflect.TypeFor[error]()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctxType := reflect.TypeFor[context.Context]()
 	typ := fn.Type()
 	args := make([]reflect.Value, typ.NumIn())
 	for i := range args {
-		switch in := typ.In(i); {
-		case in == ctxType:
+		if in := typ.In(i); in == ctxType {
 			args[i] = reflect.ValueOf(&ctx).Elem()
-		case in.Kind() == reflect.Func:
-			args[i] = reflect.MakeFunc(in, func([]reflect.Value) []reflect.Value {
-				outs := make([]reflect.Value, in.NumOut())
-				for j := range outs {
-					outs[j] = reflect.Zero(in.Out(j))
-					if in.Out(j) == errType {
-						outs[j] = reflect.ValueOf(&errNoUpdate).Elem()
-					}
-				}
-				return outs
-			})
-		default:
-			args[i] = reflect.Zero(in)
+		} else {
+			args[i] = zeroArg(in, cancel)
 		}
 	}
 	for _, out := range fn.Call(args) {
@@ -90,6 +84,39 @@ func call(ctx context.Context, fn reflect.Value) {
 			out.Call(nil)
 		}
 	}
+}
+
+// zeroArg is the zero value of typ, except for functions: one that
+// returns values (an update closure) returns zero values and
+// errNoUpdate; one that returns nothing (a notification) calls done. A
+// struct's function fields get the same.
+func zeroArg(typ reflect.Type, done func()) reflect.Value {
+	switch typ.Kind() {
+	case reflect.Func:
+		errType := reflect.TypeFor[error]()
+		return reflect.MakeFunc(typ, func([]reflect.Value) []reflect.Value {
+			if typ.NumOut() == 0 {
+				done()
+			}
+			outs := make([]reflect.Value, typ.NumOut())
+			for j := range outs {
+				outs[j] = reflect.Zero(typ.Out(j))
+				if typ.Out(j) == errType {
+					outs[j] = reflect.ValueOf(&errNoUpdate).Elem()
+				}
+			}
+			return outs
+		})
+	case reflect.Struct:
+		v := reflect.New(typ).Elem()
+		for i := range typ.NumField() {
+			if f := typ.Field(i); f.IsExported() && f.Type.Kind() == reflect.Func {
+				v.Field(i).Set(zeroArg(f.Type, done))
+			}
+		}
+		return v
+	}
+	return reflect.Zero(typ)
 }
 
 // IsOpName reports whether op names method as observers see it: the

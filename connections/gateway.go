@@ -1,0 +1,205 @@
+package connections
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"credbroker/internal/telemetry"
+	"credbroker/internal/untrusted"
+	"credbroker/provider"
+	"credbroker/provider/mcpup"
+	"credbroker/vault"
+)
+
+// The gateway's decisions (the MCP door relays; what a relayed call runs
+// as, and what the person must do when the upstream refuses, is decided
+// here): Upstream answers Ready (the connection to relay with, none for a
+// server that takes no token) or what the person must do first, like
+// Ensure and Resume; UpstreamRefused turns the upstream's refusal into a
+// reconnect (a 401 after the forced refresh) or a step-up (403
+// insufficient_scope: a new connect request for the union of the held and
+// the challenged scopes, at most maxStepUps an hour per person, provider
+// and scope set, so a server that always asks for more cannot loop).
+
+// Ready is the connection a relayed call runs with.
+type Ready struct {
+	Provider *provider.Provider
+	// Conn is the connection (metadata only; zero for an open server).
+	Conn   vault.Connection
+	Target mcpup.Target
+}
+
+func (Ready) outcome() {}
+
+// NotAGatewayError: the provider is not a remote MCP server.
+type NotAGatewayError struct{ Name string }
+
+func (e *NotAGatewayError) Error() string {
+	return fmt.Sprintf("%s is not an MCP provider", untrusted.Quote(e.Name))
+}
+
+// GatewayOnlyError: provider_request or the sidecar proxy named an MCP
+// provider, whose server the broker relays at its endpoint instead.
+type GatewayOnlyError struct {
+	Provider *provider.Provider
+	Endpoint string
+}
+
+func (e *GatewayOnlyError) Error() string {
+	return fmt.Sprintf("%s is an MCP provider: use %s", e.Provider.Name, e.Endpoint)
+}
+
+// GatewayEndpoint is the broker's MCP endpoint that relays to provider
+// name's upstream server.
+func (s *Service) GatewayEndpoint(name string) string { return s.opts.PublicURL + "/mcp/u/" + name }
+
+// gatewayOnly refuses an HTTP API call to an MCP provider.
+func (s *Service) gatewayOnly(p *provider.Provider) error {
+	if _, ok := p.Kind.(provider.Gateway); ok {
+		return &GatewayOnlyError{Provider: p, Endpoint: s.GatewayEndpoint(p.Name)}
+	}
+	return nil
+}
+
+// Gateway returns MCP provider name and its upstream (a *NotAGatewayError
+// for any other name).
+func (s *Service) Gateway(name string) (*provider.Provider, provider.Upstream, error) {
+	p, ok := s.providers.Lookup(name)
+	if !ok {
+		return nil, provider.Upstream{}, &NotAGatewayError{Name: name}
+	}
+	gw, ok := p.Kind.(provider.Gateway)
+	if !ok {
+		return nil, provider.Upstream{}, &NotAGatewayError{Name: name}
+	}
+	return p, gw.Upstream(), nil
+}
+
+// Upstream decides what a call relayed to req's provider runs with:
+// Ready, or (for a server that takes tokens) what Ensure answers when
+// nothing usable is connected; with a connect request to continue (grant,
+// from a sealed continuation the door opened), what Resume answers.
+func (s *Service) Upstream(ctx context.Context, req Request, grant string, answer Answer) (Outcome, error) {
+	p, up, err := s.Gateway(req.Provider)
+	if err != nil {
+		return nil, err
+	}
+	if _, tokens := p.Kind.(provider.RedirectStep); !tokens {
+		return Ready{Provider: p, Target: mcpup.Target{Provider: p.Name, URL: up.URL}}, nil
+	}
+	var o Outcome
+	if grant != "" {
+		o, err = s.Resume(ctx, req, grant, answer)
+	} else {
+		o, err = s.Ensure(ctx, req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := o.(Connected); ok {
+		return Ready{Provider: p, Conn: c.Conn, Target: mcpup.Target{Provider: p.Name, URL: up.URL, Conn: c.Conn.ID}}, nil
+	}
+	return o, nil
+}
+
+// upstreamUsable refuses to start a connect request for an MCP server
+// whose authorization the broker cannot use (its metadata names another
+// resource, its authorization server is on a host not allowed, lacks S256
+// or offers no way to register: a *provider.UpstreamError naming the
+// fix), so the person is not sent to a link that can only fail. Discovery
+// is cached; nothing is registered or stored.
+func (s *Service) upstreamUsable(ctx context.Context, p *provider.Provider) error {
+	if _, ok := p.Kind.(provider.Gateway); !ok {
+		return nil
+	}
+	if _, tokens := p.Kind.(provider.RedirectStep); !tokens {
+		return nil
+	}
+	_, err := s.opts.Client.CheckUpstream(ctx, p.Name)
+	return err
+}
+
+// ErrTooManyStepUps: the upstream keeps asking for more scopes.
+var ErrTooManyStepUps = errors.New("connections: the server asked for more scopes too often")
+
+// UpstreamRefused answers the upstream's refusal of a call Ready r ran:
+// after a second 401 (mcpup.ErrUnauthorized) or a token that could not be
+// had, the connection is marked needs_reconnect and a connect request
+// started (NeedsUser); after a 403 insufficient_scope (*mcpup.NeedScope),
+// a connect request for the union of the held and the challenged scopes,
+// for the same connection to be upgraded. Any other error is returned as
+// it is.
+func (s *Service) UpstreamRefused(ctx context.Context, req Request, r Ready, err error) (Outcome, error) {
+	var ns *mcpup.NeedScope
+	switch {
+	case errors.As(err, &ns):
+		return s.StepUp(ctx, req, r, ns.Scopes)
+	case errors.Is(err, mcpup.ErrUnauthorized):
+		if merr := s.opts.Client.Unauthorized(ctx, r.Conn.ID); merr != nil && !errors.Is(merr, provider.ErrNeedsReconnect) {
+			return nil, merr
+		}
+		fallthrough
+	case errors.Is(err, mcpup.ErrNoToken):
+		again := req
+		again.Account = ""
+		return s.Reconnect(ctx, again)
+	}
+	return nil, err
+}
+
+// maxStepUps bounds step-up requests per person, provider and scope set
+// an hour, on each replica.
+const maxStepUps = 3
+
+// StepUp starts a connect request for the union of the scopes Ready r's
+// connection holds and those the upstream challenged (always a new
+// request: the consent page names the added scopes).
+func (s *Service) StepUp(ctx context.Context, req Request, r Ready, challenged []string) (Outcome, error) {
+	p := r.Provider
+	scopes := p.UnionScopes(r.Conn.Scopes, challenged)
+	if !s.stepUps.allow(req.Principal, p.Name, scopes, s.opts.Now()) {
+		return nil, ErrTooManyStepUps
+	}
+	why := Reason{Kind: MissingScopes, Missing: p.MissingScopes(r.Conn.Scopes, scopes)}
+	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventStepUp, Principal: req.Principal, Provider: p.Name,
+		Account: AccountName(r.Conn), Connection: r.Conn.ID, Via: req.Via, Outcome: strings.Join(why.Missing, " ")})
+	up := req
+	up.ReuseOpen = false
+	return s.start(ctx, up, p, scopes, why)
+}
+
+// stepUpCounter counts step-ups per (person, provider, scope set), in a
+// sliding hour, bounded in size.
+type stepUpCounter struct {
+	mu   sync.Mutex
+	seen map[[32]byte][]time.Time
+}
+
+func (c *stepUpCounter) allow(pr vault.Principal, provider string, scopes []string, now time.Time) bool {
+	sorted := slices.Clone(scopes)
+	slices.Sort(sorted)
+	key := sha256.Sum256([]byte(pr.Issuer + "\x00" + pr.Subject + "\x00" + provider + "\x00" + strings.Join(sorted, " ")))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil || len(c.seen) > 10000 {
+		c.seen = map[[32]byte][]time.Time{}
+	}
+	var recent []time.Time
+	for _, t := range c.seen[key] {
+		if now.Sub(t) < time.Hour {
+			recent = append(recent, t)
+		}
+	}
+	if len(recent) >= maxStepUps {
+		c.seen[key] = recent
+		return false
+	}
+	c.seen[key] = append(recent, now)
+	return true
+}

@@ -1,0 +1,1209 @@
+package mcpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"credbroker/connections"
+	"credbroker/internal/bearer"
+	"credbroker/internal/requeststate"
+	"credbroker/internal/telemetry"
+	"credbroker/internal/untrusted"
+	"credbroker/provider"
+	"credbroker/provider/mcpup"
+	"credbroker/vault"
+)
+
+// The gateway: POST /mcp/u/{provider} is a remote MCP server (a provider
+// of kind mcp) relayed as the person, with the connection's upstream token
+// the host never sees. Each endpoint is a protected resource of its own
+// (its RFC 9728 metadata at /.well-known/oauth-protected-resource/mcp/u/
+// {provider}; tokens must name it). Until the person is connected, the
+// endpoint lists one tool, connect_account, and every call asks the person
+// to connect (url elicitation, as connect_account on /mcp does); then it
+// lists the upstream's tools (filtered by tools.allow/deny, sanitised) and
+// relays calls, prompts, resources and completion, cursors verbatim. An
+// upstream's input_required reaches the host as it is, its requestState
+// sealed inside the gateway's own (internal/requeststate Gateway), and only
+// when the host declared the input's kind. What runs as whom, and what
+// happens when the upstream refuses (401: reconnect; 403
+// insufficient_scope: step up), is decided by the connections layer.
+
+// placeholderTool is the one tool of an endpoint whose person is not
+// connected.
+const placeholderTool = "connect_account"
+
+// Limits of a relayed call.
+const (
+	maxInFlight      = 8
+	maxPerMinute     = 600
+	maxToolSchema    = 64 << 10
+	maxDescription   = 4 << 10
+	maxInstructions  = 8 << 10
+	maxUpstreamError = 1 << 10
+	maxToolsListTTL  = 300_000 // ms
+)
+
+// gateway serves the /mcp/u/{provider} endpoints of a Server.
+type gateway struct {
+	s *Server
+
+	mu        sync.Mutex // guards the fields below
+	endpoints map[string]*endpoint
+	limits    map[limitKey]*limiter
+	toolHash  map[string][32]byte
+	listeners map[listenKey]map[chan struct{}]bool
+	tools     map[toolsKey]cachedTools
+}
+
+func newGateway(s *Server) *gateway {
+	return &gateway{s: s, endpoints: map[string]*endpoint{}, limits: map[limitKey]*limiter{}, toolHash: map[string][32]byte{}}
+}
+
+// register mounts the gateway's routes.
+func (g *gateway) register(mux Routes) {
+	mux.HandleFunc("POST /mcp/u/{provider}", g.serve)
+	mux.HandleFunc("GET /mcp/u/{provider}", g.s.methodNotAllowed)
+	mux.HandleFunc("DELETE /mcp/u/{provider}", g.s.methodNotAllowed)
+	mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp/u/{provider}", g.serveMetadata)
+}
+
+// endpoint returns provider name's endpoint (nil when name is not an MCP
+// provider).
+func (g *gateway) endpoint(name string) (*endpoint, error) {
+	if _, _, err := g.s.opts.Connections.Gateway(name); err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ep := g.endpoints[name]; ep != nil {
+		return ep, nil
+	}
+	resource := g.s.opts.Connections.GatewayEndpoint(name)
+	verify := g.s.opts.VerifierFor(resource)
+	ep, err := g.s.newEndpoint(resource, g.s.opts.PublicURL+"/.well-known/oauth-protected-resource/mcp/u/"+name, verify)
+	if err != nil {
+		return nil, err
+	}
+	g.endpoints[name] = ep
+	return ep, nil
+}
+
+func (g *gateway) serveMetadata(w http.ResponseWriter, r *http.Request) {
+	ep, err := g.endpoint(r.PathValue("provider"))
+	if err != nil {
+		writeRPCError(w, http.StatusNotFound, nil, codeInvalidRequest, "Not found: no MCP provider "+quote(r.PathValue("provider")), nil)
+		return
+	}
+	writeMetadata(w, ep.metadataJSON)
+}
+
+// gwParams is the union of the params the gateway reads.
+type gwParams struct {
+	Meta           reqMeta                    `json:"_meta"`
+	Name           string                     `json:"name"`
+	Arguments      json.RawMessage            `json:"arguments"`
+	InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	RequestState   string                     `json:"requestState"`
+	Cursor         *string                    `json:"cursor"`
+	URI            string                     `json:"uri"`
+}
+
+// gwCall is one request to a gateway endpoint.
+type gwCall struct {
+	id        json.RawMessage
+	principal vault.Principal
+	p         *provider.Provider
+	up        provider.Upstream
+	method    string
+	raw       json.RawMessage // params as sent
+	params    gwParams
+	modern    bool
+	// caps are the host's declared capabilities (raw for modern hosts).
+	caps       capsInfo
+	rawCaps    json.RawMessage
+	clientName string
+	// sse: the host accepts an event stream (progress is relayed).
+	sse bool
+}
+
+func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
+	s := g.s
+	w, ow := s.observeStart(w, r)
+	defer s.observeEnd(ow)
+	name := r.PathValue("provider")
+	ep, err := g.endpoint(name)
+	if err != nil {
+		writeRPCError(w, http.StatusNotFound, nil, codeInvalidRequest, "Not found: no MCP provider "+quote(name)+" at this broker", nil)
+		return
+	}
+	info, body, ok := s.admit(w, r, ep)
+	if !ok {
+		return
+	}
+	var msg rpcMessage
+	if err := json.Unmarshal(body, &msg); err != nil {
+		writeRPCError(w, http.StatusBadRequest, nil, codeParse, "Parse error: the body is not one JSON-RPC message", nil)
+		return
+	}
+	if msg.JSONRPC != "2.0" || msg.Method == "" {
+		writeRPCError(w, http.StatusBadRequest, validOrNull(msg.ID), codeInvalidRequest, `Invalid Request: want "jsonrpc":"2.0" and a method`, nil)
+		return
+	}
+	if !msg.isNotification() && !validID(msg.ID) {
+		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "Invalid Request: id must be a string or a number", nil)
+		return
+	}
+	c := &gwCall{id: msg.ID, principal: info.Principal, method: msg.Method, raw: msg.Params, sse: acceptsJSONAndSSE(r.Header.Values("Accept"))}
+	c.p, c.up, _ = s.opts.Connections.Gateway(name)
+	var metaV *string
+	if len(msg.Params) > 0 && string(msg.Params) != "null" {
+		if err := json.Unmarshal(msg.Params, &c.params); err != nil {
+			writeRPCError(w, http.StatusBadRequest, msg.ID, codeInvalidParams, "Invalid params: "+paramsProblem(msg.Params, err), nil)
+			return
+		}
+		metaV = c.params.Meta.Version
+	}
+	note(w, func(o *observedWriter) { o.method, o.tool = msg.Method, c.params.Name })
+	header := r.Header.Get("Mcp-Protocol-Version")
+	ctx := withPrincipal(s.traceStart(r.Context(), w, c.params.Meta.TraceParent, c.params.Meta.TraceState), info.Principal)
+	switch chooseEra(w, &msg, metaV, header) {
+	case eraModern:
+		cc, ok := s.modernChecks(w, r, &msg, &c.params.Meta, header)
+		if !ok {
+			return
+		}
+		c.modern, c.caps, c.rawCaps = true, cc, c.params.Meta.Capabilities
+		if c.params.Meta.ClientInfo != nil {
+			c.clientName = clientName(c.params.Meta.ClientInfo)
+		}
+		if msg.Method == "tools/call" || msg.Method == "prompts/get" || msg.Method == "resources/read" {
+			if !g.nameHeaderOK(w, r, c) {
+				return
+			}
+		}
+		g.dispatch(ctx, w, c)
+	case eraLegacy:
+		note(w, func(o *observedWriter) { o.era = versionLegacy })
+		g.serveLegacy(ctx, w, r, c)
+	}
+}
+
+// nameHeaderOK checks Mcp-Name against the call's name (tool, prompt) or
+// URI (resource).
+func (g *gateway) nameHeaderOK(w http.ResponseWriter, r *http.Request, c *gwCall) bool {
+	want := c.params.Name
+	if c.method == "resources/read" {
+		want = c.params.URI
+	}
+	got, ok := decodeHeaderValue(r.Header.Get("Mcp-Name"))
+	switch {
+	case r.Header.Get("Mcp-Name") == "":
+		writeRPCError(w, http.StatusBadRequest, c.id, codeHeaderMismatch, "Header mismatch: the Mcp-Name header is required for "+c.method, nil)
+		return false
+	case !ok || got != want:
+		writeRPCError(w, http.StatusBadRequest, c.id, codeHeaderMismatch, fmt.Sprintf("Header mismatch: Mcp-Name header does not match %s", quote(want)), nil)
+		return false
+	}
+	return true
+}
+
+// serveLegacy serves a 2025-11-25 host: initialize (a sealed session id
+// recording what it declared), then the same methods in that era's shapes.
+func (g *gateway) serveLegacy(ctx context.Context, w http.ResponseWriter, r *http.Request, c *gwCall) {
+	s := g.s
+	if c.method == "initialize" {
+		var ip struct {
+			Capabilities *mcp.ClientCapabilities `json:"capabilities"`
+			ClientInfo   *mcp.Implementation     `json:"clientInfo"`
+		}
+		_ = json.Unmarshal(c.raw, &ip)
+		ls := legacySession{Issuer: c.principal.Issuer, Subject: c.principal.Subject, Expires: s.opts.Now().Add(legacySessionTTL).Unix()}
+		if ip.Capabilities != nil && ip.Capabilities.Elicitation != nil && ip.Capabilities.Elicitation.URL != nil {
+			ls.URLCapable = true
+		}
+		if ip.ClientInfo != nil {
+			ls.ClientName = clientName(ip.ClientInfo)
+		}
+		w.Header().Set("Mcp-Session-Id", sealSession(s.opts.StateKeys, ls))
+		res := &mcp.InitializeResult{ProtocolVersion: versionLegacy, ServerInfo: g.serverInfo(c.p),
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: &mcp.PromptCapabilities{},
+				Resources: &mcp.ResourceCapabilities{}, Completions: &mcp.CompletionCapabilities{}},
+			Instructions: g.instructions(ctx, c)}
+		g.writeResult(w, c, res)
+		return
+	}
+	if c.id == nil {
+		w.WriteHeader(http.StatusAccepted) // notifications/initialized and the like
+		return
+	}
+	if ls, ok := openSession(s.opts.StateKeys, r.Header.Get("Mcp-Session-Id"), c.principal, s.opts.Now()); ok {
+		c.caps.urlCapable, c.clientName = ls.URLCapable, ls.ClientName
+	}
+	g.dispatch(ctx, w, c)
+}
+
+func (g *gateway) serverInfo(p *provider.Provider) *mcp.Implementation {
+	return &mcp.Implementation{Name: "credbroker-" + p.Name, Title: p.DisplayName + " (through credbroker)", Version: g.s.opts.ServerVersion}
+}
+
+// dispatch answers one method.
+func (g *gateway) dispatch(ctx context.Context, w http.ResponseWriter, c *gwCall) {
+	switch c.method {
+	case "ping":
+		g.writeResult(w, c, &mcp.CompleteResult{})
+	case "server/discover":
+		if !c.modern {
+			g.methodNotFound(w, c)
+			return
+		}
+		g.discover(ctx, w, c)
+	case "tools/list":
+		g.listTools(ctx, w, c)
+	case "tools/call", "prompts/get", "resources/read":
+		g.call(ctx, w, c)
+	case "prompts/list", "resources/list", "resources/templates/list", "completion/complete":
+		g.list(ctx, w, c)
+	case "subscriptions/listen":
+		if !c.modern {
+			g.methodNotFound(w, c)
+			return
+		}
+		g.listen(ctx, w, c)
+	default:
+		g.methodNotFound(w, c)
+	}
+}
+
+func (g *gateway) methodNotFound(w http.ResponseWriter, c *gwCall) {
+	status := http.StatusNotFound
+	if !c.modern {
+		status = http.StatusOK // 2025-11-25 carries JSON-RPC errors in a 200 response
+	}
+	writeRPCError(w, status, c.id, codeMethodNotFound, "Method not found: "+quote(c.method), nil)
+}
+
+// request is the connections request of c.
+func (g *gateway) request(c *gwCall, canAsk bool) connections.Request {
+	return connections.Request{Principal: c.principal, Provider: c.p.Name, ClientName: c.clientName, Via: "mcp",
+		CanAsk: canAsk && c.caps.urlCapable, ReuseOpen: !c.modern}
+}
+
+// quietly answers whether c's person is ready, starting no connect
+// request (listing must never ask).
+func (g *gateway) quietly(ctx context.Context, c *gwCall) (connections.Ready, bool) {
+	o, err := g.s.opts.Connections.Upstream(ctx, g.request(c, false), "", connections.NoAnswer)
+	r, ok := o.(connections.Ready)
+	return r, err == nil && ok
+}
+
+func (g *gateway) discover(ctx context.Context, w http.ResponseWriter, c *gwCall) {
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
+	if r, ok := g.quietly(ctx, c); ok {
+		if cs, err := g.s.opts.Upstreams.Session(ctx, r.Target); err == nil && cs.InitializeResult() != nil && cs.InitializeResult().Capabilities != nil {
+			up := cs.InitializeResult().Capabilities
+			caps = &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: up.Prompts, Resources: up.Resources, Completions: up.Completions}
+		}
+	}
+	res := &mcp.DiscoverResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{TTLMs: 0, CacheScope: "private"},
+		SupportedVersions: supportedVersions, Capabilities: caps, Instructions: g.instructions(ctx, c)}
+	g.writeResult(w, c, res)
+}
+
+// instructions are the upstream's, sanitised and capped (or dropped), or
+// the gateway's own while the person is not connected.
+func (g *gateway) instructions(ctx context.Context, c *gwCall) string {
+	own := fmt.Sprintf("This is %s through credbroker: the broker keeps the %s account's tokens. Until the account is connected, call connect_account.", c.p.DisplayName, c.p.DisplayName)
+	if !c.up.RelayInstructions {
+		return own
+	}
+	r, ok := g.quietly(ctx, c)
+	if !ok {
+		return own
+	}
+	cs, err := g.s.opts.Upstreams.Session(ctx, r.Target)
+	if err != nil || cs.InitializeResult() == nil || cs.InitializeResult().Instructions == "" {
+		return own
+	}
+	return sanitizeText(cs.InitializeResult().Instructions, maxInstructions)
+}
+
+// placeholder is the tool of an endpoint whose person is not connected.
+func placeholder(p *provider.Provider) *mcp.Tool {
+	return &mcp.Tool{Name: placeholderTool, Title: "Connect " + p.DisplayName,
+		Description: fmt.Sprintf("Connect your %s account to credbroker. %s's own tools are listed once it is connected; the broker keeps the account's tokens and never shows them.", p.DisplayName, p.DisplayName),
+		InputSchema: json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`),
+		Annotations: &mcp.ToolAnnotations{Title: "Connect " + p.DisplayName, ReadOnlyHint: false, DestructiveHint: boolPtr(false), IdempotentHint: true, OpenWorldHint: boolPtr(true)}}
+}
+
+func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCall) {
+	r, ok := g.quietly(ctx, c)
+	if !ok {
+		g.writeResult(w, c, &mcp.ListToolsResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{TTLMs: 0, CacheScope: "private"},
+			Tools: []*mcp.Tool{placeholder(c.p)}})
+		return
+	}
+	params := &mcp.ListToolsParams{}
+	first := c.params.Cursor == nil
+	if !first {
+		params.Cursor = *c.params.Cursor
+	}
+	key := toolsKey{principal: c.principal, conn: r.Conn.ID, gen: toolsGeneration(r.Conn), modern: c.modern, provider: c.p.Name}
+	if first {
+		if b, ok := g.cachedToolsList(key); ok {
+			writeRPCResult(w, c.id, b)
+			return
+		}
+	}
+	up, _, err := relayAs(ctx, g, c, r, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
+		return cs.ListTools(ctx, params)
+	})
+	if err != nil {
+		g.relayFailed(ctx, w, c, r, err)
+		return
+	}
+	// up may be the session's cached result (the go-sdk keeps lists for
+	// their ttl): a copy is changed, never it.
+	res := *up
+	res.Tools = g.sanitizeTools(ctx, c, r, up.Tools)
+	ttl := res.TTLMs
+	if ttl <= 0 || ttl > maxToolsListTTL {
+		ttl = maxToolsListTTL
+	}
+	res.Meta, res.Cacheable = g.s.serverMeta(), mcp.Cacheable{TTLMs: ttl, CacheScope: "private"}
+	b, ok := g.encodeResult(w, c, &res)
+	if !ok {
+		return
+	}
+	if first {
+		g.cacheToolsList(key, b, time.Duration(ttl)*time.Millisecond)
+	}
+	writeRPCResult(w, c.id, b)
+}
+
+// The tools/list cache: per replica, per person, connection and grant
+// (a step-up or a reconnect for other scopes is another list), for the
+// list's ttl (at most maxToolsListTTL), first pages only.
+type toolsKey struct {
+	principal      vault.Principal
+	provider, conn string
+	gen            string
+	modern         bool
+}
+
+type cachedTools struct {
+	body  []byte
+	until time.Time
+}
+
+// maxCachedLists bounds the cache; beyond it the cache starts over.
+const maxCachedLists = 10000
+
+// toolsGeneration names what the upstream's answer to tools/list may
+// depend on: the connection and the scopes it was granted.
+func toolsGeneration(c vault.Connection) string {
+	return c.Created.String() + "\x00" + strings.Join(c.Scopes, " ")
+}
+
+func (g *gateway) cachedToolsList(k toolsKey) ([]byte, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, ok := g.tools[k]
+	if !ok || !g.s.opts.Now().Before(e.until) {
+		return nil, false
+	}
+	return e.body, true
+}
+
+func (g *gateway) cacheToolsList(k toolsKey, b []byte, ttl time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.tools == nil || len(g.tools) >= maxCachedLists {
+		g.tools = map[toolsKey]cachedTools{}
+	}
+	g.tools[k] = cachedTools{body: b, until: g.s.opts.Now().Add(ttl)}
+}
+
+// forgetTools drops a person's cached lists of provider (their connection
+// changed).
+func (g *gateway) forgetTools(pr vault.Principal, provider string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k := range g.tools {
+		if k.principal == pr && k.provider == provider {
+			delete(g.tools, k)
+		}
+	}
+}
+
+// list relays the listing methods (prompts, resources, templates) and
+// completion; unconnected, they are empty.
+func (g *gateway) list(ctx context.Context, w http.ResponseWriter, c *gwCall) {
+	r, ok := g.quietly(ctx, c)
+	empty := map[string]any{"prompts/list": &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}, "resources/list": &mcp.ListResourcesResult{Resources: []*mcp.Resource{}},
+		"resources/templates/list": &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}},
+		"completion/complete":      &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{}}}}[c.method]
+	if !ok {
+		g.writeResult(w, c, empty)
+		return
+	}
+	res, _, err := g.relay(ctx, c, r, func(ctx context.Context, cs *mcp.ClientSession) (any, error) {
+		switch c.method {
+		case "prompts/list":
+			var p mcp.ListPromptsParams
+			return decodeInto(c.raw, &p, func() (any, error) { return cs.ListPrompts(ctx, &p) })
+		case "resources/list":
+			var p mcp.ListResourcesParams
+			return decodeInto(c.raw, &p, func() (any, error) { return cs.ListResources(ctx, &p) })
+		case "resources/templates/list":
+			var p mcp.ListResourceTemplatesParams
+			return decodeInto(c.raw, &p, func() (any, error) { return cs.ListResourceTemplates(ctx, &p) })
+		}
+		var p mcp.CompleteParams
+		return decodeInto(c.raw, &p, func() (any, error) { return cs.Complete(ctx, &p) })
+	})
+	if err != nil {
+		g.relayFailed(ctx, w, c, r, err)
+		return
+	}
+	g.writeResult(w, c, res)
+}
+
+// decodeInto decodes the host's params into p (its _meta dropped: the
+// upstream gets the broker's) and runs do.
+func decodeInto[P any](raw json.RawMessage, p *P, do func() (any, error)) (any, error) {
+	if len(raw) > 0 && string(raw) != "null" {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, hostParamsError{&rpcError{Code: codeInvalidParams, Message: "Invalid params: params must be an object"}}
+		}
+		delete(m, "_meta")
+		b, _ := json.Marshal(m)
+		if err := json.Unmarshal(b, p); err != nil {
+			return nil, hostParamsError{&rpcError{Code: codeInvalidParams, Message: "Invalid params: " + paramsProblem(b, err)}}
+		}
+	}
+	return do()
+}
+
+// hostParamsError: the host's own params were refused before anything was
+// relayed.
+type hostParamsError struct{ e *rpcError }
+
+func (h hostParamsError) Error() string { return h.e.Message }
+
+// call answers tools/call, prompts/get and resources/read: the person
+// connects first when they must; then the call is relayed, and an
+// upstream's input_required reaches the host wrapped in the gateway's
+// sealed state.
+func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
+	s := g.s
+	digest, err := requeststate.Digest(c.callArgs())
+	if err != nil {
+		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: arguments are not valid JSON", nil)
+		return
+	}
+	want := requeststate.Gateway{Principal: c.principal, Provider: c.p.Name, Method: c.method, Name: c.callName(), ArgDigest: digest}
+	var st requeststate.Gateway
+	if c.params.RequestState != "" {
+		if st, err = requeststate.OpenGateway(s.opts.StateKeys, c.params.RequestState, want, s.opts.Now()); err != nil {
+			writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, invalidState, nil)
+			return
+		}
+	}
+	answer := connections.NoAnswer
+	if st.Grant != "" {
+		a, bad := g.answer(c, connectKey(c.p))
+		if bad != nil {
+			writeRPCErrorValue(w, g.errStatus(c), c.id, bad)
+			return
+		}
+		answer = a
+	}
+	o, err := s.opts.Connections.Upstream(ctx, g.request(c, true), st.Grant, answer)
+	if err != nil {
+		g.failed(w, c, err)
+		return
+	}
+	r, ready := o.(connections.Ready)
+	if !ready {
+		g.notReady(w, c, o, digest)
+		return
+	}
+	if st.Upstream != "" && st.Conn != r.Conn.ID {
+		// The connection was replaced since the upstream asked.
+		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, invalidState, nil)
+		return
+	}
+	if st.Grant != "" {
+		// The person just connected (or was upgraded): the endpoint's
+		// tools changed.
+		g.changed(c, r)
+	}
+	if c.method == "tools/call" && c.params.Name == placeholderTool {
+		g.connected(w, c, r)
+		return
+	}
+	if c.method == "tools/call" && !c.up.Tools.Allowed(c.params.Name) {
+		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: unknown tool "+quote(c.params.Name), nil)
+		return
+	}
+	release, busy := g.admitCall(c)
+	if busy != "" {
+		g.toolError(w, c, busy)
+		return
+	}
+	defer release()
+	upstreamState, relink := "", st.Upstream == relinkState
+	if st.Grant == "" && !relink {
+		upstreamState = st.Upstream
+	}
+	meta := mcp.Meta{}
+	if c.modern {
+		meta[mcp.MetaKeyClientCapabilities] = g.upstreamCaps(c)
+	}
+	extendDeadline(w, c)
+	w, progressToken, stop := g.progressRelay(w, c)
+	defer stop()
+	if progressToken != "" {
+		meta["progressToken"] = progressToken
+	}
+	res, _, err := g.relay(ctx, c, r, func(ctx context.Context, cs *mcp.ClientSession) (any, error) {
+		responses := g.upstreamResponses(c)
+		if relink {
+			// The upstream asked for links (-32042): the retry is the call
+			// again, without the answers it could not read.
+			responses = nil
+		}
+		switch c.method {
+		case "prompts/get":
+			var p mcp.GetPromptParams
+			return decodeInto(c.raw, &p, func() (any, error) {
+				p.Meta, p.InputResponses, p.RequestState = meta, responses, upstreamState
+				return cs.GetPrompt(ctx, &p)
+			})
+		case "resources/read":
+			var p mcp.ReadResourceParams
+			return decodeInto(c.raw, &p, func() (any, error) {
+				p.Meta, p.InputResponses, p.RequestState = meta, responses, upstreamState
+				return cs.ReadResource(ctx, &p)
+			})
+		}
+		return cs.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: c.params.Name, Arguments: c.callArgs(),
+			InputResponses: responses, RequestState: upstreamState})
+	})
+	if err != nil {
+		g.relayFailed(ctx, w, c, r, err)
+		return
+	}
+	if in := inputRequestsOf(res); in != nil {
+		g.upstreamInput(w, c, r, digest, in)
+		return
+	}
+	g.writeResult(w, c, res)
+}
+
+// upstreamInput relays an upstream's input_required to the host: verbatim,
+// its state sealed inside the gateway's; never an input kind the host did
+// not declare, nor to a 2025-11-25 host (which cannot answer it).
+func (g *gateway) upstreamInput(w http.ResponseWriter, c *gwCall, r connections.Ready, digest []byte, in *upstreamInputs) {
+	if !c.modern {
+		g.toolError(w, c, fmt.Sprintf("%s asks for more input before it can answer, which needs a 2026-07-28 client; this client speaks 2025-11-25. Nothing was done.", c.p.DisplayName))
+		return
+	}
+	var cc mcp.ClientCapabilities
+	_ = json.Unmarshal(c.rawCaps, &cc)
+	for key, req := range in.requests {
+		if missing := missingCapability(req, &cc, c.up.InputRequests); missing != "" {
+			g.toolError(w, c, fmt.Sprintf("%s asks for input this client cannot give: it did not declare the capability %s (input %s). Nothing was done.",
+				c.p.DisplayName, missing, quote(key)))
+			return
+		}
+	}
+	st, err := requeststate.SealGateway(g.s.opts.StateKeys, requeststate.Gateway{Principal: c.principal, Provider: c.p.Name, Method: c.method,
+		Name: c.callName(), ArgDigest: digest, Conn: r.Conn.ID, Upstream: in.state, Expires: g.s.opts.Now().Add(g.s.opts.StateTTL)})
+	if err != nil {
+		g.toolError(w, c, fmt.Sprintf("%s answered with a continuation larger than the broker relays (%d bytes at most). Nothing was done.", c.p.DisplayName, requeststate.MaxUpstreamState))
+		return
+	}
+	note(w, func(o *observedWriter) { o.outcome = telemetry.OutcomeInputRequired })
+	b, err := json.Marshal(inputRequiredResult{ResultType: "input_required", Meta: g.s.serverMeta(), InputRequests: in.requests, RequestState: st})
+	if err != nil {
+		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+		return
+	}
+	writeRPCResult(w, c.id, b)
+}
+
+// upstreamInputs is an upstream's input_required.
+type upstreamInputs struct {
+	requests mcp.InputRequestMap
+	state    string
+}
+
+// inputRequestsOf returns res's input_required part, nil when res is a
+// complete result.
+func inputRequestsOf(res any) *upstreamInputs {
+	var reqs mcp.InputRequestMap
+	var state string
+	switch r := res.(type) {
+	case *mcp.CallToolResult:
+		reqs, state = r.InputRequests, r.RequestState
+	case *mcp.GetPromptResult:
+		reqs, state = r.InputRequests, r.RequestState
+	case *mcp.ReadResourceResult:
+		reqs, state = r.InputRequests, r.RequestState
+	}
+	if reqs == nil && state == "" {
+		return nil
+	}
+	return &upstreamInputs{requests: reqs, state: state}
+}
+
+// missingCapability names the capability an input request needs that the
+// host did not declare, or the entry does not let through ("" when
+// none).
+func missingCapability(req mcp.InputRequest, cc *mcp.ClientCapabilities, allowed []string) string {
+	switch r := req.(type) {
+	case *mcp.ElicitParams:
+		switch {
+		case !slices.Contains(allowed, "elicitation"):
+			return "elicitation (not relayed for this server)"
+		case r.Mode == "url" && (cc.Elicitation == nil || cc.Elicitation.URL == nil):
+			return "elicitation.url"
+		case r.Mode != "url" && !formCapable(cc.Elicitation):
+			return "elicitation.form"
+		}
+	case *mcp.CreateMessageParams:
+		if !slices.Contains(allowed, "sampling") || cc.Sampling == nil {
+			return "sampling"
+		}
+	case *mcp.ListRootsParams:
+		if !slices.Contains(allowed, "roots") || cc.RootsV2 == nil && cc.Roots.ListChanged == false {
+			return "roots"
+		}
+	default:
+		return "an input the broker does not relay"
+	}
+	return ""
+}
+
+// formCapable reports whether elicitation capabilities e include form
+// mode: declared, or implied by an empty object (the specification's
+// backwards-compatible reading).
+func formCapable(e *mcp.ElicitationCapabilities) bool {
+	return e != nil && (e.Form != nil || e.URL == nil)
+}
+
+// upstreamCaps are the capabilities the upstream may rely on: the host's,
+// within what the entry relays.
+func (g *gateway) upstreamCaps(c *gwCall) map[string]json.RawMessage {
+	var host map[string]json.RawMessage
+	_ = json.Unmarshal(c.rawCaps, &host)
+	out := map[string]json.RawMessage{}
+	for _, k := range c.up.InputRequests {
+		if v, ok := host[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// upstreamResponses are the host's answers to the upstream's input
+// requests (the broker's own connect answer left out).
+func (g *gateway) upstreamResponses(c *gwCall) mcp.InputResponseMap {
+	if len(c.params.InputResponses) == 0 {
+		return nil
+	}
+	raw := map[string]json.RawMessage{}
+	for k, v := range c.params.InputResponses {
+		if k != connectKey(c.p) {
+			raw[k] = v
+		}
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(raw)
+	var m mcp.InputResponseMap
+	if json.Unmarshal(b, &m) != nil {
+		return nil
+	}
+	return m
+}
+
+// callArgs are what the continuation's digest covers: a tool's or a
+// prompt's arguments, a resource's URI.
+func (c *gwCall) callArgs() json.RawMessage {
+	if c.method == "resources/read" {
+		b, _ := json.Marshal(map[string]string{"uri": c.params.URI})
+		return b
+	}
+	return c.params.Arguments
+}
+
+func (c *gwCall) callName() string {
+	if c.method == "resources/read" {
+		return c.params.URI
+	}
+	return c.params.Name
+}
+
+func connectKey(p *provider.Provider) string { return "connect_" + p.Name }
+
+// answer reads the person's answer to the broker's connect request.
+func (g *gateway) answer(c *gwCall, key string) (connections.Answer, *rpcError) {
+	raw, ok := c.params.InputResponses[key]
+	if !ok {
+		return connections.NoAnswer, nil
+	}
+	var er mcp.ElicitResult
+	if json.Unmarshal(raw, &er) != nil {
+		return "", &rpcError{Code: codeInvalidParams, Message: fmt.Sprintf("inputResponses[%q] must be an elicitation result", key)}
+	}
+	a, ok := connections.ParseAnswer(er.Action)
+	if !ok {
+		return "", &rpcError{Code: codeInvalidParams, Message: fmt.Sprintf("inputResponses[%q].action must be accept, decline or cancel", key)}
+	}
+	return a, nil
+}
+
+// notReady answers a call whose person must connect first.
+func (g *gateway) notReady(w http.ResponseWriter, c *gwCall, o connections.Outcome, digest []byte) {
+	switch o := o.(type) {
+	case connections.NeedsUser:
+		g.askToConnect(w, c, o, digest)
+	case connections.Declined:
+		g.toolError(w, c, o.Message())
+	case connections.Cancelled:
+		g.toolError(w, c, o.Message(c.callName()))
+	default:
+		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+	}
+}
+
+// askToConnect is the url elicitation of a connect request, as /mcp's
+// connect_account gives it.
+func (g *gateway) askToConnect(w http.ResponseWriter, c *gwCall, n connections.NeedsUser, digest []byte) {
+	s := g.s
+	name := c.p.DisplayName
+	if n.Grant == nil {
+		if c.modern {
+			writeRPCError(w, http.StatusBadRequest, c.id, codeMissingCapability,
+				fmt.Sprintf("Connecting %s needs the client capability elicitation.url (%s)", name, n.Why), map[string]any{"requiredCapabilities": urlCapability})
+			return
+		}
+		g.toolError(w, c, fmt.Sprintf("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability). Connect %s on the broker's connections page at %s, then call again.",
+			name, n.Why, name, s.opts.PublicURL+"/connections"))
+		return
+	}
+	msg := n.Message()
+	if !c.modern {
+		err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: msg, URL: n.URL, ElicitationID: n.Grant.ID}})
+		var re *rpcError
+		if errors.As(err, &re) {
+			re.Message = "Connect your " + name + " account in the browser, then retry"
+			writeRPCErrorValue(w, http.StatusOK, c.id, re)
+			return
+		}
+		writeRPCError(w, http.StatusOK, c.id, codeInternal, "internal error", nil)
+		return
+	}
+	st, err := requeststate.SealGateway(s.opts.StateKeys, requeststate.Gateway{Principal: c.principal, Provider: c.p.Name, Method: c.method,
+		Name: c.callName(), ArgDigest: digest, Grant: n.Grant.ID, Expires: n.Until(s.opts.Now(), s.opts.StateTTL)})
+	if err != nil {
+		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+		return
+	}
+	note(w, func(o *observedWriter) { o.outcome = telemetry.OutcomeInputRequired })
+	b, err := json.Marshal(inputRequiredResult{ResultType: "input_required", Meta: s.serverMeta(),
+		InputRequests: mcp.InputRequestMap{connectKey(c.p): &mcp.ElicitParams{Mode: "url", Message: msg, URL: n.URL}}, RequestState: st})
+	if err != nil {
+		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+		return
+	}
+	writeRPCResult(w, c.id, b)
+}
+
+// changed: c's person has a new or upgraded connection; their cached tool
+// lists are stale and listening hosts are told.
+func (g *gateway) changed(c *gwCall, r connections.Ready) {
+	g.s.opts.Upstreams.Forget(r.Target)
+	g.forgetTools(c.principal, c.p.Name)
+	g.toolsChanged(c.principal, c.p.Name)
+}
+
+// connected answers the placeholder tool once the person is connected.
+func (g *gateway) connected(w http.ResponseWriter, c *gwCall, r connections.Ready) {
+	text := fmt.Sprintf("Connected to %s.", c.p.DisplayName)
+	if !r.Conn.Created.IsZero() {
+		text = fmt.Sprintf("Connected: %s account %s. %s's own tools are listed now: list the tools again to see them.",
+			c.p.DisplayName, connections.AccountName(r.Conn), c.p.DisplayName)
+	}
+	g.writeResult(w, c, &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}})
+}
+
+// relay runs op on the upstream within the entry's call timeout, and
+// records it.
+func relayAs[T any](ctx context.Context, g *gateway, c *gwCall, r connections.Ready, op func(context.Context, *mcp.ClientSession) (T, error)) (T, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.up.CallTimeout)
+	defer cancel()
+	start := time.Now()
+	out, era, err := mcpup.Do(ctx, g.s.opts.Upstreams, r.Target, op)
+	outcome := telemetry.UpstreamOK
+	var ns *mcpup.NeedScope
+	var we *jsonrpc.Error
+	switch {
+	case err == nil && inputRequestsOf(out) != nil:
+		outcome = telemetry.UpstreamInputRequired
+	case err == nil:
+	case errors.As(err, &ns):
+		outcome = telemetry.UpstreamScope
+	case errors.Is(err, mcpup.ErrUnauthorized):
+		outcome = telemetry.UpstreamUnauthorized
+	case errors.Is(err, context.DeadlineExceeded):
+		outcome = telemetry.UpstreamTimeout
+	case errors.As(err, &we):
+		outcome = telemetry.UpstreamRPCError
+	default:
+		outcome = telemetry.UpstreamFailed
+	}
+	g.s.opts.Telemetry.Upstream(c.p.Name, c.method, era, outcome, time.Since(start))
+	return out, era, err
+}
+
+func (g *gateway) relay(ctx context.Context, c *gwCall, r connections.Ready, op func(context.Context, *mcp.ClientSession) (any, error)) (any, string, error) {
+	return relayAs(ctx, g, c, r, op)
+}
+
+// relayFailed answers a relay that did not come back with a result: the
+// upstream's refusal (reconnect, step up) as the connections layer
+// decides it, a relayed JSON-RPC error, or a tool error.
+func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready, err error) {
+	var hp hostParamsError
+	if errors.As(err, &hp) {
+		writeRPCErrorValue(w, g.errStatus(c), c.id, hp.e)
+		return
+	}
+	var ns *mcpup.NeedScope
+	if errors.As(err, &ns) || errors.Is(err, mcpup.ErrUnauthorized) || errors.Is(err, mcpup.ErrNoToken) {
+		g.s.log.Info("mcpapi: the upstream refused the connection's token", "provider", c.p.Name, "method", c.method, "err", err.Error())
+		o, rerr := g.s.opts.Connections.UpstreamRefused(ctx, g.request(c, true), r, err)
+		if rerr != nil {
+			g.failed(w, c, rerr)
+			return
+		}
+		if c.method == "tools/list" {
+			g.writeResult(w, c, &mcp.ListToolsResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{CacheScope: "private"}, Tools: []*mcp.Tool{placeholder(c.p)}})
+			return
+		}
+		digest, _ := requeststate.Digest(c.callArgs())
+		g.notReady(w, c, o, digest)
+		return
+	}
+	var re *rpcError
+	// An error the upstream answered is relayed; the transport's own
+	// rejection (its code -32005) is a failure to reach it.
+	if errors.As(err, &re) && re.Code != transportRejected {
+		if len(re.Message) > maxUpstreamError {
+			re.Message = untrusted.Clip(re.Message, maxUpstreamError)
+		}
+		if re.Code == mcp.CodeURLElicitationRequired && !c.modern {
+			writeRPCErrorValue(w, http.StatusOK, c.id, legacyURLElicitation(re))
+			return
+		}
+		if re.Code == mcp.CodeURLElicitationRequired {
+			g.upstreamLinks(w, c, r, re)
+			return
+		}
+		writeRPCErrorValue(w, g.errStatus(c), c.id, &rpcError{Code: re.Code, Message: re.Message})
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		g.toolError(w, c, fmt.Sprintf("%s did not answer within %s. Nothing is known of the call's outcome; check before calling again.", c.p.DisplayName, c.up.CallTimeout))
+		return
+	}
+	g.s.log.Warn("mcpapi: upstream request failed", "provider", c.p.Name, "method", c.method, "err", err.Error())
+	var ue *provider.UpstreamError
+	if errors.As(err, &ue) {
+		g.toolError(w, c, ue.Error())
+		return
+	}
+	g.toolError(w, c, fmt.Sprintf("%s could not be reached or did not answer as an MCP server. Try again later.", c.p.DisplayName))
+}
+
+// relinkState is the upstream state of a gateway continuation whose
+// upstream asked for links the legacy way (-32042): the retry calls again
+// with nothing to continue.
+const relinkState = "\x00relink"
+
+// upstreamLinks relays a 2025-11-25 upstream's -32042 (open these links,
+// then call again) to a 2026-07-28 host as input_required url entries,
+// only https links of at most 2 KiB without user info, and only to a host
+// that declared url elicitation.
+func (g *gateway) upstreamLinks(w http.ResponseWriter, c *gwCall, r connections.Ready, re *rpcError) {
+	var data struct {
+		Elicitations []*mcp.ElicitParams `json:"elicitations"`
+	}
+	if json.Unmarshal(re.Data, &data) != nil || len(data.Elicitations) == 0 {
+		g.toolError(w, c, fmt.Sprintf("%s asked for a browser step without a link the broker can relay. Nothing was done.", c.p.DisplayName))
+		return
+	}
+	reqs := mcp.InputRequestMap{}
+	for i, e := range data.Elicitations {
+		if e == nil || !safeElicitURL(e.URL) {
+			g.toolError(w, c, fmt.Sprintf("%s asked the person to open a link the broker does not relay (only https links of at most 2 KiB without user info). Nothing was done.", c.p.DisplayName))
+			return
+		}
+		reqs[fmt.Sprintf("upstream_link_%d", i+1)] = &mcp.ElicitParams{Mode: "url", Message: sanitizeText(e.Message, maxDescription), URL: e.URL}
+	}
+	digest, err := requeststate.Digest(c.callArgs())
+	if err != nil {
+		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: arguments are not valid JSON", nil)
+		return
+	}
+	g.upstreamInput(w, c, r, digest, &upstreamInputs{requests: reqs, state: relinkState})
+}
+
+// transportRejected is the go-sdk transport's code for a request that did
+// not complete at the HTTP level.
+const transportRejected = -32005
+
+// legacyURLElicitation relays a legacy upstream's -32042 to a legacy host
+// only with https URLs of at most 2 KiB and no user info.
+func legacyURLElicitation(re *rpcError) *rpcError {
+	var data struct {
+		Elicitations []*mcp.ElicitParams `json:"elicitations"`
+	}
+	if json.Unmarshal(re.Data, &data) != nil || len(data.Elicitations) == 0 {
+		return &rpcError{Code: codeInternal, Message: "the upstream asked for a browser step the broker cannot relay"}
+	}
+	for _, e := range data.Elicitations {
+		if !safeElicitURL(e.URL) {
+			return &rpcError{Code: codeInternal, Message: "the upstream asked the person to open a link the broker does not relay"}
+		}
+	}
+	b, _ := json.Marshal(data)
+	return &rpcError{Code: re.Code, Message: untrusted.Clip(re.Message, maxUpstreamError), Data: b}
+}
+
+func safeElicitURL(raw string) bool {
+	if len(raw) > 2048 || !strings.HasPrefix(raw, "https://") {
+		return false
+	}
+	return !strings.Contains(strings.SplitN(strings.TrimPrefix(raw, "https://"), "/", 2)[0], "@")
+}
+
+// failed answers a connections error by its class.
+func (g *gateway) failed(w http.ResponseWriter, c *gwCall, err error) {
+	f := connections.Explain(err, c.p)
+	switch f.Class {
+	case connections.BadState:
+		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, invalidState, nil)
+	case connections.Internal:
+		g.s.log.Error("mcpapi: gateway call failed", "provider", c.p.Name, "err", err.Error())
+		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+	default:
+		msg := f.Message
+		if f.Next == connections.NextStartOver {
+			msg += " Call again to start over."
+		}
+		g.toolError(w, c, msg)
+	}
+}
+
+func (g *gateway) errStatus(c *gwCall) int {
+	if c.modern {
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
+}
+
+func (g *gateway) toolError(w http.ResponseWriter, c *gwCall, text string) {
+	note(w, func(o *observedWriter) { o.outcome = telemetry.OutcomeToolError })
+	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: true}
+	if c.method != "tools/call" {
+		writeRPCError(w, g.errStatus(c), c.id, codeInternal, text, nil)
+		return
+	}
+	g.writeResult(w, c, res)
+}
+
+// writeResult writes a complete result in c's era, capped at the entry's
+// max_result_bytes.
+func (g *gateway) writeResult(w http.ResponseWriter, c *gwCall, res any) {
+	if b, ok := g.encodeResult(w, c, res); ok {
+		writeRPCResult(w, c.id, b)
+	}
+}
+
+// encodeResult encodes a complete result in c's era; when it is over the
+// entry's max_result_bytes or cannot be encoded, the answer (a tool error)
+// is written instead and ok is false.
+func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byte, bool) {
+	if m, ok := res.(interface{ SetMeta(map[string]any) }); ok && c.modern {
+		meta := map[string]any{mcp.MetaKeyServerInfo: g.s.implJSON}
+		if gm, ok := res.(interface{ GetMeta() map[string]any }); ok {
+			for k, v := range gm.GetMeta() {
+				if k != mcp.MetaKeyServerInfo {
+					meta[k] = v
+				}
+			}
+		}
+		m.SetMeta(meta)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+		return nil, false
+	}
+	if c.up.MaxResultBytes > 0 && int64(len(b)) > c.up.MaxResultBytes {
+		g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays. Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes))
+		return nil, false
+	}
+	if c.modern {
+		b = withResultType("complete", b)
+	}
+	return b, true
+}
+
+// admitCall applies the per-person limits: at most maxInFlight calls at
+// once and maxPerMinute a minute for one provider. release ends the call;
+// busy is the refusal ("" when admitted).
+func (g *gateway) admitCall(c *gwCall) (release func(), busy string) {
+	key := limitKey{c.principal, c.p.Name}
+	now := g.s.opts.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.limits[key]
+	if l == nil {
+		if len(g.limits) > 100000 {
+			clear(g.limits)
+		}
+		l = &limiter{}
+		g.limits[key] = l
+	}
+	if now.Sub(l.window) >= time.Minute {
+		l.window, l.count = now, 0
+	}
+	switch {
+	case l.inFlight >= maxInFlight:
+		return nil, fmt.Sprintf("Too many calls to %s are running for this person (%d at most); retry when one has finished.", c.p.DisplayName, maxInFlight)
+	case l.count >= maxPerMinute:
+		wait := time.Minute - now.Sub(l.window)
+		return nil, fmt.Sprintf("Too many calls to %s this minute (%d at most); retry in %d s.", c.p.DisplayName, maxPerMinute, int(wait.Seconds())+1)
+	}
+	l.inFlight++
+	l.count++
+	return func() {
+		g.mu.Lock()
+		l.inFlight--
+		g.mu.Unlock()
+	}, ""
+}
+
+type limitKey struct {
+	principal vault.Principal
+	provider  string
+}
+
+type limiter struct {
+	inFlight, count int
+	window          time.Time
+}
+
+var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+
+// sanitizeTools keeps the upstream's tools a host may see: allowed by the
+// entry's filter, well named, once each, with schemas within bounds and
+// their texts cleaned. A changed list is an audit event.
+func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Ready, tools []*mcp.Tool) []*mcp.Tool {
+	out := make([]*mcp.Tool, 0, len(tools))
+	seen := map[string]bool{}
+	h := sha256.New()
+	for _, t := range tools {
+		if t == nil || !toolNameRE.MatchString(t.Name) || seen[t.Name] || !c.up.Tools.Allowed(t.Name) {
+			continue
+		}
+		in, _ := json.Marshal(t.InputSchema)
+		outSchema, _ := json.Marshal(t.OutputSchema)
+		if len(in) > maxToolSchema || len(outSchema) > maxToolSchema {
+			continue
+		}
+		seen[t.Name] = true
+		t = new(*t) // a copy: the upstream's list may be the session's cache
+		t.Description = sanitizeText(t.Description, maxDescription)
+		t.Title = sanitizeText(t.Title, 200)
+		if t.Annotations != nil {
+			a := *t.Annotations
+			a.Title = sanitizeText(a.Title, 200)
+			t.Annotations = &a
+		}
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", t.Name, in, t.Description)
+		out = append(out, t)
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	key := r.Target.Provider + "/" + r.Target.Conn
+	g.mu.Lock()
+	prev, had := g.toolHash[key]
+	if len(g.toolHash) > 100000 {
+		clear(g.toolHash)
+	}
+	g.toolHash[key] = sum
+	g.mu.Unlock()
+	if had && prev != sum {
+		g.s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventToolsChanged, Principal: c.principal, Provider: c.p.Name,
+			Connection: r.Conn.ID, Via: "mcp"})
+	}
+	return out
+}
+
+// sanitizeText removes control, bidirectional-formatting and zero-width
+// characters from upstream text (newlines and tabs kept) and caps it.
+func sanitizeText(s string, limit int) string {
+	if s == "" {
+		return s
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\t':
+			return r
+		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r), r == '\u200B', r == '\u200C', r == '\u200D', r == '\u2060', r == '\uFEFF':
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > limit {
+		s = s[:limit]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+// verifierFor is the default Options.VerifierFor: the IdP's JWTs naming
+// resource.
+func (s *Server) verifierFor(resource string) bearer.Verifier {
+	v, err := s.issuerVerifier(resource)
+	if err != nil {
+		return func(context.Context, string) (bearer.TokenInfo, error) { return bearer.TokenInfo{}, err }
+	}
+	return v
+}

@@ -1,0 +1,958 @@
+package provider
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"golang.org/x/oauth2"
+
+	"credbroker/internal/untrusted"
+	"credbroker/provider/mcpup"
+	"credbroker/vault"
+)
+
+// The mcp kind: a remote MCP server the broker relays to (the gateway at
+// /mcp/u/{provider}), as the OAuth client of its authorization server.
+// The broker discovers the server's protected-resource metadata (RFC 9728)
+// and its authorization server's metadata (RFC 8414, the issuer compared
+// exactly), refuses an authorization server without PKCE S256, registers
+// itself in the specification's order (a pre-registered client, a Client
+// ID Metadata Document, dynamic registration), and sends the server's
+// canonical URL as `resource` (RFC 8707) on the authorization request, the
+// code exchange and every refresh. With auth: none the server needs no
+// connection at all.
+
+// TypeMCP is the mcp kind's type.
+const TypeMCP = "mcp"
+
+// Limits of an mcp entry.
+const (
+	// MaxCallTimeout is the longest call_timeout an entry may set (the
+	// broker's --upstream-max-call-timeout may lower it).
+	MaxCallTimeout        = 10 * time.Minute
+	defaultCallTimeout    = 120 * time.Second
+	defaultMaxResultBytes = 4 << 20
+	maxResultBytesCap     = 64 << 20
+	// upstreamMetadataTTL is how long discovered metadata is reused.
+	upstreamMetadataTTL = time.Hour
+	// registrationBackoff spaces registration attempts at one issuer.
+	registrationBackoff = time.Minute
+)
+
+// Upstream describes an mcp entry's server and the relay's limits: what
+// the gateway needs, whatever the entry's authorization.
+type Upstream struct {
+	// URL is the server's MCP endpoint, its canonical resource URI.
+	URL string
+	// Open: auth none; calls carry no token and need no connection.
+	Open bool
+	// CallTimeout bounds one relayed call; MaxResultBytes its answer.
+	CallTimeout    time.Duration
+	MaxResultBytes int64
+	// Tools filters the server's tools by name.
+	Tools ToolFilter
+	// InputRequests are the kinds of input the server may ask the host
+	// for through the broker: "elicitation", "sampling", "roots".
+	InputRequests []string
+	// RelayInstructions: the server's instructions reach the host
+	// (sanitised and capped); else they are dropped.
+	RelayInstructions bool
+}
+
+// Gateway is a kind whose provider is an MCP server the broker relays to
+// rather than an HTTP API the broker calls.
+type Gateway interface {
+	Kind
+	Upstream() Upstream
+}
+
+// ToolFilter allows tool names matching Allow ("*" globs, path.Match
+// syntax; empty: all) and not matching Deny.
+type ToolFilter struct {
+	Allow, Deny []string
+}
+
+// Allowed reports whether the filter passes tool name.
+func (f ToolFilter) Allowed(name string) bool {
+	match := func(pats []string) bool {
+		return slices.ContainsFunc(pats, func(p string) bool { ok, _ := path.Match(p, name); return ok })
+	}
+	return (len(f.Allow) == 0 || match(f.Allow)) && !match(f.Deny)
+}
+
+// mcpUpstream is what both mcp kinds hold.
+type mcpUpstream struct{ up Upstream }
+
+func (m *mcpUpstream) Type() string       { return TypeMCP }
+func (m *mcpUpstream) Upstream() Upstream { return m.up }
+
+// OpenMCP is an mcp entry with auth: none: a server that takes no token.
+type OpenMCP struct{ mcpUpstream }
+
+var _ Gateway = (*OpenMCP)(nil)
+
+// MCP is an mcp entry with auth: oauth.
+type MCP struct {
+	mcpUpstream
+	// Registration is auto, static, cimd or dcr.
+	Registration string
+	// AllowedHosts are hosts the authorization server may be on besides
+	// the server's own.
+	AllowedHosts []string
+	// OfflineAccess is auto (asked for when the server offers it), always
+	// or never.
+	OfflineAccess string
+	// ResourceOnRefresh sends resource on refresh requests too (false for
+	// authorization servers that refuse it).
+	ResourceOnRefresh bool
+	// ClientID and ClientSecret are a pre-registered client (static).
+	ClientID     string
+	ClientSecret vault.Secret
+	// AccountURL etc. name the account when the server's token answer has
+	// no ID token (as an oauth2 entry's account).
+	AccountURL, AccountIDField, AccountLoginField string
+}
+
+var (
+	_ RedirectStep  = (*MCP)(nil)
+	_ AccountLookup = (*MCP)(nil)
+	_ Refresher     = (*MCP)(nil)
+	_ Revoker       = (*MCP)(nil)
+	_ Gateway       = (*MCP)(nil)
+)
+
+// ConsentPage is the consent page of an upstream MCP server.
+func (m *MCP) ConsentPage() string { return "consent" }
+
+// mcpSpec is an mcp entry as written in providers.yaml.
+type mcpSpec struct {
+	entrySpec        `yaml:",inline"`
+	scopeSpec        `yaml:",inline"`
+	MCP              *mcpSection  `yaml:"mcp"`
+	ClientID         string       `yaml:"client_id"`
+	ClientSecret     string       `yaml:"client_secret"`
+	ClientSecretFile string       `yaml:"client_secret_file"`
+	Account          *accountSpec `yaml:"account"`
+	KeepAlive        string       `yaml:"keep_alive"`
+	KeepAliveRefresh string       `yaml:"keep_alive_refresh"`
+}
+
+type mcpSection struct {
+	URL               string   `yaml:"url"`
+	Auth              string   `yaml:"auth"`
+	Registration      string   `yaml:"registration"`
+	AllowedHosts      []string `yaml:"allowed_hosts"`
+	OfflineAccess     string   `yaml:"offline_access"`
+	ResourceOnRefresh *bool    `yaml:"resource_on_refresh"`
+	CallTimeout       string   `yaml:"call_timeout"`
+	MaxResultBytes    string   `yaml:"max_result_bytes"`
+	Tools             *struct {
+		Allow []string `yaml:"allow"`
+		Deny  []string `yaml:"deny"`
+	} `yaml:"tools"`
+	InputRequests []string `yaml:"input_requests"`
+	Instructions  string   `yaml:"instructions"`
+}
+
+var mcpKind = defineKind(TypeMCP, onlyFor, buildMCP)
+
+// buildMCP validates an mcp entry.
+func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
+	if s.MCP == nil {
+		c.failAt(nil, "mcp (url, auth, …) is required for type %q", TypeMCP)
+		return c.newProvider(s.entrySpec, &OpenMCP{})
+	}
+	up := c.upstream(s.MCP)
+	if s.MCP.Auth == "none" {
+		p := c.newProvider(s.entrySpec, &OpenMCP{mcpUpstream{up}})
+		for _, k := range []string{"client_id", "client_secret", "client_secret_file", "default_scopes", "allowed_scopes", "account", "keep_alive"} {
+			if keyLine(c.node, k) > 0 {
+				c.fail(k, "%s means nothing with mcp.auth: none (the server takes no token)", k)
+			}
+		}
+		return p
+	}
+	m := &MCP{mcpUpstream: mcpUpstream{up}, Registration: s.MCP.Registration, AllowedHosts: s.MCP.AllowedHosts,
+		OfflineAccess: s.MCP.OfflineAccess, ResourceOnRefresh: true}
+	p := c.newProvider(s.entrySpec, m)
+	if s.MCP.ResourceOnRefresh != nil {
+		m.ResourceOnRefresh = *s.MCP.ResourceOnRefresh
+	}
+	switch m.Registration {
+	case "":
+		m.Registration = "auto"
+	case "auto", "static", "cimd", "dcr":
+	default:
+		c.failAt(at("mcp", "registration"), "mcp.registration %q: want auto, static, cimd or dcr", m.Registration)
+	}
+	switch m.OfflineAccess {
+	case "":
+		m.OfflineAccess = "auto"
+	case "auto", "always", "never":
+	default:
+		c.failAt(at("mcp", "offline_access"), "mcp.offline_access %q: want auto, always or never", m.OfflineAccess)
+	}
+	for i, h := range m.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/:@ ") || strings.ToLower(h) != h {
+			c.failAt(at("mcp", "allowed_hosts", i), "mcp.allowed_hosts[%d] %q: want a lowercase host name", i, h)
+		}
+	}
+	if s.ClientID != "" {
+		m.ClientID, _ = c.secretRef("client_id", s.ClientID, true)
+	}
+	switch {
+	case s.ClientSecret != "" && s.ClientSecretFile != "":
+		c.fail("client_secret", "give client_secret or client_secret_file, not both")
+	case s.ClientSecret != "":
+		val, ok := c.secretRef("client_secret", s.ClientSecret, false)
+		if !ok {
+			c.fail("client_secret", "client_secret must be a reference ${NAME} to an environment variable (or use client_secret_file); secrets are never written in this file")
+		}
+		m.ClientSecret = vault.Secret(val)
+	case s.ClientSecretFile != "":
+		m.ClientSecret = vault.Secret(c.readSecretFile("client_secret_file", s.ClientSecretFile))
+	}
+	if m.ClientSecret != "" && s.ClientID == "" {
+		c.fail("client_secret", "a client secret needs client_id (a pre-registered client)")
+	}
+	if m.Registration == "static" && s.ClientID == "" {
+		c.failAt(at("mcp", "registration"), "mcp.registration static needs client_id (the client registered at the server's authorization server)")
+	}
+	if a := s.Account; a != nil {
+		m.AccountURL = c.url("account", a.URL, true)
+		m.AccountIDField, m.AccountLoginField = a.IDField, a.LoginField
+		if a.IDField == "" {
+			c.fail("account", "account.id_field is required")
+		}
+		if a.LoginField == "" {
+			m.AccountLoginField = a.IDField
+		}
+	}
+	c.scopes(p, s.scopeSpec)
+	c.keepAlive(p, s.KeepAlive, s.KeepAliveRefresh)
+	return p
+}
+
+// upstream checks the mcp section's relay settings.
+func (c *entryCheck) upstream(s *mcpSection) Upstream {
+	up := Upstream{URL: c.url("mcp", s.URL, true), CallTimeout: defaultCallTimeout, MaxResultBytes: defaultMaxResultBytes,
+		InputRequests: []string{"elicitation", "sampling"}, RelayInstructions: true}
+	if up.URL != "" {
+		if u, _ := url.Parse(up.URL); u.RawQuery != "" || strings.HasSuffix(u.Path, "/") && u.Path != "/" {
+			c.failAt(at("mcp", "url"), "mcp.url %q: the server's canonical URL has no query and no trailing slash", s.URL)
+		}
+	}
+	switch s.Auth {
+	case "", "oauth", "none":
+	default:
+		c.failAt(at("mcp", "auth"), "mcp.auth %q: want oauth or none", s.Auth)
+	}
+	if s.CallTimeout != "" {
+		d, err := ParseDuration(s.CallTimeout)
+		switch {
+		case err != nil || d <= 0:
+			c.failAt(at("mcp", "call_timeout"), "mcp.call_timeout %q: want a duration such as 120s", s.CallTimeout)
+		case d > MaxCallTimeout:
+			c.failAt(at("mcp", "call_timeout"), "mcp.call_timeout %s is over the maximum %s", s.CallTimeout, MaxCallTimeout)
+		default:
+			up.CallTimeout = d
+		}
+	}
+	if s.MaxResultBytes != "" {
+		n, err := ParseSize(s.MaxResultBytes)
+		if err != nil || n <= 0 || n > maxResultBytesCap {
+			c.failAt(at("mcp", "max_result_bytes"), "mcp.max_result_bytes %q: want a size such as 4MiB, at most 64MiB", s.MaxResultBytes)
+		} else {
+			up.MaxResultBytes = n
+		}
+	}
+	if t := s.Tools; t != nil {
+		for key, pats := range map[string][]string{"allow": t.Allow, "deny": t.Deny} {
+			for i, p := range pats {
+				if _, err := path.Match(p, ""); err != nil || p == "" {
+					c.failAt(at("mcp", "tools", key, i), "mcp.tools.%s[%d] %q: not a name pattern (letters, digits, _ . - and * ? [...] globs)", key, i, p)
+				}
+			}
+		}
+		up.Tools = ToolFilter{Allow: slices.Clone(t.Allow), Deny: slices.Clone(t.Deny)}
+	}
+	if s.InputRequests != nil {
+		up.InputRequests = nil
+		for i, k := range s.InputRequests {
+			switch k {
+			case "elicitation", "sampling", "roots":
+				up.InputRequests = append(up.InputRequests, k)
+			default:
+				c.failAt(at("mcp", "input_requests", i), "mcp.input_requests[%d] %q: want elicitation, sampling or roots", i, k)
+			}
+		}
+	}
+	switch s.Instructions {
+	case "", "relay":
+	case "drop":
+		up.RelayInstructions = false
+	default:
+		c.failAt(at("mcp", "instructions"), "mcp.instructions %q: want relay or drop", s.Instructions)
+	}
+	return up
+}
+
+// ParseSize reads a byte size: a number with an optional unit (B, KiB,
+// MiB, GiB; KB, MB, GB as powers of 10).
+func ParseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return n * mult, nil
+}
+
+// UpstreamError says why the broker cannot use an upstream MCP server's
+// authorization: discovery or registration failed. Its message names the
+// server and the fix (for the operator and the person); nothing secret.
+type UpstreamError struct {
+	Provider string
+	// Reason is what is wrong, in words.
+	Reason string
+	Err    error
+}
+
+func (e *UpstreamError) Error() string { return e.Provider + ": " + e.Reason }
+func (e *UpstreamError) Unwrap() error { return ErrProviderUnavailable }
+
+// upstreamAuth is what discovery found about an upstream server's
+// authorization.
+type upstreamAuth struct {
+	issuer string
+	meta   *oauthex.AuthServerMeta
+	// scopes are the server's scopes_supported (PRM).
+	scopes []string
+	at     time.Time
+}
+
+// upstreamState is a Client's memory of one mcp entry.
+type upstreamState struct {
+	mu      sync.Mutex // guards the fields below
+	auth    *upstreamAuth
+	lastReg time.Time
+}
+
+func (k *Client) upstream(name string) *upstreamState {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.upstreams[name]
+	if st == nil {
+		st = &upstreamState{}
+		k.upstreams[name] = st
+	}
+	return st
+}
+
+// hostAllowed reports whether URL raw is on the server's host or one of
+// the allowed hosts.
+func (m *MCP) hostAllowed(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	own, _ := url.Parse(m.up.URL)
+	h := strings.ToLower(u.Hostname())
+	return h == strings.ToLower(own.Hostname()) || slices.Contains(m.AllowedHosts, h)
+}
+
+// discover finds the server's authorization server, cached for an hour.
+func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAuth, error) {
+	st := k.upstream(p.Name)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.auth != nil && k.opts.Now().Sub(st.auth.at) < upstreamMetadataTTL {
+		return st.auth, nil
+	}
+	fail := func(reason string, err error) (*upstreamAuth, error) {
+		k.opts.Telemetry.Upstream(p.Name, "discovery", "", "failed", 0)
+		return nil, &UpstreamError{Provider: p.DisplayName, Reason: reason, Err: err}
+	}
+	client := NoRedirectClient(k.opts.UpstreamHTTPClient)
+	var prm *oauthex.ProtectedResourceMetadata
+	var other string
+	for _, u := range prmURLs(ctx, client, m.up.URL) {
+		got, err := fetchJSON[oauthex.ProtectedResourceMetadata](ctx, client, u)
+		switch {
+		case err != nil:
+			continue
+		case got.Resource != m.up.URL:
+			// RFC 9728 §3.3: the document is for another resource.
+			other = got.Resource
+			continue
+		}
+		prm = got
+		break
+	}
+	switch {
+	case prm == nil && other != "":
+		return fail("its protected-resource metadata names the resource "+untrusted.Quote(other)+", not mcp.url "+untrusted.Quote(m.up.URL)+"; set mcp.url to the server's canonical URL", nil)
+	case prm == nil:
+		return fail("no protected-resource metadata (RFC 9728) was found for "+m.up.URL, nil)
+	case len(prm.AuthorizationServers) == 0:
+		return fail("its protected-resource metadata names no authorization server", nil)
+	}
+	issuer := prm.AuthorizationServers[0]
+	if !m.hostAllowed(issuer) {
+		return fail("its authorization server "+untrusted.Quote(issuer)+" is on another host; list that host in mcp.allowed_hosts to trust it", nil)
+	}
+	asm, err := auth.GetAuthServerMetadata(ctx, issuer, client)
+	switch {
+	case err != nil:
+		return fail("its authorization server's metadata could not be read ("+untrusted.Clip(err.Error(), 200)+")", err)
+	case asm == nil:
+		return fail("its authorization server "+untrusted.Quote(issuer)+" publishes no metadata (RFC 8414)", nil)
+	case asm.Issuer != issuer:
+		// RFC 8414 §3.3: identical, no normalisation (the go-sdk forgives
+		// a trailing slash).
+		return fail("its authorization server's metadata names issuer "+untrusted.Quote(asm.Issuer)+", not "+untrusted.Quote(issuer), nil)
+	case !slices.Contains(asm.CodeChallengeMethodsSupported, "S256"):
+		return fail("its authorization server does not support PKCE with S256", nil)
+	}
+	for _, e := range []string{asm.AuthorizationEndpoint, asm.TokenEndpoint, asm.RegistrationEndpoint, asm.RevocationEndpoint} {
+		if e != "" && (!m.hostAllowed(e) || checkEndpoint(e) != nil) {
+			return fail("its authorization server's endpoint "+untrusted.Quote(e)+" is on a host that is not allowed (list it in mcp.allowed_hosts) or not https", nil)
+		}
+	}
+	st.auth = &upstreamAuth{issuer: issuer, meta: asm, scopes: prm.ScopesSupported, at: k.opts.Now()}
+	return st.auth, nil
+}
+
+// prmURLs are the places protected-resource metadata may be, in the
+// specification's order: the resource_metadata of the server's 401
+// challenge first, then the well-known URIs (path-inserted, then root).
+func prmURLs(ctx context.Context, client *http.Client, resource string) []string {
+	var out []string
+	if u := challengeMetadataURL(ctx, client, resource); u != "" {
+		out = append(out, u)
+	}
+	ru, err := url.Parse(resource)
+	if err != nil {
+		return out
+	}
+	w := *ru
+	w.Path = "/.well-known/oauth-protected-resource/" + strings.TrimLeft(ru.Path, "/")
+	w.RawPath = ""
+	out = append(out, w.String())
+	w.Path = "/.well-known/oauth-protected-resource"
+	return append(out, w.String())
+}
+
+// maxMetadataBytes caps a metadata document.
+const maxMetadataBytes = 64 << 10
+
+// fetchJSON GETs a JSON document (200 only, capped).
+func fetchJSON[T any](ctx context.Context, client *http.Client, u string) (*T, error) {
+	if err := checkEndpoint(u); err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	b, err := readLimited(resp.Body, maxMetadataBytes)
+	if err != nil {
+		return nil, err
+	}
+	v := new(T)
+	if err := json.Unmarshal(b, v); err != nil {
+		return nil, errors.New("not a JSON document")
+	}
+	return v, nil
+}
+
+// challengeMetadataURL asks the server without a token and reads the
+// resource_metadata of its Bearer challenge ("" when there is none).
+func challengeMetadataURL(ctx context.Context, client *http.Client, resource string) string {
+	body := `{"jsonrpc":"2.0","id":0,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, resource, strings.NewReader(body))
+	if err != nil {
+		return ""
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "server/discover")
+	resp, err := client.Do(req)
+	if err != nil {
+		return ""
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		return ""
+	}
+	cs, err := oauthex.ParseWWWAuthenticate(resp.Header.Values("WWW-Authenticate"))
+	if err != nil {
+		return ""
+	}
+	for _, c := range cs {
+		if c.Scheme == "bearer" && c.Params["resource_metadata"] != "" {
+			return c.Params["resource_metadata"]
+		}
+	}
+	return ""
+}
+
+// client returns the broker's client at the server's authorization
+// server: pre-registered, a Client ID Metadata Document, or registered
+// dynamically (once, shared by replicas through the store).
+func (m *MCP) client(ctx context.Context, k *Client, p *Provider, ua *upstreamAuth, redirectURL string) (UpstreamClient, error) {
+	method, err := m.registration(k, p, ua)
+	switch {
+	case err != nil:
+		return UpstreamClient{}, err
+	case method == "static":
+		auth := "client_secret_basic"
+		if m.ClientSecret == "" {
+			auth = "none"
+		}
+		return UpstreamClient{ClientID: m.ClientID, ClientSecret: m.ClientSecret, AuthMethod: auth}, nil
+	case method == "cimd":
+		return UpstreamClient{ClientID: k.opts.ClientMetadataURL, AuthMethod: "none"}, nil
+	}
+	return m.register(ctx, k, p, ua, redirectURL)
+}
+
+// registration picks how the broker is a client there, in the
+// specification's order: static (a client_id is configured), cimd (the
+// authorization server supports Client ID Metadata Documents and the
+// broker's document is https), dcr (it has a registration endpoint).
+func (m *MCP) registration(k *Client, p *Provider, ua *upstreamAuth) (string, error) {
+	canCIMD := ua.meta.ClientIDMetadataDocumentSupported && strings.HasPrefix(k.opts.ClientMetadataURL, "https://")
+	switch {
+	case m.ClientID != "" && (m.Registration == "auto" || m.Registration == "static"):
+		return "static", nil
+	case m.Registration == "static":
+		return "", &UpstreamError{Provider: p.DisplayName, Reason: "mcp.registration static needs client_id"}
+	case canCIMD && (m.Registration == "auto" || m.Registration == "cimd"):
+		return "cimd", nil
+	case m.Registration == "cimd":
+		return "", &UpstreamError{Provider: p.DisplayName,
+			Reason: "registration cimd needs an authorization server that supports Client ID Metadata Documents and an https --client-metadata-url"}
+	case ua.meta.RegistrationEndpoint == "":
+		return "", &UpstreamError{Provider: p.DisplayName,
+			Reason: "its authorization server offers no way to register (no pre-registered client_id, no Client ID Metadata Documents, no dynamic registration): register the broker there and set client_id"}
+	}
+	return "dcr", nil
+}
+
+// UpstreamCheck is what `broker upstreams check` reports of an mcp entry.
+type UpstreamCheck struct {
+	URL string
+	// Open: auth none (nothing below is set).
+	Open bool
+	// Issuer is the authorization server; Registration how the broker
+	// is (or would become) its client: static, cimd or dcr.
+	Issuer       string
+	Registration string
+	// Scopes are those a connect request asks for by default.
+	Scopes []string
+}
+
+// CheckUpstream runs mcp entry name's discovery and picks its
+// registration method, registering nothing and storing nothing.
+func (k *Client) CheckUpstream(ctx context.Context, name string) (UpstreamCheck, error) {
+	p, ok := k.opts.Providers.Lookup(name)
+	if !ok {
+		return UpstreamCheck{}, fmt.Errorf("%w: %s", ErrUnknownProvider, name)
+	}
+	g, ok := p.Kind.(Gateway)
+	if !ok {
+		return UpstreamCheck{}, fmt.Errorf("provider %s is of type %s, not mcp", name, p.Kind.Type())
+	}
+	out := UpstreamCheck{URL: g.Upstream().URL, Open: g.Upstream().Open}
+	m, ok := g.(*MCP)
+	if !ok {
+		return out, nil
+	}
+	ua, err := m.discover(ctx, k, p)
+	if err != nil {
+		return out, err
+	}
+	out.Issuer = ua.issuer
+	out.Scopes = p.DefaultScopes
+	if len(out.Scopes) == 0 {
+		out.Scopes = ua.scopes
+	}
+	out.Registration, err = m.registration(k, p, ua)
+	return out, err
+}
+
+// register registers the broker dynamically (RFC 7591), once per
+// issuer and redirect URI; an attempt that failed is not repeated within a
+// minute.
+func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstreamAuth, redirectURL string) (UpstreamClient, error) {
+	key := ua.issuer + " " + redirectURL
+	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
+		return c, nil
+	} else if !errors.Is(err, vault.ErrNotFound) {
+		return UpstreamClient{}, fmt.Errorf("%w: upstream client %s: %v", ErrProviderUnavailable, p.Name, err)
+	}
+	st := k.upstream(p.Name)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
+		return c, nil // registered by another caller meanwhile
+	}
+	if now := k.opts.Now(); now.Sub(st.lastReg) < registrationBackoff {
+		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Reason: "dynamic registration failed a moment ago; try again in a minute"}
+	} else {
+		st.lastReg = now
+	}
+	method := "none"
+	if slices.Contains(ua.meta.TokenEndpointAuthMethodsSupported, "client_secret_basic") {
+		method = "client_secret_basic"
+	}
+	meta := &oauthex.ClientRegistrationMetadata{RedirectURIs: []string{redirectURL}, TokenEndpointAuthMethod: method,
+		GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},
+		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker"}
+	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.opts.UpstreamHTTPClient))
+	if err != nil {
+		k.opts.Telemetry.Upstream(p.Name, "registration", "", "failed", 0)
+		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Reason: "dynamic registration at its authorization server failed (" + untrusted.Clip(err.Error(), 200) + ")", Err: err}
+	}
+	got := UpstreamClient{Key: key, ClientID: resp.ClientID, ClientSecret: vault.Secret(resp.ClientSecret), AuthMethod: method, Created: k.opts.Now()}
+	if got.ClientSecret == "" {
+		got.AuthMethod = "none"
+	}
+	stored, err := k.opts.UpstreamClients.PutUpstreamClient(ctx, got)
+	if err != nil {
+		return UpstreamClient{}, fmt.Errorf("%w: store upstream client %s: %v", ErrProviderUnavailable, p.Name, err)
+	}
+	return stored, nil
+}
+
+// config is the x/oauth2 configuration of the broker's client there.
+func (m *MCP) config(ctx context.Context, k *Client, p *Provider, redirectURL string) (*oauth2.Config, *upstreamAuth, error) {
+	ua, err := m.discover(ctx, k, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	if redirectURL == "" {
+		redirectURL = k.opts.RedirectURL(p.Name)
+	}
+	cl, err := m.client(ctx, k, p, ua, redirectURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	style := oauth2.AuthStyleInHeader
+	switch cl.AuthMethod {
+	case "client_secret_post":
+		style = oauth2.AuthStyleInParams
+	case "none":
+		style = oauth2.AuthStyleInParams
+	}
+	return &oauth2.Config{ClientID: cl.ClientID, ClientSecret: cl.ClientSecret.Reveal(), RedirectURL: redirectURL,
+		Endpoint: oauth2.Endpoint{AuthURL: ua.meta.AuthorizationEndpoint, TokenURL: ua.meta.TokenEndpoint, AuthStyle: style}}, ua, nil
+}
+
+// requestScopes asks for offline access as the entry says.
+func (m *MCP) requestScopes(scopes []string) []string {
+	scopes = slices.Clone(scopes)
+	if m.OfflineAccess == "always" && !slices.Contains(scopes, oidc.ScopeOfflineAccess) {
+		scopes = append(scopes, oidc.ScopeOfflineAccess)
+	}
+	return scopes
+}
+
+func (m *MCP) authRequest(ctx context.Context, k *Client, p *Provider, scopes []string, redirectURL string) (AuthRequest, error) {
+	conf, ua, err := m.config(ctx, k, p, redirectURL)
+	if err != nil {
+		return AuthRequest{}, err
+	}
+	if len(scopes) == 0 {
+		scopes = ua.scopes
+	}
+	if m.OfflineAccess == "auto" && slices.Contains(ua.meta.ScopesSupported, oidc.ScopeOfflineAccess) && !slices.Contains(scopes, oidc.ScopeOfflineAccess) {
+		scopes = append(slices.Clone(scopes), oidc.ScopeOfflineAccess)
+	}
+	endpoint, err := url.Parse(conf.Endpoint.AuthURL)
+	if err != nil {
+		return AuthRequest{}, &UpstreamError{Provider: p.DisplayName, Reason: "its authorization endpoint is not a URL"}
+	}
+	a := AuthRequest{Endpoint: endpoint, State: randomToken(), Verifier: oauth2.GenerateVerifier(), Scopes: slices.Clone(scopes)}
+	conf.Scopes = a.Scopes
+	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(a.Verifier), oauth2.SetAuthURLParam("resource", m.up.URL)}
+	if slices.Contains(scopes, oidc.ScopeOpenID) {
+		a.Nonce = randomToken()
+		opts = append(opts, oauth2.SetAuthURLParam("nonce", a.Nonce))
+	}
+	if slices.Contains(scopes, oidc.ScopeOfflineAccess) {
+		// OpenID Connect Core §11: offline access is asked with
+		// prompt=consent, else OpenID providers (oidc-provider) drop the
+		// scope and issue no refresh token.
+		opts = append(opts, oauth2.SetAuthURLParam("prompt", "consent"))
+	}
+	a.URL = conf.AuthCodeURL(a.State, opts...)
+	return a, nil
+}
+
+func (m *MCP) redeem(ctx context.Context, k *Client, p *Provider, redirectURL, code string, a AuthRequest) (*oauth2.Token, error) {
+	conf, _, err := m.config(ctx, k, p, redirectURL)
+	if err != nil {
+		return nil, err
+	}
+	conf.Scopes = a.Scopes
+	tok, err := conf.Exchange(k.TokenContext(ctx, p), code, oauth2.VerifierOption(a.Verifier), oauth2.SetAuthURLParam("resource", m.up.URL))
+	if err != nil {
+		var re *oauth2.RetrieveError
+		if errors.As(err, &re) && re.ErrorCode == "invalid_grant" {
+			return nil, fmt.Errorf("%w: %s", ErrCodeRejected, DescribeTokenError(err))
+		}
+		return nil, fmt.Errorf("%w: %s", ErrProviderUnavailable, DescribeTokenError(err))
+	}
+	return tok, nil
+}
+
+func (m *MCP) responseIssuer(ctx context.Context, k *Client, p *Provider) (string, bool, error) {
+	ua, err := m.discover(ctx, k, p)
+	if err != nil {
+		return "", false, err
+	}
+	return ua.issuer, ua.meta.AuthorizationResponseIssParameterSupported, nil
+}
+
+func (m *MCP) refreshToken(ctx context.Context, k *Client, p *Provider, refreshToken string) (*oauth2.Token, error) {
+	conf, _, err := m.config(ctx, k, p, "")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrProviderUnavailable, err)
+	}
+	if m.ResourceOnRefresh {
+		// x/oauth2 sends no extra parameters on a refresh: the token
+		// request's transport adds resource.
+		base, _ := ctx.Value(oauth2.HTTPClient).(*http.Client)
+		if base == nil {
+			base = NoRedirectClient(k.opts.UpstreamHTTPClient)
+		}
+		cl := *base
+		next := cl.Transport
+		if next == nil {
+			next = http.DefaultTransport
+		}
+		cl.Transport = formParam{next: next, key: "resource", value: m.up.URL}
+		ctx = context.WithValue(ctx, oauth2.HTTPClient, &cl)
+	}
+	return conf.TokenSource(ctx, &oauth2.Token{RefreshToken: refreshToken}).Token()
+}
+
+func (m *MCP) expectsRefreshToken(scopes []string) bool {
+	return m.OfflineAccess == "always" || slices.Contains(scopes, oidc.ScopeOfflineAccess)
+}
+
+// formParam adds one parameter to form-encoded POST bodies.
+type formParam struct {
+	next       http.RoundTripper
+	key, value string
+}
+
+func (f formParam) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodPost || r.Body == nil || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		return f.next.RoundTrip(r)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	form, err := url.ParseQuery(string(b))
+	if err != nil {
+		return nil, err
+	}
+	if !form.Has(f.key) {
+		form.Set(f.key, f.value)
+	}
+	enc := form.Encode()
+	r2 := r.Clone(r.Context())
+	r2.Body = io.NopCloser(strings.NewReader(enc))
+	r2.ContentLength = int64(len(enc))
+	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(enc)), nil }
+	return f.next.RoundTrip(r2)
+}
+
+// lookupAccount names the account: a verified ID token's subject, else
+// the entry's account endpoint, else a hash of the provider and the person (so that
+// two people never share an account id, and revoking one person's
+// connection never counts as shared).
+func (m *MCP) lookupAccount(ctx context.Context, k *Client, p *Provider, pr vault.Principal, tok *oauth2.Token, nonce string) (Account, error) {
+	if raw, _ := tok.Extra("id_token").(string); raw != "" {
+		ua, err := m.discover(ctx, k, p)
+		if err != nil {
+			return Account{}, err
+		}
+		if ua.meta.JWKSURI == "" {
+			return Account{}, errors.New("an id_token, but no jwks_uri to check it with")
+		}
+		conf, _, err := m.config(ctx, k, p, "")
+		if err != nil {
+			return Account{}, err
+		}
+		v := oidc.NewVerifier(ua.issuer, oidc.NewRemoteKeySet(k.HTTPContext(ctx, p), ua.meta.JWKSURI), &oidc.Config{ClientID: conf.ClientID, Now: k.opts.Now})
+		idt, err := v.Verify(ctx, raw)
+		if err != nil {
+			return Account{}, fmt.Errorf("id_token: %w", err)
+		}
+		if nonce != "" && !equalToken(idt.Nonce, nonce) {
+			return Account{}, errors.New("id_token nonce does not match")
+		}
+		var c struct {
+			Email string `json:"email"`
+			User  string `json:"preferred_username"`
+			Name  string `json:"name"`
+		}
+		_ = idt.Claims(&c)
+		return Account{ID: idt.Subject, Login: FirstNonEmpty(c.Email, c.User, c.Name, idt.Subject)}, nil
+	}
+	if m.AccountURL != "" {
+		return (&OAuth{AccountURL: m.AccountURL, AccountIDField: m.AccountIDField, AccountLoginField: m.AccountLoginField}).
+			lookupAccount(ctx, k, p, pr, tok, "")
+	}
+	// Not keyed with the broker's keys: the id must survive a key
+	// rotation (a new id would make a reconnect a second account).
+	sum := sha256.Sum256([]byte("credbroker/upstream-account/v1\x00" + p.Name + "\x00" + pr.Issuer + "\x00" + pr.Subject))
+	id := hex.EncodeToString(sum[:16])
+	return Account{ID: id, Login: p.DisplayName + " account " + id[:8]}, nil
+}
+
+// revoke revokes at the authorization server's RFC 7009 endpoint, when it
+// has one.
+func (m *MCP) revoke(ctx context.Context, k *Client, p *Provider, c vault.Connection, shared bool) (Revocation, error) {
+	conf, ua, err := m.config(ctx, k, p, "")
+	if err != nil {
+		return NotConfirmed, err
+	}
+	if ua.meta.RevocationEndpoint == "" {
+		return NotSupported, nil
+	}
+	o := &OAuth{ClientID: conf.ClientID, ClientSecret: vault.Secret(conf.ClientSecret), TokenAuthInParams: conf.Endpoint.AuthStyle == oauth2.AuthStyleInParams}
+	return o.revokeRFC7009(ctx, k, p, c, ua.meta.RevocationEndpoint, shared)
+}
+
+// UpstreamClient is a client the broker has at an upstream MCP server's
+// authorization server.
+type UpstreamClient struct {
+	// Key names the registration: the issuer and the broker's redirect URI.
+	Key          string
+	ClientID     string
+	ClientSecret vault.Secret
+	// AuthMethod is none, client_secret_basic or client_secret_post.
+	AuthMethod string
+	Created    time.Time
+}
+
+// UpstreamClients keeps the clients the broker registered dynamically,
+// shared by every replica.
+type UpstreamClients interface {
+	// GetUpstreamClient returns the registration under key
+	// (vault.ErrNotFound when there is none).
+	GetUpstreamClient(ctx context.Context, key string) (UpstreamClient, error)
+	// PutUpstreamClient stores c unless a registration under its key
+	// exists; the stored one is returned either way.
+	PutUpstreamClient(ctx context.Context, c UpstreamClient) (UpstreamClient, error)
+}
+
+// memUpstreamClients keeps registrations in memory (one process).
+type memUpstreamClients struct {
+	mu sync.Mutex
+	m  map[string]UpstreamClient
+}
+
+func (s *memUpstreamClients) GetUpstreamClient(_ context.Context, key string) (UpstreamClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.m[key]
+	if !ok {
+		return UpstreamClient{}, vault.ErrNotFound
+	}
+	return c, nil
+}
+
+func (s *memUpstreamClients) PutUpstreamClient(_ context.Context, c UpstreamClient) (UpstreamClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.m[c.Key]; ok {
+		return old, nil
+	}
+	s.m[c.Key] = c
+	return c, nil
+}
+
+// UpstreamTokens gives the gateway's upstream client (mcpup) the access
+// tokens of connections to upstream MCP servers, refreshed as Token
+// refreshes them; the client puts them on its requests only.
+func (k *Client) UpstreamTokens() mcpup.Tokens { return upstreamTokens{k} }
+
+type upstreamTokens struct{ k *Client }
+
+func (u upstreamTokens) AccessToken(ctx context.Context, id string) (string, error) {
+	return accessToken(u.k.Token(ctx, id))
+}
+
+func (u upstreamTokens) ForceRefresh(ctx context.Context, id, stale string) (string, error) {
+	return accessToken(u.k.ForceRefresh(ctx, id, vault.Secret(stale)))
+}
+
+// accessToken is c's access token; an error that means the connection
+// must be made again is also mcpup.ErrNoToken (any other, such as an
+// authorization server that is down, is not: the grant may be fine).
+func accessToken(c vault.Connection, err error) (string, error) {
+	switch {
+	case errors.Is(err, ErrNeedsReconnect), errors.Is(err, vault.ErrNotFound):
+		return "", fmt.Errorf("%w: %w", mcpup.ErrNoToken, err)
+	case err != nil:
+		return "", err
+	}
+	return c.Token.AccessToken.Reveal(), nil
+}
+
+// Unauthorized marks connection id needs_reconnect because its server
+// refused the access token again right after a refresh (the upstream's
+// second 401), and returns ErrNeedsReconnect.
+func (k *Client) Unauthorized(ctx context.Context, id string) error {
+	c, err := k.opts.Store.GetConnection(ctx, id)
+	if err != nil {
+		return fmt.Errorf("provider: connection %s: %w", id, err)
+	}
+	return k.refused(ctx, c, k.log.With("provider", c.Provider, "connection", id), "the upstream server refused the access token again right after a refresh")
+}

@@ -1,0 +1,391 @@
+// Package mcpup is the broker's client of upstream MCP servers (the
+// gateway's far side), on the go-sdk's client: one session per connection
+// (per provider for a server that takes no token), the protocol era probed
+// when the session opens (server/discover, falling back to initialize),
+// the broker's own multi round-trip handling off (an upstream's
+// input_required comes back as it is, for the host to answer), and the
+// connection's access token on every request through an auth.OAuthHandler:
+// the token source is the provider client's (refreshed before expiry,
+// single flight), a 401 forces one refresh and one retry, a 403
+// insufficient_scope is a *NeedScope. A second 401 is ErrUnauthorized.
+//
+// Legacy (2025-11-25) sessions are pooled: least recently used first out
+// beyond MaxSessions, closed after IdleTimeout, and a session the upstream
+// forgot (404, go-sdk's ErrSessionMissing) is opened again once and the
+// request retried. The package hands no token to its caller.
+package mcpup
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"golang.org/x/oauth2"
+)
+
+// Errors of a request to an upstream server.
+var (
+	// ErrUnauthorized: the upstream answered 401 to the connection's token
+	// again right after a forced refresh: it no longer accepts the grant.
+	ErrUnauthorized = errors.New("mcpup: the upstream server refused the connection's token")
+	// ErrNoToken: the connection has no usable token (it needs
+	// reconnecting).
+	ErrNoToken = errors.New("mcpup: the connection has no usable token")
+)
+
+// NeedScope is a 403 insufficient_scope: the upstream wants more scopes.
+type NeedScope struct {
+	// Scopes are the scopes its challenge names (may be empty).
+	Scopes []string
+}
+
+func (e *NeedScope) Error() string {
+	return "mcpup: the upstream server needs the scopes " + strings.Join(e.Scopes, " ")
+}
+
+// Target is the upstream a request goes to.
+type Target struct {
+	// Provider is the catalogue name; URL the server's MCP endpoint.
+	Provider, URL string
+	// Conn is the connection whose token is used ("" for a server that
+	// takes no token).
+	Conn string
+}
+
+func (t Target) key() string {
+	if t.Conn == "" {
+		return "open:" + t.Provider
+	}
+	return t.Conn
+}
+
+// Tokens gives a connection's access token and forces a refresh. An error
+// wrapping ErrNoToken means the connection must be made again; any other
+// is passed through as it is.
+type Tokens interface {
+	// AccessToken returns connection id's access token, refreshed when it
+	// is about to expire.
+	AccessToken(ctx context.Context, id string) (string, error)
+	// ForceRefresh refreshes connection id because the upstream refused
+	// stale, unless it was refreshed meanwhile.
+	ForceRefresh(ctx context.Context, id, stale string) (string, error)
+}
+
+// Options configures a Pool.
+type Options struct {
+	// HTTPClient talks to upstreams (the egress policy; it must not follow
+	// redirects with a token).
+	HTTPClient *http.Client
+	Tokens     Tokens
+	// MaxSessions bounds open sessions (default 1000); IdleTimeout closes
+	// a session unused that long (default 10 minutes).
+	MaxSessions int
+	IdleTimeout time.Duration
+	// Version is the broker's version, in clientInfo.
+	Version string
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Pool keeps the sessions.
+type Pool struct {
+	opts Options
+	log  *slog.Logger
+
+	// progress maps the progress tokens of calls in flight to their sinks.
+	progress sync.Map
+
+	mu       sync.Mutex // guards the fields below
+	sessions map[string]*list.Element
+	lru      *list.List // of *entry, most recently used first
+}
+
+type entry struct {
+	key    string
+	target Target
+	cs     *mcp.ClientSession
+	used   time.Time
+	// ready is closed once cs (or err) is set; concurrent first users wait.
+	ready chan struct{}
+	err   error
+}
+
+// New builds a Pool.
+func New(opts Options) *Pool {
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = 1000
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 10 * time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Pool{opts: opts, log: log, sessions: map[string]*list.Element{}, lru: list.New()}
+}
+
+// Session returns the session for t, opening it (and probing the era) on
+// first use. The caller must not close it: Forget does.
+func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error) {
+	p.mu.Lock()
+	p.expireLocked()
+	if el, ok := p.sessions[t.key()]; ok && el.Value.(*entry).target == t {
+		e := el.Value.(*entry)
+		p.lru.MoveToFront(el)
+		e.used = p.opts.Now()
+		p.mu.Unlock()
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if e.err != nil {
+			p.Forget(t)
+			return nil, e.err
+		}
+		return e.cs, nil
+	}
+	e := &entry{key: t.key(), target: t, used: p.opts.Now(), ready: make(chan struct{})}
+	if old, ok := p.sessions[t.key()]; ok {
+		p.removeLocked(old)
+	}
+	p.sessions[e.key] = p.lru.PushFront(e)
+	for p.lru.Len() > p.opts.MaxSessions {
+		p.removeLocked(p.lru.Back())
+	}
+	p.mu.Unlock()
+	e.cs, e.err = p.connect(ctx, t)
+	close(e.ready)
+	if e.err != nil {
+		p.Forget(t)
+		return nil, e.err
+	}
+	return e.cs, nil
+}
+
+// Forget closes and drops t's session (after ErrSessionMissing, a
+// disconnect, a reconnect with new tokens).
+func (p *Pool) Forget(t Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if el, ok := p.sessions[t.key()]; ok {
+		p.removeLocked(el)
+	}
+}
+
+// Len is the number of sessions held.
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lru.Len()
+}
+
+func (p *Pool) removeLocked(el *list.Element) {
+	e := el.Value.(*entry)
+	p.lru.Remove(el)
+	if p.sessions[e.key] == el {
+		delete(p.sessions, e.key)
+	}
+	go func() {
+		<-e.ready
+		if e.cs != nil {
+			e.cs.Close()
+		}
+	}()
+}
+
+// expireLocked closes the sessions idle longer than IdleTimeout.
+func (p *Pool) expireLocked() {
+	now := p.opts.Now()
+	for el := p.lru.Back(); el != nil; {
+		prev := el.Prev()
+		if now.Sub(el.Value.(*entry).used) < p.opts.IdleTimeout {
+			break
+		}
+		p.removeLocked(el)
+		el = prev
+	}
+}
+
+// connect opens a session with t: the era probed (discover, else
+// initialize declaring url elicitation only).
+func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error) {
+	hc := *p.opts.HTTPClient
+	hc.Transport = statusRecorder{next: transportOf(p.opts.HTTPClient)}
+	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
+	if t.Conn != "" {
+		tr.OAuthHandler = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn}
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "credbroker", Version: p.opts.Version}, &mcp.ClientOptions{
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		Capabilities:   &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+		// A pushed url elicitation (a legacy upstream asking in-band) is
+		// not relayed: the person is not listening on this session. Any
+		// other push (a form elicitation) is a method the broker does not
+		// serve (issue 31's era table).
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if req.Params.Mode != "url" {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the broker relays no pushed form elicitation"}
+			}
+			return &mcp.ElicitResult{Action: "cancel"}, nil
+		},
+		ProgressNotificationHandler: p.routeProgress,
+		Logger:                      p.log,
+	})
+	ctx, rec := withRecorder(ctx)
+	cs, err := client.Connect(context.WithoutCancel(ctx), tr, nil)
+	if err != nil {
+		return nil, rec.classify(err)
+	}
+	return cs, nil
+}
+
+// Era returns the protocol version cs speaks.
+func Era(cs *mcp.ClientSession) string {
+	if r := cs.InitializeResult(); r != nil {
+		return r.ProtocolVersion
+	}
+	return ""
+}
+
+// Do runs one request on t's session: op gets the session (re-opened
+// once if the upstream forgot it) and ctx carries the per-request
+// recorder that turns a second 401 into ErrUnauthorized.
+func Do[T any](ctx context.Context, p *Pool, t Target, op func(context.Context, *mcp.ClientSession) (T, error)) (T, string, error) {
+	var zero T
+	for attempt := 0; ; attempt++ {
+		cs, err := p.Session(ctx, t)
+		if err != nil {
+			return zero, "", err
+		}
+		rctx, rec := withRecorder(ctx)
+		out, err := op(rctx, cs)
+		if err == nil {
+			return out, Era(cs), nil
+		}
+		if errors.Is(err, mcp.ErrSessionMissing) && attempt == 0 {
+			p.Forget(t)
+			continue
+		}
+		err = rec.classify(err)
+		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrNoToken) {
+			p.Forget(t)
+		}
+		return zero, Era(cs), err
+	}
+}
+
+// oauthHandler puts the connection's token on every request.
+type oauthHandler struct {
+	tokens Tokens
+	conn   string
+}
+
+var _ auth.OAuthHandler = (*oauthHandler)(nil)
+
+func (h *oauthHandler) TokenSource(ctx context.Context) (oauth2.TokenSource, error) {
+	return tokenSource{ctx: ctx, h: h}, nil
+}
+
+type tokenSource struct {
+	ctx context.Context
+	h   *oauthHandler
+}
+
+func (s tokenSource) Token() (*oauth2.Token, error) {
+	at, err := s.h.tokens.AccessToken(s.ctx, s.h.conn)
+	if err != nil {
+		return nil, err
+	}
+	return &oauth2.Token{AccessToken: at, TokenType: "Bearer"}, nil
+}
+
+// Authorize answers a 401 with one forced refresh (the transport then
+// retries once), a 403 insufficient_scope with *NeedScope.
+func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *http.Response) error {
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusForbidden {
+		ns := &NeedScope{}
+		if cs, err := oauthex.ParseWWWAuthenticate(resp.Header.Values("WWW-Authenticate")); err == nil {
+			for _, c := range cs {
+				if c.Scheme == "bearer" && c.Params["error"] == "insufficient_scope" {
+					ns.Scopes = strings.Fields(c.Params["scope"])
+					return ns
+				}
+			}
+		}
+		return fmt.Errorf("mcpup: the upstream server answered 403")
+	}
+	stale, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	if _, err := h.tokens.ForceRefresh(ctx, h.conn, stale); err != nil {
+		return err
+	}
+	return nil
+}
+
+// recorder notes the HTTP statuses of one request's exchanges, so that a
+// second 401 (which the transport reports only in words) is typed.
+type recorder struct {
+	mu           sync.Mutex
+	unauthorized int
+}
+
+type recorderKey struct{}
+
+func withRecorder(ctx context.Context) (context.Context, *recorder) {
+	r := &recorder{}
+	return context.WithValue(ctx, recorderKey{}, r), r
+}
+
+func (r *recorder) classify(err error) error {
+	r.mu.Lock()
+	n := r.unauthorized
+	r.mu.Unlock()
+	var ns *NeedScope
+	switch {
+	case errors.As(err, &ns), errors.Is(err, ErrNoToken):
+		return err
+	case n >= 2:
+		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
+	return err
+}
+
+// statusRecorder counts 401s into the request's recorder.
+type statusRecorder struct{ next http.RoundTripper }
+
+func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := s.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusUnauthorized {
+		if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
+			r.mu.Lock()
+			r.unauthorized++
+			r.mu.Unlock()
+		}
+	}
+	return resp, err
+}
+
+func transportOf(c *http.Client) http.RoundTripper {
+	if c.Transport != nil {
+		return c.Transport
+	}
+	return http.DefaultTransport
+}
