@@ -9,7 +9,7 @@ ADDR ?= 127.0.0.1:8080
 FUZZTIME ?= 5s
 
 .PHONY: run test deps build vet fmt-check tidy-check unit fuzz bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
-.PHONY: oidcprovider-deps tsupstream-deps
+.PHONY: oidcprovider-deps tsupstream-deps server-everything-deps
 .PHONY: image image-rootfs
 
 # Build information stamped into the binary (internal/buildinfo): shown by
@@ -136,6 +136,14 @@ oidcprovider-deps: conformance-deps
 tsupstream-deps: conformance-deps
 	$(call npm-peer,tsupstream,.cache/tsupstream,TestGatewayTypeScriptUpstream)
 
+# The MCP reference server server-everything (an upstream of the gateway in
+# cmd/broker's TestGatewayServerEverything), pinned by
+# testdata/server-everything/package-lock.json; it runs on the Node 22
+# installed with the conformance suite.
+SERVER_EVERYTHING_DIR ?= .cache/server-everything
+server-everything-deps: conformance-deps
+	$(call npm-peer,server-everything,$(SERVER_EVERYTHING_DIR),TestGatewayServerEverything)
+
 conformance: conformance-deps
 	$(GO) test -race -count=1 -run TestConformance -v ./cmd/broker
 
@@ -149,7 +157,7 @@ sidecar-ts-deps: conformance-deps
 		cd $(SIDECAR_TS_DIR) && PATH="$(CURDIR)/$(CONFORMANCE_DIR)/node_modules/node-linux-$(NODE_ARCH)/bin:$$PATH" npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
-test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps oidcprovider-deps tsupstream-deps unit fuzz
+test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps oidcprovider-deps tsupstream-deps server-everything-deps unit fuzz
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,

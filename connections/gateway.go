@@ -91,7 +91,7 @@ func (s *Service) Upstream(ctx context.Context, req Request, grant string, answe
 		return nil, err
 	}
 	if _, tokens := p.Kind.(provider.RedirectStep); !tokens {
-		return Ready{Provider: p, Target: mcpup.Target{Provider: p.Name, URL: up.URL}}, nil
+		return Ready{Provider: p, Target: mcpup.Target{Provider: p.Name, URL: up.URL, Person: req.Principal}}, nil
 	}
 	var o Outcome
 	if grant != "" {

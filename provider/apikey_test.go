@@ -187,18 +187,7 @@ func TestAPIKeyCatalogProblems(t *testing.T) {
 		`p.yaml:47: o: fields is only for type "api_key"`,
 		`p.yaml:48: o: verify is only for type "api_key"`,
 	}
-	got := strings.Join(ce.Problems, "\n")
-	for _, w := range want {
-		if !strings.Contains(got, w) {
-			t.Errorf("missing problem %q", w)
-		}
-	}
-	if t.Failed() {
-		t.Logf("problems:\n%s", got)
-	}
-	if len(ce.Problems) != len(want) {
-		t.Errorf("%d problems, want %d:\n%s", len(ce.Problems), len(want), got)
-	}
+	wantProblems(t, ce, want)
 }
 
 // TestAPIKeyCatalogRefusals: one problem per entry, each alone.
