@@ -22,8 +22,8 @@ type Observer interface {
 // Observe returns s with every operation of every feature reported to the
 // observers: the store's own methods and those of each sub-store its
 // accessors return (Auth, Outbox, Admin, Assertions, Connector, Locker,
-// Resealer, AppWatch). Close is not an operation. The first observer's Begin runs
-// first and its End last. Nil observers are left out; with none left, s
+// Resealer, AppWatch, UpstreamClients). Close is not an operation. The
+// first observer's Begin runs first and its End last. Nil observers are left out; with none left, s
 // is returned as is.
 //
 // Observe is the one instrumentation point of the store: it wraps each
@@ -48,6 +48,7 @@ func Observe(s Store, observers ...Observer) Store {
 		locker:     feature(s.Locker(), func(f Locker) Locker { return observedLocker{f, o} }),
 		resealer:   feature(s.Resealer(), func(f Resealer) Resealer { return observedResealer{f, o} }),
 		appWatch:   feature(s.AppWatch(), func(f AppWatch) AppWatch { return observedAppWatch{f, o} }),
+		upstream:   feature(s.UpstreamClients(), func(f UpstreamClientStore) UpstreamClientStore { return observedUpstream{f, o} }),
 	}
 }
 
@@ -96,19 +97,21 @@ type observedStore struct {
 	locker     Locker
 	resealer   Resealer
 	appWatch   AppWatch
+	upstream   UpstreamClientStore
 }
 
 var _ Store = (*observedStore)(nil)
 
-func (s *observedStore) Connector() GrantConnector   { return s.connector }
-func (s *observedStore) Auth() AuthStore             { return s.auth }
-func (s *observedStore) Outbox() Outbox              { return s.outbox }
-func (s *observedStore) Admin() AdminStore           { return s.admin }
-func (s *observedStore) Assertions() AssertionLedger { return s.assertions }
-func (s *observedStore) Locker() Locker              { return s.locker }
-func (s *observedStore) Resealer() Resealer          { return s.resealer }
-func (s *observedStore) AppWatch() AppWatch          { return s.appWatch }
-func (s *observedStore) Close() error                { return s.next.Close() }
+func (s *observedStore) Connector() GrantConnector            { return s.connector }
+func (s *observedStore) Auth() AuthStore                      { return s.auth }
+func (s *observedStore) Outbox() Outbox                       { return s.outbox }
+func (s *observedStore) Admin() AdminStore                    { return s.admin }
+func (s *observedStore) Assertions() AssertionLedger          { return s.assertions }
+func (s *observedStore) Locker() Locker                       { return s.locker }
+func (s *observedStore) Resealer() Resealer                   { return s.resealer }
+func (s *observedStore) AppWatch() AppWatch                   { return s.appWatch }
+func (s *observedStore) UpstreamClients() UpstreamClientStore { return s.upstream }
+func (s *observedStore) Close() error                         { return s.next.Close() }
 
 func (s *observedStore) CreateConnection(ctx context.Context, c Connection) (Connection, error) {
 	return observed(s.o, ctx, "create_connection", func(ctx context.Context) (Connection, error) { return s.next.CreateConnection(ctx, c) })
@@ -363,4 +366,25 @@ type observedAppWatch struct {
 
 func (w observedAppWatch) WatchApps(ctx context.Context, x AppWatcher) error {
 	return observedErr(w.o, ctx, "watch_apps", func(ctx context.Context) error { return w.next.WatchApps(ctx, x) })
+}
+
+type observedUpstream struct {
+	next UpstreamClientStore
+	o    observer
+}
+
+func (u observedUpstream) GetUpstreamClient(ctx context.Context, key string) (UpstreamClient, error) {
+	return observed(u.o, ctx, "get_upstream_client", func(ctx context.Context) (UpstreamClient, error) { return u.next.GetUpstreamClient(ctx, key) })
+}
+
+func (u observedUpstream) PutUpstreamClient(ctx context.Context, c UpstreamClient) (UpstreamClient, error) {
+	return observed(u.o, ctx, "put_upstream_client", func(ctx context.Context) (UpstreamClient, error) { return u.next.PutUpstreamClient(ctx, c) })
+}
+
+func (u observedUpstream) DeleteUpstreamClient(ctx context.Context, key string) error {
+	return observedErr(u.o, ctx, "delete_upstream_client", func(ctx context.Context) error { return u.next.DeleteUpstreamClient(ctx, key) })
+}
+
+func (u observedUpstream) ResealUpstreamClients(ctx context.Context) (int, error) {
+	return observed(u.o, ctx, "reseal_upstream_clients", func(ctx context.Context) (int, error) { return u.next.ResealUpstreamClients(ctx) })
 }

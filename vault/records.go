@@ -33,7 +33,14 @@ const (
 	// as an AssertionKey) and when it expires: without it the target of
 	// a migration would accept the assertion again.
 	KindSpentAssertion
+	// KindUpstreamClient: the broker's registration at an upstream MCP
+	// server's authorization server, its secret sealed: without it the
+	// target of a migration would register again.
+	KindUpstreamClient
 )
+
+// LastKind is the last RecordKind: kinds run from KindKeyCanary to it.
+const LastKind = KindUpstreamClient
 
 var recordKindNames = [...]string{
 	KindKeyCanary:         "key canaries",
@@ -45,6 +52,7 @@ var recordKindNames = [...]string{
 	KindAppAccess:         "app authorizations",
 	KindDelivery:          "webhook deliveries",
 	KindSpentAssertion:    "spent assertions",
+	KindUpstreamClient:    "upstream registrations",
 }
 
 // String names the kind's records, as a report counts them.

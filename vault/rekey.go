@@ -8,7 +8,9 @@ import (
 
 // Rekey re-seals every connection whose token set is not sealed with kr's
 // primary key, batch ids at a time, while the store stays in use (each record
-// is rewritten through UpdateConnection, so concurrent writers are safe).
+// is rewritten through UpdateConnection, so concurrent writers are safe),
+// then every upstream client secret sealed with another key
+// (UpstreamClientStore.ResealUpstreamClients).
 // It is idempotent and resumable: records already on the primary key are
 // skipped, so an interrupted run simply starts again. The store must have
 // been opened with kr. It returns how many records it rewrote.
@@ -25,6 +27,11 @@ func Rekey(ctx context.Context, s Store, kr *Keyring, batch int) (int, error) {
 			return rewritten, fmt.Errorf("vault: rekey: list: %w", err)
 		}
 		if len(ids) == 0 {
+			n, err := s.UpstreamClients().ResealUpstreamClients(ctx)
+			rewritten += n
+			if err != nil {
+				return rewritten, fmt.Errorf("vault: rekey: upstream clients: %w", err)
+			}
 			return rewritten, nil
 		}
 		if r := s.Resealer(); r != nil {

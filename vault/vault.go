@@ -301,6 +301,9 @@ type Store interface {
 	// the authorization server's app access records, or nil when the
 	// store has none (one process writes a bolt file or a memory store).
 	AppWatch() AppWatch
+	// UpstreamClients returns the broker's registrations at upstream MCP
+	// servers' authorization servers.
+	UpstreamClients() UpstreamClientStore
 
 	// Close releases the store. Further calls return ErrClosed.
 	Close() error

@@ -1,7 +1,6 @@
 package boltstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -65,30 +64,8 @@ func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Tim
 // DeleteSpentAssertions implements vault.AssertionLedger. The bucket only
 // holds assertions of the last few minutes, so it is scanned whole.
 func (s *Store) DeleteSpentAssertions(ctx context.Context, before time.Time) (int, error) {
-	if err := s.ready(ctx); err != nil {
-		return 0, err
-	}
-	n := 0
-	err := s.update(func(tx *bolt.Tx) error {
-		n = 0
-		b := tx.Bucket(bSpent)
-		var gone [][]byte
-		err := b.ForEach(func(k, v []byte) error {
-			if exp, ok := spentExpiry(v); !ok || exp.Before(before) {
-				gone = append(gone, bytes.Clone(k))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range gone {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
-		}
-		n = len(gone)
-		return nil
+	return s.deleteWhere(ctx, bSpent, func(v []byte) (bool, error) {
+		exp, ok := spentExpiry(v)
+		return !ok || exp.Before(before), nil
 	})
-	return n, err
 }

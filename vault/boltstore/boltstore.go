@@ -76,7 +76,7 @@ var (
 
 	allBuckets = [][]byte{bConns, bConnByPrinc, bGrants, bGrantByPrin, bGrantByExp, bMeta,
 		bOAuthClients, bOAuthCodes, bOAuthApps, bOAuthAppByClient,
-		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc, bSpent}
+		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc, bSpent, bUpstream}
 
 	keySchema       = []byte("schema")
 	keySealedAll    = []byte("sealed_all")
@@ -712,7 +712,8 @@ func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
 var errNothingToDo = errors.New("boltstore: nothing to do")
 
 // FullySealed reports whether a completed rotation recorded that every
-// connection is sealed with the current primary key. Open clears that mark
+// connection (and upstream client secret) is sealed with the current
+// primary key. Open clears that mark
 // whenever it sees a different primary, so a true answer stays true for as
 // long as this process (whose writes all use the primary) holds the file.
 func (s *Store) FullySealed() bool {
@@ -724,8 +725,9 @@ func (s *Store) FullySealed() bool {
 	return mark
 }
 
-// MarkFullySealed records that every connection is sealed with the primary
-// key; call it after vault.Rekey finished without error.
+// MarkFullySealed records that every connection and upstream client
+// secret is sealed with the primary key; call it after vault.Rekey
+// finished without error.
 func (s *Store) MarkFullySealed() error {
 	if s.closed.Load() {
 		return vault.ErrClosed
@@ -736,14 +738,15 @@ func (s *Store) MarkFullySealed() error {
 }
 
 // KeyUsage counts connections by the id of the key that sealed their
-// tokens, so operators know when an old key seals nothing and can go.
+// tokens, and upstream client secrets by theirs, so operators know when
+// an old key seals nothing and can go.
 func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
 	usage := map[string]int{}
 	err := s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bConns).ForEach(func(k, v []byte) error {
+		err := tx.Bucket(bConns).ForEach(func(k, v []byte) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -754,6 +757,10 @@ func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 			usage[meta.SealedWith]++
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		return upstreamKeyUsage(tx, usage)
 	})
 	return usage, err
 }
@@ -846,27 +853,13 @@ func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Ti
 	var out []vault.Grant
 	err := s.view(func(tx *bolt.Tx) error {
 		out = nil
-		prefix := principalKey(p, timeKeyLen)
-		grants := tx.Bucket(bGrants)
-		c := tx.Bucket(bGrantByPrin).Cursor()
-		for k, _ := c.Seek(timeKey(bytes.Clone(prefix), since)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			if len(k) < len(prefix)+timeKeyLen {
-				continue
-			}
-			rec := grants.Get(k[len(prefix)+timeKeyLen:])
-			if rec == nil {
-				continue
-			}
-			g, err := record.DecodeGrant(rec)
-			if err != nil {
-				return err
-			}
+		return grantsSince(tx, p, since, func(g vault.Grant) error {
 			if g.Principal != p {
 				return fmt.Errorf("boltstore: grant %s is indexed under another principal: %w", g.ID, vault.ErrMalformed)
 			}
 			out = append(out, g)
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -878,11 +871,29 @@ func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Ti
 // since) on the principal index, then only that principal's recent grants
 // are read.
 func countGrants(tx *bolt.Tx, p vault.Principal, lim vault.GrantLimits) (created, open int, err error) {
+	err = grantsSince(tx, p, lim.Since, func(g vault.Grant) error {
+		cr, op := lim.Counts(g)
+		if cr {
+			created++
+		}
+		if op {
+			open++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return created, open, nil
+}
+
+// grantsSince calls fn with each of p's grants created at or after since,
+// oldest first: a seek to (principal, since) on the principal index.
+func grantsSince(tx *bolt.Tx, p vault.Principal, since time.Time, fn func(vault.Grant) error) error {
 	prefix := principalKey(p, timeKeyLen)
-	start := timeKey(bytes.Clone(prefix), lim.Since)
 	grants := tx.Bucket(bGrants)
 	c := tx.Bucket(bGrantByPrin).Cursor()
-	for k, _ := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+	for k, _ := c.Seek(timeKey(bytes.Clone(prefix), since)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 		if len(k) < len(prefix)+timeKeyLen {
 			continue
 		}
@@ -892,17 +903,13 @@ func countGrants(tx *bolt.Tx, p vault.Principal, lim vault.GrantLimits) (created
 		}
 		g, err := record.DecodeGrant(rec)
 		if err != nil {
-			return 0, 0, err
+			return err
 		}
-		cr, op := lim.Counts(g)
-		if cr {
-			created++
-		}
-		if op {
-			open++
+		if err := fn(g); err != nil {
+			return err
 		}
 	}
-	return created, open, nil
+	return nil
 }
 
 // DeleteExpiredGrants implements vault.Store: it walks the expiry index from

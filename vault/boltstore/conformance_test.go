@@ -73,3 +73,27 @@ func TestAppOutboxConformance(t *testing.T) {
 		return s
 	})
 }
+
+func TestUpstreamClientConformance(t *testing.T) {
+	kr := newKeyring(t)
+	vaulttest.RunUpstreamClients(t, func(t *testing.T) vault.Store {
+		return openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
+	})
+}
+
+// TestUpstreamClientRotation: key rotation re-seals upstream client
+// secrets too, and keys status counts them.
+func TestUpstreamClientRotation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vault.db")
+	vaulttest.RunUpstreamClientRotation(t, func(t *testing.T, kr *vault.Keyring) vaulttest.KeyUser {
+		return openStore(t, path, kr)
+	})
+}
+
+// TestSecretsSealedAtRest: no record of the file holds a token, an API
+// key or an upstream client secret in the clear.
+func TestSecretsSealedAtRest(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), "vault.db"), newKeyring(t))
+	vaulttest.FillEveryKind(t, s)
+	vaulttest.NothingInTheClear(t, s)
+}

@@ -29,6 +29,7 @@ var exported = []struct {
 	{vault.KindAppAccess, bOAuthApps, nil, nil},
 	{vault.KindDelivery, bOutbox, nil, nil},
 	{vault.KindSpentAssertion, bSpent, nil, spentRecord},
+	{vault.KindUpstreamClient, bUpstream, nil, nil},
 }
 
 // ExportRecords hands every stored record to put, exactly as stored (a
@@ -109,8 +110,9 @@ type indexEntry struct {
 // left as it is, so an interrupted or repeated import is safe. Every
 // record is decoded first, opening nothing; one that does not decode, a
 // connection sealed with a key the ring lacks and a key canary that a
-// configured key of its id does not open are refused, and nothing of the
-// call is stored. Imports run no ChangeHook: deliveries come as records
+// configured key of its id does not open are refused (so is an upstream
+// client whose secret is sealed with a key the ring lacks), and nothing of
+// the call is stored. Imports run no ChangeHook: deliveries come as records
 // of their own.
 func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error) {
 	if err := s.ready(ctx); err != nil {
@@ -228,6 +230,15 @@ func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) 
 			return imported{}, err
 		}
 		return imported{bucket: bSpent, key: []byte(key), rec: spentValue(exp)}, nil
+	case vault.KindUpstreamClient:
+		key, sealed, err := record.UpstreamClientMeta(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		if sealed != "" && !s.kr.Has(sealed) {
+			return imported{}, fmt.Errorf("upstream client %q: sealed with key %s, which the key ring lacks: %w", key, sealed, vault.ErrUnknownKey)
+		}
+		return imported{bucket: bUpstream, key: []byte(key), rec: rec}, nil
 	}
 	return imported{}, fmt.Errorf("unknown record kind %d", int(kind))
 }

@@ -72,16 +72,7 @@ func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.
 
 // DeleteOAuthClient implements vault.AuthStore.
 func (s *Store) DeleteOAuthClient(ctx context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	if _, ok := s.auth.clients[id]; !ok {
-		return fmt.Errorf("memstore: oauth client %s: %w", id, vault.ErrNotFound)
-	}
-	delete(s.auth.clients, id)
-	return nil
+	return deleteKey(s, s.auth.clients, id, "oauth client "+id)
 }
 
 // DeleteUnusedOAuthClients implements vault.AuthStore.

@@ -17,7 +17,7 @@ import (
 )
 
 // Store is an in-memory vault.Store with every feature but the batch
-// re-seal: it is its own sub-stores (features.go).
+// re-seal and the feed of app changes: it is its own sub-stores.
 type Store struct {
 	kr         *vault.Keyring
 	changes    vault.ChangeHook
@@ -33,6 +33,7 @@ type Store struct {
 	outbox      map[string]vault.Delivery // by Delivery.Key
 	retired     map[string][]byte         // connection id -> sealed record
 	spent       map[string]time.Time      // vault.AssertionKey -> expiry (assertions.go)
+	upstream    map[string][]byte         // upstream client key -> record (upstream.go)
 }
 
 // New returns an empty store sealing tokens with kr.
@@ -61,6 +62,7 @@ func NewWith(kr *vault.Keyring, opts Options) *Store {
 		outbox:      map[string]vault.Delivery{},
 		retired:     map[string][]byte{},
 		spent:       map[string]time.Time{},
+		upstream:    map[string][]byte{},
 	}
 }
 
@@ -409,26 +411,46 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 	})
 }
 
-// deleteWhere removes, under the write lock, the entries of m (one of the
-// store's maps) that drop says to, and returns how many.
-func deleteWhere[V any](s *Store, m map[string]V, drop func(V) (bool, error)) (int, error) {
+// write runs f under the write lock, on an open store.
+func write[T any](s *Store, f func() (T, error)) (T, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
-		return 0, err
+		return *new(T), err
 	}
-	n := 0
-	for k, v := range m {
-		ok, err := drop(v)
-		if err != nil {
-			return n, err
+	return f()
+}
+
+// deleteKey removes key from m (one of the store's maps) under the write
+// lock; ErrNotFound, naming the record as name, when it is absent.
+func deleteKey[V any](s *Store, m map[string]V, key, name string) error {
+	_, err := write(s, func() (struct{}, error) {
+		if _, ok := m[key]; !ok {
+			return struct{}{}, fmt.Errorf("memstore: %s: %w", name, vault.ErrNotFound)
 		}
-		if ok {
-			delete(m, k)
-			n++
+		delete(m, key)
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// deleteWhere removes, under the write lock, the entries of m (one of the
+// store's maps) that drop says to, and returns how many.
+func deleteWhere[V any](s *Store, m map[string]V, drop func(V) (bool, error)) (int, error) {
+	return write(s, func() (int, error) {
+		n := 0
+		for k, v := range m {
+			ok, err := drop(v)
+			if err != nil {
+				return n, err
+			}
+			if ok {
+				delete(m, k)
+				n++
+			}
 		}
-	}
-	return n, nil
+		return n, nil
+	})
 }
 
 // Locker implements vault.Store: one process holds a memory store, so an

@@ -58,6 +58,14 @@ func TestAppOutboxConformance(t *testing.T) {
 	})
 }
 
+func TestUpstreamClientConformance(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vaulttest.RunUpstreamClients(t, func(t *testing.T) vault.Store { return memstore.New(kr) })
+}
+
 // counting is an Observer that counts the operations it sees end.
 type counting struct{ n *atomic.Int64 }
 
@@ -82,6 +90,7 @@ func TestObservedConformance(t *testing.T) {
 	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
 		return observe(memstore.NewWith(kr, memstore.Options{AppChanges: hook}))
 	})
+	vaulttest.RunUpstreamClients(t, func(t *testing.T) vault.Store { return observe(memstore.New(kr)) })
 	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
 		s := observe(memstore.New(kr))
 		return s.Assertions(), s.Assertions()

@@ -61,17 +61,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, limit int, l
 
 // FinishDelivery implements vault.Outbox.
 func (s *Store) FinishDelivery(ctx context.Context, id, endpoint string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	k := vault.Delivery{ID: id, Endpoint: endpoint}.Key()
-	if _, ok := s.outbox[k]; !ok {
-		return fmt.Errorf("memstore: delivery %s to %s: %w", id, endpoint, vault.ErrNotFound)
-	}
-	delete(s.outbox, k)
-	return nil
+	return deleteKey(s, s.outbox, vault.Delivery{ID: id, Endpoint: endpoint}.Key(), fmt.Sprintf("delivery %s to %s", id, endpoint))
 }
 
 // RetryDelivery implements vault.Outbox.
@@ -183,14 +173,5 @@ func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]va
 
 // ForgetRetired implements vault.AdminStore.
 func (s *Store) ForgetRetired(ctx context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	if _, ok := s.retired[id]; !ok {
-		return fmt.Errorf("memstore: retired connection %s: %w", id, vault.ErrNotFound)
-	}
-	delete(s.retired, id)
-	return nil
+	return deleteKey(s, s.retired, id, "retired connection "+id)
 }

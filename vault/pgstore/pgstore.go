@@ -620,14 +620,30 @@ func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]s
 // Reseal implements vault.Resealer: one transaction per batch, locking only
 // the rows not yet sealed with the primary key.
 func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
+	primary := s.kr.Primary()
+	return s.resealRows(ctx, "connections", "SELECT record FROM connections WHERE id = ANY($1) AND sealed_with <> $2 ORDER BY id FOR UPDATE",
+		[]any{ids, primary}, func(b *pgx.Batch, rec []byte) (bool, error) {
+			nrec, c, err := record.Reseal(s.kr, rec)
+			if err == nil {
+				b.Queue("UPDATE connections SET sealed_with = $2, version = $3, record = $4 WHERE id = $1", c.ID, primary, int64(c.Version), nrec)
+			}
+			return err == nil, err
+		})
+}
+
+// resealRows seals again, in one transaction, the records query selects
+// (with args, FOR UPDATE: those sealed with another key than the
+// primary): reseal queues each one's rewrite on the batch, or says there
+// was none to make. It returns how many it queued; what names the records
+// in errors.
+func (s *Store) resealRows(ctx context.Context, what, query string, args []any, reseal func(b *pgx.Batch, rec []byte) (bool, error)) (int, error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	primary := s.kr.Primary()
 	n := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		n = 0
-		rows, err := tx.Query(ctx, "SELECT record FROM connections WHERE id = ANY($1) AND sealed_with <> $2 ORDER BY id FOR UPDATE", ids, primary)
+		rows, err := tx.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -637,13 +653,13 @@ func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
 		}
 		batch := &pgx.Batch{}
 		for _, rec := range recs {
-			nrec, c, err := record.Reseal(s.kr, rec)
+			queued, err := reseal(batch, rec)
 			if err != nil {
 				return err
 			}
-			batch.Queue("UPDATE connections SET sealed_with = $2, version = $3, record = $4 WHERE id = $1",
-				c.ID, primary, int64(c.Version), nrec)
-			n++
+			if queued {
+				n++
+			}
 		}
 		if n == 0 {
 			return nil
@@ -651,17 +667,20 @@ func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
 		return tx.SendBatch(ctx, batch).Close()
 	})
 	if err != nil {
-		return 0, s.dbErr(fmt.Errorf("pgstore: reseal: %w", err))
+		return 0, s.dbErr(fmt.Errorf("pgstore: reseal %s: %w", what, err))
 	}
 	return n, nil
 }
 
-// KeyUsage counts connections by the id of the key that sealed their tokens.
+// KeyUsage counts connections by the id of the key that sealed their
+// tokens, and upstream client secrets by theirs.
 func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, "SELECT sealed_with, count(*) FROM connections GROUP BY sealed_with")
+	rows, err := s.pool.Query(ctx, `SELECT sealed_with, count(*) FROM
+		(SELECT sealed_with FROM connections UNION ALL SELECT sealed_with FROM upstream_clients WHERE sealed_with <> '') k
+		GROUP BY sealed_with`)
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: key usage: %w", err))
 	}
@@ -935,9 +954,9 @@ func (s *Store) Close() error {
 // and FullySealed tells a starting replica whether to run it at all.
 func (s *Store) Resealer() vault.Resealer { return s }
 
-// FullySealed reports whether every connection is sealed with the primary
-// key (one scan of the sealed_with column), so a starting replica can skip
-// the re-encryption pass. On error it answers false: the pass then runs.
+// FullySealed reports whether every connection and upstream client
+// secret is sealed with the primary key (scans of the sealed_with
+// columns), so a starting replica can skip the re-encryption pass. On error it answers false: the pass then runs.
 func (s *Store) FullySealed() bool {
 	if s.closed.Load() {
 		return false
@@ -945,7 +964,8 @@ func (s *Store) FullySealed() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var other bool
-	err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM connections WHERE sealed_with <> $1)", s.kr.Primary()).Scan(&other)
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM connections WHERE sealed_with <> $1)
+		OR EXISTS (SELECT 1 FROM upstream_clients WHERE sealed_with NOT IN ('', $1))`, s.kr.Primary()).Scan(&other)
 	return err == nil && !other
 }
 

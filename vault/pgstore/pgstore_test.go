@@ -56,6 +56,31 @@ func TestAuthConformance(t *testing.T) {
 	})
 }
 
+func TestUpstreamClientConformance(t *testing.T) {
+	srv := pgtest.Shared(t)
+	kr := newKeyring(t)
+	vaulttest.RunUpstreamClients(t, func(t *testing.T) vault.Store {
+		return open(t, srv.Schema(t), kr)
+	})
+}
+
+// TestUpstreamClientRotation: key rotation re-seals upstream client
+// secrets too, and keys status counts them.
+func TestUpstreamClientRotation(t *testing.T) {
+	url := pgtest.Shared(t).Schema(t)
+	vaulttest.RunUpstreamClientRotation(t, func(t *testing.T, kr *vault.Keyring) vaulttest.KeyUser {
+		return open(t, url, kr)
+	})
+}
+
+// TestSecretsSealedAtRest: no record in the database holds a token, an
+// API key or an upstream client secret in the clear.
+func TestSecretsSealedAtRest(t *testing.T) {
+	s := open(t, pgtest.Shared(t).Schema(t), newKeyring(t))
+	vaulttest.FillEveryKind(t, s)
+	vaulttest.NothingInTheClear(t, s)
+}
+
 // TestAssertionConformance runs the ledger suite with two stores (two
 // pools, as two replicas) on one database.
 func TestAssertionConformance(t *testing.T) {

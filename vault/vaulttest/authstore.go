@@ -20,10 +20,7 @@ type authBackend struct {
 // authorization server's storage. newStore returns a fresh, empty store
 // for each subtest; RunAuth closes it.
 func RunAuth(t *testing.T, newStore func(t *testing.T) vault.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s authBackend)
-	}{
+	runSuite(t, newStore, func(s vault.Store) authBackend { return authBackend{s, s.Auth()} }, []subtest[authBackend]{
 		{"OAuthClientCRUD", testOAuthClientCRUD},
 		{"OAuthClientLimit", testOAuthClientLimit},
 		{"ConcurrentOAuthClientLimit", testConcurrentOAuthClientLimit},
@@ -37,14 +34,7 @@ func RunAuth(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"ConcurrentAppAccessUpdates", testConcurrentAppAccessUpdates},
 		{"AppLiveness", testAppLiveness},
 		{"AuthClosed", testAuthClosed},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := newStore(t)
-			t.Cleanup(func() { _ = s.Close() })
-			tt.fn(t, authBackend{s, s.Auth()})
-		})
-	}
+	})
 }
 
 // odd is a principal whose issuer and subject hold bytes some databases
@@ -75,6 +65,9 @@ func normalise(v any) any {
 		return x
 	case vault.AuthCode:
 		x.Created, x.Expires = x.Created.UTC().Round(0), x.Expires.UTC().Round(0)
+		return x
+	case vault.UpstreamClient:
+		x.Created = x.Created.UTC().Round(0)
 		return x
 	case vault.AppAccess:
 		x.Created, x.Updated, x.LastUsed = x.Created.UTC().Round(0), x.Updated.UTC().Round(0), x.LastUsed.UTC().Round(0)

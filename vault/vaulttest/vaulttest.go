@@ -21,10 +21,7 @@ import (
 // each subtest; Run closes it (Close must tolerate being called twice, as
 // the backend's own cleanup may close it again).
 func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s vault.Store)
-	}{
+	runSuite(t, newStore, func(s vault.Store) vault.Store { return s }, []subtest[vault.Store]{
 		{"ConnectionCRUD", testConnectionCRUD},
 		{"ConnectionRoundTrip", testConnectionRoundTrip},
 		{"ConnectionVersions", testConnectionVersions},
@@ -50,12 +47,24 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"ConcurrentCreateAndList", testConcurrentCreateAndList},
 		{"GrantConnector", testGrantConnector},
 		{"Locker", testLocker},
-	}
+	})
+}
+
+// subtest is one test of a conformance suite on S, a store as the suite
+// sees it.
+type subtest[S any] struct {
+	name string
+	fn   func(t *testing.T, s S)
+}
+
+// runSuite runs each of tests on a fresh store of newStore, as as makes
+// it, and closes the store after.
+func runSuite[S any](t *testing.T, newStore func(t *testing.T) vault.Store, as func(vault.Store) S, tests []subtest[S]) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStore(t)
 			t.Cleanup(func() { _ = s.Close() })
-			tt.fn(t, s)
+			tt.fn(t, as(s))
 		})
 	}
 }

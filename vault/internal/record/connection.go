@@ -66,8 +66,13 @@ const recordV1 = 1
 // connectionAAD binds a ciphertext to the record that holds it: moving it to
 // another connection (other id, principal, provider or account) fails to open.
 func connectionAAD(c *connRecord) []byte {
-	const prefix = "credbroker/connection/v1"
-	ss := [...]string{c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID}
+	return boundAAD("credbroker/connection/v1", c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID)
+}
+
+// boundAAD is the additional data of a sealed field: prefix (the kind of
+// record and its version), then each of ss length-prefixed, so no two
+// identities give the same bytes.
+func boundAAD(prefix string, ss ...string) []byte {
 	n := len(prefix)
 	for _, s := range ss {
 		n += binary.MaxVarintLen64 + len(s)
@@ -244,6 +249,12 @@ func ConnectionMeta(b []byte) (vault.Connection, error) {
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
+	return r.meta(kid), nil
+}
+
+// meta is the connection r stores without its token set, sealed with the
+// key kid.
+func (r *connRecord) meta(kid string) vault.Connection {
 	return vault.Connection{
 		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject},
 		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
@@ -251,7 +262,7 @@ func ConnectionMeta(b []byte) (vault.Connection, error) {
 		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
 		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
 		SealedWith: kid,
-	}, nil
+	}
 }
 
 // DecodeConnection parses a stored connection and opens its token set.
@@ -285,19 +296,13 @@ func decodeConnection(kr *vault.Keyring, b []byte) (vault.Connection, extAreas, 
 			fields[k] = vault.Secret(v)
 		}
 	}
-	return vault.Connection{
-		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject},
-		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
-		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
-		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
-		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
-		SealedWith: kid,
-		Token: vault.TokenSet{
-			AccessToken: vault.Secret(tp.AccessToken), RefreshToken: vault.Secret(tp.RefreshToken),
-			TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: vault.Secret(tp.IDToken),
-			Fields: fields,
-		},
-	}, extAreas{rec: r.Ext, tokens: tp.Ext}, nil
+	c := r.meta(kid)
+	c.Token = vault.TokenSet{
+		AccessToken: vault.Secret(tp.AccessToken), RefreshToken: vault.Secret(tp.RefreshToken),
+		TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: vault.Secret(tp.IDToken),
+		Fields: fields,
+	}
+	return c, extAreas{rec: r.Ext, tokens: tp.Ext}, nil
 }
 
 // validUTF8 rejects strings that are not UTF-8: the record formats hold
