@@ -66,7 +66,9 @@ type Options struct {
 	// HTTPClient).
 	UpstreamHTTPClient *http.Client
 	// UpstreamClients keeps the clients the broker registers at upstream
-	// MCP servers' authorization servers (default: in this process only).
+	// MCP servers' authorization servers (default: in this process only;
+	// the broker gives its store's, vault.Store.UpstreamClients, so a
+	// registration survives restarts and replicas share it).
 	UpstreamClients UpstreamClients
 	// ClientMetadataURL is the broker's Client ID Metadata Document (an
 	// https URL: upstream servers that support it identify the broker by

@@ -127,6 +127,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		Telemetry: d.Telemetry, RefreshFailed: refreshFailedEvents(d.Events, d.Store, d.Logger),
 		Tracing:            d.Tracing,
 		UpstreamHTTPClient: authHTTP, BrokerURL: d.PublicURL, ClientMetadataURL: d.Upstreams.metadataURL(d.PublicURL),
+		UpstreamClients: d.Store.UpstreamClients(),
 	})
 	if err != nil {
 		return mounted{}, err
