@@ -230,7 +230,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	}()
 	// The readiness probe reads the store as opened: a probe is no
 	// operation of the broker's to time or trace.
-	registerHealth(site.API, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
+	registerHealth(site.API, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient, d.Telemetry))
 	if d.MetricsOnMain && d.Telemetry != nil {
 		site.API.Handle("GET /metrics", d.Telemetry.Handler())
 	}
