@@ -472,6 +472,22 @@ func (c *core) takePending(id string) (pendingAuth, bool) {
 	return *p, true
 }
 
+// readDecision reads a consent form's POST and takes the pending request it
+// answers, or writes the provider's error page and reports false.
+func (c *core) readDecision(w http.ResponseWriter, r *http.Request, provider string) (pendingAuth, bool) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	if err := r.ParseForm(); err != nil {
+		errorPage(w, http.StatusBadRequest, provider, "The form could not be read.")
+		return pendingAuth{}, false
+	}
+	p, ok := c.takePending(r.PostForm.Get("request"))
+	if !ok {
+		errorPage(w, http.StatusBadRequest, provider, "This authorization request is unknown or was already answered.")
+		return pendingAuth{}, false
+	}
+	return p, true
+}
+
 // issueCode creates a single-use code for an approved request. Both
 // providers keep one grant per user and app, so the grant is the user's.
 func (c *core) issueCode(p pendingAuth) string {

@@ -159,14 +159,8 @@ func (g *GitHub) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *GitHub) decide(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	if err := r.ParseForm(); err != nil {
-		errorPage(w, http.StatusBadRequest, "GitHub", "The form could not be read.")
-		return
-	}
-	p, ok := g.takePending(r.PostForm.Get("request"))
+	p, ok := g.readDecision(w, r, "GitHub")
 	if !ok {
-		errorPage(w, http.StatusBadRequest, "GitHub", "This authorization request is unknown or was already answered.")
 		return
 	}
 	switch r.PostForm.Get("decision") {

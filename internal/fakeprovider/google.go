@@ -330,14 +330,8 @@ func (g *Google) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Google) decide(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	if err := r.ParseForm(); err != nil {
-		errorPage(w, http.StatusBadRequest, "Google", "The form could not be read.")
-		return
-	}
-	p, ok := g.takePending(r.PostForm.Get("request"))
+	p, ok := g.readDecision(w, r, "Google")
 	if !ok {
-		errorPage(w, http.StatusBadRequest, "Google", "This authorization request is unknown or was already answered.")
 		return
 	}
 	switch r.PostForm.Get("decision") {
