@@ -116,29 +116,13 @@ func Start(tb testing.TB, o Options) *Stack {
 	if o.Export {
 		export = "    sidecar_token_export: true\n"
 	}
-	doc := `providers:
-  demo:
-    display_name: Demo
-    type: oauth2
-    authorization_url: ` + s.DemoURL + `/authorize
-    token_url: ` + s.DemoURL + `/token
-    client_id: demo-client
-    client_secret: ${DEMO_SECRET}
-    default_scopes: [profile]
+	doc := "providers:\n" +
+		demoOAuth("demo", "Demo", s.DemoURL, `    default_scopes: [profile]
     allowed_scopes: [profile, repos]
-    account: {url: ` + s.DemoURL + `/api/user, id_field: id, login_field: login}
-    api: {base_url: ` + s.DemoURL + `/api}
-    revocation: {style: rfc7009, url: ` + s.DemoURL + `/revoke}
-` + export + `  notes:
-    display_name: Notes
-    type: oauth2
-    authorization_url: ` + s.DemoURL + `/authorize
-    token_url: ` + s.DemoURL + `/token
-    client_id: demo-client
-    client_secret: ${DEMO_SECRET}
-    account: {url: ` + s.DemoURL + `/api/user, id_field: id, login_field: login}
-    api: {base_url: ` + s.DemoURL + `/api}
-` + o.ExtraProviders
+    revocation: {style: rfc7009, url: `+s.DemoURL+`/revoke}
+`+export) +
+		demoOAuth("notes", "Notes", s.DemoURL, "") +
+		o.ExtraProviders
 	if o.DemoKeys {
 		doc += `  demo-keys:
     display_name: Demo keys
@@ -227,6 +211,22 @@ func (s *Stack) UserTokenWithScopes(user, aud string, scopes []string) string {
 		s.tb.Fatal(err)
 	}
 	return tok
+}
+
+// demoOAuth is the providers: entry of an oauth2 provider called name on
+// the demo provider at demoURL, with the lines of extra (indented as an
+// entry's fields) added.
+func demoOAuth(name, display, demoURL, extra string) string {
+	return `  ` + name + `:
+    display_name: ` + display + `
+    type: oauth2
+    authorization_url: ` + demoURL + `/authorize
+    token_url: ` + demoURL + `/token
+    client_id: demo-client
+    client_secret: ${DEMO_SECRET}
+    account: {url: ` + demoURL + `/api/user, id_field: id, login_field: login}
+    api: {base_url: ` + demoURL + `/api}
+` + extra
 }
 
 // Principal is the principal of a development user's tokens.
