@@ -59,6 +59,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"credbroker/internal/countdown"
 )
 
 // Options configure a fake provider. Zero values get defaults.
@@ -197,14 +199,16 @@ type core struct {
 	// (GitHub: one year); zero: never.
 	idleTTL time.Duration
 
+	// failTokens and failAPI are the injected failures of the token
+	// endpoint and of API calls still to come.
+	failTokens, failAPI countdown.Countdown
+
 	mu           sync.Mutex // guards the fields below
 	user         User
 	pending      map[string]*pendingAuth
 	codes        map[string]*codeGrant
 	tokens       map[string]*token
 	events       []Event
-	failTokens   int
-	failAPI      int
 	authzErr     string
 	authzErrDesc string
 }
@@ -262,9 +266,7 @@ func (c *core) SetUser(u User) {
 // FailNextAPI makes the next n API calls answer 401 as to a token the
 // provider no longer accepts.
 func (c *core) FailNextAPI(n int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.failAPI = n
+	c.failAPI.Set(n)
 }
 
 // UserRevokesAccess is the person removing the app in their account
@@ -288,9 +290,7 @@ func (c *core) User() User {
 
 // FailNextTokens makes the next n token requests answer HTTP 500.
 func (c *core) FailNextTokens(n int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.failTokens = n
+	c.failTokens.Set(n)
 }
 
 // SetAuthorizeError makes every authorization request redirect back at once
@@ -527,15 +527,6 @@ func (c *core) revokePair(pair string) {
 			t.revoked = true
 		}
 	}
-}
-
-// takeAPIFailure consumes one injected API failure; callers hold c.mu.
-func (c *core) takeAPIFailure() bool {
-	if c.failAPI > 0 {
-		c.failAPI--
-		return true
-	}
-	return false
 }
 
 // revokeGrant revokes every token of a grant; callers hold c.mu.

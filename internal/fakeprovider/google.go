@@ -394,8 +394,7 @@ func (g *Google) token(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, status, map[string]string{"error": code, "error_description": desc})
 	}
-	if g.failTokens > 0 {
-		g.failTokens--
+	if g.failTokens.Take() {
 		fail(http.StatusInternalServerError, "server_error", "Internal error (injected).")
 		return
 	}
@@ -524,7 +523,7 @@ func (g *Google) bearerToken(w http.ResponseWriter, r *http.Request, ev *Event) 
 	tok := bearer(r, false)
 	ev.Token = tok
 	t, ok := g.lookupToken(tok)
-	if !ok || t.refresh || !g.live(t) || g.takeAPIFailure() {
+	if !ok || t.refresh || !g.live(t) || g.failAPI.Take() {
 		ev.Status, ev.Error = http.StatusUnauthorized, "invalid_token"
 		g.record(*ev)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="https://accounts.google.com/", error="invalid_token"`)
