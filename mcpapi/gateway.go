@@ -827,8 +827,7 @@ func (g *gateway) askToConnect(w http.ResponseWriter, c *gwCall, n connections.N
 				fmt.Sprintf("Connecting %s needs the client capability elicitation.url (%s)", name, n.Why), map[string]any{"requiredCapabilities": urlCapability})
 			return
 		}
-		g.toolError(w, c, fmt.Sprintf("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability). Connect %s on the broker's connections page at %s, then call again.",
-			name, n.Why, name, s.opts.PublicURL+"/connections"))
+		g.toolError(w, c, n.NoLinkMessage(s.opts.Connections.PageURL()))
 		return
 	}
 	msg := n.Message()

@@ -427,8 +427,7 @@ func (s *Server) askToConnect(c *callContext, tool string, n connections.NeedsUs
 				Data:    data,
 			}}
 		}
-		return toolError("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability). Connect %s on the broker's connections page at %s, then call again.",
-			name, n.Why, name, s.opts.PublicURL+"/connections")
+		return toolError("%s", n.NoLinkMessage(s.opts.Connections.PageURL()))
 	}
 	msg := n.Message()
 	if !c.modern {

@@ -83,8 +83,20 @@ type connectionsPage struct {
 	// a deleted API key at its provider.
 	NoticeLink, NoticeLinkText string
 	Connections                []connectionRow
-	Apps                       []appRow
-	AppsShown                  bool
+	// Offers are the providers the person can connect here (Connect).
+	Offers    []offerRow
+	Apps      []appRow
+	AppsShown bool
+}
+
+// offerRow is a provider the connections page offers to connect: its
+// Connect button posts to /connections/{Name}/connect.
+type offerRow struct {
+	Name, Provider string
+	// Reconnect: the person has a connection there that needs reconnecting.
+	Reconnect bool
+	// Key: connecting means entering an API key.
+	Key bool
 }
 
 type signedOutPage struct{ Chrome web.Chrome }
