@@ -25,10 +25,15 @@ type requester struct {
 	// when it used the unnamed secret.
 	Server        string
 	ServerUnnamed bool
+	// Unnamed: nothing names the requester, as for a request the person
+	// started with Connect on the connections page (a grant does not
+	// record that) or one of an MCP client that gave no name.
+	Unnamed bool
 }
 
 func requesterOf(g vault.Grant) requester {
-	return requester{ClientName: web.ClientName(g.ClientName, g.Server), Server: g.Server, ServerUnnamed: g.Server == vault.UnnamedServer}
+	return requester{ClientName: web.ClientName(g.ClientName, g.Server), Server: g.Server, ServerUnnamed: g.Server == vault.UnnamedServer,
+		Unnamed: g.ClientName == "" && g.Server == ""}
 }
 
 type consentPage struct {
