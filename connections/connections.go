@@ -421,7 +421,7 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 	if !req.CanAsk {
 		return need, nil
 	}
-	if err := s.upstreamUsable(ctx, p); err != nil {
+	if err := s.upstreamUsable(ctx, req, p); err != nil {
 		return nil, err
 	}
 	if req.ReuseOpen && req.Server == "" {
@@ -908,8 +908,8 @@ func quoteAll(ss []string) []string {
 // meanwhile), a connection created just now is removed again and
 // ErrRequestExpired is returned.
 //
-// A store that implements vault.GrantConnector writes the connection,
-// approves and completes g in one transaction
+// A store with a vault.GrantConnector (Store.Connector) writes the
+// connection, approves and completes g in one transaction
 // (binding.ApproveAndCompleteWith: one durable commit, nothing to undo).
 func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
 	asked := g.Scopes
@@ -921,7 +921,8 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 		return vault.Connection{}, err
 	}
 	var conn vault.Connection
-	gc, atomic := s.opts.Store.(vault.GrantConnector)
+	gc := s.opts.Store.Connector()
+	atomic := gc != nil
 	if atomic {
 		conn, _, err = s.opts.Grants.ApproveAndCompleteWith(ctx, gc, g.ID, pr, w)
 		atomic = !errors.Is(err, errors.ErrUnsupported)

@@ -1183,6 +1183,7 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	seen := map[string]bool{}
 	h := sha256.New()
 	dropped := 0
+	var bigSchemas []string
 	for _, t := range tools {
 		if t == nil || !toolNameRE.MatchString(t.Name) || seen[t.Name] || !c.up.Tools.Allowed(t.Name) {
 			continue
@@ -1194,6 +1195,7 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 		in, _ := json.Marshal(t.InputSchema)
 		outSchema, _ := json.Marshal(t.OutputSchema)
 		if len(in) > maxToolSchema || len(outSchema) > maxToolSchema {
+			bigSchemas = append(bigSchemas, t.Name)
 			continue
 		}
 		seen[t.Name] = true
@@ -1211,6 +1213,9 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	if dropped > 0 {
 		g.s.log.Warn("mcpapi: an upstream listed more tools than the broker relays; the rest were dropped",
 			"provider", c.p.Name, "relayed", maxTools, "dropped", dropped)
+	}
+	if len(bigSchemas) > 0 {
+		g.s.log.Warn("mcpapi: upstream tools whose schemas are over 64 KiB were dropped", "provider", c.p.Name, "tools", bigSchemas)
 	}
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
