@@ -37,12 +37,7 @@ const insertClient = `INSERT INTO oauth_clients (id, created_ns, used, version, 
 // the insert run in one transaction holding an advisory lock, so
 // concurrent registrations on any replica cannot pass the cap together.
 func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.OAuthClient{}, err
-	}
-	c = c.Clone()
-	c.Version = 1
-	args, err := s.clientArgs(c)
+	c, args, err := fresh(ctx, s, record.OAuthClients, c, s.clientArgs)
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
@@ -210,12 +205,7 @@ const insertApp = `INSERT INTO oauth_apps (id, iss, sub, client_id, version, rec
 // CreateAppAccess implements vault.AuthStore. The unique (iss, sub,
 // client_id) constraint keeps one record per person and client.
 func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppAccess{}, err
-	}
-	a = a.Clone()
-	a.Version = 1
-	args, err := s.appArgs(a)
+	a, args, err := fresh(ctx, s, record.AppAccesses, a, s.appArgs)
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
@@ -274,16 +264,9 @@ func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID s
 
 // ListAppAccess implements vault.AuthStore.
 func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
+	recs, err := queryColumn[[]byte](ctx, s, "list app access", "SELECT record FROM oauth_apps WHERE iss = $1 AND sub = $2 ORDER BY id", []byte(p.Issuer), []byte(p.Subject))
+	if err != nil {
 		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM oauth_apps WHERE iss = $1 AND sub = $2 ORDER BY id", []byte(p.Issuer), []byte(p.Subject))
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list app access: %w", err))
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list app access: %w", err))
 	}
 	return record.AppAccesses.DecodeOwned(p, recs)
 }
@@ -315,9 +298,6 @@ func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.Ap
 // DeleteAppAccess implements vault.AuthStore: the row and the change's
 // deliveries go in one transaction.
 func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
 	if s.appChanges == nil {
 		return s.deleteRow(ctx, "oauth_apps", "id", id, "app access")
 	}
