@@ -20,14 +20,7 @@ func (s *Store) Auth() vault.AuthStore { return s }
 var clientsLockKey = lockKey("credbroker/pgstore/oauth_clients")
 
 func (s *Store) clientArgs(c vault.OAuthClient) ([]any, error) {
-	rec, err := record.EncodeOAuthClient(c)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkID("oauth client", c.ID); err != nil {
-		return nil, err
-	}
-	return []any{c.ID, nanos(c.Created), !c.Used.IsZero(), int64(c.Version), rec}, nil
+	return wholeArgs(record.OAuthClients, c, c.ID, nanos(c.Created), !c.Used.IsZero(), int64(c.Version))
 }
 
 const insertClient = `INSERT INTO oauth_clients (id, created_ns, used, version, record)
@@ -78,17 +71,7 @@ const updateClient = `UPDATE oauth_clients SET created_ns = $2, used = $3, versi
 // UpdateOAuthClient implements vault.AuthStore (compare-and-swap on the
 // version column).
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	return cas(ctx, s, "oauth client", id, updateClient, s.getClient, func(old vault.OAuthClient, _ int64) (vault.OAuthClient, casWrite, error) {
-		nc, err := record.OAuthClients.Apply(old, fn)
-		if err != nil {
-			return vault.OAuthClient{}, casWrite{}, err
-		}
-		args, err := s.clientArgs(nc)
-		if err != nil {
-			return vault.OAuthClient{}, casWrite{}, err
-		}
-		return nc, casWrite{args: args}, nil
-	})
+	return cas(ctx, s, "oauth client", id, updateClient, s.getClient, applyWhole(record.OAuthClients, fn, s.clientArgs, nil))
 }
 
 // deleteRow deletes the row of table whose column equals key.
@@ -186,17 +169,10 @@ func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (i
 }
 
 func (s *Store) appArgs(a vault.AppAccess) ([]any, error) {
-	rec, err := record.EncodeAppAccess(a)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkID("app access", a.ID); err != nil {
-		return nil, err
-	}
 	if err := checkID("client", a.ClientID); err != nil {
 		return nil, err
 	}
-	return []any{a.ID, []byte(a.Principal.Issuer), []byte(a.Principal.Subject), a.ClientID, int64(a.Version), rec}, nil
+	return wholeArgs(record.AppAccesses, a, a.ID, []byte(a.Principal.Issuer), []byte(a.Principal.Subject), a.ClientID, int64(a.Version))
 }
 
 const insertApp = `INSERT INTO oauth_apps (id, iss, sub, client_id, version, record)

@@ -635,6 +635,26 @@ func cas[O, N any](ctx context.Context, s *Store, what, id, update string,
 	return zero, fmt.Errorf("pgstore: update %s %s: still contended after %d attempts: %w", what, id, s.attempts, vault.ErrConflict)
 }
 
+// applyWhole is cas's next for a kind stored whole: fn applied with k's
+// rules, and the UPDATE's arguments args makes of the result (picked from
+// by pick, when not nil).
+func applyWhole[T any](k record.Kind[T], fn func(T) (T, error), args func(T) ([]any, error), pick func([]any) []any) func(T, int64) (T, casWrite, error) {
+	return func(old T, _ int64) (T, casWrite, error) {
+		nv, err := k.Apply(old, fn)
+		if err != nil {
+			return *new(T), casWrite{}, err
+		}
+		a, err := args(nv)
+		if err != nil {
+			return *new(T), casWrite{}, err
+		}
+		if pick != nil {
+			a = pick(a)
+		}
+		return nv, casWrite{args: a}, nil
+	}
+}
+
 // DeleteConnection implements vault.Store.
 func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 	if s.changes != nil {
@@ -729,15 +749,22 @@ func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 }
 
 func (s *Store) grantArgs(g vault.Grant) ([]any, error) {
-	rec, err := record.EncodeGrant(g)
+	return wholeArgs(record.Grants, g, g.ID, []byte(g.Principal.Issuer), []byte(g.Principal.Subject), shown(g.Provider), shown(string(g.State)),
+		nanos(g.Created), nanos(g.Expires), int64(g.Version))
+}
+
+// wholeArgs is the arguments of a row holding a record of kind k whole:
+// cols, then v's record. The id v names must hold no NUL (checkID).
+func wholeArgs[T any](k record.Kind[T], v T, cols ...any) ([]any, error) {
+	rec, err := k.Encode(v)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkID("grant", g.ID); err != nil {
+	id, _ := k.Owner(v)
+	if err := checkID(k.Name, id); err != nil {
 		return nil, err
 	}
-	return []any{g.ID, []byte(g.Principal.Issuer), []byte(g.Principal.Subject), shown(g.Provider), shown(string(g.State)),
-		nanos(g.Created), nanos(g.Expires), int64(g.Version), rec}, nil
+	return append(cols, rec), nil
 }
 
 const insertGrant = `INSERT INTO grants (id, iss, sub, provider, state, created_ns, expires_ns, version, record)
@@ -806,17 +833,7 @@ func (s *Store) getGrant(ctx context.Context, id string) (vault.Grant, int64, er
 // UpdateConnection: of two concurrent consumers of a single-use grant,
 // exactly one write lands and the other re-runs fn on the consumed grant.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	return cas(ctx, s, "grant", id, updateGrant, s.getGrant, func(old vault.Grant, _ int64) (vault.Grant, casWrite, error) {
-		ng, err := record.Grants.Apply(old, fn)
-		if err != nil {
-			return vault.Grant{}, casWrite{}, err
-		}
-		args, err := s.grantArgs(ng)
-		if err != nil {
-			return vault.Grant{}, casWrite{}, err
-		}
-		return ng, casWrite{args: updateGrantArgs(args)}, nil
-	})
+	return cas(ctx, s, "grant", id, updateGrant, s.getGrant, applyWhole(record.Grants, fn, s.grantArgs, updateGrantArgs))
 }
 
 // countGrantsSQL counts a principal's grants created at or after $3 and,
