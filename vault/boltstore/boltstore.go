@@ -784,12 +784,7 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 // run a closure again), so each closure's count sees every grant inserted
 // before it, including those of the same batch.
 func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Grant{}, err
-	}
-	g = g.Clone()
-	g.Version = 1
-	rec, err := record.EncodeGrant(g)
+	g, rec, err := fresh(ctx, s, record.Grants, g)
 	if err != nil {
 		return vault.Grant{}, err
 	}

@@ -291,9 +291,7 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 // CreateGrantLimited implements vault.Store: the count and the insert
 // happen under one hold of the write lock.
 func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
-	g = g.Clone()
-	g.Version = 1
-	b, err := record.EncodeGrant(g)
+	g, b, err := record.Grants.New(g)
 	if err != nil {
 		return vault.Grant{}, err
 	}
