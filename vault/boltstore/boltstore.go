@@ -20,6 +20,7 @@
 //	retired             id → sealed connection record kept to retry its revocation
 //	retired_by_principal len(iss)|iss|len(sub)|sub|id → ""
 //	spent_assertions    vault.AssertionKey → expiry (Unix nanoseconds, 8 bytes big endian)
+//	idp_sessions        hex SHA-256 of the principal key → sealed IdP session (record.EncodeIdPSession)
 //
 // Times in keys are 12 bytes that sort like the times: the Unix second with
 // its sign bit flipped, then the nanosecond, both big endian. Listing a
@@ -76,7 +77,7 @@ var (
 
 	allBuckets = [][]byte{bConns, bConnByPrinc, bGrants, bGrantByPrin, bGrantByExp, bMeta,
 		bOAuthClients, bOAuthCodes, bOAuthApps, bOAuthAppByClient,
-		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc, bSpent}
+		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc, bSpent, bSessions}
 
 	keySchema       = []byte("schema")
 	keySealedAll    = []byte("sealed_all")

@@ -32,6 +32,7 @@ type Store struct {
 	outbox      map[string]vault.Delivery // by Delivery.Key
 	retired     map[string][]byte         // connection id -> sealed record
 	spent       map[string]time.Time      // vault.AssertionKey -> expiry (assertions.go)
+	sessions    map[[2]string][]byte      // iss, sub -> sealed IdP session (idpsessions.go)
 }
 
 var (

@@ -145,6 +145,17 @@ END $$;
 CREATE TRIGGER oauth_apps_changed AFTER UPDATE OR DELETE ON oauth_apps
 	FOR EACH ROW EXECUTE FUNCTION credbroker_app_changed();
 `},
+	{6, "people's IdP sessions (enterprise-managed authorization upstream)", `
+CREATE TABLE idp_sessions (
+	iss      bytea NOT NULL,
+	sub      bytea NOT NULL,
+	version  bigint NOT NULL,
+	updated  timestamptz NOT NULL,
+	record   bytea NOT NULL,
+	PRIMARY KEY (iss, sub)
+);
+COMMENT ON COLUMN idp_sessions.record IS 'record.EncodeIdPSession output: the IdP refresh token and latest ID token sealed (AEAD, AAD bound to the person)';
+`},
 }
 
 // SchemaVersion is the schema version this build migrates to.
