@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -147,6 +148,7 @@ func New(opts Options) (*IdP, error) {
 		requests: map[string]*authRequest{},
 		codes:    map[string]string{},
 		tokens:   map[string]*accessToken{},
+		refresh:  map[string]*refreshGrant{},
 	}
 	for _, usr := range opts.Users {
 		if usr.Username == "" || usr.Subject == "" {
@@ -176,6 +178,9 @@ func New(opts Options) (*IdP, error) {
 		CryptoKeyId:    keyID,
 		CodeMethodS256: true,
 		AuthMethodPost: true,
+		// Refresh tokens for offline_access sign-ins (the broker keeps
+		// people's IdP sessions for enterprise-managed authorization).
+		GrantTypeRefreshToken: true,
 	}
 	var provOpts []op.Option
 	if u.Scheme == "http" {
@@ -211,6 +216,32 @@ func (p *IdP) AddClient(c Client) error {
 	defer p.store.mu.Unlock()
 	p.store.clients[c.ID] = c
 	return nil
+}
+
+// RevokeRefreshTokens ends every refresh token of username (the IdP no
+// longer vouching for them, a session ended by an administrator): the
+// next refresh is invalid_grant. It returns how many it ended.
+func (p *IdP) RevokeRefreshTokens(username string) int {
+	p.store.mu.Lock()
+	defer p.store.mu.Unlock()
+	u, ok := p.store.users[username]
+	n := 0
+	for rt, g := range p.store.refresh {
+		if ok && g.subject == u.Subject {
+			delete(p.store.refresh, rt)
+			n++
+		}
+	}
+	return n
+}
+
+// IssuedRefreshTokens returns every refresh token the IdP has issued,
+// rotated ones included, so tests can look for them where they must
+// never be.
+func (p *IdP) IssuedRefreshTokens() []string {
+	p.store.mu.Lock()
+	defer p.store.mu.Unlock()
+	return slices.Clone(p.store.issued)
 }
 
 // Handler serves every path under the issuer's URL path. It expects the

@@ -19,6 +19,9 @@ const (
 	authRequestTTL = 10 * time.Minute
 	accessTokenTTL = time.Hour
 	idTokenTTL     = time.Hour
+	// refreshTokenTTL is how long a refresh token (offline_access) lives;
+	// each use rotates it.
+	refreshTokenTTL = 24 * time.Hour
 )
 
 var errNotFound = errors.New("devidp: not found")
@@ -104,7 +107,9 @@ func (c *client) AuthMethod() oidc.AuthMethod {
 func (c *client) ResponseTypes() []oidc.ResponseType {
 	return []oidc.ResponseType{oidc.ResponseTypeCode}
 }
-func (c *client) GrantTypes() []oidc.GrantType        { return []oidc.GrantType{oidc.GrantTypeCode} }
+func (c *client) GrantTypes() []oidc.GrantType {
+	return []oidc.GrantType{oidc.GrantTypeCode, oidc.GrantTypeRefreshToken}
+}
 func (c *client) LoginURL(id string) string           { return c.loginURL(id) }
 func (c *client) AccessTokenType() op.AccessTokenType { return op.AccessTokenTypeBearer }
 func (c *client) IDTokenLifetime() time.Duration      { return idTokenTTL }
@@ -143,6 +148,10 @@ type storage struct {
 	requests map[string]*authRequest
 	codes    map[string]string // code -> request id
 	tokens   map[string]*accessToken
+	// refresh holds the live refresh tokens (offline_access), issued
+	// every one ever issued (IssuedRefreshTokens).
+	refresh map[string]*refreshGrant
+	issued  []string
 	// idjagRules is the token-exchange policy (tokenexchange.go).
 	idjagRules []IDJAGRule
 }
@@ -174,6 +183,11 @@ func (s *storage) gc() {
 	for id, t := range s.tokens {
 		if now.After(t.expiry) {
 			delete(s.tokens, id)
+		}
+	}
+	for rt, g := range s.refresh {
+		if now.After(g.expiry) {
+			delete(s.refresh, rt)
 		}
 	}
 }
@@ -289,12 +303,80 @@ func (s *storage) CreateAccessToken(_ context.Context, req op.TokenRequest) (str
 	return id, t.expiry, nil
 }
 
-func (s *storage) CreateAccessAndRefreshTokens(context.Context, op.TokenRequest, string) (string, string, time.Time, error) {
-	return "", "", time.Time{}, oidc.ErrUnsupportedGrantType().WithDescription("refresh tokens are not supported")
+// refreshGrant is a live refresh token: who, for which client, the
+// scopes of the sign-in that issued it.
+type refreshGrant struct {
+	subject  string
+	clientID string
+	scopes   []string
+	authTime time.Time
+	amr      []string
+	expiry   time.Time
 }
 
-func (s *storage) TokenRequestByRefreshToken(context.Context, string) (op.RefreshTokenRequest, error) {
-	return nil, oidc.ErrInvalidGrant().WithDescription("refresh tokens are not supported")
+// refreshRequest is a refresh_token grant request (op.RefreshTokenRequest).
+type refreshRequest struct {
+	token string
+	g     refreshGrant
+}
+
+func (r *refreshRequest) GetAMR() []string                 { return slices.Clone(r.g.amr) }
+func (r *refreshRequest) GetAudience() []string            { return []string{r.g.clientID} }
+func (r *refreshRequest) GetAuthTime() time.Time           { return r.g.authTime }
+func (r *refreshRequest) GetClientID() string              { return r.g.clientID }
+func (r *refreshRequest) GetScopes() []string              { return slices.Clone(r.g.scopes) }
+func (r *refreshRequest) GetSubject() string               { return r.g.subject }
+func (r *refreshRequest) SetCurrentScopes(scopes []string) { r.g.scopes = slices.Clone(scopes) }
+
+// CreateAccessAndRefreshTokens issues an access token and a refresh token
+// (a code flow with offline_access, or a refresh, which rotates: the
+// refresh token spent is deleted).
+func (s *storage) CreateAccessAndRefreshTokens(ctx context.Context, req op.TokenRequest, current string) (string, string, time.Time, error) {
+	id, exp, err := s.CreateAccessToken(ctx, req)
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	rt, err := randomString(32)
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	g := refreshGrant{subject: req.GetSubject(), scopes: slices.Clone(req.GetScopes()), expiry: s.now().Add(refreshTokenTTL)}
+	switch r := req.(type) {
+	case *authRequest:
+		g.clientID, g.authTime, g.amr = r.clientID, r.authTime, r.GetAMR()
+	case *refreshRequest:
+		g.clientID, g.authTime, g.amr = r.g.clientID, r.g.authTime, r.g.amr
+	default:
+		return "", "", time.Time{}, oidc.ErrUnsupportedGrantType().WithDescription("refresh tokens come from the code flow only")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if current != "" {
+		if _, ok := s.refresh[current]; !ok {
+			// Spent meanwhile by a concurrent refresh: refuse, as a
+			// rotating IdP does.
+			return "", "", time.Time{}, oidc.ErrInvalidGrant().WithDescription("the refresh token was used already")
+		}
+		delete(s.refresh, current)
+	}
+	s.refresh[rt] = &g
+	s.issued = append(s.issued, rt)
+	return id, rt, exp, nil
+}
+
+// TokenRequestByRefreshToken finds a live refresh token of a user who
+// still exists.
+func (s *storage) TokenRequestByRefreshToken(_ context.Context, token string) (op.RefreshTokenRequest, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, ok := s.refresh[token]
+	if !ok || s.now().After(g.expiry) {
+		return nil, oidc.ErrInvalidGrant().WithDescription("the refresh token is unknown, revoked or expired")
+	}
+	if _, ok := s.userBySubject(g.subject); !ok {
+		return nil, oidc.ErrInvalidGrant().WithDescription("the user no longer exists")
+	}
+	return &refreshRequest{token: token, g: *g}, nil
 }
 
 func (s *storage) TerminateSession(context.Context, string, string) error { return nil }
@@ -305,10 +387,18 @@ func (s *storage) RevokeToken(_ context.Context, tokenOrID, _, clientID string) 
 	if t, ok := s.tokens[tokenOrID]; ok && t.clientID == clientID {
 		delete(s.tokens, tokenOrID)
 	}
+	if g, ok := s.refresh[tokenOrID]; ok && g.clientID == clientID {
+		delete(s.refresh, tokenOrID)
+	}
 	return nil
 }
 
-func (s *storage) GetRefreshTokenInfo(context.Context, string, string) (string, string, error) {
+func (s *storage) GetRefreshTokenInfo(_ context.Context, clientID, token string) (string, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, ok := s.refresh[token]; ok && g.clientID == clientID {
+		return g.subject, token, nil
+	}
 	return "", "", op.ErrInvalidRefreshToken
 }
 

@@ -21,6 +21,7 @@
 //	credbroker_audit_events_total{event}
 //	credbroker_sidecar_requests_total{server,route,status}
 //	credbroker_idjag_grants_total{outcome}    granted, or why a JWT bearer grant was refused (idjag.go)
+//	credbroker_upstream_idjag_total{provider,outcome}  ID-JAGs asked for upstream MCP servers (idjag_upstream.go)
 //
 // The server label of the sidecar series is the configured name of the
 // co-located server (Options.SidecarServers, "unnamed" for the unnamed
@@ -82,6 +83,7 @@ type Recorder struct {
 	ops           *opsMetrics            // webhooks, keep-alive (ops.go)
 	idjag         *prometheus.CounterVec // JWT bearer grants (idjag.go)
 	upstream      *upstreamMetrics       // the gateway (upstream.go)
+	upstreamIDJAG *prometheus.CounterVec // ID-JAGs asked for upstream (idjag_upstream.go)
 }
 
 // Latency buckets: the broker answers in well under a millisecond; provider
@@ -144,6 +146,7 @@ func New(opts Options) *Recorder {
 	r.ops = newOpsMetrics(r.reg, opts.WebhookEndpoints)
 	r.idjag = newIDJAGMetric(r.reg)
 	r.upstream = newUpstreamMetrics(r.reg)
+	r.upstreamIDJAG = newUpstreamIDJAGMetric(r.reg)
 	if opts.ProcessMetrics {
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -320,7 +323,7 @@ func (r *Recorder) Audit(ctx context.Context, e Event) {
 	switch e.Kind {
 	case EventIdentityMismatch:
 		level = slog.LevelWarn
-	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay, EventIDJAGRefused:
+	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay, EventIDJAGRefused, EventUpstreamIDJAGRefused:
 		level = slog.LevelWarn
 	}
 	if e.Err != nil && level < slog.LevelWarn {
