@@ -42,6 +42,9 @@ type Service struct {
 	log       *slog.Logger
 	providers *provider.Registry
 	stepUps   stepUpCounter
+	// locker excludes other replicas from connecting one person to one
+	// provider by assertion at the same time (assertion.go).
+	locker vault.Locker
 }
 
 // New validates opts and builds a Service.
@@ -69,7 +72,7 @@ func New(opts Options) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{opts: opts, log: log, providers: opts.Client.Providers()}, nil
+	return &Service{opts: opts, log: log, providers: opts.Client.Providers(), locker: vault.LockerFor(opts.Store)}, nil
 }
 
 // Providers returns the catalogue.
@@ -171,10 +174,16 @@ type Reason struct {
 	Missing []string
 	// Accepted: the person said they would open the link (Pending).
 	Accepted bool
+	// Assertion is why connecting without the browser was refused (an
+	// upstream ID-JAG outcome code, assertion.go), when it was tried.
+	Assertion string
 }
 
 // String is the reason in words, fit for a sentence after a colon.
 func (r Reason) String() string {
+	if words := AssertionRefusal(r.Assertion); words != "" {
+		return "connecting it for you through your organisation's sign-in did not work: " + words
+	}
 	switch r.Kind {
 	case Reconnect:
 		return "the broker's access was revoked or has expired, so the account must be reconnected"
@@ -397,6 +406,13 @@ func (s *Service) keepGranted(p *provider.Provider, conns []vault.Connection, ac
 
 // start opens a connect request for req (when it can ask).
 func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, scopes []string, why Reason) (Outcome, error) {
+	if s.opts.Client.ConnectsByAssertion(p) {
+		o, refused, err := s.connectByAssertion(ctx, req, p, scopes)
+		if o != nil || err != nil {
+			return o, err
+		}
+		why.Assertion = refused
+	}
 	need := NeedsUser{Provider: p, Scopes: slices.Clone(scopes), Why: why}
 	if !req.CanAsk {
 		return need, nil
@@ -415,13 +431,8 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 			return need, nil
 		}
 	}
-	var g vault.Grant
-	var err error
-	if req.Server != "" {
-		g, err = s.opts.Grants.CreateForServer(ctx, req.Principal, p.Name, scopes, req.Server, req.ClientName)
-	} else {
-		g, err = s.opts.Grants.Create(ctx, req.Principal, p.Name, scopes, req.ClientName)
-	}
+	g, err := s.opts.Grants.CreateFrom(ctx, vault.Grant{Principal: req.Principal, Provider: p.Name, Scopes: scopes,
+		ClientName: req.ClientName, Server: req.Server, Why: why.Assertion})
 	switch {
 	case errors.Is(err, ErrTooManyPending), errors.Is(err, ErrRateLimited):
 		return nil, err

@@ -121,13 +121,17 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if err != nil {
 		return mounted{}, err
 	}
-	client, err := provider.New(provider.Options{
+	provOpts := provider.Options{
 		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "provider"), RefreshMargin: d.RefreshMargin,
 		Telemetry: d.Telemetry, RefreshFailed: refreshFailedEvents(d.Events, d.Store, d.Logger),
 		Tracing:            d.Tracing,
 		UpstreamHTTPClient: authHTTP, BrokerURL: d.PublicURL, ClientMetadataURL: d.Upstreams.metadataURL(d.PublicURL),
-	})
+	}
+	if err := idpSessions(&provOpts, plainStore, d); err != nil {
+		return mounted{}, err
+	}
+	client, err := provider.New(provOpts)
 	if err != nil {
 		return mounted{}, err
 	}
@@ -139,10 +143,14 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if err != nil {
 		return mounted{}, err
 	}
+	offboard := offboardApps(appSvc)
+	if provOpts.IdPSessions != nil {
+		offboard = append(offboard, connections.IdPSessionStep(client))
+	}
 	conns, err := connections.New(connections.Options{
 		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
-		Offboard: offboardApps(appSvc),
+		Offboard: offboard,
 	})
 	if err != nil {
 		return mounted{}, err
@@ -260,6 +268,25 @@ func appsCore(store vault.Store, policy apps.Policy, rec *telemetry.Recorder, lo
 		opts.SoleWriter = true
 	}
 	return apps.New(opts)
+}
+
+// idpSessions gives the provider layer the organisation's IdP and the
+// store of people's IdP sessions when an entry of the catalogue connects
+// by ID-JAG (mcp.auth: enterprise).
+func idpSessions(o *provider.Options, store vault.Store, d brokerDeps) error {
+	if !d.Providers.NeedsIdPSessions() {
+		return nil
+	}
+	st, ok := store.(vault.IdPSessionStore)
+	if !ok {
+		return fmt.Errorf("the store %T cannot keep people's IdP sessions, which mcp.auth enterprise needs; use bolt or PostgreSQL", store)
+	}
+	if d.ClientSecret == "" {
+		d.Logger.Warn("mcp.auth enterprise entries need the broker to authenticate at the IdP's token exchange, and no client secret is configured (BROKER_CLIENT_SECRET): the IdP will likely refuse every ID-JAG")
+	}
+	o.IdP = &provider.OrgIdP{Issuer: d.Issuer, ClientID: d.ClientID, ClientSecret: d.ClientSecret}
+	o.IdPSessions = st
+	return nil
 }
 
 // offboardApps is offboarding's step for the apps core (none without one).
