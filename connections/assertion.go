@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/oauth2"
@@ -30,6 +31,46 @@ import (
 // one provider may hold its lock.
 const assertionLockTTL = time.Minute
 
+// refusalHold is how long a refusal by the IdP or the server (policy,
+// not supported, unreachable) is taken as the answer for the same person
+// and provider on this replica, so that listing tools and retries do not
+// ask the IdP again and again; a change of the IdP's policy is seen
+// within it. A missing or ended IdP session is not held: signing in
+// again works at once.
+const refusalHold = time.Minute
+
+// refusalMemo remembers recent refusals per person and provider, bounded
+// in size.
+type refusalMemo struct {
+	mu sync.Mutex // guards m
+	m  map[[32]byte]heldRefusal
+}
+
+type heldRefusal struct {
+	code  string
+	until time.Time
+}
+
+func (r *refusalMemo) get(key [32]byte, now time.Time) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.m[key]
+	if !ok || !now.Before(h.until) {
+		delete(r.m, key)
+		return "", false
+	}
+	return h.code, true
+}
+
+func (r *refusalMemo) put(key [32]byte, code string, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil || len(r.m) > 10000 {
+		r.m = map[[32]byte]heldRefusal{}
+	}
+	r.m[key] = heldRefusal{code: code, until: until}
+}
+
 // connectByAssertion tries to connect req's person to p with scopes
 // without the browser: Connected (stored like any connection), or the
 // outcome code of the refusal (and a nil Outcome) for the person to be
@@ -40,6 +81,9 @@ func (s *Service) connectByAssertion(ctx context.Context, req Request, p *provid
 	// concurrent first calls of a host would otherwise each store a
 	// connection for the same account.
 	sum := sha256.Sum256([]byte(req.Principal.Issuer + "\x00" + req.Principal.Subject + "\x00" + p.Name))
+	if code, held := s.refusals.get(sum, s.opts.Now()); held {
+		return nil, code, nil
+	}
 	lctx, cancel := context.WithTimeout(ctx, assertionLockTTL)
 	defer cancel()
 	unlock, err := s.locker.LockConnection(lctx, "assert/"+hex.EncodeToString(sum[:16]))
@@ -59,11 +103,15 @@ func (s *Service) connectByAssertion(ctx context.Context, req Request, p *provid
 	var ue *provider.UpstreamError
 	switch {
 	case errors.As(err, &ar):
+		if ar.Outcome != telemetry.UpstreamIDJAGNoSession && ar.Outcome != telemetry.UpstreamIDJAGSessionEnded {
+			s.refusals.put(sum, ar.Outcome, s.opts.Now().Add(refusalHold))
+		}
 		return nil, ar.Outcome, nil
 	case errors.As(err, &ue):
 		return nil, "", err
 	case err != nil:
 		s.log.Warn("connections: connecting by ID-JAG failed; asking the person", "provider", p.Name, "err", err)
+		s.refusals.put(sum, telemetry.UpstreamIDJAGUnavailable, s.opts.Now().Add(refusalHold))
 		return nil, telemetry.UpstreamIDJAGUnavailable, nil
 	}
 	conn, err := s.storeDirect(ctx, req.Principal, p, ex)

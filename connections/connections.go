@@ -44,7 +44,8 @@ type Service struct {
 	stepUps   stepUpCounter
 	// locker excludes other replicas from connecting one person to one
 	// provider by assertion at the same time (assertion.go).
-	locker vault.Locker
+	locker   vault.Locker
+	refusals refusalMemo
 }
 
 // New validates opts and builds a Service.

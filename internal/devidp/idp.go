@@ -218,6 +218,20 @@ func (p *IdP) AddClient(c Client) error {
 	return nil
 }
 
+// AddUser adds a person who can sign in (a test's extra user).
+func (p *IdP) AddUser(u User) error {
+	if u.Username == "" || u.Subject == "" {
+		return errors.New("devidp: a user needs a username and a subject")
+	}
+	p.store.mu.Lock()
+	defer p.store.mu.Unlock()
+	if _, dup := p.store.users[u.Username]; dup {
+		return fmt.Errorf("devidp: duplicate user %q", u.Username)
+	}
+	p.store.users[u.Username] = u
+	return nil
+}
+
 // RevokeRefreshTokens ends every refresh token of username (the IdP no
 // longer vouching for them, a session ended by an administrator): the
 // next refresh is invalid_grant. It returns how many it ended.
