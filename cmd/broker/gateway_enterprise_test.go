@@ -44,7 +44,7 @@ type jagUpstream struct {
 	secret  string
 	refused []string // why redemptions were refused
 
-	mu     sync.Mutex // guards the fields below
+	mu     sync.Mutex        // guards the fields below
 	tokens map[string]string // access token → sub
 	jags   []map[string]any
 	n      int
