@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,19 +36,19 @@ import (
 // names the token's person. POST /test/expire forgets every access token
 // (the server then answers 401).
 type jagUpstream struct {
-	t       *testing.T
-	srv     *httptest.Server
-	base    string
-	url     string
-	idp     *devidp.IdP
-	keys    *oidc.RemoteKeySet
-	secret  string
-	refused []string // why redemptions were refused
+	t      *testing.T
+	srv    *httptest.Server
+	base   string
+	url    string
+	idp    *devidp.IdP
+	keys   *oidc.RemoteKeySet
+	secret string
 
-	mu     sync.Mutex        // guards the fields below
-	tokens map[string]string // access token → sub
-	jags   []map[string]any
-	n      int
+	mu      sync.Mutex        // guards the fields below
+	tokens  map[string]string // access token → sub
+	jags    []map[string]any  // the claims of the ID-JAGs redeemed
+	refused []string          // why redemptions were refused
+	n       int
 }
 
 const jagClientID = "broker-at-hr"
@@ -165,6 +166,14 @@ func (u *jagUpstream) token(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// redeemed returns the claims of the ID-JAGs redeemed and why others
+// were refused.
+func (u *jagUpstream) redeemed() ([]map[string]any, []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.jags), slices.Clone(u.refused)
+}
+
 // accessTokens are the access tokens the authorization server issued.
 func (u *jagUpstream) accessTokens() []string {
 	u.mu.Lock()
@@ -236,10 +245,11 @@ func TestGatewayEnterprise(t *testing.T) {
 	if n := host.asked(); n != 0 {
 		t.Fatalf("alice was asked %d times to connect", n)
 	}
-	if len(up.jags) != 1 {
-		t.Fatalf("%d ID-JAGs redeemed, want 1 (refused: %v)", len(up.jags), up.refused)
+	jags, refused := up.redeemed()
+	if len(jags) != 1 {
+		t.Fatalf("%d ID-JAGs redeemed, want 1 (refused: %v)", len(jags), refused)
 	}
-	if j := up.jags[0]; j["aud"] != up.base || j["resource"] != up.url || j["client_id"] != jagClientID || j["sub"] != "alice" {
+	if j := jags[0]; j["aud"] != up.base || j["resource"] != up.url || j["client_id"] != jagClientID || j["sub"] != "alice" {
 		t.Errorf("the ID-JAG redeemed: %v", j)
 	}
 	// The server forgets the token: the broker's forced refresh is a new
@@ -249,8 +259,11 @@ func TestGatewayEnterprise(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if got := host.call(t, ctx, "whoami", nil); got != "person=alice" || host.asked() != 0 || len(up.jags) != 2 {
-		t.Fatalf("after the server forgot the token: %q, asked %d, %d ID-JAGs", got, host.asked(), len(up.jags))
+	if got := host.call(t, ctx, "whoami", nil); got != "person=alice" || host.asked() != 0 {
+		t.Fatalf("after the server forgot the token: %q, asked %d", got, host.asked())
+	}
+	if jags, _ = up.redeemed(); len(jags) != 2 {
+		t.Fatalf("after the server forgot the token: %d ID-JAGs redeemed, want 2", len(jags))
 	}
 
 	// bob: the IdP's policy says no; carol: no IdP session. Each gets the
