@@ -425,3 +425,18 @@ func TestCheckIDJAG(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckUpstreamIDJAG: `broker upstreams check` says whether an
+// enterprise entry's authorization server takes ID-JAGs.
+func TestCheckUpstreamIDJAG(t *testing.T) {
+	r := newJAGRig(t)
+	c, err := r.k.CheckUpstream(context.Background(), "linear")
+	if err != nil || c.IDJAG != "id-jag" || c.Registration != "static" {
+		t.Fatalf("check = %+v, %v", c, err)
+	}
+	r.as.set("grant_types_supported", []string{"authorization_code"})
+	r.k.upstream("linear").auth = nil
+	if c, err = r.k.CheckUpstream(context.Background(), "linear"); err != nil || c.IDJAG != "no id-jag: code flow only" {
+		t.Fatalf("without the JWT bearer grant: %+v, %v", c, err)
+	}
+}

@@ -644,6 +644,10 @@ type UpstreamCheck struct {
 	Registration string
 	// Scopes are those a connect request asks for by default.
 	Scopes []string
+	// IDJAG, for an mcp.auth: enterprise entry, says whether its
+	// authorization server takes ID-JAGs (the JWT bearer grant):
+	// "id-jag", or "no id-jag: code flow only"; "" for other entries.
+	IDJAG string
 }
 
 // CheckUpstream runs mcp entry name's discovery and picks its
@@ -667,6 +671,12 @@ func (k *Client) CheckUpstream(ctx context.Context, name string) (UpstreamCheck,
 		return out, err
 	}
 	out.Issuer = ua.issuer
+	if m.Enterprise {
+		out.IDJAG = "no id-jag: code flow only"
+		if slices.Contains(ua.meta.GrantTypesSupported, grantJWTBearer) {
+			out.IDJAG = "id-jag"
+		}
+	}
 	out.Scopes = p.DefaultScopes
 	if len(out.Scopes) == 0 {
 		out.Scopes = ua.scopes
