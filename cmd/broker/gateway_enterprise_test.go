@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -286,10 +287,12 @@ func TestGatewayEnterprise(t *testing.T) {
 				return fmt.Errorf("no consent page for %s: %v", c.user, err)
 			}
 			page = consent
-			return nil // the upstream's authorization server refuses the code flow: nothing more to do
+			// The upstream's authorization server refuses the code flow:
+			// the host stops here.
+			return errors.New("the person stops at the consent page")
 		})
 		_, _ = h.cs.CallTool(ctx, &mcp.CallToolParams{Name: "whoami"})
-		if h.asked() == 0 || !strings.Contains(page, "through your organisation&#39;s sign-in and could not") || !strings.Contains(page, c.says) {
+		if h.asked() != 1 || !strings.Contains(page, "through your organisation&#39;s sign-in and could not") || !strings.Contains(page, c.says) {
 			t.Errorf("%s: asked %d times; the consent page does not say why (%q):\n%.2000s", c.user, h.asked(), c.says, page)
 		}
 	}
