@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -151,13 +150,9 @@ func New(opts Options) (*IdP, error) {
 		refresh:  map[string]*refreshGrant{},
 	}
 	for _, usr := range opts.Users {
-		if usr.Username == "" || usr.Subject == "" {
-			return nil, errors.New("devidp: every user needs a username and a subject")
+		if err := p.AddUser(usr); err != nil {
+			return nil, err
 		}
-		if _, dup := p.store.users[usr.Username]; dup {
-			return nil, fmt.Errorf("devidp: duplicate user %q", usr.Username)
-		}
-		p.store.users[usr.Username] = usr
 	}
 	for _, c := range opts.Clients {
 		if err := p.AddClient(c); err != nil {
@@ -218,10 +213,11 @@ func (p *IdP) AddClient(c Client) error {
 	return nil
 }
 
-// AddUser adds a person who can sign in (a test's extra user).
+// AddUser adds a person who can sign in (at run time: a test's extra
+// user).
 func (p *IdP) AddUser(u User) error {
 	if u.Username == "" || u.Subject == "" {
-		return errors.New("devidp: a user needs a username and a subject")
+		return errors.New("devidp: every user needs a username and a subject")
 	}
 	p.store.mu.Lock()
 	defer p.store.mu.Unlock()
@@ -230,32 +226,6 @@ func (p *IdP) AddUser(u User) error {
 	}
 	p.store.users[u.Username] = u
 	return nil
-}
-
-// RevokeRefreshTokens ends every refresh token of username (the IdP no
-// longer vouching for them, a session ended by an administrator): the
-// next refresh is invalid_grant. It returns how many it ended.
-func (p *IdP) RevokeRefreshTokens(username string) int {
-	p.store.mu.Lock()
-	defer p.store.mu.Unlock()
-	u, ok := p.store.users[username]
-	n := 0
-	for rt, g := range p.store.refresh {
-		if ok && g.subject == u.Subject {
-			delete(p.store.refresh, rt)
-			n++
-		}
-	}
-	return n
-}
-
-// IssuedRefreshTokens returns every refresh token the IdP has issued,
-// rotated ones included, so tests can look for them where they must
-// never be.
-func (p *IdP) IssuedRefreshTokens() []string {
-	p.store.mu.Lock()
-	defer p.store.mu.Unlock()
-	return slices.Clone(p.store.issued)
 }
 
 // Handler serves every path under the issuer's URL path. It expects the

@@ -13,16 +13,27 @@ var _ vault.IdPSessionStore = (*Store)(nil)
 // IdPSessions returns the store's IdP sessions.
 func (s *Store) IdPSessions() vault.IdPSessionStore { return s }
 
+func sessionKey(p vault.Principal) [2]string { return [2]string{p.Issuer, p.Subject} }
+
+// session returns p's stored record; s.mu must be held.
+func (s *Store) session(p vault.Principal) ([]byte, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rec, ok := s.sessions[sessionKey(p)]
+	if !ok {
+		return nil, fmt.Errorf("memstore: IdP session: %w", vault.ErrNotFound)
+	}
+	return rec, nil
+}
+
 // GetIdPSession implements vault.IdPSessionStore.
 func (s *Store) GetIdPSession(ctx context.Context, p vault.Principal) (vault.IdPSession, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if err := s.check(); err != nil {
+	rec, err := s.session(p)
+	if err != nil {
 		return vault.IdPSession{}, err
-	}
-	rec, ok := s.sessions[sessionKey(p)]
-	if !ok {
-		return vault.IdPSession{}, fmt.Errorf("memstore: IdP session: %w", vault.ErrNotFound)
 	}
 	return record.DecodeIdPSession(s.kr, rec)
 }
@@ -50,12 +61,9 @@ func (s *Store) PutIdPSession(ctx context.Context, in vault.IdPSession) (vault.I
 func (s *Store) UpdateIdPSession(ctx context.Context, p vault.Principal, fn func(vault.IdPSession) (vault.IdPSession, error)) (vault.IdPSession, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
+	rec, err := s.session(p)
+	if err != nil {
 		return vault.IdPSession{}, err
-	}
-	rec, ok := s.sessions[sessionKey(p)]
-	if !ok {
-		return vault.IdPSession{}, fmt.Errorf("memstore: IdP session: %w", vault.ErrNotFound)
 	}
 	nrec, _, out, err := record.IdPSessions(s.kr).Update(rec, fn)
 	if err != nil {
@@ -69,14 +77,9 @@ func (s *Store) UpdateIdPSession(ctx context.Context, p vault.Principal, fn func
 func (s *Store) DeleteIdPSession(ctx context.Context, p vault.Principal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
+	if _, err := s.session(p); err != nil {
 		return err
-	}
-	if _, ok := s.sessions[sessionKey(p)]; !ok {
-		return fmt.Errorf("memstore: IdP session: %w", vault.ErrNotFound)
 	}
 	delete(s.sessions, sessionKey(p))
 	return nil
 }
-
-func sessionKey(p vault.Principal) [2]string { return [2]string{p.Issuer, p.Subject} }
