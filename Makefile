@@ -79,9 +79,11 @@ deps:
 
 # Every test with -race; internal/testreport prints failures and a summary
 # listing every skipped test, and fails the run on a skip unless
-# CREDBROKER_ALLOW_SKIP=1.
+# CREDBROKER_ALLOW_SKIP=1. The long end-to-end tests of cmd/broker mostly
+# wait (on Node peers, Chromium, an upstream's slow call) and run in
+# parallel, four at a time.
 unit:
-	set -o pipefail; $(GO) test -race -count=1 -timeout 20m -json ./... | $(GO) run ./internal/testreport
+	set -o pipefail; $(GO) test -race -count=1 -parallel 4 -timeout 20m -json ./... | $(GO) run ./internal/testreport
 
 # Each fuzz target for FUZZTIME; a crasher's input lands in testdata/fuzz.
 fuzz:
@@ -157,7 +159,10 @@ sidecar-ts-deps: conformance-deps
 		cd $(SIDECAR_TS_DIR) && PATH="$(CURDIR)/$(CONFORMANCE_DIR)/node_modules/node-linux-$(NODE_ARCH)/bin:$$PATH" npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
-test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps oidcprovider-deps tsupstream-deps server-everything-deps unit fuzz
+# unit and fuzz run side by side (the tests must pass on a busy machine);
+# each one's output is shown whole when it ends.
+test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps oidcprovider-deps tsupstream-deps server-everything-deps
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit fuzz
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,

@@ -107,14 +107,14 @@ func (s *Service) connectByAssertion(ctx context.Context, req Request, p *provid
 			s.refusals.put(sum, ar.Outcome, s.opts.Now().Add(refusalHold))
 		}
 		return nil, ar.Outcome, nil
-	case errors.As(err, &ue):
-		return nil, "", err
+	case errors.As(err, &ue), vault.Unavailable(err):
+		return nil, "", err // as for a connect link: the door says what
 	case err != nil:
 		s.log.Warn("connections: connecting by ID-JAG failed; asking the person", "provider", p.Name, "err", err)
 		s.refusals.put(sum, telemetry.UpstreamIDJAGUnavailable, s.opts.Now().Add(refusalHold))
 		return nil, telemetry.UpstreamIDJAGUnavailable, nil
 	}
-	conn, err := s.storeDirect(ctx, req.Principal, p, ex)
+	conn, err := s.storeDirect(ctx, req.Principal, p, ex, scopes)
 	if err != nil {
 		return nil, "", err
 	}
@@ -124,11 +124,11 @@ func (s *Service) connectByAssertion(ctx context.Context, req Request, p *provid
 	return Connected{Conn: conn, Provider: p}, "", nil
 }
 
-// storeDirect stores ex for pr (no connect request involved): a new
-// connection, or an update of pr's one to the same account. The result is
-// metadata only.
-func (s *Service) storeDirect(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
-	w, err := s.connectionWrite(ctx, pr, p, ex)
+// storeDirect stores ex, the answer to asking for the scopes asked, for
+// pr (no connect request involved): a new connection, or an update of
+// pr's one to the same account. The result is metadata only.
+func (s *Service) storeDirect(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged, asked []string) (vault.Connection, error) {
+	w, err := s.connectionWrite(ctx, pr, p, ex, p.NormalizeScopes(asked))
 	if err != nil {
 		return vault.Connection{}, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"credbroker/binding"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
 )
@@ -853,6 +854,41 @@ func MissingRefreshToken(p *provider.Provider, c vault.Connection) bool {
 	return p != nil && c.NoRefreshToken && p.ExpectsRefreshToken(c.Scopes)
 }
 
+// NotGranted returns the scopes c's last connect request asked for that
+// the provider p did not grant (the person unchecked them on a granular
+// consent screen, as Google's), nil when it granted them all or the ask
+// is unknown. Each door names them with NotGrantedWords and says, in its
+// own terms, how to ask again.
+func NotGranted(p *provider.Provider, c vault.Connection) []string {
+	if p == nil || len(c.Requested) == 0 {
+		return nil
+	}
+	return p.MissingScopes(c.Scopes, c.Requested)
+}
+
+// NotGrantedWords says that the scopes missing (NotGranted's) were asked
+// for and not granted ("" when none).
+func NotGrantedWords(p *provider.Provider, missing []string) string {
+	if len(missing) == 0 {
+		return ""
+	}
+	was, it := "were", "them"
+	if len(missing) == 1 {
+		was, it = "was", "it"
+	}
+	return fmt.Sprintf("The user did not grant every scope asked for: %s %s not granted, so %s refuses requests that need %s.",
+		strings.Join(quoteAll(missing), ", "), was, p.DisplayName, it)
+}
+
+// quoteAll quotes each of ss (untrusted text: a provider's scope names).
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = untrusted.Quote(s)
+	}
+	return out
+}
+
 // Save stores what a completed browser step produced for grant g (already
 // checked to be the signed-in person's, consented to in this browser, for
 // provider p), and approves and completes g. A connection to the same
@@ -865,7 +901,11 @@ func MissingRefreshToken(p *provider.Provider, c vault.Connection) bool {
 // approves and completes g in one transaction
 // (binding.ApproveAndCompleteWith: one durable commit, nothing to undo).
 func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
-	w, err := s.connectionWrite(ctx, pr, p, ex)
+	asked := g.Scopes
+	if len(asked) == 0 {
+		asked = p.DefaultScopes
+	}
+	w, err := s.connectionWrite(ctx, pr, p, ex, p.NormalizeScopes(asked))
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -909,9 +949,10 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 	return conn, nil
 }
 
-// connectionWrite is what storing ex comes to: a new connection, or an
+// connectionWrite is what storing ex, the answer to a connect request
+// that asked for the scopes asked, comes to: a new connection, or an
 // update of the person's existing one to the same provider account.
-func (s *Service) connectionWrite(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged) (vault.ConnectionWrite, error) {
+func (s *Service) connectionWrite(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged, asked []string) (vault.ConnectionWrite, error) {
 	now := s.opts.Now()
 	existing, err := s.providerConnections(ctx, pr, p.Name)
 	if err != nil {
@@ -930,12 +971,13 @@ func (s *Service) connectionWrite(ctx context.Context, pr vault.Principal, p *pr
 				old.Token.RefreshToken, old.RefreshExpires = keepRefresh, keepExpires
 			}
 			old.AccountLogin, old.Scopes, old.Status, old.Updated = ex.Account.Login, p.NormalizeScopes(ex.Scopes), vault.StatusActive, now
+			old.Requested = asked
 			return old, nil
 		}}, nil
 	}
 	return vault.ConnectionWrite{Create: &vault.Connection{
 		ID: "conn_" + binding.NewID(), Principal: pr, Provider: p.Name, AccountID: ex.Account.ID, AccountLogin: ex.Account.Login,
-		Scopes: p.NormalizeScopes(ex.Scopes), Token: ex.Token, RefreshExpires: ex.RefreshExpiry,
+		Scopes: p.NormalizeScopes(ex.Scopes), Requested: asked, Token: ex.Token, RefreshExpires: ex.RefreshExpiry,
 		Status: vault.StatusActive, Created: now, Updated: now,
 	}}, nil
 }

@@ -307,16 +307,25 @@ func (g *gateway) request(c *gwCall, canAsk bool) connections.Request {
 }
 
 // quietly answers whether c's person is ready, starting no connect
-// request (listing must never ask).
-func (g *gateway) quietly(ctx context.Context, c *gwCall) (connections.Ready, bool) {
+// request (listing must never ask). down is the storage outage that kept
+// it from knowing (nil otherwise): never answered as "not connected".
+func (g *gateway) quietly(ctx context.Context, c *gwCall) (r connections.Ready, ok bool, down error) {
 	o, err := g.s.opts.Connections.Upstream(ctx, g.request(c, false), "", connections.NoAnswer)
-	r, ok := o.(connections.Ready)
-	return r, err == nil && ok
+	if vault.Unavailable(err) {
+		return r, false, err
+	}
+	r, ok = o.(connections.Ready)
+	return r, err == nil && ok, nil
 }
 
 func (g *gateway) discover(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
-	if r, ok := g.quietly(ctx, c); ok {
+	r, ok, down := g.quietly(ctx, c)
+	if down != nil {
+		g.failed(w, c, down)
+		return
+	}
+	if ok {
 		if cs, err := g.s.opts.Upstreams.Session(ctx, r.Target); err == nil && cs.InitializeResult() != nil && cs.InitializeResult().Capabilities != nil {
 			up := cs.InitializeResult().Capabilities
 			caps = &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: up.Prompts, Resources: up.Resources, Completions: up.Completions}
@@ -334,7 +343,7 @@ func (g *gateway) instructions(ctx context.Context, c *gwCall) string {
 	if !c.up.RelayInstructions {
 		return own
 	}
-	r, ok := g.quietly(ctx, c)
+	r, ok, _ := g.quietly(ctx, c)
 	if !ok {
 		return own
 	}
@@ -354,7 +363,11 @@ func placeholder(p *provider.Provider) *mcp.Tool {
 }
 
 func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCall) {
-	r, ok := g.quietly(ctx, c)
+	r, ok, down := g.quietly(ctx, c)
+	if down != nil {
+		g.failed(w, c, down)
+		return
+	}
 	if !ok {
 		g.writeResult(w, c, &mcp.ListToolsResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{TTLMs: 0, CacheScope: "private"},
 			Tools: []*mcp.Tool{placeholder(c.p)}})
@@ -456,7 +469,11 @@ func (g *gateway) forgetTools(pr vault.Principal, provider string) {
 // list relays the listing methods (prompts, resources, templates) and
 // completion; unconnected, they are empty.
 func (g *gateway) list(ctx context.Context, w http.ResponseWriter, c *gwCall) {
-	r, ok := g.quietly(ctx, c)
+	r, ok, down := g.quietly(ctx, c)
+	if down != nil {
+		g.failed(w, c, down)
+		return
+	}
 	empty := map[string]any{"prompts/list": &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}, "resources/list": &mcp.ListResourcesResult{Resources: []*mcp.Resource{}},
 		"resources/templates/list": &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}},
 		"completion/complete":      &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{}}}}[c.method]
@@ -897,6 +914,10 @@ func (g *gateway) relay(ctx context.Context, c *gwCall, r connections.Ready, op 
 // upstream's refusal (reconnect, step up) as the connections layer
 // decides it, a relayed JSON-RPC error, or a tool error.
 func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready, err error) {
+	if vault.Unavailable(err) { // the connection's token could not be read
+		g.failed(w, c, err)
+		return
+	}
 	var hp hostParamsError
 	if errors.As(err, &hp) {
 		writeRPCErrorValue(w, g.errStatus(c), c.id, hp.e)
@@ -1017,6 +1038,8 @@ func (g *gateway) failed(w http.ResponseWriter, c *gwCall, err error) {
 	switch f.Class {
 	case connections.BadState:
 		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, invalidState, nil)
+	case connections.StorageUnavailable:
+		g.s.storageUnavailable(w, c.id, err)
 	case connections.Internal:
 		g.s.log.Error("mcpapi: gateway call failed", "provider", c.p.Name, "err", err.Error())
 		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)

@@ -119,7 +119,7 @@ func (k *Client) idToken(ctx context.Context, pr vault.Principal) (string, error
 	sum := sha256.Sum256([]byte(pr.Issuer + "\x00" + pr.Subject))
 	unlock, err := k.locker.LockConnection(ctx, "idp-session/"+hex.EncodeToString(sum[:16]))
 	if err != nil {
-		return "", fmt.Errorf("%w: lock the IdP session: %v", ErrProviderUnavailable, err)
+		return "", fmt.Errorf("%w: lock the IdP session: %w", ErrProviderUnavailable, err)
 	}
 	defer unlock()
 	s, err = st.GetIdPSession(ctx, pr)
@@ -140,7 +140,7 @@ func (k *Client) usableIDToken(s vault.IdPSession, err error) (done bool, tok st
 		// (the next sign-in writes it again).
 		return true, "", refusal(telemetry.UpstreamIDJAGNoSession, "the broker cannot read your session at the organisation's IdP: sign in to the broker again")
 	case err != nil:
-		return true, "", fmt.Errorf("%w: read the IdP session: %v", ErrProviderUnavailable, err)
+		return true, "", fmt.Errorf("provider: read the IdP session: %w", err)
 	case s.IDToken != "" && k.opts.Now().Add(idTokenMargin).Before(s.IDTokenExpires):
 		return true, s.IDToken.Reveal(), nil
 	case s.RefreshToken == "":
@@ -211,7 +211,7 @@ func (k *Client) refreshIDToken(ctx context.Context, s vault.IdPSession) (string
 		return "", fmt.Errorf("%w: the IdP session changed meanwhile; try again", ErrProviderUnavailable)
 	case err != nil:
 		k.log.Error("provider: saving the refreshed IdP session failed; its ID token is not used", "err", err)
-		return "", fmt.Errorf("%w: save the IdP session: %v", ErrProviderUnavailable, err)
+		return "", fmt.Errorf("%w: save the IdP session: %w", ErrProviderUnavailable, err)
 	case verr != nil:
 		return "", fmt.Errorf("%w: the organisation's IdP: %v", ErrProviderUnavailable, verr)
 	}

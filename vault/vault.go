@@ -78,8 +78,14 @@ type Connection struct {
 	// AccountID is the provider account's stable id (GitHub numeric id, OIDC sub).
 	AccountID string
 	// AccountLogin is the display login or email of the provider account.
-	AccountLogin  string
+	AccountLogin string
+	// Scopes are what the provider granted; Requested what the connect
+	// request that made or last updated the connection asked for (nil
+	// when unknown: API keys, connections stored before brokers recorded
+	// it). A person may grant less than was asked (Google's granular
+	// consent); the difference is what the model is told it lacks.
 	Scopes        []string
+	Requested     []string
 	Token         TokenSet
 	Status        ConnectionStatus
 	Created       time.Time
@@ -103,6 +109,7 @@ type Connection struct {
 // Clone returns a deep copy of c.
 func (c Connection) Clone() Connection {
 	c.Scopes = slices.Clone(c.Scopes)
+	c.Requested = slices.Clone(c.Requested)
 	c.Token = c.Token.Clone()
 	return c
 }

@@ -187,6 +187,7 @@ func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
 // brokerctl --non-interactive, and a restart that keeps the connection.
 func TestDevEndToEnd(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	addr, data := freeAddr(t), t.TempDir()
 	d := startDev(t, addr, data)
 	bctx := newBrowser(t)
@@ -316,6 +317,7 @@ func TestDevEndToEnd(t *testing.T) {
 // background, as in its own terminal.
 func TestReadmeWalkthrough(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatalf("curl is needed by the README walkthrough (apt-get install -y curl): %v", err)
 	}

@@ -53,6 +53,7 @@ import (
 //     the only long part.
 func TestGatewayServerEverything(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	node, entry := serverEverything(t)
 	dir := t.TempDir()
 	injected := injectedInstructions()

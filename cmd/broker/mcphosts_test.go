@@ -339,6 +339,7 @@ func mustQuery(t *testing.T, raw string) url.Values {
 // provider through a url elicitation and gets the connection on retry.
 func TestTypeScriptHostOAuth(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	mcpClientDir(t) // skip early when the client is not installed
 	s := startHostStack(t)
 	bctx := newBrowser(t)
@@ -438,6 +439,7 @@ func (s *hostStack) startGoSDKHost(t *testing.T, ctx, person context.Context, us
 // working.
 func TestGoSDKHostOAuth(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	s := startHostStack(t)
 	bctx := newBrowser(t)
 	ctx := testContext(t, 3*time.Minute)

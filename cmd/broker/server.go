@@ -243,7 +243,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 			}
 		}()
 	}
-	registerHealth(site.API, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
+	registerHealth(site.API, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient, d.Telemetry))
 	if d.MetricsOnMain && d.Telemetry != nil {
 		site.API.Handle("GET /metrics", d.Telemetry.Handler())
 	}

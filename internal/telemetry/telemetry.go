@@ -21,6 +21,7 @@
 //	credbroker_audit_events_total{event}
 //	credbroker_sidecar_requests_total{server,route,status}
 //	credbroker_idjag_grants_total{outcome}    granted, or why a JWT bearer grant was refused (idjag.go)
+//	credbroker_store_unavailable_total{door}  requests refused (503) while the store was unavailable (outage.go)
 //	credbroker_upstream_idjag_total{provider,outcome}  ID-JAGs asked for upstream MCP servers (idjag_upstream.go)
 //
 // The server label of the sidecar series is the configured name of the
@@ -83,6 +84,7 @@ type Recorder struct {
 	ops           *opsMetrics            // webhooks, keep-alive (ops.go)
 	idjag         *prometheus.CounterVec // JWT bearer grants (idjag.go)
 	upstream      *upstreamMetrics       // the gateway (upstream.go)
+	outage        *outageMetrics         // requests a storage outage refused (outage.go)
 	upstreamIDJAG *prometheus.CounterVec // ID-JAGs asked for upstream (idjag_upstream.go)
 }
 
@@ -130,7 +132,7 @@ func New(opts Options) *Recorder {
 		}, []string{"provider"}),
 		vaultDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "credbroker_vault_operation_duration_seconds", Buckets: fastBuckets,
-			Help: "Latency of vault store operations by operation and outcome (ok, not_found, conflict, limited, error).",
+			Help: "Latency of vault store operations by operation and outcome (ok, not_found, conflict, limited, unavailable, error).",
 		}, []string{"op", "outcome"}),
 		auditEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "credbroker_audit_events_total",
@@ -146,6 +148,7 @@ func New(opts Options) *Recorder {
 	r.ops = newOpsMetrics(r.reg, opts.WebhookEndpoints)
 	r.idjag = newIDJAGMetric(r.reg)
 	r.upstream = newUpstreamMetrics(r.reg)
+	r.outage = newOutageMetrics(r.reg)
 	r.upstreamIDJAG = newUpstreamIDJAGMetric(r.reg)
 	if opts.ProcessMetrics {
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -177,7 +180,7 @@ var (
 	knownEras  = []string{"2026-07-28", "2025-11-25", "none"}
 	// Outcomes of an MCP request.
 	knownOutcomes = []string{OutcomeComplete, OutcomeInputRequired, OutcomeToolError, OutcomeRPCError,
-		OutcomeUnauthorized, OutcomeInternal, OutcomeAccepted}
+		OutcomeUnauthorized, OutcomeInternal, OutcomeUnavailable, OutcomeAccepted}
 	knownElicitations = []string{ElicitationIssued, ElicitationCompleted, ElicitationDeclined,
 		ElicitationCancelled, ElicitationExpired}
 )
@@ -190,6 +193,7 @@ const (
 	OutcomeRPCError      = "rpc_error"      // a JSON-RPC error (bad request, headers, params)
 	OutcomeUnauthorized  = "unauthorized"   // 401 / 403
 	OutcomeInternal      = "internal"       // 5xx
+	OutcomeUnavailable   = "unavailable"    // 503: the store was unavailable; retry
 	OutcomeAccepted      = "accepted"       // a notification (202)
 )
 
@@ -300,6 +304,8 @@ func (r *Recorder) vaultOp(op string, err error, elapsed time.Duration) {
 		outcome = "conflict"
 	case errors.Is(err, vault.ErrTooManyOpenGrants), errors.Is(err, vault.ErrTooManyRecentGrants):
 		outcome = "limited" // a person's limit refused a grant: not a store failure
+	case vault.Unavailable(err):
+		outcome = "unavailable" // the database is down, the disk full
 	default:
 		outcome = "error"
 	}

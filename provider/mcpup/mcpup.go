@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -43,6 +44,9 @@ var (
 	// ErrNoToken: the connection has no usable token (it needs
 	// reconnecting).
 	ErrNoToken = errors.New("mcpup: the connection has no usable token")
+	// ErrTokenRequired: Probe was refused (401) without a token, as an
+	// OAuth-protected server refuses anyone not yet connected.
+	ErrTokenRequired = errors.New("mcpup: the upstream server asks for a token")
 )
 
 // NeedScope is a 403 insufficient_scope: the upstream wants more scopes.
@@ -185,6 +189,18 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 	return e.cs, nil
 }
 
+// Probe opens a session with t only to tell its era, and closes it. A
+// server that answers 401 to a target without a connection (no token
+// sent) gives an error wrapping ErrTokenRequired.
+func (p *Pool) Probe(ctx context.Context, t Target) (string, error) {
+	cs, err := p.Session(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	defer p.Forget(t)
+	return Era(cs), nil
+}
+
 // drop closes and drops t's session if it is still the one e holds: a
 // caller that saw a session fail must not close the one another caller
 // opened since.
@@ -262,7 +278,8 @@ func (p *Pool) expireLocked() {
 // initialize declaring url elicitation only).
 func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error) {
 	hc := *p.opts.HTTPClient
-	hc.Transport = statusRecorder{next: transportOf(p.opts.HTTPClient)}
+	refused := new(atomic.Bool)
+	hc.Transport = statusRecorder{next: transportOf(p.opts.HTTPClient), refused: refused}
 	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
 	if t.Conn != "" {
 		tr.OAuthHandler = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn}
@@ -285,7 +302,10 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 	})
 	ctx, rec := withRecorder(ctx)
 	cs, err := client.Connect(context.WithoutCancel(ctx), tr, nil)
-	if err != nil {
+	switch {
+	case err != nil && t.Conn == "" && refused.Load():
+		return nil, fmt.Errorf("%w: %w", ErrTokenRequired, err)
+	case err != nil:
 		return nil, rec.classify(err)
 	}
 	return cs, nil
@@ -441,11 +461,17 @@ func (r *recorder) classify(err error) error {
 
 // statusRecorder notes a 401 after a forced refresh in the request's
 // recorder.
-type statusRecorder struct{ next http.RoundTripper }
+type statusRecorder struct {
+	next http.RoundTripper
+	// refused is set by any 401 (the go-sdk opens a session on a
+	// context of its own, so opening is not followed by a recorder).
+	refused *atomic.Bool
+}
 
 func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := s.next.RoundTrip(req)
 	if err == nil && resp.StatusCode == http.StatusUnauthorized {
+		s.refused.Store(true)
 		if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
 			r.mu.Lock()
 			r.refusedAfter = r.refusedAfter || r.refreshed

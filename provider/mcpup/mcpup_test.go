@@ -711,3 +711,32 @@ func TestSessionReopenedAfterTransportFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestProbe: Probe tells an open server's era and keeps no session; a
+// server refusing the token-less request is ErrTokenRequired (what
+// `broker upstreams check` reports as needing a connection), and any
+// other failure is not.
+func TestProbe(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		u := newUpstream(t, legacy)
+		p := newPool(t, Options{})
+		era, err := p.Probe(context.Background(), Target{Provider: "up", URL: u.url()})
+		want := map[bool]string{false: "2026-07-28", true: "2025-11-25"}[legacy]
+		if err != nil || era != want {
+			t.Fatalf("legacy %v: Probe = %q, %v; want %s", legacy, era, err, want)
+		}
+		if p.Len() != 0 {
+			t.Fatalf("legacy %v: Probe kept %d sessions", legacy, p.Len())
+		}
+		u.setTokens("a-token")
+		if _, err := p.Probe(context.Background(), Target{Provider: "up", URL: u.url()}); !errors.Is(err, ErrTokenRequired) {
+			t.Fatalf("legacy %v: Probe of a protected server = %v, want ErrTokenRequired", legacy, err)
+		}
+	}
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	p := newPool(t, Options{})
+	if _, err := p.Probe(context.Background(), Target{Provider: "up", URL: down.URL + "/mcp"}); err == nil || errors.Is(err, ErrTokenRequired) {
+		t.Fatalf("Probe of a closed port = %v, want an error that is not ErrTokenRequired", err)
+	}
+}

@@ -261,6 +261,14 @@ func (s *Stack) Authorize(accountID string, scopes []string) *oauth2.Token {
 // account, and approves and completes the grant).
 func (s *Stack) CompleteConnect(link, user, accountID string) vault.Connection {
 	s.tb.Helper()
+	return s.CompleteConnectGranting(link, user, accountID, nil)
+}
+
+// CompleteConnectGranting is CompleteConnect where the person grants only
+// the scopes granted (nil: every scope the link asks for), as on a
+// granular consent screen.
+func (s *Stack) CompleteConnectGranting(link, user, accountID string, granted []string) vault.Connection {
+	s.tb.Helper()
 	ctx := context.Background()
 	id, ok := strings.CutPrefix(link, PublicURL+"/connect/")
 	if !ok {
@@ -271,11 +279,14 @@ func (s *Stack) CompleteConnect(link, user, accountID string) vault.Connection {
 	if err != nil {
 		s.tb.Fatalf("authorize: %v", err)
 	}
-	tok := s.Authorize(accountID, g.Scopes)
+	if granted == nil {
+		granted = g.Scopes
+	}
+	tok := s.Authorize(accountID, granted)
 	login := map[string]string{"1001": "alice-demo", "1002": "bob-demo"}[accountID]
 	demo, _ := s.Providers.Lookup("demo")
 	conn, err := s.Conns.Save(ctx, p, g, demo, provider.Exchanged{Account: provider.Account{ID: accountID, Login: login},
-		Scopes: g.Scopes, Token: provider.TokenSet(tok)})
+		Scopes: granted, Token: provider.TokenSet(tok)})
 	if err != nil {
 		s.tb.Fatalf("store connection: %v", err)
 	}

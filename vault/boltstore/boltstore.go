@@ -291,28 +291,36 @@ func (s *Store) ready(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// txErr maps bbolt's "not open" to vault.ErrClosed (a Close raced the call).
-func txErr(err error) error {
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+// tx runs fn in a transaction through run (a bolt method or the group
+// commit) and sorts out what went wrong: fn's own error is returned as it
+// is; bbolt's "not open" is vault.ErrClosed (a Close raced the call); a
+// failed commit, one that could not write, grow or sync the file (a full
+// disk, an I/O error), is vault.ErrUnavailable naming the file and the
+// cause (the group commit's ErrCorrupt, a panic while committing, stays
+// ErrCorrupt).
+func (s *Store) tx(run func(func(*bolt.Tx) error) error, fn func(*bolt.Tx) error) (err error) {
+	defer s.recoverCorrupt(&err)
+	var own error // what fn returned the last time it ran
+	err = run(func(tx *bolt.Tx) error {
+		own = fn(tx)
+		return own
+	})
+	switch {
+	case err == nil, own != nil:
+		return err
+	case errors.Is(err, berrors.ErrDatabaseNotOpen):
 		return vault.ErrClosed
+	case errors.Is(err, ErrCorrupt):
+		return err
 	}
-	return err
+	return vault.UnavailableError("database "+s.path, err)
 }
 
-func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
-	defer s.recoverCorrupt(&err)
-	return txErr(s.db.View(fn))
-}
+func (s *Store) view(fn func(*bolt.Tx) error) error { return s.tx(s.db.View, fn) }
 
-func (s *Store) batch(fn func(*bolt.Tx) error) (err error) {
-	defer s.recoverCorrupt(&err)
-	return txErr(s.group.do(fn))
-}
+func (s *Store) batch(fn func(*bolt.Tx) error) error { return s.tx(s.group.do, fn) }
 
-func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
-	defer s.recoverCorrupt(&err)
-	return txErr(s.db.Update(fn))
-}
+func (s *Store) update(fn func(*bolt.Tx) error) error { return s.tx(s.db.Update, fn) }
 
 func (s *Store) recoverCorrupt(err *error) {
 	if r := recover(); r != nil {

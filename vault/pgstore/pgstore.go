@@ -30,15 +30,19 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"credbroker/vault"
@@ -219,12 +223,46 @@ func (s *Store) ready(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// dbErr maps errors of a pool closed under a running call to ErrClosed.
+// dbErr is every database error's way out: a pool closed under a
+// running call is ErrClosed, a database that cannot be reached or cannot
+// serve now is vault.ErrUnavailable (the cause kept for the log).
 func (s *Store) dbErr(err error) error {
-	if err != nil && s.closed.Load() {
+	switch {
+	case err == nil:
+		return nil
+	case s.closed.Load():
 		return fmt.Errorf("%w (%v)", vault.ErrClosed, err)
+	case unreachable(err):
+		return vault.UnavailableError("postgres "+s.where(), err)
 	}
 	return err
+}
+
+// unreachable reports whether err is the database failing as a service
+// rather than refusing a statement: a connection that could not be made
+// or broke (the server down, restarting or out of reach), or the server
+// saying it cannot serve now (SQLSTATE classes 08 connection exception,
+// 53 insufficient resources, 58 system error, and 57P01 to 57P03:
+// shutting down, crashed, not accepting connections yet). A cancelled or
+// timed-out caller is not an outage.
+func unreachable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch c := pe.Code; {
+		case strings.HasPrefix(c, "08"), strings.HasPrefix(c, "53"), strings.HasPrefix(c, "58"),
+			c == "57P01", c == "57P02", c == "57P03":
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || pgconn.SafeToRetry(err)
 }
 
 // nanos renders t as Unix nanoseconds, saturating outside 1678-2262.

@@ -133,7 +133,7 @@ func sameConnection(t *testing.T, got, want vault.Connection) {
 	t.Helper()
 	type flat struct {
 		ID, Iss, Sub, Provider, Account, Login string
-		Scopes                                 []string
+		Scopes, Requested                      []string
 		AT, RT, TT, IDT                        string
 		Fields                                 map[string]string
 		Expiry, Created, Updated, Used, Refr   time.Time
@@ -148,7 +148,7 @@ func sameConnection(t *testing.T, got, want vault.Connection) {
 			}
 		}
 		return flat{c.ID, c.Principal.Issuer, c.Principal.Subject, c.Provider, c.AccountID, c.AccountLogin,
-			c.Scopes, c.Token.AccessToken.Reveal(), c.Token.RefreshToken.Reveal(), c.Token.TokenType, c.Token.IDToken.Reveal(),
+			c.Scopes, c.Requested, c.Token.AccessToken.Reveal(), c.Token.RefreshToken.Reveal(), c.Token.TokenType, c.Token.IDToken.Reveal(),
 			fields, c.Token.Expiry.UTC(), c.Created.UTC(), c.Updated.UTC(), c.LastUsed.UTC(), c.LastRefreshed.UTC(), c.Status}
 	}
 	g, w := f(got), f(want)
@@ -235,6 +235,9 @@ func testConnectionRoundTrip(t *testing.T, s vault.Store) {
 			c.AccountLogin = "zoë\x00\"<>&\u2028"
 			c.Token.AccessToken = "tok\x00\"\\<\u2029"
 			c.Scopes = []string{"", "a b", "\x00"}
+		}},
+		{"requested scopes", func(c *vault.Connection) {
+			c.Requested = []string{"repo", "read:user", "admin:org", "\x00 <\u2028>"}
 		}},
 		{"key fields beside tokens", func(c *vault.Connection) {
 			c.Token.Fields = map[string]vault.Secret{"api_key": "k\x00\"<\u2028-secret", "email": "zoë@example.com"}
@@ -364,7 +367,7 @@ func testConnectionMetaUpdate(t *testing.T, s vault.Store) {
 		if c.Version != 1 || c.AccountID != "1" || c.Provider != "github" || c.Principal != alice {
 			t.Errorf("metadata update saw v%d %s/%s", c.Version, c.Provider, c.AccountID)
 		}
-		c.LastUsed, c.Status, c.Scopes = used, vault.StatusNeedsReconnect, []string{"repo"}
+		c.LastUsed, c.Status, c.Scopes, c.Requested = used, vault.StatusNeedsReconnect, []string{"repo"}, []string{"repo", "admin:org"}
 		return c, nil
 	})
 	if err != nil {
@@ -375,8 +378,10 @@ func testConnectionMetaUpdate(t *testing.T, s vault.Store) {
 	}
 	full := mustGet(t, s, "mu")
 	if full.Version != 2 || !full.LastUsed.Equal(used) || full.Status != vault.StatusNeedsReconnect ||
-		!slices.Equal(full.Scopes, []string{"repo"}) || !full.Token.Equal(orig.Token) || full.AccountLogin != orig.AccountLogin {
-		t.Fatalf("after meta update: v%d last used %v status %s scopes %v, tokens kept %v", full.Version, full.LastUsed, full.Status, full.Scopes, full.Token.Equal(orig.Token))
+		!slices.Equal(full.Scopes, []string{"repo"}) || !slices.Equal(full.Requested, []string{"repo", "admin:org"}) ||
+		!full.Token.Equal(orig.Token) || full.AccountLogin != orig.AccountLogin {
+		t.Fatalf("after meta update: v%d last used %v status %s scopes %v requested %v, tokens kept %v",
+			full.Version, full.LastUsed, full.Status, full.Scopes, full.Requested, full.Token.Equal(orig.Token))
 	}
 	tests := []struct {
 		name string

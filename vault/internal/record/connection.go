@@ -1,6 +1,7 @@
 package record
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -15,14 +16,16 @@ import (
 // token material sealed in Tokens. Format 1 is its JSON rendering; format
 // 2 (format2.go) is binary.
 type connRecord struct {
-	V             int                    `json:"v"`
-	ID            string                 `json:"id"`
-	Issuer        string                 `json:"iss"`
-	Subject       string                 `json:"sub"`
-	Provider      string                 `json:"provider"`
-	AccountID     string                 `json:"account_id"`
-	AccountLogin  string                 `json:"account_login,omitempty"`
-	Scopes        []string               `json:"scopes,omitempty"`
+	V            int      `json:"v"`
+	ID           string   `json:"id"`
+	Issuer       string   `json:"iss"`
+	Subject      string   `json:"sub"`
+	Provider     string   `json:"provider"`
+	AccountID    string   `json:"account_id"`
+	AccountLogin string   `json:"account_login,omitempty"`
+	Scopes       []string `json:"scopes,omitempty"`
+	// Requested is Connection.Requested: extension field 1 in format 2.
+	Requested     []string               `json:"requested,omitempty"`
 	Status        vault.ConnectionStatus `json:"status"`
 	Created       time.Time              `json:"created"`
 	Updated       time.Time              `json:"updated"`
@@ -97,7 +100,7 @@ func encodeConnection(kr *vault.Keyring, c vault.Connection, ext extAreas) ([]by
 		c.Token.TokenType, c.Token.IDToken.Reveal()); err != nil {
 		return nil, fmt.Errorf("vault: connection %q: %w", c.ID, err)
 	}
-	if err := validUTF8(c.Scopes...); err != nil {
+	if err := cmp.Or(validUTF8(c.Scopes...), validUTF8(c.Requested...)); err != nil {
 		return nil, fmt.Errorf("vault: connection %q: scopes: %w", c.ID, err)
 	}
 	var fields map[string]string
@@ -116,7 +119,7 @@ func encodeConnection(kr *vault.Keyring, c vault.Connection, ext extAreas) ([]by
 	r := connRecord{
 		V: recordV2, ID: c.ID, Issuer: c.Principal.Issuer, Subject: c.Principal.Subject,
 		Provider: c.Provider, AccountID: c.AccountID, AccountLogin: c.AccountLogin,
-		Scopes: c.Scopes, Status: c.Status, Created: c.Created, Updated: c.Updated,
+		Scopes: c.Scopes, Requested: c.Requested, Status: c.Status, Created: c.Created, Updated: c.Updated,
 		LastUsed: c.LastUsed, LastRefreshed: c.LastRefreshed, Version: c.Version,
 		RefreshExpires: c.RefreshExpires, NoRefresh: c.Token.RefreshToken == "",
 		Ext: ext.rec,
@@ -244,14 +247,20 @@ func ConnectionMeta(b []byte) (vault.Connection, error) {
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
+	return r.meta(kid), nil
+}
+
+// meta is the connection r describes, without its token set, sealed with
+// key kid.
+func (r *connRecord) meta(kid string) vault.Connection {
 	return vault.Connection{
 		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject},
 		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
-		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
+		Scopes: r.Scopes, Requested: r.Requested, Status: r.Status, Created: r.Created, Updated: r.Updated,
 		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
 		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
 		SealedWith: kid,
-	}, nil
+	}
 }
 
 // DecodeConnection parses a stored connection and opens its token set.
@@ -285,19 +294,13 @@ func decodeConnection(kr *vault.Keyring, b []byte) (vault.Connection, extAreas, 
 			fields[k] = vault.Secret(v)
 		}
 	}
-	return vault.Connection{
-		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject},
-		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
-		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
-		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
-		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
-		SealedWith: kid,
-		Token: vault.TokenSet{
-			AccessToken: vault.Secret(tp.AccessToken), RefreshToken: vault.Secret(tp.RefreshToken),
-			TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: vault.Secret(tp.IDToken),
-			Fields: fields,
-		},
-	}, extAreas{rec: r.Ext, tokens: tp.Ext}, nil
+	c := r.meta(kid)
+	c.Token = vault.TokenSet{
+		AccessToken: vault.Secret(tp.AccessToken), RefreshToken: vault.Secret(tp.RefreshToken),
+		TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: vault.Secret(tp.IDToken),
+		Fields: fields,
+	}
+	return c, extAreas{rec: r.Ext, tokens: tp.Ext}, nil
 }
 
 // validUTF8 rejects strings that are not UTF-8: the record formats hold
@@ -438,10 +441,10 @@ func ApplyConnectionMetaUpdate(rec []byte, id string, fn func(vault.Connection) 
 	if err := validUTF8(nc.AccountLogin, string(nc.Status)); err != nil {
 		return nil, vault.Connection{}, fmt.Errorf("vault: connection %q: %w", id, err)
 	}
-	if err := validUTF8(nc.Scopes...); err != nil {
+	if err := cmp.Or(validUTF8(nc.Scopes...), validUTF8(nc.Requested...)); err != nil {
 		return nil, vault.Connection{}, fmt.Errorf("vault: connection %q: scopes: %w", id, err)
 	}
-	r.AccountLogin, r.Scopes, r.Status = nc.AccountLogin, nc.Scopes, nc.Status
+	r.AccountLogin, r.Scopes, r.Requested, r.Status = nc.AccountLogin, nc.Scopes, nc.Requested, nc.Status
 	r.Created, r.Updated, r.LastUsed, r.LastRefreshed, r.Version = nc.Created, nc.Updated, nc.LastUsed, nc.LastRefreshed, nc.Version
 	r.RefreshExpires = nc.RefreshExpires
 	out, err := encodeRecordV2(&r)
