@@ -156,9 +156,9 @@ func AssertionRefusal(code string) string {
 	case "":
 		return ""
 	case telemetry.UpstreamIDJAGNoSession:
-		return "the broker holds no current session of yours at your organisation's sign-in service; sign in here once and it will work next time"
+		return "the broker held no current session of yours at your organisation's sign-in service. Signed in here now, you can go back to your app and retry: the broker tries again then"
 	case telemetry.UpstreamIDJAGSessionEnded:
-		return "your session at your organisation's sign-in service has ended; sign in here again"
+		return "your session at your organisation's sign-in service had ended. Signed in here again, you can go back to your app and retry: the broker tries again then"
 	case telemetry.UpstreamIDJAGIdPRefused:
 		return "your organisation's sign-in service did not allow it (its policy does not cover you, this app or this server)"
 	case telemetry.UpstreamIDJAGServerRefused:

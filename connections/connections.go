@@ -540,6 +540,14 @@ func (s *Service) Resume(ctx context.Context, req Request, grantID string, answe
 		s.opts.Telemetry.Elicitation(telemetry.ElicitationCompleted)
 		return s.named(ctx, req, p, *c)
 	}
+	if g.Why != "" && s.opts.Client.ConnectsByAssertion(p) {
+		// Asked because connecting without the browser was refused: the
+		// person may have signed in through the link meanwhile (the
+		// refusals that ask the IdP are held a minute), so try again.
+		if o, _, err := s.connectByAssertion(ctx, req, p, scopes); o != nil || err != nil {
+			return o, err
+		}
+	}
 	g, err = s.opts.Grants.Round(ctx, g.ID, req.Principal)
 	switch {
 	case errors.Is(err, ErrTooManyRounds):
