@@ -74,8 +74,8 @@ func (r *refusalMemo) put(key [32]byte, code string, until time.Time) {
 // connectByAssertion tries to connect req's person to p with scopes
 // without the browser: Connected (stored like any connection), or the
 // outcome code of the refusal (and a nil Outcome) for the person to be
-// asked. An upstream whose metadata is unusable is an error, as for a
-// connect link.
+// asked; neither when the server's metadata is unusable (the connect
+// link's checks report that).
 func (s *Service) connectByAssertion(ctx context.Context, req Request, p *provider.Provider, scopes []string) (Outcome, string, error) {
 	// One at a time per person and provider (across replicas): the
 	// concurrent first calls of a host would otherwise each store a
@@ -107,8 +107,12 @@ func (s *Service) connectByAssertion(ctx context.Context, req Request, p *provid
 			s.refusals.put(sum, ar.Outcome, s.opts.Now().Add(refusalHold))
 		}
 		return nil, ar.Outcome, nil
-	case errors.As(err, &ue), vault.Unavailable(err):
-		return nil, "", err // as for a connect link: the door says what
+	case errors.As(err, &ue):
+		// The server's metadata is unusable: the connect link's path
+		// (upstreamUsable) says so and records it, as for auth: oauth.
+		return nil, "", nil
+	case vault.Unavailable(err):
+		return nil, "", err // the door answers a storage outage
 	case err != nil:
 		s.log.Warn("connections: connecting by ID-JAG failed; asking the person", "provider", p.Name, "err", err)
 		s.refusals.put(sum, telemetry.UpstreamIDJAGUnavailable, s.opts.Now().Add(refusalHold))

@@ -155,7 +155,8 @@ func (s *Service) AuthRequest(ctx context.Context, cr ConnectRequest, redirectUR
 	if len(scopes) == 0 {
 		scopes = slices.Clone(cr.Provider.DefaultScopes)
 	}
-	return s.opts.Client.AuthRequest(ctx, cr.Provider, s.opts.Client.Scopes(cr.Provider, scopes), redirectURL)
+	ar, err := s.opts.Client.AuthRequest(ctx, cr.Provider, s.opts.Client.Scopes(cr.Provider, scopes), redirectURL)
+	return ar, s.upstreamFailed(ctx, cr.Grant.Principal, cr.Provider, "browser", err)
 }
 
 // Decline closes connect request id of pr without a connection: the person

@@ -209,6 +209,10 @@ func (n NeedsUser) Message() string {
 	case n.Why.Kind == Pending:
 		return fmt.Sprintf("Connect your %s account to continue: open the link, sign in to the broker and approve access.", name)
 	}
+	if len(n.Scopes) == 0 {
+		// The server's own defaults (an MCP server that names none).
+		return fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access.", name, n.Why)
+	}
 	return fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access for scopes %s.",
 		name, n.Why, strings.Join(n.Scopes, " "))
 }
@@ -419,7 +423,7 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 	if !req.CanAsk {
 		return need, nil
 	}
-	if err := s.upstreamUsable(ctx, p); err != nil {
+	if err := s.upstreamUsable(ctx, req, p); err != nil {
 		return nil, err
 	}
 	if req.ReuseOpen && req.Server == "" {

@@ -556,3 +556,22 @@ func TestScopesNotGranted(t *testing.T) {
 		t.Errorf("a provider no longer configured: NotGranted = %v, want nil", got)
 	}
 }
+
+// TestNeedsUserMessage: the words that go with a connect link name the
+// scopes to approve, and say no "for scopes" when there are none (an MCP
+// server whose defaults the broker leaves to it).
+func TestNeedsUserMessage(t *testing.T) {
+	p := &provider.Provider{Name: "linear", DisplayName: "Linear", Kind: &provider.MCP{}}
+	for _, tc := range []struct {
+		scopes []string
+		want   string
+	}{
+		{[]string{"read", "write"}, "Connect your Linear account to continue: it is not connected yet. Open the link, sign in to the broker and approve access for scopes read write."},
+		{nil, "Connect your Linear account to continue: it is not connected yet. Open the link, sign in to the broker and approve access."},
+	} {
+		n := connections.NeedsUser{Provider: p, Scopes: tc.scopes, Why: connections.Reason{Kind: connections.NotConnected}}
+		if got := n.Message(); got != tc.want {
+			t.Errorf("scopes %v: %q, want %q", tc.scopes, got, tc.want)
+		}
+	}
+}

@@ -871,7 +871,9 @@ func (g *gateway) changed(c *gwCall, r connections.Ready) {
 func (g *gateway) connected(w http.ResponseWriter, c *gwCall, r connections.Ready) {
 	text := fmt.Sprintf("Connected to %s.", c.p.DisplayName)
 	if !r.Conn.Created.IsZero() {
-		text = fmt.Sprintf("Connected: %s account %s. %s's own tools are listed now: list the tools again to see them.",
+		// The account's name may be the broker's own for it ("Linear
+		// account 1f2e3d4c") when the server names none.
+		text = fmt.Sprintf("Connected to %s as %s. %s's own tools are listed now: list the tools again to see them.",
 			c.p.DisplayName, connections.AccountName(r.Conn), c.p.DisplayName)
 	}
 	g.writeResult(w, c, &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}})
@@ -1192,6 +1194,7 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	seen := map[string]bool{}
 	h := sha256.New()
 	dropped := 0
+	var bigSchemas []string
 	for _, t := range tools {
 		if t == nil || !toolNameRE.MatchString(t.Name) || seen[t.Name] || !c.up.Tools.Allowed(t.Name) {
 			continue
@@ -1203,6 +1206,7 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 		in, _ := json.Marshal(t.InputSchema)
 		outSchema, _ := json.Marshal(t.OutputSchema)
 		if len(in) > maxToolSchema || len(outSchema) > maxToolSchema {
+			bigSchemas = append(bigSchemas, t.Name)
 			continue
 		}
 		seen[t.Name] = true
@@ -1220,6 +1224,9 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	if dropped > 0 {
 		g.s.log.Warn("mcpapi: an upstream listed more tools than the broker relays; the rest were dropped",
 			"provider", c.p.Name, "relayed", maxTools, "dropped", dropped)
+	}
+	if len(bigSchemas) > 0 {
+		g.s.log.Warn("mcpapi: upstream tools whose schemas are over 64 KiB were dropped", "provider", c.p.Name, "tools", bigSchemas)
 	}
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))

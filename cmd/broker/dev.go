@@ -284,7 +284,9 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 	srv.RegisterOnShutdown(m.MCP.EndStreams)
 	go collectGrants(sctx, m.Grants, log)
 	printDevBanner(stdout, base, dbPath, keysPath, side)
-	return <-serveErr
+	err = <-serveErr
+	m.Upstreams.Close()
+	return err
 }
 
 // The development MCP host's client, at the IdP and at the broker alike

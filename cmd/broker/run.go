@@ -228,5 +228,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"version", bi.Version, "commit", bi.Commit)
 	srv := newHTTPServer(mux, log)
 	srv.RegisterOnShutdown(m.MCP.EndStreams)
-	return serveUntilDone(ctx, srv, ln, log)
+	err = serveUntilDone(ctx, srv, ln, log)
+	// In-flight requests are done: end the upstream sessions (a
+	// 2025-11-25 server is told).
+	m.Upstreams.Close()
+	return err
 }

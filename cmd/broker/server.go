@@ -102,6 +102,9 @@ type mounted struct {
 	Client *provider.Client
 	// MCP is the MCP endpoint (its long-lived streams end at shutdown).
 	MCP *mcpapi.Server
+	// Upstreams are the gateway's sessions with upstream MCP servers,
+	// closed once the listener has shut down.
+	Upstreams *mcpup.Pool
 	// Site holds every route of the main listener, pages and APIs apart.
 	Site *web.Site
 }
@@ -205,6 +208,8 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if err != nil {
 		return mounted{}, fmt.Errorf("browser flow: %w", err)
 	}
+	upstreams := mcpup.New(mcpup.Options{HTTPClient: mcpHTTP, Tokens: client.UpstreamTokens(),
+		Version: buildinfo.Get().Version, Logger: d.Logger.With("component", "mcpup")})
 	mcpOpts := mcpapi.Options{
 		PublicURL: d.PublicURL, ResourceURI: d.Resource, Issuer: d.Issuer,
 		RequiredScope: d.RequiredScope, DevMode: d.DevMode,
@@ -212,8 +217,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		StateKeys:   d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
 		Logger: d.Logger.With("component", "mcpapi"), HTTPClient: d.HTTPClient,
 		Telemetry: d.Telemetry, Tracing: d.Tracing,
-		Upstreams: mcpup.New(mcpup.Options{HTTPClient: mcpHTTP, Tokens: client.UpstreamTokens(),
-			Version: buildinfo.Get().Version, Logger: d.Logger.With("component", "mcpup")}),
+		Upstreams: upstreams,
 	}
 	var brokerTokens bearer.Verifier
 	if as != nil {
@@ -248,7 +252,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		site.API.Handle("GET /metrics", d.Telemetry.Handler())
 	}
 	mux.Handle("/", site)
-	return mounted{Grants: grants, Auth: as, Apps: appSvc, Conns: conns, Client: client, MCP: mcp, Site: site}, nil
+	return mounted{Grants: grants, Auth: as, Apps: appSvc, Conns: conns, Client: client, MCP: mcp, Upstreams: upstreams, Site: site}, nil
 }
 
 // appsCore builds the apps core on store when it keeps the authorization

@@ -171,6 +171,7 @@ func runUpstreams(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	pool := mcpup.New(mcpup.Options{HTTPClient: mcpHTTP, Version: buildinfo.Get().Version})
+	defer pool.Close() // the probes' sessions end before the command does
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROVIDER\tURL\tISSUER\tREGISTRATION\tSCOPES\tERA")
 	failed := 0

@@ -173,8 +173,9 @@ func (u *upstream) deleted(id string) bool {
 // token, and a forced refresh that replaces it.
 type fakeTokens struct {
 	mu sync.Mutex // guards the fields below
-	// tok is each connection's current access token.
-	tok map[string]string
+	// tok is each connection's current access token; refresh its
+	// refresh token (none when absent).
+	tok, refresh map[string]string
 	// fresh are the tokens forced refreshes hand out, in order (then
 	// "<conn>-refreshed-<n>").
 	fresh []string
@@ -184,21 +185,21 @@ type fakeTokens struct {
 	stales []string
 }
 
-func (f *fakeTokens) AccessToken(_ context.Context, id string) (string, error) {
+func (f *fakeTokens) AccessToken(_ context.Context, id string) (Token, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.accessErr != nil {
-		return "", f.accessErr
+		return Token{}, f.accessErr
 	}
-	return f.tok[id], nil
+	return Token{Access: f.tok[id], Refresh: f.refresh[id]}, nil
 }
 
-func (f *fakeTokens) ForceRefresh(_ context.Context, id, stale string) (string, error) {
+func (f *fakeTokens) ForceRefresh(_ context.Context, id, stale string) (Token, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stales = append(f.stales, stale)
 	if f.refreshErr != nil {
-		return "", f.refreshErr
+		return Token{}, f.refreshErr
 	}
 	if f.tok[id] == stale {
 		if len(f.fresh) > 0 {
@@ -207,7 +208,7 @@ func (f *fakeTokens) ForceRefresh(_ context.Context, id, stale string) (string, 
 			f.tok[id] = fmt.Sprintf("%s-refreshed-%d", id, len(f.stales))
 		}
 	}
-	return f.tok[id], nil
+	return Token{Access: f.tok[id], Refresh: f.refresh[id]}, nil
 }
 
 func (f *fakeTokens) refreshes() []string {
