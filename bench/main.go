@@ -33,9 +33,10 @@
 // It ends with a table of the performance targets next to their measures:
 // every row is checked; what has no target is printed in its section only.
 //
-// The broker is built as `serve` builds it: the store, telemetry (metrics
-// and the store wrapper) on, JSON logs at info level to io.Discard behind
-// the redacting handler, the authorization server on the unwrapped store.
+// The broker is built as `serve` builds it: the store, telemetry (metrics,
+// every store operation timed) on, JSON logs at info level to io.Discard
+// behind the redacting handler, the authorization server on the same
+// observed store.
 package main
 
 import (

@@ -74,7 +74,7 @@ func New(opts Options) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{opts: opts, log: log, providers: opts.Client.Providers(), locker: vault.LockerFor(opts.Store)}, nil
+	return &Service{opts: opts, log: log, providers: opts.Client.Providers(), locker: opts.Store.Locker()}, nil
 }
 
 // Providers returns the catalogue.
@@ -909,8 +909,8 @@ func quoteAll(ss []string) []string {
 // meanwhile), a connection created just now is removed again and
 // ErrRequestExpired is returned.
 //
-// A store that implements vault.GrantConnector writes the connection,
-// approves and completes g in one transaction
+// A store with a vault.GrantConnector (Store.Connector) writes the
+// connection, approves and completes g in one transaction
 // (binding.ApproveAndCompleteWith: one durable commit, nothing to undo).
 func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
 	asked := g.Scopes
@@ -922,7 +922,8 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 		return vault.Connection{}, err
 	}
 	var conn vault.Connection
-	gc, atomic := s.opts.Store.(vault.GrantConnector)
+	gc := s.opts.Store.Connector()
+	atomic := gc != nil
 	if atomic {
 		conn, _, err = s.opts.Grants.ApproveAndCompleteWith(ctx, gc, g.ID, pr, w)
 		atomic = !errors.Is(err, errors.ErrUnsupported)

@@ -418,6 +418,8 @@ func TestServerNameCarried(t *testing.T) {
 // one-transaction connects would.
 type noConnector struct{ vault.Store }
 
+func (noConnector) Connector() vault.GrantConnector { return nil }
+
 // TestSaveWithoutGrantConnector: on a store that cannot write the
 // connection and complete the grant in one transaction, Save approves the
 // (pending) grant, stores the connection and completes the grant in

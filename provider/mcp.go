@@ -731,7 +731,7 @@ func (k *Client) PrepareUpstream(ctx context.Context, name string) error {
 // issuer and redirect URI; after an attempt that failed, none is made
 // within a minute.
 func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstreamAuth, redirectURL string) (UpstreamClient, error) {
-	key := ua.issuer + " " + redirectURL
+	key := UpstreamClientKey(ua.issuer, redirectURL)
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
 		return c, nil
 	} else if !errors.Is(err, vault.ErrNotFound) {
@@ -973,19 +973,17 @@ func (m *MCP) revoke(ctx context.Context, k *Client, p *Provider, c vault.Connec
 }
 
 // UpstreamClient is a client the broker has at an upstream MCP server's
-// authorization server.
-type UpstreamClient struct {
-	// Key names the registration: the issuer and the broker's redirect URI.
-	Key          string
-	ClientID     string
-	ClientSecret vault.Secret
-	// AuthMethod is none, client_secret_basic or client_secret_post.
-	AuthMethod string
-	Created    time.Time
-}
+// authorization server: pre-registered, its Client ID Metadata Document,
+// or registered dynamically (then kept by Options.UpstreamClients, its
+// secret sealed at rest by the vault).
+type UpstreamClient = vault.UpstreamClient
+
+// UpstreamClientKey names a dynamic registration (UpstreamClient.Key):
+// the authorization server's issuer and the broker's redirect URI there.
+func UpstreamClientKey(issuer, redirectURL string) string { return issuer + " " + redirectURL }
 
 // UpstreamClients keeps the clients the broker registered dynamically,
-// shared by every replica.
+// shared by every replica: a store's vault.UpstreamClientStore is one.
 type UpstreamClients interface {
 	// GetUpstreamClient returns the registration under key
 	// (vault.ErrNotFound when there is none).
@@ -995,7 +993,9 @@ type UpstreamClients interface {
 	PutUpstreamClient(ctx context.Context, c UpstreamClient) (UpstreamClient, error)
 }
 
-// memUpstreamClients keeps registrations in memory (one process).
+var _ UpstreamClients = vault.UpstreamClientStore(nil)
+
+// memUpstreamClients keeps registrations in memory (one process, tests).
 type memUpstreamClients struct {
 	mu sync.Mutex
 	m  map[string]UpstreamClient

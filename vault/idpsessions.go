@@ -28,8 +28,8 @@ type IdPSession struct {
 }
 
 // IdPSessionStore keeps people's IdP sessions: the Store feature that
-// the persistent backends and memstore implement (found on the store by
-// type assertion); vaulttest.RunIdPSessions is its conformance suite.
+// Store.IdPSessions returns; vaulttest.RunIdPSessions is its conformance
+// suite.
 type IdPSessionStore interface {
 	// GetIdPSession returns p's session with its tokens opened
 	// (ErrNotFound when there is none). A record that fails to open (a
@@ -47,6 +47,36 @@ type IdPSessionStore interface {
 	UpdateIdPSession(ctx context.Context, p Principal, fn func(IdPSession) (IdPSession, error)) (IdPSession, error)
 	// DeleteIdPSession removes p's session (ErrNotFound when none).
 	DeleteIdPSession(ctx context.Context, p Principal) error
+	// ResealIdPSessions seals again with the primary key every session
+	// sealed with another (key rotation: Rekey) and returns how many; a
+	// session that does not open is left as it is (it counts as none).
+	ResealIdPSessions(ctx context.Context) (int, error)
+}
+
+// observedIdPSessions is Observe's IdP session store.
+type observedIdPSessions struct {
+	next IdPSessionStore
+	o    observer
+}
+
+func (x observedIdPSessions) GetIdPSession(ctx context.Context, p Principal) (IdPSession, error) {
+	return observed(x.o, ctx, "get_idp_session", func(ctx context.Context) (IdPSession, error) { return x.next.GetIdPSession(ctx, p) })
+}
+
+func (x observedIdPSessions) PutIdPSession(ctx context.Context, s IdPSession) (IdPSession, error) {
+	return observed(x.o, ctx, "put_idp_session", func(ctx context.Context) (IdPSession, error) { return x.next.PutIdPSession(ctx, s) })
+}
+
+func (x observedIdPSessions) UpdateIdPSession(ctx context.Context, p Principal, fn func(IdPSession) (IdPSession, error)) (IdPSession, error) {
+	return observed(x.o, ctx, "update_idp_session", func(ctx context.Context) (IdPSession, error) { return x.next.UpdateIdPSession(ctx, p, fn) })
+}
+
+func (x observedIdPSessions) DeleteIdPSession(ctx context.Context, p Principal) error {
+	return observedErr(x.o, ctx, "delete_idp_session", func(ctx context.Context) error { return x.next.DeleteIdPSession(ctx, p) })
+}
+
+func (x observedIdPSessions) ResealIdPSessions(ctx context.Context) (int, error) {
+	return observed(x.o, ctx, "reseal_idp_sessions", func(ctx context.Context) (int, error) { return x.next.ResealIdPSessions(ctx) })
 }
 
 // Clone returns a copy of s (it has nothing shared).

@@ -287,6 +287,39 @@ type Store interface {
 	// returns how many it removed.
 	DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error)
 
+	// The store's other features, each a sub-store asked for by name, so
+	// that nothing finds one by type assertion and a wrapper (Observe)
+	// hands out its own wrapped sub-store for each. A sub-store keeps
+	// working only while the store is open.
+
+	// Connector returns the one-transaction connect, or nil when the
+	// store has none (callers then write the connection and the grant
+	// in two steps).
+	Connector() GrantConnector
+	// Auth returns the authorization server's records.
+	Auth() AuthStore
+	// Outbox returns the webhook outbox.
+	Outbox() Outbox
+	// Admin returns the operators' bulk operations.
+	Admin() AdminStore
+	// Assertions returns the ledger of spent one-time assertions.
+	Assertions() AssertionLedger
+	// Locker returns the store's connection locks. It is the same for
+	// every call on one store, so every caller excludes every other.
+	Locker() Locker
+	// Resealer returns the batch re-seal of key rotation, or nil when the
+	// store has none (Rekey then rewrites record by record).
+	Resealer() Resealer
+	// AppWatch returns the feed of the changes other processes make to
+	// the authorization server's app access records, or nil when the
+	// store has none (one process writes a bolt file or a memory store).
+	AppWatch() AppWatch
+	// UpstreamClients returns the broker's registrations at upstream MCP
+	// servers' authorization servers.
+	UpstreamClients() UpstreamClientStore
+	// IdPSessions returns people's sessions at the organisation's IdP.
+	IdPSessions() IdPSessionStore
+
 	// Close releases the store. Further calls return ErrClosed.
 	Close() error
 }

@@ -329,7 +329,8 @@ func (b *gwBrowser) submit(p httpPage, actionPart string, extra url.Values) (htt
 // connect follows a connect link as user to the broker's "Connected"
 // page: the dev IdP's sign-in when asked, the broker's consent (approved),
 // and the upstream authorization server's own pages when it shows any
-// (oidc-provider's development login and consent). It returns the text of
+// (oidc-provider's development login and consent, the demo provider's
+// consent as alice-demo). It returns the text of
 // the broker's consent page.
 func (b *gwBrowser) connect(ctx context.Context, link, user string) (consent string, err error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, link, nil)
@@ -351,6 +352,8 @@ func (b *gwBrowser) connect(ctx context.Context, link, user string) (consent str
 		case strings.Contains(p.body, `name="decision"`) && strings.Contains(p.url.Path, "/connect/"):
 			consent = p.body
 			p, err = b.submit(p, "/connect/", url.Values{"decision": {"approve"}})
+		case strings.Contains(p.body, `<select name="account">`) && strings.HasSuffix(p.url.Path, "/authorize"): // the demo provider's consent
+			p, err = b.submit(p, "authorize", url.Values{"account": {"1001"}, "decision": {"approve"}})
 		default:
 			err = errors.New("an unexpected page")
 		}

@@ -23,21 +23,13 @@ import (
 	"credbroker/vault"
 )
 
-// staticDemoMCP makes the replicas the demo MCP server's pre-registered
-// client (the demo provider's static client). Registered dynamically, each
-// replica would hold its own registration in memory until the broker
-// keeps them in its store: a refresh led by the replica that did not
-// register would register anew and be refused for another client's
-// refresh token.
-func staticDemoMCP(yaml string) string {
-	const at = "      call_timeout: 30s\n"
-	return strings.Replace(yaml, at, at+"    client_id: "+devDemoClientID+"\n    client_secret: ${DEMO_CLIENT_SECRET}\n", 1)
-}
-
 // TestGatewayReplicas runs the gateway on two `broker serve` replicas of
 // one PostgreSQL database, with the demo MCP server (rotating refresh
 // tokens, reuse detection) as the upstream of /mcp/u/demo-mcp:
 //
+//   - the broker registers at the demo authorization server dynamically,
+//     once: the registration is kept in the store, so the replica that did
+//     not register refreshes as the same client;
 //   - alice's host and browser reach only replica a: the call asks for the
 //     link, she connects in the browser, the retried call answers;
 //   - round 2 on replica b: the upstream's tools and a call with the
@@ -63,7 +55,6 @@ func TestGatewayReplicas(t *testing.T) {
 	refreshes := make(chan struct{}, 64) // one per refresh request arriving at the authorization server
 	s := newReplicaStackOpts(t, []string{"alice"}, replicaOptions{
 		args:      []string{"--upstream-allow-private"},
-		providers: staticDemoMCP,
 		demo: func(o *demoprovider.Options) {
 			// Tokens outlive the test: the broker never refreshes one
 			// before it expires, only when the upstream refuses it.

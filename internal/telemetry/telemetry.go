@@ -17,7 +17,7 @@
 //	credbroker_token_refreshes_total{provider,outcome}
 //	credbroker_provider_requests_total{provider,status}
 //	credbroker_provider_request_duration_seconds{provider}
-//	credbroker_vault_operation_duration_seconds{op,outcome}
+//	credbroker_vault_operation_duration_seconds{op,outcome}   every store operation (StoreObserver)
 //	credbroker_audit_events_total{event}
 //	credbroker_sidecar_requests_total{server,route,status}
 //	credbroker_idjag_grants_total{outcome}    granted, or why a JWT bearer grant was refused (idjag.go)

@@ -20,7 +20,8 @@ var bSessions = []byte("idp_sessions")
 
 var _ vault.IdPSessionStore = (*Store)(nil)
 
-// IdPSessions returns the store's IdP sessions.
+// IdPSessions implements vault.Store: the store is its own
+// IdPSessionStore.
 func (s *Store) IdPSessions() vault.IdPSessionStore { return s }
 
 func sessionKey(p vault.Principal) string {
@@ -81,4 +82,48 @@ func (s *Store) UpdateIdPSession(ctx context.Context, p vault.Principal, fn func
 // DeleteIdPSession implements vault.IdPSessionStore.
 func (s *Store) DeleteIdPSession(ctx context.Context, p vault.Principal) error {
 	return s.deleteKey(ctx, bSessions, sessionKey(p), "IdP session")
+}
+
+// ResealIdPSessions implements vault.IdPSessionStore in one write
+// transaction (one record per person who signed in with offline access).
+func (s *Store) ResealIdPSessions(ctx context.Context) (int, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := s.update(func(tx *bolt.Tx) error {
+		n = 0
+		b := tx.Bucket(bSessions)
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			nrec, changed := record.ResealIdPSession(s.kr, v)
+			if !changed {
+				continue
+			}
+			at := bytes.Clone(k)
+			if err := b.Put(at, nrec); err != nil {
+				return err
+			}
+			n++
+			c.Seek(at) // a write moves the cursor: back to where it was
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("boltstore: reseal IdP sessions: %w", err)
+	}
+	return n, nil
+}
+
+// sessionKeyUsage adds to usage the keys that seal IdP sessions
+// (KeyUsage).
+func sessionKeyUsage(tx *bolt.Tx, usage map[string]int) error {
+	return tx.Bucket(bSessions).ForEach(func(k, v []byte) error {
+		id, err := record.IdPSessionSealedWith(v)
+		if err != nil {
+			return fmt.Errorf("boltstore: IdP session %s: %w", k, err)
+		}
+		usage[id]++
+		return nil
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/boltstore"
 	"credbroker/vault/vaulttest"
 )
 
@@ -16,6 +17,17 @@ func TestIdPSessionConformance(t *testing.T) {
 	vaulttest.RunIdPSessions(t, func(t *testing.T) (vault.IdPSessionStore, vault.IdPSessionStore) {
 		s := openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
 		return s, s
+	})
+}
+
+func TestIdPSessionRotation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vault.db")
+	vaulttest.RunIdPSessionRotation(t, func(t *testing.T, kr *vault.Keyring) vaulttest.KeyUser {
+		s, err := boltstore.Open(path, kr, boltstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	})
 }
 

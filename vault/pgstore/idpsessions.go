@@ -11,9 +11,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var _ vault.IdPSessionStore = (*Store)(nil)
-
-// IdPSessions returns the store's IdP sessions.
+// IdPSessions implements vault.Store: the store is its own
+// IdPSessionStore.
 func (s *Store) IdPSessions() vault.IdPSessionStore { return s }
 
 // readSession returns p's stored record and its version (nil when none).
@@ -55,8 +54,15 @@ func (s *Store) getSession(ctx context.Context, p vault.Principal) (vault.IdPSes
 	return ss, version, err
 }
 
-const updateSession = `UPDATE idp_sessions SET version = $3, updated = $4, record = $5
-	WHERE iss = $1 AND sub = $2 AND version = $6`
+const updateSession = `UPDATE idp_sessions SET version = $3, updated = $4, sealed_with = $5, record = $6
+	WHERE iss = $1 AND sub = $2 AND version = $7`
+
+// sessionArgs are the columns of session s stored as rec: iss, sub,
+// version, updated, sealed_with, record.
+func (s *Store) sessionArgs(ss vault.IdPSession, rec []byte) []any {
+	p := ss.Principal
+	return []any{[]byte(p.Issuer), []byte(p.Subject), int64(ss.Version), ss.Updated, s.kr.Primary(), rec}
+}
 
 // PutIdPSession implements vault.IdPSessionStore: an insert, or an update
 // of the stored row at the version read (retried when another writer
@@ -73,8 +79,8 @@ func (s *Store) PutIdPSession(ctx context.Context, in vault.IdPSession) (vault.I
 		if err != nil {
 			return vault.IdPSession{}, err
 		}
-		q, args := `INSERT INTO idp_sessions (iss, sub, version, updated, record) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (iss, sub) DO NOTHING`, []any{[]byte(p.Issuer), []byte(p.Subject), int64(out.Version), out.Updated, rec}
+		q, args := `INSERT INTO idp_sessions (iss, sub, version, updated, sealed_with, record) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (iss, sub) DO NOTHING`, s.sessionArgs(out, rec)
 		if old != nil {
 			q, args = updateSession, append(args, version)
 		}
@@ -93,15 +99,16 @@ func (s *Store) PutIdPSession(ctx context.Context, in vault.IdPSession) (vault.I
 func (s *Store) UpdateIdPSession(ctx context.Context, p vault.Principal, fn func(vault.IdPSession) (vault.IdPSession, error)) (vault.IdPSession, error) {
 	read := func(ctx context.Context, _ string) (vault.IdPSession, int64, error) { return s.getSession(ctx, p) }
 	return cas(ctx, s, "IdP session", "of a person", updateSession, read, func(old vault.IdPSession, _ int64) (vault.IdPSession, casWrite, error) {
-		ns, err := record.ApplyIdPSessionUpdate(old, fn)
+		kind := record.IdPSessions(s.kr)
+		ns, err := kind.Apply(old, fn)
 		if err != nil {
 			return vault.IdPSession{}, casWrite{}, err
 		}
-		rec, err := record.EncodeIdPSession(s.kr, ns)
+		rec, err := kind.Encode(ns)
 		if err != nil {
 			return vault.IdPSession{}, casWrite{}, err
 		}
-		return ns, casWrite{args: []any{[]byte(p.Issuer), []byte(p.Subject), int64(ns.Version), ns.Updated, rec}}, nil
+		return ns, casWrite{args: s.sessionArgs(ns, rec)}, nil
 	})
 }
 
@@ -118,4 +125,23 @@ func (s *Store) DeleteIdPSession(ctx context.Context, p vault.Principal) error {
 		return fmt.Errorf("pgstore: IdP session: %w", vault.ErrNotFound)
 	}
 	return nil
+}
+
+// ResealIdPSessions implements vault.IdPSessionStore in one transaction
+// over the rows the sealed_with column names another key for.
+func (s *Store) ResealIdPSessions(ctx context.Context) (int, error) {
+	primary := s.kr.Primary()
+	return s.resealRows(ctx, "IdP sessions", "SELECT record FROM idp_sessions WHERE sealed_with <> $1 ORDER BY iss, sub FOR UPDATE",
+		[]any{primary}, func(b *pgx.Batch, rec []byte) (bool, error) {
+			nrec, changed := record.ResealIdPSession(s.kr, rec)
+			if !changed {
+				return false, nil
+			}
+			m, err := record.IdPSessionMeta(nrec)
+			if err == nil {
+				b.Queue("UPDATE idp_sessions SET sealed_with = $3, record = $4 WHERE iss = $1 AND sub = $2",
+					[]byte(m.Principal.Issuer), []byte(m.Principal.Subject), primary, nrec)
+			}
+			return err == nil, err
+		})
 }

@@ -18,3 +18,12 @@ func TestIdPSessionConformance(t *testing.T) {
 		return open(t, url, kr), open(t, url, kr)
 	})
 }
+
+// TestIdPSessionRotation: key rotation re-seals IdP sessions too, and
+// keys status counts them.
+func TestIdPSessionRotation(t *testing.T) {
+	url := pgtest.Shared(t).Schema(t)
+	vaulttest.RunIdPSessionRotation(t, func(t *testing.T, kr *vault.Keyring) vaulttest.KeyUser {
+		return open(t, url, kr)
+	})
+}

@@ -15,10 +15,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var (
-	_ vault.Outbox     = (*Store)(nil)
-	_ vault.AdminStore = (*Store)(nil)
-)
+// Outbox implements vault.Store: the store is its own Outbox.
+func (s *Store) Outbox() vault.Outbox { return s }
 
 const insertDelivery = `INSERT INTO outbox (id, endpoint, type, created_ns, due_ns, attempts, last_error, payload)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id, endpoint) DO NOTHING`
@@ -128,10 +126,8 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) erro
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	for _, d := range ds {
-		if err := record.CheckDelivery(d); err != nil {
-			return err
-		}
+	if err := record.CheckDeliveries(ds); err != nil {
+		return err
 	}
 	if len(ds) == 0 {
 		return nil
@@ -241,6 +237,9 @@ func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
 	return n, time.Unix(0, *oldest).UTC(), nil
 }
 
+// Admin implements vault.Store: the store is its own AdminStore.
+func (s *Store) Admin() vault.AdminStore { return s }
+
 // ProviderConnections implements vault.AdminStore through the (provider,
 // id) index.
 func (s *Store) ProviderConnections(ctx context.Context, provider, after string, limit int) ([]vault.Connection, error) {
@@ -314,18 +313,7 @@ func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]va
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: retired connections: %w", err))
 	}
-	out := make([]vault.Connection, 0, len(recs))
-	for _, rec := range recs {
-		c, err := record.DecodeConnection(s.kr, rec)
-		if err != nil {
-			return nil, err
-		}
-		if c.Principal != p {
-			return nil, fmt.Errorf("pgstore: retired connection %s is listed under another principal: %w", c.ID, vault.ErrMalformed)
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return record.DecodeRetired(s.kr, p, recs)
 }
 
 // ForgetRetired implements vault.AdminStore.

@@ -69,8 +69,13 @@ const recordV1 = 1
 // connectionAAD binds a ciphertext to the record that holds it: moving it to
 // another connection (other id, principal, provider or account) fails to open.
 func connectionAAD(c *connRecord) []byte {
-	const prefix = "credbroker/connection/v1"
-	ss := [...]string{c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID}
+	return boundAAD("credbroker/connection/v1", c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID)
+}
+
+// boundAAD is the additional data of a sealed field: prefix (the kind of
+// record and its version), then each of ss length-prefixed, so no two
+// identities give the same bytes.
+func boundAAD(prefix string, ss ...string) []byte {
 	n := len(prefix)
 	for _, s := range ss {
 		n += binary.MaxVarintLen64 + len(s)
@@ -316,30 +321,61 @@ func validUTF8(ss ...string) error {
 	return nil
 }
 
-// checkConnectionUpdate reports an error when an update closure changed an
-// immutable field of a connection or returned a stale version.
-func checkConnectionUpdate(old, new vault.Connection) error {
-	if old.ID != new.ID || old.Principal != new.Principal || old.Provider != new.Provider || old.AccountID != new.AccountID {
-		return fmt.Errorf("vault: update of connection %s changed an immutable field (id, principal, provider or account id)", old.ID)
+// NewConnection returns c as CreateConnection stores it (a copy, Version
+// 1) and its record, sealed with kr's primary key.
+func NewConnection(kr *vault.Keyring, c vault.Connection) (vault.Connection, []byte, error) {
+	c = c.Clone()
+	c.Version = 1
+	c.SealedWith = ""
+	rec, err := EncodeConnection(kr, c)
+	return c, rec, err
+}
+
+// ConnectTarget is the connection half of a GrantConnector.Connect: the id
+// of the connection w writes and, when w creates it, the new connection
+// (NewConnection) and its record. A write of nothing is an error.
+func ConnectTarget(kr *vault.Keyring, w vault.ConnectionWrite) (id string, created vault.Connection, rec []byte, err error) {
+	switch {
+	case w.Create != nil:
+		created, rec, err = NewConnection(kr, *w.Create)
+		return created.ID, created, rec, err
+	case w.Update != nil:
+		return w.UpdateID, vault.Connection{}, nil, nil
 	}
-	return checkVersion("connection", old.ID, old.Version, new.Version)
+	return "", vault.Connection{}, nil, errors.New("vault: connect: no connection to write")
 }
 
 // DecodePrincipalConnections decodes the metadata of the stored records a
 // backend listed for p (from its per-principal index), opening no token
-// set, and checks each really belongs to p: an index entry pointing at
-// another principal's record is corruption, not a result.
+// set, and checks each really belongs to p (decodeOwned).
 func DecodePrincipalConnections(p vault.Principal, recs [][]byte) ([]vault.Connection, error) {
-	out := make([]vault.Connection, 0, len(recs))
+	return decodeOwned(p, recs, "connection", ConnectionMeta, connectionOwner)
+}
+
+// DecodeRetired opens p's retired connections, whose records a backend's
+// index found for p (decodeOwned).
+func DecodeRetired(kr *vault.Keyring, p vault.Principal, recs [][]byte) ([]vault.Connection, error) {
+	return decodeOwned(p, recs, "retired connection", func(rec []byte) (vault.Connection, error) { return DecodeConnection(kr, rec) }, connectionOwner)
+}
+
+func connectionOwner(c vault.Connection) (string, vault.Principal) { return c.ID, c.Principal }
+
+// decodeOwned decodes, with decode, the records a backend listed for p
+// (from a per-principal index), and checks that each belongs to p: an
+// index entry pointing at another principal's record is corruption, not
+// a result. owner gives a value's id and principal; what names the kind
+// of record in errors.
+func decodeOwned[T any](p vault.Principal, recs [][]byte, what string, decode func([]byte) (T, error), owner func(T) (string, vault.Principal)) ([]T, error) {
+	out := make([]T, 0, len(recs))
 	for _, rec := range recs {
-		c, err := ConnectionMeta(rec)
+		v, err := decode(rec)
 		if err != nil {
 			return nil, err
 		}
-		if c.Principal != p {
-			return nil, fmt.Errorf("vault: connection %s is indexed under another principal: %w", c.ID, vault.ErrMalformed)
+		if id, q := owner(v); q != p {
+			return nil, fmt.Errorf("vault: %s %s is indexed under another principal: %w", what, id, vault.ErrMalformed)
 		}
-		out = append(out, c)
+		out = append(out, v)
 	}
 	return out, nil
 }
@@ -368,8 +404,19 @@ func DecodeAccountConnections(provider, accountID string, recs [][]byte) ([]vaul
 // ApplyConnectionRecordUpdate or ApplyConnectionMetaUpdate), so the
 // contract lives in one place.
 func applyConnectionUpdate(old vault.Connection, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return applyUpdate(old, fn, vault.Connection.Clone, checkConnectionUpdate, func(n, o vault.Connection) vault.Connection { n.Version = o.Version + 1; return n })
+	return connectionUpdates.Apply(old, fn)
 }
+
+// connectionUpdates are a connection's update rules (its codec needs the
+// key ring, so it is not a Kind's): an update keeps its id, principal,
+// provider and account.
+var connectionUpdates = Kind[vault.Connection]{Name: "connection", Owner: connectionOwner,
+	clone: vault.Connection.Clone, immutable: "id, principal, provider or account id",
+	same: func(o, n vault.Connection) bool {
+		return o.ID == n.ID && o.Principal == n.Principal && o.Provider == n.Provider && o.AccountID == n.AccountID
+	},
+	version:     func(c vault.Connection) uint64 { return c.Version },
+	withVersion: func(c vault.Connection, v uint64) vault.Connection { c.Version = v; return c }}
 
 // ApplyConnectionRecordUpdate runs an UpdateConnection closure on the
 // stored record rec of connection id: it opens the token set, applies fn

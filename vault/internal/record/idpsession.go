@@ -105,27 +105,17 @@ func DecodeIdPSession(kr *vault.Keyring, b []byte) (vault.IdPSession, error) {
 	return s, nil
 }
 
-func checkIdPSessionUpdate(old, new vault.IdPSession) error {
-	if old.Principal != new.Principal {
-		return errors.New("vault: update of an IdP session changed its person")
-	}
-	return checkVersion("IdP session of", old.Principal.Subject, old.Version, new.Version)
-}
-
-// ApplyIdPSessionUpdate runs an UpdateIdPSession closure on the current
-// session with the update rules (applyUpdate): the person is immutable.
-func ApplyIdPSessionUpdate(old vault.IdPSession, fn func(vault.IdPSession) (vault.IdPSession, error)) (vault.IdPSession, error) {
-	return applyUpdate(old, fn, vault.IdPSession.Clone, checkIdPSessionUpdate,
-		func(n, o vault.IdPSession) vault.IdPSession { n.Version = o.Version + 1; return n })
-}
-
-// IdPSessions are the stored IdP sessions, sealed with kr.
+// IdPSessions are the stored IdP sessions, sealed with kr; an update
+// keeps a session's person.
 func IdPSessions(kr *vault.Keyring) Kind[vault.IdPSession] {
-	return Kind[vault.IdPSession]{
+	return Kind[vault.IdPSession]{Name: "IdP session",
 		Encode: func(s vault.IdPSession) ([]byte, error) { return EncodeIdPSession(kr, s) },
 		Decode: func(b []byte) (vault.IdPSession, error) { return DecodeIdPSession(kr, b) },
-		Apply:  ApplyIdPSessionUpdate,
-	}
+		Owner:  func(s vault.IdPSession) (string, vault.Principal) { return "of " + s.Principal.Subject, s.Principal },
+		clone:  vault.IdPSession.Clone, immutable: "person",
+		same:        func(o, n vault.IdPSession) bool { return o.Principal == n.Principal },
+		version:     func(s vault.IdPSession) uint64 { return s.Version },
+		withVersion: func(s vault.IdPSession, v uint64) vault.IdPSession { s.Version = v; return s }}
 }
 
 // ReplaceIdPSession is what PutIdPSession stores over the stored record
@@ -142,4 +132,32 @@ func ReplaceIdPSession(old []byte, s vault.IdPSession) vault.IdPSession {
 		s.Created, s.Version = m.Created, m.Version+1
 	}
 	return s
+}
+
+// IdPSessionSealedWith names the key that sealed a stored session's
+// tokens, without opening them.
+func IdPSessionSealedWith(b []byte) (string, error) {
+	var r sessionRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return "", fmt.Errorf("vault: decode IdP session: %w", err)
+	}
+	return vault.EnvelopeKeyID(r.Tokens)
+}
+
+// ResealIdPSession seals a stored session's tokens again with kr's
+// primary key; changed is false (and rec nil) when they are sealed with
+// it already, or do not open (a session sealed with a key no longer held
+// counts as none: the person's next sign-in replaces it).
+func ResealIdPSession(kr *vault.Keyring, b []byte) (rec []byte, changed bool) {
+	if id, err := IdPSessionSealedWith(b); err != nil || id == kr.Primary() {
+		return nil, false
+	}
+	s, err := DecodeIdPSession(kr, b)
+	if err != nil {
+		return nil, false
+	}
+	if rec, err = EncodeIdPSession(kr, s); err != nil {
+		return nil, false
+	}
+	return rec, true
 }
