@@ -87,32 +87,10 @@ func (s *Store) DeleteIdPSession(ctx context.Context, p vault.Principal) error {
 // ResealIdPSessions implements vault.IdPSessionStore in one write
 // transaction (one record per person who signed in with offline access).
 func (s *Store) ResealIdPSessions(ctx context.Context) (int, error) {
-	if err := s.ready(ctx); err != nil {
-		return 0, err
-	}
-	n := 0
-	err := s.update(func(tx *bolt.Tx) error {
-		n = 0
-		b := tx.Bucket(bSessions)
-		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			nrec, changed := record.ResealIdPSession(s.kr, v)
-			if !changed {
-				continue
-			}
-			at := bytes.Clone(k)
-			if err := b.Put(at, nrec); err != nil {
-				return err
-			}
-			n++
-			c.Seek(at) // a write moves the cursor: back to where it was
-		}
-		return nil
+	return s.resealBucket(ctx, bSessions, "IdP sessions", func(_, v []byte) ([]byte, bool, error) {
+		nrec, changed := record.ResealIdPSession(s.kr, v)
+		return nrec, changed, nil
 	})
-	if err != nil {
-		return 0, fmt.Errorf("boltstore: reseal IdP sessions: %w", err)
-	}
-	return n, nil
 }
 
 // sessionKeyUsage adds to usage the keys that seal IdP sessions

@@ -179,54 +179,21 @@ func RunIdPSessions(t *testing.T, newStores NewIdPSessions) {
 
 var errSentinel = errors.New("vaulttest: the update function's own error")
 
-// RunIdPSessionRotation checks that key rotation covers IdP sessions:
-// sealed with a key that is no longer primary they still open and are
-// counted against it, vault.Rekey seals them again with the primary
-// (once), and then they open with the primary key alone. open opens the
-// one store of the test with kr, each time anew.
+// RunIdPSessionRotation checks that key rotation covers IdP sessions
+// (runRotation). open opens the one store of the test with kr, each time
+// anew.
 func RunIdPSessionRotation(t *testing.T, open func(t *testing.T, kr *vault.Keyring) KeyUser) {
-	ctx := t.Context()
-	oldKR, err := vault.ParseKeys(vault.GenerateKey())
-	if err != nil {
-		t.Fatal(err)
-	}
 	alice := vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
-	s := open(t, oldKR)
-	if _, err := s.IdPSessions().PutIdPSession(ctx, vault.IdPSession{Principal: alice, RefreshToken: "rt", IDToken: "idt",
-		Updated: time.Now()}); err != nil {
-		t.Fatal(err)
+	check := func(s KeyUser, when string) {
+		got, err := s.IdPSessions().GetIdPSession(t.Context(), alice)
+		if err != nil || got.RefreshToken != "rt" || got.IDToken != "idt" {
+			t.Fatalf("%s: %+v, %v", when, got, err)
+		}
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	newKR, err := oldKR.WithNewPrimary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s = open(t, newKR)
-	if usage, err := s.KeyUsage(ctx); err != nil || usage[oldKR.Primary()] != 1 {
-		t.Fatalf("key usage before the rotation: %v, %v; want the old key counted once", usage, err)
-	}
-	if n, err := vault.Rekey(ctx, s, newKR, 10); n != 1 || err != nil {
-		t.Fatalf("rekey rewrote %d records, %v; want 1 (the one session)", n, err)
-	}
-	if n, err := vault.Rekey(ctx, s, newKR, 10); n != 0 || err != nil {
-		t.Fatalf("a second rekey rewrote %d, %v; want 0", n, err)
-	}
-	if usage, err := s.KeyUsage(ctx); err != nil || len(usage) != 1 || usage[newKR.Primary()] != 1 {
-		t.Fatalf("key usage after the rotation: %v, %v; want the new key alone, once", usage, err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	primaryOnly, err := vault.NewKeyring([]string{newKR.Primary()}, newKR.AllBytes()[:1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	s = open(t, primaryOnly)
-	defer s.Close()
-	got, err := s.IdPSessions().GetIdPSession(ctx, alice)
-	if err != nil || got.RefreshToken != "rt" || got.IDToken != "idt" {
-		t.Fatalf("with the old key gone: %+v, %v", got, err)
-	}
+	runRotation(t, open, func(s KeyUser) {
+		if _, err := s.IdPSessions().PutIdPSession(t.Context(), vault.IdPSession{Principal: alice, RefreshToken: "rt", IDToken: "idt",
+			Updated: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}, func(s KeyUser, _ string) { check(s, "before the rotation") }, func(s KeyUser, _ string) { check(s, "with the old key gone") })
 }
