@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -85,6 +86,27 @@ type config struct {
 }
 
 func (c config) runs(part string) bool { return c.only == "" || c.only == part }
+
+// cpuProfile starts a CPU profile written to -cpuprofile's name plus suffix
+// when -cpuprofile is set; stop ends it and closes the file, and is a
+// no-op when -cpuprofile is not set.
+func (c config) cpuProfile(suffix string) (stop func() error, err error) {
+	if c.cpuprofile == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(c.cpuprofile + suffix)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
 
 // Store kinds (-store).
 const (

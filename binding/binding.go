@@ -276,23 +276,22 @@ func closedErr(st vault.GrantState) error {
 // connection (ApproveAndCompleteWith); approved grants also come from
 // stores written by earlier versions, which approved at the consent form.
 func (s *Service) Approve(ctx context.Context, id string, p vault.Principal) (vault.Grant, error) {
-	return s.transition(ctx, id, p, func(g *vault.Grant) error {
-		switch g.State {
-		case vault.GrantPending, vault.GrantApproved:
-			g.State = vault.GrantApproved
-			return nil
-		}
-		return closedErr(g.State)
-	})
+	return s.advanceOpen(ctx, id, p, vault.GrantApproved)
 }
 
 // Deny closes the grant without a connection: pending/approved → denied.
 // It serves both the browser's Deny button and an MCP client's "decline".
 func (s *Service) Deny(ctx context.Context, id string, p vault.Principal) (vault.Grant, error) {
+	return s.advanceOpen(ctx, id, p, vault.GrantDenied)
+}
+
+// advanceOpen moves a grant that is still open (pending or approved) to
+// state; a grant already closed gets closedErr.
+func (s *Service) advanceOpen(ctx context.Context, id string, p vault.Principal, state vault.GrantState) (vault.Grant, error) {
 	return s.transition(ctx, id, p, func(g *vault.Grant) error {
 		switch g.State {
 		case vault.GrantPending, vault.GrantApproved:
-			g.State = vault.GrantDenied
+			g.State = state
 			return nil
 		}
 		return closedErr(g.State)
