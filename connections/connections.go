@@ -217,6 +217,21 @@ func (n NeedsUser) Message() string {
 		name, n.Why, strings.Join(n.Scopes, " "))
 }
 
+// NoLinkMessage is what a client that cannot open connect links (it did
+// not declare elicitation.url, so n carries no request) tells the person:
+// where to connect instead, on the broker's connections page at pageURL,
+// whose Connect button asks for the provider's default scopes (Offered,
+// Connect). Scopes beyond those need a client that can open links.
+func (n NeedsUser) NoLinkMessage(pageURL string) string {
+	name := n.Provider.DisplayName
+	msg := fmt.Sprintf("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability).", name, n.Why)
+	if n.Why.Kind == MissingScopes {
+		return msg + fmt.Sprintf(" The broker's connections page at %s connects %s with its default scopes only; granting %s needs a client that can open connect links.",
+			pageURL, name, strings.Join(n.Why.Missing, " "))
+	}
+	return msg + fmt.Sprintf(" Open the broker's connections page at %s, choose Connect next to %s, then call again.", pageURL, name)
+}
+
 // Until is when a continuation handed out with n (a sealed requestState
 // valid for ttl from now) stops being accepted: ttl from now, or the
 // connect request's expiry when that comes first.
@@ -472,6 +487,10 @@ func (s *Service) Reconnect(ctx context.Context, req Request) (Outcome, error) {
 func (s *Service) ConnectURL(id string) string {
 	return s.opts.PublicURL + "/connect/" + id
 }
+
+// PageURL is the broker's connections page, where a person connects and
+// disconnects providers themselves (NeedsUser.NoLinkMessage names it).
+func (s *Service) PageURL() string { return s.opts.PublicURL + "/connections" }
 
 // Answer is the person's reply to a relayed connect request, as the
 // client reports it on a retry.

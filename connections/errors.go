@@ -140,11 +140,12 @@ func Describe(err error, p *provider.Provider) string {
 	var ge *GatewayOnlyError
 	var ng *NotAGatewayError
 	var ue2 *provider.UpstreamError
+	var nb *NoBrowserStepError
 	switch {
 	case vault.Unavailable(err):
 		return outage.Message
 	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae), errors.As(err, &ke), errors.As(err, &ce),
-		errors.As(err, &ge), errors.As(err, &ng), errors.As(err, &ue2):
+		errors.As(err, &ge), errors.As(err, &ng), errors.As(err, &ue2), errors.As(err, &nb):
 		return err.Error()
 	case errors.Is(err, ErrTooManyStepUps):
 		return fmt.Sprintf("%s kept asking for more permissions; no new connect request was started. Try again later.", name)
@@ -296,6 +297,7 @@ func Explain(err error, p *provider.Provider) Failure {
 	var ce *ChoiceError
 	var ge *GatewayOnlyError
 	var ng *NotAGatewayError
+	var nb *NoBrowserStepError
 	switch {
 	case vault.Unavailable(err):
 		// First: whatever else the error says, the store could not be used.
@@ -306,7 +308,7 @@ func Explain(err error, p *provider.Provider) Failure {
 		f.Class, f.Code = BadRequest, CodeRequestRefused
 	case errors.Is(err, ErrTooManyStepUps):
 		f.Class, f.Code = Refused, CodeRefused
-	case errors.As(err, &se), errors.As(err, &kf), errors.As(err, &kr):
+	case errors.As(err, &se), errors.As(err, &kf), errors.As(err, &kr), errors.As(err, &nb):
 		f.Class, f.Code = BadRequest, CodeInvalidRequest
 	case errors.As(err, &ce):
 		f.Class, f.Code = BadRequest, CodeInvalidRequest

@@ -820,29 +820,18 @@ func (g *gateway) notReady(w http.ResponseWriter, c *gwCall, o connections.Outco
 // connect_account gives it.
 func (g *gateway) askToConnect(w http.ResponseWriter, c *gwCall, n connections.NeedsUser, digest []byte) {
 	s := g.s
-	name := c.p.DisplayName
-	if n.Grant == nil {
-		if c.modern {
-			writeRPCError(w, http.StatusBadRequest, c.id, codeMissingCapability,
-				fmt.Sprintf("Connecting %s needs the client capability elicitation.url (%s)", name, n.Why), map[string]any{"requiredCapabilities": urlCapability})
-			return
+	if re, text, done := linkWithoutMRTR(c.modern, n, s.opts.Connections.PageURL()); done {
+		switch {
+		case re == nil:
+			g.toolError(w, c, text)
+		case re.Code == codeMissingCapability:
+			writeRPCErrorValue(w, http.StatusBadRequest, c.id, re)
+		default:
+			writeRPCErrorValue(w, http.StatusOK, c.id, re)
 		}
-		g.toolError(w, c, fmt.Sprintf("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability). Connect %s on the broker's connections page at %s, then call again.",
-			name, n.Why, name, s.opts.PublicURL+"/connections"))
 		return
 	}
 	msg := n.Message()
-	if !c.modern {
-		err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: msg, URL: n.URL, ElicitationID: n.Grant.ID}})
-		var re *rpcError
-		if errors.As(err, &re) {
-			re.Message = "Connect your " + name + " account in the browser, then retry"
-			writeRPCErrorValue(w, http.StatusOK, c.id, re)
-			return
-		}
-		writeRPCError(w, http.StatusOK, c.id, codeInternal, "internal error", nil)
-		return
-	}
 	st, err := requeststate.SealGateway(s.opts.StateKeys, requeststate.Gateway{Principal: c.principal, Provider: c.p.Name, Method: c.method,
 		Name: c.callName(), ArgDigest: digest, Grant: n.Grant.ID, Expires: n.Until(s.opts.Now(), s.opts.StateTTL)})
 	if err != nil {

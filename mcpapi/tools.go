@@ -413,33 +413,15 @@ func (s *Server) failed(err error, providerName string, tool string) outcome {
 }
 
 // askToConnect answers with the url elicitation of a connect request:
-// input_required (2026-07-28) or -32042 (2025-11-25); or, when the client
-// cannot open links, -32021 (2026-07-28) or a tool error naming the
-// connections page (2025-11-25).
+// input_required (2026-07-28), or what linkWithoutMRTR answers.
 func (s *Server) askToConnect(c *callContext, tool string, n connections.NeedsUser) outcome {
-	name := n.Provider.DisplayName
-	if n.Grant == nil {
-		if c.modern {
-			data, _ := json.Marshal(map[string]any{"requiredCapabilities": urlCapability})
-			return outcome{rpcErr: &rpcError{
-				Code:    codeMissingCapability,
-				Message: fmt.Sprintf("Connecting %s needs the client capability elicitation.url (%s)", name, n.Why),
-				Data:    data,
-			}}
-		}
-		return toolError("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability). Connect %s on the broker's connections page at %s, then call again.",
-			name, n.Why, name, s.opts.PublicURL+"/connections")
-	}
-	msg := n.Message()
-	if !c.modern {
-		err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: msg, URL: n.URL, ElicitationID: n.Grant.ID}})
-		var re *rpcError
-		if errors.As(err, &re) {
-			re.Message = "Connect your " + name + " account in the browser, then retry"
+	if re, text, done := linkWithoutMRTR(c.modern, n, s.opts.Connections.PageURL()); done {
+		if re != nil {
 			return outcome{rpcErr: re}
 		}
-		return internalError()
+		return toolError("%s", text)
 	}
+	msg := n.Message()
 	digest, err := requeststate.Digest(c.args)
 	if err != nil {
 		return invalidParams("arguments are not valid JSON")
@@ -451,6 +433,32 @@ func (s *Server) askToConnect(c *callContext, tool string, n connections.NeedsUs
 		params: &mcp.ElicitParams{Mode: "url", Message: msg, URL: n.URL},
 		state:  st,
 	}}
+}
+
+// linkWithoutMRTR is connect request n as both doors (/mcp and the
+// gateway) give it to a client that gets no input_required: -32021 for a
+// 2026-07-28 client without elicitation.url, a tool error's text naming
+// the connections page at pageURL for a 2025-11-25 one (n carries no
+// request then), -32042 carrying the link for a 2025-11-25 one with it.
+// done is false for a 2026-07-28 client that can open links.
+func linkWithoutMRTR(modern bool, n connections.NeedsUser, pageURL string) (re *rpcError, toolText string, done bool) {
+	name := n.Provider.DisplayName
+	switch {
+	case n.Grant == nil && modern:
+		data, _ := json.Marshal(map[string]any{"requiredCapabilities": urlCapability})
+		return &rpcError{Code: codeMissingCapability, Message: fmt.Sprintf("Connecting %s needs the client capability elicitation.url (%s)", name, n.Why),
+			Data: data}, "", true
+	case n.Grant == nil:
+		return nil, n.NoLinkMessage(pageURL), true
+	case modern:
+		return nil, "", false
+	}
+	err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: n.Message(), URL: n.URL, ElicitationID: n.Grant.ID}})
+	if !errors.As(err, &re) {
+		return &rpcError{Code: codeInternal, Message: "internal error"}, "", true
+	}
+	re.Message = "Connect your " + name + " account in the browser, then retry"
+	return re, "", true
 }
 
 var urlCapability = map[string]any{"elicitation": map[string]any{"url": map[string]any{}}}

@@ -182,6 +182,7 @@ func (f *Flow) Register(site *web.Site) {
 		{"GET /oauth/{provider}/callback", "oauthflow.callback", f.handleProviderCallback},
 		{"GET /connections", "", f.handleConnections},
 		{"POST /connections/{id}/disconnect", "", f.handleDisconnect},
+		{"POST /connections/{provider}/connect", "", f.handleConnect},
 		{"POST /connections/apps/{id}/remove", "", f.handleRemoveApp},
 		{"POST /logout", "", f.handleLogout},
 	} {

@@ -54,7 +54,7 @@ func TestGatewayReplicas(t *testing.T) {
 	var gate atomic.Pointer[chan struct{}]
 	refreshes := make(chan struct{}, 64) // one per refresh request arriving at the authorization server
 	s := newReplicaStackOpts(t, []string{"alice"}, replicaOptions{
-		args:      []string{"--upstream-allow-private"},
+		args: []string{"--upstream-allow-private"},
 		demo: func(o *demoprovider.Options) {
 			// Tokens outlive the test: the broker never refreshes one
 			// before it expires, only when the upstream refuses it.
