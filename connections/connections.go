@@ -12,6 +12,7 @@ import (
 
 	"credbroker/binding"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
 )
@@ -42,6 +43,10 @@ type Service struct {
 	log       *slog.Logger
 	providers *provider.Registry
 	stepUps   stepUpCounter
+	// locker excludes other replicas from connecting one person to one
+	// provider by assertion at the same time (assertion.go).
+	locker   vault.Locker
+	refusals refusalMemo
 }
 
 // New validates opts and builds a Service.
@@ -69,7 +74,7 @@ func New(opts Options) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{opts: opts, log: log, providers: opts.Client.Providers()}, nil
+	return &Service{opts: opts, log: log, providers: opts.Client.Providers(), locker: opts.Store.Locker()}, nil
 }
 
 // Providers returns the catalogue.
@@ -171,10 +176,16 @@ type Reason struct {
 	Missing []string
 	// Accepted: the person said they would open the link (Pending).
 	Accepted bool
+	// Assertion is why connecting without the browser was refused (an
+	// upstream ID-JAG outcome code, assertion.go), when it was tried.
+	Assertion string
 }
 
 // String is the reason in words, fit for a sentence after a colon.
 func (r Reason) String() string {
+	if words := AssertionRefusal(r.Assertion); words != "" {
+		return "connecting it for you through your organisation's sign-in did not work: " + words
+	}
 	switch r.Kind {
 	case Reconnect:
 		return "the broker's access was revoked or has expired, so the account must be reconnected"
@@ -198,8 +209,27 @@ func (n NeedsUser) Message() string {
 	case n.Why.Kind == Pending:
 		return fmt.Sprintf("Connect your %s account to continue: open the link, sign in to the broker and approve access.", name)
 	}
+	if len(n.Scopes) == 0 {
+		// The server's own defaults (an MCP server that names none).
+		return fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access.", name, n.Why)
+	}
 	return fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access for scopes %s.",
 		name, n.Why, strings.Join(n.Scopes, " "))
+}
+
+// NoLinkMessage is what a client that cannot open connect links (it did
+// not declare elicitation.url, so n carries no request) tells the person:
+// where to connect instead, on the broker's connections page at pageURL,
+// whose Connect button asks for the provider's default scopes (Offered,
+// Connect). Scopes beyond those need a client that can open links.
+func (n NeedsUser) NoLinkMessage(pageURL string) string {
+	name := n.Provider.DisplayName
+	msg := fmt.Sprintf("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability).", name, n.Why)
+	if n.Why.Kind == MissingScopes {
+		return msg + fmt.Sprintf(" The broker's connections page at %s connects %s with its default scopes only; granting %s needs a client that can open connect links.",
+			pageURL, name, strings.Join(n.Why.Missing, " "))
+	}
+	return msg + fmt.Sprintf(" Open the broker's connections page at %s, choose Connect next to %s, then call again.", pageURL, name)
 }
 
 // Until is when a continuation handed out with n (a sealed requestState
@@ -397,11 +427,18 @@ func (s *Service) keepGranted(p *provider.Provider, conns []vault.Connection, ac
 
 // start opens a connect request for req (when it can ask).
 func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, scopes []string, why Reason) (Outcome, error) {
+	if s.opts.Client.ConnectsByAssertion(p) {
+		o, refused, err := s.connectByAssertion(ctx, req, p, scopes)
+		if o != nil || err != nil {
+			return o, err
+		}
+		why.Assertion = refused
+	}
 	need := NeedsUser{Provider: p, Scopes: slices.Clone(scopes), Why: why}
 	if !req.CanAsk {
 		return need, nil
 	}
-	if err := s.upstreamUsable(ctx, p); err != nil {
+	if err := s.upstreamUsable(ctx, req, p); err != nil {
 		return nil, err
 	}
 	if req.ReuseOpen && req.Server == "" {
@@ -415,13 +452,8 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 			return need, nil
 		}
 	}
-	var g vault.Grant
-	var err error
-	if req.Server != "" {
-		g, err = s.opts.Grants.CreateForServer(ctx, req.Principal, p.Name, scopes, req.Server, req.ClientName)
-	} else {
-		g, err = s.opts.Grants.Create(ctx, req.Principal, p.Name, scopes, req.ClientName)
-	}
+	g, err := s.opts.Grants.CreateFrom(ctx, vault.Grant{Principal: req.Principal, Provider: p.Name, Scopes: scopes,
+		ClientName: req.ClientName, Server: req.Server, Why: why.Assertion})
 	switch {
 	case errors.Is(err, ErrTooManyPending), errors.Is(err, ErrRateLimited):
 		return nil, err
@@ -455,6 +487,10 @@ func (s *Service) Reconnect(ctx context.Context, req Request) (Outcome, error) {
 func (s *Service) ConnectURL(id string) string {
 	return s.opts.PublicURL + "/connect/" + id
 }
+
+// PageURL is the broker's connections page, where a person connects and
+// disconnects providers themselves (NeedsUser.NoLinkMessage names it).
+func (s *Service) PageURL() string { return s.opts.PublicURL + "/connections" }
 
 // Answer is the person's reply to a relayed connect request, as the
 // client reports it on a retry.
@@ -526,6 +562,14 @@ func (s *Service) Resume(ctx context.Context, req Request, grantID string, answe
 	if c, _ := best(p, conns, scopes); c != nil {
 		s.opts.Telemetry.Elicitation(telemetry.ElicitationCompleted)
 		return s.named(ctx, req, p, *c)
+	}
+	if g.Why != "" && s.opts.Client.ConnectsByAssertion(p) {
+		// Asked because connecting without the browser was refused: the
+		// person may have signed in through the link meanwhile (the
+		// refusals that ask the IdP are held a minute), so try again.
+		if o, _, err := s.connectByAssertion(ctx, req, p, scopes); o != nil || err != nil {
+			return o, err
+		}
 	}
 	g, err = s.opts.Grants.Round(ctx, g.ID, req.Principal)
 	switch {
@@ -841,6 +885,41 @@ func MissingRefreshToken(p *provider.Provider, c vault.Connection) bool {
 	return p != nil && c.NoRefreshToken && p.ExpectsRefreshToken(c.Scopes)
 }
 
+// NotGranted returns the scopes c's last connect request asked for that
+// the provider p did not grant (the person unchecked them on a granular
+// consent screen, as Google's), nil when it granted them all or the ask
+// is unknown. Each door names them with NotGrantedWords and says, in its
+// own terms, how to ask again.
+func NotGranted(p *provider.Provider, c vault.Connection) []string {
+	if p == nil || len(c.Requested) == 0 {
+		return nil
+	}
+	return p.MissingScopes(c.Scopes, c.Requested)
+}
+
+// NotGrantedWords says that the scopes missing (NotGranted's) were asked
+// for and not granted ("" when none).
+func NotGrantedWords(p *provider.Provider, missing []string) string {
+	if len(missing) == 0 {
+		return ""
+	}
+	was, it := "were", "them"
+	if len(missing) == 1 {
+		was, it = "was", "it"
+	}
+	return fmt.Sprintf("The user did not grant every scope asked for: %s %s not granted, so %s refuses requests that need %s.",
+		strings.Join(quoteAll(missing), ", "), was, p.DisplayName, it)
+}
+
+// quoteAll quotes each of ss (untrusted text: a provider's scope names).
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = untrusted.Quote(s)
+	}
+	return out
+}
+
 // Save stores what a completed browser step produced for grant g (already
 // checked to be the signed-in person's, consented to in this browser, for
 // provider p), and approves and completes g. A connection to the same
@@ -849,16 +928,21 @@ func MissingRefreshToken(p *provider.Provider, c vault.Connection) bool {
 // meanwhile), a connection created just now is removed again and
 // ErrRequestExpired is returned.
 //
-// A store that implements vault.GrantConnector writes the connection,
-// approves and completes g in one transaction
+// A store with a vault.GrantConnector (Store.Connector) writes the
+// connection, approves and completes g in one transaction
 // (binding.ApproveAndCompleteWith: one durable commit, nothing to undo).
 func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
-	w, err := s.connectionWrite(ctx, pr, p, ex)
+	asked := g.Scopes
+	if len(asked) == 0 {
+		asked = p.DefaultScopes
+	}
+	w, err := s.connectionWrite(ctx, pr, p, ex, p.NormalizeScopes(asked))
 	if err != nil {
 		return vault.Connection{}, err
 	}
 	var conn vault.Connection
-	gc, atomic := s.opts.Store.(vault.GrantConnector)
+	gc := s.opts.Store.Connector()
+	atomic := gc != nil
 	if atomic {
 		conn, _, err = s.opts.Grants.ApproveAndCompleteWith(ctx, gc, g.ID, pr, w)
 		atomic = !errors.Is(err, errors.ErrUnsupported)
@@ -897,9 +981,10 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 	return conn, nil
 }
 
-// connectionWrite is what storing ex comes to: a new connection, or an
+// connectionWrite is what storing ex, the answer to a connect request
+// that asked for the scopes asked, comes to: a new connection, or an
 // update of the person's existing one to the same provider account.
-func (s *Service) connectionWrite(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged) (vault.ConnectionWrite, error) {
+func (s *Service) connectionWrite(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged, asked []string) (vault.ConnectionWrite, error) {
 	now := s.opts.Now()
 	existing, err := s.providerConnections(ctx, pr, p.Name)
 	if err != nil {
@@ -918,12 +1003,13 @@ func (s *Service) connectionWrite(ctx context.Context, pr vault.Principal, p *pr
 				old.Token.RefreshToken, old.RefreshExpires = keepRefresh, keepExpires
 			}
 			old.AccountLogin, old.Scopes, old.Status, old.Updated = ex.Account.Login, p.NormalizeScopes(ex.Scopes), vault.StatusActive, now
+			old.Requested = asked
 			return old, nil
 		}}, nil
 	}
 	return vault.ConnectionWrite{Create: &vault.Connection{
 		ID: "conn_" + binding.NewID(), Principal: pr, Provider: p.Name, AccountID: ex.Account.ID, AccountLogin: ex.Account.Login,
-		Scopes: p.NormalizeScopes(ex.Scopes), Token: ex.Token, RefreshExpires: ex.RefreshExpiry,
+		Scopes: p.NormalizeScopes(ex.Scopes), Requested: asked, Token: ex.Token, RefreshExpires: ex.RefreshExpiry,
 		Status: vault.StatusActive, Created: now, Updated: now,
 	}}, nil
 }

@@ -238,7 +238,8 @@ func (g *gateway) listen(ctx context.Context, w http.ResponseWriter, c *gwCall) 
 		return
 	}
 	honoured := mcp.NotificationSubscriptions{ToolsListChanged: p.Notifications.ToolsListChanged}
-	r, up := g.upstreamCapabilities(ctx, c)
+	// With the store down, only the gateway's own changes are heard.
+	r, up, _ := g.upstreamCapabilities(ctx, c)
 	if up != nil {
 		honoured.PromptsListChanged = p.Notifications.PromptsListChanged && up.Prompts != nil && up.Prompts.ListChanged
 		honoured.ResourcesListChanged = p.Notifications.ResourcesListChanged && up.Resources != nil && up.Resources.ListChanged

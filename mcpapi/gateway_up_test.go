@@ -6,13 +6,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"credbroker/internal/echoapi"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -29,7 +34,7 @@ import (
 // "admin": 403 insufficient_scope otherwise), ask (asks the host a form
 // question first: input_required, then the answer), route (its region
 // argument is also the header Mcp-Param-Region, SEP-2243, which the
-// go-sdk's server checks).
+// go-sdk's server checks); addLeakyTools adds two more.
 type testUpstream struct {
 	t      testing.TB
 	srv    *httptest.Server
@@ -48,8 +53,9 @@ type testUpstream struct {
 	// seenAuth are the Authorization headers the MCP server received;
 	// methods counts the JSON-RPC methods it was sent; progressTokens are
 	// the progress tokens slow was called with; links counts link's calls.
-	seenAuth []string
-	methods  map[string]int
+	seenAuth    []string
+	seenHeaders []http.Header
+	methods     map[string]int
 	// caps are the clientCapabilities the last request of each method
 	// declared; regions the Mcp-Param-Region headers of route's calls.
 	caps           map[string]json.RawMessage
@@ -62,6 +68,9 @@ type testUpstream struct {
 	// progressSeen, when set, is waited on after each progress
 	// notification slow sends (the test reads it from the stream first).
 	progressSeen chan struct{}
+	// intercept, when set, answers every request (a server or
+	// authorization server misbehaving), next being the usual answers.
+	intercept func(w http.ResponseWriter, r *http.Request, next http.Handler)
 }
 
 func newTestUpstream(t testing.TB) *testUpstream {
@@ -152,6 +161,7 @@ func newTestUpstream(t testing.TB) *testUpstream {
 		_ = json.Unmarshal(body, &m)
 		u.mu.Lock()
 		u.seenAuth = append(u.seenAuth, auth)
+		u.seenHeaders = append(u.seenHeaders, r.Header.Clone())
 		u.methods[m.Method]++
 		u.caps[m.Method] = m.Params.Meta.Caps
 		if bytes.Contains(body, []byte(`"name":"route"`)) {
@@ -211,9 +221,50 @@ func newTestUpstream(t testing.TB) *testUpstream {
 		at, rt := u.mint(scopes)
 		json.NewEncoder(w).Encode(map[string]any{"access_token": at, "refresh_token": rt, "token_type": "Bearer", "expires_in": 3600})
 	})
-	u.srv = httptest.NewServer(mux)
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		intercept := u.intercept
+		u.mu.Unlock()
+		if intercept == nil {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		intercept(w, r, mux)
+	}))
 	t.Cleanup(u.srv.Close)
 	return u
+}
+
+// addLeakyTools adds the upstream's tools that hand back what they were
+// sent: echo_headers answers the Authorization header it got in every
+// encoding echoapi knows, and every refresh token the upstream issued,
+// after a progress notification saying the same (when asked for
+// progress); echo_fail answers a JSON-RPC error saying the same.
+func (u *testUpstream) addLeakyTools() {
+	leak := func(h http.Header) string {
+		u.mu.Lock()
+		refresh := slices.Sorted(maps.Keys(u.refresh))
+		u.mu.Unlock()
+		echoes := echoapi.Echoes(h.Get("Authorization"))
+		var b strings.Builder
+		for _, form := range slices.Sorted(maps.Keys(echoes)) {
+			fmt.Fprintf(&b, "%s: %s\n", form, echoes[form])
+		}
+		fmt.Fprintf(&b, "url: %s\nrefresh tokens: %q\n", url.QueryEscape(h.Get("Authorization")), refresh)
+		return b.String()
+	}
+	u.server.AddTool(&mcp.Tool{Name: "echo_headers", Description: "Answers the headers it got.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			text := leak(req.Extra.Header)
+			if tok := req.Params.GetProgressToken(); tok != nil {
+				req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: 1, Message: text})
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: map[string]any{"headers": text}}, nil
+		})
+	u.server.AddTool(&mcp.Tool{Name: "echo_fail", Description: "Fails, saying the headers it got.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "refused: " + leak(req.Extra.Header)}
+		})
 }
 
 // mint issues an access and a refresh token for scopes (u.mu held).

@@ -66,7 +66,9 @@ type Options struct {
 	// HTTPClient).
 	UpstreamHTTPClient *http.Client
 	// UpstreamClients keeps the clients the broker registers at upstream
-	// MCP servers' authorization servers (default: in this process only).
+	// MCP servers' authorization servers (default: in this process only;
+	// the broker gives its store's, vault.Store.UpstreamClients, so a
+	// registration survives restarts and replicas share it).
 	UpstreamClients UpstreamClients
 	// ClientMetadataURL is the broker's Client ID Metadata Document (an
 	// https URL: upstream servers that support it identify the broker by
@@ -76,6 +78,12 @@ type Options struct {
 	// RedirectURL is the broker's provider callback of a provider (the
 	// browser door's route; default BrokerURL + "/oauth/{name}/callback").
 	RedirectURL func(provider string) string
+	// IdP is the organisation's identity provider as the broker's client
+	// there, and IdPSessions keeps people's sessions at it (their refresh
+	// tokens, sealed): entries that connect by assertion (mcp.auth:
+	// enterprise) need both; without them those use the code flow only.
+	IdP         *OrgIdP
+	IdPSessions vault.IdPSessionStore
 	// Tracing, when set, traces API requests (provider.request), token
 	// refreshes (provider.token_refresh per caller, a link from each
 	// waiter to the one provider.token_refresh.flight) and every HTTP
@@ -192,7 +200,7 @@ func New(opts Options) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	k := &Client{opts: opts, log: log, locker: vault.LockerFor(opts.Store), tracer: tracing.Tracer(opts.Tracing),
+	k := &Client{opts: opts, log: log, locker: opts.Store.Locker(), tracer: tracing.Tracer(opts.Tracing),
 		apiHTTP: apiHTTP, apiClients: map[*APIBase]*http.Client{},
 		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}, upstreams: map[string]*upstreamState{}}
 	for _, name := range opts.Providers.Names() {
@@ -353,11 +361,14 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret,
 	if !ok {
 		return vault.Connection{}, fmt.Errorf("%w: %s", ErrUnknownProvider, cur.Provider)
 	}
+	log := k.log.With("provider", cur.Provider, "connection", cur.ID)
+	if cur.Token.RefreshToken == "" && k.ConnectsByAssertion(p) {
+		return k.renew(ctx, p, cur, log)
+	}
 	r, ok := p.Kind.(Refresher)
 	if !ok {
 		return vault.Connection{}, fmt.Errorf("%w: %s", ErrNotAToken, p.Name)
 	}
-	log := k.log.With("provider", cur.Provider, "connection", cur.ID)
 	tok, err := k.spend(ctx, r, p, cur, log)
 	if err != nil {
 		if errors.Is(err, errGrantRefused) {
@@ -391,6 +402,8 @@ func (k *Client) reload(ctx context.Context, id string, stale vault.Secret, olde
 		return cur, false, nil
 	case stale == "" && cur.Token.AccessToken != "" && (cur.Token.Expiry.IsZero() || k.opts.Now().Before(cur.Token.Expiry)):
 		return cur, true, nil
+	case k.renewable(cur):
+		return cur, false, nil // renewed by a new ID-JAG (idjag.go)
 	}
 	c, err := k.markNeedsReconnect(ctx, cur, k.log.With("provider", cur.Provider, "connection", cur.ID), "expired access token and no refresh token")
 	return c, true, err

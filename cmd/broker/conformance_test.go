@@ -130,6 +130,7 @@ func (c conformanceCheck) compactDetails() string {
 // baseline hides regressions).
 func TestConformance(t *testing.T) {
 	testskip.Short(t, "conformance suite")
+	t.Parallel()
 	root, _ := filepath.Abs("../..")
 	node, suite := conformanceSuite(t, root)
 	baseline := loadConformanceBaseline(t, filepath.Join(root, "testdata", "conformance", "expected-failures.yaml"), conformanceVersions)

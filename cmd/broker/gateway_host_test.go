@@ -100,7 +100,7 @@ func (h *gatewayHost) run(ctx context.Context, connect bool, calls []gatewayTool
 		if err != nil {
 			return fmt.Errorf("tools/list: %w", err)
 		}
-		h.logf("tools/list: %v", toolNames(tools.Tools))
+		h.logf("tools/list: %v", listedNames(tools.Tools))
 		if len(tools.Tools) != 1 || tools.Tools[0].Name != placeholderName || !connect {
 			break
 		}
@@ -160,10 +160,6 @@ func (h *gatewayHost) run(ctx context.Context, connect bool, calls []gatewayTool
 	}
 	return nil
 }
-
-// placeholderName is the tool of a gateway endpoint whose person is not
-// connected (mcpapi's placeholderTool).
-const placeholderName = "connect_account"
 
 // elicit answers the elicitations the host is asked for: a url one by
 // completing it in the browser, a form one by accepting it with
@@ -395,7 +391,7 @@ func exampleArguments(schema any) map[string]any {
 	return out
 }
 
-func toolNames(tools []*mcp.Tool) []string {
+func listedNames(tools []*mcp.Tool) []string {
 	var out []string
 	for _, t := range tools {
 		out = append(out, t.Name)

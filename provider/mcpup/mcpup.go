@@ -12,7 +12,12 @@
 // Legacy (2025-11-25) sessions are pooled: least recently used first out
 // beyond MaxSessions, closed after IdleTimeout, and a session the upstream
 // forgot (404, go-sdk's ErrSessionMissing) is opened again once and the
-// request retried. The package hands no token to its caller.
+// request retried. Close ends every session (the broker's shutdown).
+//
+// The package hands no token to its caller, and nothing the upstream
+// answers reaches its caller with a token the session used in it:
+// answers are redacted of them, in every encoding provider/redact knows,
+// before the go-sdk reads them (answers.go).
 package mcpup
 
 import (
@@ -25,6 +30,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -44,6 +50,11 @@ var (
 	// ErrNoToken: the connection has no usable token (it needs
 	// reconnecting).
 	ErrNoToken = errors.New("mcpup: the connection has no usable token")
+	// ErrTokenRequired: Probe was refused (401) without a token, as an
+	// OAuth-protected server refuses anyone not yet connected.
+	ErrTokenRequired = errors.New("mcpup: the upstream server asks for a token")
+	// ErrClosed: the pool was closed.
+	ErrClosed = errors.New("mcpup: the pool is closed")
 )
 
 // NeedScope is a 403 insufficient_scope: the upstream wants more scopes.
@@ -76,17 +87,28 @@ func (t Target) key() string {
 	return t.Conn
 }
 
-// Tokens gives a connection's access token and forces a refresh. An error
+// Tokens gives a connection's tokens and forces a refresh. An error
 // wrapping ErrNoToken means the connection must be made again; any other
 // is passed through as it is.
 type Tokens interface {
-	// AccessToken returns connection id's access token, refreshed when it
-	// is about to expire.
-	AccessToken(ctx context.Context, id string) (string, error)
+	// AccessToken returns connection id's tokens, the access token
+	// refreshed when it is about to expire.
+	AccessToken(ctx context.Context, id string) (Token, error)
 	// ForceRefresh refreshes connection id because the upstream refused
-	// stale, unless it was refreshed meanwhile.
-	ForceRefresh(ctx context.Context, id, stale string) (string, error)
+	// the access token stale, unless it was refreshed meanwhile.
+	ForceRefresh(ctx context.Context, id, stale string) (Token, error)
 }
+
+// Token is a connection's tokens as a Pool is given them: Access goes on
+// the upstream requests, and every answer of the upstream is redacted of
+// both. It prints as REDACTED.
+type Token struct {
+	Access, Refresh string
+}
+
+func (Token) String() string             { return "REDACTED" }
+func (Token) LogValue() slog.Value       { return slog.StringValue("REDACTED") }
+func (Token) Format(f fmt.State, _ rune) { f.Write([]byte("REDACTED")) }
 
 // Options configures a Pool.
 type Options struct {
@@ -114,10 +136,15 @@ type Pool struct {
 
 	// progress maps the progress tokens of calls in flight to their sinks.
 	progress sync.Map
+	// closing counts the sessions being closed.
+	closing sync.WaitGroup
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*list.Element
 	lru      *list.List // of *entry, most recently used first
+	closed   bool
+	// listens end the Listen sessions (Close).
+	listens map[*int]context.CancelFunc
 }
 
 type entry struct {
@@ -128,6 +155,9 @@ type entry struct {
 	// ready is closed once cs (or err) is set; concurrent first users wait.
 	ready chan struct{}
 	err   error
+	// cancel ends the context the session was opened with (which lives
+	// as long as the session): an opening in progress is abandoned.
+	cancel context.CancelFunc
 }
 
 // New builds a Pool.
@@ -158,6 +188,10 @@ func New(opts Options) *Pool {
 // first use. The caller must not close it: Forget does.
 func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error) {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
 	p.expireLocked()
 	if el, ok := p.sessions[t.key()]; ok && el.Value.(*entry).target == t {
 		e := el.Value.(*entry)
@@ -174,7 +208,10 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 		}
 		return e.cs, nil
 	}
-	e := &entry{key: t.key(), target: t, used: p.opts.Now(), ready: make(chan struct{})}
+	// The session lives as long as the context it is opened with: the
+	// caller's values, none of its deadlines, ended by removal or Close.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e := &entry{key: t.key(), target: t, used: p.opts.Now(), ready: make(chan struct{}), cancel: cancel}
 	if old, ok := p.sessions[t.key()]; ok {
 		p.removeLocked(old)
 	}
@@ -183,13 +220,25 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 		p.removeLocked(p.lru.Back())
 	}
 	p.mu.Unlock()
-	e.cs, e.err = p.connect(ctx, t, nil, nil)
+	e.cs, e.err = p.connect(cctx, t, nil, nil)
 	close(e.ready)
 	if e.err != nil {
 		p.drop(t, e)
 		return nil, e.err
 	}
 	return e.cs, nil
+}
+
+// Probe opens a session with t only to tell its era, and closes it. A
+// server that answers 401 to a target without a connection (no token
+// sent) gives an error wrapping ErrTokenRequired.
+func (p *Pool) Probe(ctx context.Context, t Target) (string, error) {
+	cs, err := p.Session(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	defer p.Forget(t)
+	return Era(cs), nil
 }
 
 // drop closes and drops t's session if it is still the one e holds: a
@@ -231,6 +280,25 @@ func (p *Pool) Forget(t Target) {
 	}
 }
 
+// Close closes every session and refuses new ones (ErrClosed); sessions
+// being opened are abandoned. It returns once every session the pool
+// opened is closed (a 2025-11-25 session is ended at the upstream with a
+// DELETE, which the go-sdk bounds).
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for _, stop := range p.listens {
+		stop()
+	}
+	for p.lru.Len() > 0 {
+		el := p.lru.Front()
+		el.Value.(*entry).cancel() // an opening in progress gives up
+		p.removeLocked(el)
+	}
+	p.mu.Unlock()
+	p.closing.Wait()
+}
+
 // Len is the number of sessions held.
 func (p *Pool) Len() int {
 	p.mu.Lock()
@@ -244,12 +312,13 @@ func (p *Pool) removeLocked(el *list.Element) {
 	if p.sessions[e.key] == el {
 		delete(p.sessions, e.key)
 	}
-	go func() {
+	p.closing.Go(func() {
 		<-e.ready
 		if e.cs != nil {
 			e.cs.Close()
 		}
-	}()
+		e.cancel()
+	})
 }
 
 // expireLocked closes the sessions idle longer than IdleTimeout.
@@ -266,17 +335,19 @@ func (p *Pool) expireLocked() {
 }
 
 // connect opens a session with t: the era probed (discover, else
-// initialize declaring url elicitation only). With changed set, the
-// session also hears the server's list-changed notifications (Listen),
-// and acked is closed when a 2026-07-28 server acknowledges the
-// subscription.
+// initialize declaring url elicitation only). ctx lives as long as the
+// session. With changed set, the session also hears the server's
+// list-changed notifications (Listen), and acked is closed when a
+// 2026-07-28 server acknowledges the subscription.
 func (p *Pool) connect(ctx context.Context, t Target, changed func(method string), acked chan<- struct{}) (*mcp.ClientSession, error) {
 	hc := *p.opts.HTTPClient
-	hc.Transport = statusRecorder{next: transportOf(p.opts.HTTPClient)}
 	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
+	ans := answers{next: transportOf(p.opts.HTTPClient), pool: p, refused: new(atomic.Bool)}
 	if t.Conn != "" {
-		tr.OAuthHandler = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn}
+		ans.secrets = &secrets{}
+		tr.OAuthHandler = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets}
 	}
+	hc.Transport = ans
 	opts := &mcp.ClientOptions{
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		Capabilities:   &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
@@ -290,8 +361,9 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 			}
 			return &mcp.ElicitResult{Action: "cancel"}, nil
 		},
-		ProgressNotificationHandler: p.routeProgress,
-		Logger:                      p.log,
+		// Progress is routed by answers, as it is read: the go-sdk's
+		// handler would run after the response it preceded.
+		Logger: p.log,
 	}
 	if changed != nil {
 		// The go-sdk then opens a subscriptions/listen stream with a
@@ -318,7 +390,7 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 		})
 	}
 	ctx, rec := withRecorder(ctx)
-	cs, err := client.Connect(context.WithoutCancel(ctx), tr, nil)
+	cs, err := client.Connect(ctx, tr, nil)
 	if ns := rec.scope(); ns != nil {
 		// The upstream wants more scopes for server/discover (the go-sdk's
 		// fall back to initialize was stopped at the transport: a session
@@ -328,7 +400,10 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 		}
 		return nil, ns
 	}
-	if err != nil {
+	switch {
+	case err != nil && t.Conn == "" && ans.refused.Load():
+		return nil, fmt.Errorf("%w: %w", ErrTokenRequired, err)
+	case err != nil:
 		return nil, rec.classify(err)
 	}
 	return cs, nil
@@ -381,10 +456,12 @@ func sessionSurvives(err error) bool {
 	return errors.As(err, &we) || errors.As(err, &ns) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// oauthHandler puts the connection's token on every request.
+// oauthHandler puts the connection's token on every request, and notes
+// each token it hands out in the session's secrets.
 type oauthHandler struct {
-	tokens Tokens
-	conn   string
+	tokens  Tokens
+	conn    string
+	secrets *secrets
 }
 
 var _ auth.OAuthHandler = (*oauthHandler)(nil)
@@ -399,11 +476,12 @@ type tokenSource struct {
 }
 
 func (s tokenSource) Token() (*oauth2.Token, error) {
-	at, err := s.h.tokens.AccessToken(s.ctx, s.h.conn)
+	tok, err := s.h.tokens.AccessToken(s.ctx, s.h.conn)
 	if err != nil {
 		return nil, err
 	}
-	return &oauth2.Token{AccessToken: at, TokenType: "Bearer"}, nil
+	s.h.secrets.add(tok)
+	return &oauth2.Token{AccessToken: tok.Access, TokenType: "Bearer"}, nil
 }
 
 // Authorize answers a 401 with one forced refresh (the transport then
@@ -441,10 +519,12 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 		return ErrUnauthorized
 	}
 	stale, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
-	if _, err := h.tokens.ForceRefresh(ctx, h.conn, stale); err != nil {
+	fresh, err := h.tokens.ForceRefresh(ctx, h.conn, stale)
+	if err != nil {
 		rec.refreshErr = err
 		return err
 	}
+	h.secrets.add(fresh)
 	rec.refreshed = true
 	return nil
 }
@@ -473,27 +553,6 @@ func (r *recorder) scope() *NeedScope {
 	return r.needScope
 }
 
-type recorderKey struct{}
-
-func withRecorder(ctx context.Context) (context.Context, *recorder) {
-	r := &recorder{}
-	return context.WithValue(ctx, recorderKey{}, r), r
-}
-
-func (r *recorder) classify(err error) error {
-	r.mu.Lock()
-	refused := r.refusedAfter
-	r.mu.Unlock()
-	var ns *NeedScope
-	switch {
-	case errors.As(err, &ns), errors.Is(err, ErrNoToken), errors.Is(err, ErrUnauthorized):
-		return err
-	case refused:
-		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
-	}
-	return err
-}
-
 type paramHeadersKey struct{}
 
 // WithParamHeaders returns ctx whose 2026-07-28 tools/call requests carry
@@ -505,37 +564,6 @@ func WithParamHeaders(ctx context.Context, h map[string]string) context.Context 
 		return ctx
 	}
 	return context.WithValue(ctx, paramHeadersKey{}, h)
-}
-
-// statusRecorder notes a 401 after a forced refresh in the request's
-// recorder, sends nothing more in an exchange the upstream answered 403
-// insufficient_scope, and puts a call's Mcp-Param headers on it.
-type statusRecorder struct{ next http.RoundTripper }
-
-func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
-		if ns := r.scope(); ns != nil {
-			if req.Body != nil {
-				req.Body.Close()
-			}
-			return nil, ns
-		}
-	}
-	if h, ok := req.Context().Value(paramHeadersKey{}).(map[string]string); ok && req.Header.Get("Mcp-Method") == "tools/call" {
-		req = req.Clone(req.Context())
-		for k, v := range h {
-			req.Header.Set(k, v)
-		}
-	}
-	resp, err := s.next.RoundTrip(req)
-	if err == nil && resp.StatusCode == http.StatusUnauthorized {
-		if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
-			r.mu.Lock()
-			r.refusedAfter = r.refusedAfter || r.refreshed
-			r.mu.Unlock()
-		}
-	}
-	return resp, err
 }
 
 // headerDeadline gives up a request whose answer's headers do not come
@@ -570,6 +598,27 @@ type cancelOnClose struct {
 func (c cancelOnClose) Close() error {
 	err := c.ReadCloser.Close()
 	c.cancel()
+	return err
+}
+
+type recorderKey struct{}
+
+func withRecorder(ctx context.Context) (context.Context, *recorder) {
+	r := &recorder{}
+	return context.WithValue(ctx, recorderKey{}, r), r
+}
+
+func (r *recorder) classify(err error) error {
+	r.mu.Lock()
+	refused := r.refusedAfter
+	r.mu.Unlock()
+	var ns *NeedScope
+	switch {
+	case errors.As(err, &ns), errors.Is(err, ErrNoToken), errors.Is(err, ErrUnauthorized):
+		return err
+	case refused:
+		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
 	return err
 }
 

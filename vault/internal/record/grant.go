@@ -25,6 +25,7 @@ type grantRecord struct {
 	ConnectionID string           `json:"connection_id,omitempty"`
 	Rounds       int              `json:"rounds,omitempty"`
 	Attempts     int              `json:"attempts,omitempty"`
+	Why          string           `json:"why,omitempty"`
 	Version      uint64           `json:"version"`
 }
 
@@ -34,7 +35,7 @@ func EncodeGrant(g vault.Grant) ([]byte, error) {
 		return nil, errors.New("vault: grant without id")
 	}
 	if err := validUTF8(g.ID, g.Principal.Issuer, g.Principal.Subject, g.Provider, g.ClientName,
-		g.Server, string(g.State), g.ConnectionID); err != nil {
+		g.Server, string(g.State), g.ConnectionID, g.Why); err != nil {
 		return nil, fmt.Errorf("vault: grant %q: %w", g.ID, err)
 	}
 	if err := validUTF8(g.Scopes...); err != nil {
@@ -44,7 +45,7 @@ func EncodeGrant(g vault.Grant) ([]byte, error) {
 		V: recordV1, ID: g.ID, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject,
 		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Server: g.Server, Created: g.Created,
 		Expires: g.Expires, State: g.State, ConnectionID: g.ConnectionID, Rounds: g.Rounds, Attempts: g.Attempts,
-		Version: g.Version,
+		Why: g.Why, Version: g.Version,
 	}
 	if b, ok := encodeGrantRecord(&r); ok {
 		return b, nil
@@ -70,24 +71,15 @@ func DecodeGrant(b []byte) (vault.Grant, error) {
 	return vault.Grant{
 		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject}, Provider: r.Provider,
 		Scopes: r.Scopes, ClientName: r.ClientName, Server: r.Server, Created: r.Created, Expires: r.Expires,
-		State: r.State, ConnectionID: r.ConnectionID, Rounds: r.Rounds, Attempts: r.Attempts, Version: r.Version,
+		State: r.State, ConnectionID: r.ConnectionID, Rounds: r.Rounds, Attempts: r.Attempts, Why: r.Why, Version: r.Version,
 	}, nil
 }
 
-// checkGrantUpdate reports an error when an update closure changed an
-// immutable field of a grant or returned a stale version.
-func checkGrantUpdate(old, new vault.Grant) error {
-	if old.ID != new.ID || old.Principal != new.Principal {
-		return fmt.Errorf("vault: update of grant %s changed an immutable field (id or principal)", old.ID)
-	}
-	return checkVersion("grant", old.ID, old.Version, new.Version)
-}
-
-// ApplyGrantUpdate runs an UpdateGrant closure on the current grant with
-// the update rules (applyUpdate): ID and Principal are immutable.
-func ApplyGrantUpdate(old vault.Grant, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	return applyUpdate(old, fn, vault.Grant.Clone, checkGrantUpdate, func(n, o vault.Grant) vault.Grant { n.Version = o.Version + 1; return n })
-}
-
-// Grants are the stored grants.
-var Grants = Kind[vault.Grant]{Encode: EncodeGrant, Decode: DecodeGrant, Apply: ApplyGrantUpdate}
+// Grants are the stored grants; an update keeps a grant's id and
+// principal.
+var Grants = Kind[vault.Grant]{Name: "grant", Encode: EncodeGrant, Decode: DecodeGrant,
+	Owner: func(g vault.Grant) (string, vault.Principal) { return g.ID, g.Principal },
+	clone: vault.Grant.Clone, immutable: "id or principal",
+	same:        func(o, n vault.Grant) bool { return o.ID == n.ID && o.Principal == n.Principal },
+	version:     func(g vault.Grant) uint64 { return g.Version },
+	withVersion: func(g vault.Grant, v uint64) vault.Grant { g.Version = v; return g }}
