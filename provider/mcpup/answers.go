@@ -2,6 +2,7 @@ package mcpup
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -306,4 +307,17 @@ func canonicalEscapes(b []byte) []byte {
 		i += 5
 	}
 	return out
+}
+
+type paramHeadersKey struct{}
+
+// WithParamHeaders returns ctx whose 2026-07-28 tools/call requests carry
+// headers h (the call's Mcp-Param headers, SEP-2243, written from its
+// arguments and the tool's x-mcp-header bindings): the go-sdk's client
+// writes them only for tools its own session has listed.
+func WithParamHeaders(ctx context.Context, h map[string]string) context.Context {
+	if len(h) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, paramHeadersKey{}, h)
 }

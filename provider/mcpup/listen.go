@@ -2,6 +2,9 @@ package mcpup
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"time"
 )
 
@@ -68,4 +71,39 @@ func (p *Pool) endListen(key *int) {
 		stop()
 		delete(p.listens, key)
 	}
+}
+
+// headerDeadline gives up a request whose answer's headers do not come
+// within d.
+type headerDeadline struct {
+	next http.RoundTripper
+	d    time.Duration
+}
+
+func (h headerDeadline) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancel(req.Context())
+	t := time.AfterFunc(h.d, cancel)
+	resp, err := h.next.RoundTrip(req.WithContext(ctx))
+	if !t.Stop() || err != nil {
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("mcpup: %s did not answer within %s", req.URL.Redacted(), h.d)
+		}
+		return nil, err
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose releases a request's context with its answer's body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }

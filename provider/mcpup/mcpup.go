@@ -25,7 +25,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -551,54 +550,6 @@ func (r *recorder) scope() *NeedScope {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.needScope
-}
-
-type paramHeadersKey struct{}
-
-// WithParamHeaders returns ctx whose 2026-07-28 tools/call requests carry
-// headers h (the call's Mcp-Param headers, SEP-2243, written from its
-// arguments and the tool's x-mcp-header bindings): the go-sdk's client
-// writes them only for tools its own session has listed.
-func WithParamHeaders(ctx context.Context, h map[string]string) context.Context {
-	if len(h) == 0 {
-		return ctx
-	}
-	return context.WithValue(ctx, paramHeadersKey{}, h)
-}
-
-// headerDeadline gives up a request whose answer's headers do not come
-// within d.
-type headerDeadline struct {
-	next http.RoundTripper
-	d    time.Duration
-}
-
-func (h headerDeadline) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, cancel := context.WithCancel(req.Context())
-	t := time.AfterFunc(h.d, cancel)
-	resp, err := h.next.RoundTrip(req.WithContext(ctx))
-	if !t.Stop() || err != nil {
-		cancel()
-		if err == nil {
-			resp.Body.Close()
-			err = fmt.Errorf("mcpup: %s did not answer within %s", req.URL.Redacted(), h.d)
-		}
-		return nil, err
-	}
-	resp.Body = cancelOnClose{resp.Body, cancel}
-	return resp, nil
-}
-
-// cancelOnClose releases a request's context with its answer's body.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (c cancelOnClose) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel()
-	return err
 }
 
 type recorderKey struct{}
