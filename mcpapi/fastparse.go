@@ -72,8 +72,10 @@ func fastParams(params []byte, p *modernParams) bool {
 			return d.once(4) && d.str(&p.RequestState)
 		case "inputResponses":
 			return d.once(5) && d.inputResponses(&p.InputResponses)
+		case "uri":
+			return d.once(6) && d.str(&p.URI)
 		}
-		return d.unknown(key, "_meta", "cursor", "name", "arguments", "requestState", "inputResponses")
+		return d.unknown(key, "_meta", "cursor", "name", "arguments", "requestState", "inputResponses", "uri")
 	})
 	return ok && d.i == len(d.b)
 }
@@ -97,8 +99,10 @@ func (d *fastDecoder) meta(m *reqMeta) bool {
 			return sub.once(3) && sub.str(&m.TraceParent)
 		case "tracestate":
 			return sub.once(4) && sub.str(&m.TraceState)
+		case "progressToken":
+			return sub.once(5) && sub.notNull() && sub.raw((*[]byte)(&m.ProgressToken))
 		}
-		return sub.unknown(key, mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientCapabilities, mcp.MetaKeyClientInfo, "traceparent", "tracestate")
+		return sub.unknown(key, mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientCapabilities, mcp.MetaKeyClientInfo, "traceparent", "tracestate", "progressToken")
 	})
 	d.i = sub.i
 	return ok
@@ -407,24 +411,26 @@ func capsFrom(raw []byte) capsInfo {
 	}
 }
 
-// capsMemo remembers capsFrom for the few capability objects clients send
-// (keyed by their exact bytes: the decode is a pure function of them).
-// Bounded: once full, learning a new object evicts an arbitrary one (map
-// iteration order is random), so a burst of unusual objects cannot freeze
-// out the common ones for the life of the process.
-type capsMemo struct {
+// bytesMemo remembers a decode of the few small JSON values clients send
+// again and again, such as their capability objects (keyed by their exact
+// bytes: the decode must be a pure function of them, and what it returns
+// is shared, so read only). Bounded: once full, learning a new value
+// evicts an arbitrary one (map iteration order is random), so a burst of
+// unusual values cannot freeze out the common ones for the life of the
+// process.
+type bytesMemo[V any] struct {
 	mu sync.RWMutex
-	m  map[string]capsInfo
+	m  map[string]V
 }
 
 const (
-	capsMemoEntries  = 64
-	capsMemoMaxBytes = 512
+	memoEntries  = 64
+	memoMaxBytes = 512
 )
 
-func (c *capsMemo) get(raw []byte) capsInfo {
-	if len(raw) > capsMemoMaxBytes {
-		return capsFrom(raw)
+func (c *bytesMemo[V]) get(raw []byte, decode func([]byte) V) V {
+	if len(raw) > memoMaxBytes {
+		return decode(raw)
 	}
 	c.mu.RLock()
 	v, ok := c.m[string(raw)]
@@ -432,12 +438,12 @@ func (c *capsMemo) get(raw []byte) capsInfo {
 	if ok {
 		return v
 	}
-	v = capsFrom(raw)
+	v = decode(raw)
 	c.mu.Lock()
 	if c.m == nil {
-		c.m = make(map[string]capsInfo)
+		c.m = make(map[string]V)
 	}
-	if _, ok := c.m[string(raw)]; !ok && len(c.m) >= capsMemoEntries {
+	if _, ok := c.m[string(raw)]; !ok && len(c.m) >= memoEntries {
 		for k := range c.m {
 			delete(c.m, k)
 			break

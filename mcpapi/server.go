@@ -102,7 +102,7 @@ type Server struct {
 
 	gw *gateway // /mcp/u/{provider}
 
-	caps capsMemo // decoded _meta clientCapabilities, by their bytes
+	caps bytesMemo[capsInfo] // decoded _meta clientCapabilities, by their bytes
 
 	// done is closed by EndStreams: long-lived streams end.
 	done     chan struct{}
