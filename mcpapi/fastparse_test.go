@@ -46,7 +46,33 @@ func checkFastParse(t testing.TB, body []byte) bool {
 	if !reflect.DeepEqual(p, rp) {
 		t.Fatalf("params differ for %q:\nfast %+v\njson %+v", body, p, rp)
 	}
+	checkGatewayFastParse(t, body)
 	return true
+}
+
+// checkGatewayFastParse: when the gateway's one-pass decode takes body, it
+// gives the envelope and params encoding/json gives (gwParams: the
+// gateway's shape, inputResponses kept raw).
+func checkGatewayFastParse(t testing.TB, body []byte) {
+	t.Helper()
+	var msg rpcMessage
+	var p gwParams
+	if !gwFastParse(body, &msg, &p) {
+		return
+	}
+	var rmsg rpcMessage
+	var rp gwParams
+	if err := json.Unmarshal(body, &rmsg); err != nil {
+		t.Fatalf("gwFastParse accepted what encoding/json rejects (%v): %q", err, body)
+	}
+	if len(rmsg.Params) > 0 && string(rmsg.Params) != "null" {
+		if err := json.Unmarshal(rmsg.Params, &rp); err != nil {
+			t.Fatalf("gwFastParse accepted params encoding/json rejects (%v): %q", err, body)
+		}
+	}
+	if !reflect.DeepEqual(msg, rmsg) || !reflect.DeepEqual(p, rp) {
+		t.Fatalf("gateway decode differs for %q:\nfast %+v %+v\njson %+v %+v", body, msg, p, rmsg, rp)
+	}
 }
 
 func TestFastParseMatchesEncodingJSON(t *testing.T) {

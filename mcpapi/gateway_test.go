@@ -27,7 +27,7 @@ type gatewayHarness struct {
 	up *testUpstream
 }
 
-func newGatewayHarness(t *testing.T) *gatewayHarness {
+func newGatewayHarness(t *testing.T, mcpSettings ...string) *gatewayHarness {
 	t.Helper()
 	up := newTestUpstream(t)
 	var hh *harness
@@ -36,7 +36,7 @@ func newGatewayHarness(t *testing.T) *gatewayHarness {
 		return `  up:
     display_name: Upstream
     type: mcp
-    mcp: {url: ` + up.url() + `, call_timeout: 5s, tools: {deny: [hidden]}}
+    mcp: {url: ` + up.url() + `, call_timeout: 5s, tools: {deny: [hidden]}` + strings.Join(append([]string{""}, mcpSettings...), ", ") + `}
 `
 	}, func(o *Options) { o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens()}) })
 	return &gatewayHarness{harness: h, up: up}
