@@ -9,6 +9,7 @@ ADDR ?= 127.0.0.1:8080
 FUZZTIME ?= 5s
 
 .PHONY: run test deps build vet fmt-check tidy-check unit fuzz bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
+.PHONY: oidcprovider-deps tsupstream-deps server-everything-deps
 .PHONY: image image-rootfs
 
 # Build information stamped into the binary (internal/buildinfo): shown by
@@ -104,19 +105,44 @@ conformance-deps:
 		cp testdata/conformance/package-lock.json $(CONFORMANCE_DIR)/.installed-lock.json; \
 	fi
 
+# $(call npm-peer,NAME,DIR,WHO): `npm ci` of testdata/NAME's locked packages
+# into DIR (ignored by git), again only when the lockfile changed; without
+# npm and with CREDBROKER_ALLOW_SKIP=1 it says that WHO will skip. The
+# peers run on the Node 22 installed with the conformance suite.
+define npm-peer
+	@if ! command -v npm >/dev/null 2>&1 && [ "$$CREDBROKER_ALLOW_SKIP" = 1 ]; then \
+		echo "$(1)-deps: no npm; $(3) will skip (CREDBROKER_ALLOW_SKIP=1)"; \
+	elif ! cmp -s testdata/$(1)/package-lock.json $(2)/.installed-lock.json; then \
+		rm -rf $(2) && mkdir -p $(2) && \
+		cp testdata/$(1)/package.json testdata/$(1)/package-lock.json $(2)/ && \
+		(cd $(2) && npm ci --no-audit --no-fund --loglevel=error) && \
+		cp testdata/$(1)/package-lock.json $(2)/.installed-lock.json; \
+	fi
+endef
+
 # The official TypeScript MCP client (an MCP host in cmd/broker's OAuth
-# tests), pinned by testdata/mcpclient/package-lock.json; it runs on the
-# Node 22 installed with the conformance suite.
+# tests), pinned by testdata/mcpclient/package-lock.json.
 MCPCLIENT_DIR ?= .cache/mcpclient
 mcpclient-deps: conformance-deps
-	@if ! command -v npm >/dev/null 2>&1 && [ "$$CREDBROKER_ALLOW_SKIP" = 1 ]; then \
-		echo "mcpclient-deps: no npm; the MCP host tests will skip (CREDBROKER_ALLOW_SKIP=1)"; \
-	elif ! cmp -s testdata/mcpclient/package-lock.json $(MCPCLIENT_DIR)/.installed-lock.json; then \
-		rm -rf $(MCPCLIENT_DIR) && mkdir -p $(MCPCLIENT_DIR) && \
-		cp testdata/mcpclient/package.json testdata/mcpclient/package-lock.json $(MCPCLIENT_DIR)/ && \
-		(cd $(MCPCLIENT_DIR) && npm ci --no-audit --no-fund --loglevel=error) && \
-		cp testdata/mcpclient/package-lock.json $(MCPCLIENT_DIR)/.installed-lock.json; \
-	fi
+	$(call npm-peer,mcpclient,$(MCPCLIENT_DIR),the MCP host tests)
+
+# The gateway's upstream peers (docs/TESTING.md): oidc-provider as the
+# authorization server of TestGatewayOIDCProvider, and the TypeScript SDK
+# whose example OAuth server is TestGatewayTypeScriptUpstream's upstream.
+# The tests look for them exactly here.
+oidcprovider-deps: conformance-deps
+	$(call npm-peer,oidcprovider,.cache/oidcprovider,TestGatewayOIDCProvider)
+
+tsupstream-deps: conformance-deps
+	$(call npm-peer,tsupstream,.cache/tsupstream,TestGatewayTypeScriptUpstream)
+
+# The MCP reference server server-everything (an upstream of the gateway in
+# cmd/broker's TestGatewayServerEverything), pinned by
+# testdata/server-everything/package-lock.json; it runs on the Node 22
+# installed with the conformance suite.
+SERVER_EVERYTHING_DIR ?= .cache/server-everything
+server-everything-deps: conformance-deps
+	$(call npm-peer,server-everything,$(SERVER_EVERYTHING_DIR),TestGatewayServerEverything)
 
 conformance: conformance-deps
 	$(GO) test -race -count=1 -run TestConformance -v ./cmd/broker
@@ -131,7 +157,7 @@ sidecar-ts-deps: conformance-deps
 		cd $(SIDECAR_TS_DIR) && PATH="$(CURDIR)/$(CONFORMANCE_DIR)/node_modules/node-linux-$(NODE_ARCH)/bin:$$PATH" npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
-test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps unit fuzz
+test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps oidcprovider-deps tsupstream-deps server-everything-deps unit fuzz
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,

@@ -21,13 +21,16 @@ var (
 	// forbidden maps a package (and its subpackages) to what it must never
 	// import (and their subpackages).
 	forbidden = map[string][]string{
-		"connections": append([]string{"cmd"}, frontDoors...),
-		"provider":    append([]string{"cmd", "connections"}, frontDoors...),
-		"binding":     append([]string{"cmd", "connections", "provider"}, frontDoors...),
-		"vault":       append([]string{"cmd", "connections", "provider", "binding"}, frontDoors...),
-		"internal":    append([]string{"cmd", "connections", "provider"}, frontDoors...),
-		"webhook":     append([]string{"cmd", "connections", "provider", "binding"}, frontDoors...),
-		"web":         append([]string{"cmd", "connections", "provider", "binding", "vault"}, frontDoors...),
+		// apps is the authorization server's core, beside connections:
+		// neither imports the other.
+		"connections": append([]string{"cmd", "apps"}, frontDoors...),
+		"apps":        append([]string{"cmd", "connections", "provider", "binding"}, frontDoors...),
+		"provider":    append([]string{"cmd", "connections", "apps"}, frontDoors...),
+		"binding":     append([]string{"cmd", "connections", "apps", "provider"}, frontDoors...),
+		"vault":       append([]string{"cmd", "connections", "apps", "provider", "binding"}, frontDoors...),
+		"internal":    append([]string{"cmd", "connections", "apps", "provider"}, frontDoors...),
+		"webhook":     append([]string{"cmd", "connections", "apps", "provider", "binding"}, frontDoors...),
+		"web":         append([]string{"cmd", "connections", "apps", "provider", "binding", "vault"}, frontDoors...),
 	}
 )
 

@@ -34,6 +34,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"credbroker/apps"
 	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/telemetry"
@@ -107,9 +108,9 @@ type Options struct {
 	Telemetry *telemetry.Recorder
 	Logger    *slog.Logger
 	// Apps lists the apps a person allowed at the broker's authorization
-	// server (wired by cmd/broker; nil: the route answers 404, as in
-	// issuer mode).
-	Apps func(ctx context.Context, p vault.Principal) ([]App, error)
+	// server: the apps core's List (wired by cmd/broker; nil: the route
+	// answers 404, as in issuer mode).
+	Apps func(ctx context.Context, p vault.Principal) ([]apps.App, error)
 	// Tracing, when set, makes each request an "adminapi.request" server
 	// span with the route and the status; never the people a request
 	// names (they travel in its query or body). Nil: off.
@@ -310,19 +311,6 @@ func (s *Server) listConnections(w http.ResponseWriter, r *http.Request, admin c
 	writeJSON(w, http.StatusOK, Connections(p, conns))
 }
 
-// App is one app with access as a person, as the authorization server
-// knows it.
-type App struct {
-	ID             string
-	ClientID       string
-	Name           string // self-asserted by the app: untrusted text
-	VerifiedDomain string
-	Authorized     time.Time
-	LastUsed       time.Time
-	Active         bool
-	ByOrganisation bool
-}
-
 // AppJSON is an app in GET /admin/v1/apps.
 type AppJSON struct {
 	ID       string `json:"id"`
@@ -354,7 +342,7 @@ func (s *Server) listApps(w http.ResponseWriter, r *http.Request, admin connecti
 		writeError(w, http.StatusBadRequest, "invalid_request", "query parameters iss and sub are required")
 		return
 	}
-	apps, err := s.opts.Apps(r.Context(), p)
+	list, err := s.opts.Apps(r.Context(), p)
 	if err != nil {
 		s.internal(w, "list apps", err)
 		return
@@ -362,7 +350,7 @@ func (s *Server) listApps(w http.ResponseWriter, r *http.Request, admin connecti
 	s.opts.Telemetry.Audit(r.Context(), telemetry.Event{Kind: telemetry.EventAdminList, Admin: admin.Principal, Principal: p,
 		Via: "admin-api", Outcome: "apps"})
 	out := AppsJSON{Principal: PrincipalJSON{p.Issuer, p.Subject}, Apps: []AppJSON{}}
-	for _, a := range apps {
+	for _, a := range list {
 		out.Apps = append(out.Apps, AppJSON{ID: a.ID, ClientID: a.ClientID, Name: a.Name, VerifiedDomain: a.VerifiedDomain,
 			Authorized: a.Authorized, LastUsed: optTime(a.LastUsed), Active: a.Active, ByOrganisation: a.ByOrganisation})
 	}

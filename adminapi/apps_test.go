@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/apps"
 	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/bearer"
@@ -64,11 +65,11 @@ func TestListApps(t *testing.T) {
 	}
 	alice := vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
 	used := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	apps := func(_ context.Context, p vault.Principal) ([]App, error) {
+	list := func(_ context.Context, p vault.Principal) ([]apps.App, error) {
 		if p != alice {
 			return nil, nil
 		}
-		return []App{
+		return []apps.App{
 			{ID: "a1", ClientID: "xaa-host", Name: "Enterprise host", Authorized: used, LastUsed: used, Active: true, ByOrganisation: true},
 			{ID: "a2", ClientID: "https://claude.ai/oauth/mcp.json", Name: "Claude", VerifiedDomain: "claude.ai", Authorized: used},
 		}, nil
@@ -88,7 +89,7 @@ func TestListApps(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	api, err := New(Options{Connections: conns, Verify: verify, Claim: claim, Apps: apps, Telemetry: rec})
+	api, err := New(Options{Connections: conns, Verify: verify, Claim: claim, Apps: list, Telemetry: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestAudienceChecked(t *testing.T) {
 	alice := vault.Principal{Issuer: testIdP, Subject: "alice"}
 
 	t.Run("own keys, another audience", func(t *testing.T) {
-		good, _, err := h.as.MintAccessToken(t.Context(), alice, "urn:credbroker:test", "Test", time.Hour)
+		good, _, err := h.as.MintAccessToken(t.Context(), alice, "urn:credbroker:test", "Test", "", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func TestAudienceChecked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, _, err := other.MintAccessToken(t.Context(), alice, "urn:credbroker:test-other", "Other", time.Hour)
+		tok, _, err := other.MintAccessToken(t.Context(), alice, "urn:credbroker:test-other", "Other", "", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,7 @@ func TestAudienceChecked(t *testing.T) {
 			t.Fatalf("the second broker's token at the first: %v, want ErrInvalidToken", err)
 		}
 		// And the other way round.
-		mine, _, err := h.as.MintAccessToken(t.Context(), alice, "urn:credbroker:test", "Test", time.Hour)
+		mine, _, err := h.as.MintAccessToken(t.Context(), alice, "urn:credbroker:test", "Test", "", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

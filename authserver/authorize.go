@@ -1,19 +1,17 @@
 package authserver
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"credbroker/apps"
 	"credbroker/internal/loopback"
-	"credbroker/internal/telemetry"
 	"credbroker/internal/untrusted"
 	"credbroker/vault"
 	"credbroker/web"
@@ -142,8 +140,8 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 	resource := s.opts.Resource
 	if raw, ok := q["resource"]; ok {
-		if !sameResource(raw[0], s.opts.Resource) {
-			fail("invalid_target", "resource must be this broker's MCP endpoint, "+s.opts.Resource)
+		if resource, ok = s.resourceOf(raw[0]); !ok {
+			fail("invalid_target", s.resourceHint())
 			return
 		}
 	}
@@ -175,14 +173,17 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 		Expires: s.now().Add(pendingTTL).Unix(),
 	}
 	if !slices.Contains(prompts, "consent") {
-		app, err := s.store.FindAppAccess(r.Context(), person.Principal, c.ID)
+		app, covered, err := s.apps.Remembered(r.Context(), p.request(c, s.opts.Resource))
 		switch {
-		case err == nil && consentCovers(app, p) && identityAssured(c, redirect):
+		case err != nil:
+			s.fail(w, r, person, "find app access", err)
+			return
+		case covered && identityAssured(c, redirect):
 			// Consent given before covers this request, and only this
 			// client can redeem the code (RFC 8252 section 8.6): no page.
-			s.issueCode(w, r, c, p, false)
+			s.issueCode(w, r, c, p, app)
 			return
-		case err == nil && consentCovers(app, p):
+		case covered:
 			// Remembered, but any local program could be listening at
 			// the redirect or claim the client_id: one click.
 			if noPrompt {
@@ -190,9 +191,6 @@ func (s *Server) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			p.Remembered = true
-		case err != nil && !errors.Is(err, vault.ErrNotFound):
-			s.fail(w, r, person, "find app access", err)
-			return
 		}
 	}
 	if noPrompt {
@@ -214,6 +212,9 @@ func (s *Server) renderConsent(w http.ResponseWriter, r *http.Request, person Pe
 		Chrome: chromeOf(person), ClientName: untrusted.Clip(c.displayName(), 120), Verified: c.host,
 		RedirectHost: redirectHost(p.RedirectURI), RedirectTarget: redirectTarget(p.RedirectURI), Identity: person.Display,
 		Scopes: scopeLines(p.Scopes), Request: sealed, Action: "/authorize/decision", Remembered: p.Remembered,
+	}
+	if p.Resource != s.opts.Resource {
+		page.Gateway = p.Resource
 	}
 	s.kit.Render(w, http.StatusOK, "app_consent", page, formTarget(p.RedirectURI))
 }
@@ -279,6 +280,30 @@ func validChallenge(c string) bool {
 	return err == nil
 }
 
+// resourceHint says which resources the broker issues tokens for.
+func (s *Server) resourceHint() string {
+	if s.opts.MoreResources == nil {
+		return "resource must be this broker's MCP endpoint, " + s.opts.Resource
+	}
+	return "resource must be this broker's MCP endpoint, " + s.opts.Resource + ", or one of its gateway endpoints, " + s.opts.PublicURL + "/mcp/u/{provider}"
+}
+
+// resourceOf returns the broker resource a requested resource indicator
+// names: the MCP endpoint, or one of MoreResources. Scheme and host compare
+// case-insensitively, everything else exactly.
+func (s *Server) resourceOf(requested string) (string, bool) {
+	if sameResource(requested, s.opts.Resource) {
+		return s.opts.Resource, true
+	}
+	u, err := url.Parse(requested)
+	if err != nil || u.Fragment != "" || strings.Contains(requested, "#") || !u.IsAbs() || s.opts.MoreResources == nil {
+		return "", false
+	}
+	u.Scheme, u.Host = strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	canon := u.String()
+	return canon, s.opts.MoreResources(canon)
+}
+
 // sameResource compares a requested resource indicator with the broker's
 // resource URI: scheme and host case-insensitively (the MCP specification
 // asks servers to accept upper case there), everything else exactly. A
@@ -306,18 +331,10 @@ func (s *Server) grantableScopes(raw string) []string {
 	return out
 }
 
-// consentCovers reports whether a's remembered consent covers p: the same
-// redirect URI (a loopback one may differ in port) and no new scope.
-func consentCovers(a vault.AppAccess, p pending) bool {
-	if a.RedirectURI != p.RedirectURI && !sameLoopbackRedirect(a.RedirectURI, p.RedirectURI) {
-		return false
-	}
-	for _, sc := range p.Scopes {
-		if !slices.Contains(a.Scopes, sc) {
-			return false
-		}
-	}
-	return true
+// request is what p asks the person to allow, for the apps core.
+func (p *pending) request(c *client, primary string) apps.Request {
+	return apps.Request{Principal: p.principal(), ClientID: c.ID, ClientName: c.displayName(), RedirectURI: p.RedirectURI, Scopes: p.Scopes,
+		Resource: p.Resource, Primary: primary}
 }
 
 // decisionForm is the consent form's post: its limit and what its
@@ -364,19 +381,24 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 			// The one-click page: the remembered consent must still cover
 			// the request (the app may have been removed or its consent
 			// narrowed meanwhile); if not, the full page asks afresh.
-			app, err := s.store.FindAppAccess(r.Context(), person.Principal, c.ID)
+			app, covered, err := s.apps.Remembered(r.Context(), p.request(c, s.opts.Resource))
 			switch {
-			case err == nil && consentCovers(app, p):
-				s.issueCode(w, r, c, p, false)
-			case err == nil || errors.Is(err, vault.ErrNotFound):
+			case err != nil:
+				s.fail(w, r, person, "find app access", err)
+			case covered:
+				s.issueCode(w, r, c, p, app)
+			default:
 				p.Remembered = false
 				s.renderConsent(w, r, person, c, p)
-			default:
-				s.fail(w, r, person, "find app access", err)
 			}
 			return
 		}
-		s.issueCode(w, r, c, p, true)
+		app, err := s.apps.Approve(r.Context(), p.request(c, s.opts.Resource))
+		if err != nil {
+			s.fail(w, r, Person{}, "record consent", err)
+			return
+		}
+		s.issueCode(w, r, c, p, app)
 	case "deny":
 		s.log.Info("authserver: authorization denied by the person", "client_id", c.ID, "sub", p.Subject)
 		s.redirectWith(w, r, p.RedirectURI, url.Values{"error": {"access_denied"},
@@ -387,19 +409,13 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// issueCode records consent (when given now), stores a one-minute code
-// bound to the client, redirect URI, PKCE challenge, resource and person,
-// and sends the browser back to the client with it.
-func (s *Server) issueCode(w http.ResponseWriter, r *http.Request, c *client, p pending, consented bool) {
-	ctx := r.Context()
-	app, err := s.recordConsent(ctx, c, p, consented)
-	if err != nil {
-		s.fail(w, r, Person{}, "record consent", err)
-		return
-	}
+// issueCode stores a one-minute code under app, the person's consent to
+// c, bound to the client, redirect URI, PKCE challenge, resource and
+// person, and sends the browser back to the client with it.
+func (s *Server) issueCode(w http.ResponseWriter, r *http.Request, c *client, p pending, app vault.AppAccess) {
 	code := randomID(32)
 	now := s.now()
-	if err := s.store.CreateAuthCode(ctx, vault.AuthCode{
+	if err := s.store.CreateAuthCode(r.Context(), vault.AuthCode{
 		Key: vault.SecretKey(code), ClientID: c.ID, RedirectURI: p.RedirectURI, Principal: p.principal(),
 		Scopes: p.Scopes, Resource: p.Resource, Challenge: p.Challenge, AppID: app.ID, FamilyID: randomID(16),
 		Created: now, Expires: now.Add(codeTTL),
@@ -407,39 +423,7 @@ func (s *Server) issueCode(w http.ResponseWriter, r *http.Request, c *client, p 
 		s.fail(w, r, Person{}, "store code", err)
 		return
 	}
-	if consented {
-		s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventAppAuthorized, Principal: p.principal(), Client: c.ID, Via: "browser"})
-		s.appEvent(ctx, AppAuthorized, p.principal(), c.ID, app.ClientName)
-	}
 	s.redirectWith(w, r, p.RedirectURI, url.Values{"code": {code}, "state": {p.State}})
-}
-
-// recordConsent returns the person's app access record for c, creating it
-// or updating the remembered consent when the person just gave it.
-func (s *Server) recordConsent(ctx context.Context, c *client, p pending, consented bool) (vault.AppAccess, error) {
-	now := s.now()
-	for range 3 {
-		app, err := s.store.FindAppAccess(ctx, p.principal(), c.ID)
-		if errors.Is(err, vault.ErrNotFound) {
-			app, err = s.store.CreateAppAccess(ctx, vault.AppAccess{
-				ID: randomID(16), Principal: p.principal(), ClientID: c.ID, ClientName: untrusted.Clip(c.displayName(), 200),
-				RedirectURI: p.RedirectURI, Scopes: p.Scopes, Created: now, Updated: now,
-			})
-			if errors.Is(err, vault.ErrExists) {
-				continue // a concurrent first approval won: use its record
-			}
-			return app, err
-		}
-		if err != nil || !consented {
-			return app, err
-		}
-		return s.store.UpdateAppAccess(ctx, app.ID, func(a vault.AppAccess) (vault.AppAccess, error) {
-			a.RedirectURI, a.Scopes, a.Updated = p.RedirectURI, p.Scopes, now
-			a.ClientName = untrusted.Clip(c.displayName(), 200)
-			return a, nil
-		})
-	}
-	return vault.AppAccess{}, fmt.Errorf("authserver: app access for %s keeps changing", c.ID)
 }
 
 // redirectWith sends the browser to the client's redirect URI with params

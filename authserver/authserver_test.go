@@ -11,14 +11,15 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"credbroker/apps"
 	"credbroker/internal/bearer"
 	"credbroker/internal/clientaddr"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/vault"
+	"credbroker/webhook"
 )
 
 func TestMetadata(t *testing.T) {
@@ -187,7 +188,7 @@ func TestCIMDFlow(t *testing.T) {
 	if tok.Status != 200 || tok.RefreshToken == "" {
 		t.Fatalf("token: %+v", tok)
 	}
-	apps, err := h.as.Apps(t.Context(), vault.Principal{Issuer: testIdP, Subject: "alice"})
+	apps, err := h.as.apps.List(t.Context(), vault.Principal{Issuer: testIdP, Subject: "alice"})
 	if err != nil || len(apps) != 1 || apps[0].VerifiedDomain != host || apps[0].Name != "Claude <i>Desktop</i>" || !apps[0].Active {
 		t.Fatalf("apps %+v, %v", apps, err)
 	}
@@ -358,7 +359,7 @@ func TestConsentRemembered(t *testing.T) {
 		if got := pageOf(t, p); got != oneClick {
 			t.Fatalf("got the %s", got)
 		}
-		if err := h.as.RemoveApp(t.Context(), alice, app.ID); err != nil {
+		if err := h.as.apps.Remove(t.Context(), alice, app.ID, apps.Actor{Via: "browser"}); err != nil {
 			t.Fatal(err)
 		}
 		// Continue on a page whose consent is gone asks in full again
@@ -611,7 +612,9 @@ func htmlformFind(p page, action string) (string, url.Values, error) {
 
 // TestExpiry: codes, access tokens, idle refresh tokens and families end.
 func TestExpiry(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.RefreshIdleTTL = 2 * time.Hour; o.RefreshTokenTTL = 5 * time.Hour })
+	h := newHarness(t, func(o *Options) {
+		o.Apps = mustApps(t, apps.Options{Store: o.Store, Now: o.Now, Policy: apps.Policy{RefreshIdleTTL: 2 * time.Hour, FamilyTTL: 5 * time.Hour}})
+	})
 	clientID, redirect := h.publicClient()
 	b := h.browser("alice")
 
@@ -719,44 +722,36 @@ func TestRevocation(t *testing.T) {
 	})
 }
 
-// TestRemoveApp: removing an app revokes its tokens and forgets consent;
-// signing out revokes nothing (the session is not part of the grant).
+// TestRemoveApp: removing an app revokes its tokens and forgets consent,
+// and its app.authorized and app.removed events are in the store's outbox
+// with the changes; signing out revokes nothing (the session is not part
+// of the grant).
 func TestRemoveApp(t *testing.T) {
-	var mu sync.Mutex
-	var events []string
-	h := newHarness(t, func(o *Options) {
-		o.AppEvent = func(_ context.Context, kind string, p vault.Principal, clientID, _ string) {
-			mu.Lock()
-			defer mu.Unlock()
-			events = append(events, kind+" "+p.Subject+" "+clientID)
-		}
-	})
+	h := newHarness(t, withAppEvents)
 	clientID, redirect := h.publicClient()
 	b := h.browser("alice")
 	pk := newPKCE()
 	tok := h.exchange(clientID, h.approve(b, h.authorizeURL(clientID, redirect, pk, nil), redirect), redirect, pk, nil)
 	alice := vault.Principal{Issuer: testIdP, Subject: "alice"}
-	apps, err := h.as.Apps(t.Context(), alice)
-	if err != nil || len(apps) != 1 || apps[0].ClientID != clientID || apps[0].VerifiedDomain != "" || apps[0].LastUsed.IsZero() {
-		t.Fatalf("apps %+v, %v", apps, err)
+	list, err := h.as.apps.List(t.Context(), alice)
+	if err != nil || len(list) != 1 || list[0].ClientID != clientID || list[0].VerifiedDomain != "" || list[0].LastUsed.IsZero() {
+		t.Fatalf("apps %+v, %v", list, err)
 	}
 	bob := vault.Principal{Issuer: testIdP, Subject: "bob"}
-	if err := h.as.RemoveApp(t.Context(), bob, apps[0].ID); !errors.Is(err, ErrNoSuchApp) {
+	if err := h.as.apps.Remove(t.Context(), bob, list[0].ID, apps.Actor{Via: "browser"}); !errors.Is(err, apps.ErrNoSuchApp) {
 		t.Fatalf("bob removing alice's app: %v", err)
 	}
 	if err := h.verify(tok.AccessToken); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.as.RemoveApp(t.Context(), alice, apps[0].ID); err != nil {
+	h.clock.Advance(time.Second) // the events' times order them
+	if err := h.as.apps.Remove(t.Context(), alice, list[0].ID, apps.Actor{Via: "browser"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.verify(tok.AccessToken); !errors.Is(err, bearer.ErrInvalidToken) || !strings.Contains(err.Error(), "removed") {
 		t.Fatalf("after removal: %v", err)
 	}
-	mu.Lock()
-	got := slices.Clone(events)
-	mu.Unlock()
-	if want := []string{AppAuthorized + " alice " + clientID, AppRemoved + " alice " + clientID}; !slices.Equal(got, want) {
+	if got, want := h.appEvents(), []string{webhook.AppAuthorized + " alice " + clientID, webhook.AppRemoved + " alice " + clientID}; !slices.Equal(got, want) {
 		t.Fatalf("app events %q, want %q", got, want)
 	}
 	if r := h.refresh(clientID, tok.RefreshToken); r.Error != "invalid_grant" {
@@ -796,7 +791,7 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatalf("JWKS %s, %v", as2.keys.jwks, err)
 	}
 	claims, _ := h.as.keys.parse(old.AccessToken)
-	newTok, _, err := as2.MintAccessToken(t.Context(), vault.Principal{Issuer: testIdP, Subject: "alice"}, "urn:credbroker:test", "t", time.Hour)
+	newTok, _, err := as2.MintAccessToken(t.Context(), vault.Principal{Issuer: testIdP, Subject: "alice"}, "urn:credbroker:test", "t", "", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func BenchmarkVerifier(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tok, _, err := as.MintAccessToken(b.Context(), vault.Principal{Issuer: testIdP, Subject: "alice"}, "urn:credbroker:bench", "bench", time.Hour)
+	tok, _, err := as.MintAccessToken(b.Context(), vault.Principal{Issuer: testIdP, Subject: "alice"}, "urn:credbroker:bench", "bench", "", time.Hour)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func BenchmarkVerifier(b *testing.B) {
 	})
 	b.Run("signature only, uncached", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := as.verifySigned(b.Context(), tok); err != nil {
+			if _, err := as.verifySigned(b.Context(), tok, as.opts.Resource); err != nil {
 				b.Fatal(err)
 			}
 		}

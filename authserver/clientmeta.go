@@ -388,41 +388,11 @@ func redirectAllowed(registered []string, requested string) bool {
 		return true
 	}
 	for _, r := range registered {
-		if sameLoopbackRedirect(r, requested) {
+		if loopback.SameRedirect(r, requested) {
 			return true
 		}
 	}
 	return false
-}
-
-// sameLoopbackRedirect reports whether a and b are http loopback URIs that
-// differ at most in the port.
-func sameLoopbackRedirect(a, b string) bool {
-	ua, ea := url.Parse(a)
-	ub, eb := url.Parse(b)
-	if ea != nil || eb != nil || ua.Scheme != "http" || ub.Scheme != "http" || !loopback.Host(ua.Hostname()) {
-		return false
-	}
-	return ua.Hostname() == ub.Hostname() && ua.User == nil && ub.User == nil &&
-		ua.EscapedPath() == ub.EscapedPath() && ua.RawQuery == ub.RawQuery && ub.Fragment == "" &&
-		!strings.Contains(b, "#") && validPort(ub.Port())
-}
-
-func validPort(p string) bool {
-	if p == "" {
-		return true
-	}
-	if len(p) > 5 {
-		return false
-	}
-	n := 0
-	for _, c := range p {
-		if c < '0' || c > '9' {
-			return false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n > 0 && n < 65536
 }
 
 // redirectHost is what the consent page shows of a redirect URI: its host

@@ -114,8 +114,14 @@
 //
 // Every use of an access token checks that its family still exists, so
 // revoking (RFC 7009, either token of a family), a replay, and a person
-// removing the app on "My connections" (Server.RemoveApp) end its access
-// at once on every replica. Signing out of the broker revokes nothing.
+// removing the app on "My connections" end its access at once on the
+// replica that made the change and within one second on every other
+// (package apps: the liveness cache and its bound). Signing out of the
+// broker revokes nothing.
+//
+// Consent memory, token families and their lifetimes, rotation,
+// revocation, liveness and removing an app are the apps core's (package
+// apps); this package translates between the wire and it.
 //
 // # Enterprise-managed authorization (idjag.go)
 //

@@ -12,16 +12,19 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"credbroker/apps"
 	"credbroker/internal/htmlform"
 	"credbroker/internal/logbuf"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
 	"credbroker/web"
+	"credbroker/webhook"
 )
 
 // The authorization server is tested in-process over loopback with a
@@ -113,6 +116,9 @@ func newHarness(t *testing.T, mods ...func(*Options)) *harness {
 	}
 	for _, m := range mods {
 		m(&h.opts)
+	}
+	if st, ok := h.opts.Store.(*memstore.Store); ok {
+		h.store = st
 	}
 	h.as, err = New(h.opts)
 	if err != nil {
@@ -361,4 +367,54 @@ func (h *harness) apps(user string) []vault.AppAccess {
 		h.t.Fatal(err)
 	}
 	return list
+}
+
+// mustApps builds an apps core for a harness option.
+func mustApps(t *testing.T, o apps.Options) *apps.Service {
+	t.Helper()
+	a, err := apps.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// withAppEvents gives the harness's server a store whose app changes write
+// webhook deliveries (one endpoint, every event) into its outbox, as
+// cmd/broker wires it; appEvents reads them.
+func withAppEvents(o *Options) {
+	ep, err := webhook.NewEndpoint("test", "https://hooks.example.test/", "whsec_"+base64.StdEncoding.EncodeToString(make([]byte, 32)), nil)
+	if err != nil {
+		panic(err)
+	}
+	pub := webhook.NewPublisher(&webhook.Config{Endpoints: []webhook.Endpoint{ep}}, o.Now)
+	st := memstore.NewWith(o.Keys, memstore.Options{AppChanges: pub.AppHook()})
+	o.Store = st
+	o.Apps = nil
+}
+
+// appEvents returns the events in the store's outbox, oldest first, as
+// "type subject client_id".
+func (h *harness) appEvents() []string {
+	h.t.Helper()
+	ob, ok := h.as.store.(vault.Outbox)
+	if !ok {
+		h.t.Fatalf("%T keeps no outbox", h.as.store)
+	}
+	ds, err := ob.ClaimDeliveries(h.t.Context(), h.clock.Now().Add(time.Hour), 0, time.Minute)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	slices.SortStableFunc(ds, func(a, b vault.Delivery) int { return a.Created.Compare(b.Created) })
+	var out []string
+	for _, d := range ds {
+		var p struct {
+			Data webhook.AppData `json:"data"`
+		}
+		if err := json.Unmarshal(d.Payload, &p); err != nil {
+			h.t.Fatal(err)
+		}
+		out = append(out, d.Type+" "+p.Data.Principal.Subject+" "+p.Data.ClientID)
+	}
+	return out
 }

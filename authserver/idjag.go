@@ -18,7 +18,6 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"credbroker/internal/telemetry"
-	"credbroker/internal/untrusted"
 	"credbroker/vault"
 )
 
@@ -268,6 +267,8 @@ type acceptedJAG struct {
 	scopes    []string
 	hasScope  bool
 	resources []string
+	// resource is the one the token is issued for.
+	resource string
 }
 
 // validateIDJAG checks raw as an ID-JAG for clientID at now: the checks of
@@ -345,10 +346,12 @@ func (s *Server) validateIDJAG(ctx context.Context, raw, clientID string, now ti
 		if len(c.Resource.values) == 0 {
 			return acceptedJAG{}, refuse(telemetry.IDJAGResource, "the assertion's resource is empty")
 		}
-		for _, r := range c.Resource.values {
-			if !sameResource(r, s.opts.Resource) {
-				return acceptedJAG{}, refuse(telemetry.IDJAGResource, "the assertion's resource must be this broker's MCP endpoint, %s", s.opts.Resource)
+		for i, r := range c.Resource.values {
+			canon, ok := s.resourceOf(r)
+			if !ok {
+				return acceptedJAG{}, refuse(telemetry.IDJAGResource, "the assertion's resource must be this broker's MCP endpoint, %s, or a gateway endpoint of it", s.opts.Resource)
 			}
+			c.Resource.values[i] = canon
 		}
 	}
 	if c.ClientID != clientID {
@@ -483,9 +486,24 @@ func (s *Server) redeemIDJAG(ctx context.Context, c *client, form url.Values) (t
 	if r != nil {
 		return tokenResponse{}, a, r
 	}
-	if e := s.checkResource(form); e != nil {
+	// The resource: the request's (within the assertion's, if it names
+	// any), else the assertion's one, else the MCP endpoint.
+	resource, e := s.requestedResource(form)
+	switch {
+	case e != nil:
 		return tokenResponse{}, a, &jagRefusal{outcome: telemetry.IDJAGResource, status: e.Status, code: e.Code, desc: e.Desc}
+	case resource != "" && len(a.resources) > 0 && !slices.Contains(a.resources, resource):
+		return tokenResponse{}, a, &jagRefusal{outcome: telemetry.IDJAGResource, status: http.StatusBadRequest, code: "invalid_target",
+			desc: "resource is not one the assertion was issued for"}
+	case resource == "" && len(a.resources) == 1:
+		resource = a.resources[0]
+	case resource == "" && len(a.resources) > 1:
+		return tokenResponse{}, a, &jagRefusal{outcome: telemetry.IDJAGResource, status: http.StatusBadRequest, code: "invalid_target",
+			desc: "the assertion names several resources: say which one with the resource parameter"}
+	case resource == "":
+		resource = s.opts.Resource
 	}
+	a.resource = resource
 	// Granted: the ID-JAG's scopes, narrowed to the request's scope when
 	// one is sent (the MCP profile's intersection). Refresh tokens are not
 	// issued for this grant, so offline_access means nothing here.
@@ -526,37 +544,11 @@ func (s *Server) redeemIDJAG(ctx context.Context, c *client, form url.Values) (t
 // token expires.
 func (s *Server) issueForIDJAG(ctx context.Context, c *client, a acceptedJAG, scopes []string) (tokenResponse, *oauthError) {
 	now := s.now()
-	fam := vault.TokenFamily{ID: randomID(16), Scopes: scopes, Resource: s.opts.Resource, Created: now,
-		Expires: now.Add(s.opts.AccessTokenTTL), Via: vault.FamilyViaIDJAG}
-	var app vault.AppAccess
-	var err error
-	for range 3 {
-		app, err = s.store.FindAppAccess(ctx, a.principal, c.ID)
-		if errors.Is(err, vault.ErrNotFound) {
-			// No consent is recorded: the organisation let the app in, and
-			// the browser's /authorize still asks the person.
-			app, err = s.store.CreateAppAccess(ctx, vault.AppAccess{ID: randomID(16), Principal: a.principal, ClientID: c.ID,
-				ClientName: clipName(c.displayName()), Created: now, Updated: now})
-			if errors.Is(err, vault.ErrExists) {
-				continue
-			}
-		}
-		break
-	}
-	if err != nil {
-		return tokenResponse{}, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the app's access could not be recorded", Err: err}
-	}
-	app, err = s.store.UpdateAppAccess(ctx, app.ID, func(x vault.AppAccess) (vault.AppAccess, error) {
-		if x.Principal != a.principal || x.ClientID != c.ID {
-			return x, errAppChanged
-		}
-		x.Families = append(liveFamilies(x.Families, now, s.opts.RefreshIdleTTL), fam)
-		if len(x.Families) > maxFamilies {
-			x.Families = x.Families[len(x.Families)-maxFamilies:]
-		}
-		x.LastUsed = now
-		return x, nil
-	})
+	fam := vault.TokenFamily{ID: randomID(16), Scopes: scopes, Resource: a.resource, Created: now,
+		Expires: now.Add(s.policy.AccessTokenTTL), Via: vault.FamilyViaIDJAG}
+	// No consent is recorded: the organisation let the app in, and the
+	// browser's /authorize still asks the person.
+	app, err := s.apps.AddFamilyWithoutConsent(ctx, a.principal, c.ID, c.displayName(), fam)
 	if err != nil {
 		return tokenResponse{}, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the tokens could not be recorded", Err: err}
 	}
@@ -565,7 +557,7 @@ func (s *Server) issueForIDJAG(ctx context.Context, c *client, a acceptedJAG, sc
 		return tokenResponse{}, e
 	}
 	if len(a.resources) > 0 {
-		resp.Resource = s.opts.Resource
+		resp.Resource = a.resource
 	}
 	return resp, nil
 }
@@ -577,6 +569,3 @@ func (s *Server) grantTypesText() string {
 	}
 	return "authorization_code, refresh_token or " + grantJWTBearer
 }
-
-// clipName bounds a client's self-asserted name for storage.
-func clipName(n string) string { return untrusted.Clip(n, 200) }

@@ -165,7 +165,7 @@ func FuzzJWTBearerGrant(f *testing.F) {
 			t.Fatalf("jti %q accepted twice", jti)
 		}
 		accepted[jti] = true
-		info, err := as.verifySigned(t.Context(), answer.AccessToken)
+		info, err := as.verifySigned(t.Context(), answer.AccessToken, as.opts.Resource)
 		if err != nil || info.Principal != (vault.Principal{Issuer: iss, Subject: cl["sub"].(string)}) || info.ClientID != "fuzz-client" {
 			t.Fatalf("the access token: %+v, %v", info, err)
 		}

@@ -183,7 +183,7 @@ func TestIDJAGGrant(t *testing.T) {
 	if info.Principal != alice || info.ClientID != e.clientID || len(info.Audiences) != 1 || info.Audiences[0] != e.srv.URL+"/mcp" {
 		t.Fatalf("the token names %+v for %s at %v", info.Principal, info.ClientID, info.Audiences)
 	}
-	apps, err := e.as.Apps(t.Context(), alice)
+	apps, err := e.as.apps.List(t.Context(), alice)
 	if err != nil || len(apps) != 1 || !apps[0].ByOrganisation || !apps[0].Active || apps[0].Name != "Enterprise host" {
 		t.Fatalf("apps %+v, %v", apps, err)
 	}

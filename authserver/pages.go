@@ -50,6 +50,9 @@ type consentPage struct {
 	// Remembered selects the one-click confirmation of a remembered
 	// consent instead of the full consent page.
 	Remembered bool
+	// Gateway is the gateway endpoint asked for (a remote MCP server the
+	// broker relays to), "" for the broker's own MCP endpoint.
+	Gateway string
 }
 
 func (s *Server) renderError(w http.ResponseWriter, p web.ErrorPage) {

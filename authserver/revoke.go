@@ -1,11 +1,10 @@
 package authserver
 
 import (
-	"errors"
 	"net/http"
-	"slices"
 	"strings"
 
+	"credbroker/apps"
 	"credbroker/vault"
 )
 
@@ -46,38 +45,17 @@ func (s *Server) handleRevoke(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	presented := vault.SecretKey(tok)
-	foreign := false
-	_, err := s.store.UpdateAppAccess(r.Context(), appID, func(a vault.AppAccess) (vault.AppAccess, error) {
-		foreign = false
-		i := slices.IndexFunc(a.Families, func(f vault.TokenFamily) bool { return f.ID == famID })
-		if i < 0 {
-			return a, errNoWrite
-		}
-		if refresh {
-			// Only a token the family really issued revokes it.
-			f := a.Families[i]
-			if f.RefreshHash != presented && !slices.Contains(f.Spent, presented) {
-				return a, errNoWrite
-			}
-		}
-		if a.ClientID != c.ID {
-			foreign = true
-			return a, errNoWrite
-		}
-		a.Families = slices.Delete(a.Families, i, i+1)
-		return a, nil
-	})
+	out, err := s.apps.Revoke(r.Context(), appID, apps.Revocation{FamilyID: famID, Refresh: refresh, Presented: vault.SecretKey(tok), ClientID: c.ID})
 	switch {
-	case foreign:
+	case err != nil:
+		s.writeError(w, r, &oauthError{Status: http.StatusServiceUnavailable, Code: "temporarily_unavailable", Desc: "the token could not be revoked; try again", Err: err})
+	case out == apps.Foreign:
 		s.writeError(w, r, oerr(http.StatusBadRequest, "unauthorized_client", "the token was not issued to this client"))
-	case err == nil:
+	case out == apps.Revoked:
 		s.log.Info("authserver: token family revoked by its client", "client_id", c.ID, "app", appID)
 		revoked(w)
-	case errors.Is(err, errNoWrite), errors.Is(err, vault.ErrNotFound):
-		revoked(w)
 	default:
-		s.writeError(w, r, &oauthError{Status: http.StatusServiceUnavailable, Code: "temporarily_unavailable", Desc: "the token could not be revoked; try again", Err: err})
+		revoked(w)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"credbroker/apps"
 	"credbroker/internal/clientaddr"
 	"credbroker/internal/loopback"
 	"credbroker/internal/telemetry"
@@ -40,8 +41,13 @@ type Options struct {
 	// PublicURL is the broker's external base URL: the issuer identifier
 	// of its tokens and metadata (no trailing slash).
 	PublicURL string
-	// Resource is the MCP resource URI: the only audience tokens name.
+	// Resource is the MCP resource URI: the audience tokens name unless
+	// another resource is asked for.
 	Resource string
+	// MoreResources reports the other resources tokens may be issued for
+	// (the gateway's /mcp/u/{provider} endpoints), given a requested
+	// resource with its scheme and host in lower case. Nil: none.
+	MoreResources func(resource string) bool
 	// IdPIssuer is the organisation's IdP: the issuer of every principal.
 	IdPIssuer string
 	// Store keeps clients, codes and app access.
@@ -69,9 +75,10 @@ type Options struct {
 	// MCP endpoint's required scope, when one is configured).
 	Scopes []string
 
-	AccessTokenTTL  time.Duration // default 1h
-	RefreshTokenTTL time.Duration // absolute lifetime of a token family; default 30 days
-	RefreshIdleTTL  time.Duration // a refresh token unused this long expires; default 7 days
+	// Apps is the apps core: consent memory, token families and their
+	// lifetimes, liveness, removal. Nil: one on Store with the default
+	// lifetimes, whose checks read the store each time.
+	Apps *apps.Service
 	// MaxClients caps registered clients (default 10000); RegistrationRate
 	// caps registrations per remote address per minute (default 20);
 	// UnusedClientTTL removes registered clients that never redeemed a
@@ -99,23 +106,6 @@ type Options struct {
 	Logger    *slog.Logger
 	Now       func() time.Time
 	Telemetry *telemetry.Recorder
-	// AppEvent, when set, is told when a person authorizes an app
-	// ("app.authorized") or removes it ("app.removed"), for the webhook
-	// events; it must not block.
-	AppEvent func(ctx context.Context, kind string, p vault.Principal, clientID, clientName string)
-}
-
-// App events (AppEvent's kind).
-const (
-	AppAuthorized = "app.authorized"
-	AppRemoved    = "app.removed"
-)
-
-// appEvent reports an app event when someone listens.
-func (s *Server) appEvent(ctx context.Context, kind string, p vault.Principal, clientID, clientName string) {
-	if s.opts.AppEvent != nil {
-		s.opts.AppEvent(ctx, kind, p, clientID, clientName)
-	}
 }
 
 // Server is the broker's OAuth 2.1 authorization server. See the package
@@ -125,6 +115,8 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time
 	store   vault.AuthStore
+	apps    *apps.Service
+	policy  apps.Policy
 	keys    *keySet
 	seal    *vault.Keyring
 	docs    *metadataCache
@@ -190,15 +182,6 @@ func New(opts Options) (*Server, error) {
 	if opts.IDJAG.MaxLifetime <= 0 {
 		opts.IDJAG.MaxLifetime = defaultIDJAGLifetime
 	}
-	if opts.AccessTokenTTL <= 0 {
-		opts.AccessTokenTTL = time.Hour
-	}
-	if opts.RefreshTokenTTL <= 0 {
-		opts.RefreshTokenTTL = 30 * 24 * time.Hour
-	}
-	if opts.RefreshIdleTTL <= 0 {
-		opts.RefreshIdleTTL = 7 * 24 * time.Hour
-	}
 	if opts.MaxClients <= 0 {
 		opts.MaxClients = 10000
 	}
@@ -217,8 +200,13 @@ func New(opts Options) (*Server, error) {
 	if opts.ClientAddr == nil {
 		opts.ClientAddr = clientaddr.Trusted{}.Addr // the peer
 	}
+	if opts.Apps == nil {
+		if opts.Apps, err = apps.New(apps.Options{Store: opts.Store, Telemetry: opts.Telemetry, Logger: opts.Logger, Now: opts.Now}); err != nil {
+			return nil, err
+		}
+	}
 	s := &Server{
-		opts: opts, log: opts.Logger, now: opts.Now, store: opts.Store,
+		opts: opts, log: opts.Logger, now: opts.Now, store: opts.Store, apps: opts.Apps, policy: opts.Apps.Policy(),
 		seal:    opts.Keys.Derive("authserver/pending-request"),
 		docs:    newMetadataCache(newMetadataClient(opts.AllowPrivateMetadata, opts.MetadataTLS), opts.Now),
 		limiter: newWindowLimiter(opts.RegistrationRate, time.Minute, opts.Now),

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"credbroker/apps"
 	"credbroker/internal/telemetry"
 	"credbroker/vault"
 )
@@ -22,12 +23,6 @@ const (
 	// scanners find leaked ones). The token is
 	// cbrt1.<app access id>.<family id>.<256 random bits>.
 	refreshPrefix = "cbrt1."
-	// maxSpent bounds the spent refresh token hashes a family remembers
-	// for replay detection.
-	maxSpent = 64
-	// maxFamilies bounds the token families of one app for one person
-	// (one per sign-in): the oldest goes first.
-	maxFamilies = 20
 )
 
 // tokenResponse is RFC 6749 section 5.1's answer.
@@ -87,11 +82,26 @@ func validVerifier(v string) bool {
 	return true
 }
 
-// checkResource applies RFC 8707 to a token request: an absent resource
-// means the broker's; another one is invalid_target.
-func (s *Server) checkResource(form url.Values) *oauthError {
-	if raw, ok := form["resource"]; ok && !sameResource(raw[0], s.opts.Resource) {
-		return oerr(http.StatusBadRequest, "invalid_target", "resource must be this broker's MCP endpoint, %s", s.opts.Resource)
+// requestedResource applies RFC 8707 to a token request: an absent
+// resource is "" (the grant's); one that is not the broker's is
+// invalid_target, before anything is spent.
+func (s *Server) requestedResource(form url.Values) (string, *oauthError) {
+	raw, ok := form["resource"]
+	if !ok {
+		return "", nil
+	}
+	r, ok := s.resourceOf(raw[0])
+	if !ok {
+		return "", oerr(http.StatusBadRequest, "invalid_target", "%s", s.resourceHint())
+	}
+	return r, nil
+}
+
+// grantedResource checks a requested resource (requestedResource) against
+// the one a grant is for.
+func grantedResource(requested, granted string) *oauthError {
+	if requested != "" && requested != granted {
+		return oerr(http.StatusBadRequest, "invalid_target", "resource must be the one this grant is for, %s", granted)
 	}
 	return nil
 }
@@ -107,7 +117,8 @@ func (s *Server) codeGrant(ctx context.Context, c *client, form url.Values) (tok
 	case !validVerifier(verifier):
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_request", "code_verifier must be 43 to 128 characters of A-Z a-z 0-9 - . _ ~")
 	}
-	if e := s.checkResource(form); e != nil {
+	resource, e := s.requestedResource(form)
+	if e != nil {
 		return tokenResponse{}, e
 	}
 	// Redeeming marks the code used whatever follows: a code is tried once.
@@ -118,7 +129,10 @@ func (s *Server) codeGrant(ctx context.Context, c *client, form url.Values) (tok
 	case errors.Is(err, vault.ErrCodeRedeemed):
 		// A code presented twice was intercepted or replayed: what the
 		// first redemption issued is revoked (RFC 6749 section 4.1.2).
-		removed := s.removeFamily(ctx, ac.AppID, ac.FamilyID)
+		removed, err := s.apps.EndFamily(ctx, ac.AppID, ac.FamilyID)
+		if err != nil {
+			s.log.Error("authserver: revoking a token family failed", "app", ac.AppID, "err", err)
+		}
 		s.log.Warn("security event", "event", "code_replayed", "client_id", c.ID, "tokens_revoked", removed)
 		s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventTokenReplay, Principal: ac.Principal, Client: ac.ClientID, Outcome: "code_replayed"})
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "authorization code already used; the tokens issued for it are revoked")
@@ -137,28 +151,18 @@ func (s *Server) codeGrant(ctx context.Context, c *client, form url.Values) (tok
 	case !pkceMatches(verifier, ac.Challenge):
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "code_verifier does not match the code_challenge")
 	}
-	withRefresh := slices.Contains(c.GrantTypes, grantRefresh)
-	var rt string
-	fam := vault.TokenFamily{ID: ac.FamilyID, Scopes: ac.Scopes, Resource: ac.Resource, Created: now, Expires: now.Add(s.opts.RefreshTokenTTL)}
-	if withRefresh {
-		rt = refreshPrefix + ac.AppID + "." + ac.FamilyID + "." + randomID(32)
-		fam.RefreshHash, fam.Refreshed = vault.SecretKey(rt), now
-	} else {
-		fam.Expires = now.Add(s.opts.AccessTokenTTL)
+	if e := grantedResource(resource, ac.Resource); e != nil {
+		return tokenResponse{}, e
 	}
-	app, err := s.store.UpdateAppAccess(ctx, ac.AppID, func(a vault.AppAccess) (vault.AppAccess, error) {
-		if a.Principal != ac.Principal || a.ClientID != ac.ClientID {
-			return a, errAppChanged
-		}
-		a.Families = append(liveFamilies(a.Families, now, s.opts.RefreshIdleTTL), fam)
-		if len(a.Families) > maxFamilies {
-			a.Families = a.Families[len(a.Families)-maxFamilies:]
-		}
-		a.LastUsed = now
-		return a, nil
-	})
+	var rt, rtHash string
+	if slices.Contains(c.GrantTypes, grantRefresh) {
+		rt = refreshPrefix + ac.AppID + "." + ac.FamilyID + "." + randomID(32)
+		rtHash = vault.SecretKey(rt)
+	}
+	fam := s.policy.NewFamily(ac.FamilyID, ac.Scopes, ac.Resource, rtHash, now)
+	app, err := s.apps.AddFamily(ctx, ac.AppID, ac.Principal, ac.ClientID, fam)
 	switch {
-	case errors.Is(err, vault.ErrNotFound), errors.Is(err, errAppChanged):
+	case errors.Is(err, apps.ErrRemoved):
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "the person removed this app's access")
 	case err != nil:
 		return tokenResponse{}, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the tokens could not be recorded", Err: err}
@@ -178,8 +182,6 @@ func (s *Server) codeGrant(ctx context.Context, c *client, form url.Values) (tok
 	return s.tokens(app, fam, ac.Scopes, rt)
 }
 
-var errAppChanged = errors.New("app access changed")
-
 // pkceMatches checks an S256 code_verifier against the challenge.
 func pkceMatches(verifier, challenge string) bool {
 	sum := sha256.Sum256([]byte(verifier))
@@ -187,30 +189,10 @@ func pkceMatches(verifier, challenge string) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(challenge)) == 1
 }
 
-// liveFamilies drops families that can issue nothing any more.
-func liveFamilies(fs []vault.TokenFamily, now time.Time, idle time.Duration) []vault.TokenFamily {
-	out := fs[:0:0]
-	for _, f := range fs {
-		if familyLive(f, now, idle) {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// familyLive: before its absolute end, and (with a refresh token) its
-// current refresh token not idle too long.
-func familyLive(f vault.TokenFamily, now time.Time, idle time.Duration) bool {
-	if !now.Before(f.Expires) {
-		return false
-	}
-	return f.RefreshHash == "" || now.Before(f.Refreshed.Add(idle))
-}
-
 // tokens signs an access token of fam for app and renders the answer.
 func (s *Server) tokens(app vault.AppAccess, fam vault.TokenFamily, scopes []string, refresh string) (tokenResponse, *oauthError) {
 	now := s.now()
-	exp := now.Add(s.opts.AccessTokenTTL)
+	exp := now.Add(s.policy.AccessTokenTTL)
 	if fam.Expires.Before(exp) {
 		exp = fam.Expires
 	}
@@ -242,18 +224,6 @@ func parseRefresh(rt string) (appID, famID string, ok bool) {
 	return parts[0], parts[1], true
 }
 
-// refresh outcomes.
-const (
-	refreshRotated = iota + 1
-	refreshUnknown
-	refreshReplayed
-	refreshWrongClient
-	refreshExpired
-)
-
-// errNoWrite aborts an update that found nothing to change.
-var errNoWrite = errors.New("nothing to write")
-
 // refreshGrant rotates a refresh token (RFC 6749 section 6): the presented
 // token is spent, a new one replaces it, and presenting a spent one again
 // revokes the whole family. The check and the rotation are one
@@ -267,68 +237,41 @@ func (s *Server) refreshGrant(ctx context.Context, c *client, form url.Values) (
 	if !slices.Contains(c.GrantTypes, grantRefresh) {
 		return tokenResponse{}, oerr(http.StatusBadRequest, "unauthorized_client", "this client is not registered for the refresh_token grant")
 	}
-	if e := s.checkResource(form); e != nil {
+	resource, e := s.requestedResource(form)
+	if e != nil {
 		return tokenResponse{}, e
 	}
 	appID, famID, ok := parseRefresh(rt)
 	if !ok {
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "unknown refresh token")
 	}
-	presented := vault.SecretKey(rt)
-	next := refreshPrefix + appID + "." + famID + "." + randomID(32)
-	now := s.now()
-	var (
-		outcome int
-		fam     vault.TokenFamily
-	)
-	app, err := s.store.UpdateAppAccess(ctx, appID, func(a vault.AppAccess) (vault.AppAccess, error) {
-		outcome = refreshUnknown
-		i := slices.IndexFunc(a.Families, func(f vault.TokenFamily) bool { return f.ID == famID })
-		if i < 0 {
-			return a, errNoWrite
-		}
-		f := a.Families[i]
-		current := f.RefreshHash != "" && subtle.ConstantTimeCompare([]byte(presented), []byte(f.RefreshHash)) == 1
-		spent := slices.Contains(f.Spent, presented)
-		switch {
-		case !current && !spent:
-			return a, errNoWrite
-		case a.ClientID != c.ID:
-			outcome = refreshWrongClient
-		case spent:
-			outcome = refreshReplayed
-		case !familyLive(f, now, s.opts.RefreshIdleTTL):
-			outcome = refreshExpired
-		default:
-			outcome = refreshRotated
-			f.Spent = append(f.Spent, f.RefreshHash)
-			if len(f.Spent) > maxSpent {
-				f.Spent = f.Spent[len(f.Spent)-maxSpent:]
+	if resource != "" {
+		// Checked before the rotation, which spends the token.
+		if a, err := s.store.GetAppAccess(ctx, appID); err == nil {
+			for _, f := range a.Families {
+				if f.ID == famID {
+					if e := grantedResource(resource, f.Resource); e != nil {
+						return tokenResponse{}, e
+					}
+				}
 			}
-			f.RefreshHash, f.Refreshed = vault.SecretKey(next), now
-			a.Families[i], fam, a.LastUsed = f, f, now
-			return a, nil
 		}
-		// Refused in a way that ends the family: a replay, a token of
-		// another client, or an expired family.
-		a.Families = slices.Delete(a.Families, i, i+1)
-		return a, nil
-	})
-	switch {
-	case errors.Is(err, vault.ErrNotFound), errors.Is(err, errNoWrite):
-		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "unknown or revoked refresh token")
-	case err != nil:
+	}
+	next := refreshPrefix + appID + "." + famID + "." + randomID(32)
+	app, fam, outcome, err := s.apps.Rotate(ctx, appID, apps.Refresh{FamilyID: famID, Presented: vault.SecretKey(rt), Next: vault.SecretKey(next), ClientID: c.ID})
+	if err != nil {
 		return tokenResponse{}, &oauthError{Status: http.StatusInternalServerError, Code: "server_error", Desc: "the refresh token could not be rotated", Err: err}
 	}
 	switch outcome {
-	case refreshReplayed:
+	case apps.Unknown:
+		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "unknown or revoked refresh token")
+	case apps.Replayed:
 		s.log.Warn("security event", "event", "refresh_token_replayed", "client_id", c.ID, "app", appID)
-		s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventTokenReplay, Principal: app.Principal, Client: app.ClientID, Outcome: "refresh_replayed"})
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "refresh token already used; every token of this sign-in is revoked, sign in again")
-	case refreshWrongClient:
+	case apps.WrongClient:
 		s.log.Warn("security event", "event", "refresh_token_of_another_client", "client_id", c.ID, "app", appID)
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "refresh token was issued to another client; it is revoked")
-	case refreshExpired:
+	case apps.Expired:
 		return tokenResponse{}, oerr(http.StatusBadRequest, "invalid_grant", "refresh token expired; sign in again")
 	}
 	scopes := fam.Scopes
@@ -343,55 +286,22 @@ func (s *Server) refreshGrant(ctx context.Context, c *client, form url.Values) (
 	return s.tokens(app, fam, scopes, next)
 }
 
-// removeFamily revokes one token family; it reports whether it existed.
-func (s *Server) removeFamily(ctx context.Context, appID, famID string) bool {
-	removed := false
-	_, err := s.store.UpdateAppAccess(ctx, appID, func(a vault.AppAccess) (vault.AppAccess, error) {
-		i := slices.IndexFunc(a.Families, func(f vault.TokenFamily) bool { return f.ID == famID })
-		if i < 0 {
-			removed = false
-			return a, errNoWrite
-		}
-		removed = true
-		a.Families = slices.Delete(a.Families, i, i+1)
-		return a, nil
-	})
-	if err != nil && !errors.Is(err, errNoWrite) && !errors.Is(err, vault.ErrNotFound) {
-		s.log.Error("authserver: revoking a token family failed", "app", appID, "err", err)
-	}
-	return removed && err == nil
-}
-
 // MintAccessToken issues an access token for p to the built-in client
-// clientID (named name on "My connections") without a browser step. It is
+// clientID (named name on "My connections") without a browser step, for
+// resource (the MCP endpoint when "", or a gateway endpoint). It is
 // for trusted in-process callers only: broker dev's POST /dev/token.
-func (s *Server) MintAccessToken(ctx context.Context, p vault.Principal, clientID, name string, ttl time.Duration) (string, time.Time, error) {
+func (s *Server) MintAccessToken(ctx context.Context, p vault.Principal, clientID, name, resource string, ttl time.Duration) (string, time.Time, error) {
 	now := s.now()
-	fam := vault.TokenFamily{ID: randomID(16), Resource: s.opts.Resource, Created: now, Expires: now.Add(ttl)}
-	var app vault.AppAccess
-	var err error
-	for range 3 {
-		app, err = s.store.FindAppAccess(ctx, p, clientID)
-		if errors.Is(err, vault.ErrNotFound) {
-			app, err = s.store.CreateAppAccess(ctx, vault.AppAccess{ID: randomID(16), Principal: p, ClientID: clientID,
-				ClientName: name, Created: now, Updated: now})
-			if errors.Is(err, vault.ErrExists) {
-				continue
-			}
-		}
-		break
+	switch r, ok := s.resourceOf(resource); {
+	case resource == "":
+		resource = s.opts.Resource
+	case !ok:
+		return "", time.Time{}, fmt.Errorf("authserver: %q is not a resource of this broker", resource)
+	default:
+		resource = r
 	}
-	if err != nil {
-		return "", time.Time{}, err
-	}
-	app, err = s.store.UpdateAppAccess(ctx, app.ID, func(a vault.AppAccess) (vault.AppAccess, error) {
-		a.Families = append(liveFamilies(a.Families, now, s.opts.RefreshIdleTTL), fam)
-		if len(a.Families) > maxFamilies {
-			a.Families = a.Families[len(a.Families)-maxFamilies:]
-		}
-		a.LastUsed = now
-		return a, nil
-	})
+	fam := vault.TokenFamily{ID: randomID(16), Resource: resource, Created: now, Expires: now.Add(ttl)}
+	app, err := s.apps.AddFamilyWithoutConsent(ctx, p, clientID, name, fam)
 	if err != nil {
 		return "", time.Time{}, err
 	}

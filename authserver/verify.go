@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"credbroker/apps"
 	"credbroker/internal/bearer"
 	"credbroker/vault"
 )
@@ -19,30 +20,35 @@ const clockLeeway = 30 * time.Second
 // for every front door that accepts them (the MCP endpoint, the sidecar
 // API). The signature and claims of a token are checked once and cached;
 // that its token family still exists (the app was not removed, the token
-// was not revoked, no replay revoked it) is checked in the store on every
-// use, so a revocation on one replica holds on all of them at once.
-func (s *Server) Verifier() bearer.Verifier {
-	signed := bearer.Cached(s.verifySigned, 10000, s.now)
+// was not revoked, no replay revoked it) is checked on every use by the
+// apps core (apps.Service.Alive: its cache where it can be trusted, else
+// the store), so a revocation on one replica holds on all of them within
+// apps.Bound.
+func (s *Server) Verifier() bearer.Verifier { return s.VerifierFor(s.opts.Resource) }
+
+// VerifierFor is Verifier for tokens of resource (a gateway endpoint): a
+// token for another resource of the broker is refused.
+func (s *Server) VerifierFor(resource string) bearer.Verifier {
+	signed := bearer.Cached(func(ctx context.Context, raw string) (bearer.TokenInfo, error) {
+		return s.verifySigned(ctx, raw, resource)
+	}, 10000, s.now)
 	return func(ctx context.Context, raw string) (bearer.TokenInfo, error) {
 		info, err := signed(ctx, raw)
 		if err != nil {
 			return bearer.TokenInfo{}, err
 		}
 		appID, famID, _ := strings.Cut(info.Session, ".")
-		a, err := s.store.GetAppAccess(ctx, appID)
-		if errors.Is(err, vault.ErrNotFound) {
-			return bearer.TokenInfo{}, fmt.Errorf("%w: the app's access was removed", bearer.ErrInvalidToken)
-		}
-		if err != nil {
-			return bearer.TokenInfo{}, fmt.Errorf("authserver: check token family: %w", err)
-		}
-		f, ok := a.Family(famID)
+		expires, err := s.apps.Alive(ctx, info.Principal, appID, famID)
 		switch {
-		case !ok:
+		case errors.Is(err, apps.ErrAppGone):
+			return bearer.TokenInfo{}, fmt.Errorf("%w: the app's access was removed", bearer.ErrInvalidToken)
+		case errors.Is(err, apps.ErrFamilyEnded):
 			return bearer.TokenInfo{}, fmt.Errorf("%w: the token was revoked", bearer.ErrInvalidToken)
-		case a.Principal != info.Principal:
+		case errors.Is(err, apps.ErrNotTheirs):
 			return bearer.TokenInfo{}, fmt.Errorf("%w: the token's person does not match its grant", bearer.ErrInvalidToken)
-		case !s.now().Before(f.Expires.Add(clockLeeway)):
+		case err != nil:
+			return bearer.TokenInfo{}, fmt.Errorf("authserver: check token family: %w", err)
+		case !s.now().Before(expires.Add(clockLeeway)):
 			return bearer.TokenInfo{}, fmt.Errorf("%w: the token's sign-in has ended", bearer.ErrInvalidToken)
 		}
 		return info, nil
@@ -50,9 +56,9 @@ func (s *Server) Verifier() bearer.Verifier {
 }
 
 // verifySigned checks a token's signature and claims: issued by this
-// broker, for its resource, unexpired, naming a person of the configured
+// broker, for resource, unexpired, naming a person of the configured
 // IdP.
-func (s *Server) verifySigned(_ context.Context, raw string) (bearer.TokenInfo, error) {
+func (s *Server) verifySigned(_ context.Context, raw, resource string) (bearer.TokenInfo, error) {
 	c, err := s.keys.parse(raw)
 	if err != nil {
 		return bearer.TokenInfo{}, fmt.Errorf("%w: %v", bearer.ErrInvalidToken, err)
@@ -61,8 +67,8 @@ func (s *Server) verifySigned(_ context.Context, raw string) (bearer.TokenInfo, 
 	switch {
 	case c.Issuer != s.opts.PublicURL:
 		return bearer.TokenInfo{}, fmt.Errorf("%w: issuer %q is not this broker", bearer.ErrInvalidToken, c.Issuer)
-	case !slices.Contains([]string(c.Audience), s.opts.Resource):
-		return bearer.TokenInfo{}, fmt.Errorf("%w: audience does not name %s", bearer.ErrInvalidToken, s.opts.Resource)
+	case !slices.Contains([]string(c.Audience), resource):
+		return bearer.TokenInfo{}, fmt.Errorf("%w: audience does not name %s", bearer.ErrInvalidToken, resource)
 	case !now.Before(c.expiry().Add(clockLeeway)):
 		return bearer.TokenInfo{}, fmt.Errorf("%w: expired at %s", bearer.ErrInvalidToken, c.expiry().UTC().Format(time.RFC3339))
 	case time.Unix(c.IssuedAt, 0).After(now.Add(clockLeeway)):

@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"credbroker/apps"
 	"credbroker/authserver"
 	"credbroker/binding"
 	"credbroker/connections"
@@ -283,6 +284,21 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 	if !ok {
 		return nil, fmt.Errorf("the %s store cannot hold the authorization server's records", kind)
 	}
+	// The apps core as serve wires it: a bolt file has this process as its
+	// only writer; PostgreSQL tells each replica what the others change.
+	appOpts := apps.Options{Store: astore, Telemetry: rec, Logger: log}
+	if w, ok := st.store.(vault.AppWatch); ok {
+		appOpts.Watch = w
+	} else {
+		appOpts.SoleWriter = kind == storeBolt
+	}
+	appSvc, err := apps.New(appOpts)
+	if err != nil {
+		return nil, err
+	}
+	fctx, stopFollow := context.WithCancel(ctx)
+	st.closers = append(st.closers, stopFollow)
+	go appSvc.Follow(fctx)
 	var flow *oauthflow.Flow
 	as, err := authserver.New(authserver.Options{
 		PublicURL: base, Resource: base + "/mcp", IdPIssuer: idp.Issuer(), Store: astore, Keys: st.keys,
@@ -291,7 +307,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 			return authserver.Person{Principal: p.Principal, Display: p.Display, CSRF: p.CSRF}, ok
 		},
 		StartSignIn:  func(w http.ResponseWriter, r *http.Request, returnTo string) { flow.StartSignIn(w, r, returnTo) },
-		Registration: true, Logger: log, Telemetry: rec, Tracing: tp,
+		Registration: true, Apps: appSvc, Logger: log, Telemetry: rec, Tracing: tp,
 	})
 	if err != nil {
 		return nil, err

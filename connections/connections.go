@@ -401,6 +401,9 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 	if !req.CanAsk {
 		return need, nil
 	}
+	if err := s.upstreamUsable(ctx, p); err != nil {
+		return nil, err
+	}
 	if req.ReuseOpen && req.Server == "" {
 		g, ok, err := s.opts.Grants.Pending(ctx, req.Principal, p.Name, scopes, req.ClientName)
 		if err != nil {

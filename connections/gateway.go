@@ -91,7 +91,7 @@ func (s *Service) Upstream(ctx context.Context, req Request, grant string, answe
 		return nil, err
 	}
 	if _, tokens := p.Kind.(provider.RedirectStep); !tokens {
-		return Ready{Provider: p, Target: mcpup.Target{Provider: p.Name, URL: up.URL}}, nil
+		return Ready{Provider: p, Target: mcpup.Target{Provider: p.Name, URL: up.URL, Person: req.Principal}}, nil
 	}
 	var o Outcome
 	if grant != "" {
@@ -106,6 +106,23 @@ func (s *Service) Upstream(ctx context.Context, req Request, grant string, answe
 		return Ready{Provider: p, Conn: c.Conn, Target: mcpup.Target{Provider: p.Name, URL: up.URL, Conn: c.Conn.ID}}, nil
 	}
 	return o, nil
+}
+
+// upstreamUsable refuses to start a connect request for an MCP server
+// whose authorization the broker cannot use (its metadata names another
+// resource, its authorization server is on a host not allowed, lacks S256
+// or offers no way to register: a *provider.UpstreamError naming the
+// fix), so the person is not sent to a link that can only fail. Discovery
+// is cached; nothing is registered or stored.
+func (s *Service) upstreamUsable(ctx context.Context, p *provider.Provider) error {
+	if _, ok := p.Kind.(provider.Gateway); !ok {
+		return nil
+	}
+	if _, tokens := p.Kind.(provider.RedirectStep); !tokens {
+		return nil
+	}
+	_, err := s.opts.Client.CheckUpstream(ctx, p.Name)
+	return err
 }
 
 // ErrTooManyStepUps: the upstream keeps asking for more scopes.

@@ -57,6 +57,9 @@ const (
 	maxInstructions  = 8 << 10
 	maxUpstreamError = 1 << 10
 	maxToolsListTTL  = 300_000 // ms
+	// maxTools bounds one relayed tools/list page; the rest is dropped
+	// (and logged).
+	maxTools = 1000
 )
 
 // gateway serves the /mcp/u/{provider} endpoints of a Server.
@@ -1111,6 +1114,9 @@ func (g *gateway) writeResult(w http.ResponseWriter, c *gwCall, res any) {
 // own resultType, which the SDK's types keep from decoding and encode
 // again, is dropped: the gateway writes its own, once.
 func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byte, bool) {
+	if c.modern {
+		res = privateCopy(res)
+	}
 	b, ok := g.fastResult(c.modern, res)
 	if !ok {
 		var err error
@@ -1191,6 +1197,33 @@ func withoutResultType(b []byte) []byte {
 	return out
 }
 
+// privateCopy returns a relayed list or resource marked cacheScope
+// "private", whatever the upstream said (nothing, for a 2025-11-25
+// server): an endpoint answers as one person, with their account or their
+// session at the server, so no cache may serve the answer to another. A
+// copy, since the go-sdk hands out the lists it keeps cached; results of
+// other kinds are returned as they are.
+func privateCopy(res any) any {
+	switch r := res.(type) {
+	case *mcp.ListPromptsResult:
+		return privately(r, func(v *mcp.ListPromptsResult) *mcp.Cacheable { return &v.Cacheable })
+	case *mcp.ListResourcesResult:
+		return privately(r, func(v *mcp.ListResourcesResult) *mcp.Cacheable { return &v.Cacheable })
+	case *mcp.ListResourceTemplatesResult:
+		return privately(r, func(v *mcp.ListResourceTemplatesResult) *mcp.Cacheable { return &v.Cacheable })
+	case *mcp.ReadResourceResult:
+		return privately(r, func(v *mcp.ReadResourceResult) *mcp.Cacheable { return &v.Cacheable })
+	}
+	return res
+}
+
+// privately is a copy of r whose cache scope is private.
+func privately[T any](r *T, cache func(*T) *mcp.Cacheable) *T {
+	v := *r
+	cache(&v).CacheScope = "private"
+	return &v
+}
+
 // admitCall applies the per-person limits: at most maxInFlight calls at
 // once and maxPerMinute a minute for one provider. release ends the call;
 // busy is the refusal ("" when admitted).
@@ -1245,8 +1278,13 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	out := make([]*mcp.Tool, 0, len(tools))
 	seen := map[string]bool{}
 	h := sha256.New()
+	dropped := 0
 	for _, t := range tools {
 		if t == nil || !toolNameRE.MatchString(t.Name) || seen[t.Name] || !c.up.Tools.Allowed(t.Name) {
+			continue
+		}
+		if len(out) == maxTools {
+			dropped++
 			continue
 		}
 		in, _ := json.Marshal(t.InputSchema)
@@ -1266,9 +1304,13 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", t.Name, in, t.Description)
 		out = append(out, t)
 	}
+	if dropped > 0 {
+		g.s.log.Warn("mcpapi: an upstream listed more tools than the broker relays; the rest were dropped",
+			"provider", c.p.Name, "relayed", maxTools, "dropped", dropped)
+	}
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
-	key := r.Target.Provider + "/" + r.Target.Conn
+	key := r.Target.Provider + "/" + r.Target.Conn + "/" + c.principal.Issuer + "\x00" + c.principal.Subject
 	g.mu.Lock()
 	prev, had := g.toolHash[key]
 	if len(g.toolHash) > 100000 {

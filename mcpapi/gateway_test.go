@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -119,6 +120,12 @@ func TestGatewayRelay(t *testing.T) {
 	d := g.gwCall("alice", urlCaps, "tools/list", "", nil)
 	if names := toolNames(t, d); !slices.Equal(names, []string{"connect_account"}) || d.Result["ttlMs"] != float64(0) || d.Result["cacheScope"] != "private" {
 		t.Fatalf("unconnected tools/list = %+v", d.Result)
+	}
+	// The other lists are empty, and private too.
+	for _, m := range []string{"prompts/list", "resources/list", "resources/templates/list"} {
+		if d := g.gwCall("alice", urlCaps, m, "", nil); d.Error != nil || d.Result["cacheScope"] != "private" {
+			t.Fatalf("unconnected %s = %+v %+v", m, d.Result, d.Error)
+		}
 	}
 	// Any call asks to connect.
 	args := map[string]any{"arguments": map[string]any{"x": 1}}
@@ -424,6 +431,19 @@ func TestGatewayUpstreamLinks(t *testing.T) {
 	if d := g.gwCall("alice", `{"elicitation":{"form":{}}}`, "tools/call", "link", map[string]any{"arguments": map[string]any{}}); d.Result["isError"] != true || !strings.Contains(textOf(d), "elicitation.url") {
 		t.Fatalf("no url capability: %+v", d)
 	}
+	// Only https links of at most 2 KiB without user info are relayed:
+	// anything else is a tool error that names no link.
+	for _, bad := range []string{"http://127.0.0.1:9/authorise", "https://user@upstream.example/authorise",
+		"https://upstream.example/" + strings.Repeat("a", 2048), "javascript:alert(1)"} {
+		g.up.mu.Lock()
+		g.up.links, g.up.linkURL = 0, bad
+		g.up.mu.Unlock()
+		d := g.gwCall("alice", urlCaps, "tools/call", "link", map[string]any{"arguments": map[string]any{}})
+		if d.Result["isError"] != true || !strings.Contains(textOf(d), "a link the broker does not relay") || strings.Contains(textOf(d), bad) ||
+			d.Result["inputRequests"] != nil {
+			t.Fatalf("link %.40q relayed: %+v", bad, d)
+		}
+	}
 }
 
 // TestGatewayListChanged: a modern host listening on the endpoint gets
@@ -506,5 +526,65 @@ func TestGatewayListChanged(t *testing.T) {
 	}
 	if m, ok := <-events; ok {
 		t.Fatalf("after the result: %+v", m)
+	}
+}
+
+// TestGatewayLimits: an upstream's untrusted answers get the documented
+// answers: a list of 1,001 tools is relayed up to 1,000; a tool whose
+// schema is over 64 KiB, or whose name is not [A-Za-z0-9_.-]{1,128}, or
+// that repeats a name, is dropped; a result over max_result_bytes (4 MiB
+// by default) is a tool error that relays none of it.
+func TestGatewayLimits(t *testing.T) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "big", Version: "1"}, &mcp.ServerOptions{PageSize: 2000})
+	for i := range 1001 {
+		server.AddTool(&mcp.Tool{Name: fmt.Sprintf("t%04d", i), InputSchema: json.RawMessage(`{"type":"object"}`)},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{}, nil
+			})
+	}
+	huge := `{"type":"object","description":"` + strings.Repeat("x", 65<<10) + `"}`
+	server.AddTool(&mcp.Tool{Name: "a_huge_schema", InputSchema: json.RawMessage(huge)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	server.AddTool(&mcp.Tool{Name: "a_big_result", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("y", 5<<20)}}}, nil
+		})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, DisableLocalhostProtection: true})
+	up := httptest.NewServer(h)
+	t.Cleanup(up.Close)
+	var hh *harness
+	g := newHarnessExtra(t, func(h *harness, _ string) string {
+		hh = h
+		return `  big:
+    type: mcp
+    mcp: {url: ` + up.URL + `/mcp, auth: none}
+`
+	}, func(o *Options) { o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens()}) })
+	call := func(method, name string, params map[string]any) decoded {
+		if params == nil {
+			params = map[string]any{}
+		}
+		hd := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"Authorization":        "Bearer " + g.iss.token(t, tokenSpec{sub: "alice", aud: publicURL + "/mcp/u/big", exp: g.clock.Now().Add(time.Hour)}),
+			"MCP-Protocol-Version": versionModern, "Mcp-Method": method}
+		if name != "" {
+			hd["Mcp-Name"] = name
+			params["name"] = name
+		}
+		return decode(t, g.do(rawCall{path: "/mcp/u/big", headers: hd, body: modernBody(1, method, urlCaps, params)}).body)
+	}
+	names := toolNames(t, call("tools/list", "", nil))
+	if len(names) != maxTools || slices.Contains(names, "a_huge_schema") || names[0] != "a_big_result" {
+		t.Fatalf("%d tools listed (first %v), want %d without the huge schema", len(names), names[:2], maxTools)
+	}
+	if !strings.Contains(g.logs.String(), "more tools than the broker relays") {
+		t.Errorf("the dropped tools were not logged")
+	}
+	d := call("tools/call", "a_big_result", map[string]any{"arguments": map[string]any{}})
+	if d.Result["isError"] != true || !strings.Contains(textOf(d), "more than 4194304 bytes") || strings.Contains(textOf(d), "yyyy") {
+		t.Fatalf("a 5 MiB result: %.300v", d)
 	}
 }

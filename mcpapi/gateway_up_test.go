@@ -50,6 +50,8 @@ type testUpstream struct {
 	progressTokens []any
 	links          int
 	n              int
+	// linkURL is the link link asks for ("" for its https one).
+	linkURL string
 	// progressSeen, when set, is waited on after each progress
 	// notification slow sends (the test reads it from the stream first).
 	progressSeen chan struct{}
@@ -107,11 +109,14 @@ func newTestUpstream(t testing.TB) *testUpstream {
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			u.mu.Lock()
 			u.links++
-			n := u.links
+			n, link := u.links, u.linkURL
 			u.mu.Unlock()
+			if link == "" {
+				link = "https://upstream.example/authorise"
+			}
 			if n == 1 {
 				return nil, mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: "Authorise the upstream's app",
-					URL: "https://upstream.example/authorise", ElicitationID: "e1"}})
+					URL: link, ElicitationID: "e1"}})
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "linked"}}}, nil
 		})

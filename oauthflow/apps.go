@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
+	"credbroker/apps"
 	"credbroker/vault"
 )
 
@@ -38,32 +38,15 @@ func (f *Flow) StartSignIn(w http.ResponseWriter, r *http.Request, returnTo stri
 	f.startLogin(w, r, safeReturn(returnTo))
 }
 
-// App is an app (an OAuth client of the broker's authorization server)
-// a person has allowed, as "My connections" lists it.
-type App struct {
-	ID             string
-	Name           string // self-asserted by the app: untrusted text
-	ClientID       string
-	VerifiedDomain string // the metadata document's host; empty: registered dynamically
-	Authorized     time.Time
-	LastUsed       time.Time
-	Active         bool
-	// ByOrganisation: the organisation's IdP let the app in (an ID-JAG,
-	// enterprise-managed authorization), not only the person's consent.
-	ByOrganisation bool
-}
-
-// Apps lists and removes the apps a person allowed. The broker's
-// authorization server provides it (wired by cmd/broker).
+// Apps lists and removes the apps a person allowed at the broker's
+// authorization server: the apps core (*apps.Service), wired by
+// cmd/broker.
 type Apps interface {
-	ListApps(ctx context.Context, p vault.Principal) ([]App, error)
-	// RemoveApp revokes everything the app holds for p. It returns
-	// ErrNoSuchApp when p has no such app.
-	RemoveApp(ctx context.Context, p vault.Principal, id string) error
+	List(ctx context.Context, p vault.Principal) ([]apps.App, error)
+	// Remove revokes everything the app holds for p. It returns
+	// apps.ErrNoSuchApp when p has no such app.
+	Remove(ctx context.Context, p vault.Principal, id string, by apps.Actor) error
 }
-
-// ErrNoSuchApp: the person has no app with that id.
-var ErrNoSuchApp = errors.New("oauthflow: no such app")
 
 type appRow struct {
 	ID, Name, ClientID, Verified, Authorized, LastUsed string
@@ -74,12 +57,12 @@ func (f *Flow) appRows(ctx context.Context, p vault.Principal) ([]appRow, error)
 	if f.opts.Apps == nil {
 		return nil, nil
 	}
-	apps, err := f.opts.Apps.ListApps(ctx, p)
+	list, err := f.opts.Apps.List(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	rows := make([]appRow, 0, len(apps))
-	for _, a := range apps {
+	rows := make([]appRow, 0, len(list))
+	for _, a := range list {
 		row := appRow{ID: a.ID, Name: a.Name, ClientID: a.ClientID, Verified: a.VerifiedDomain, Active: a.Active, ByOrganisation: a.ByOrganisation,
 			Authorized: a.Authorized.UTC().Format("2006-01-02 15:04 UTC"), LastUsed: "never"}
 		if !a.LastUsed.IsZero() {
@@ -100,9 +83,9 @@ func (f *Flow) handleRemoveApp(w http.ResponseWriter, r *http.Request) {
 		f.redirectNotice(w, r, "app_not_found")
 		return
 	}
-	err := f.opts.Apps.RemoveApp(r.Context(), s.principal(), r.PathValue("id"))
+	err := f.opts.Apps.Remove(r.Context(), s.principal(), r.PathValue("id"), apps.Actor{Via: "browser"})
 	switch {
-	case errors.Is(err, ErrNoSuchApp):
+	case errors.Is(err, apps.ErrNoSuchApp):
 		f.redirectNotice(w, r, "app_not_found")
 	case err != nil:
 		f.fail(w, r, s, http.StatusInternalServerError, "remove app", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/apps"
 	"credbroker/vault"
 )
 
@@ -18,25 +19,25 @@ import (
 // access": a fixed list per person, and a record of what was removed.
 type fakeApps struct {
 	mu      sync.Mutex
-	apps    map[string][]App // by subject
+	apps    map[string][]apps.App // by subject
 	removed []string
 }
 
-func (f *fakeApps) ListApps(_ context.Context, p vault.Principal) ([]App, error) {
+func (f *fakeApps) List(_ context.Context, p vault.Principal) ([]apps.App, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.apps[p.Subject]), nil
 }
 
-func (f *fakeApps) RemoveApp(_ context.Context, p vault.Principal, id string) error {
+func (f *fakeApps) Remove(_ context.Context, p vault.Principal, id string, by apps.Actor) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := slices.IndexFunc(f.apps[p.Subject], func(a App) bool { return a.ID == id })
+	i := slices.IndexFunc(f.apps[p.Subject], func(a apps.App) bool { return a.ID == id })
 	if i < 0 {
-		return ErrNoSuchApp
+		return apps.ErrNoSuchApp
 	}
 	f.apps[p.Subject] = slices.Delete(f.apps[p.Subject], i, i+1)
-	f.removed = append(f.removed, id)
+	f.removed = append(f.removed, id+" via "+by.Via)
 	return nil
 }
 
@@ -46,7 +47,7 @@ func (f *fakeApps) RemoveApp(_ context.Context, p vault.Principal, id string) er
 func TestAppsWithAccess(t *testing.T) {
 	h := newHarness(t, fakeProviders)
 	used := time.Date(2026, 7, 28, 9, 30, 0, 0, time.UTC)
-	fa := &fakeApps{apps: map[string][]App{
+	fa := &fakeApps{apps: map[string][]apps.App{
 		"alice": {
 			{ID: "app-claude", Name: "Claude <b>Desktop</b>", ClientID: "https://claude.ai/oauth/mcp.json", VerifiedDomain: "claude.ai", LastUsed: used, Active: true},
 			{ID: "app-cursor", Name: "Cursor", ClientID: "abc123", Active: false},
@@ -84,7 +85,7 @@ func TestAppsWithAccess(t *testing.T) {
 
 	p = b.submit(p, "/connections/apps/app-claude/remove", nil)
 	mustContain(t, p, "Removed. The app&#39;s tokens are revoked")
-	if fmt.Sprint(fa.removed) != "[app-claude]" || strings.Contains(p.body, "Claude &lt;b&gt;") {
+	if fmt.Sprint(fa.removed) != "[app-claude via browser]" || strings.Contains(p.body, "Claude &lt;b&gt;") {
 		t.Fatalf("after removal: removed %v, page lists Claude: %v", fa.removed, strings.Contains(p.body, "Claude"))
 	}
 	h.finalCheck()

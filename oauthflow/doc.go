@@ -31,7 +31,7 @@
 //	GET  /connections/{id}/key            "Replace key": the entry form for one API-key connection
 //	POST /connections/{id}/key            verify the new key, store it in the same connection (same
 //	                                      account only; CSRF)
-//	POST /connections/apps/{id}/remove    Options.Apps.RemoveApp: revoke every token an app (an OAuth
+//	POST /connections/apps/{id}/remove    Options.Apps.Remove: revoke every token an app (an OAuth
 //	                                      client of the broker's authorization server) holds (CSRF)
 //	POST /logout                          end the broker session (CSRF)
 //

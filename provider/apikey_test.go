@@ -187,18 +187,7 @@ func TestAPIKeyCatalogProblems(t *testing.T) {
 		`p.yaml:47: o: fields is only for type "api_key"`,
 		`p.yaml:48: o: verify is only for type "api_key"`,
 	}
-	got := strings.Join(ce.Problems, "\n")
-	for _, w := range want {
-		if !strings.Contains(got, w) {
-			t.Errorf("missing problem %q", w)
-		}
-	}
-	if t.Failed() {
-		t.Logf("problems:\n%s", got)
-	}
-	if len(ce.Problems) != len(want) {
-		t.Errorf("%d problems, want %d:\n%s", len(ce.Problems), len(want), got)
-	}
+	wantProblems(t, ce, want)
 }
 
 // TestAPIKeyCatalogRefusals: one problem per entry, each alone.
@@ -270,17 +259,19 @@ func TestAPIKeyCatalogRefusals(t *testing.T) {
 	}
 }
 
-// TestRepoProvidersYAMLKeyExamples: the commented-out api_key examples in
-// the repository's providers.yaml are valid once uncommented.
-func TestRepoProvidersYAMLKeyExamples(t *testing.T) {
+// repoExamples parses the commented-out block "# --- kind examples" …
+// "# --- end of kind examples" of the repository's providers.yaml, as it
+// reads once uncommented.
+func repoExamples(t *testing.T, kind string) *Registry {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "providers.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := bytes.Index(b, []byte("# --- api_key examples"))
-	end := bytes.Index(b, []byte("# --- end of api_key examples"))
+	start := bytes.Index(b, []byte("# --- "+kind+" examples"))
+	end := bytes.Index(b, []byte("# --- end of "+kind+" examples"))
 	if start < 0 || end < start {
-		t.Fatal("providers.yaml has no api_key examples block")
+		t.Fatalf("providers.yaml has no %s examples block", kind)
 	}
 	var doc strings.Builder
 	doc.WriteString("providers:\n")
@@ -292,12 +283,37 @@ func TestRepoProvidersYAMLKeyExamples(t *testing.T) {
 		} else if r, ok := strings.CutPrefix(rest, "#"); ok {
 			rest = r
 		}
+		if strings.HasPrefix(rest, "#") || strings.HasPrefix(strings.TrimSpace(rest), "<public-url>") {
+			continue // a comment of the block itself
+		}
 		doc.WriteString(line[:indent] + rest + "\n")
 	}
-	reg, err := ParseProviders("providers.yaml examples", []byte(doc.String()), nil)
+	reg, err := ParseProviders("providers.yaml examples", []byte(doc.String()), func(string) string { return "from-env" })
 	if err != nil {
 		t.Fatalf("%v\n%s", err, doc.String())
 	}
+	return reg
+}
+
+// TestRepoProvidersYAMLMCPExamples: the commented-out mcp examples are
+// valid mcp entries once uncommented.
+func TestRepoProvidersYAMLMCPExamples(t *testing.T) {
+	reg := repoExamples(t, "mcp")
+	if len(reg.Names()) < 2 {
+		t.Fatalf("examples %v, want at least two", reg.Names())
+	}
+	for _, name := range reg.Names() {
+		p, _ := reg.Lookup(name)
+		if _, ok := p.Kind.(*MCP); !ok {
+			t.Errorf("%s is a %T, not an mcp entry with auth: oauth", name, p.Kind)
+		}
+	}
+}
+
+// TestRepoProvidersYAMLKeyExamples: the commented-out api_key examples in
+// the repository's providers.yaml are valid once uncommented.
+func TestRepoProvidersYAMLKeyExamples(t *testing.T) {
+	reg := repoExamples(t, "api_key")
 	var header, xkey, basic bool
 	for _, name := range reg.Names() {
 		p, _ := reg.Lookup(name)

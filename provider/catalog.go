@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"credbroker/internal/loopback"
+	"credbroker/vault"
 )
 
 // kinds are the values of providers.yaml's type, each a kind of its own
@@ -565,6 +566,28 @@ func (c *entryCheck) secretRef(key, val string, literal bool) (string, bool) {
 		return "", false
 	}
 	return val, literal
+}
+
+// clientSecret resolves an entry's client secret: client_secret (a
+// reference) or client_secret_file, not both. given reports that either
+// key is set, whatever its problems.
+func (c *entryCheck) clientSecret(ref, file string) (secret vault.Secret, given bool) {
+	switch {
+	case ref != "" && file != "":
+		c.fail("client_secret", "give client_secret or client_secret_file, not both")
+	case ref != "":
+		val, ok := c.secretRef("client_secret", ref, false)
+		if !ok {
+			c.fail("client_secret", "client_secret must be a reference ${NAME} to an environment variable (or use client_secret_file); secrets are never written in this file")
+			return "", true
+		}
+		return vault.Secret(val), true
+	case file != "":
+		return vault.Secret(c.readSecretFile("client_secret_file", file)), true
+	default:
+		return "", false
+	}
+	return "", true
 }
 
 // readSecretFile reads a secret given by file name.

@@ -3,12 +3,32 @@ package provider
 import (
 	"errors"
 	"maps"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 )
+
+// wantProblems fails unless ce has exactly the problems want, each
+// found as a substring of one of them.
+func wantProblems(t *testing.T, ce *ConfigError, want []string) {
+	t.Helper()
+	got := strings.Join(ce.Problems, "\n")
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("missing problem %q", w)
+		}
+	}
+	if t.Failed() {
+		t.Logf("problems:\n%s", got)
+	}
+	if len(ce.Problems) != len(want) {
+		t.Errorf("%d problems, want %d:\n%s", len(ce.Problems), len(want), got)
+	}
+}
 
 func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
@@ -227,7 +247,13 @@ func FuzzParseProviders(f *testing.F) {
 		"    scope_aliases: {e: [l, m]}, scope_implies: {r: [p, e]},\n" +
 		"    api: {base_url: 'https://a', hosts: [{base_url: 'https://b/x', allowed_paths: [GET /y]}]}, revocation: {style: rfc7009}}\n"))
 	f.Add([]byte(keyProvidersDoc("http://127.0.0.1:1")))
-	getenv := env(map[string]string{"ACME_SECRET": "s", "A": "a", "GITHUB_CLIENT_ID": "i", "GITHUB_CLIENT_SECRET": "s", "GOOGLE_CLIENT_ID": "i", "GOOGLE_CLIENT_SECRET": "s"})
+	f.Add([]byte(goodMCP))
+	f.Add([]byte("providers:\n  m: {type: mcp, mcp: {url: 'https://m.example/mcp', registration: static}, client_id: ${A}}\n" +
+		"  o: {type: mcp, mcp: {url: 'http://[::1]:1/x', auth: none, tools: {deny: ['a?[b-c]*']}, input_requests: []}}\n" +
+		"  n: {type: mcp, mcp: {url: 'https://n.example', call_timeout: 10m, max_result_bytes: 64MiB, offline_access: never,\n" +
+		"    resource_on_refresh: false, allowed_hosts: [auth.n.example], registration: dcr}, account: {url: 'https://n.example/me', id_field: id}}\n"))
+	getenv := env(map[string]string{"ACME_SECRET": "s", "A": "a", "GITHUB_CLIENT_ID": "i", "GITHUB_CLIENT_SECRET": "s", "GOOGLE_CLIENT_ID": "i", "GOOGLE_CLIENT_SECRET": "s",
+		"LINEAR_ID": "i", "LINEAR_SECRET": "s"})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 1<<16 {
 			return
@@ -242,6 +268,10 @@ func FuzzParseProviders(f *testing.F) {
 		}
 		for _, n := range reg.Names() {
 			p, ok := reg.Lookup(n)
+			if g, isMCP := p.Kind.(Gateway); isMCP {
+				checkAcceptedMCP(t, n, p, g)
+				continue
+			}
 			o := oauthOf(p)
 			if !ok || keyOf(p) == nil && (o == nil || o.ClientID == "") {
 				t.Fatalf("accepted provider %q is incomplete: %+v", n, p)
@@ -287,4 +317,49 @@ func FuzzParseProviders(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkAcceptedMCP holds an accepted mcp entry to what the catalogue
+// promises: an https (or loopback http) canonical URL, limits within their
+// bounds, known input kinds, and whatever its registration needs.
+func checkAcceptedMCP(t *testing.T, n string, p *Provider, g Gateway) {
+	t.Helper()
+	up := g.Upstream()
+	u, err := url.Parse(up.URL)
+	if checkEndpoint(up.URL) != nil || err != nil || u.RawQuery != "" || strings.HasSuffix(u.Path, "/") && u.Path != "/" {
+		t.Fatalf("accepted mcp provider %q has bad url %q", n, up.URL)
+	}
+	if up.CallTimeout <= 0 || up.CallTimeout > MaxCallTimeout || up.MaxResultBytes <= 0 || up.MaxResultBytes > maxResultBytesCap {
+		t.Fatalf("accepted mcp provider %q has limits %v, %d", n, up.CallTimeout, up.MaxResultBytes)
+	}
+	for _, k := range up.InputRequests {
+		if k != "elicitation" && k != "sampling" && k != "roots" {
+			t.Fatalf("accepted mcp provider %q relays input %q", n, k)
+		}
+	}
+	for _, pat := range append(slices.Clone(up.Tools.Allow), up.Tools.Deny...) {
+		if _, err := path.Match(pat, ""); err != nil || pat == "" {
+			t.Fatalf("accepted mcp provider %q has tool pattern %q", n, pat)
+		}
+	}
+	switch m := g.(type) {
+	case *OpenMCP:
+		if !up.Open || len(p.DefaultScopes) != 0 {
+			t.Fatalf("accepted open mcp provider %q: %+v", n, p)
+		}
+	case *MCP:
+		if up.Open || !slices.Contains([]string{"auto", "static", "cimd", "dcr"}, m.Registration) ||
+			!slices.Contains([]string{"auto", "always", "never"}, m.OfflineAccess) ||
+			m.Registration == "static" && m.ClientID == "" || m.ClientSecret != "" && m.ClientID == "" ||
+			m.AccountURL != "" && checkEndpoint(m.AccountURL) != nil {
+			t.Fatalf("accepted mcp provider %q: %+v", n, m)
+		}
+		for _, h := range m.AllowedHosts {
+			if h == "" || strings.ContainsAny(h, "/:@ ") || strings.ToLower(h) != h {
+				t.Fatalf("accepted mcp provider %q allows host %q", n, h)
+			}
+		}
+	default:
+		t.Fatalf("accepted mcp provider %q is a %T", n, g)
+	}
 }

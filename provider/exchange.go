@@ -72,6 +72,29 @@ func refreshExpiry(tok *oauth2.Token, now time.Time) time.Time {
 
 const maxAccountBody = 1 << 20
 
+// idClaims are the claims of an ID token the broker reads.
+type idClaims struct {
+	Email string `json:"email"`
+	User  string `json:"preferred_username"`
+	Name  string `json:"name"`
+	HD    string `json:"hd"`
+}
+
+// verifyIDToken verifies ID token raw with v, checks the nonce the
+// authorization request sent (when it sent one) and names its account.
+func verifyIDToken(ctx context.Context, v *oidc.IDTokenVerifier, raw, nonce string) (Account, idClaims, error) {
+	idt, err := v.Verify(ctx, raw)
+	if err != nil {
+		return Account{}, idClaims{}, fmt.Errorf("id_token: %w", err)
+	}
+	if nonce != "" && !equalToken(idt.Nonce, nonce) {
+		return Account{}, idClaims{}, errors.New("id_token nonce does not match")
+	}
+	var c idClaims
+	_ = idt.Claims(&c)
+	return Account{ID: idt.Subject, Login: FirstNonEmpty(c.Email, c.User, c.Name, idt.Subject)}, c, nil
+}
+
 // lookupAccount learns which provider account was connected: the
 // verified ID token for OIDC providers (nonce checked), or the account
 // endpoint.
@@ -85,26 +108,15 @@ func (o *OAuth) lookupAccount(ctx context.Context, k *Client, p *Provider, _ vau
 		if raw == "" {
 			return Account{}, errors.New("no id_token in the token response")
 		}
-		idt, err := op.Verifier(&oidc.Config{ClientID: o.ClientID, Now: k.opts.Now}).Verify(ctx, raw)
+		a, c, err := verifyIDToken(ctx, op.Verifier(&oidc.Config{ClientID: o.ClientID, Now: k.opts.Now}), raw, nonce)
 		if err != nil {
-			return Account{}, fmt.Errorf("id_token: %w", err)
+			return Account{}, err
 		}
-		if nonce != "" && !equalToken(idt.Nonce, nonce) {
-			return Account{}, errors.New("id_token nonce does not match")
-		}
-		var c struct {
-			Email string `json:"email"`
-			User  string `json:"preferred_username"`
-			Name  string `json:"name"`
-			HD    string `json:"hd"`
-		}
-		_ = idt.Claims(&c)
 		if !domainOK(o.HostedDomain, c.HD) {
 			// Google: hd= only steers the account chooser; the claim is
 			// what proves the account's domain.
 			return Account{}, &WrongDomainError{Want: o.HostedDomain, Got: untrusted.Clip(c.HD, 64)}
 		}
-		a := Account{ID: idt.Subject, Login: FirstNonEmpty(c.Email, c.User, c.Name, idt.Subject)}
 		if o.AccountURL == "" {
 			return a, nil
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
 
+	"credbroker/internal/egress"
 	"credbroker/internal/untrusted"
 	"credbroker/provider/mcpup"
 	"credbroker/vault"
@@ -170,7 +171,9 @@ type mcpSection struct {
 	Instructions  string   `yaml:"instructions"`
 }
 
-var mcpKind = defineKind(TypeMCP, onlyFor, buildMCP)
+var mcpKind = defineKind(TypeMCP, func(key, _ string) string {
+	return fmt.Sprintf("%s is not used by type %q (the broker relays MCP requests to mcp.url)", key, TypeMCP)
+}, buildMCP)
 
 // buildMCP validates an mcp entry.
 func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
@@ -180,6 +183,7 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 	}
 	up := c.upstream(s.MCP)
 	if s.MCP.Auth == "none" {
+		up.Open = true
 		p := c.newProvider(s.entrySpec, &OpenMCP{mcpUpstream{up}})
 		for _, k := range []string{"client_id", "client_secret", "client_secret_file", "default_scopes", "allowed_scopes", "account", "keep_alive"} {
 			if keyLine(c.node, k) > 0 {
@@ -216,19 +220,9 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 	if s.ClientID != "" {
 		m.ClientID, _ = c.secretRef("client_id", s.ClientID, true)
 	}
-	switch {
-	case s.ClientSecret != "" && s.ClientSecretFile != "":
-		c.fail("client_secret", "give client_secret or client_secret_file, not both")
-	case s.ClientSecret != "":
-		val, ok := c.secretRef("client_secret", s.ClientSecret, false)
-		if !ok {
-			c.fail("client_secret", "client_secret must be a reference ${NAME} to an environment variable (or use client_secret_file); secrets are never written in this file")
-		}
-		m.ClientSecret = vault.Secret(val)
-	case s.ClientSecretFile != "":
-		m.ClientSecret = vault.Secret(c.readSecretFile("client_secret_file", s.ClientSecretFile))
-	}
-	if m.ClientSecret != "" && s.ClientID == "" {
+	secret, secretGiven := c.clientSecret(s.ClientSecret, s.ClientSecretFile)
+	m.ClientSecret = secret
+	if secretGiven && s.ClientID == "" {
 		c.fail("client_secret", "a client secret needs client_id (a pre-registered client)")
 	}
 	if m.Registration == "static" && s.ClientID == "" {
@@ -251,11 +245,18 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 
 // upstream checks the mcp section's relay settings.
 func (c *entryCheck) upstream(s *mcpSection) Upstream {
-	up := Upstream{URL: c.url("mcp", s.URL, true), CallTimeout: defaultCallTimeout, MaxResultBytes: defaultMaxResultBytes,
+	up := Upstream{CallTimeout: defaultCallTimeout, MaxResultBytes: defaultMaxResultBytes,
 		InputRequests: []string{"elicitation", "sampling"}, RelayInstructions: true}
-	if up.URL != "" {
-		if u, _ := url.Parse(up.URL); u.RawQuery != "" || strings.HasSuffix(u.Path, "/") && u.Path != "/" {
+	switch err := checkEndpoint(s.URL); {
+	case s.URL == "":
+		c.failAt(at("mcp", "url"), "mcp.url is required")
+	case err != nil:
+		c.failAt(at("mcp", "url"), "mcp.url: %v", err)
+	default:
+		if u, _ := url.Parse(s.URL); u.RawQuery != "" || strings.HasSuffix(u.Path, "/") && u.Path != "/" {
 			c.failAt(at("mcp", "url"), "mcp.url %q: the server's canonical URL has no query and no trailing slash", s.URL)
+		} else {
+			up.URL = s.URL
 		}
 	}
 	switch s.Auth {
@@ -360,9 +361,10 @@ type upstreamAuth struct {
 
 // upstreamState is a Client's memory of one mcp entry.
 type upstreamState struct {
-	mu      sync.Mutex // guards the fields below
-	auth    *upstreamAuth
-	lastReg time.Time
+	mu   sync.Mutex // guards the fields below
+	auth *upstreamAuth
+	// regFailed is when a dynamic registration last failed.
+	regFailed time.Time
 }
 
 func (k *Client) upstream(name string) *upstreamState {
@@ -402,11 +404,14 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 	}
 	client := NoRedirectClient(k.opts.UpstreamHTTPClient)
 	var prm *oauthex.ProtectedResourceMetadata
-	var other string
+	var other, refused string
 	for _, u := range prmURLs(ctx, client, m.up.URL) {
 		got, err := fetchJSON[oauthex.ProtectedResourceMetadata](ctx, client, u)
 		switch {
 		case err != nil:
+			if refused == "" {
+				refused = refusalReason(err)
+			}
 			continue
 		case got.Resource != m.up.URL:
 			// RFC 9728 §3.3: the document is for another resource.
@@ -419,6 +424,8 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 	switch {
 	case prm == nil && other != "":
 		return fail("its protected-resource metadata names the resource "+untrusted.Quote(other)+", not mcp.url "+untrusted.Quote(m.up.URL)+"; set mcp.url to the server's canonical URL", nil)
+	case prm == nil && refused != "":
+		return fail("its protected-resource metadata "+refused, nil)
 	case prm == nil:
 		return fail("no protected-resource metadata (RFC 9728) was found for "+m.up.URL, nil)
 	case len(prm.AuthorizationServers) == 0:
@@ -470,6 +477,36 @@ func prmURLs(ctx context.Context, client *http.Client, resource string) []string
 	return append(out, w.String())
 }
 
+// redirectError is a redirect answered to a discovery request, which the
+// broker does not follow.
+type redirectError struct {
+	status int
+	host   string
+}
+
+func (e *redirectError) Error() string {
+	return fmt.Sprintf("%s answered with a redirect (HTTP %d)", e.host, e.status)
+}
+
+// refusalReason says why a discovery request was refused by the egress
+// policy or answered with a redirect ("" when it failed otherwise), with
+// what to do about it.
+func refusalReason(err error) string {
+	var rd *redirectError
+	var re *egress.RefusedError
+	switch {
+	case errors.As(err, &rd):
+		return "at " + untrusted.Quote(rd.host) + " answered with a redirect (HTTP " + strconv.Itoa(rd.status) +
+			"), which the broker does not follow; set mcp.url to the server's canonical URL"
+	case errors.As(err, &re) && errors.Is(re, egress.ErrSpecialAddress):
+		return "could not be fetched: " + re.Addr.String() + " is " + re.Range +
+			": start the broker with --upstream-allow-private to reach servers on private addresses"
+	case errors.As(err, &re):
+		return "could not be fetched: " + untrusted.Clip(re.Error(), 200)
+	}
+	return ""
+}
+
 // maxMetadataBytes caps a metadata document.
 const maxMetadataBytes = 64 << 10
 
@@ -488,7 +525,10 @@ func fetchJSON[T any](ctx context.Context, client *http.Client, u string) (*T, e
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch {
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return nil, &redirectError{status: resp.StatusCode, host: req.URL.Host}
+	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	b, err := readLimited(resp.Body, maxMetadataBytes)
@@ -621,8 +661,8 @@ func (k *Client) CheckUpstream(ctx context.Context, name string) (UpstreamCheck,
 }
 
 // register registers the broker dynamically (RFC 7591), once per
-// issuer and redirect URI; an attempt that failed is not repeated within a
-// minute.
+// issuer and redirect URI; after an attempt that failed, none is made
+// within a minute.
 func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstreamAuth, redirectURL string) (UpstreamClient, error) {
 	key := ua.issuer + " " + redirectURL
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
@@ -636,10 +676,8 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
 		return c, nil // registered by another caller meanwhile
 	}
-	if now := k.opts.Now(); now.Sub(st.lastReg) < registrationBackoff {
+	if k.opts.Now().Sub(st.regFailed) < registrationBackoff {
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Reason: "dynamic registration failed a moment ago; try again in a minute"}
-	} else {
-		st.lastReg = now
 	}
 	method := "none"
 	if slices.Contains(ua.meta.TokenEndpointAuthMethodsSupported, "client_secret_basic") {
@@ -650,6 +688,7 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker"}
 	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.opts.UpstreamHTTPClient))
 	if err != nil {
+		st.regFailed = k.opts.Now()
 		k.opts.Telemetry.Upstream(p.Name, "registration", "", "failed", 0)
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Reason: "dynamic registration at its authorization server failed (" + untrusted.Clip(err.Error(), 200) + ")", Err: err}
 	}
@@ -718,6 +757,12 @@ func (m *MCP) authRequest(ctx context.Context, k *Client, p *Provider, scopes []
 	if slices.Contains(scopes, oidc.ScopeOpenID) {
 		a.Nonce = randomToken()
 		opts = append(opts, oauth2.SetAuthURLParam("nonce", a.Nonce))
+	}
+	if slices.Contains(scopes, oidc.ScopeOfflineAccess) {
+		// OpenID Connect Core §11: offline access is asked with
+		// prompt=consent, else OpenID providers (oidc-provider) drop the
+		// scope and issue no refresh token.
+		opts = append(opts, oauth2.SetAuthURLParam("prompt", "consent"))
 	}
 	a.URL = conf.AuthCodeURL(a.State, opts...)
 	return a, nil
@@ -822,21 +867,10 @@ func (m *MCP) lookupAccount(ctx context.Context, k *Client, p *Provider, pr vaul
 		if err != nil {
 			return Account{}, err
 		}
-		v := oidc.NewVerifier(ua.issuer, oidc.NewRemoteKeySet(k.HTTPContext(ctx, p), ua.meta.JWKSURI), &oidc.Config{ClientID: conf.ClientID, Now: k.opts.Now})
-		idt, err := v.Verify(ctx, raw)
-		if err != nil {
-			return Account{}, fmt.Errorf("id_token: %w", err)
-		}
-		if nonce != "" && !equalToken(idt.Nonce, nonce) {
-			return Account{}, errors.New("id_token nonce does not match")
-		}
-		var c struct {
-			Email string `json:"email"`
-			User  string `json:"preferred_username"`
-			Name  string `json:"name"`
-		}
-		_ = idt.Claims(&c)
-		return Account{ID: idt.Subject, Login: FirstNonEmpty(c.Email, c.User, c.Name, idt.Subject)}, nil
+		v := oidc.NewVerifier(ua.issuer, oidc.NewRemoteKeySet(k.HTTPContext(ctx, p), ua.meta.JWKSURI),
+			&oidc.Config{ClientID: conf.ClientID, Now: k.opts.Now, SupportedSigningAlgs: idTokenAlgs})
+		a, _, err := verifyIDToken(ctx, v, raw, nonce)
+		return a, err
 	}
 	if m.AccountURL != "" {
 		return (&OAuth{AccountURL: m.AccountURL, AccountIDField: m.AccountIDField, AccountLoginField: m.AccountLoginField}).
@@ -848,6 +882,13 @@ func (m *MCP) lookupAccount(ctx context.Context, k *Client, p *Provider, pr vaul
 	id := hex.EncodeToString(sum[:16])
 	return Account{ID: id, Login: p.DisplayName + " account " + id[:8]}, nil
 }
+
+// idTokenAlgs are the signatures an upstream's ID token may have: every
+// asymmetric one go-oidc knows, checked with the keys of the server's own
+// jwks_uri (RFC 8414 metadata does not list them, and go-oidc's default
+// is RS256 alone, which refused an ES256 authorization server's tokens).
+var idTokenAlgs = []string{oidc.RS256, oidc.RS384, oidc.RS512, oidc.ES256, oidc.ES384, oidc.ES512,
+	oidc.PS256, oidc.PS384, oidc.PS512, oidc.EdDSA}
 
 // revoke revokes at the authorization server's RFC 7009 endpoint, when it
 // has one.

@@ -217,21 +217,11 @@ func (o *OAuth) client(c *entryCheck, s *oauthSpec) {
 	} else {
 		o.ClientID, _ = c.secretRef("client_id", s.ClientID, true)
 	}
-	switch {
-	case s.ClientSecret != "" && s.ClientSecretFile != "":
-		c.fail("client_secret", "give client_secret or client_secret_file, not both")
-	case s.ClientSecret != "":
-		val, ok := c.secretRef("client_secret", s.ClientSecret, false)
-		if !ok {
-			c.fail("client_secret", "client_secret must be a reference ${NAME} to an environment variable (or use client_secret_file); secrets are never written in this file")
-			return
-		}
-		o.ClientSecret = vault.Secret(val)
-	case s.ClientSecretFile != "":
-		o.ClientSecret = vault.Secret(c.readSecretFile("client_secret_file", s.ClientSecretFile))
-	default:
+	secret, given := c.clientSecret(s.ClientSecret, s.ClientSecretFile)
+	if !given {
 		c.fail("client_id", "client_secret or client_secret_file is required")
 	}
+	o.ClientSecret = secret
 }
 
 // extraParams checks extra_auth_params.

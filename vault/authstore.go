@@ -79,9 +79,13 @@ type AppAccess struct {
 	// ClientName is the client's self-asserted name when consent was
 	// given: untrusted text, shown escaped.
 	ClientName string
-	// RedirectURI and Scopes are what the person consented to.
+	// RedirectURI, Scopes and Resources are what the person consented
+	// to. Resources are the broker's MCP endpoints the consent covers (the
+	// main one, gateway endpoints); empty in a record from before they
+	// were recorded, which covers the main endpoint only.
 	RedirectURI string
 	Scopes      []string
+	Resources   []string
 	Created     time.Time
 	// Updated is when consent was last given.
 	Updated time.Time
@@ -94,6 +98,7 @@ type AppAccess struct {
 // Clone returns a deep copy of a.
 func (a AppAccess) Clone() AppAccess {
 	a.Scopes = slices.Clone(a.Scopes)
+	a.Resources = slices.Clone(a.Resources)
 	fams := make([]TokenFamily, len(a.Families))
 	for i, f := range a.Families {
 		fams[i] = f.Clone()
@@ -140,6 +145,45 @@ type TokenFamily struct {
 	// in the browser: FamilyViaIDJAG for an ID-JAG the organisation's IdP
 	// issued (enterprise-managed authorization); empty otherwise.
 	Via string
+}
+
+// AppLiveness is the part of an AppAccess that says whose it is and which
+// token families it holds until when: what checking an access token
+// needs (AuthStore.GetAppLiveness).
+type AppLiveness struct {
+	ID        string
+	Principal Principal
+	ClientID  string
+	Families  []FamilyEnd
+}
+
+// FamilyEnd is a token family's id and absolute end.
+type FamilyEnd struct {
+	ID      string
+	Expires time.Time
+}
+
+// AppWatcher is told about changes of app access records made by any
+// process sharing the store (AppWatch).
+type AppWatcher struct {
+	// Changed is called with the id of a record that was updated or
+	// deleted, after the change committed.
+	Changed func(appID string)
+	// Fresh is called with a time asOf: every change committed before
+	// asOf (this process's monotonic clock) has been passed to Changed.
+	Fresh func(asOf time.Time)
+	// Lost is called when the feed breaks: changes may be missed until
+	// the next Fresh.
+	Lost func()
+}
+
+// AppWatch is an optional AuthStore feature of a store several processes
+// share (pgstore: PostgreSQL LISTEN/NOTIFY): a feed of the changes of app
+// access records, so each process can cache what it read.
+type AppWatch interface {
+	// WatchApps follows the changes until ctx ends, reconnecting on its
+	// own; it calls w's functions from one goroutine, in order.
+	WatchApps(ctx context.Context, w AppWatcher) error
 }
 
 // FamilyViaIDJAG marks a token family granted by redeeming an ID-JAG.
@@ -200,6 +244,10 @@ type AuthStore interface {
 	CreateAppAccess(ctx context.Context, a AppAccess) (AppAccess, error)
 	// GetAppAccess returns a record by id. ErrNotFound if absent.
 	GetAppAccess(ctx context.Context, id string) (AppAccess, error)
+	// GetAppLiveness returns what checking a token family needs of a
+	// record, decoding nothing else (no scopes, no refresh token hashes).
+	// ErrNotFound if absent.
+	GetAppLiveness(ctx context.Context, id string) (AppLiveness, error)
 	// FindAppAccess returns p's record for clientID. ErrNotFound if absent.
 	FindAppAccess(ctx context.Context, p Principal, clientID string) (AppAccess, error)
 	// ListAppAccess returns p's records ordered by id.

@@ -50,6 +50,13 @@ func (d Delivery) Clone() Delivery {
 // it retries a transaction).
 type ChangeHook func(before, after *Connection) []Delivery
 
+// AppChangeHook is ChangeHook for the authorization server's app access
+// records (AuthStore): a backend given one calls it inside the
+// transaction that creates, updates or deletes a record and stores what
+// it returns in that same transaction. before is nil for a created
+// record, after is nil for a deleted one. It must be pure, as ChangeHook.
+type AppChangeHook func(before, after *AppAccess) []Delivery
+
 // Outbox is the durable queue of webhook deliveries, an optional Store
 // feature that every backend of this repository implements (find it with
 // OutboxFor). Deliveries are handed out at least once: a dispatcher that

@@ -121,9 +121,15 @@ func (p *Publisher) Changes(before, after *vault.Connection) []vault.Delivery {
 	default:
 		return nil
 	}
-	ds, err := p.Deliveries(typ, ConnectionEvent(*c))
+	return p.changeDeliveries(typ, ConnectionEvent(*c))
+}
+
+// changeDeliveries are a change's deliveries of an event whose data
+// always marshals (ConnectionData, AppData).
+func (p *Publisher) changeDeliveries(typ string, data any) []vault.Delivery {
+	ds, err := p.Deliveries(typ, data)
 	if err != nil {
-		return nil // ConnectionData always marshals
+		return nil
 	}
 	return ds
 }
@@ -131,15 +137,44 @@ func (p *Publisher) Changes(before, after *vault.Connection) []vault.Delivery {
 // Hook returns p.Changes as a vault.ChangeHook, or nil when p publishes
 // nothing (so stores skip the work).
 func (p *Publisher) Hook() vault.ChangeHook {
-	if p == nil || p.cfg.Empty() {
+	if !p.publishes() {
 		return nil
 	}
 	return p.Changes
 }
 
+// AppChanges is the vault.AppChangeHook that turns changes of app access
+// records (the authorization server's, package apps) into events: a
+// record removed is app.removed; a record created holding a consent, or
+// whose consent was given again (Updated, "when consent was last given",
+// moved on), is app.authorized. A consent is a redirect URI with its
+// scopes: a record created without one (the organisation let the app in
+// with an ID-JAG; broker dev's built-in host) is no event until the
+// person consents. Token families coming and going are no event.
+func (p *Publisher) AppChanges(before, after *vault.AppAccess) []vault.Delivery {
+	if after == nil && before != nil {
+		return p.changeDeliveries(AppRemoved, AppEvent(before.Principal, before.ClientID, before.ClientName))
+	}
+	if after != nil && after.RedirectURI != "" && (before == nil || after.Updated.After(before.Updated)) {
+		return p.changeDeliveries(AppAuthorized, AppEvent(after.Principal, after.ClientID, after.ClientName))
+	}
+	return nil
+}
+
+// AppHook returns p.AppChanges as a vault.AppChangeHook, or nil when p
+// publishes nothing.
+func (p *Publisher) AppHook() vault.AppChangeHook {
+	if !p.publishes() {
+		return nil
+	}
+	return p.AppChanges
+}
+
+// publishes reports whether any endpoint is configured.
+func (p *Publisher) publishes() bool { return p != nil && !p.cfg.Empty() }
+
 // Publish stores an event that no change of a stored record carries
-// (connection.refresh_failed; app.authorized and app.removed from the
-// authorization server) in the outbox of store.
+// (connection.refresh_failed) in the outbox of store.
 func (p *Publisher) Publish(ctx context.Context, store vault.Store, typ string, data any) error {
 	ds, err := p.Deliveries(typ, data)
 	if err != nil || len(ds) == 0 {

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"credbroker/adminapi"
+	"credbroker/apps"
 	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/telemetry"
@@ -99,7 +100,7 @@ func (c *adminCommand) open(stderr io.Writer) (*adminEnv, error) {
 		return nil, err
 	}
 	events := webhook.NewPublisher(hooks, nil)
-	store, err := openStoreHooked(c.Store, kr, events.Hook())
+	store, err := openStoreHooked(c.Store, kr, events)
 	if errors.Is(err, boltstore.ErrLocked) {
 		return nil, fmt.Errorf("%w\nThe running broker holds this bolt file (a bolt store belongs to one process): stop the broker and run the command again, or use the admin API of the running broker (serve --admin-claim …, on --admin-addr)", err)
 	}
@@ -113,8 +114,13 @@ func (c *adminCommand) open(stderr io.Writer) (*adminEnv, error) {
 		store.Close()
 		return nil, err
 	}
+	appSvc, err := appsCore(store, apps.Policy{}, rec, log)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
 	conns, err := connections.New(connections.Options{Store: store, Grants: binding.New(store, binding.Options{}), Client: client,
-		PublicURL: "http://127.0.0.1", Telemetry: rec, Logger: log, Offboard: appGrantsStep(store, events, log)})
+		PublicURL: "http://127.0.0.1", Telemetry: rec, Logger: log, Offboard: offboardApps(appSvc)})
 	if err != nil {
 		store.Close()
 		return nil, err

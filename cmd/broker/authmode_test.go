@@ -54,7 +54,7 @@ func TestBrokerModeFrontDoors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			brokerTok, _, err := m.Auth.MintAccessToken(ctx, vault.Principal{Issuer: idp.Issuer(), Subject: "alice"}, "urn:credbroker:test", "test", time.Hour)
+			brokerTok, _, err := m.Auth.MintAccessToken(ctx, vault.Principal{Issuer: idp.Issuer(), Subject: "alice"}, "urn:credbroker:test", "test", "", time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -85,6 +85,12 @@ const devProvidersYAML = `providers:
       call_timeout: 30s
 `
 
+// devProviders is devProvidersYAML for a broker dev (or a test standing
+// in for one) serving the demo provider and the demo MCP server at base.
+func devProviders(base string) string {
+	return strings.NewReplacer("{{BASE}}", base+devProviderPath, "{{MCP}}", base+devMCPPath).Replace(devProvidersYAML)
+}
+
 // devSidecarAddr is where broker dev serves the sidecar API unless told
 // otherwise; devSidecarName is the name its development secret goes by.
 const (
@@ -211,7 +217,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		return fmt.Errorf("demo MCP server: %w", err)
 	}
 	providers, err := provider.ParseProviders("dev providers",
-		[]byte(strings.NewReplacer("{{BASE}}", base+devProviderPath, "{{MCP}}", base+devMCPPath).Replace(devProvidersYAML)),
+		[]byte(devProviders(base)),
 		func(k string) string {
 			if k == "DEMO_CLIENT_SECRET" {
 				return demoSecret
@@ -394,8 +400,9 @@ const (
 
 // devTokenHandler mints an MCP bearer token for a development user without
 // a browser, issued by the broker's authorization server exactly as for an
-// MCP host: POST /dev/token with user=alice. With "Accept: text/plain" the
-// answer is the bare token, for shell scripts.
+// MCP host: POST /dev/token with user=alice, and resource=<a gateway
+// endpoint> for one of /mcp/u/PROVIDER (default: /mcp). With "Accept:
+// text/plain" the answer is the bare token, for shell scripts.
 func devTokenHandler(as *authserver.Server, issuer string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
@@ -416,8 +423,13 @@ func devTokenHandler(as *authserver.Server, issuer string) http.Handler {
 			fail(http.StatusBadRequest, "invalid_request", "form field user must name a development user (alice or bob)")
 			return
 		}
+		resource := r.PostFormValue("resource")
 		tok, exp, err := as.MintAccessToken(r.Context(), vault.Principal{Issuer: issuer, Subject: subject},
-			devTokenClient, devTokenClientName, devTokenTTL)
+			devTokenClient, devTokenClientName, resource, devTokenTTL)
+		if err != nil && resource != "" {
+			fail(http.StatusBadRequest, "invalid_target", "form field resource must be the broker's MCP endpoint or a gateway endpoint (/mcp/u/PROVIDER)")
+			return
+		}
 		if err != nil {
 			fail(http.StatusInternalServerError, "server_error", "the token could not be issued")
 			return
@@ -442,8 +454,9 @@ credbroker development mode (loopback only; not for real accounts)
   my connections    %[1]s/connections
   identity provider %[1]s%[2]s   users: alice / alice, bob / bob
   demo provider     %[1]s%[3]s   (API keys of demo-keys: %[1]s%[3]s/keys)
+  demo MCP server   %[1]s%[6]s, relayed at %[1]s/mcp/u/demo-mcp
   data              %[4]s (keys: %[5]s)
-`, base, devIdPPath, devProviderPath, dbPath, keysPath)
+`, base, devIdPPath, devProviderPath, dbPath, keysPath, devMCPPath)
 	if side.url != "" {
 		fmt.Fprintf(w, "  sidecar API       %s (secret: %s)\n", side.url, side.secretPath)
 	} else {
@@ -460,6 +473,10 @@ Or get a token for alice without a browser (valid one hour):
 Try it with the reference client:
   export BROKER_TOKEN=$(curl -s -H 'Accept: text/plain' -d user=alice %[1]s/dev/token)
   go run ./cmd/brokerctl --url %[1]s/mcp connect demo
+
+A remote MCP server through the gateway (a token for its endpoint):
+  export GATEWAY_TOKEN=$(curl -s -H 'Accept: text/plain' -d user=alice -d resource=%[1]s/mcp/u/demo-mcp %[1]s/dev/token)
+  BROKER_TOKEN=$GATEWAY_TOKEN go run ./cmd/brokerctl --url %[1]s/mcp/u/demo-mcp tools
 `, base)
 	if side.url != "" {
 		fmt.Fprintf(w, `

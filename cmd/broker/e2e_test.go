@@ -328,8 +328,8 @@ func TestReadmeWalkthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)<!-- walkthrough -->\\s*```sh\\n(.*?)```").FindAllSubmatch(readme, -1)
-	if len(blocks) < 2 {
-		t.Fatalf("README.md has %d <!-- walkthrough --> sh blocks, want the broker's and the sidecar's", len(blocks))
+	if len(blocks) < 3 {
+		t.Fatalf("README.md has %d <!-- walkthrough --> sh blocks, want the broker's, the sidecar's and the gateway's", len(blocks))
 	}
 	sideAddr, demoAddr := freeAddr(t), freeAddr(t)
 	d := startDev(t, freeAddr(t), t.TempDir(), "--sidecar-addr", sideAddr)
@@ -338,7 +338,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	_, ctl := binaries(t)
 	env := os.Environ()
-	ran, consents := 0, []string{}
+	ran, consents, gatewayConnected := 0, []string{}, false
 	var lines []string
 	for _, b := range blocks {
 		lines = append(lines, strings.Split(string(b[1]), "\n")...)
@@ -407,6 +407,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 						}
 					} else {
 						consents = append(consents, completeInBrowser(t, personBrowser(t, bctx), links[len(links)-1][1], "alice", "alice-demo"))
+						gatewayConnected = gatewayConnected || strings.Contains(cmdline, "/mcp/u/")
 					}
 					io.WriteString(stdin, "\n")
 				}
@@ -414,14 +415,24 @@ func TestReadmeWalkthrough(t *testing.T) {
 			if err := cmd.Wait(); err != nil {
 				t.Fatalf("%s: %v\n%s", cmdline, err, transcript.String())
 			}
-			if !strings.Contains(transcript.String(), "alice-demo") {
-				t.Fatalf("%s: output does not name alice-demo:\n%s", cmdline, transcript.String())
+			// What each command prints: the connection's account, except
+			// the gateway's tool lists (the placeholder until alice is
+			// connected, then the demo MCP server's own tools).
+			want := "alice-demo"
+			switch {
+			case strings.HasSuffix(cmdline, " tools") && !gatewayConnected:
+				want = "connect_account"
+			case strings.HasSuffix(cmdline, " tools"):
+				want = "list_notes"
+			}
+			if !strings.Contains(transcript.String(), want) {
+				t.Fatalf("%s: output does not name %s:\n%s", cmdline, want, transcript.String())
 			}
 			ran++
 		}
 	}
-	if ran < 5 {
-		t.Fatalf("walkthrough ran %d brokerctl commands, want at least connect, list, the demo-keys connect and request, and the example's tool", ran)
+	if ran < 8 {
+		t.Fatalf("walkthrough ran %d brokerctl commands, want at least connect, list, the demo-keys connect and request, the example's tool, and the gateway's tools, call and tools", ran)
 	}
 	// The banner shows the same token command as the README.
 	if !strings.Contains(d.Stdout(), "curl -s -H 'Accept: text/plain' -d user=alice "+d.BaseURL+"/dev/token") {
@@ -430,8 +441,11 @@ func TestReadmeWalkthrough(t *testing.T) {
 	// Two browser steps: brokerctl's own connect, then the example's,
 	// which the consent page attributes to the configured server and,
 	// apart and unverified, to the host.
-	if len(consents) != 2 {
-		t.Fatalf("%d browser steps, want 2", len(consents))
+	if len(consents) != 3 {
+		t.Fatalf("%d browser steps, want 3", len(consents))
+	}
+	if !strings.Contains(consents[2], d.BaseURL+"/dev/mcp-upstream") {
+		t.Errorf("the gateway's consent page does not name the relayed server:\n%s", consents[2])
 	}
 	if seen := contract.Checked(); seen["POST /v1/require 200"] < 2 || seen["GET /v1/proxy/{provider}/{path} 200"] < 1 {
 		t.Errorf("the example's exchanges checked against the document: %v; want its connect, retry and list", seen)

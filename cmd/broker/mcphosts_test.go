@@ -87,7 +87,7 @@ func startHostStack(t *testing.T, extraArgs ...string) *hostStack {
 	pmux.Handle(devProviderPath+"/", s.demo.Handler())
 	dir := t.TempDir()
 	providers := filepath.Join(dir, "providers.yaml")
-	if err := os.WriteFile(providers, []byte(strings.ReplaceAll(devProvidersYAML, "{{BASE}}", psrv.URL+devProviderPath)), 0o600); err != nil {
+	if err := os.WriteFile(providers, []byte(devProviders(psrv.URL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The metadata documents' host: a host's client_id names it.

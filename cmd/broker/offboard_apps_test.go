@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/apps"
 	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/logbuf"
+	"credbroker/internal/telemetry"
 	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
@@ -19,7 +21,8 @@ import (
 
 // TestOffboardRemovesAppGrants: offboarding a person removes every app
 // they allowed at the broker's authorization server (another person's
-// stays), queues app.removed for each, and a second run finds nothing.
+// stays), writes app.removed for each with its removal and audits each
+// (app_removed, naming the operator), and a second run finds nothing.
 func TestOffboardRemovesAppGrants(t *testing.T) {
 	ctx := context.Background()
 	kr, _ := vault.ParseKeys(vault.GenerateKey())
@@ -29,7 +32,7 @@ func TestOffboardRemovesAppGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := webhook.NewPublisher(&webhook.Config{Endpoints: []webhook.Endpoint{ep}}, nil)
-	store := memstore.NewWith(kr, memstore.Options{Changes: events.Hook()})
+	store := memstore.NewWith(kr, memstore.Options{Changes: events.Hook(), AppChanges: events.AppHook()})
 	alice := vault.Principal{Issuer: "https://idp.test", Subject: "alice"}
 	bob := vault.Principal{Issuer: "https://idp.test", Subject: "bob"}
 	now := time.Now()
@@ -48,10 +51,15 @@ func TestOffboardRemovesAppGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	client, _ := provider.New(provider.Options{Store: store, Providers: reg})
-	logs := &logbuf.Buffer{}
+	logs, audit := &logbuf.Buffer{}, &logbuf.Buffer{}
 	log := newLogger(logs, "json", 0)
+	rec := telemetry.New(telemetry.Options{Audit: newLogger(audit, "json", 0)})
+	appSvc, err := appsCore(store, apps.Policy{}, rec, log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	conns, err := connections.New(connections.Options{Store: store, Grants: binding.New(store, binding.Options{}), Client: client,
-		PublicURL: "https://broker.test", Logger: log, Offboard: appGrantsStep(store, events, log)})
+		PublicURL: "https://broker.test", Logger: log, Telemetry: rec, Offboard: offboardApps(appSvc)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +95,12 @@ func TestOffboardRemovesAppGrants(t *testing.T) {
 	}
 	if len(clients) != 2 {
 		t.Fatalf("app.removed events for %v, want both of alice's apps", clients)
+	}
+	for _, client := range []string{"https://claude.example/client", "urn:credbroker:reg:x"} {
+		want := `"event":"app_removed","principal":{"iss":"https://idp.test","sub":"alice"},"admin":{"iss":"local","sub":"root"},"client":"` + client + `","via":"cli"`
+		if !strings.Contains(audit.String(), want) {
+			t.Errorf("no audit event %s in:\n%s", want, audit)
+		}
 	}
 	again, err := conns.Offboard(ctx, admin, alice)
 	if raw, _ := json.Marshal(again); err != nil || strings.Contains(string(raw), `"Removed":2`) {

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/adminapi"
-	"credbroker/authserver"
 	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/buildinfo"
@@ -205,8 +204,8 @@ func startOps(ctx context.Context, d opsDeps) error {
 	}
 	opts := adminapi.Options{Connections: d.Mounted.Conns, Verify: bearer.Cached(verify, 1000, nil), Claim: claim,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "adminapi"), Tracing: d.Tracing}
-	if as := d.Mounted.Auth; as != nil {
-		opts.Apps = adminApps(as)
+	if d.Mounted.Auth != nil {
+		opts.Apps = d.Mounted.Apps.List
 	}
 	api, err := adminapi.New(opts)
 	if err != nil {
@@ -262,64 +261,5 @@ func runKeepAlive(ctx context.Context, conns *connections.Service, locker vault.
 			return
 		case <-t.C:
 		}
-	}
-}
-
-// appGrantsStep is offboarding's step for the authorization server: every
-// app the person allowed loses its tokens and consent, each removal an
-// app.removed event. It works on the store alone, so the offline admin
-// commands run it too; nil when the store keeps no authorization records.
-func appGrantsStep(store vault.Store, events *webhook.Publisher, log *slog.Logger) []connections.OffboardStep {
-	as, ok := store.(vault.AuthStore)
-	if !ok {
-		return nil
-	}
-	return []connections.OffboardStep{{
-		Name: "app grants",
-		Remove: func(ctx context.Context, p vault.Principal, admin connections.Admin) (int, error) {
-			apps, err := as.ListAppAccess(ctx, p)
-			if err != nil {
-				return 0, err
-			}
-			n := 0
-			for _, a := range apps {
-				if err := as.DeleteAppAccess(ctx, a.ID); err != nil && !errors.Is(err, vault.ErrNotFound) {
-					return n, fmt.Errorf("remove app %s: %w", a.ClientID, err)
-				}
-				n++
-				if err := events.Publish(ctx, store, webhook.AppRemoved, webhook.AppEvent(p, a.ClientID, a.ClientName)); err != nil {
-					log.Warn("offboarding: app.removed event not queued", "client_id", a.ClientID, "err", err)
-				}
-			}
-			return n, nil
-		},
-	}}
-}
-
-// appEvents turns the authorization server's app events into webhooks.
-func appEvents(events *webhook.Publisher, store vault.Store, log *slog.Logger) func(ctx context.Context, kind string, p vault.Principal, clientID, clientName string) {
-	if events == nil {
-		return nil
-	}
-	return func(ctx context.Context, kind string, p vault.Principal, clientID, clientName string) {
-		if err := events.Publish(ctx, store, kind, webhook.AppEvent(p, clientID, clientName)); err != nil {
-			log.Warn("app event not queued", "event", kind, "client_id", clientID, "err", err)
-		}
-	}
-}
-
-// adminApps lists a person's apps for the admin API.
-func adminApps(as *authserver.Server) func(context.Context, vault.Principal) ([]adminapi.App, error) {
-	return func(ctx context.Context, p vault.Principal) ([]adminapi.App, error) {
-		apps, err := as.Apps(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]adminapi.App, len(apps))
-		for i, a := range apps {
-			out[i] = adminapi.App{ID: a.ID, ClientID: a.ClientID, Name: a.Name, VerifiedDomain: a.VerifiedDomain,
-				Authorized: a.Authorized, LastUsed: a.LastUsed, Active: a.Active, ByOrganisation: a.ByOrganisation}
-		}
-		return out, nil
 	}
 }

@@ -68,7 +68,7 @@ func startDemoBrokerTraced(t *testing.T, ctx context.Context, tp trace.TracerPro
 		t.Fatal(err)
 	}
 	providers, err := provider.ParseProviders("test providers",
-		[]byte(strings.ReplaceAll(devProvidersYAML, "{{BASE}}", psrv.URL+devProviderPath)),
+		[]byte(devProviders(psrv.URL)),
 		func(string) string { return "demo-secret" })
 	if err != nil {
 		t.Fatal(err)

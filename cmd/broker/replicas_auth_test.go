@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"credbroker/internal/htmlform"
 	"credbroker/internal/testskip"
@@ -47,8 +48,9 @@ func (s *replicaStack) postToken(t *testing.T, replica string, form url.Values) 
 // PostgreSQL database. A host registers on one, the person signs in and
 // allows it on the other, tokens signed by either are accepted by both (the
 // signing keys come from the shared key ring), a refresh token spent on one
-// is spent on both, a replay on the other revokes the family everywhere,
-// and an app removed on one replica is refused by the other.
+// is spent on both, a replay on the other revokes the family everywhere
+// (at once where it happened, within apps.Bound on the other), and an app
+// removed on one replica is refused by the other.
 func TestReplicasAuthServer(t *testing.T) {
 	testskip.Short(t, "multi-process test")
 	s := newReplicaStackMode(t, []string{"alice"}, "broker")
@@ -175,14 +177,16 @@ func TestReplicasAuthServer(t *testing.T) {
 		}
 	}
 	replay := s.postToken(t, "b", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}, "client_id": {client.ClientID}})
+	ack := time.Now()
 	if replay.Error != "invalid_grant" || !strings.Contains(replay.Desc, "already used") {
 		t.Fatalf("the spent refresh token on b: %+v", replay)
 	}
-	for _, replica := range []string{"a", "b"} {
-		if a, _ := mcpCall(s.client, public, replica, r1.AccessToken, "list_connections", map[string]any{}, nil); a.Status != 401 {
-			t.Fatalf("after the replay, the family's newest access token on %s: HTTP %d", replica, a.Status)
-		}
+	// b ended the family itself: refused at once. a cached it: refused
+	// within the bound (apps.Bound).
+	if st := s.status(t, "b", r1.AccessToken); st != 401 {
+		t.Fatalf("after the replay, the family's newest access token on b: HTTP %d", st)
 	}
+	s.refusedWithinBound(t, "a", r1.AccessToken, ack)
 
 	// One refresh token presented on both replicas at once: exactly one
 	// rotation wins; the other is a replay.

@@ -317,7 +317,7 @@ func newReplicaStackWith(t *testing.T, users, extraArgs, extraEnv []string) *rep
 	}
 	pmux.Handle(devProviderPath+"/", s.demo.Handler())
 	providers := filepath.Join(t.TempDir(), "providers.yaml")
-	if err := os.WriteFile(providers, []byte(strings.ReplaceAll(devProvidersYAML, "{{BASE}}", psrv.URL+devProviderPath)), 0o600); err != nil {
+	if err := os.WriteFile(providers, []byte(devProviders(psrv.URL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if s.keys, err = vault.ParseKeys(vault.GenerateKey()); err != nil {

@@ -158,7 +158,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer stopTracing()
 	events := webhook.NewPublisher(hooks, nil)
-	store, err := openStoreHooked(cfg.Store, keys, events.Hook())
+	store, err := openStoreHooked(cfg.Store, keys, events)
 	if err != nil {
 		return err
 	}

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"credbroker/apps"
 	"credbroker/authserver"
 	"credbroker/binding"
 	"credbroker/connections"
@@ -23,6 +25,7 @@ import (
 	"credbroker/provider"
 	"credbroker/provider/mcpup"
 	"credbroker/vault"
+	"credbroker/vault/boltstore"
 	"credbroker/web"
 	"credbroker/webhook"
 )
@@ -90,6 +93,9 @@ type mounted struct {
 	Grants *binding.Service
 	// Auth is the built-in authorization server (nil in issuer mode).
 	Auth *authserver.Server
+	// Apps is the apps core (nil when the store keeps no authorization
+	// records).
+	Apps *apps.Service
 	// Conns and Client serve the admin API, the admin commands and the
 	// keep-alive loop.
 	Conns  *connections.Service
@@ -125,10 +131,18 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if err != nil {
 		return mounted{}, err
 	}
+	var policy apps.Policy
+	if c := d.AuthServer; c != nil {
+		policy = apps.Policy{AccessTokenTTL: c.AccessTokenTTL, FamilyTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL}
+	}
+	appSvc, err := appsCore(plainStore, policy, d.Telemetry, d.Logger.With("component", "apps"))
+	if err != nil {
+		return mounted{}, err
+	}
 	conns, err := connections.New(connections.Options{
 		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
-		Offboard: appGrantsStep(plainStore, d.Events, d.Logger),
+		Offboard: offboardApps(appSvc),
 	})
 	if err != nil {
 		return mounted{}, err
@@ -140,7 +154,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	var as *authserver.Server
 	if c := d.AuthServer; c != nil {
 		astore, ok := plainStore.(vault.AuthStore)
-		if !ok {
+		if !ok || appSvc == nil {
 			return mounted{}, fmt.Errorf("the store %T cannot hold the authorization server's records; use --mcp-auth issuer", plainStore)
 		}
 		var scopes []string
@@ -160,11 +174,10 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 				return authserver.Person{Principal: p.Principal, Display: p.Display, CSRF: p.CSRF}, ok
 			},
 			StartSignIn:  func(w http.ResponseWriter, r *http.Request, returnTo string) { flow.StartSignIn(w, r, returnTo) },
-			Registration: c.Registration, AllowPrivateMetadata: c.AllowPrivateMetadata, Scopes: scopes,
-			AccessTokenTTL: c.AccessTokenTTL, RefreshTokenTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL,
+			Registration: c.Registration, AllowPrivateMetadata: c.AllowPrivateMetadata, Scopes: scopes, Apps: appSvc,
 			Logger: d.Logger.With("component", "authserver"), Telemetry: d.Telemetry,
-			AppEvent: appEvents(d.Events, plainStore, d.Logger), ClientAddr: d.ClientAddr, Tracing: d.Tracing,
-			IDJAG: jag, Clients: c.Clients,
+			ClientAddr: d.ClientAddr, Tracing: d.Tracing,
+			IDJAG: jag, Clients: c.Clients, MoreResources: gatewayResources(d.PublicURL, d.Providers),
 		})
 		if err != nil {
 			return mounted{}, fmt.Errorf("authorization server: %w", err)
@@ -178,7 +191,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		ClientMetadataURL: d.Upstreams.metadataURL(d.PublicURL),
 	}
 	if as != nil {
-		flowOpts.Apps = appsOf{as}
+		flowOpts.Apps = appSvc
 	}
 	flow, err = oauthflow.New(ctx, flowOpts)
 	if err != nil {
@@ -198,6 +211,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if as != nil {
 		brokerTokens = as.Verifier()
 		mcpOpts.Verifier = brokerTokens
+		mcpOpts.VerifierFor = as.VerifierFor
 		mcpOpts.AuthorizationServers = []string{as.Issuer()}
 	}
 	mcp, err := mcpapi.New(mcpOpts)
@@ -214,37 +228,48 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		as.Register(site)
 		go collectAuth(ctx, as, d.Logger)
 	}
+	if appSvc != nil {
+		go func() {
+			if err := appSvc.Follow(ctx); err != nil && ctx.Err() == nil {
+				d.Logger.Error("apps: following the store's changes stopped; token checks read the store", "err", err)
+			}
+		}()
+	}
 	registerHealth(site.API, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
 	if d.MetricsOnMain && d.Telemetry != nil {
 		site.API.Handle("GET /metrics", d.Telemetry.Handler())
 	}
 	mux.Handle("/", site)
-	return mounted{Grants: grants, Auth: as, Conns: conns, Client: client, MCP: mcp, Site: site}, nil
+	return mounted{Grants: grants, Auth: as, Apps: appSvc, Conns: conns, Client: client, MCP: mcp, Site: site}, nil
 }
 
-// appsOf shows the authorization server's apps on the browser flow's
-// "My connections" page.
-type appsOf struct{ as *authserver.Server }
-
-func (a appsOf) ListApps(ctx context.Context, p vault.Principal) ([]oauthflow.App, error) {
-	apps, err := a.as.Apps(ctx, p)
-	if err != nil {
-		return nil, err
+// appsCore builds the apps core on store when it keeps the authorization
+// server's records (nil otherwise), telling its liveness cache how the
+// store is shared: PostgreSQL reports other replicas' changes (Watch); a
+// bolt file has this process as its only writer.
+func appsCore(store vault.Store, policy apps.Policy, rec *telemetry.Recorder, log *slog.Logger) (*apps.Service, error) {
+	as, ok := store.(vault.AuthStore)
+	if !ok {
+		return nil, nil
 	}
-	out := make([]oauthflow.App, len(apps))
-	for i, x := range apps {
-		out[i] = oauthflow.App{ID: x.ID, Name: x.Name, ClientID: x.ClientID, VerifiedDomain: x.VerifiedDomain,
-			Authorized: x.Authorized, LastUsed: x.LastUsed, Active: x.Active, ByOrganisation: x.ByOrganisation}
+	opts := apps.Options{Store: as, Policy: policy, Telemetry: rec, Logger: log}
+	switch st := store.(type) {
+	case vault.AppWatch:
+		opts.Watch = st
+	case *boltstore.Store:
+		opts.SoleWriter = true
 	}
-	return out, nil
+	return apps.New(opts)
 }
 
-func (a appsOf) RemoveApp(ctx context.Context, p vault.Principal, id string) error {
-	err := a.as.RemoveApp(ctx, p, id)
-	if errors.Is(err, authserver.ErrNoSuchApp) {
-		return oauthflow.ErrNoSuchApp
+// offboardApps is offboarding's step for the apps core (none without one).
+func offboardApps(a *apps.Service) []connections.OffboardStep {
+	if a == nil {
+		return nil
 	}
-	return err
+	return []connections.OffboardStep{{Name: "app grants", Remove: func(ctx context.Context, p vault.Principal, admin connections.Admin) (int, error) {
+		return a.Offboard(ctx, p, apps.Actor{Admin: admin.Principal, Via: admin.Via})
+	}}}
 }
 
 // collectAuth removes expired codes and never-used registered clients
@@ -335,5 +360,24 @@ func collectGrants(ctx context.Context, g *binding.Service, log *slog.Logger) {
 				log.Debug("expired grants removed", "count", n)
 			}
 		}
+	}
+}
+
+// gatewayResources reports the gateway endpoints of the catalogue's
+// type: mcp entries, <public-url>/mcp/u/<key>: the resources the built-in
+// authorization server issues tokens for besides the MCP endpoint.
+func gatewayResources(publicURL string, reg *provider.Registry) func(string) bool {
+	prefix := strings.ToLower(strings.TrimSuffix(publicURL, "/")) + "/mcp/u/"
+	return func(resource string) bool {
+		name, ok := strings.CutPrefix(resource, prefix)
+		if !ok {
+			return false
+		}
+		p, ok := reg.Lookup(name)
+		if !ok {
+			return false
+		}
+		_, gw := p.Kind.(provider.Gateway)
+		return gw
 	}
 }

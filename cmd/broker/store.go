@@ -17,6 +17,7 @@ import (
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/pgstore"
+	"credbroker/webhook"
 )
 
 // storeSpec is a parsed --store value: exactly one field is set.
@@ -86,17 +87,18 @@ func openStore(spec string, kr *vault.Keyring) (vault.Store, error) {
 	return openStoreHooked(spec, kr, nil)
 }
 
-// openStoreHooked is openStore with the store's change hook (the webhook
-// outbox's; nil: none).
-func openStoreHooked(spec string, kr *vault.Keyring, hook vault.ChangeHook) (vault.Store, error) {
+// openStoreHooked is openStore with events' change hooks, which write the
+// webhook deliveries of connection and app changes in the change's
+// transaction (nil: none).
+func openStoreHooked(spec string, kr *vault.Keyring, events *webhook.Publisher) (vault.Store, error) {
 	ss, err := parseStore(spec)
 	if err != nil {
 		return nil, fmt.Errorf("--store: %w", err)
 	}
 	if ss.Postgres == "" {
-		return openBoltWith(ss.BoltPath, kr, boltstore.Options{Changes: hook})
+		return openBoltWith(ss.BoltPath, kr, boltstore.Options{Changes: events.Hook(), AppChanges: events.AppHook()})
 	}
-	return openPostgresWith(ss.Postgres, kr, pgstore.Options{Changes: hook})
+	return openPostgresWith(ss.Postgres, kr, pgstore.Options{Changes: events.Hook(), AppChanges: events.AppHook()})
 }
 
 func openPostgres(conn string, kr *vault.Keyring) (*pgstore.Store, error) {

@@ -13,6 +13,7 @@
 //	brokerctl disconnect demo
 //	brokerctl request demo GET /api/user
 //	brokerctl --url http://127.0.0.1:8090/mcp call list_demo_repos   (any MCP server)
+//	brokerctl --url http://127.0.0.1:8080/mcp/u/demo-mcp tools       (a remote MCP server, relayed)
 //
 // Exit status: 0 success, 1 failure (including a tool error), 2 usage,
 // 3 (--non-interactive) the user must open the printed URL, then run the

@@ -34,8 +34,10 @@ commands:
   disconnect PROVIDER [--account LOGIN] revoke and delete a connection
   request PROVIDER METHOD PATH [--body JSON] [--query k=v ...]
                                         call the provider's API through the broker
+  tools                                 list the tools of the MCP server at --url
   call TOOL [--args JSON]               call any tool of the MCP server at --url (a server
-                                        on the broker's sidecar API, say), browser step included
+                                        on the broker's sidecar API, or a remote MCP server
+                                        through the gateway, /mcp/u/PROVIDER), browser step included
 
 flags:
 `
@@ -95,7 +97,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintln(stderr, "brokerctl:", err)
 		return exitUsage
 	}
-	code, err := c.call(ctx, tool, arguments)
+	var code int
+	if tool == listTools {
+		code, err = c.tools(ctx)
+	} else {
+		code, err = c.call(ctx, tool, arguments)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "brokerctl:", err)
 	}
@@ -171,6 +178,11 @@ func parseCommand(args []string) (string, map[string]any, error) {
 			a["query"] = q
 		}
 		return "provider_request", a, nil
+	case "tools":
+		if err := need(0, "no arguments"); err != nil {
+			return "", nil, err
+		}
+		return listTools, nil, nil
 	case "call":
 		if err := need(1, "TOOL"); err != nil {
 			return "", nil, err
@@ -182,8 +194,11 @@ func parseCommand(args []string) (string, map[string]any, error) {
 		}
 		return positional[0], a, nil
 	}
-	return "", nil, fmt.Errorf("unknown command %q (want connect, list, disconnect, request or call)", cmd)
+	return "", nil, fmt.Errorf("unknown command %q (want connect, list, disconnect, request, tools or call)", cmd)
 }
+
+// listTools is the command "tools" (tools/list, not a tool call).
+const listTools = "\x00tools/list"
 
 // parseInterleaved lets flags follow positional arguments.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -218,7 +233,8 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
-func (c *cli) call(ctx context.Context, tool string, arguments map[string]any) (int, error) {
+// session connects to the server at c.url.
+func (c *cli) session(ctx context.Context) (*mcp.ClientSession, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "brokerctl", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{
 			Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}},
@@ -234,7 +250,40 @@ func (c *cli) call(ctx context.Context, tool string, arguments map[string]any) (
 	}
 	session, err := client.Connect(ctx, transport, nil)
 	if err != nil {
-		return exitFailure, fmt.Errorf("connect to %s: %w", c.url, err)
+		return nil, fmt.Errorf("connect to %s: %w", c.url, err)
+	}
+	return session, nil
+}
+
+// tools prints the server's tools: name and the first line of the
+// description (all of it with --json).
+func (c *cli) tools(ctx context.Context) (int, error) {
+	session, err := c.session(ctx)
+	if err != nil {
+		return exitFailure, err
+	}
+	defer session.Close()
+	var all []*mcp.Tool
+	for t, err := range session.Tools(ctx, nil) {
+		if err != nil {
+			return exitFailure, err
+		}
+		all = append(all, t)
+	}
+	if c.asJSON {
+		return exitOK, json.NewEncoder(c.out).Encode(all)
+	}
+	for _, t := range all {
+		desc, _, _ := strings.Cut(t.Description, "\n")
+		fmt.Fprintf(c.out, "%-24s %s\n", sanitize(t.Name), sanitize(desc))
+	}
+	return exitOK, nil
+}
+
+func (c *cli) call(ctx context.Context, tool string, arguments map[string]any) (int, error) {
+	session, err := c.session(ctx)
+	if err != nil {
+		return exitFailure, err
 	}
 	defer session.Close()
 

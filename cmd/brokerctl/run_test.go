@@ -199,6 +199,8 @@ func TestParseCommand(t *testing.T) {
 		{[]string{"connect"}, "", "", "want PROVIDER"},
 		{[]string{"request", "demo", "GET", "/x", "--query", "noeq"}, "", "", "want k=v"},
 		{[]string{"frobnicate"}, "", "", "unknown command"},
+		{[]string{"tools"}, listTools, `null`, ""},
+		{[]string{"tools", "extra"}, "", "", "want no arguments"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -224,5 +226,35 @@ func TestNoTokenIsUsageError(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "BROKER_TOKEN") {
 		t.Errorf("message %q does not say how to give a token", errOut.String())
+	}
+}
+
+// TestToolsListsTheServersTools: brokerctl tools prints each tool's name
+// and the first line of its description (control characters removed),
+// with the token on the request.
+func TestToolsListsTheServersTools(t *testing.T) {
+	p, ts := startPeer(t, "")
+	var out, errOut bytes.Buffer
+	var opened []string
+	if code := runWith(t, []string{"--url", ts.URL, "tools"}, "", &out, &errOut, &opened); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.HasPrefix(out.String(), "connect_account") {
+		t.Fatalf("tools printed %q", out.String())
+	}
+	out.Reset()
+	if code := runWith(t, []string{"--url", ts.URL, "--json", "tools"}, "", &out, &errOut, &opened); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var tools []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &tools); err != nil || len(tools) != 1 || tools[0]["name"] != "connect_account" {
+		t.Fatalf("--json tools printed %s (%v)", out.String(), err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range p.auth {
+		if a != "Bearer tok-123" {
+			t.Fatalf("Authorization header %q", a)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 )
 
 // CheckURL accepts an absolute https URL, or http on a loopback host,
@@ -42,4 +43,35 @@ func Host(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// SameRedirect reports whether a and b are http redirect URIs on the same
+// loopback host that differ at most in the port (RFC 8252 section 7.3: a
+// native app listens on whatever port it gets).
+func SameRedirect(a, b string) bool {
+	ua, ea := url.Parse(a)
+	ub, eb := url.Parse(b)
+	if ea != nil || eb != nil || ua.Scheme != "http" || ub.Scheme != "http" || !Host(ua.Hostname()) {
+		return false
+	}
+	return ua.Hostname() == ub.Hostname() && ua.User == nil && ub.User == nil &&
+		ua.EscapedPath() == ub.EscapedPath() && ua.RawQuery == ub.RawQuery && ub.Fragment == "" &&
+		!strings.Contains(b, "#") && validPort(ub.Port())
+}
+
+func validPort(p string) bool {
+	if p == "" {
+		return true
+	}
+	if len(p) > 5 {
+		return false
+	}
+	n := 0
+	for _, c := range p {
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n > 0 && n < 65536
 }

@@ -1,6 +1,7 @@
 package requeststate
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
@@ -17,17 +18,28 @@ import (
 // carries either the broker's own connect request (Grant) or the
 // upstream's requestState (Upstream), sealed so the host learns nothing of
 // it. Every failure to open one is ErrInvalid.
+//
+// The sealed plaintext is a JSON header, a NUL byte (which encoding/json
+// never writes), and the upstream's state as it is: carried in a JSON
+// string it could grow sixfold (a control character becomes \u0001), and
+// an upstream state of MaxUpstreamState bytes, whatever its characters,
+// must seal into a state that opens.
 
 const (
 	gatewayAAD = "credbroker/gatewayState/v1"
+	// gatewayVersion is the plaintext's layout: 2 is header, NUL, upstream
+	// state.
+	gatewayVersion = 2
 	// MaxUpstreamState bounds the upstream's requestState the broker wraps.
 	MaxUpstreamState = 16 << 10
-	// maxGatewaySealed bounds what is accepted for opening.
+	// maxGatewaySealed bounds a sealed state: SealGateway makes none
+	// larger, OpenGateway opens none larger.
 	maxGatewaySealed = 24 << 10
 )
 
-// ErrTooLarge: the upstream's requestState is larger than MaxUpstreamState.
-var ErrTooLarge = errors.New("requeststate: the upstream's requestState is too large")
+// ErrTooLarge: the upstream's requestState is larger than MaxUpstreamState,
+// or the state would seal into more than 24 KiB.
+var ErrTooLarge = errors.New("requeststate: the gateway state is too large")
 
 // Gateway is a gateway continuation.
 type Gateway struct {
@@ -55,7 +67,6 @@ type gatewayWire struct {
 	ArgDigest []byte `json:"a"`
 	Conn      string `json:"c,omitempty"`
 	Grant     string `json:"g,omitempty"`
-	Upstream  string `json:"u,omitempty"`
 	Expires   int64  `json:"e"`
 }
 
@@ -64,32 +75,33 @@ func SealGateway(keys *vault.Keyring, st Gateway) (string, error) {
 	if len(st.Upstream) > MaxUpstreamState {
 		return "", ErrTooLarge
 	}
-	pt, err := json.Marshal(gatewayWire{V: 1, Issuer: st.Principal.Issuer, Subject: st.Principal.Subject,
+	pt, err := json.Marshal(gatewayWire{V: gatewayVersion, Issuer: st.Principal.Issuer, Subject: st.Principal.Subject,
 		Provider: st.Provider, Method: st.Method, Name: st.Name, ArgDigest: st.ArgDigest, Conn: st.Conn,
-		Grant: st.Grant, Upstream: st.Upstream, Expires: st.Expires.Unix()})
+		Grant: st.Grant, Expires: st.Expires.Unix()})
 	if err != nil {
 		return "", err
 	}
-	return base64.RawURLEncoding.EncodeToString(keys.Seal(pt, []byte(gatewayAAD))), nil
+	pt = append(append(pt, 0), st.Upstream...)
+	sealed := base64.RawURLEncoding.EncodeToString(keys.Seal(pt, []byte(gatewayAAD)))
+	if len(sealed) > maxGatewaySealed {
+		// Long names (a resource URI) with a long upstream state: a state
+		// OpenGateway would refuse is not handed out.
+		return "", ErrTooLarge
+	}
+	return sealed, nil
 }
 
 // OpenGateway authenticates sealed and checks that it continues want (its
 // Principal, Provider, Method, Name and ArgDigest) and has not expired at
 // now. Nothing is parsed before authentication succeeds.
 func OpenGateway(keys *vault.Keyring, sealed string, want Gateway, now time.Time) (Gateway, error) {
-	if len(sealed) == 0 || len(sealed) > maxGatewaySealed {
+	pt, ok := unseal(keys, sealed, maxGatewaySealed, gatewayAAD)
+	if !ok {
 		return Gateway{}, ErrInvalid
 	}
-	ct, err := base64.RawURLEncoding.DecodeString(sealed)
-	if err != nil {
-		return Gateway{}, ErrInvalid
-	}
-	pt, _, err := keys.Open(ct, []byte(gatewayAAD))
-	if err != nil {
-		return Gateway{}, ErrInvalid
-	}
+	header, upstream, ok := bytes.Cut(pt, []byte{0})
 	var w gatewayWire
-	if json.Unmarshal(pt, &w) != nil || w.V != 1 {
+	if !ok || json.Unmarshal(header, &w) != nil || w.V != gatewayVersion {
 		return Gateway{}, ErrInvalid
 	}
 	eq := func(a, b string) int { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) }
@@ -100,5 +112,5 @@ func OpenGateway(keys *vault.Keyring, sealed string, want Gateway, now time.Time
 		return Gateway{}, ErrInvalid
 	}
 	return Gateway{Principal: want.Principal, Provider: w.Provider, Method: w.Method, Name: w.Name, ArgDigest: w.ArgDigest,
-		Conn: w.Conn, Grant: w.Grant, Upstream: w.Upstream, Expires: exp}, nil
+		Conn: w.Conn, Grant: w.Grant, Upstream: string(upstream), Expires: exp}, nil
 }

@@ -78,15 +78,8 @@ func Seal(keys *vault.Keyring, st State) string {
 // p for operation with arguments whose digest is digest, and has not
 // expired at now. Nothing is parsed before authentication succeeds.
 func Open(keys *vault.Keyring, sealed string, p vault.Principal, operation string, digest []byte, now time.Time) (State, error) {
-	if len(sealed) == 0 || len(sealed) > maxSealedLen {
-		return State{}, ErrInvalid
-	}
-	ct, err := base64.RawURLEncoding.DecodeString(sealed)
-	if err != nil {
-		return State{}, ErrInvalid
-	}
-	pt, _, err := keys.Open(ct, []byte(aad))
-	if err != nil {
+	pt, ok := unseal(keys, sealed, maxSealedLen, aad)
+	if !ok {
 		return State{}, ErrInvalid
 	}
 	var w wire
@@ -108,6 +101,20 @@ func Open(keys *vault.Keyring, sealed string, p vault.Principal, operation strin
 		return State{}, ErrInvalid
 	}
 	return State{Principal: p, Operation: w.Tool, ArgDigest: w.ArgDigest, Ref: w.GrantID, Expires: exp}, nil
+}
+
+// unseal authenticates and decrypts sealed (base64url, at most maxLen
+// characters) under additional data ad.
+func unseal(keys *vault.Keyring, sealed string, maxLen int, ad string) ([]byte, bool) {
+	if len(sealed) == 0 || len(sealed) > maxLen {
+		return nil, false
+	}
+	ct, err := base64.RawURLEncoding.DecodeString(sealed)
+	if err != nil {
+		return nil, false
+	}
+	pt, _, err := keys.Open(ct, []byte(ad))
+	return pt, err == nil
 }
 
 // Canonical renders JSON arguments in a canonical form (object keys

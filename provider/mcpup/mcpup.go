@@ -1,6 +1,6 @@
 // Package mcpup is the broker's client of upstream MCP servers (the
 // gateway's far side), on the go-sdk's client: one session per connection
-// (per provider for a server that takes no token), the protocol era probed
+// (per person for a server that takes no token), the protocol era probed
 // when the session opens (server/discover, falling back to initialize),
 // the broker's own multi round-trip handling off (an upstream's
 // input_required comes back as it is, for the host to answer), and the
@@ -27,9 +27,12 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
+
+	"credbroker/vault"
 )
 
 // Errors of a request to an upstream server.
@@ -59,11 +62,15 @@ type Target struct {
 	// Conn is the connection whose token is used ("" for a server that
 	// takes no token).
 	Conn string
+	// Person is whose session a server that takes no token gets: each
+	// person has their own, as each connection does (what a session holds
+	// at the server, such as what its tools made, is never another's).
+	Person vault.Principal
 }
 
 func (t Target) key() string {
 	if t.Conn == "" {
-		return "open:" + t.Provider
+		return "open:" + t.Provider + "\x00" + t.Person.Issuer + "\x00" + t.Person.Subject
 	}
 	return t.Conn
 }
@@ -156,8 +163,7 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 			return nil, ctx.Err()
 		}
 		if e.err != nil {
-			p.Forget(t)
-			return nil, e.err
+			return nil, e.err // its opener dropped it
 		}
 		return e.cs, nil
 	}
@@ -173,10 +179,39 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 	e.cs, e.err = p.connect(ctx, t)
 	close(e.ready)
 	if e.err != nil {
-		p.Forget(t)
+		p.drop(t, e)
 		return nil, e.err
 	}
 	return e.cs, nil
+}
+
+// drop closes and drops t's session if it is still the one e holds: a
+// caller that saw a session fail must not close the one another caller
+// opened since.
+func (p *Pool) drop(t Target, e *entry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if el, ok := p.sessions[t.key()]; ok && el.Value.(*entry) == e {
+		p.removeLocked(el)
+	}
+}
+
+// dropSession is drop for the entry holding cs.
+func (p *Pool) dropSession(t Target, cs *mcp.ClientSession) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	el, ok := p.sessions[t.key()]
+	if !ok {
+		return
+	}
+	e := el.Value.(*entry)
+	select {
+	case <-e.ready:
+		if e.cs == cs {
+			p.removeLocked(el)
+		}
+	default: // another caller is opening a new one
+	}
 }
 
 // Forget closes and drops t's session (after ErrSessionMissing, a
@@ -236,8 +271,13 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		Capabilities:   &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
 		// A pushed url elicitation (a legacy upstream asking in-band) is
-		// not relayed: the person is not listening on this session.
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		// not relayed: the person is not listening on this session. Any
+		// other push (a form elicitation) is a method the broker does not
+		// serve (issue 31's era table).
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if req.Params.Mode != "url" {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the broker relays no pushed form elicitation"}
+			}
 			return &mcp.ElicitResult{Action: "cancel"}, nil
 		},
 		ProgressNotificationHandler: p.routeProgress,
@@ -261,7 +301,11 @@ func Era(cs *mcp.ClientSession) string {
 
 // Do runs one request on t's session: op gets the session (re-opened
 // once if the upstream forgot it) and ctx carries the per-request
-// recorder that turns a second 401 into ErrUnauthorized.
+// recorder that turns a second 401 into ErrUnauthorized. A session that
+// may be broken after a failure (the transport failed, the upstream
+// answered something that is not MCP, which makes the go-sdk close the
+// session, or refused the token) is dropped, so the next request opens a
+// new one.
 func Do[T any](ctx context.Context, p *Pool, t Target, op func(context.Context, *mcp.ClientSession) (T, error)) (T, string, error) {
 	var zero T
 	for attempt := 0; ; attempt++ {
@@ -274,16 +318,24 @@ func Do[T any](ctx context.Context, p *Pool, t Target, op func(context.Context, 
 		if err == nil {
 			return out, Era(cs), nil
 		}
-		if errors.Is(err, mcp.ErrSessionMissing) && attempt == 0 {
-			p.Forget(t)
-			continue
-		}
 		err = rec.classify(err)
-		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrNoToken) {
-			p.Forget(t)
+		if !sessionSurvives(err) {
+			p.dropSession(t, cs)
+		}
+		if errors.Is(err, mcp.ErrSessionMissing) && attempt == 0 {
+			continue
 		}
 		return zero, Era(cs), err
 	}
+}
+
+// sessionSurvives reports whether a session is still usable after a
+// request on it failed with err: the upstream answered it (a JSON-RPC
+// error, a 403 insufficient_scope) or the caller gave up.
+func sessionSurvives(err error) bool {
+	var we *jsonrpc.Error
+	var ns *NeedScope
+	return errors.As(err, &we) || errors.As(err, &ns) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // oauthHandler puts the connection's token on every request.
@@ -327,18 +379,43 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 		}
 		return fmt.Errorf("mcpup: the upstream server answered 403")
 	}
+	rec, _ := ctx.Value(recorderKey{}).(*recorder)
+	if rec == nil {
+		rec = &recorder{}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	switch {
+	case rec.refreshErr != nil:
+		// The refresh already failed in this exchange (the go-sdk asks
+		// again when it falls back from server/discover to initialize).
+		return rec.refreshErr
+	case rec.refreshed:
+		// The token a forced refresh gave is refused too.
+		return ErrUnauthorized
+	}
 	stale, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 	if _, err := h.tokens.ForceRefresh(ctx, h.conn, stale); err != nil {
+		rec.refreshErr = err
 		return err
 	}
+	rec.refreshed = true
 	return nil
 }
 
-// recorder notes the HTTP statuses of one request's exchanges, so that a
-// second 401 (which the transport reports only in words) is typed.
+// recorder follows one request's exchanges (a call, or opening a
+// session, which may be server/discover and then initialize): whether a
+// forced refresh was made and how it went, and whether a 401 came after
+// it, so that the upstream refusing a fresh token (which the transport
+// reports only in words) is typed, and an exchange forces one refresh at
+// most.
 type recorder struct {
-	mu           sync.Mutex
-	unauthorized int
+	mu sync.Mutex // guards the fields below
+	// refreshed: a forced refresh gave a new token; refreshErr: it failed.
+	refreshed  bool
+	refreshErr error
+	// refusedAfter: a 401 answered a request made after the refresh.
+	refusedAfter bool
 }
 
 type recorderKey struct{}
@@ -350,19 +427,20 @@ func withRecorder(ctx context.Context) (context.Context, *recorder) {
 
 func (r *recorder) classify(err error) error {
 	r.mu.Lock()
-	n := r.unauthorized
+	refused := r.refusedAfter
 	r.mu.Unlock()
 	var ns *NeedScope
 	switch {
-	case errors.As(err, &ns), errors.Is(err, ErrNoToken):
+	case errors.As(err, &ns), errors.Is(err, ErrNoToken), errors.Is(err, ErrUnauthorized):
 		return err
-	case n >= 2:
+	case refused:
 		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
 	return err
 }
 
-// statusRecorder counts 401s into the request's recorder.
+// statusRecorder notes a 401 after a forced refresh in the request's
+// recorder.
 type statusRecorder struct{ next http.RoundTripper }
 
 func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -370,7 +448,7 @@ func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil && resp.StatusCode == http.StatusUnauthorized {
 		if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
 			r.mu.Lock()
-			r.unauthorized++
+			r.refusedAfter = r.refusedAfter || r.refreshed
 			r.mu.Unlock()
 		}
 	}

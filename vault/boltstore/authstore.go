@@ -262,6 +262,10 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
+	ds, err := record.AppChangeDeliveries(s.appChanges, nil, &a)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
 	ik := appClientKey(a.Principal, a.ClientID)
 	var opErr error
 	err = s.batch(func(tx *bolt.Tx) error {
@@ -276,6 +280,9 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 			return nil
 		}
 		if err := apps.Put([]byte(a.ID), rec); err != nil {
+			return err
+		}
+		if err := putDeliveries(tx, ds); err != nil {
 			return err
 		}
 		return idx.Put(ik, []byte(a.ID))
@@ -302,6 +309,30 @@ func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, e
 		return vault.AppAccess{}, fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
 	}
 	return record.DecodeAppAccess(rec)
+}
+
+// GetAppLiveness implements vault.AuthStore.
+func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AppLiveness{}, err
+	}
+	var l vault.AppLiveness
+	var found bool
+	var derr error
+	err := s.view(func(tx *bolt.Tx) error {
+		if rec := tx.Bucket(bOAuthApps).Get([]byte(id)); rec != nil {
+			found = true
+			l, derr = record.DecodeAppLiveness(rec) // copies what it keeps
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return vault.AppLiveness{}, err
+	case !found:
+		return vault.AppLiveness{}, fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
+	}
+	return l, derr
 }
 
 // FindAppAccess implements vault.AuthStore.
@@ -365,8 +396,12 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 // UpdateAppAccess implements vault.AuthStore.
 func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
 	return cas(ctx, s, bOAuthApps, id, "app access", func(rec []byte) (edit[vault.AppAccess], error) {
-		nrec, _, na, err := record.AppAccesses.Update(rec, fn)
-		return edit[vault.AppAccess]{rec: nrec, out: na}, err
+		nrec, old, na, err := record.AppAccesses.Update(rec, fn)
+		if err != nil {
+			return edit[vault.AppAccess]{}, err
+		}
+		ds, err := record.AppChangeDeliveries(s.appChanges, &old, &na)
+		return edit[vault.AppAccess]{rec: nrec, out: na, ds: ds}, err
 	}, nil)
 }
 
@@ -385,6 +420,14 @@ func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
 			return nil
 		}
 		if a, err := record.DecodeAppAccess(rec); err == nil {
+			ds, err := record.AppChangeDeliveries(s.appChanges, &a, nil)
+			if err != nil {
+				opErr = err
+				return nil
+			}
+			if err := putDeliveries(tx, ds); err != nil {
+				return err
+			}
 			if err := tx.Bucket(bOAuthAppByClient).Delete(appClientKey(a.Principal, a.ClientID)); err != nil {
 				return err
 			}

@@ -94,16 +94,19 @@ type Options struct {
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries written in the change's transaction.
 	Changes vault.ChangeHook
+	// AppChanges, when set, does the same for app access records.
+	AppChanges vault.AppChangeHook
 }
 
 // Store is a vault.Store on a bbolt file.
 type Store struct {
-	db      *bolt.DB
-	kr      *vault.Keyring
-	changes vault.ChangeHook
-	path    string
-	closed  atomic.Bool
-	group   *groupCommit
+	db         *bolt.DB
+	kr         *vault.Keyring
+	changes    vault.ChangeHook
+	appChanges vault.AppChangeHook
+	path       string
+	closed     atomic.Bool
+	group      *groupCommit
 }
 
 var (
@@ -150,7 +153,7 @@ func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
 			return nil, fmt.Errorf("database %s: restrict mode to 0600: %w", path, err)
 		}
 	}
-	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, group: newGroupCommit(db, true)}
+	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, appChanges: opts.AppChanges, group: newGroupCommit(db, true)}
 	if err := s.prepare(); err != nil {
 		closeQuietly(db)
 		return nil, err

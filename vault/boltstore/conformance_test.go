@@ -61,3 +61,15 @@ func TestAssertionConformance(t *testing.T) {
 		return s, s
 	})
 }
+
+func TestAppOutboxConformance(t *testing.T) {
+	kr := newKeyring(t)
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vaulttest.AuthBackend {
+		s, err := boltstore.Open(filepath.Join(t.TempDir(), "vault.db"), kr, boltstore.Options{AppChanges: hook})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}

@@ -58,17 +58,7 @@ func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max 
 
 // GetOAuthClient implements vault.AuthStore.
 func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClient, error) {
-	s.mu.RLock()
-	err := s.check()
-	b, ok := s.auth.clients[id]
-	s.mu.RUnlock()
-	if err != nil {
-		return vault.OAuthClient{}, err
-	}
-	if !ok {
-		return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeOAuthClient(b)
+	return get(s, s.auth.clients, id, "oauth client", record.DecodeOAuthClient)
 }
 
 // UpdateOAuthClient implements vault.AuthStore.
@@ -188,6 +178,10 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
+	ds, err := record.AppChangeDeliveries(s.appChanges, nil, &a)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
@@ -202,22 +196,18 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	}
 	s.auth.apps[a.ID] = b
 	s.auth.appByPC[k] = a.ID
+	s.enqueue(ds)
 	return a, nil
 }
 
 // GetAppAccess implements vault.AuthStore.
 func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, error) {
-	s.mu.RLock()
-	err := s.check()
-	b, ok := s.auth.apps[id]
-	s.mu.RUnlock()
-	if err != nil {
-		return vault.AppAccess{}, err
-	}
-	if !ok {
-		return vault.AppAccess{}, fmt.Errorf("memstore: app access %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeAppAccess(b)
+	return get(s, s.auth.apps, id, "app access", record.DecodeAppAccess)
+}
+
+// GetAppLiveness implements vault.AuthStore.
+func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
+	return get(s, s.auth.apps, id, "app access", record.DecodeAppLiveness)
 }
 
 // FindAppAccess implements vault.AuthStore.
@@ -269,8 +259,12 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 // UpdateAppAccess implements vault.AuthStore.
 func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
 	return cas(s, s.auth.apps, id, "app access", func(rec []byte) (edit[vault.AppAccess], error) {
-		nb, _, na, err := record.AppAccesses.Update(rec, fn)
-		return edit[vault.AppAccess]{rec: nb, out: na}, err
+		nb, old, na, err := record.AppAccesses.Update(rec, fn)
+		if err != nil {
+			return edit[vault.AppAccess]{}, err
+		}
+		ds, err := record.AppChangeDeliveries(s.appChanges, &old, &na)
+		return edit[vault.AppAccess]{rec: nb, out: na, ds: ds}, err
 	})
 }
 
@@ -288,6 +282,13 @@ func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
 	a, err := record.DecodeAppAccess(b)
 	if err != nil && !errors.Is(err, vault.ErrMalformed) {
 		return err
+	}
+	if err == nil {
+		ds, err := record.AppChangeDeliveries(s.appChanges, &a, nil)
+		if err != nil {
+			return err
+		}
+		s.enqueue(ds)
 	}
 	delete(s.auth.apps, id)
 	delete(s.auth.appByPC, appKey{a.Principal, a.ClientID})

@@ -19,8 +19,9 @@ import (
 // Store is an in-memory vault.Store. It also keeps an outbox
 // (vault.Outbox) and the records of vault.AdminStore.
 type Store struct {
-	kr      *vault.Keyring
-	changes vault.ChangeHook
+	kr         *vault.Keyring
+	changes    vault.ChangeHook
+	appChanges vault.AppChangeHook
 
 	mu          sync.RWMutex // guards the fields below
 	closed      bool
@@ -47,6 +48,8 @@ type Options struct {
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries, atomically with the change.
 	Changes vault.ChangeHook
+	// AppChanges, when set, does the same for app access records.
+	AppChanges vault.AppChangeHook
 }
 
 // NewWith returns an empty store sealing tokens with kr, with opts.
@@ -54,6 +57,7 @@ func NewWith(kr *vault.Keyring, opts Options) *Store {
 	return &Store{
 		kr:          kr,
 		changes:     opts.Changes,
+		appChanges:  opts.AppChanges,
 		conns:       map[string][]byte{},
 		byPrincipal: map[vault.Principal]map[string]struct{}{},
 		grants:      map[string][]byte{},
@@ -319,17 +323,22 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 
 // GetGrant implements vault.Store.
 func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
+	return get(s, s.grants, id, "grant", record.DecodeGrant)
+}
+
+// get decodes id's record in recs (one of s's maps) with decode.
+func get[T any](s *Store, recs map[string][]byte, id, what string, decode func([]byte) (T, error)) (T, error) {
 	s.mu.RLock()
 	err := s.check()
-	b, ok := s.grants[id]
+	b, ok := recs[id]
 	s.mu.RUnlock()
 	if err != nil {
-		return vault.Grant{}, err
+		return *new(T), err
 	}
 	if !ok {
-		return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", id, vault.ErrNotFound)
+		return *new(T), fmt.Errorf("memstore: %s %s: %w", what, id, vault.ErrNotFound)
 	}
-	return record.DecodeGrant(b)
+	return decode(b)
 }
 
 // UpdateGrant implements vault.Store.

@@ -44,3 +44,13 @@ func TestAssertionConformance(t *testing.T) {
 		return s, s
 	})
 }
+
+func TestAppOutboxConformance(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vaulttest.AuthBackend {
+		return memstore.NewWith(kr, memstore.Options{AppChanges: hook})
+	})
+}

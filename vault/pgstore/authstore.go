@@ -262,7 +262,11 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
-	tag, err := s.pool.Exec(ctx, insertApp, args...)
+	ds, err := record.AppChangeDeliveries(s.appChanges, nil, &a)
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	tag, err := s.execWithDeliveries(ctx, ds, insertApp, args...)
 	if err != nil {
 		return vault.AppAccess{}, s.dbErr(fmt.Errorf("pgstore: create app access %s: %w", a.ID, err))
 	}
@@ -304,6 +308,29 @@ func (s *Store) getApp(ctx context.Context, id string) (vault.AppAccess, int64, 
 func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, error) {
 	a, _, err := s.getApp(ctx, id)
 	return a, err
+}
+
+// GetAppLiveness implements vault.AuthStore.
+func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
+	if err := s.ready(ctx); err != nil {
+		return vault.AppLiveness{}, err
+	}
+	if !storable(id) {
+		return vault.AppLiveness{}, fmt.Errorf("pgstore: app access %q: %w", id, vault.ErrNotFound)
+	}
+	var rec []byte
+	err := s.pool.QueryRow(ctx, "SELECT record FROM oauth_apps WHERE id = $1", id).Scan(&rec)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return vault.AppLiveness{}, fmt.Errorf("pgstore: app access %s: %w", id, vault.ErrNotFound)
+	}
+	if err != nil {
+		return vault.AppLiveness{}, s.dbErr(fmt.Errorf("pgstore: get app access %s: %w", id, err))
+	}
+	l, err := record.DecodeAppLiveness(rec)
+	if err == nil && l.ID != id {
+		err = fmt.Errorf("pgstore: app access %s: stored record names id %s: %w", id, l.ID, vault.ErrMalformed)
+	}
+	return l, err
 }
 
 // FindAppAccess implements vault.AuthStore.
@@ -366,11 +393,30 @@ func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.Ap
 		if err != nil {
 			return vault.AppAccess{}, casWrite{}, err
 		}
-		return na, casWrite{args: []any{id, int64(na.Version), rec}}, nil
+		ds, err := record.AppChangeDeliveries(s.appChanges, &old, &na)
+		if err != nil {
+			return vault.AppAccess{}, casWrite{}, err
+		}
+		return na, casWrite{args: []any{id, int64(na.Version), rec}, ds: ds}, nil
 	})
 }
 
-// DeleteAppAccess implements vault.AuthStore.
+// DeleteAppAccess implements vault.AuthStore: the row and the change's
+// deliveries go in one transaction.
 func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
-	return s.deleteRow(ctx, "oauth_apps", "id", id, "app access")
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if s.appChanges == nil {
+		return s.deleteRow(ctx, "oauth_apps", "id", id, "app access")
+	}
+	return s.deleteReturning(ctx, "app access", id, "DELETE FROM oauth_apps WHERE id = $1 RETURNING record", func(rec []byte, b *pgx.Batch) error {
+		a, err := record.DecodeAppAccess(rec)
+		if err != nil {
+			return nil // a record that does not decode goes without events
+		}
+		ds, err := record.AppChangeDeliveries(s.appChanges, &a, nil)
+		queueDeliveries(b, ds)
+		return err
+	})
 }

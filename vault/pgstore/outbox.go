@@ -67,33 +67,47 @@ var errNoChange = errors.New("pgstore: no row changed")
 // one transaction, keeping the record among the retired ones when retire
 // is set.
 func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) error {
+	return s.deleteReturning(ctx, "connection", id, "DELETE FROM connections WHERE id = $1 RETURNING record", func(rec []byte, b *pgx.Batch) error {
+		ds, err := record.ChangeDeliveries(s.changes, rec, nil)
+		if err != nil {
+			return err
+		}
+		queueDeliveries(b, ds)
+		if retire {
+			m, err := record.ConnectionMeta(rec)
+			if err != nil {
+				return err
+			}
+			b.Queue(`INSERT INTO retired_connections (id, iss, sub, record) VALUES ($1, $2, $3, $4)
+				ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record`, id, []byte(m.Principal.Issuer), []byte(m.Principal.Subject), rec)
+		}
+		return nil
+	})
+}
+
+// deleteReturning runs del (a DELETE of row id … RETURNING record) and, in
+// the same transaction, what then adds to a batch given the deleted
+// record (its deliveries, …). An error from then rolls the deletion back
+// and is the answer; ErrNotFound when there was no row.
+func (s *Store) deleteReturning(ctx context.Context, what, id, del string, then func(rec []byte, b *pgx.Batch) error) error {
+	if !storable(id) {
+		return fmt.Errorf("pgstore: %s %q: %w", what, id, vault.ErrNotFound)
+	}
 	var opErr error
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		opErr = nil
 		var rec []byte
-		err := tx.QueryRow(ctx, "DELETE FROM connections WHERE id = $1 RETURNING record", id).Scan(&rec)
+		err := tx.QueryRow(ctx, del, id).Scan(&rec)
 		if errors.Is(err, pgx.ErrNoRows) {
-			opErr = fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
+			opErr = fmt.Errorf("pgstore: %s %s: %w", what, id, vault.ErrNotFound)
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		ds, err := record.ChangeDeliveries(s.changes, rec, nil)
-		if err != nil {
-			opErr = err
-			return errNoChange // roll back
-		}
 		b := &pgx.Batch{}
-		queueDeliveries(b, ds)
-		if retire {
-			m, err := record.ConnectionMeta(rec)
-			if err != nil {
-				opErr = err
-				return errNoChange
-			}
-			b.Queue(`INSERT INTO retired_connections (id, iss, sub, record) VALUES ($1, $2, $3, $4)
-				ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record`, id, []byte(m.Principal.Issuer), []byte(m.Principal.Subject), rec)
+		if opErr = then(rec, b); opErr != nil {
+			return errNoChange // roll back
 		}
 		if b.Len() == 0 {
 			return nil
@@ -104,7 +118,7 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 		err = nil
 	}
 	if err != nil {
-		return s.dbErr(fmt.Errorf("pgstore: delete connection %s: %w", id, err))
+		return s.dbErr(fmt.Errorf("pgstore: delete %s %s: %w", what, id, err))
 	}
 	return opErr
 }

@@ -60,6 +60,8 @@ type Options struct {
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries written in the change's transaction.
 	Changes vault.ChangeHook
+	// AppChanges, when set, does the same for app access records.
+	AppChanges vault.AppChangeHook
 }
 
 // Store is a vault.Store on PostgreSQL.
@@ -74,6 +76,7 @@ type Store struct {
 	locks      map[*heldLock]struct{}
 	attempts   int
 	changes    vault.ChangeHook
+	appChanges vault.AppChangeHook
 	closed     atomic.Bool
 }
 
@@ -115,7 +118,7 @@ func Open(ctx context.Context, url string, kr *vault.Keyring, opts Options) (*St
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), grantLocal: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts, changes: opts.Changes}
+	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), grantLocal: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts, changes: opts.Changes, appChanges: opts.AppChanges}
 	if err := s.prepare(ctx); err != nil {
 		s.Close()
 		return nil, err

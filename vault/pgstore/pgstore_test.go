@@ -458,3 +458,16 @@ func TestOutboxConformance(t *testing.T) {
 		return s
 	})
 }
+
+func TestAppOutboxConformance(t *testing.T) {
+	srv := pgtest.Shared(t)
+	kr := newKeyring(t)
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vaulttest.AuthBackend {
+		s, err := pgstore.Open(t.Context(), srv.Schema(t), kr, pgstore.Options{AppChanges: hook})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}

@@ -132,6 +132,19 @@ CREATE TABLE spent_assertions (
 COMMENT ON TABLE spent_assertions IS 'vault.AssertionKey (base64url SHA-256 of issuer and jti) of each accepted one-time assertion, kept until it expires; the assertion itself is never stored';
 CREATE INDEX spent_assertions_by_expiry ON spent_assertions (expires_ns);
 `},
+	{5, "app access changes announced (LISTEN/NOTIFY) for the replicas' liveness caches", `
+CREATE FUNCTION credbroker_app_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	-- "<bytes of the schema>:<schema><app id>" on channel credbroker_apps,
+	-- delivered when the change commits (an id too long for a payload
+	-- names none: every replica then forgets every app).
+	PERFORM pg_notify('credbroker_apps', octet_length(TG_TABLE_SCHEMA)::text || ':' || TG_TABLE_SCHEMA ||
+		CASE WHEN octet_length(OLD.id) > 4000 THEN '' ELSE OLD.id END);
+	RETURN NULL;
+END $$;
+CREATE TRIGGER oauth_apps_changed AFTER UPDATE OR DELETE ON oauth_apps
+	FOR EACH ROW EXECUTE FUNCTION credbroker_app_changed();
+`},
 }
 
 // SchemaVersion is the schema version this build migrates to.

@@ -37,6 +37,7 @@ func RunAuth(t *testing.T, newStore func(t *testing.T) AuthBackend) {
 		{"AppAccessUniquePerClient", testAppAccessUnique},
 		{"AppAccessListIsolation", testAppAccessList},
 		{"ConcurrentAppAccessUpdates", testConcurrentAppAccessUpdates},
+		{"AppLiveness", testAppLiveness},
 		{"AuthClosed", testAuthClosed},
 	}
 	for _, tt := range tests {
@@ -495,5 +496,30 @@ func testAuthClosed(t *testing.T, s AuthBackend) {
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) { wantErr(t, name, call(), vault.ErrClosed) })
+	}
+}
+
+// testAppLiveness: GetAppLiveness gives the record's person, client and
+// families with their ends, and nothing of a missing record.
+func testAppLiveness(t *testing.T, s AuthBackend) {
+	ctx := t.Context()
+	a := appAccess("a1", odd, "https://claude.example/client.json")
+	a.Families = []vault.TokenFamily{
+		{ID: "f1", Scopes: []string{"mcp"}, Resource: "https://broker/mcp", Created: base, Expires: base.Add(time.Hour),
+			RefreshHash: "h3", Refreshed: base, Spent: []string{"h1", "h2"}},
+		{ID: "f2", Created: base, Expires: base.Add(2 * time.Hour), Via: vault.FamilyViaIDJAG},
+	}
+	if _, err := s.CreateAppAccess(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetAppLiveness(ctx, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := vault.AppLiveness{ID: "a1", Principal: odd, ClientID: a.ClientID,
+		Families: []vault.FamilyEnd{{ID: "f1", Expires: base.Add(time.Hour)}, {ID: "f2", Expires: base.Add(2 * time.Hour)}}}
+	sameJSON(t, "liveness", got, want)
+	if _, err := s.GetAppLiveness(ctx, "nope"); !errors.Is(err, vault.ErrNotFound) {
+		t.Fatalf("liveness of a missing record: %v, want ErrNotFound", err)
 	}
 }

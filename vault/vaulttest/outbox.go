@@ -1,6 +1,7 @@
 package vaulttest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -388,5 +389,108 @@ func testRetire(t *testing.T, newStore NewHookedStore) {
 	}
 	if ret, err := a.RetiredConnections(ctx, alice); err != nil || len(ret) != 0 {
 		t.Fatalf("after forgetting: %+v, %v", ret, err)
+	}
+}
+
+// NewAppHookedStore returns a fresh, empty store that calls hook (which
+// may be nil) inside the transaction of every change of an app access
+// record.
+type NewAppHookedStore func(t *testing.T, hook vault.AppChangeHook) AuthBackend
+
+// RunAppOutbox is the conformance suite of the app access records'
+// deliveries: written with the change in its transaction, and a change
+// whose deliveries cannot be written is not applied.
+func RunAppOutbox(t *testing.T, newStore NewAppHookedStore) {
+	t.Run("AppChangesWriteDeliveries", func(t *testing.T) { testAppChangesWriteDeliveries(t, newStore) })
+	t.Run("AppChangeWithoutItsDeliveryIsNotApplied", func(t *testing.T) { testAppChangeNeedsDelivery(t, newStore) })
+}
+
+// appHook names every change of an app access record it sees: created,
+// deleted, or updated with the consent's time moved on; other updates
+// give nothing. With fail set it returns a delivery no outbox stores.
+func appHook(fail *bool) vault.AppChangeHook {
+	return func(before, after *vault.AppAccess) []vault.Delivery {
+		a, kind := after, "app.created"
+		if after == nil {
+			a, kind = before, "app.deleted"
+		} else if before != nil {
+			if after.Updated.Equal(before.Updated) {
+				return nil
+			}
+			kind = "app.consented"
+		}
+		id := fmt.Sprintf("%s-v%d-%s", a.ID, a.Version, kind)
+		if fail != nil && *fail {
+			id = "" // the outbox refuses a delivery without an id
+		}
+		return []vault.Delivery{{ID: id, Endpoint: "a", Type: kind, Created: base, Due: base, Payload: []byte(`{"app":"` + a.ID + `"}`)}}
+	}
+}
+
+// setApp updates app id of s with change, and returns the error.
+func setApp(s AuthBackend, ctx context.Context, id string, change func(*vault.AppAccess)) error {
+	_, err := s.UpdateAppAccess(ctx, id, func(a vault.AppAccess) (vault.AppAccess, error) {
+		change(&a)
+		return a, nil
+	})
+	return err
+}
+
+func testAppChangesWriteDeliveries(t *testing.T, newStore NewAppHookedStore) {
+	s := newStore(t, appHook(nil))
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	if _, err := s.CreateAppAccess(ctx, appAccess("a1", alice, "c1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := setApp(s, ctx, "a1", func(a *vault.AppAccess) { a.LastUsed = base.Add(time.Minute) }); err != nil { // no event
+		t.Fatal(err)
+	}
+	if err := setApp(s, ctx, "a1", func(a *vault.AppAccess) { a.Updated = base.Add(time.Hour) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteAppAccess(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	got := types(t, outboxOf(t, s))
+	want := []string{"a:app.consented", "a:app.created", "a:app.deleted"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("outbox holds %v, want %v", got, want)
+	}
+}
+
+func testAppChangeNeedsDelivery(t *testing.T, newStore NewAppHookedStore) {
+	fail := false
+	s := newStore(t, appHook(&fail))
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	if _, err := s.CreateAppAccess(ctx, appAccess("a1", alice, "c1")); err != nil {
+		t.Fatal(err)
+	}
+	fail = true
+	if _, err := s.CreateAppAccess(ctx, appAccess("a2", alice, "c2")); err == nil {
+		t.Fatal("a create whose delivery cannot be written succeeded")
+	}
+	if _, err := s.GetAppAccess(ctx, "a2"); !errors.Is(err, vault.ErrNotFound) {
+		t.Fatalf("the refused create stored its record: %v", err)
+	}
+	if err := setApp(s, ctx, "a1", func(a *vault.AppAccess) { a.Updated = base.Add(time.Hour) }); err == nil {
+		t.Fatal("an update whose delivery cannot be written succeeded")
+	}
+	if a, err := s.GetAppAccess(ctx, "a1"); err != nil || !a.Updated.Equal(base) || a.Version != 1 {
+		t.Fatalf("after the refused update: %+v, %v; want the record unchanged", a, err)
+	}
+	if err := s.DeleteAppAccess(ctx, "a1"); err == nil {
+		t.Fatal("a delete whose delivery cannot be written succeeded")
+	}
+	if _, err := s.GetAppAccess(ctx, "a1"); err != nil {
+		t.Fatalf("the refused delete removed the record: %v", err)
+	}
+	if got := types(t, outboxOf(t, s)); !slices.Equal(got, []string{"a:app.created"}) {
+		t.Fatalf("outbox holds %v, want only the first create's event", got)
+	}
+	fail = false
+	if err := s.DeleteAppAccess(ctx, "a1"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -9,6 +9,19 @@ import (
 	"credbroker/vault"
 )
 
+// decodeV1 parses a stored JSON record of kind what, refusing one of
+// another version or without its id (id gives both).
+func decodeV1[R any](b []byte, what string, id func(*R) (int, string)) (R, error) {
+	var r R
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("vault: decode %s record: %w", what, err)
+	}
+	if v, key := id(&r); v != recordV1 || key == "" {
+		return r, fmt.Errorf("vault: %s record version %d without id or unsupported: %w", what, v, vault.ErrMalformed)
+	}
+	return r, nil
+}
+
 // The stored forms of the authorization server's records. Like grants,
 // they hold no token material: secrets appear only as SecretKey hashes.
 
@@ -44,12 +57,9 @@ func EncodeOAuthClient(c vault.OAuthClient) ([]byte, error) {
 
 // DecodeOAuthClient parses a stored client.
 func DecodeOAuthClient(b []byte) (vault.OAuthClient, error) {
-	var r oauthClientRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return vault.OAuthClient{}, fmt.Errorf("vault: decode oauth client record: %w", err)
-	}
-	if r.V != recordV1 || r.ID == "" {
-		return vault.OAuthClient{}, fmt.Errorf("vault: oauth client record version %d without id or unsupported: %w", r.V, vault.ErrMalformed)
+	r, err := decodeV1(b, "oauth client", func(r *oauthClientRecord) (int, string) { return r.V, r.ID })
+	if err != nil {
+		return vault.OAuthClient{}, err
 	}
 	return vault.OAuthClient{
 		ID: r.ID, SecretHash: r.SecretHash, AuthMethod: r.AuthMethod, Name: r.Name, URI: r.URI,
@@ -112,12 +122,9 @@ func EncodeAuthCode(c vault.AuthCode) ([]byte, error) {
 
 // DecodeAuthCode parses a stored authorization code.
 func DecodeAuthCode(b []byte) (vault.AuthCode, error) {
-	var r authCodeRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return vault.AuthCode{}, fmt.Errorf("vault: decode authorization code record: %w", err)
-	}
-	if r.V != recordV1 || r.Key == "" {
-		return vault.AuthCode{}, fmt.Errorf("vault: authorization code record version %d without key or unsupported: %w", r.V, vault.ErrMalformed)
+	r, err := decodeV1(b, "authorization code", func(r *authCodeRecord) (int, string) { return r.V, r.Key })
+	if err != nil {
+		return vault.AuthCode{}, err
 	}
 	return vault.AuthCode{
 		Key: r.Key, ClientID: r.ClientID, RedirectURI: r.RedirectURI,
@@ -136,6 +143,7 @@ type appAccessRecord struct {
 	ClientName  string         `json:"client_name,omitempty"`
 	RedirectURI string         `json:"redirect_uri"`
 	Scopes      []string       `json:"scopes,omitempty"`
+	Resources   []string       `json:"resources,omitempty"`
 	Created     time.Time      `json:"created"`
 	Updated     time.Time      `json:"updated"`
 	LastUsed    time.Time      `json:"last_used,omitzero"`
@@ -160,10 +168,10 @@ func EncodeAppAccess(a vault.AppAccess) ([]byte, error) {
 	if a.ID == "" {
 		return nil, errors.New("vault: app access without id")
 	}
-	ss := append([]string{a.ID, a.Principal.Issuer, a.Principal.Subject, a.ClientID, a.ClientName, a.RedirectURI}, a.Scopes...)
+	ss := append(append([]string{a.ID, a.Principal.Issuer, a.Principal.Subject, a.ClientID, a.ClientName, a.RedirectURI}, a.Scopes...), a.Resources...)
 	r := appAccessRecord{
 		V: recordV1, ID: a.ID, Issuer: a.Principal.Issuer, Subject: a.Principal.Subject, ClientID: a.ClientID,
-		ClientName: a.ClientName, RedirectURI: a.RedirectURI, Scopes: a.Scopes, Created: a.Created, Updated: a.Updated,
+		ClientName: a.ClientName, RedirectURI: a.RedirectURI, Scopes: a.Scopes, Resources: a.Resources, Created: a.Created, Updated: a.Updated,
 		LastUsed: a.LastUsed, Version: a.Version,
 	}
 	for _, f := range a.Families {
@@ -184,16 +192,13 @@ func EncodeAppAccess(a vault.AppAccess) ([]byte, error) {
 
 // DecodeAppAccess parses a stored app access record.
 func DecodeAppAccess(b []byte) (vault.AppAccess, error) {
-	var r appAccessRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return vault.AppAccess{}, fmt.Errorf("vault: decode app access record: %w", err)
-	}
-	if r.V != recordV1 || r.ID == "" {
-		return vault.AppAccess{}, fmt.Errorf("vault: app access record version %d without id or unsupported: %w", r.V, vault.ErrMalformed)
+	r, err := decodeV1(b, "app access", func(r *appAccessRecord) (int, string) { return r.V, r.ID })
+	if err != nil {
+		return vault.AppAccess{}, err
 	}
 	a := vault.AppAccess{
 		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject}, ClientID: r.ClientID,
-		ClientName: r.ClientName, RedirectURI: r.RedirectURI, Scopes: r.Scopes, Created: r.Created,
+		ClientName: r.ClientName, RedirectURI: r.RedirectURI, Scopes: r.Scopes, Resources: r.Resources, Created: r.Created,
 		Updated: r.Updated, LastUsed: r.LastUsed, Version: r.Version,
 	}
 	for _, f := range r.Families {
@@ -203,6 +208,37 @@ func DecodeAppAccess(b []byte) (vault.AppAccess, error) {
 		})
 	}
 	return a, nil
+}
+
+// appLivenessRecord is the part of appAccessRecord that AppLiveness
+// needs: decoding into it skips the rest (scopes, refresh token hashes).
+type appLivenessRecord struct {
+	V        int    `json:"v"`
+	ID       string `json:"id"`
+	Issuer   string `json:"iss"`
+	Subject  string `json:"sub"`
+	ClientID string `json:"client_id"`
+	Families []struct {
+		ID      string    `json:"id"`
+		Expires time.Time `json:"expires"`
+	} `json:"families,omitempty"`
+}
+
+// DecodeAppLiveness parses what checking a token family needs from a
+// stored app access record.
+func DecodeAppLiveness(b []byte) (vault.AppLiveness, error) {
+	r, err := decodeV1(b, "app access", func(r *appLivenessRecord) (int, string) { return r.V, r.ID })
+	if err != nil {
+		return vault.AppLiveness{}, err
+	}
+	l := vault.AppLiveness{ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject}, ClientID: r.ClientID}
+	if len(r.Families) > 0 {
+		l.Families = make([]vault.FamilyEnd, len(r.Families))
+		for i, f := range r.Families {
+			l.Families[i] = vault.FamilyEnd{ID: f.ID, Expires: f.Expires}
+		}
+	}
+	return l, nil
 }
 
 // checkAppAccessUpdate refuses an update closure's result that changed an

@@ -40,6 +40,24 @@ func ChangeDeliveries(hook vault.ChangeHook, oldRec, newRec []byte) ([]vault.Del
 	return ds, nil
 }
 
+// AppChangeDeliveries runs hook on a change of an app access record
+// (before nil for a create, after nil for a delete) and checks what it
+// returns. Backends call it inside the transaction that writes the change,
+// so a delivery no outbox can store fails the change. A nil hook gives
+// nothing.
+func AppChangeDeliveries(hook vault.AppChangeHook, before, after *vault.AppAccess) ([]vault.Delivery, error) {
+	if hook == nil {
+		return nil, nil
+	}
+	ds := hook(before, after)
+	for _, d := range ds {
+		if err := CheckDelivery(d); err != nil {
+			return nil, err
+		}
+	}
+	return ds, nil
+}
+
 // CheckDelivery rejects a delivery no backend can store.
 func CheckDelivery(d vault.Delivery) error {
 	switch {
