@@ -18,12 +18,14 @@ package mcpup
 import (
 	"container/list"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -107,6 +109,16 @@ type Options struct {
 type Pool struct {
 	opts Options
 	log  *slog.Logger
+	// hc is opts.HTTPClient with the 401 recorder; impl the clientInfo
+	// (implJSON encoded).
+	hc       *http.Client
+	impl     *mcp.Implementation
+	implJSON []byte
+	// ids numbers the pool's own requests (CallTool).
+	ids atomic.Int64
+	// headerTools: each session's tools with x-mcp-header parameters
+	// (*mcp.ClientSession → *toolNames).
+	headerTools sync.Map
 
 	// progress maps the progress tokens of calls in flight to their sinks.
 	progress sync.Map
@@ -144,7 +156,12 @@ func New(opts Options) *Pool {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Pool{opts: opts, log: log, sessions: map[string]*list.Element{}, lru: list.New()}
+	hc := *opts.HTTPClient
+	hc.Transport = statusRecorder{next: transportOf(opts.HTTPClient)}
+	impl := &mcp.Implementation{Name: "credbroker", Version: opts.Version}
+	implJSON, _ := json.Marshal(impl)
+	return &Pool{opts: opts, log: log, hc: &hc, impl: impl, implJSON: implJSON,
+		sessions: map[string]*list.Element{}, lru: list.New()}
 }
 
 // Session returns the session for t, opening it (and probing the era) on
@@ -241,6 +258,7 @@ func (p *Pool) removeLocked(el *list.Element) {
 		<-e.ready
 		if e.cs != nil {
 			e.cs.Close()
+			p.headerTools.Delete(e.cs)
 		}
 	}()
 }
@@ -261,13 +279,11 @@ func (p *Pool) expireLocked() {
 // connect opens a session with t: the era probed (discover, else
 // initialize declaring url elicitation only).
 func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error) {
-	hc := *p.opts.HTTPClient
-	hc.Transport = statusRecorder{next: transportOf(p.opts.HTTPClient)}
-	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
+	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: p.hc, MaxRetries: -1, DisableStandaloneSSE: true}
 	if t.Conn != "" {
 		tr.OAuthHandler = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn}
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "credbroker", Version: p.opts.Version}, &mcp.ClientOptions{
+	client := mcp.NewClient(p.impl, &mcp.ClientOptions{
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		Capabilities:   &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
 		// A pushed url elicitation (a legacy upstream asking in-band) is
