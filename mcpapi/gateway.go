@@ -185,18 +185,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 	// keeps as sent, and anything unusual go through encoding/json.
 	var msg rpcMessage
 	fast := gwFastParse(body, &msg, &c.params)
-	if !fast {
-		if err := json.Unmarshal(body, &msg); err != nil {
-			writeRPCError(w, http.StatusBadRequest, nil, codeParse, "Parse error: the body is not one JSON-RPC message", nil)
-			return
-		}
-	}
-	if msg.JSONRPC != "2.0" || msg.Method == "" {
-		writeRPCError(w, http.StatusBadRequest, validOrNull(msg.ID), codeInvalidRequest, `Invalid Request: want "jsonrpc":"2.0" and a method`, nil)
-		return
-	}
-	if !msg.isNotification() && !validID(msg.ID) {
-		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "Invalid Request: id must be a string or a number", nil)
+	if !envelopeOK(w, body, &msg, fast) {
 		return
 	}
 	c.id, c.principal, c.method, c.raw, c.sse = msg.ID, info.Principal, msg.Method, msg.Params, acceptsJSONAndSSE(r.Header.Values("Accept"))
@@ -872,10 +861,7 @@ func (g *gateway) askToConnect(w http.ResponseWriter, c *gwCall, n connections.N
 	}
 	msg := n.Message()
 	if !c.modern {
-		err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: msg, URL: n.URL, ElicitationID: n.Grant.ID}})
-		var re *rpcError
-		if errors.As(err, &re) {
-			re.Message = "Connect your " + name + " account in the browser, then retry"
+		if re := connectLinkError(n, msg); re != nil {
 			writeRPCErrorValue(w, http.StatusOK, c.id, re)
 			return
 		}

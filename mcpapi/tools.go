@@ -378,6 +378,19 @@ func (s *Server) failed(err error, providerName string, tool string) outcome {
 	return toolError("%s", f.Message)
 }
 
+// connectLinkError is the -32042 URLElicitationRequiredError carrying
+// n's connect link with message msg, for a 2025-11-25 client (nil when the
+// SDK builds none).
+func connectLinkError(n connections.NeedsUser, msg string) *rpcError {
+	err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: msg, URL: n.URL, ElicitationID: n.Grant.ID}})
+	var re *rpcError
+	if !errors.As(err, &re) {
+		return nil
+	}
+	re.Message = "Connect your " + n.Provider.DisplayName + " account in the browser, then retry"
+	return re
+}
+
 // askToConnect answers with the url elicitation of a connect request:
 // input_required (2026-07-28) or -32042 (2025-11-25); or, when the client
 // cannot open links, -32021 (2026-07-28) or a tool error naming the
@@ -398,10 +411,7 @@ func (s *Server) askToConnect(c *callContext, tool string, n connections.NeedsUs
 	}
 	msg := n.Message()
 	if !c.modern {
-		err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: msg, URL: n.URL, ElicitationID: n.Grant.ID}})
-		var re *rpcError
-		if errors.As(err, &re) {
-			re.Message = "Connect your " + name + " account in the browser, then retry"
+		if re := connectLinkError(n, msg); re != nil {
 			return outcome{rpcErr: re}
 		}
 		return internalError()
