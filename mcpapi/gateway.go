@@ -60,6 +60,10 @@ const (
 	// maxTools bounds one relayed tools/list page; the rest is dropped
 	// (and logged).
 	maxTools = 1000
+	// maxAnswerOverhead is what an upstream's answer to a call may hold
+	// beyond the result the gateway relays (the JSON-RPC envelope, the
+	// upstream's own _meta): a larger answer is not read at all.
+	maxAnswerOverhead = 1 << 20
 )
 
 // gateway serves the /mcp/u/{provider} endpoints of a Server.
@@ -392,7 +396,7 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 		}
 	}
 	up, _, err := relayAs(ctx, g, c, r, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
-		return cs.ListTools(ctx, params)
+		return g.s.opts.Upstreams.ListTools(ctx, cs, params)
 	})
 	if err != nil {
 		g.relayFailed(ctx, w, c, r, err)
@@ -627,8 +631,12 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 				return cs.ReadResource(ctx, &p)
 			})
 		}
-		return cs.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: c.params.Name, Arguments: c.callArgs(),
-			InputResponses: responses, RequestState: upstreamState})
+		tr, err := g.s.opts.Upstreams.CallTool(ctx, cs, r.Target, &mcp.CallToolParams{Meta: meta, Name: c.params.Name, Arguments: c.callArgs(),
+			InputResponses: responses, RequestState: upstreamState}, c.up.MaxResultBytes+maxAnswerOverhead)
+		if err != nil {
+			return nil, err
+		}
+		return relayedToolResult(tr, c.modern)
 	})
 	if err != nil {
 		g.relayFailed(ctx, w, c, r, err)
@@ -979,6 +987,10 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 		writeRPCErrorValue(w, g.errStatus(c), c.id, &rpcError{Code: re.Code, Message: re.Message})
 		return
 	}
+	if errors.Is(err, mcpup.ErrTooLarge) {
+		g.tooLarge(w, c)
+		return
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		g.toolError(w, c, fmt.Sprintf("%s did not answer within %s. Nothing is known of the call's outcome; check before calling again.", c.p.DisplayName, c.up.CallTimeout))
 		return
@@ -1112,10 +1124,15 @@ func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byt
 		}
 	}
 	if c.up.MaxResultBytes > 0 && int64(len(b)) > c.up.MaxResultBytes {
-		g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays. Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes))
+		g.tooLarge(w, c)
 		return nil, false
 	}
 	return b, true
+}
+
+// tooLarge answers a result over the entry's max_result_bytes.
+func (g *gateway) tooLarge(w http.ResponseWriter, c *gwCall) {
+	g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays. Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes))
 }
 
 // slowResult encodes any result with the SDK's encoder: for a 2026-07-28
