@@ -22,7 +22,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
-	"credbroker/internal/devidp"
 	"credbroker/internal/egress"
 )
 
@@ -78,8 +77,10 @@ const (
 )
 
 // gwPeople take turns calling through the gateway; each has a
-// connection to protected.
-const gwPeople = 500
+// connection to protected. With the limit of 600 calls a minute for one
+// person and provider, 200 people allow 2,000 calls a second for a minute
+// on each endpoint.
+const gwPeople = 200
 
 func gwName(i int) string { return fmt.Sprintf("gw-%04d", i) }
 
@@ -565,10 +566,15 @@ func upstreamClients() (authHTTP, mcpHTTP *http.Client, err error) {
 }
 
 // gatewayRoutes starts the forwarders (the floors) and names each
-// route's paths and tokens: the host's are the IdP's JWTs for the
-// endpoint (the gateway endpoints take those in either mode).
-func (st *stack) gatewayRoutes(idp *devidp.IdP) error {
+// route's paths and tokens: the host's are the broker's own, for the
+// endpoint, which h gets for each person as a host does (the default
+// path: --mcp-auth broker).
+func (st *stack) gatewayRoutes(h *host) error {
 	st.gwRoutes = map[string]gwRoute{}
+	people := make([]string, gwPeople)
+	for i := range people {
+		people[i] = gwName(i)
+	}
 	for _, r := range []struct {
 		provider, title, upstream string
 		upAuth                    []string
@@ -583,14 +589,24 @@ func (st *stack) gatewayRoutes(idp *devidp.IdP) error {
 		serve(st, ln, mcpForwarder(r.upstream, r.upAuth))
 		endpoint := st.base + "/mcp/u/" + r.provider
 		rt := gwRoute{title: r.title, provider: r.provider, gateway: endpoint, direct: r.upstream, upAuth: r.upAuth, floor: url + "/mcp", next: new(atomic.Int64)}
-		for i := range gwPeople {
-			tok, _, err := idp.MintAccessToken(gwName(i), endpoint, nil, time.Hour)
-			if err != nil {
-				return err
-			}
-			rt.hostAuth = append(rt.hostAuth, []string{"Bearer " + tok})
+		toks, err := h.tokens(people, endpoint, 4)
+		if err != nil {
+			return fmt.Errorf("tokens for %s: %w", endpoint, err)
+		}
+		for _, name := range people {
+			rt.hostAuth = append(rt.hostAuth, []string{"Bearer " + toks[name]})
 		}
 		st.gwRoutes[r.provider] = rt
 	}
 	return nil
+}
+
+// resources are the gateway endpoints the broker's authorization server
+// issues tokens for (as serve's: the type: mcp entries), none without
+// the upstreams.
+func (u *gwUpstreams) resources(base string) func(string) bool {
+	if u == nil {
+		return nil
+	}
+	return func(r string) bool { return r == base+"/mcp/u/"+gwOpen || r == base+"/mcp/u/"+gwProtected }
 }

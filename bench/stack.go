@@ -308,6 +308,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 		},
 		StartSignIn:  func(w http.ResponseWriter, r *http.Request, returnTo string) { flow.StartSignIn(w, r, returnTo) },
 		Registration: true, Apps: appSvc, Logger: log, Telemetry: rec, Tracing: tp,
+		MoreResources: gw.resources(base),
 	})
 	if err != nil {
 		return nil, err
@@ -328,7 +329,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 			Upstreams: upstreams,
 		}
 		if m == modeBroker {
-			opts.Verifier = as.Verifier()
+			opts.Verifier, opts.VerifierFor = as.Verifier(), as.VerifierFor
 			opts.AuthorizationServers = []string{as.Issuer()}
 		}
 		if st.srv[m], err = mcpapi.New(opts); err != nil {
@@ -365,7 +366,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 			names = append(names, mrtrName(i))
 		}
 	}
-	brokerTokens, err := h.tokens(names, 4)
+	brokerTokens, err := h.tokens(names, base+"/mcp", 4)
 	if err != nil {
 		return nil, err
 	}
@@ -434,7 +435,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 	st.proxyURL = pxURL
 	serve(st, pxLn, bareForwarder(apiURL))
 	if gw != nil {
-		if err := st.gatewayRoutes(idp); err != nil {
+		if err := st.gatewayRoutes(h); err != nil {
 			return nil, err
 		}
 	}
