@@ -9,7 +9,7 @@ ADDR ?= 127.0.0.1:8080
 FUZZTIME ?= 5s
 
 .PHONY: run test deps build vet fmt-check tidy-check unit fuzz bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
-.PHONY: oidcprovider-deps tsupstream-deps server-everything-deps
+.PHONY: oidcprovider-deps tsupstream-deps server-everything-deps inspector-deps
 .PHONY: image image-rootfs
 
 # Build information stamped into the binary (internal/buildinfo): shown by
@@ -79,9 +79,11 @@ deps:
 
 # Every test with -race; internal/testreport prints failures and a summary
 # listing every skipped test, and fails the run on a skip unless
-# CREDBROKER_ALLOW_SKIP=1.
+# CREDBROKER_ALLOW_SKIP=1. The long end-to-end tests of cmd/broker mostly
+# wait (on Node peers, Chromium, an upstream's slow call) and run in
+# parallel, four at a time.
 unit:
-	set -o pipefail; $(GO) test -race -count=1 -timeout 20m -json ./... | $(GO) run ./internal/testreport
+	set -o pipefail; $(GO) test -race -count=1 -parallel 4 -timeout 20m -json ./... | $(GO) run ./internal/testreport
 
 # Each fuzz target for FUZZTIME; a crasher's input lands in testdata/fuzz.
 fuzz:
@@ -144,6 +146,12 @@ SERVER_EVERYTHING_DIR ?= .cache/server-everything
 server-everything-deps: conformance-deps
 	$(call npm-peer,server-everything,$(SERVER_EVERYTHING_DIR),TestGatewayServerEverything)
 
+# The MCP Inspector, whose CLI (mcp-inspector --cli) is one of the MCP hosts
+# of cmd/broker's TestGatewayHosts, pinned by testdata/inspector/package-lock.json;
+# it runs on the Node 22 installed with the conformance suite.
+inspector-deps: conformance-deps
+	$(call npm-peer,inspector,.cache/inspector,TestGatewayHosts)
+
 conformance: conformance-deps
 	$(GO) test -race -count=1 -run TestConformance -v ./cmd/broker
 
@@ -157,7 +165,10 @@ sidecar-ts-deps: conformance-deps
 		cd $(SIDECAR_TS_DIR) && PATH="$(CURDIR)/$(CONFORMANCE_DIR)/node_modules/node-linux-$(NODE_ARCH)/bin:$$PATH" npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
-test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps oidcprovider-deps tsupstream-deps server-everything-deps unit fuzz
+# unit and fuzz run side by side (the tests must pass on a busy machine);
+# each one's output is shown whole when it ends.
+test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps oidcprovider-deps tsupstream-deps server-everything-deps inspector-deps
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit fuzz
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,

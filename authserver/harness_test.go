@@ -113,6 +113,8 @@ func newHarness(t *testing.T, mods ...func(*Options)) *harness {
 		},
 		Registration: true, AllowPrivateMetadata: true, MetadataTLS: &tls.Config{RootCAs: pool},
 		Logger: slog.New(slog.NewTextHandler(h.logs, nil)), Now: h.clock.Now,
+		// The JWT bearer grant is off until a test's Policy turns it on.
+		IDJAG: IDJAGOptions{Ledger: h.store.Assertions()},
 	}
 	for _, m := range mods {
 		m(&h.opts)

@@ -47,7 +47,7 @@ func FuzzJWTBearerGrant(f *testing.F) {
 		Person:      func(*http.Request) (Person, bool) { return Person{}, false },
 		StartSignIn: func(http.ResponseWriter, *http.Request, string) {},
 		Now:         func() time.Time { return now },
-		IDJAG:       IDJAGOptions{Policy: IDJAGPolicy{Mode: IDJAGAny}, Ledger: store},
+		IDJAG:       IDJAGOptions{Policy: IDJAGPolicy{Mode: IDJAGAny}, Ledger: store.Assertions()},
 		Clients:     []StaticClient{{ID: "fuzz-client", Secret: "fuzz-secret", RedirectURIs: []string{"http://127.0.0.1/cb"}}},
 	})
 	if err != nil {

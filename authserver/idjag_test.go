@@ -53,7 +53,7 @@ func newJAGEnv(t *testing.T, mods ...func(*Options)) *jagEnv {
 		o.IdPIssuer = idp.Issuer()
 		o.Scopes = []string{"broker"}
 		o.Telemetry = rec
-		o.IDJAG = IDJAGOptions{Policy: IDJAGPolicy{Mode: IDJAGAny}, Ledger: o.Store.(vault.AssertionLedger)}
+		o.IDJAG.Policy = IDJAGPolicy{Mode: IDJAGAny}
 	}}, mods...)...)
 	status, out := h.register(map[string]any{"redirect_uris": []string{"https://host.example/cb"}, "token_endpoint_auth_method": "client_secret_basic",
 		"client_name": "Enterprise host"})

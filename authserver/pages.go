@@ -3,6 +3,8 @@ package authserver
 import (
 	"net/http"
 
+	"credbroker/internal/telemetry"
+	"credbroker/vault"
 	"credbroker/web"
 )
 
@@ -61,5 +63,10 @@ func (s *Server) renderError(w http.ResponseWriter, p web.ErrorPage) {
 
 // fail logs err with a reference and renders a generic error page.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, p Person, what string, err error) {
+	if vault.Unavailable(err) {
+		s.opts.Telemetry.StoreUnavailable(telemetry.DoorPage)
+		s.kit.Unavailable(w, r, chromeOf(p), what, "Go back to your app and sign in again in a few seconds.", err)
+		return
+	}
 	s.kit.Fail(w, r, chromeOf(p), http.StatusInternalServerError, what, err)
 }

@@ -21,6 +21,7 @@ import (
 	"credbroker/apps"
 	"credbroker/internal/clientaddr"
 	"credbroker/internal/loopback"
+	"credbroker/internal/outage"
 	"credbroker/internal/telemetry"
 	"credbroker/vault"
 	"credbroker/web"
@@ -357,6 +358,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *oauthError) {
+	if vault.Unavailable(e.Err) {
+		// The storage outage, whatever the step: retryable.
+		s.opts.Telemetry.StoreUnavailable(telemetry.DoorAuthServer)
+		outage.SetRetryAfter(w.Header())
+		e = &oauthError{Status: http.StatusServiceUnavailable, Code: "temporarily_unavailable", Desc: outage.Message, Err: e.Err}
+	}
 	if e.Status >= 500 {
 		s.log.Error("authserver: request failed", "path", r.URL.Path, "error", e.Code, "err", e.Err)
 	} else {

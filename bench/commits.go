@@ -2,74 +2,35 @@ package main
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
 	"credbroker/vault"
 )
 
-// countingStore counts the durable commits (successful writes: with bbolt
-// each is one fsync'd transaction, possibly shared with concurrent
-// writers) made through it. It sits under the telemetry wrapper, as the
-// bolt store does in serve.
-type countingStore struct {
-	vault.Store
-	commits  atomic.Int64
-	twoSteps bool // hide vault.GrantConnector: the callback writes twice, as before
+// commitCounter is a vault.Observer that counts the durable commits made
+// through the broker's store: the successful writes of connections and
+// grants (with bbolt each is one fsync'd transaction, possibly shared with
+// concurrent writers).
+type commitCounter struct{ commits atomic.Int64 }
+
+// commitOps are the operations commitCounter counts.
+var commitOps = map[string]bool{
+	"create_connection": true, "update_connection": true, "update_connection_meta": true, "delete_connection": true,
+	"create_grant": true, "create_grant_limited": true, "update_grant": true, "delete_expired_grants": true,
+	"connect": true,
 }
 
-func (c *countingStore) count(err error) error {
-	if err == nil {
+func (*commitCounter) Begin(ctx context.Context, _ string) context.Context { return ctx }
+
+func (c *commitCounter) End(_ context.Context, op string, _ time.Duration, err error) {
+	if err == nil && commitOps[op] {
 		c.commits.Add(1)
 	}
-	return err
 }
 
-func (c *countingStore) CreateConnection(ctx context.Context, x vault.Connection) (vault.Connection, error) {
-	out, err := c.Store.CreateConnection(ctx, x)
-	return out, c.count(err)
-}
+// twoStepStore hides the store's one-transaction connect: the callback
+// writes the connection and the grant apart, as before it existed.
+type twoStepStore struct{ vault.Store }
 
-func (c *countingStore) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	out, err := c.Store.UpdateConnection(ctx, id, fn)
-	return out, c.count(err)
-}
-
-func (c *countingStore) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	out, err := c.Store.UpdateConnectionMeta(ctx, id, fn)
-	return out, c.count(err)
-}
-
-func (c *countingStore) DeleteConnection(ctx context.Context, id string) error {
-	return c.count(c.Store.DeleteConnection(ctx, id))
-}
-
-func (c *countingStore) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, error) {
-	out, err := c.Store.CreateGrant(ctx, g)
-	return out, c.count(err)
-}
-
-func (c *countingStore) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
-	out, err := c.Store.CreateGrantLimited(ctx, g, lim)
-	return out, c.count(err)
-}
-
-func (c *countingStore) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	out, err := c.Store.UpdateGrant(ctx, id, fn)
-	return out, c.count(err)
-}
-
-func (c *countingStore) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error) {
-	n, err := c.Store.DeleteExpiredGrants(ctx, now)
-	return n, c.count(err)
-}
-
-func (c *countingStore) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, fn func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
-	gc, ok := c.Store.(vault.GrantConnector)
-	if !ok || c.twoSteps {
-		return vault.Connection{}, vault.Grant{}, errors.ErrUnsupported
-	}
-	conn, g, err := gc.Connect(ctx, w, grantID, fn)
-	return conn, g, c.count(err)
-}
+func (twoStepStore) Connector() vault.GrantConnector { return nil }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -268,19 +266,16 @@ func (st *stack) load(cfg config, levels []int) error {
 		}
 	}
 	if cfg.cpuprofile != "" {
-		name := cfg.cpuprofile + "." + st.kind
-		f, err := os.Create(name)
+		run := server(st.endpoint(modeBroker), st.aliceAuth[modeBroker], false)
+		stop, err := cfg.cpuProfile("." + st.kind)
 		if err != nil {
 			return err
 		}
-		run := server(st.endpoint(modeBroker), st.aliceAuth[modeBroker], false)
-		pprof.StartCPUProfile(f)
 		r := run(16, cfg.warmup, cfg.duration)
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
+		if err := stop(); err != nil {
 			return err
 		}
-		fmt.Printf("\nCPU profile of the default path alone at c=16 (%s, %.0f req/s, load generator in the same process): %s\n", cfg.duration, r.rps, name)
+		fmt.Printf("\nCPU profile of the default path alone at c=16 (%s, %.0f req/s, load generator in the same process): %s\n", cfg.duration, r.rps, cfg.cpuprofile+"."+st.kind)
 	}
 	return nil
 }

@@ -42,9 +42,10 @@
 // It ends with a table of the performance targets next to their measures:
 // every row is checked; what has no target is printed in its section only.
 //
-// The broker is built as `serve` builds it: the store, telemetry (metrics
-// and the store wrapper) on, JSON logs at info level to io.Discard behind
-// the redacting handler, the authorization server on the unwrapped store.
+// The broker is built as `serve` builds it: the store, telemetry (metrics,
+// every store operation timed) on, JSON logs at info level to io.Discard
+// behind the redacting handler, the authorization server on the same
+// observed store.
 package main
 
 import (
@@ -52,6 +53,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -94,6 +96,27 @@ type config struct {
 
 func (c config) runs(part string) bool {
 	return c.only == "" || slices.Contains(strings.Split(c.only, ","), part)
+}
+
+// cpuProfile starts a CPU profile written to -cpuprofile's name plus suffix
+// when -cpuprofile is set; stop ends it and closes the file, and is a
+// no-op when -cpuprofile is not set.
+func (c config) cpuProfile(suffix string) (stop func() error, err error) {
+	if c.cpuprofile == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(c.cpuprofile + suffix)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // Store kinds (-store).

@@ -237,13 +237,9 @@ func (st *stack) mrtr(cfg config) error {
 		return err
 	}
 	runtime.GC()
-	if cfg.cpuprofile != "" {
-		f, err := os.Create(cfg.cpuprofile + "." + st.kind + ".mrtr")
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		pprof.StartCPUProfile(f)
+	stopProfile, err := cfg.cpuProfile("." + st.kind + ".mrtr")
+	if err != nil {
+		return err
 	}
 	// Each mode's round trips and the floor's bare commits take turns in
 	// blocks, so all meet the same spells of the disk (its speed drifts
@@ -263,8 +259,8 @@ func (st *stack) mrtr(cfg config) error {
 			return err
 		}
 	}
-	if cfg.cpuprofile != "" {
-		pprof.StopCPUProfile()
+	if err := stopProfile(); err != nil {
+		return err
 	}
 	if err := floor.drop(); err != nil {
 		return err

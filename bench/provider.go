@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"runtime/pprof"
 	"time"
 )
 
@@ -44,21 +42,17 @@ func (st *stack) providerOverhead(cfg config) error {
 	fmt.Printf("\n## provider_request overhead (%s, default path): GET /user through the broker vs straight to the fake API, and through a bare net/http forwarder (c=1, %s each, alternating 1s slices)\n\n", storeTitle(st.kind), cfg.duration)
 	fmt.Println("| path | req/s | p50 ms | p99 ms |")
 	fmt.Println("|---|---|---|---|")
-	if cfg.cpuprofile != "" {
-		f, err := os.Create(cfg.cpuprofile + "." + st.kind + ".provider")
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		pprof.StartCPUProfile(f)
+	stopProfile, err := cfg.cpuProfile("." + st.kind + ".provider")
+	if err != nil {
+		return err
 	}
 	// The profile covers all three paths.
 	r := alternate(cfg.duration, cfg.warmup,
 		func(w, d time.Duration) loadResult { return hammerWith(brokerReq, 1, w, d, nil) },
 		func(w, d time.Duration) loadResult { return hammerWith(directReq, 1, w, d, nil) },
 		func(w, d time.Duration) loadResult { return hammerWith(proxyReq, 1, w, d, nil) })
-	if cfg.cpuprofile != "" {
-		pprof.StopCPUProfile()
+	if err := stopProfile(); err != nil {
+		return err
 	}
 	br, dr, pr := r[0], r[1], r[2]
 	fmt.Printf("| broker provider_request | %.0f | %s | %s |\n| direct | %.0f | %s | %s |\n| bare forwarder (floor) | %.0f | %s | %s |\n",

@@ -58,7 +58,7 @@ type stack struct {
 	grants    *binding.Service
 	conns     *connections.Service
 	people    []mrtrPerson   // who the MRTR round trips are for, in turns
-	counter   *countingStore // durable commits through the broker's store
+	counter   *commitCounter // durable commits through the broker's store
 	apiURL    string         // the fake provider API
 	proxyURL  string         // provider_request's floor: a bare forwarder
 	gw        *gwUpstreams   // the gateway's upstreams (nil: not measured)
@@ -213,12 +213,18 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 			return nil, err
 		}
 	}
-	st.counter = &countingStore{Store: st.store, twoSteps: cfg.twoSteps}
+	st.counter = &commitCounter{}
 	tp, err := st.startTracing(ctx, cfg.tracing)
 	if err != nil {
 		return nil, err
 	}
-	store := tracing.WrapStore(tp, rec.WrapStore(st.counter))
+	// As serve observes its store (cmd/broker's observeStore), the
+	// commit counter innermost.
+	store := st.store
+	if cfg.twoSteps {
+		store = twoStepStore{store}
+	}
+	store = vault.Observe(store, tracing.StoreObserver(tp), rec.StoreObserver(), st.counter)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
 	// The fake provider API: answers GET /user for the seeded token.
@@ -278,21 +284,13 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 		return nil, err
 	}
 
-	// As serve wires broker mode: the authorization server on the plain
-	// store, people signing in through the browser flow's session.
-	astore, ok := st.store.(vault.AuthStore)
-	if !ok {
-		return nil, fmt.Errorf("the %s store cannot hold the authorization server's records", kind)
-	}
-	// The apps core as serve wires it: a bolt file has this process as its
-	// only writer; PostgreSQL tells each replica what the others change.
-	appOpts := apps.Options{Store: astore, Telemetry: rec, Logger: log}
-	if w, ok := st.store.(vault.AppWatch); ok {
-		appOpts.Watch = w
-	} else {
-		appOpts.SoleWriter = kind == storeBolt
-	}
-	appSvc, err := apps.New(appOpts)
+	// As serve wires broker mode: the authorization server on the
+	// observed store, people signing in through the browser flow's
+	// session; the apps core on it too: a bolt file has this process as
+	// its only writer, PostgreSQL tells each replica what the others
+	// change (AppWatch).
+	appSvc, err := apps.New(apps.Options{Store: store.Auth(), Watch: store.AppWatch(), SoleWriter: kind == storeBolt,
+		Telemetry: rec, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +299,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 	go appSvc.Follow(fctx)
 	var flow *oauthflow.Flow
 	as, err := authserver.New(authserver.Options{
-		PublicURL: base, Resource: base + "/mcp", IdPIssuer: idp.Issuer(), Store: astore, Keys: st.keys,
+		PublicURL: base, Resource: base + "/mcp", IdPIssuer: idp.Issuer(), Store: store.Auth(), Keys: st.keys,
 		Person: func(r *http.Request) (authserver.Person, bool) {
 			p, ok := flow.SignedIn(r)
 			return authserver.Person{Principal: p.Principal, Display: p.Display, CSRF: p.CSRF}, ok

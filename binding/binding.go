@@ -268,23 +268,22 @@ func closedErr(st vault.GrantState) error {
 // connection (ApproveAndCompleteWith); approved grants also come from
 // stores written by earlier versions, which approved at the consent form.
 func (s *Service) Approve(ctx context.Context, id string, p vault.Principal) (vault.Grant, error) {
-	return s.transition(ctx, id, p, func(g *vault.Grant) error {
-		switch g.State {
-		case vault.GrantPending, vault.GrantApproved:
-			g.State = vault.GrantApproved
-			return nil
-		}
-		return closedErr(g.State)
-	})
+	return s.advanceOpen(ctx, id, p, vault.GrantApproved)
 }
 
 // Deny closes the grant without a connection: pending/approved → denied.
 // It serves both the browser's Deny button and an MCP client's "decline".
 func (s *Service) Deny(ctx context.Context, id string, p vault.Principal) (vault.Grant, error) {
+	return s.advanceOpen(ctx, id, p, vault.GrantDenied)
+}
+
+// advanceOpen moves a grant that is still open (pending or approved) to
+// state; a grant already closed gets closedErr.
+func (s *Service) advanceOpen(ctx context.Context, id string, p vault.Principal, state vault.GrantState) (vault.Grant, error) {
 	return s.transition(ctx, id, p, func(g *vault.Grant) error {
 		switch g.State {
 		case vault.GrantPending, vault.GrantApproved:
-			g.State = vault.GrantDenied
+			g.State = state
 			return nil
 		}
 		return closedErr(g.State)
@@ -390,12 +389,53 @@ func (s *Service) Attempt(ctx context.Context, id string, p vault.Principal) (va
 		if g.State.Final() {
 			return closedErr(g.State)
 		}
-		if g.Attempts >= s.opts.MaxAttempts {
-			return ErrTooManyAttempts
-		}
-		g.Attempts++
-		return nil
+		return s.countAttempt(g)
 	})
+}
+
+// countAttempt is the one rule of key checks: a grant counts at most
+// MaxAttempts of them.
+func (s *Service) countAttempt(g *vault.Grant) error {
+	if g.Attempts >= s.opts.MaxAttempts {
+		return ErrTooManyAttempts
+	}
+	g.Attempts++
+	return nil
+}
+
+// ReplaceAttempt counts one key about to be checked at provider to replace
+// the key of p's connection connID ("Replace key"), under the limit of a
+// connect link's key entry: MaxAttempts per connection in each TTL-long
+// window, and, per person, the grants they may create in an hour
+// (MaxPerHour; ErrRateLimited beyond). Past the limit it returns
+// ErrTooManyAttempts and the key must not be sent anywhere.
+//
+// The count lives in the store, so it holds across replicas and however
+// many attempts run at once: on a grant of its own for the connection and
+// the window (its id derived from both and the person), created closed
+// (denied), so it is never anyone's open connect request, and expiring
+// with the window.
+func (s *Service) ReplaceAttempt(ctx context.Context, p vault.Principal, provider, connID string) error {
+	if p.Issuer == "" || p.Subject == "" {
+		return errors.New("binding: replace attempt: empty principal")
+	}
+	now := s.opts.Now()
+	start := now.Truncate(s.opts.TTL)
+	sum := sha256.Sum256(fmt.Appendf(nil, "credbroker/key-replace/%d:%s/%d:%s/%d:%s/%d",
+		len(p.Issuer), p.Issuer, len(p.Subject), p.Subject, len(connID), connID, start.UnixNano()))
+	id := base64.RawURLEncoding.EncodeToString(sum[:idBytes])
+	_, err := s.store.CreateGrantLimited(ctx, vault.Grant{ID: id, Principal: p, Provider: provider, Created: now,
+		Expires: start.Add(s.opts.TTL), State: vault.GrantDenied},
+		vault.GrantLimits{Since: now.Add(-time.Hour), Now: now, MaxCreated: s.opts.MaxPerHour})
+	switch {
+	case errors.Is(err, vault.ErrExists): // this window's count exists already
+	case errors.Is(err, vault.ErrTooManyRecentGrants):
+		return ErrRateLimited
+	case err != nil:
+		return fmt.Errorf("binding: replace attempt: %w", err)
+	}
+	_, err = s.transition(ctx, id, p, s.countAttempt)
+	return err
 }
 
 // GC removes grants that expired before now minus grace (so that a client

@@ -33,17 +33,19 @@ func keyMessage(n NeedsUser) string {
 		name, name)
 }
 
-// KeyAccountError: a replacement key belongs to another account than the
-// connection whose key it was to replace. Nothing was changed.
+// KeyAccountError: a replacement key is not one of the connection's
+// account: the provider took it for another account, which is never
+// named (the person may not have that account; Replace key must not tell
+// whose a key is). Nothing was changed.
 type KeyAccountError struct {
 	Provider *provider.Provider
-	// Connected is the connection's account; Entered the key's.
-	Connected, Entered string
+	// Connected is the connection's account.
+	Connected string
 }
 
 func (e *KeyAccountError) Error() string {
-	return fmt.Sprintf("This key belongs to the %s account %s, not %s. Nothing was changed: enter a key of %s, or connect %s as another account.",
-		e.Provider.DisplayName, untrusted.Quote(e.Entered), untrusted.Quote(e.Connected), untrusted.Quote(e.Connected), untrusted.Quote(e.Entered))
+	return fmt.Sprintf("This key was not accepted as a %s key of %s. Nothing was changed: enter a key of %s; to connect another account, ask your app for a new connect link.",
+		e.Provider.DisplayName, untrusted.Quote(e.Connected), untrusted.Quote(e.Connected))
 }
 
 // KeyConnection returns connection id of req's person (metadata only) and
@@ -70,21 +72,28 @@ func (s *Service) KeyConnection(ctx context.Context, req Request, id string) (va
 
 // ReplaceKey verifies a key pr entered for API-key connection id of
 // req's person ("Replace key" on the connections page) and stores it in
-// that connection, active again. The key must be for the same provider
-// account (*KeyAccountError otherwise); absent or not theirs is
-// vault.ErrNotFound; the provider's refusals are VerifyKey's. The result
-// is metadata only.
+// that connection, active again. Each check sends the key to the
+// provider, so it is limited as a connect link's key entry is
+// (binding.ReplaceAttempt: ErrTooManyKeys for the connection,
+// ErrRateLimited for the person; nothing is sent then). The key must be
+// for the same provider account (*KeyAccountError otherwise, which names
+// no other account); absent or not theirs is vault.ErrNotFound; the
+// provider's refusals are VerifyKey's. The result is metadata only.
 func (s *Service) ReplaceKey(ctx context.Context, req Request, id string, values map[string]string) (vault.Connection, error) {
 	cur, p, err := s.KeyConnection(ctx, req, id)
 	if err != nil {
 		return vault.Connection{}, err
+	}
+	if err := s.opts.Grants.ReplaceAttempt(ctx, req.Principal, p.Name, cur.ID); err != nil {
+		return vault.Connection{}, fmt.Errorf("connections: replace key of %s: %w", id, err)
 	}
 	ex, err := s.opts.Client.VerifyKey(ctx, p, values)
 	if err != nil {
 		return vault.Connection{}, err
 	}
 	if ex.Account.ID != cur.AccountID {
-		return vault.Connection{}, &KeyAccountError{Provider: p, Connected: AccountName(cur), Entered: ex.Account.Login}
+		s.log.Info("connections: replacement key is another account's; nothing stored", "provider", p.Name, "connection", id)
+		return vault.Connection{}, &KeyAccountError{Provider: p, Connected: AccountName(cur)}
 	}
 	if len(ex.Token.Fields) == 0 {
 		return vault.Connection{}, errors.New("connections: replace key: no key given")

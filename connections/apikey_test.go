@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"credbroker/binding"
 	"credbroker/connections"
 	"credbroker/internal/demoprovider"
 	"credbroker/provider"
@@ -110,8 +113,8 @@ func TestKeyConnections(t *testing.T) {
 	}
 	var ke *connections.KeyAccountError
 	if _, err := r.conns.ReplaceKey(ctx, r.req("demo-keys"), c.ID, r.keyValues("bob-demo")); !errors.As(err, &ke) ||
-		!strings.Contains(err.Error(), `account "bob-demo", not "alice-demo"`) {
-		t.Fatalf("another account's key: %v", err)
+		strings.Contains(err.Error(), "bob-demo") || !strings.Contains(err.Error(), `enter a key of "alice-demo"`) {
+		t.Fatalf("another account's key (refused, naming only the connection's own account): %v", err)
 	}
 	bob := r.req("demo-keys")
 	bob.Principal = vault.Principal{Issuer: alice.Issuer, Subject: "bob"}
@@ -133,5 +136,90 @@ func TestKeyConnections(t *testing.T) {
 		if strings.Contains(r.audit.String(), r.demo.APIKey(a.Login)) {
 			t.Error("the log holds a key")
 		}
+	}
+}
+
+// keyChecks counts the key checks the demo key service has answered.
+func (r *rig) keyChecks() int {
+	n := 0
+	for _, e := range r.demo.Events() {
+		if e.Kind == "keys-api" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReplaceKeyLimited: Replace key is no key-checking oracle. It is
+// limited as a connect link's key entry is: 20 keys posted at once for
+// one connection reach the key service 5 times, the others are refused
+// with nothing sent (even the right key, until the window ends); another
+// connection has a count of its own; a person's hourly budget of connect
+// requests bounds the windows; and a valid key of another account is
+// refused naming no account but the connection's own.
+func TestReplaceKeyLimited(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	c := r.connectKey("alice-demo")
+	before := r.keyChecks()
+	errs := make([]error, 20)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = r.conns.ReplaceKey(ctx, r.req("demo-keys"), c.ID, r.keyValues("bob-demo")) })
+	}
+	wg.Wait()
+	sent, refused, other := r.keyChecks()-before, 0, 0
+	for _, err := range errs {
+		var ke *connections.KeyAccountError
+		switch {
+		case errors.Is(err, connections.ErrTooManyKeys):
+			refused++
+		case errors.As(err, &ke):
+			other++
+			if strings.Contains(err.Error(), "bob-demo") || strings.Contains(err.Error(), "1002") {
+				t.Errorf("the refusal names the key's account: %v", err)
+			}
+		default:
+			t.Errorf("a replacement with another account's key: %v", err)
+		}
+	}
+	if sent != 5 || other != 5 || refused != 15 {
+		t.Fatalf("20 parallel replacements: %d key checks at the provider, %d refused as another account's, %d as too many; want 5, 5, 15", sent, other, refused)
+	}
+	if _, err := r.conns.ReplaceKey(ctx, r.req("demo-keys"), c.ID, r.keyValues("alice-demo")); !errors.Is(err, connections.ErrTooManyKeys) ||
+		r.keyChecks()-before != 5 {
+		t.Fatalf("the right key past the limit: %v, %d checks", err, r.keyChecks()-before)
+	}
+	// Another connection of alice's has its own count.
+	second := r.connectKey("bob-demo")
+	if _, err := r.conns.ReplaceKey(ctx, r.req("demo-keys"), second.ID, r.keyValues("bob-demo")); err != nil {
+		t.Fatalf("replacing the key of another connection: %v", err)
+	}
+	// The next window allows as many again.
+	r.clock.Advance(10 * time.Minute)
+	if _, err := r.conns.ReplaceKey(ctx, r.req("demo-keys"), c.ID, r.keyValues("alice-demo")); err != nil {
+		t.Fatalf("a replacement in the next window: %v", err)
+	}
+	// The person's budget: each window of each connection is a connect
+	// request of theirs.
+	now := r.clock.Now()
+	created, _, err := r.store.CountGrants(ctx, alice, now.Add(-time.Hour), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := r.opts
+	opts.Grants = binding.New(r.store, binding.Options{Now: r.clock.Now, MaxPerHour: created + 1})
+	limited, err := connections.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(10 * time.Minute)
+	if _, err := limited.ReplaceKey(ctx, r.req("demo-keys"), c.ID, r.keyValues("alice-demo")); err != nil {
+		t.Fatalf("a replacement within the person's budget: %v", err)
+	}
+	checks := r.keyChecks()
+	if _, err := limited.ReplaceKey(ctx, r.req("demo-keys"), second.ID, r.keyValues("bob-demo")); !errors.Is(err, connections.ErrRateLimited) ||
+		r.keyChecks() != checks {
+		t.Fatalf("a replacement past the person's budget: %v (%d checks sent)", err, r.keyChecks()-checks)
 	}
 }

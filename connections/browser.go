@@ -130,6 +130,74 @@ func (s *Service) Open(ctx context.Context, pr vault.Principal, id, stage string
 	return ConnectRequest{Grant: g, Provider: p}, nil
 }
 
+// The connections page's Connect button: a connect request the signed-in
+// person starts themselves, for a provider they have no usable connection
+// to, which then goes through the same link (consent or form, provider,
+// callback) as one an app started.
+
+// NoBrowserStepError: the provider has nothing a person could connect in
+// the browser (an MCP server that takes no token). Nothing was started.
+type NoBrowserStepError struct{ Provider *provider.Provider }
+
+func (e *NoBrowserStepError) Error() string {
+	return fmt.Sprintf("%s needs no connection: the broker uses it without an account.", e.Provider.DisplayName)
+}
+
+// browserStep reports whether p connects through a browser step (a
+// redirect to the provider or a form).
+func browserStep(p *provider.Provider) bool {
+	switch p.Kind.(type) {
+	case provider.RedirectStep, provider.FormStep:
+		return true
+	}
+	return false
+}
+
+// Offered returns the providers the connections page offers to connect,
+// given conns (the person's connections, as List returns them): every
+// configured provider with a browser step that none of conns serves with
+// its default scopes (none yet, or only ones needing reconnection), in
+// catalogue order. Connect starts a request for exactly these.
+func (s *Service) Offered(conns []vault.Connection) []*provider.Provider {
+	var out []*provider.Provider
+	for _, name := range s.providers.Names() {
+		p, ok := s.providers.Lookup(name)
+		if !ok || !browserStep(p) {
+			continue
+		}
+		var mine []vault.Connection
+		for _, c := range conns {
+			if c.Provider == p.Name {
+				mine = append(mine, c)
+			}
+		}
+		if c, _ := best(p, mine, p.DefaultScopes); c == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Connect starts the connect request signed-in person pr asked for on the
+// connections page for provider name, with its default scopes (plus what a
+// connection needing reconnection held): NeedsUser with the link, or
+// Connected when pr already has a usable connection there (nothing is
+// started). The limits of every connect request apply (ErrTooManyPending,
+// ErrRateLimited), and an open request of pr for the same provider and
+// scopes that no app named is handed out again instead of a new one.
+// Refusals (also *UnknownProviderError, *NoBrowserStepError, an MCP
+// server's *provider.UpstreamError) store nothing.
+func (s *Service) Connect(ctx context.Context, pr vault.Principal, name string) (Outcome, error) {
+	p, err := s.provider(name)
+	if err != nil {
+		return nil, err
+	}
+	if !browserStep(p) {
+		return nil, &NoBrowserStepError{Provider: p}
+	}
+	return s.Ensure(ctx, Request{Principal: pr, Provider: p.Name, Via: "browser", CanAsk: true, ReuseOpen: true})
+}
+
 // Added returns those of scopes that pr's connections to cr's provider do
 // not hold yet, when pr has one: what a consent page for more access (a
 // step-up, missing scopes) names as new. Nil when pr has no connection
@@ -155,7 +223,8 @@ func (s *Service) AuthRequest(ctx context.Context, cr ConnectRequest, redirectUR
 	if len(scopes) == 0 {
 		scopes = slices.Clone(cr.Provider.DefaultScopes)
 	}
-	return s.opts.Client.AuthRequest(ctx, cr.Provider, s.opts.Client.Scopes(cr.Provider, scopes), redirectURL)
+	ar, err := s.opts.Client.AuthRequest(ctx, cr.Provider, s.opts.Client.Scopes(cr.Provider, scopes), redirectURL)
+	return ar, s.upstreamFailed(ctx, cr.Grant.Principal, cr.Provider, "browser", err)
 }
 
 // Decline closes connect request id of pr without a connection: the person

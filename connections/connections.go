@@ -12,6 +12,7 @@ import (
 
 	"credbroker/binding"
 	"credbroker/internal/telemetry"
+	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
 )
@@ -198,8 +199,27 @@ func (n NeedsUser) Message() string {
 	case n.Why.Kind == Pending:
 		return fmt.Sprintf("Connect your %s account to continue: open the link, sign in to the broker and approve access.", name)
 	}
+	if len(n.Scopes) == 0 {
+		// The server's own defaults (an MCP server that names none).
+		return fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access.", name, n.Why)
+	}
 	return fmt.Sprintf("Connect your %s account to continue: %s. Open the link, sign in to the broker and approve access for scopes %s.",
 		name, n.Why, strings.Join(n.Scopes, " "))
+}
+
+// NoLinkMessage is what a client that cannot open connect links (it did
+// not declare elicitation.url, so n carries no request) tells the person:
+// where to connect instead, on the broker's connections page at pageURL,
+// whose Connect button asks for the provider's default scopes (Offered,
+// Connect). Scopes beyond those need a client that can open links.
+func (n NeedsUser) NoLinkMessage(pageURL string) string {
+	name := n.Provider.DisplayName
+	msg := fmt.Sprintf("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability).", name, n.Why)
+	if n.Why.Kind == MissingScopes {
+		return msg + fmt.Sprintf(" The broker's connections page at %s connects %s with its default scopes only; granting %s needs a client that can open connect links.",
+			pageURL, name, strings.Join(n.Why.Missing, " "))
+	}
+	return msg + fmt.Sprintf(" Open the broker's connections page at %s, choose Connect next to %s, then call again.", pageURL, name)
 }
 
 // Until is when a continuation handed out with n (a sealed requestState
@@ -401,7 +421,7 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 	if !req.CanAsk {
 		return need, nil
 	}
-	if err := s.upstreamUsable(ctx, p); err != nil {
+	if err := s.upstreamUsable(ctx, req, p); err != nil {
 		return nil, err
 	}
 	if req.ReuseOpen && req.Server == "" {
@@ -455,6 +475,10 @@ func (s *Service) Reconnect(ctx context.Context, req Request) (Outcome, error) {
 func (s *Service) ConnectURL(id string) string {
 	return s.opts.PublicURL + "/connect/" + id
 }
+
+// PageURL is the broker's connections page, where a person connects and
+// disconnects providers themselves (NeedsUser.NoLinkMessage names it).
+func (s *Service) PageURL() string { return s.opts.PublicURL + "/connections" }
 
 // Answer is the person's reply to a relayed connect request, as the
 // client reports it on a retry.
@@ -841,6 +865,41 @@ func MissingRefreshToken(p *provider.Provider, c vault.Connection) bool {
 	return p != nil && c.NoRefreshToken && p.ExpectsRefreshToken(c.Scopes)
 }
 
+// NotGranted returns the scopes c's last connect request asked for that
+// the provider p did not grant (the person unchecked them on a granular
+// consent screen, as Google's), nil when it granted them all or the ask
+// is unknown. Each door names them with NotGrantedWords and says, in its
+// own terms, how to ask again.
+func NotGranted(p *provider.Provider, c vault.Connection) []string {
+	if p == nil || len(c.Requested) == 0 {
+		return nil
+	}
+	return p.MissingScopes(c.Scopes, c.Requested)
+}
+
+// NotGrantedWords says that the scopes missing (NotGranted's) were asked
+// for and not granted ("" when none).
+func NotGrantedWords(p *provider.Provider, missing []string) string {
+	if len(missing) == 0 {
+		return ""
+	}
+	was, it := "were", "them"
+	if len(missing) == 1 {
+		was, it = "was", "it"
+	}
+	return fmt.Sprintf("The user did not grant every scope asked for: %s %s not granted, so %s refuses requests that need %s.",
+		strings.Join(quoteAll(missing), ", "), was, p.DisplayName, it)
+}
+
+// quoteAll quotes each of ss (untrusted text: a provider's scope names).
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = untrusted.Quote(s)
+	}
+	return out
+}
+
 // Save stores what a completed browser step produced for grant g (already
 // checked to be the signed-in person's, consented to in this browser, for
 // provider p), and approves and completes g. A connection to the same
@@ -849,16 +908,21 @@ func MissingRefreshToken(p *provider.Provider, c vault.Connection) bool {
 // meanwhile), a connection created just now is removed again and
 // ErrRequestExpired is returned.
 //
-// A store that implements vault.GrantConnector writes the connection,
-// approves and completes g in one transaction
+// A store with a vault.GrantConnector (Store.Connector) writes the
+// connection, approves and completes g in one transaction
 // (binding.ApproveAndCompleteWith: one durable commit, nothing to undo).
 func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p *provider.Provider, ex provider.Exchanged) (vault.Connection, error) {
-	w, err := s.connectionWrite(ctx, pr, p, ex)
+	asked := g.Scopes
+	if len(asked) == 0 {
+		asked = p.DefaultScopes
+	}
+	w, err := s.connectionWrite(ctx, pr, p, ex, p.NormalizeScopes(asked))
 	if err != nil {
 		return vault.Connection{}, err
 	}
 	var conn vault.Connection
-	gc, atomic := s.opts.Store.(vault.GrantConnector)
+	gc := s.opts.Store.Connector()
+	atomic := gc != nil
 	if atomic {
 		conn, _, err = s.opts.Grants.ApproveAndCompleteWith(ctx, gc, g.ID, pr, w)
 		atomic = !errors.Is(err, errors.ErrUnsupported)
@@ -897,9 +961,10 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 	return conn, nil
 }
 
-// connectionWrite is what storing ex comes to: a new connection, or an
+// connectionWrite is what storing ex, the answer to a connect request
+// that asked for the scopes asked, comes to: a new connection, or an
 // update of the person's existing one to the same provider account.
-func (s *Service) connectionWrite(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged) (vault.ConnectionWrite, error) {
+func (s *Service) connectionWrite(ctx context.Context, pr vault.Principal, p *provider.Provider, ex provider.Exchanged, asked []string) (vault.ConnectionWrite, error) {
 	now := s.opts.Now()
 	existing, err := s.providerConnections(ctx, pr, p.Name)
 	if err != nil {
@@ -918,12 +983,13 @@ func (s *Service) connectionWrite(ctx context.Context, pr vault.Principal, p *pr
 				old.Token.RefreshToken, old.RefreshExpires = keepRefresh, keepExpires
 			}
 			old.AccountLogin, old.Scopes, old.Status, old.Updated = ex.Account.Login, p.NormalizeScopes(ex.Scopes), vault.StatusActive, now
+			old.Requested = asked
 			return old, nil
 		}}, nil
 	}
 	return vault.ConnectionWrite{Create: &vault.Connection{
 		ID: "conn_" + binding.NewID(), Principal: pr, Provider: p.Name, AccountID: ex.Account.ID, AccountLogin: ex.Account.Login,
-		Scopes: p.NormalizeScopes(ex.Scopes), Token: ex.Token, RefreshExpires: ex.RefreshExpiry,
+		Scopes: p.NormalizeScopes(ex.Scopes), Requested: asked, Token: ex.Token, RefreshExpires: ex.RefreshExpiry,
 		Status: vault.StatusActive, Created: now, Updated: now,
 	}}, nil
 }

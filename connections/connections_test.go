@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -417,6 +418,8 @@ func TestServerNameCarried(t *testing.T) {
 // one-transaction connects would.
 type noConnector struct{ vault.Store }
 
+func (noConnector) Connector() vault.GrantConnector { return nil }
+
 // TestSaveWithoutGrantConnector: on a store that cannot write the
 // connection and complete the grant in one transaction, Save approves the
 // (pending) grant, stores the connection and completes the grant in
@@ -467,5 +470,110 @@ func TestSaveWithoutGrantConnector(t *testing.T) {
 	list, err := r.store.ListConnections(ctx, alice)
 	if err != nil || len(list) != 1 || list[0].ID != c.ID {
 		t.Fatalf("connections: %d %v, want only %s", len(list), err, c.ID)
+	}
+}
+
+// TestScopesNotGranted: a person who grants fewer scopes than a connect
+// request asked for (a granular consent screen) gets a connection holding
+// what was granted, the request's scopes recorded beside them, and
+// NotGranted naming the difference: in the completed request's answer, in
+// the list, and no longer once a later request is granted in full. A
+// connection that recorded no request (an API key, an older record) names
+// nothing.
+func TestScopesNotGranted(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	demo, _ := r.conns.Providers().Lookup("demo")
+	req := r.req("demo")
+	req.Scopes = []string{"profile", "repos"}
+	// connectGranting runs a connect request for scopes and stores what the
+	// provider granted: granted, a part of what was asked.
+	connectGranting := func(scopes, granted []string) (vault.Grant, vault.Connection) {
+		t.Helper()
+		req := req
+		req.Scopes = scopes
+		o, err := r.conns.Ensure(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		need, ok := o.(connections.NeedsUser)
+		if !ok || need.Grant == nil {
+			t.Fatalf("Ensure = %#v, want a connect request", o)
+		}
+		g, err := r.grants.Authorize(ctx, need.Grant.ID, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := r.oauth.CodeFlow(t, "1001", granted)
+		c, err := r.conns.Save(ctx, alice, g, demo, provider.Exchanged{
+			Account: provider.Account{ID: "1001", Login: "alice-demo"}, Scopes: granted, Token: provider.TokenSet(tok)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g, c
+	}
+	// A new connection records what its request asked for.
+	if _, c := connectGranting([]string{"profile"}, []string{"profile"}); !slices.Equal(c.Requested, []string{"profile"}) || connections.NotGranted(demo, c) != nil {
+		t.Fatalf("first connection: requested %v, not granted %v; want [profile], nothing", c.Requested, connections.NotGranted(demo, c))
+	}
+	// Asking for more updates it; the person unchecks repos.
+	g, c := connectGranting(req.Scopes, []string{"profile"})
+	if !slices.Equal(c.Scopes, []string{"profile"}) || !slices.Equal(c.Requested, []string{"profile", "repos"}) {
+		t.Fatalf("stored scopes %v, requested %v; want [profile], [profile repos]", c.Scopes, c.Requested)
+	}
+	if got := connections.NotGranted(demo, c); !slices.Equal(got, []string{"repos"}) {
+		t.Fatalf("NotGranted = %v, want [repos]", got)
+	}
+	words := connections.NotGrantedWords(demo, []string{"repos"})
+	for _, want := range []string{`"repos"`, "was not granted", "refuses requests that need it"} {
+		if !strings.Contains(words, want) {
+			t.Errorf("NotGrantedWords = %q, want it to say %q", words, want)
+		}
+	}
+	if w := connections.NotGrantedWords(demo, nil); w != "" {
+		t.Errorf("NotGrantedWords(nothing) = %q, want empty", w)
+	}
+	// The client's retry of the completed request: connected, narrower.
+	o, err := r.conns.Resume(ctx, req, g.ID, connections.Accept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := o.(connections.Connected); !ok || !slices.Equal(connections.NotGranted(got.Provider, got.Conn), []string{"repos"}) {
+		t.Fatalf("Resume = %#v, want Connected with repos not granted", o)
+	}
+	// The list reads metadata only, and carries the request's scopes.
+	list, err := r.conns.List(ctx, alice)
+	if err != nil || len(list) != 1 || !slices.Equal(connections.NotGranted(demo, list[0]), []string{"repos"}) {
+		t.Fatalf("List = %+v (%v), want one connection with repos not granted", list, err)
+	}
+	// The next call needing repos asks again, for both scopes.
+	if _, c2 := connectGranting(req.Scopes, req.Scopes); c2.ID != c.ID || connections.NotGranted(demo, c2) != nil {
+		t.Fatalf("after a full grant: %s, not granted %v; want %s with nothing missing", c2.ID, connections.NotGranted(demo, c2), c.ID)
+	}
+	c.Requested = nil
+	if got := connections.NotGranted(demo, c); got != nil {
+		t.Errorf("a connection without a recorded request: NotGranted = %v, want nil", got)
+	}
+	if got := connections.NotGranted(nil, list[0]); got != nil {
+		t.Errorf("a provider no longer configured: NotGranted = %v, want nil", got)
+	}
+}
+
+// TestNeedsUserMessage: the words that go with a connect link name the
+// scopes to approve, and say no "for scopes" when there are none (an MCP
+// server whose defaults the broker leaves to it).
+func TestNeedsUserMessage(t *testing.T) {
+	p := &provider.Provider{Name: "linear", DisplayName: "Linear", Kind: &provider.MCP{}}
+	for _, tc := range []struct {
+		scopes []string
+		want   string
+	}{
+		{[]string{"read", "write"}, "Connect your Linear account to continue: it is not connected yet. Open the link, sign in to the broker and approve access for scopes read write."},
+		{nil, "Connect your Linear account to continue: it is not connected yet. Open the link, sign in to the broker and approve access."},
+	} {
+		n := connections.NeedsUser{Provider: p, Scopes: tc.scopes, Why: connections.Reason{Kind: connections.NotConnected}}
+		if got := n.Message(); got != tc.want {
+			t.Errorf("scopes %v: %q, want %q", tc.scopes, got, tc.want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"credbroker/binding"
+	"credbroker/internal/outage"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
@@ -27,6 +28,10 @@ var (
 	ErrTooManyPending = binding.ErrTooManyPending
 	// ErrRateLimited: the person started too many connect requests recently.
 	ErrRateLimited = binding.ErrRateLimited
+	// ErrTooManyKeys: as many keys were checked for this connection's
+	// replacement as a connect link may check (ReplaceKey); nothing was
+	// sent.
+	ErrTooManyKeys = binding.ErrTooManyAttempts
 	// ErrConnectionGone: the connection a completed request made was
 	// deleted since.
 	ErrConnectionGone = errors.New("connections: the connection made by this request no longer exists")
@@ -135,9 +140,12 @@ func Describe(err error, p *provider.Provider) string {
 	var ge *GatewayOnlyError
 	var ng *NotAGatewayError
 	var ue2 *provider.UpstreamError
+	var nb *NoBrowserStepError
 	switch {
+	case vault.Unavailable(err):
+		return outage.Message
 	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae), errors.As(err, &ke), errors.As(err, &ce),
-		errors.As(err, &ge), errors.As(err, &ng), errors.As(err, &ue2):
+		errors.As(err, &ge), errors.As(err, &ng), errors.As(err, &ue2), errors.As(err, &nb):
 		return err.Error()
 	case errors.Is(err, ErrTooManyStepUps):
 		return fmt.Sprintf("%s kept asking for more permissions; no new connect request was started. Try again later.", name)
@@ -155,6 +163,8 @@ func Describe(err error, p *provider.Provider) string {
 		return fmt.Sprintf("The connect request for %s expired before it was completed.", name)
 	case errors.Is(err, ErrTooManyRounds):
 		return fmt.Sprintf("The connect request for %s was retried too many times without being completed.", name)
+	case errors.Is(err, ErrTooManyKeys):
+		return fmt.Sprintf("Too many keys were tried for this %s connection. Nothing was sent to %s; try again in a few minutes.", name, name)
 	case errors.Is(err, ErrTooManyPending):
 		return "Too many connect requests are open for this user. Finish or let the earlier connect links expire, then try again."
 	case errors.Is(err, ErrRateLimited):
@@ -210,6 +220,10 @@ const (
 	Unavailable
 	// TimedOut: the call was cancelled or ran out of time.
 	TimedOut
+	// StorageUnavailable: the broker's store could not be used (the
+	// database down or restarting, the disk full): retry in a few seconds
+	// (outage.RetryAfter). The cause is for the log only.
+	StorageUnavailable
 )
 
 // Code is a failure's stable name, which the sidecar API publishes as its
@@ -230,12 +244,14 @@ const (
 	CodeConflict            Code = "conflict"
 	CodeProviderUnavailable Code = "provider_unavailable"
 	CodeAnswerRefused       Code = "provider_answer_refused"
+	CodeStorageUnavailable  Code = "storage_unavailable"
 )
 
 // Codes lists every Code, for the documents that publish them.
 func Codes() []Code {
 	return []Code{CodeInternal, CodeInvalidRequest, CodeRequestRefused, CodeInvalidState, CodeUnknownProvider, CodeNotConnected,
-		CodeNeedsReconnect, CodeRefused, CodeExportDisabled, CodeConflict, CodeProviderUnavailable, CodeAnswerRefused}
+		CodeNeedsReconnect, CodeRefused, CodeExportDisabled, CodeConflict, CodeProviderUnavailable, CodeAnswerRefused,
+		CodeStorageUnavailable}
 }
 
 // Next is what the caller can do about a failure, which each front door
@@ -281,14 +297,18 @@ func Explain(err error, p *provider.Provider) Failure {
 	var ce *ChoiceError
 	var ge *GatewayOnlyError
 	var ng *NotAGatewayError
+	var nb *NoBrowserStepError
 	switch {
+	case vault.Unavailable(err):
+		// First: whatever else the error says, the store could not be used.
+		f.Class, f.Code = StorageUnavailable, CodeStorageUnavailable
 	case errors.As(err, &up), errors.As(err, &ng):
 		f.Class, f.Code = NotFound, CodeUnknownProvider
 	case errors.As(err, &ge):
 		f.Class, f.Code = BadRequest, CodeRequestRefused
 	case errors.Is(err, ErrTooManyStepUps):
 		f.Class, f.Code = Refused, CodeRefused
-	case errors.As(err, &se), errors.As(err, &kf), errors.As(err, &kr):
+	case errors.As(err, &se), errors.As(err, &kf), errors.As(err, &kr), errors.As(err, &nb):
 		f.Class, f.Code = BadRequest, CodeInvalidRequest
 	case errors.As(err, &ce):
 		f.Class, f.Code = BadRequest, CodeInvalidRequest
@@ -307,7 +327,7 @@ func Explain(err error, p *provider.Provider) Failure {
 		f.Class, f.Code, f.Next = NeedsConnection, CodeNotConnected, NextConnect
 	case errors.Is(err, ErrRequestExpired), errors.Is(err, ErrTooManyRounds):
 		f.Class, f.Code, f.Next = Refused, CodeRefused, NextStartOver
-	case errors.Is(err, ErrTooManyPending), errors.Is(err, ErrRateLimited), errors.Is(err, ErrConnectionGone):
+	case errors.Is(err, ErrTooManyPending), errors.Is(err, ErrRateLimited), errors.Is(err, ErrConnectionGone), errors.Is(err, ErrTooManyKeys):
 		f.Class, f.Code = Refused, CodeRefused
 	case errors.Is(err, ErrExportDisabled), errors.Is(err, provider.ErrNotAToken):
 		f.Class, f.Code = Forbidden, CodeExportDisabled

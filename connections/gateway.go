@@ -110,18 +110,32 @@ func (s *Service) Upstream(ctx context.Context, req Request, grant string, answe
 
 // upstreamUsable refuses to start a connect request for an MCP server
 // whose authorization the broker cannot use (its metadata names another
-// resource, its authorization server is on a host not allowed, lacks S256
-// or offers no way to register: a *provider.UpstreamError naming the
-// fix), so the person is not sent to a link that can only fail. Discovery
-// is cached; nothing is registered or stored.
-func (s *Service) upstreamUsable(ctx context.Context, p *provider.Provider) error {
+// resource or issuer, its authorization server is on a host not allowed or
+// a private address, lacks S256, answers with a redirect, offers no way to
+// register, or registering there failed: a *provider.UpstreamError naming
+// the fix, and an upstream_error audit event), so the person is not sent
+// to a link that can only fail. Discovery is cached; a dynamic
+// registration is made here (once, and not again within a minute of a
+// failure) rather than when the link is opened.
+func (s *Service) upstreamUsable(ctx context.Context, req Request, p *provider.Provider) error {
 	if _, ok := p.Kind.(provider.Gateway); !ok {
 		return nil
 	}
 	if _, tokens := p.Kind.(provider.RedirectStep); !tokens {
 		return nil
 	}
-	_, err := s.opts.Client.CheckUpstream(ctx, p.Name)
+	return s.upstreamFailed(ctx, req.Principal, p, req.Via, s.opts.Client.PrepareUpstream(ctx, p.Name))
+}
+
+// upstreamFailed records err when it says that p's server cannot be used
+// (a *provider.UpstreamError): an upstream_error audit event whose outcome
+// is the kind, for person pr. err is returned as it is.
+func (s *Service) upstreamFailed(ctx context.Context, pr vault.Principal, p *provider.Provider, via string, err error) error {
+	var ue *provider.UpstreamError
+	if errors.As(err, &ue) {
+		s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventUpstreamError, Principal: pr, Provider: p.Name,
+			Via: via, Outcome: ue.Kind, Err: ue})
+	}
 	return err
 }
 

@@ -30,10 +30,7 @@ type KeepAliveReport struct {
 // a lock across replicas).
 func (s *Service) KeepAlivePass(ctx context.Context, wait func(context.Context) error) (KeepAliveReport, error) {
 	var rep KeepAliveReport
-	adm, err := s.adminStore()
-	if err != nil {
-		return rep, err
-	}
+	adm := s.opts.Store.Admin()
 	for _, name := range s.providers.Names() {
 		p, _ := s.providers.Lookup(name)
 		if p.KeepAlive.Window <= 0 {

@@ -91,17 +91,6 @@ func (r OffboardReport) pending() int {
 	return n
 }
 
-// ErrNoAdminStore: the store lacks the features admin actions need.
-var ErrNoAdminStore = errors.New("connections: the store does not support admin actions")
-
-func (s *Service) adminStore() (vault.AdminStore, error) {
-	a, ok := vault.AdminFor(s.opts.Store)
-	if !ok {
-		return nil, ErrNoAdminStore
-	}
-	return a, nil
-}
-
 // confirmed reports whether a revocation outcome needs no retry: the
 // provider confirmed it, cannot revoke, or another connection shares the
 // account (revoking would end it).
@@ -128,10 +117,7 @@ func (s *Service) AdminList(ctx context.Context, admin Admin, person vault.Princ
 // the provider confirms. Every action is audited with the admin's name;
 // the deletions are connection.deleted events.
 func (s *Service) Offboard(ctx context.Context, admin Admin, person vault.Principal) (OffboardReport, error) {
-	adm, err := s.adminStore()
-	if err != nil {
-		return OffboardReport{}, err
-	}
+	adm := s.opts.Store.Admin()
 	rep := OffboardReport{Principal: person}
 	log := s.log.With("via", admin.Via)
 	// Revocations earlier runs could not confirm.
@@ -241,10 +227,7 @@ type DisableReport struct {
 // each. Each change is a connection event; the whole is audited with the
 // admin's name. Running it again continues where it stopped.
 func (s *Service) DisableProvider(ctx context.Context, admin Admin, name string, del bool) (DisableReport, error) {
-	adm, err := s.adminStore()
-	if err != nil {
-		return DisableReport{}, err
-	}
+	adm := s.opts.Store.Admin()
 	rep := DisableReport{Provider: name, Revocations: map[provider.Revocation]int{}}
 	now := s.opts.Now()
 	after := ""

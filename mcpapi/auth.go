@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"credbroker/internal/bearer"
+	"credbroker/internal/outage"
 	"credbroker/vault"
 )
 
@@ -38,33 +39,53 @@ type endpoint struct {
 }
 
 // authenticate validates the request's bearer token for ep. On failure it
-// writes the 401/403 answer and returns false.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, ep *endpoint) (bearer.TokenInfo, bool) {
+// writes the 401/403 answer and returns false, except when the verifier
+// could not check the token (its store unavailable, the IdP's keys out of
+// reach): then nothing is written and failed is why, so the caller can
+// answer with the request's id.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, ep *endpoint) (info bearer.TokenInfo, ok bool, failed error) {
 	raw, err := bearer.FromHeader(r.Header.Values("Authorization"))
 	switch {
 	case errors.Is(err, bearer.ErrMissing):
 		s.challenge(w, ep, http.StatusUnauthorized, "", "missing bearer token")
-		return bearer.TokenInfo{}, false
+		return bearer.TokenInfo{}, false, nil
 	case err != nil:
 		s.challenge(w, ep, http.StatusUnauthorized, "invalid_request", "the Authorization header must be one \"Bearer <token>\"")
-		return bearer.TokenInfo{}, false
+		return bearer.TokenInfo{}, false, nil
 	}
-	info, err := ep.verifier(r.Context(), raw)
-	if err != nil {
-		if errors.Is(err, bearer.ErrInvalidToken) {
-			s.log.Info("mcpapi: bearer token rejected", "reason", err.Error())
-			s.challenge(w, ep, http.StatusUnauthorized, "invalid_token", "invalid or expired bearer token")
-		} else {
-			s.log.Error("mcpapi: bearer token verification failed", "err", err.Error())
-			writeRPCError(w, http.StatusServiceUnavailable, nil, codeInternal, "cannot verify bearer tokens right now", nil)
-		}
-		return bearer.TokenInfo{}, false
+	info, err = ep.verifier(r.Context(), raw)
+	switch {
+	case errors.Is(err, bearer.ErrInvalidToken):
+		s.log.Info("mcpapi: bearer token rejected", "reason", err.Error())
+		s.challenge(w, ep, http.StatusUnauthorized, "invalid_token", "invalid or expired bearer token")
+		return bearer.TokenInfo{}, false, nil
+	case err != nil:
+		return bearer.TokenInfo{}, false, err
 	}
 	if s.opts.RequiredScope != "" && !slices.Contains(info.Scopes, s.opts.RequiredScope) {
 		s.challenge(w, ep, http.StatusForbidden, "insufficient_scope", "the bearer token lacks the required scope")
-		return bearer.TokenInfo{}, false
+		return bearer.TokenInfo{}, false, nil
 	}
-	return info, true
+	return info, true, nil
+}
+
+// verifyFailed answers a request whose bearer token could not be checked
+// (err, not a verdict on the token): a storage outage as one, anything
+// else (the IdP's keys out of reach) a 503 of its own; both with Retry-After
+// and the id of the request, read from body when it has one.
+func (s *Server) verifyFailed(w http.ResponseWriter, body []byte, err error) {
+	var msg struct {
+		ID json.RawMessage `json:"id"`
+	}
+	_ = json.Unmarshal(body, &msg)
+	id := validOrNull(msg.ID)
+	if vault.Unavailable(err) {
+		s.storageUnavailable(w, id, err)
+		return
+	}
+	s.log.Error("mcpapi: bearer token verification failed", "err", err.Error())
+	outage.SetRetryAfter(w.Header())
+	writeRPCError(w, http.StatusServiceUnavailable, id, codeInternal, "cannot verify bearer tokens right now; retry in a few seconds", nil)
 }
 
 // challenge writes a 401/403 with the RFC 6750 / RFC 9728 WWW-Authenticate

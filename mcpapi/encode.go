@@ -136,6 +136,18 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// appendJSONStrings appends ss as a JSON array of strings.
+func appendJSONStrings(b []byte, ss []string) []byte {
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
+}
+
 // encodeConnectOutput is json.Marshal(o), byte for byte, without
 // reflection; ok is false when a time cannot be encoded (Marshal would
 // fail too) (TestEncodeConnectOutput, FuzzEncodeConnectOutput).
@@ -156,14 +168,7 @@ func encodeConnectOutput(o connectOutput) (b []byte, ok bool) {
 		if v.Scopes == nil {
 			b = append(b, "null"...)
 		} else {
-			b = append(b, '[')
-			for i, sc := range v.Scopes {
-				if i > 0 {
-					b = append(b, ',')
-				}
-				b = appendJSONString(b, sc)
-			}
-			b = append(b, ']')
+			b = appendJSONStrings(b, v.Scopes)
 		}
 		b = append(b, `,"status":`...)
 		b = appendJSONString(b, v.Status)
@@ -179,6 +184,14 @@ func encodeConnectOutput(o connectOutput) (b []byte, ok bool) {
 				return nil, false
 			}
 			b = append(b, '"')
+		}
+		if len(v.NotGranted) > 0 {
+			b = append(b, `,"notGranted":`...)
+			b = appendJSONStrings(b, v.NotGranted)
+		}
+		if v.Note != "" {
+			b = append(b, `,"note":`...)
+			b = appendJSONString(b, v.Note)
 		}
 		b = append(b, '}')
 	}

@@ -201,6 +201,8 @@ func TestEncodeConnectOutput(t *testing.T) {
 		{},
 		{Connection: &connectionView{Created: bad}},
 		{Connection: &connectionView{LastUsed: &bad}},
+		{Status: "connected", Message: "Connected.", Connection: &connectionView{ID: "conn_2", Scopes: []string{"openid"}, Created: now,
+			NotGranted: []string{"https://www.googleapis.com/auth/drive", "<\u2028>"}, Note: "Not \"granted\"."}},
 	} {
 		checkConnectOutput(t, o)
 	}
@@ -219,6 +221,9 @@ func FuzzEncodeConnectOutput(f *testing.F) {
 			}
 			if nsec%2 == 0 {
 				v.LastUsed = &tm
+			}
+			if nsec%3 == 0 && scope != "" {
+				v.NotGranted, v.Note = []string{scope, account}, message
 			}
 			o.Connection = v
 		}

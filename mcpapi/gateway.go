@@ -330,16 +330,25 @@ func (g *gateway) request(c *gwCall, canAsk bool) connections.Request {
 }
 
 // quietly answers whether c's person is ready, starting no connect
-// request (listing must never ask).
-func (g *gateway) quietly(ctx context.Context, c *gwCall) (connections.Ready, bool) {
+// request (listing must never ask). down is the storage outage that kept
+// it from knowing (nil otherwise): never answered as "not connected".
+func (g *gateway) quietly(ctx context.Context, c *gwCall) (r connections.Ready, ok bool, down error) {
 	o, err := g.s.opts.Connections.Upstream(ctx, g.request(c, false), "", connections.NoAnswer)
-	r, ok := o.(connections.Ready)
-	return r, err == nil && ok
+	if vault.Unavailable(err) {
+		return r, false, err
+	}
+	r, ok = o.(connections.Ready)
+	return r, err == nil && ok, nil
 }
 
 func (g *gateway) discover(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
-	if r, ok := g.quietly(ctx, c); ok {
+	r, ok, down := g.quietly(ctx, c)
+	if down != nil {
+		g.failed(w, c, down)
+		return
+	}
+	if ok {
 		if cs, err := g.s.opts.Upstreams.Session(ctx, r.Target); err == nil && cs.InitializeResult() != nil && cs.InitializeResult().Capabilities != nil {
 			up := cs.InitializeResult().Capabilities
 			caps = &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: up.Prompts, Resources: up.Resources, Completions: up.Completions}
@@ -357,7 +366,7 @@ func (g *gateway) instructions(ctx context.Context, c *gwCall) string {
 	if !c.up.RelayInstructions {
 		return own
 	}
-	r, ok := g.quietly(ctx, c)
+	r, ok, _ := g.quietly(ctx, c)
 	if !ok {
 		return own
 	}
@@ -377,7 +386,11 @@ func placeholder(p *provider.Provider) *mcp.Tool {
 }
 
 func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCall) {
-	r, ok := g.quietly(ctx, c)
+	r, ok, down := g.quietly(ctx, c)
+	if down != nil {
+		g.failed(w, c, down)
+		return
+	}
 	if !ok {
 		g.writeResult(w, c, &mcp.ListToolsResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{TTLMs: 0, CacheScope: "private"},
 			Tools: []*mcp.Tool{placeholder(c.p)}})
@@ -479,7 +492,11 @@ func (g *gateway) forgetTools(pr vault.Principal, provider string) {
 // list relays the listing methods (prompts, resources, templates) and
 // completion; unconnected, they are empty.
 func (g *gateway) list(ctx context.Context, w http.ResponseWriter, c *gwCall) {
-	r, ok := g.quietly(ctx, c)
+	r, ok, down := g.quietly(ctx, c)
+	if down != nil {
+		g.failed(w, c, down)
+		return
+	}
 	empty := map[string]any{"prompts/list": &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}, "resources/list": &mcp.ListResourcesResult{Resources: []*mcp.Resource{}},
 		"resources/templates/list": &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}},
 		"completion/complete":      &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{}}}}[c.method]
@@ -856,26 +873,18 @@ func (g *gateway) notReady(w http.ResponseWriter, c *gwCall, o connections.Outco
 // connect_account gives it.
 func (g *gateway) askToConnect(w http.ResponseWriter, c *gwCall, n connections.NeedsUser, digest []byte) {
 	s := g.s
-	name := c.p.DisplayName
-	if n.Grant == nil {
-		if c.modern {
-			writeRPCError(w, http.StatusBadRequest, c.id, codeMissingCapability,
-				fmt.Sprintf("Connecting %s needs the client capability elicitation.url (%s)", name, n.Why), map[string]any{"requiredCapabilities": urlCapability})
-			return
+	if re, text, done := linkWithoutMRTR(c.modern, n, s.opts.Connections.PageURL()); done {
+		switch {
+		case re == nil:
+			g.toolError(w, c, text)
+		case re.Code == codeMissingCapability:
+			writeRPCErrorValue(w, http.StatusBadRequest, c.id, re)
+		default:
+			writeRPCErrorValue(w, http.StatusOK, c.id, re)
 		}
-		g.toolError(w, c, fmt.Sprintf("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability). Connect %s on the broker's connections page at %s, then call again.",
-			name, n.Why, name, s.opts.PublicURL+"/connections"))
 		return
 	}
 	msg := n.Message()
-	if !c.modern {
-		if re := connectLinkError(n, msg); re != nil {
-			writeRPCErrorValue(w, http.StatusOK, c.id, re)
-			return
-		}
-		writeRPCError(w, http.StatusOK, c.id, codeInternal, "internal error", nil)
-		return
-	}
 	st, err := requeststate.SealGateway(s.opts.StateKeys, requeststate.Gateway{Principal: c.principal, Provider: c.p.Name, Method: c.method,
 		Name: c.callName(), ArgDigest: digest, Grant: n.Grant.ID, Expires: n.Until(s.opts.Now(), s.opts.StateTTL)})
 	if err != nil {
@@ -904,7 +913,9 @@ func (g *gateway) changed(c *gwCall, r connections.Ready) {
 func (g *gateway) connected(w http.ResponseWriter, c *gwCall, r connections.Ready) {
 	text := fmt.Sprintf("Connected to %s.", c.p.DisplayName)
 	if !r.Conn.Created.IsZero() {
-		text = fmt.Sprintf("Connected: %s account %s. %s's own tools are listed now: list the tools again to see them.",
+		// The account's name may be the broker's own for it ("Linear
+		// account 1f2e3d4c") when the server names none.
+		text = fmt.Sprintf("Connected to %s as %s. %s's own tools are listed now: list the tools again to see them.",
 			c.p.DisplayName, connections.AccountName(r.Conn), c.p.DisplayName)
 	}
 	g.writeResult(w, c, &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}})
@@ -947,6 +958,10 @@ func (g *gateway) relay(ctx context.Context, c *gwCall, r connections.Ready, op 
 // upstream's refusal (reconnect, step up) as the connections layer
 // decides it, a relayed JSON-RPC error, or a tool error.
 func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready, err error) {
+	if vault.Unavailable(err) { // the connection's token could not be read
+		g.failed(w, c, err)
+		return
+	}
 	var hp hostParamsError
 	if errors.As(err, &hp) {
 		writeRPCErrorValue(w, g.errStatus(c), c.id, hp.e)
@@ -1069,6 +1084,8 @@ func (g *gateway) failed(w http.ResponseWriter, c *gwCall, err error) {
 	switch f.Class {
 	case connections.BadState:
 		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, invalidState, nil)
+	case connections.StorageUnavailable:
+		g.s.storageUnavailable(w, c.id, err)
 	case connections.Internal:
 		g.s.log.Error("mcpapi: gateway call failed", "provider", c.p.Name, "err", err.Error())
 		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
@@ -1282,6 +1299,7 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	seen := map[string]bool{}
 	h := sha256.New()
 	dropped := 0
+	var bigSchemas []string
 	for _, t := range tools {
 		if t == nil || !toolNameRE.MatchString(t.Name) || seen[t.Name] || !c.up.Tools.Allowed(t.Name) {
 			continue
@@ -1293,6 +1311,7 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 		in, _ := json.Marshal(t.InputSchema)
 		outSchema, _ := json.Marshal(t.OutputSchema)
 		if len(in) > maxToolSchema || len(outSchema) > maxToolSchema {
+			bigSchemas = append(bigSchemas, t.Name)
 			continue
 		}
 		seen[t.Name] = true
@@ -1310,6 +1329,9 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	if dropped > 0 {
 		g.s.log.Warn("mcpapi: an upstream listed more tools than the broker relays; the rest were dropped",
 			"provider", c.p.Name, "relayed", maxTools, "dropped", dropped)
+	}
+	if len(bigSchemas) > 0 {
+		g.s.log.Warn("mcpapi: upstream tools whose schemas are over 64 KiB were dropped", "provider", c.p.Name, "tools", bigSchemas)
 	}
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))

@@ -41,7 +41,7 @@ func topLevelKeys(t testing.TB, b []byte) map[string]int {
 // (the SDK's types keep the upstream's from decoding and encode it again;
 // the gateway writes its own), within max_result_bytes as relayed.
 func TestGatewayOneResultType(t *testing.T) {
-	g := newGatewayHarness(t, "max_result_bytes: 1500")
+	g := newGatewayHarnessWith(t, []string{"max_result_bytes: 1500"})
 	at, rt := g.up.grant("tools")
 	if _, err := g.store.CreateConnection(context.Background(), vault.Connection{ID: "conn_up_alice", Principal: g.principal("alice"),
 		Provider: "up", AccountID: "up-alice", Scopes: []string{"tools"}, Status: vault.StatusActive, Created: g.clock.Now(), Updated: g.clock.Now(),

@@ -198,11 +198,11 @@ func (g *gateway) listen(ctx context.Context, w http.ResponseWriter, c *gwCall) 
 	meta := map[string]any{mcp.MetaKeySubscriptionID: c.id}
 	st := startSSE(w)
 	defer st.close()
-	if !st.notify("notifications/subscriptions/acknowledged", map[string]any{"_meta": meta, "notifications": honoured}) {
-		return
-	}
+	// The listener is in place before the acknowledgement: a change made
+	// right after the host saw it is not lost.
+	var changed chan struct{}
 	if honoured.ToolsListChanged {
-		changed := make(chan struct{}, 1)
+		changed = make(chan struct{}, 1)
 		key := listenKey{c.principal, c.p.Name}
 		g.mu.Lock()
 		if g.listeners == nil {
@@ -221,6 +221,11 @@ func (g *gateway) listen(ctx context.Context, w http.ResponseWriter, c *gwCall) 
 			}
 			g.mu.Unlock()
 		}()
+	}
+	if !st.notify("notifications/subscriptions/acknowledged", map[string]any{"_meta": meta, "notifications": honoured}) {
+		return
+	}
+	if honoured.ToolsListChanged {
 		t := time.NewTicker(keepAliveEvery)
 		defer t.Stop()
 		end := time.NewTimer(maxListen)

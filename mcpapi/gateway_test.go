@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -28,7 +29,14 @@ type gatewayHarness struct {
 	up *testUpstream
 }
 
-func newGatewayHarness(t *testing.T, mcpSettings ...string) *gatewayHarness {
+func newGatewayHarness(t *testing.T, mods ...harnessOpt) *gatewayHarness {
+	t.Helper()
+	return newGatewayHarnessWith(t, nil, mods...)
+}
+
+// newGatewayHarnessWith is newGatewayHarness with more settings of the
+// entry's mcp block ("max_result_bytes: 1500").
+func newGatewayHarnessWith(t *testing.T, mcpSettings []string, mods ...harnessOpt) *gatewayHarness {
 	t.Helper()
 	up := newTestUpstream(t)
 	var hh *harness
@@ -39,7 +47,10 @@ func newGatewayHarness(t *testing.T, mcpSettings ...string) *gatewayHarness {
     type: mcp
     mcp: {url: ` + up.url() + `, call_timeout: 5s, tools: {deny: [hidden]}` + strings.Join(append([]string{""}, mcpSettings...), ", ") + `}
 `
-	}, func(o *Options) { o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens()}) })
+	}, append([]harnessOpt{func(o *Options) {
+		o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens(),
+			Logger: slog.New(slog.NewJSONHandler(hh.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	}}, mods...)...)
 	return &gatewayHarness{harness: h, up: up}
 }
 
@@ -530,10 +541,11 @@ func TestGatewayListChanged(t *testing.T) {
 }
 
 // TestGatewayLimits: an upstream's untrusted answers get the documented
-// answers: a list of 1,001 tools is relayed up to 1,000; a tool whose
-// schema is over 64 KiB, or whose name is not [A-Za-z0-9_.-]{1,128}, or
-// that repeats a name, is dropped; a result over max_result_bytes (4 MiB
-// by default) is a tool error that relays none of it.
+// answers: a list of 1,001 tools is relayed up to 1,000 (the rest logged);
+// a tool whose schema is over 64 KiB is dropped and logged by name; a
+// result over max_result_bytes (4 MiB by default) is a tool error naming
+// the limit that relays none of it, to either era, and the endpoint
+// answers the next call.
 func TestGatewayLimits(t *testing.T) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "big", Version: "1"}, &mcp.ServerOptions{PageSize: 2000})
 	for i := range 1001 {
@@ -583,8 +595,21 @@ func TestGatewayLimits(t *testing.T) {
 	if !strings.Contains(g.logs.String(), "more tools than the broker relays") {
 		t.Errorf("the dropped tools were not logged")
 	}
+	if logs := g.logs.String(); !strings.Contains(logs, "schemas are over 64 KiB were dropped") || !strings.Contains(logs, `"tools":["a_huge_schema"]`) {
+		t.Errorf("the dropped schema was not logged by name")
+	}
 	d := call("tools/call", "a_big_result", map[string]any{"arguments": map[string]any{}})
 	if d.Result["isError"] != true || !strings.Contains(textOf(d), "more than 4194304 bytes") || strings.Contains(textOf(d), "yyyy") {
 		t.Fatalf("a 5 MiB result: %.300v", d)
+	}
+	// A 2025-11-25 host gets the same answer.
+	r := g.do(rawCall{path: "/mcp/u/big", headers: map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Authorization":        "Bearer " + g.iss.token(t, tokenSpec{sub: "alice", aud: publicURL + "/mcp/u/big", exp: g.clock.Now().Add(time.Hour)}),
+		"MCP-Protocol-Version": versionLegacy}, body: `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"a_big_result","arguments":{}}}`})
+	if d := decode(t, r.body); d.Result["isError"] != true || !strings.Contains(textOf(d), "more than 4194304 bytes") || len(r.body) > 4096 {
+		t.Fatalf("a 5 MiB result to a 2025-11-25 host: %d bytes, %.300s", len(r.body), r.body)
+	}
+	if d := call("tools/call", "t0000", map[string]any{"arguments": map[string]any{}}); d.Error != nil || d.Result["isError"] == true {
+		t.Fatalf("the call after the oversized result: %+v", d)
 	}
 }

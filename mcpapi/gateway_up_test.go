@@ -6,13 +6,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"credbroker/internal/echoapi"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -27,10 +32,12 @@ import (
 //
 // Its tools: echo (answers its arguments), admin (needs the scope
 // "admin": 403 insufficient_scope otherwise), ask (asks the host a form
-// question first: input_required, then the answer).
+// question first: input_required, then the answer); addLeakyTools adds
+// two more.
 type testUpstream struct {
-	t   testing.TB
-	srv *httptest.Server
+	t      testing.TB
+	srv    *httptest.Server
+	server *mcp.Server
 
 	mu sync.Mutex // guards the fields below
 	// tokens are the access tokens it accepts, with their scopes.
@@ -46,6 +53,7 @@ type testUpstream struct {
 	// methods counts the JSON-RPC methods it was sent; progressTokens are
 	// the progress tokens slow was called with; links counts link's calls.
 	seenAuth       []string
+	seenHeaders    []http.Header
 	methods        map[string]int
 	progressTokens []any
 	links          int
@@ -55,6 +63,9 @@ type testUpstream struct {
 	// progressSeen, when set, is waited on after each progress
 	// notification slow sends (the test reads it from the stream first).
 	progressSeen chan struct{}
+	// intercept, when set, answers every request (a server or
+	// authorization server misbehaving), next being the usual answers.
+	intercept func(w http.ResponseWriter, r *http.Request, next http.Handler)
 }
 
 func newTestUpstream(t testing.TB) *testUpstream {
@@ -120,6 +131,7 @@ func newTestUpstream(t testing.TB) *testUpstream {
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "linked"}}}, nil
 		})
+	u.server = server
 	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: true})
 	mux := http.NewServeMux()
@@ -134,6 +146,7 @@ func newTestUpstream(t testing.TB) *testUpstream {
 		_ = json.Unmarshal(body, &m)
 		u.mu.Lock()
 		u.seenAuth = append(u.seenAuth, auth)
+		u.seenHeaders = append(u.seenHeaders, r.Header.Clone())
 		u.methods[m.Method]++
 		scopes, ok := u.tokens[tok]
 		u.mu.Unlock()
@@ -189,9 +202,50 @@ func newTestUpstream(t testing.TB) *testUpstream {
 		at, rt := u.mint(scopes)
 		json.NewEncoder(w).Encode(map[string]any{"access_token": at, "refresh_token": rt, "token_type": "Bearer", "expires_in": 3600})
 	})
-	u.srv = httptest.NewServer(mux)
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		intercept := u.intercept
+		u.mu.Unlock()
+		if intercept == nil {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		intercept(w, r, mux)
+	}))
 	t.Cleanup(u.srv.Close)
 	return u
+}
+
+// addLeakyTools adds the upstream's tools that hand back what they were
+// sent: echo_headers answers the Authorization header it got in every
+// encoding echoapi knows, and every refresh token the upstream issued,
+// after a progress notification saying the same (when asked for
+// progress); echo_fail answers a JSON-RPC error saying the same.
+func (u *testUpstream) addLeakyTools() {
+	leak := func(h http.Header) string {
+		u.mu.Lock()
+		refresh := slices.Sorted(maps.Keys(u.refresh))
+		u.mu.Unlock()
+		echoes := echoapi.Echoes(h.Get("Authorization"))
+		var b strings.Builder
+		for _, form := range slices.Sorted(maps.Keys(echoes)) {
+			fmt.Fprintf(&b, "%s: %s\n", form, echoes[form])
+		}
+		fmt.Fprintf(&b, "url: %s\nrefresh tokens: %q\n", url.QueryEscape(h.Get("Authorization")), refresh)
+		return b.String()
+	}
+	u.server.AddTool(&mcp.Tool{Name: "echo_headers", Description: "Answers the headers it got.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			text := leak(req.Extra.Header)
+			if tok := req.Params.GetProgressToken(); tok != nil {
+				req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: 1, Message: text})
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: map[string]any{"headers": text}}, nil
+		})
+	u.server.AddTool(&mcp.Tool{Name: "echo_fail", Description: "Fails, saying the headers it got.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "refused: " + leak(req.Extra.Header)}
+		})
 }
 
 // mint issues an access and a refresh token for scopes (u.mu held).

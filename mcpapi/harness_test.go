@@ -389,6 +389,13 @@ func (h *harness) reconnect(id string, c vault.Connection) vault.Connection {
 // layer, as the callback does (Save approves and completes the grant).
 func (h *harness) save(id string, p vault.Principal, acct provider.Account) vault.Connection {
 	h.t.Helper()
+	return h.saveGranting(id, p, acct, nil)
+}
+
+// saveGranting is save where the provider granted only the scopes
+// granted (nil: every scope the grant asked for).
+func (h *harness) saveGranting(id string, p vault.Principal, acct provider.Account, granted []string) vault.Connection {
+	h.t.Helper()
 	ctx := context.Background()
 	g, err := h.grants.Authorize(ctx, id, p)
 	if err != nil {
@@ -397,7 +404,10 @@ func (h *harness) save(id string, p vault.Principal, acct provider.Account) vaul
 	pr, _ := h.conns.Providers().Lookup(g.Provider)
 	// The connection id is only known once stored: store, then give it
 	// tokens the test provider recognises.
-	c, err := h.conns.Save(ctx, p, g, pr, provider.Exchanged{Account: acct, Scopes: g.Scopes, Token: h.tokens("pending")})
+	if granted == nil {
+		granted = g.Scopes
+	}
+	c, err := h.conns.Save(ctx, p, g, pr, provider.Exchanged{Account: acct, Scopes: granted, Token: h.tokens("pending")})
 	if err != nil {
 		h.t.Fatalf("save %s: %v", id, err)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"credbroker/internal/bearer"
+	"credbroker/internal/outage"
+	"credbroker/internal/telemetry"
 	"credbroker/vault"
 )
 
@@ -157,6 +159,13 @@ func (s *Server) serveLegacy(w http.ResponseWriter, r *http.Request, body []byte
 		return
 	}
 	note(w, func(o *observedWriter) { o.outcome = legacyOutcome(buf.body.Bytes()) })
+	if buf.status == http.StatusOK && isUnavailableAnswer(buf.body.Bytes()) {
+		// A storage outage is a 503 in this era too (the SDK writes
+		// JSON-RPC errors with 200).
+		buf.status = http.StatusServiceUnavailable
+		note(w, func(o *observedWriter) { o.outcome = telemetry.OutcomeUnavailable })
+		outage.SetRetryAfter(buf.header)
+	}
 	for k, v := range buf.header {
 		w.Header()[k] = v
 	}

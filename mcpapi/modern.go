@@ -233,6 +233,8 @@ func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outco
 		}
 	})
 	switch {
+	case o.rpcErr != nil && o.rpcErr.Code == codeStorageUnavailable:
+		writeUnavailable(w, id)
 	case o.rpcErr != nil:
 		status := http.StatusBadRequest
 		if o.rpcErr.Code == codeInternal {

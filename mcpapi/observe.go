@@ -100,6 +100,7 @@ func (s *Server) observeEnd(ow *observedWriter) {
 	switch {
 	case ow.Status == http.StatusUnauthorized || ow.Status == http.StatusForbidden:
 		outcome = telemetry.OutcomeUnauthorized
+	case ow.Status == http.StatusServiceUnavailable && outcome == telemetry.OutcomeUnavailable:
 	case ow.Status >= 500:
 		outcome = telemetry.OutcomeInternal
 	case ow.Status == http.StatusAccepted:

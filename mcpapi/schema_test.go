@@ -10,6 +10,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"credbroker/provider"
+	"credbroker/vault"
 )
 
 // eraDriver drives one era's tools/call for the schema test: modern calls are
@@ -131,6 +132,26 @@ func TestOutputSchemas(t *testing.T) {
 				}
 				check(t, toolConnect, "connected", d)
 			})
+			// The person granted less than the connect request asked for.
+			if _, err := h.store.UpdateConnectionMeta(t.Context(), c.ID, func(x vault.Connection) (vault.Connection, error) {
+				x.Requested = []string{"read:user", "repo"}
+				return x, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			for _, tool := range []string{toolConnect, toolList} {
+				t.Run(tool+": a scope not granted", func(t *testing.T) {
+					args := gh
+					if tool == toolList {
+						args = map[string]any{}
+					}
+					d := e.call(t, tool, args, nil)
+					if sc := fmt.Sprint(d.Result["structuredContent"]); !strings.Contains(sc, "notGranted:[repo]") || !strings.Contains(sc, "note:") {
+						t.Fatalf("no notGranted: %+v", d)
+					}
+					check(t, tool, "not granted", d)
+				})
+			}
 			echo := h.connect(alice, "echo", "echo-user", nil)
 			t.Run("provider_request: 404 from the API", func(t *testing.T) {
 				d := e.call(t, toolRequest, map[string]any{"provider": "echo", "method": "GET", "path": "/nothing-here"}, nil)

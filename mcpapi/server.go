@@ -389,7 +389,13 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (in
 		writeRPCError(w, http.StatusUnsupportedMediaType, nil, codeInvalidRequest, "Content-Type must be application/json", nil)
 		return info, nil, false
 	}
-	if info, ok = s.authenticate(w, r, ep); !ok {
+	info, ok, failed := s.authenticate(w, r, ep)
+	if failed != nil {
+		body, _ := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+		s.verifyFailed(w, body, failed)
+		return info, nil, false
+	}
+	if !ok {
 		return info, nil, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))

@@ -67,9 +67,16 @@ type connectionView struct {
 	Status   string     `json:"status"`
 	Created  time.Time  `json:"created"`
 	LastUsed *time.Time `json:"lastUsed,omitempty"`
+	// NotGranted are the scopes the connection's last connect request
+	// asked for that the provider did not grant; Note says so in words
+	// and how to ask again. Both absent when everything was granted.
+	NotGranted []string `json:"notGranted,omitempty"`
+	Note       string   `json:"note,omitempty"`
 }
 
-func viewOf(c vault.Connection) connectionView {
+// viewOf describes c (p, its provider, may be nil when it is no longer
+// configured).
+func viewOf(c vault.Connection, p *provider.Provider) connectionView {
 	v := connectionView{
 		ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: slices.Clone(c.Scopes),
 		Status: string(c.Status), Created: c.Created.UTC(),
@@ -81,7 +88,24 @@ func viewOf(c vault.Connection) connectionView {
 		t := c.LastUsed.UTC()
 		v.LastUsed = &t
 	}
+	if v.NotGranted = connections.NotGranted(p, c); len(v.NotGranted) > 0 {
+		v.Note = notGrantedNote(p, c.Provider, v.NotGranted)
+	}
 	return v
+}
+
+// notGrantedNote says which scopes were not granted and how to ask again:
+// connect_account with them (the person decides again in the browser).
+func notGrantedNote(p *provider.Provider, name string, missing []string) string {
+	asked, _ := json.Marshal(missing)
+	return fmt.Sprintf("%s To ask again, call connect_account with provider %s and scopes %s; the user is asked in the browser and may grant them or not.",
+		connections.NotGrantedWords(p, missing), quote(name), asked)
+}
+
+// view describes c with its configured provider.
+func (s *Server) view(c vault.Connection) connectionView {
+	p, _ := s.opts.Connections.Providers().Lookup(c.Provider)
+	return viewOf(c, p)
 }
 
 type connectOutput struct {
@@ -107,8 +131,11 @@ const viewSchema = `{"type":"object","properties":{
 "id":{"type":"string"},"provider":{"type":"string"},"account":{"type":"string"},
 "scopes":{"type":"array","items":{"type":"string"}},
 "status":{"type":"string","enum":["active","needs_reconnect"]},
-"created":{"type":"string","format":"date-time"},"lastUsed":{"type":"string","format":"date-time"}},
-"required":["id","provider","account","scopes","status","created"],"additionalProperties":false}`
+"created":{"type":"string","format":"date-time"},"lastUsed":{"type":"string","format":"date-time"},
+"notGranted":{"type":"array","items":{"type":"string"},"minItems":1,"description":"Scopes asked for that the user did not grant."},
+"note":{"type":"string","description":"What was not granted, and how to ask again."}},
+"required":["id","provider","account","scopes","status","created"],"additionalProperties":false,
+"dependentRequired":{"notGranted":["note"],"note":["notGranted"]}}`
 
 func compactJSON(s string) json.RawMessage {
 	var b bytes.Buffer
@@ -336,8 +363,11 @@ func (s *Server) connectAccount(ctx context.Context, c *callContext) outcome {
 	}
 	switch o := o.(type) {
 	case connections.Connected:
-		v := viewOf(o.Conn)
+		v := viewOf(o.Conn, o.Provider)
 		msg := fmt.Sprintf("Connected: %s account %s (scopes: %s).", o.Provider.DisplayName, v.Account, strings.Join(v.Scopes, " "))
+		if v.Note != "" {
+			msg += " " + v.Note
+		}
 		if connections.MissingRefreshToken(o.Provider, o.Conn) {
 			msg += fmt.Sprintf(" %s gave no refresh token, so this connection stops working when its access token expires; the user can then remove the app's access in their %s settings and connect again.",
 				o.Provider.DisplayName, o.Provider.DisplayName)
@@ -358,14 +388,18 @@ func (s *Server) connectAccount(ctx context.Context, c *callContext) outcome {
 const invalidState = "Invalid or expired requestState"
 
 // failed turns a connections error into the tool's answer, by its class: a
-// tool error the model can act on, -32602 for a bad requestState, or an
-// internal error (logged, never shown).
+// tool error the model can act on, -32602 for a bad requestState, the
+// storage outage's retryable error, or an internal error (logged, never
+// shown).
 func (s *Server) failed(err error, providerName string, tool string) outcome {
 	p, _ := s.opts.Connections.Providers().Lookup(providerName)
 	f := connections.Explain(err, p)
 	switch f.Class {
 	case connections.BadState:
 		return invalidParams(invalidState)
+	case connections.StorageUnavailable:
+		s.unavailableLogged(err)
+		return outcome{rpcErr: unavailableError()}
 	case connections.Internal:
 		s.log.Error("mcpapi: "+tool+" failed", "err", err.Error())
 		if tool != toolRequest || p == nil {
@@ -378,44 +412,16 @@ func (s *Server) failed(err error, providerName string, tool string) outcome {
 	return toolError("%s", f.Message)
 }
 
-// connectLinkError is the -32042 URLElicitationRequiredError carrying
-// n's connect link with message msg, for a 2025-11-25 client (nil when the
-// SDK builds none).
-func connectLinkError(n connections.NeedsUser, msg string) *rpcError {
-	err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: msg, URL: n.URL, ElicitationID: n.Grant.ID}})
-	var re *rpcError
-	if !errors.As(err, &re) {
-		return nil
-	}
-	re.Message = "Connect your " + n.Provider.DisplayName + " account in the browser, then retry"
-	return re
-}
-
 // askToConnect answers with the url elicitation of a connect request:
-// input_required (2026-07-28) or -32042 (2025-11-25); or, when the client
-// cannot open links, -32021 (2026-07-28) or a tool error naming the
-// connections page (2025-11-25).
+// input_required (2026-07-28), or what linkWithoutMRTR answers.
 func (s *Server) askToConnect(c *callContext, tool string, n connections.NeedsUser) outcome {
-	name := n.Provider.DisplayName
-	if n.Grant == nil {
-		if c.modern {
-			data, _ := json.Marshal(map[string]any{"requiredCapabilities": urlCapability})
-			return outcome{rpcErr: &rpcError{
-				Code:    codeMissingCapability,
-				Message: fmt.Sprintf("Connecting %s needs the client capability elicitation.url (%s)", name, n.Why),
-				Data:    data,
-			}}
-		}
-		return toolError("A %s connection is needed (%s), but this client cannot open connect links (it did not declare the elicitation.url capability). Connect %s on the broker's connections page at %s, then call again.",
-			name, n.Why, name, s.opts.PublicURL+"/connections")
-	}
-	msg := n.Message()
-	if !c.modern {
-		if re := connectLinkError(n, msg); re != nil {
+	if re, text, done := linkWithoutMRTR(c.modern, n, s.opts.Connections.PageURL()); done {
+		if re != nil {
 			return outcome{rpcErr: re}
 		}
-		return internalError()
+		return toolError("%s", text)
 	}
+	msg := n.Message()
 	digest, err := requeststate.Digest(c.args)
 	if err != nil {
 		return invalidParams("arguments are not valid JSON")
@@ -427,6 +433,32 @@ func (s *Server) askToConnect(c *callContext, tool string, n connections.NeedsUs
 		params: &mcp.ElicitParams{Mode: "url", Message: msg, URL: n.URL},
 		state:  st,
 	}}
+}
+
+// linkWithoutMRTR is connect request n as both doors (/mcp and the
+// gateway) give it to a client that gets no input_required: -32021 for a
+// 2026-07-28 client without elicitation.url, a tool error's text naming
+// the connections page at pageURL for a 2025-11-25 one (n carries no
+// request then), -32042 carrying the link for a 2025-11-25 one with it.
+// done is false for a 2026-07-28 client that can open links.
+func linkWithoutMRTR(modern bool, n connections.NeedsUser, pageURL string) (re *rpcError, toolText string, done bool) {
+	name := n.Provider.DisplayName
+	switch {
+	case n.Grant == nil && modern:
+		data, _ := json.Marshal(map[string]any{"requiredCapabilities": urlCapability})
+		return &rpcError{Code: codeMissingCapability, Message: fmt.Sprintf("Connecting %s needs the client capability elicitation.url (%s)", name, n.Why),
+			Data: data}, "", true
+	case n.Grant == nil:
+		return nil, n.NoLinkMessage(pageURL), true
+	case modern:
+		return nil, "", false
+	}
+	err := mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: n.Message(), URL: n.URL, ElicitationID: n.Grant.ID}})
+	if !errors.As(err, &re) {
+		return &rpcError{Code: codeInternal, Message: "internal error"}, "", true
+	}
+	re.Message = "Connect your " + name + " account in the browser, then retry"
+	return re, "", true
 }
 
 var urlCapability = map[string]any{"elicitation": map[string]any{"url": map[string]any{}}}
@@ -442,12 +474,11 @@ func (s *Server) listConnections(ctx context.Context, c *callContext) outcome {
 	}
 	conns, err := s.opts.Connections.List(ctx, c.principal)
 	if err != nil {
-		s.log.Error("mcpapi: list connections", "err", err.Error())
-		return internalError()
+		return s.failed(err, "", toolList)
 	}
 	out := listOutput{Connections: make([]connectionView, 0, len(conns))}
 	for _, conn := range conns {
-		out.Connections = append(out.Connections, viewOf(conn))
+		out.Connections = append(out.Connections, s.view(conn))
 	}
 	return complete(out)
 }
@@ -467,6 +498,10 @@ func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome 
 	}
 	name := d.Provider.DisplayName
 	out := disconnectOutput{Provider: d.Provider.Name, Account: connections.AccountName(d.Conn), Revocation: string(d.Revocation), Deleted: err == nil}
+	if vault.Unavailable(err) {
+		// Revoked (or not) at the provider, not deleted: a retry finishes.
+		return s.failed(err, in.Provider, toolDisconnect)
+	}
 	if err != nil {
 		s.log.Error("mcpapi: delete connection", "connection", d.Conn.ID, "err", err.Error())
 		out.Message = fmt.Sprintf("The %s connection for %s could not be deleted; try again.", name, out.Account)

@@ -125,6 +125,15 @@ func (f *Flow) keyRefused(w http.ResponseWriter, r *http.Request, s *session, p 
 	var ae *connections.KeyAccountError
 	status := http.StatusBadRequest
 	switch {
+	case page.Replace && (errors.As(err, &ke) || errors.As(err, &ae)):
+		// A replacement never tells a refused key from another account's
+		// (whose it is is none of the page's business): one answer.
+		f.log.Info("key entry: replacement key not accepted; nothing stored", "provider", p.Name, "ref", ref)
+		page.Error = (&connections.KeyAccountError{Provider: p, Connected: page.Account}).Error()
+	case errors.Is(err, connections.ErrTooManyKeys), errors.Is(err, connections.ErrRateLimited):
+		f.log.Warn("key entry: too many keys tried", "provider", p.Name, "ref", ref)
+		status = http.StatusTooManyRequests
+		page.Error = connections.Describe(err, p)
 	case errors.As(err, &fe):
 		var fields []string
 		for _, pr := range fe.Problems {
@@ -135,10 +144,6 @@ func (f *Flow) keyRefused(w http.ResponseWriter, r *http.Request, s *session, p 
 	case errors.As(err, &ke):
 		f.log.Info("key entry: the provider refused the key", "provider", p.Name, "status", ke.Status, "ref", ref)
 		page.Error = fmt.Sprintf("The key was refused by %s (%d). Nothing was stored. Check that you copied the whole key, or create a new one.", p.DisplayName, ke.Status)
-	case errors.As(err, &ae):
-		f.log.Info("key entry: replacement key is for another account; nothing stored", "provider", p.Name, "ref", ref)
-		status = http.StatusConflict
-		page.Error = ae.Error()
 	case errors.Is(err, provider.ErrAccountUnknown):
 		f.log.Warn("key entry: the verify answer named no account", "provider", p.Name, "err", err.Error(), "ref", ref)
 		status = http.StatusBadGateway

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"credbroker/internal/demoprovider"
@@ -249,10 +250,14 @@ func keyEntryFlows(t *testing.T, open func(testing.TB, *vault.Keyring) vault.Sto
 		page := aliceA.get(h.srv.URL + "/connections/" + conn.ID + "/key")
 		mustStatus(t, page, http.StatusOK)
 		mustContain(t, page, "Replace your Demo keys key", "alice-demo", `type="password" name="field.api_key"`)
-		// Bob's key is for another account: refused, nothing changed.
+		// Bob's key is for another account: refused, nothing changed, and
+		// the page names no account but alice's own.
 		p := aliceA.submit(page, "/key", url.Values{"decision": {"approve"}, "field.api_key": {bobKey}})
-		mustStatus(t, p, http.StatusConflict)
-		mustContain(t, p, "belongs to the Demo keys account")
+		mustStatus(t, p, http.StatusBadRequest)
+		mustContain(t, p, "was not accepted as a Demo keys key of")
+		if strings.Contains(p.body, "bob-demo") {
+			t.Fatal("the refusal names the account of the key")
+		}
 		if now, _ := h.store.GetConnection(ctx, conn.ID); now.Token.Fields["api_key"].Reveal() != aliceKey {
 			t.Fatal("a key of another account replaced alice's")
 		}
@@ -361,5 +366,67 @@ func TestKeyEntryAttemptsLimited(t *testing.T) {
 	p = a.post(h.srv.URL+"/connect/"+g2.ID+"/key", url.Values{"csrf": {a.csrf()}, "decision": {"approve"}, "field.api_key": {h.demo.APIKey("alice-demo")}})
 	mustContain(t, p, "Connected")
 	h.secret(h.demo.APIKey("alice-demo"))
+	h.finalCheck()
+}
+
+// TestReplaceKeyAttemptsLimited: "Replace key" checks keys under a
+// connect link's limit: 20 posts at once reach the key service 5 times;
+// the others are refused (429) with nothing sent. A refused key and a
+// valid key of another account get the same words, which name no
+// account but the connection's own. On bolt and on PostgreSQL (where the
+// count is a row many sessions update at once).
+func TestReplaceKeyAttemptsLimited(t *testing.T) {
+	for _, st := range keyStores {
+		t.Run(st.name, func(t *testing.T) { replaceKeyAttemptsLimited(t, st.open) })
+	}
+}
+
+func replaceKeyAttemptsLimited(t *testing.T, open func(testing.TB, *vault.Keyring) vault.Store) {
+	h := newHarnessStore(t, demoKeys, open)
+	a := h.newAgent()
+	g := h.grant("alice", "demo-keys", nil, "Key Agent")
+	mustStatus(t, a.openConnect(g, "alice"), http.StatusOK)
+	mustContain(t, a.post(h.srv.URL+"/connect/"+g.ID+"/key", url.Values{"csrf": {a.csrf()}, "decision": {"approve"},
+		"field.api_key": {h.demo.APIKey("alice-demo")}}), "Connected")
+	conn := h.connections("alice")[0]
+	replace := h.srv.URL + "/connections/" + conn.ID + "/key"
+	wrong, bobKey := "demo_"+strings.Repeat("A", 43), h.demo.APIKey("bob-demo")
+	calls := h.keysAPICalls()
+	pages := make([]page, 20)
+	var wg sync.WaitGroup
+	for i := range pages {
+		key := wrong
+		if i%2 == 1 {
+			key = bobKey
+		}
+		wg.Go(func() {
+			pages[i] = a.post(replace, url.Values{"csrf": {a.csrf()}, "decision": {"approve"}, "field.api_key": {key}})
+		})
+	}
+	wg.Wait()
+	refused, limited := 0, 0
+	for _, p := range pages {
+		switch p.status {
+		case http.StatusBadRequest:
+			refused++
+			mustContain(t, p, `was not accepted as a Demo keys key of &#34;alice-demo&#34;. Nothing was changed`)
+			if strings.Contains(p.body, "bob-demo") || strings.Contains(p.body, "refused by") {
+				t.Errorf("the refusal tells whose the key is, or that it works:\n%s", p.body)
+			}
+		case http.StatusTooManyRequests:
+			limited++
+			mustContain(t, p, "Too many keys were tried for this Demo keys connection. Nothing was sent")
+		default:
+			t.Errorf("a replacement answered HTTP %d:\n%s", p.status, p.body)
+		}
+	}
+	if sent := h.keysAPICalls() - calls; sent != 5 || refused != 5 || limited != 15 {
+		t.Fatalf("20 replacements at once: %d reached the key service, %d refused, %d limited; want 5, 5, 15", sent, refused, limited)
+	}
+	if now, _ := h.store.GetConnection(context.Background(), conn.ID); now.Token.Fields["api_key"].Reveal() != h.demo.APIKey("alice-demo") {
+		t.Fatal("a refused replacement changed the key")
+	}
+	h.secret(h.demo.APIKey("alice-demo"))
+	h.secret(bobKey)
 	h.finalCheck()
 }

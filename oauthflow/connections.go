@@ -2,12 +2,15 @@ package oauthflow
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"credbroker/connections"
 	"credbroker/provider"
 	"credbroker/vault"
+	"credbroker/web"
 )
 
 // notices are the fixed messages the connections page shows after a
@@ -20,6 +23,7 @@ var notices = map[string]string{
 	"not_found":                   "That connection does not exist (it may already be disconnected).",
 	"app_removed":                 "Removed. The app's tokens are revoked: it can no longer use credbroker as you unless you allow it again.",
 	"app_not_found":               "That app has no access (it may already be removed).",
+	"already_connected":           "That provider is connected already; nothing new was started.",
 }
 
 // handleConnections is GET /connections: the signed-in user's connections.
@@ -69,7 +73,66 @@ func (f *Flow) handleConnections(w http.ResponseWriter, r *http.Request) {
 		}
 		page.Connections = append(page.Connections, row)
 	}
+	for _, p := range f.opts.Connections.Offered(conns) {
+		o := offerRow{Name: p.Name, Provider: p.DisplayName, Key: isForm(p)}
+		for _, c := range conns {
+			o.Reconnect = o.Reconnect || c.Provider == p.Name
+		}
+		page.Offers = append(page.Offers, o)
+	}
 	f.renderConnections(w, page)
+}
+
+// handleConnect is POST /connections/{provider}/connect, the Connect
+// button: a connect request of the signed-in person (connections.Connect,
+// under the limits of every connect request), then its link, where the
+// usual consent or key form, provider and callback follow. A refusal
+// stores nothing.
+func (f *Flow) handleConnect(w http.ResponseWriter, r *http.Request) {
+	s, ok := f.postedForm(w, r, plainForm)
+	if !ok {
+		return
+	}
+	o, err := f.opts.Connections.Connect(r.Context(), s.principal(), r.PathValue("provider"))
+	if err != nil {
+		f.connectRefused(w, r, s, err)
+		return
+	}
+	switch o := o.(type) {
+	case connections.NeedsUser:
+		http.Redirect(w, r, "/connect/"+o.Grant.ID, http.StatusSeeOther)
+	case connections.Connected:
+		f.redirectNotice(w, r, "already_connected")
+	default:
+		f.fail(w, r, s, http.StatusInternalServerError, "connect", fmt.Errorf("unexpected outcome %T", o))
+	}
+}
+
+// connectRefused renders why the Connect button started nothing.
+func (f *Flow) connectRefused(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	msg := connections.Describe(err, nil)
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	page := web.ErrorPage{Chrome: s.chrome(), Message: msg + " Nothing was connected.",
+		Next: "Go back to My connections and choose again."}
+	switch connections.Explain(err, nil).Class {
+	case connections.NotFound:
+		page.Status, page.Heading = http.StatusNotFound, "Unknown provider"
+	case connections.BadRequest:
+		page.Status, page.Heading = http.StatusBadRequest, "Nothing to connect"
+	case connections.Refused:
+		page.Status, page.Heading = http.StatusTooManyRequests, "Too many connect requests"
+		page.Next = "Finish or let your open connect links expire, then try again."
+	case connections.Unavailable:
+		f.log.Warn("connect: provider unavailable", "provider", r.PathValue("provider"), "err", err)
+		page.Status, page.Heading = http.StatusBadGateway, "Provider not reachable"
+		page.Next = "Try again in a few minutes."
+	default:
+		f.fail(w, r, s, http.StatusInternalServerError, "connect", err)
+		return
+	}
+	f.renderError(w, page)
 }
 
 // handleDisconnect is POST /connections/{id}/disconnect.

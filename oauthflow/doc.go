@@ -25,7 +25,11 @@
 //	                                      re-check the person, pattern checks (nothing sent on a
 //	                                      mismatch), the provider's verify request, store sealed,
 //	                                      approve and complete the grant; deny declines
-//	GET  /connections                     the signed-in user's connections
+//	GET  /connections                     the signed-in user's connections, and a Connect button for
+//	                                      every provider connections.Offered names
+//	POST /connections/{provider}/connect  Connect (CSRF): connections.Connect starts a connect request
+//	                                      of the signed-in person (the usual limits; nothing stored on
+//	                                      refusal) and redirects to its link, GET /connect/{grant}
 //	POST /connections/{id}/disconnect     connections.DisconnectID: revoke at the provider (when
 //	                                      supported), then delete (CSRF); the page names the outcome
 //	GET  /connections/{id}/key            "Replace key": the entry form for one API-key connection

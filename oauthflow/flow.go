@@ -172,6 +172,7 @@ func (f *Flow) Register(site *web.Site) {
 		{"GET /oauth/{provider}/callback", "oauthflow.callback", f.handleProviderCallback},
 		{"GET /connections", "", f.handleConnections},
 		{"POST /connections/{id}/disconnect", "", f.handleDisconnect},
+		{"POST /connections/{provider}/connect", "", f.handleConnect},
 		{"POST /connections/apps/{id}/remove", "", f.handleRemoveApp},
 		{"POST /logout", "", f.handleLogout},
 	} {
@@ -273,6 +274,17 @@ func (f *Flow) securityEvent(r *http.Request, event string, s *session, attrs ..
 
 // fail logs err and renders a generic error page.
 func (f *Flow) fail(w http.ResponseWriter, r *http.Request, s *session, status int, what string, err error) {
+	if vault.Unavailable(err) {
+		// The storage outage: retryable, and nothing of the step was kept,
+		// so a connect link works again as it is.
+		f.opts.Telemetry.StoreUnavailable(telemetry.DoorPage)
+		next := ""
+		if strings.HasPrefix(r.URL.Path, "/connect/") || strings.HasPrefix(r.URL.Path, "/oauth/") {
+			next = "Open the connect link from your app again in a few seconds: it still works."
+		}
+		f.kit.Unavailable(w, r, s.chrome(), what, next, err)
+		return
+	}
 	f.kit.Fail(w, r, s.chrome(), status, what, err)
 }
 

@@ -119,7 +119,7 @@ func newHarnessStore(t testing.TB, providers func(h *harness) (string, map[strin
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rec := telemetry.New(telemetry.Options{Providers: reg.Names(), Audit: log})
 	h.rec = rec
-	h.client, err = provider.New(provider.Options{Store: h.store, Providers: reg, Now: h.clock.Now, Logger: log, Telemetry: rec})
+	h.client, err = provider.New(provider.Options{Store: h.store, Providers: reg, Now: h.clock.Now, Logger: log, Telemetry: rec, BrokerURL: h.srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

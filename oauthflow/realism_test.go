@@ -329,7 +329,12 @@ func TestGoogleGranularConsent(t *testing.T) {
 	if strings.Contains(done.body, calendarScope) {
 		t.Error("the done page lists a scope that was not granted")
 	}
-	h.mustConnected("alice", "google", "email", driveScope)
+	// What was asked for is kept beside it: the model is told what it did
+	// not get (connections.NotGranted).
+	p, _ := h.providers().Lookup("google")
+	if got := connections.NotGranted(p, h.mustConnected("alice", "google", "email", driveScope)); !slices.Equal(got, []string{calendarScope}) {
+		t.Fatalf("not granted %v, want [%s]", got, calendarScope)
+	}
 	if need := h.mustNeed("alice", "google", calendarScope); !slices.Equal(need.Why.Missing, []string{calendarScope}) {
 		t.Fatalf("calendar: %v", need.Why)
 	}

@@ -25,10 +25,15 @@ type requester struct {
 	// when it used the unnamed secret.
 	Server        string
 	ServerUnnamed bool
+	// Unnamed: nothing names the requester, as for a request the person
+	// started with Connect on the connections page (a grant does not
+	// record that) or one of an MCP client that gave no name.
+	Unnamed bool
 }
 
 func requesterOf(g vault.Grant) requester {
-	return requester{ClientName: web.ClientName(g.ClientName, g.Server), Server: g.Server, ServerUnnamed: g.Server == vault.UnnamedServer}
+	return requester{ClientName: web.ClientName(g.ClientName, g.Server), Server: g.Server, ServerUnnamed: g.Server == vault.UnnamedServer,
+		Unnamed: g.ClientName == "" && g.Server == ""}
 }
 
 type consentPage struct {
@@ -83,8 +88,20 @@ type connectionsPage struct {
 	// a deleted API key at its provider.
 	NoticeLink, NoticeLinkText string
 	Connections                []connectionRow
-	Apps                       []appRow
-	AppsShown                  bool
+	// Offers are the providers the person can connect here (Connect).
+	Offers    []offerRow
+	Apps      []appRow
+	AppsShown bool
+}
+
+// offerRow is a provider the connections page offers to connect: its
+// Connect button posts to /connections/{Name}/connect.
+type offerRow struct {
+	Name, Provider string
+	// Reconnect: the person has a connection there that needs reconnecting.
+	Reconnect bool
+	// Key: connecting means entering an API key.
+	Key bool
 }
 
 type signedOutPage struct{ Chrome web.Chrome }

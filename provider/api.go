@@ -22,6 +22,7 @@ import (
 
 	"credbroker/internal/tracing"
 	"credbroker/internal/untrusted"
+	"credbroker/provider/redact"
 	"credbroker/vault"
 )
 
@@ -529,7 +530,7 @@ func bearerCredential(conn vault.Connection) credential {
 	at := conn.Token.AccessToken.Reveal()
 	return credential{
 		set:   func(h http.Header) { h.Set("Authorization", tt+" "+at) },
-		forms: secretForms(at),
+		forms: redact.Forms(at),
 	}
 }
 
@@ -607,13 +608,13 @@ func (k *Client) send(ctx context.Context, p *Provider, api *APIBase, cred crede
 		return APIResponse{}, fmt.Errorf("%w: %s API: reading the answer failed", ErrProviderUnavailable, p.Name)
 	}
 	out := APIResponse{Status: resp.StatusCode, Header: http.Header{}, Decoded: decoded}
-	out.Body, out.Truncated = redactCapped(b, forms, k.opts.MaxResponseBody)
+	out.Body, out.Truncated = redact.Capped(b, forms, k.opts.MaxResponseBody)
 	for name, vs := range resp.Header {
 		if responseHeader(name) {
 			for _, v := range vs {
 				for _, f := range forms {
 					if containsForm(v, f) {
-						v = strings.ReplaceAll(v, string(f), redacted)
+						v = strings.ReplaceAll(v, string(f), redact.Replacement)
 					}
 				}
 				out.Header.Add(name, v)

@@ -16,6 +16,7 @@ import (
 
 	"credbroker/internal/telemetry"
 	"credbroker/internal/untrusted"
+	"credbroker/provider/redact"
 	"credbroker/vault"
 )
 
@@ -120,13 +121,13 @@ func keyCredential(a *APIKey, fields map[string]vault.Secret) (credential, error
 			return credential{}, errors.New("the stored credential does not fill the basic templates")
 		}
 		// "user:pass" gives the basic-auth value in every encoding
-		// secretForms makes (its base64 is what the header carries), and
+		// redact.Forms makes (its base64 is what the header carries), and
 		// the header's value is a secret of its own (echoed re-encoded).
 		encoded := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
 		secrets = append(secrets, pass, user+":"+pass, encoded)
 		set = func(h http.Header) { h.Set("Authorization", "Basic "+encoded) }
 	}
-	return credential{set: set, forms: secretForms(secrets...)}, nil
+	return credential{set: set, forms: redact.Forms(secrets...)}, nil
 }
 
 // do performs an API request with an API-key connection: the

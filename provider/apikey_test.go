@@ -20,6 +20,7 @@ import (
 	"credbroker/internal/echoapi"
 	"credbroker/internal/logbuf"
 	"credbroker/internal/telemetry"
+	"credbroker/provider/redact"
 	"credbroker/vault"
 	"credbroker/vault/memstore"
 )
@@ -633,7 +634,7 @@ func TestKeyInjectionAndRedaction(t *testing.T) {
 						t.Errorf("echo %s: %v of a secret leaked: %s", form, leaks, text)
 					}
 				}
-				if !strings.Contains(text, redacted) {
+				if !strings.Contains(text, redact.Replacement) {
 					t.Errorf("echo %s: nothing was redacted: %s", form, text)
 				}
 			}

@@ -341,10 +341,29 @@ func ParseSize(s string) (int64, error) {
 // server and the fix (for the operator and the person); nothing secret.
 type UpstreamError struct {
 	Provider string
-	// Reason is what is wrong, in words.
+	// Kind is what went wrong, one of the Upstream* kinds (an audit
+	// event's outcome); Reason says it in words, with the fix.
+	Kind   string
 	Reason string
 	Err    error
 }
+
+// Kinds of UpstreamError.
+const (
+	UpstreamNoMetadata          = "no_metadata"          // no protected-resource or authorization-server metadata, or unreadable
+	UpstreamResourceMismatch    = "resource_mismatch"    // the protected-resource metadata names another resource than mcp.url
+	UpstreamHostNotAllowed      = "host_not_allowed"     // the authorization server or an endpoint is on a host not allowed, or not https
+	UpstreamIssuerMismatch      = "issuer_mismatch"      // the authorization server's metadata names another issuer
+	UpstreamMetadataRefused     = "metadata_refused"     // the go-sdk refused the authorization server's metadata (another issuer, no PKCE, a bad URL)
+	UpstreamNoS256              = "no_s256"              // no PKCE with S256
+	UpstreamPrivateAddress      = "private_address"      // a special-use address, without --upstream-allow-private
+	UpstreamRedirect            = "redirect"             // a metadata request answered with a redirect
+	UpstreamRefused             = "refused"              // the egress policy refused a request otherwise
+	UpstreamNoRegistration      = "no_registration"      // no registration method fits the entry and the authorization server
+	UpstreamRegistrationFailed  = "registration_failed"  // dynamic registration failed
+	UpstreamRegistrationBackoff = "registration_backoff" // dynamic registration failed less than a minute ago; not tried
+	UpstreamBadEndpoint         = "bad_endpoint"         // the authorization endpoint is not a URL
+)
 
 func (e *UpstreamError) Error() string { return e.Provider + ": " + e.Reason }
 func (e *UpstreamError) Unwrap() error { return ErrProviderUnavailable }
@@ -398,19 +417,19 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 	if st.auth != nil && k.opts.Now().Sub(st.auth.at) < upstreamMetadataTTL {
 		return st.auth, nil
 	}
-	fail := func(reason string, err error) (*upstreamAuth, error) {
+	fail := func(kind, reason string, err error) (*upstreamAuth, error) {
 		k.opts.Telemetry.Upstream(p.Name, "discovery", "", "failed", 0)
-		return nil, &UpstreamError{Provider: p.DisplayName, Reason: reason, Err: err}
+		return nil, &UpstreamError{Provider: p.DisplayName, Kind: kind, Reason: reason, Err: err}
 	}
 	client := NoRedirectClient(k.opts.UpstreamHTTPClient)
 	var prm *oauthex.ProtectedResourceMetadata
-	var other, refused string
+	var other, refused, refusedKind string
 	for _, u := range prmURLs(ctx, client, m.up.URL) {
 		got, err := fetchJSON[oauthex.ProtectedResourceMetadata](ctx, client, u)
 		switch {
 		case err != nil:
 			if refused == "" {
-				refused = refusalReason(err)
+				refusedKind, refused = refusalReason(err)
 			}
 			continue
 		case got.Resource != m.up.URL:
@@ -423,34 +442,39 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 	}
 	switch {
 	case prm == nil && other != "":
-		return fail("its protected-resource metadata names the resource "+untrusted.Quote(other)+", not mcp.url "+untrusted.Quote(m.up.URL)+"; set mcp.url to the server's canonical URL", nil)
+		return fail(UpstreamResourceMismatch, "its protected-resource metadata names the resource "+untrusted.Quote(other)+", not mcp.url "+untrusted.Quote(m.up.URL)+"; set mcp.url to the server's canonical URL", nil)
 	case prm == nil && refused != "":
-		return fail("its protected-resource metadata "+refused, nil)
+		return fail(refusedKind, "its protected-resource metadata "+refused, nil)
 	case prm == nil:
-		return fail("no protected-resource metadata (RFC 9728) was found for "+m.up.URL, nil)
+		return fail(UpstreamNoMetadata, "no protected-resource metadata (RFC 9728) was found for "+m.up.URL, nil)
 	case len(prm.AuthorizationServers) == 0:
-		return fail("its protected-resource metadata names no authorization server", nil)
+		return fail(UpstreamNoMetadata, "its protected-resource metadata names no authorization server", nil)
 	}
 	issuer := prm.AuthorizationServers[0]
 	if !m.hostAllowed(issuer) {
-		return fail("its authorization server "+untrusted.Quote(issuer)+" is on another host; list that host in mcp.allowed_hosts to trust it", nil)
+		return fail(UpstreamHostNotAllowed, "its authorization server "+untrusted.Quote(issuer)+" is on another host; list that host in mcp.allowed_hosts to trust it", nil)
 	}
 	asm, err := auth.GetAuthServerMetadata(ctx, issuer, client)
 	switch {
 	case err != nil:
-		return fail("its authorization server's metadata could not be read ("+untrusted.Clip(err.Error(), 200)+")", err)
+		kind, refused := refusalReason(err)
+		if refused == "" {
+			kind, refused = UpstreamMetadataRefused, "could not be read ("+untrusted.Clip(err.Error(), 200)+")"
+		}
+		return fail(kind, "its authorization server's metadata "+refused, err)
 	case asm == nil:
-		return fail("its authorization server "+untrusted.Quote(issuer)+" publishes no metadata (RFC 8414)", nil)
+		return fail(UpstreamNoMetadata, "its authorization server "+untrusted.Quote(issuer)+" publishes no metadata (RFC 8414)", nil)
 	case asm.Issuer != issuer:
 		// RFC 8414 §3.3: identical, no normalisation (the go-sdk forgives
 		// a trailing slash).
-		return fail("its authorization server's metadata names issuer "+untrusted.Quote(asm.Issuer)+", not "+untrusted.Quote(issuer), nil)
+		return fail(UpstreamIssuerMismatch, "its authorization server's metadata names issuer "+untrusted.Quote(asm.Issuer)+", not "+untrusted.Quote(issuer)+
+			" (RFC 8414 wants them identical); the server's operator must make them equal", nil)
 	case !slices.Contains(asm.CodeChallengeMethodsSupported, "S256"):
-		return fail("its authorization server does not support PKCE with S256", nil)
+		return fail(UpstreamNoS256, "its authorization server does not support PKCE with S256, which the broker requires; the server's operator must enable it", nil)
 	}
 	for _, e := range []string{asm.AuthorizationEndpoint, asm.TokenEndpoint, asm.RegistrationEndpoint, asm.RevocationEndpoint} {
 		if e != "" && (!m.hostAllowed(e) || checkEndpoint(e) != nil) {
-			return fail("its authorization server's endpoint "+untrusted.Quote(e)+" is on a host that is not allowed (list it in mcp.allowed_hosts) or not https", nil)
+			return fail(UpstreamHostNotAllowed, "its authorization server's endpoint "+untrusted.Quote(e)+" is on a host that is not allowed (list it in mcp.allowed_hosts) or not https", nil)
 		}
 	}
 	st.auth = &upstreamAuth{issuer: issuer, meta: asm, scopes: prm.ScopesSupported, at: k.opts.Now()}
@@ -489,22 +513,22 @@ func (e *redirectError) Error() string {
 }
 
 // refusalReason says why a discovery request was refused by the egress
-// policy or answered with a redirect ("" when it failed otherwise), with
-// what to do about it.
-func refusalReason(err error) string {
+// policy or answered with a redirect (its kind, and "" when it failed
+// otherwise), with what to do about it.
+func refusalReason(err error) (kind, reason string) {
 	var rd *redirectError
 	var re *egress.RefusedError
 	switch {
 	case errors.As(err, &rd):
-		return "at " + untrusted.Quote(rd.host) + " answered with a redirect (HTTP " + strconv.Itoa(rd.status) +
+		return UpstreamRedirect, "at " + untrusted.Quote(rd.host) + " answered with a redirect (HTTP " + strconv.Itoa(rd.status) +
 			"), which the broker does not follow; set mcp.url to the server's canonical URL"
 	case errors.As(err, &re) && errors.Is(re, egress.ErrSpecialAddress):
-		return "could not be fetched: " + re.Addr.String() + " is " + re.Range +
+		return UpstreamPrivateAddress, "could not be fetched: " + re.Addr.String() + " is " + re.Range +
 			": start the broker with --upstream-allow-private to reach servers on private addresses"
 	case errors.As(err, &re):
-		return "could not be fetched: " + untrusted.Clip(re.Error(), 200)
+		return UpstreamRefused, "could not be fetched: " + untrusted.Clip(re.Error(), 200)
 	}
-	return ""
+	return "", ""
 }
 
 // maxMetadataBytes caps a metadata document.
@@ -605,14 +629,14 @@ func (m *MCP) registration(k *Client, p *Provider, ua *upstreamAuth) (string, er
 	case m.ClientID != "" && (m.Registration == "auto" || m.Registration == "static"):
 		return "static", nil
 	case m.Registration == "static":
-		return "", &UpstreamError{Provider: p.DisplayName, Reason: "mcp.registration static needs client_id"}
+		return "", &UpstreamError{Provider: p.DisplayName, Kind: UpstreamNoRegistration, Reason: "mcp.registration static needs client_id"}
 	case canCIMD && (m.Registration == "auto" || m.Registration == "cimd"):
 		return "cimd", nil
 	case m.Registration == "cimd":
-		return "", &UpstreamError{Provider: p.DisplayName,
+		return "", &UpstreamError{Provider: p.DisplayName, Kind: UpstreamNoRegistration,
 			Reason: "registration cimd needs an authorization server that supports Client ID Metadata Documents and an https --client-metadata-url"}
 	case ua.meta.RegistrationEndpoint == "":
-		return "", &UpstreamError{Provider: p.DisplayName,
+		return "", &UpstreamError{Provider: p.DisplayName, Kind: UpstreamNoRegistration,
 			Reason: "its authorization server offers no way to register (no pre-registered client_id, no Client ID Metadata Documents, no dynamic registration): register the broker there and set client_id"}
 	}
 	return "dcr", nil
@@ -660,11 +684,29 @@ func (k *Client) CheckUpstream(ctx context.Context, name string) (UpstreamCheck,
 	return out, err
 }
 
+// PrepareUpstream readies mcp entry name for a connect request: its
+// discovery (cached), and the broker's client at its authorization server,
+// registered dynamically when that is the method (once per issuer and
+// redirect URI; after a failure, not again within a minute). Refusals are
+// *UpstreamError. An entry that takes no token needs nothing.
+func (k *Client) PrepareUpstream(ctx context.Context, name string) error {
+	p, ok := k.opts.Providers.Lookup(name)
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownProvider, name)
+	}
+	m, ok := p.Kind.(*MCP)
+	if !ok {
+		return nil
+	}
+	_, _, err := m.config(ctx, k, p, "")
+	return err
+}
+
 // register registers the broker dynamically (RFC 7591), once per
 // issuer and redirect URI; after an attempt that failed, none is made
 // within a minute.
 func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstreamAuth, redirectURL string) (UpstreamClient, error) {
-	key := ua.issuer + " " + redirectURL
+	key := UpstreamClientKey(ua.issuer, redirectURL)
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
 		return c, nil
 	} else if !errors.Is(err, vault.ErrNotFound) {
@@ -677,7 +719,7 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 		return c, nil // registered by another caller meanwhile
 	}
 	if k.opts.Now().Sub(st.regFailed) < registrationBackoff {
-		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Reason: "dynamic registration failed a moment ago; try again in a minute"}
+		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Kind: UpstreamRegistrationBackoff, Reason: "dynamic registration failed a moment ago; try again in a minute"}
 	}
 	method := "none"
 	if slices.Contains(ua.meta.TokenEndpointAuthMethodsSupported, "client_secret_basic") {
@@ -690,7 +732,8 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	if err != nil {
 		st.regFailed = k.opts.Now()
 		k.opts.Telemetry.Upstream(p.Name, "registration", "", "failed", 0)
-		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Reason: "dynamic registration at its authorization server failed (" + untrusted.Clip(err.Error(), 200) + ")", Err: err}
+		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Kind: UpstreamRegistrationFailed,
+			Reason: "dynamic registration at its authorization server failed (" + untrusted.Clip(err.Error(), 200) + "); the broker tries again after a minute", Err: err}
 	}
 	got := UpstreamClient{Key: key, ClientID: resp.ClientID, ClientSecret: vault.Secret(resp.ClientSecret), AuthMethod: method, Created: k.opts.Now()}
 	if got.ClientSecret == "" {
@@ -749,7 +792,7 @@ func (m *MCP) authRequest(ctx context.Context, k *Client, p *Provider, scopes []
 	}
 	endpoint, err := url.Parse(conf.Endpoint.AuthURL)
 	if err != nil {
-		return AuthRequest{}, &UpstreamError{Provider: p.DisplayName, Reason: "its authorization endpoint is not a URL"}
+		return AuthRequest{}, &UpstreamError{Provider: p.DisplayName, Kind: UpstreamBadEndpoint, Reason: "its authorization endpoint is not a URL"}
 	}
 	a := AuthRequest{Endpoint: endpoint, State: randomToken(), Verifier: oauth2.GenerateVerifier(), Scopes: slices.Clone(scopes)}
 	conf.Scopes = a.Scopes
@@ -905,19 +948,17 @@ func (m *MCP) revoke(ctx context.Context, k *Client, p *Provider, c vault.Connec
 }
 
 // UpstreamClient is a client the broker has at an upstream MCP server's
-// authorization server.
-type UpstreamClient struct {
-	// Key names the registration: the issuer and the broker's redirect URI.
-	Key          string
-	ClientID     string
-	ClientSecret vault.Secret
-	// AuthMethod is none, client_secret_basic or client_secret_post.
-	AuthMethod string
-	Created    time.Time
-}
+// authorization server: pre-registered, its Client ID Metadata Document,
+// or registered dynamically (then kept by Options.UpstreamClients, its
+// secret sealed at rest by the vault).
+type UpstreamClient = vault.UpstreamClient
+
+// UpstreamClientKey names a dynamic registration (UpstreamClient.Key):
+// the authorization server's issuer and the broker's redirect URI there.
+func UpstreamClientKey(issuer, redirectURL string) string { return issuer + " " + redirectURL }
 
 // UpstreamClients keeps the clients the broker registered dynamically,
-// shared by every replica.
+// shared by every replica: a store's vault.UpstreamClientStore is one.
 type UpstreamClients interface {
 	// GetUpstreamClient returns the registration under key
 	// (vault.ErrNotFound when there is none).
@@ -927,7 +968,9 @@ type UpstreamClients interface {
 	PutUpstreamClient(ctx context.Context, c UpstreamClient) (UpstreamClient, error)
 }
 
-// memUpstreamClients keeps registrations in memory (one process).
+var _ UpstreamClients = vault.UpstreamClientStore(nil)
+
+// memUpstreamClients keeps registrations in memory (one process, tests).
 type memUpstreamClients struct {
 	mu sync.Mutex
 	m  map[string]UpstreamClient
@@ -953,32 +996,34 @@ func (s *memUpstreamClients) PutUpstreamClient(_ context.Context, c UpstreamClie
 	return c, nil
 }
 
-// UpstreamTokens gives the gateway's upstream client (mcpup) the access
-// tokens of connections to upstream MCP servers, refreshed as Token
-// refreshes them; the client puts them on its requests only.
+// UpstreamTokens gives the gateway's upstream client (mcpup) the tokens
+// of connections to upstream MCP servers, refreshed as Token refreshes
+// them; the client puts the access token on its requests only, and
+// redacts both from every answer of the upstream.
 func (k *Client) UpstreamTokens() mcpup.Tokens { return upstreamTokens{k} }
 
 type upstreamTokens struct{ k *Client }
 
-func (u upstreamTokens) AccessToken(ctx context.Context, id string) (string, error) {
-	return accessToken(u.k.Token(ctx, id))
+func (u upstreamTokens) AccessToken(ctx context.Context, id string) (mcpup.Token, error) {
+	return upstreamToken(u.k.Token(ctx, id))
 }
 
-func (u upstreamTokens) ForceRefresh(ctx context.Context, id, stale string) (string, error) {
-	return accessToken(u.k.ForceRefresh(ctx, id, vault.Secret(stale)))
+func (u upstreamTokens) ForceRefresh(ctx context.Context, id, stale string) (mcpup.Token, error) {
+	return upstreamToken(u.k.ForceRefresh(ctx, id, vault.Secret(stale)))
 }
 
-// accessToken is c's access token; an error that means the connection
-// must be made again is also mcpup.ErrNoToken (any other, such as an
-// authorization server that is down, is not: the grant may be fine).
-func accessToken(c vault.Connection, err error) (string, error) {
+// upstreamToken is c's tokens (the access token for the upstream's
+// requests, both for redacting its answers); an error that means the
+// connection must be made again is also mcpup.ErrNoToken (any other, such
+// as an authorization server that is down, is not: the grant may be fine).
+func upstreamToken(c vault.Connection, err error) (mcpup.Token, error) {
 	switch {
 	case errors.Is(err, ErrNeedsReconnect), errors.Is(err, vault.ErrNotFound):
-		return "", fmt.Errorf("%w: %w", mcpup.ErrNoToken, err)
+		return mcpup.Token{}, fmt.Errorf("%w: %w", mcpup.ErrNoToken, err)
 	case err != nil:
-		return "", err
+		return mcpup.Token{}, err
 	}
-	return c.Token.AccessToken.Reveal(), nil
+	return mcpup.Token{Access: c.Token.AccessToken.Reveal(), Refresh: c.Token.RefreshToken.Reveal()}, nil
 }
 
 // Unauthorized marks connection id needs_reconnect because its server

@@ -32,54 +32,55 @@ func TestMCPDiscoveryRefusals(t *testing.T) {
 		setup    func(r *mcpRig)
 		strict   bool // the egress policy without loopback
 		want     string
+		kind     string
 	}{
-		{name: "resource is not mcp.url", setup: func(r *mcpRig) {
+		{name: "resource is not mcp.url", kind: UpstreamResourceMismatch, setup: func(r *mcpRig) {
 			doc := r.up.prm(r.as.base)
 			doc["resource"] = r.up.url + "/v2"
 			r.up.docs[pathPRM] = doc
 		}, want: `names the resource "` + "%MCP%" + `/v2", not mcp.url "%MCP%"`},
-		{name: "resource differs by a trailing slash", setup: func(r *mcpRig) {
+		{name: "resource differs by a trailing slash", kind: UpstreamResourceMismatch, setup: func(r *mcpRig) {
 			doc := r.up.prm(r.as.base)
 			doc["resource"] = r.up.url + "/"
 			r.up.docs[pathPRM] = doc
 		}, want: `names the resource "%MCP%/", not mcp.url`},
-		{name: "issuer with a trailing slash in the resource metadata", setup: func(r *mcpRig) {
+		{name: "issuer with a trailing slash in the resource metadata", kind: UpstreamIssuerMismatch, setup: func(r *mcpRig) {
 			r.up.docs[pathPRM] = r.up.prm(r.as.base + "/")
 		}, want: `metadata names issuer "%AS%", not "%AS%/"`},
-		{name: "issuer with a trailing slash in the server metadata", setup: func(r *mcpRig) {
+		{name: "issuer with a trailing slash in the server metadata", kind: UpstreamIssuerMismatch, setup: func(r *mcpRig) {
 			r.as.set("issuer", r.as.base+"/")
 		}, want: `metadata names issuer "%AS%/", not "%AS%"`},
-		{name: "another issuer", setup: func(r *mcpRig) {
+		{name: "another issuer", kind: UpstreamMetadataRefused, setup: func(r *mcpRig) {
 			r.as.set("issuer", "https://as.example.com")
 		}, want: `could not be read (metadata issuer "https://as.example.com" does not match`},
-		{name: "no S256", setup: func(r *mcpRig) {
+		{name: "no S256", kind: UpstreamNoS256, setup: func(r *mcpRig) {
 			r.as.set("code_challenge_methods_supported", []string{"plain"})
 		}, want: "does not support PKCE with S256"},
-		{name: "no PKCE", setup: func(r *mcpRig) {
+		{name: "no PKCE", kind: UpstreamMetadataRefused, setup: func(r *mcpRig) {
 			r.as.set("code_challenge_methods_supported", nil)
 		}, want: "does not implement PKCE"},
-		{name: "authorization server on another host", asHost: "localhost",
+		{name: "authorization server on another host", kind: UpstreamHostNotAllowed, asHost: "localhost",
 			want: `its authorization server "%AS%" is on another host; list that host in mcp.allowed_hosts to trust it`},
-		{name: "another host allowed, an endpoint on a third", asHost: "localhost", mcpLines: "      allowed_hosts: [localhost]\n",
+		{name: "another host allowed, an endpoint on a third", kind: UpstreamHostNotAllowed, asHost: "localhost", mcpLines: "      allowed_hosts: [localhost]\n",
 			setup: func(r *mcpRig) { r.as.set("token_endpoint", "https://tokens.example.com/token") },
 			want:  `endpoint "https://tokens.example.com/token" is on a host that is not allowed`},
-		{name: "an endpoint not https", setup: func(r *mcpRig) {
+		{name: "an endpoint not https", kind: UpstreamHostNotAllowed, setup: func(r *mcpRig) {
 			r.as.set("revocation_endpoint", "http://mcp.example.com/revoke")
 		}, want: `endpoint "http://mcp.example.com/revoke" is on a host that is not allowed (list it in mcp.allowed_hosts) or not https`},
-		{name: "no resource metadata", setup: func(r *mcpRig) {
+		{name: "no resource metadata", kind: UpstreamNoMetadata, setup: func(r *mcpRig) {
 			r.up.challenge, r.up.docs = "", map[string]any{}
 		}, want: "no protected-resource metadata (RFC 9728) was found for %MCP%"},
-		{name: "no authorization server", setup: func(r *mcpRig) {
+		{name: "no authorization server", kind: UpstreamNoMetadata, setup: func(r *mcpRig) {
 			r.up.docs[pathPRM] = map[string]any{"resource": r.up.url}
 		}, want: "names no authorization server"},
-		{name: "a private address", strict: true,
+		{name: "a private address", kind: UpstreamPrivateAddress, strict: true,
 			want: "127.0.0.1 is loopback (RFC 1122): start the broker with --upstream-allow-private to reach servers on private addresses"},
-		{name: "a redirect", setup: func(r *mcpRig) {
+		{name: "a redirect", kind: UpstreamRedirect, setup: func(r *mcpRig) {
 			r.up.challenge = ""
 			r.up.redirects[pathPRM] = "https://elsewhere.example.com/prm"
 			r.up.redirects[rootPRM] = "https://elsewhere.example.com/prm"
 		}, want: `its protected-resource metadata at "%MCPHOST%" answered with a redirect (HTTP 302), which the broker does not follow`},
-		{name: "no way to register", setup: func(r *mcpRig) {
+		{name: "no way to register", kind: UpstreamNoRegistration, setup: func(r *mcpRig) {
 			r.as.set("registration_endpoint", nil)
 		}, want: "offers no way to register (no pre-registered client_id, no Client ID Metadata Documents, no dynamic registration)"},
 	}
@@ -101,13 +102,13 @@ func TestMCPDiscoveryRefusals(t *testing.T) {
 			}
 			k := r.client(reg, mod)
 			_, err := k.CheckUpstream(context.Background(), "linear")
-			if ue := upstreamError(t, err); !strings.Contains(ue.Reason, want) {
-				t.Fatalf("CheckUpstream: %q\n want it to say %q", ue.Reason, want)
+			if ue := upstreamError(t, err); !strings.Contains(ue.Reason, want) || ue.Kind != c.kind {
+				t.Fatalf("CheckUpstream: %s %q\n want %s, saying %q", ue.Kind, ue.Reason, c.kind, want)
 			}
 			p, _ := reg.Lookup("linear")
 			_, err = r.client(reg, mod).AuthRequest(context.Background(), p, []string{"issues:read"}, mcpRedirect)
-			if ue := upstreamError(t, err); !strings.Contains(ue.Reason, want) {
-				t.Fatalf("AuthRequest: %q\n want it to say %q", ue.Reason, want)
+			if ue := upstreamError(t, err); !strings.Contains(ue.Reason, want) || ue.Kind != c.kind {
+				t.Fatalf("AuthRequest: %s %q\n want %s, saying %q", ue.Kind, ue.Reason, c.kind, want)
 			}
 			if gets, puts := r.clients.counts(); puts != 0 || len(r.as.requests("/register")) != 0 || len(r.as.requests("/authorize")) != 0 {
 				t.Fatalf("a refused upstream got %d registrations stored (%d lookups), %d registration requests", puts, gets, len(r.as.requests("/register")))
@@ -308,12 +309,12 @@ func TestMCPRegistrationBackoff(t *testing.T) {
 		return err
 	}
 	ue := upstreamError(t, try(mcpRedirect))
-	if !strings.Contains(ue.Reason, "dynamic registration at its authorization server failed") || len(r.as.requests("/register")) != 1 {
+	if !strings.Contains(ue.Reason, "dynamic registration at its authorization server failed") || ue.Kind != UpstreamRegistrationFailed || len(r.as.requests("/register")) != 1 {
 		t.Fatalf("first attempt: %q, %d registration requests", ue.Reason, len(r.as.requests("/register")))
 	}
 	r.clock.Advance(59 * time.Second)
 	ue = upstreamError(t, try(mcpRedirect))
-	if !strings.Contains(ue.Reason, "try again in a minute") || len(r.as.requests("/register")) != 1 {
+	if !strings.Contains(ue.Reason, "try again in a minute") || ue.Kind != UpstreamRegistrationBackoff || len(r.as.requests("/register")) != 1 {
 		t.Fatalf("within the minute: %q, %d registration requests", ue.Reason, len(r.as.requests("/register")))
 	}
 	r.clock.Advance(2 * time.Second)

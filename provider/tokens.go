@@ -66,7 +66,9 @@ type Options struct {
 	// HTTPClient).
 	UpstreamHTTPClient *http.Client
 	// UpstreamClients keeps the clients the broker registers at upstream
-	// MCP servers' authorization servers (default: in this process only).
+	// MCP servers' authorization servers (default: in this process only;
+	// the broker gives its store's, vault.Store.UpstreamClients, so a
+	// registration survives restarts and replicas share it).
 	UpstreamClients UpstreamClients
 	// ClientMetadataURL is the broker's Client ID Metadata Document (an
 	// https URL: upstream servers that support it identify the broker by
@@ -192,7 +194,7 @@ func New(opts Options) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	k := &Client{opts: opts, log: log, locker: vault.LockerFor(opts.Store), tracer: tracing.Tracer(opts.Tracing),
+	k := &Client{opts: opts, log: log, locker: opts.Store.Locker(), tracer: tracing.Tracer(opts.Tracing),
 		apiHTTP: apiHTTP, apiClients: map[*APIBase]*http.Client{},
 		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}, upstreams: map[string]*upstreamState{}}
 	for _, name := range opts.Providers.Names() {

@@ -23,6 +23,7 @@ import (
 
 	"credbroker/connections"
 	"credbroker/internal/bearer"
+	"credbroker/internal/outage"
 	"credbroker/internal/requeststate"
 	"credbroker/internal/strictjson"
 	"credbroker/internal/telemetry"
@@ -256,6 +257,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	info, err := s.opts.Verify(r.Context(), raw)
 	if err != nil || info.Principal.Issuer == "" || info.Principal.Subject == "" {
+		if vault.Unavailable(err) {
+			s.storageUnavailable(w, log, err)
+			return
+		}
 		if err != nil && !errors.Is(err, bearer.ErrInvalidToken) {
 			log.Error("sidecar: cannot verify user tokens", "err", err.Error())
 			writeError(w, http.StatusServiceUnavailable, "internal", "user tokens cannot be verified right now", nil)
@@ -355,6 +360,16 @@ type errorBody struct {
 	Accounts []string `json:"accounts,omitempty"`
 }
 
+// storageUnavailable answers a request a storage outage stopped: 503 with
+// Retry-After, code storage_unavailable; the cause goes to log, the
+// refusal to credbroker_store_unavailable_total{door="sidecar"}.
+func (s *Server) storageUnavailable(w http.ResponseWriter, log *slog.Logger, err error) {
+	log.Warn("sidecar: store unavailable; answered 503", "err", err.Error())
+	s.opts.Telemetry.StoreUnavailable(telemetry.DoorSidecar)
+	outage.SetRetryAfter(w.Header())
+	writeError(w, http.StatusServiceUnavailable, string(connections.CodeStorageUnavailable), outage.Message, nil)
+}
+
 func writeError(w http.ResponseWriter, status int, code, msg string, accounts []string) {
 	// Tells the broker's own refusals from relayed provider answers.
 	w.Header().Set(ErrorHeader, "true")
@@ -407,12 +422,21 @@ type ConnectionView struct {
 	Account  string   `json:"account"`
 	Scopes   []string `json:"scopes"`
 	Status   string   `json:"status"`
+	// NotGranted are the scopes the connection's last connect request
+	// asked for that the provider did not grant; Note says so and how to
+	// ask again. Both absent when everything was granted.
+	NotGranted []string `json:"not_granted,omitempty"`
+	Note       string   `json:"note,omitempty"`
 }
 
-func viewOf(c vault.Connection) ConnectionView {
+func viewOf(c vault.Connection, p *provider.Provider) ConnectionView {
 	v := ConnectionView{ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: slices.Clone(c.Scopes), Status: string(c.Status)}
 	if v.Scopes == nil {
 		v.Scopes = []string{}
+	}
+	if v.NotGranted = connections.NotGranted(p, c); len(v.NotGranted) > 0 {
+		v.Note = connections.NotGrantedWords(p, v.NotGranted) +
+			" To ask again, call POST /v1/require with these scopes; the user is asked in the browser and may grant them or not."
 	}
 	return v
 }
@@ -548,7 +572,7 @@ func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
 	}
 	switch o := o.(type) {
 	case connections.Connected:
-		v := viewOf(o.Conn)
+		v := viewOf(o.Conn, o.Provider)
 		writeJSON(w, http.StatusOK, requireResponse{Status: "connected", Connection: &v})
 	case connections.NeedsUser:
 		state := requeststate.Seal(s.opts.StateKeys, requeststate.State{Principal: req.Principal, Operation: requireOperation,
@@ -598,16 +622,17 @@ const invalidState = "Invalid or expired requestState"
 
 // statusOf is the HTTP status of each class of failure.
 var statusOf = map[connections.Class]int{
-	connections.BadRequest:      http.StatusBadRequest,
-	connections.BadState:        http.StatusBadRequest,
-	connections.NotFound:        http.StatusNotFound,
-	connections.NeedsConnection: http.StatusConflict,
-	connections.Refused:         http.StatusConflict,
-	connections.Conflict:        http.StatusConflict,
-	connections.Forbidden:       http.StatusForbidden,
-	connections.Unavailable:     http.StatusBadGateway,
-	connections.TimedOut:        http.StatusGatewayTimeout,
-	connections.Internal:        http.StatusInternalServerError,
+	connections.BadRequest:         http.StatusBadRequest,
+	connections.BadState:           http.StatusBadRequest,
+	connections.NotFound:           http.StatusNotFound,
+	connections.NeedsConnection:    http.StatusConflict,
+	connections.Refused:            http.StatusConflict,
+	connections.Conflict:           http.StatusConflict,
+	connections.Forbidden:          http.StatusForbidden,
+	connections.Unavailable:        http.StatusBadGateway,
+	connections.TimedOut:           http.StatusGatewayTimeout,
+	connections.Internal:           http.StatusInternalServerError,
+	connections.StorageUnavailable: http.StatusServiceUnavailable,
 }
 
 // failed answers a connections or provider error: the status of its class,
@@ -619,6 +644,9 @@ func (s *Server) failed(w http.ResponseWriter, err error, providerName string) {
 	msg := f.Message
 	var re *provider.RequestError
 	switch {
+	case f.Class == connections.StorageUnavailable:
+		s.storageUnavailable(w, s.log, err)
+		return
 	case f.Class == connections.BadState:
 		msg = invalidState
 	case errors.As(err, &re):

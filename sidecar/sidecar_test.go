@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -646,4 +647,50 @@ func TestSidecarAPIKey(t *testing.T) {
 	}
 	st.CheckNoTokens("logs", st.Logs.String()+st.AuditLog.String())
 	st.CheckNoTokens("answers", seen.String())
+}
+
+// TestSidecarScopesNotGranted: the person grants fewer scopes than a
+// co-located server's require asked for. The retry's answer is connected
+// with the narrower scopes, not_granted naming what is missing and a note
+// saying it was not granted and how to ask again (the contract's
+// Connection schema is checked on the exchange); a full grant names
+// nothing.
+func TestSidecarScopesNotGranted(t *testing.T) {
+	st := sidecartest.Start(t, sidecartest.Options{})
+	ctx := context.Background()
+	sc, err := client.New(st.URL, st.Secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := st.UserToken("alice", "")
+	req := client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}}
+	rr, err := sc.Require(ctx, alice, req)
+	if err != nil || rr.Status != "input_required" {
+		t.Fatalf("require: %+v %v", rr, err)
+	}
+	st.CompleteConnectGranting(rr.InputRequest.Params.URL, "alice", "1001", []string{"profile"})
+	req.RequestState = rr.RequestState
+	done, err := sc.Require(ctx, alice, req)
+	if err != nil || done.Status != "connected" || done.Connection == nil {
+		t.Fatalf("retry: %+v %v", done, err)
+	}
+	c := done.Connection
+	if !slices.Equal(c.Scopes, []string{"profile"}) || !slices.Equal(c.NotGranted, []string{"repos"}) {
+		t.Fatalf("connected with scopes %v, not granted %v; want [profile], [repos]", c.Scopes, c.NotGranted)
+	}
+	for _, want := range []string{`"repos" was not granted`, "POST /v1/require"} {
+		if !strings.Contains(c.Note, want) {
+			t.Fatalf("note %q does not say %q", c.Note, want)
+		}
+	}
+	// Asking again: the person grants everything this time.
+	rr, err = sc.Require(ctx, alice, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}})
+	if err != nil || rr.Status != "input_required" {
+		t.Fatalf("require again: %+v %v", rr, err)
+	}
+	st.CompleteConnect(rr.InputRequest.Params.URL, "alice", "1001")
+	done, err = sc.Require(ctx, alice, client.RequireRequest{Provider: "demo", Scopes: []string{"repos"}, RequestState: rr.RequestState})
+	if err != nil || done.Status != "connected" || done.Connection.NotGranted != nil || done.Connection.Note != "" {
+		t.Fatalf("after a full grant: %+v %v, want connected naming nothing missing", done.Connection, err)
+	}
 }

@@ -16,7 +16,7 @@ var ErrAssertionSpent = errors.New("vault: assertion already spent")
 // AssertionLedger remembers the one-time assertions the broker accepted
 // (the jti of an ID-JAG redeemed at the authorization server) until they
 // expire, so each is accepted once across every process sharing the
-// store. Backends that have it implement it next to AuthStore;
+// store: the Store feature that Store.Assertions returns;
 // vaulttest.RunAssertions is its conformance suite. Only AssertionKey
 // hashes are stored, never an assertion.
 type AssertionLedger interface {

@@ -177,9 +177,10 @@ type AppWatcher struct {
 	Lost func()
 }
 
-// AppWatch is an optional AuthStore feature of a store several processes
-// share (pgstore: PostgreSQL LISTEN/NOTIFY): a feed of the changes of app
-// access records, so each process can cache what it read.
+// AppWatch is the Store feature that Store.AppWatch returns, for a store
+// several processes share (pgstore: PostgreSQL LISTEN/NOTIFY): a feed of
+// the changes of app access records, so each process can cache what it
+// read.
 type AppWatch interface {
 	// WatchApps follows the changes until ctx ends, reconnecting on its
 	// own; it calls w's functions from one goroutine, in order.
@@ -204,8 +205,8 @@ func SecretKey(secret string) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// AuthStore is the storage of the broker's OAuth authorization server.
-// Every backend implements it next to Store, and vaulttest.RunAuth is its
+// AuthStore is the storage of the broker's OAuth authorization server,
+// the Store feature that Store.Auth returns; vaulttest.RunAuth is its
 // conformance suite. Nothing secret is stored: codes and refresh tokens
 // are kept as SecretKey hashes, client secrets as SHA-256.
 type AuthStore interface {

@@ -11,10 +11,11 @@ type ConnectionWrite struct {
 	Update   func(Connection) (Connection, error)
 }
 
-// GrantConnector is implemented by stores that can store the connection a
-// connect request produced and close the request in one transaction (one
-// durable commit where there were two, and no window in which a connection
-// exists for a grant that could not be completed).
+// GrantConnector is the Store feature (Store.Connector, which may be nil)
+// that stores the connection a connect request produced and closes the
+// request in one transaction (one durable commit where there were two,
+// and no window in which a connection exists for a grant that could not
+// be completed).
 //
 // Connect performs w, then applies grant to grant grantID (with the rules
 // of UpdateGrant), atomically: when either fails nothing is stored, and the

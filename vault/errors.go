@@ -1,6 +1,9 @@
 package vault
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors, matched with errors.Is: the sentinels every Store returns
 // (wrapped), those of AuthStore, and those of the envelope.
@@ -13,6 +16,15 @@ var (
 	ErrConflict = errors.New("vault: conflict")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("vault: store closed")
+	// ErrUnavailable: the storage behind the store cannot be used right
+	// now: the database is down, restarting or unreachable, or the disk
+	// refused a write (full, read-only, an I/O error). The call may well
+	// succeed when it is made again a little later. Every backend wraps
+	// its connection-level and I/O failures with it, keeping the cause in
+	// the message (for the operator's log: never shown to a client), so
+	// that each front door can answer an outage as one: a retryable 503
+	// (Unavailable tests for it).
+	ErrUnavailable = errors.New("vault: storage unavailable")
 	// ErrTooManyOpenGrants: CreateGrantLimited refused a grant because its
 	// principal already holds GrantLimits.MaxOpen open grants.
 	ErrTooManyOpenGrants = errors.New("vault: too many open grants")
@@ -42,3 +54,15 @@ var (
 	// ErrNoKeys: no keys were configured.
 	ErrNoKeys = errors.New("vault: no encryption keys configured")
 )
+
+// Unavailable reports whether err is (or wraps) ErrUnavailable: the
+// storage could not be used, and the same call may succeed later.
+func Unavailable(err error) bool { return err != nil && errors.Is(err, ErrUnavailable) }
+
+// UnavailableError wraps cause, a backend's failure to reach or write its
+// storage, with ErrUnavailable; where names the storage (a file, a
+// database) without credentials. Both stay in the message for the
+// operator's log.
+func UnavailableError(where string, cause error) error {
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, where, cause)
+}

@@ -5,9 +5,10 @@ import (
 	"sync"
 )
 
-// Locker is an optional Store feature: exclusive use of one connection
-// across every process that shares the store, for work that must happen at
-// most once at a time (a token refresh with a rotating refresh token).
+// Locker is the Store feature (Store.Locker) of exclusive use of one
+// connection across every process that shares the store, for work that
+// must happen at most once at a time (a token refresh with a rotating
+// refresh token).
 //
 // LockConnection blocks until the caller holds the connection's lock or ctx
 // ends; the returned unlock releases it and is safe to call more than once.
@@ -15,30 +16,10 @@ import (
 // its result, and re-read the connection after acquiring it: another
 // holder may already have done the work.
 //
-// Backends shared by several processes (pgstore) implement it; for a
-// single-process store use LockerFor, which falls back to an in-process
-// LocalLocker.
+// Backends shared by several processes (pgstore) lock in the database; a
+// store only one process opens keeps one in-process LocalLocker.
 type Locker interface {
 	LockConnection(ctx context.Context, id string) (unlock func(), err error)
-}
-
-// LockerFor returns the Locker of s: s itself when it implements Locker,
-// else the first store down its Unwrap chain that does (wrappers that
-// time or log store calls implement Unwrap() Store), otherwise a new
-// LocalLocker. Call it once when building a component and keep the result:
-// two LocalLockers do not exclude each other.
-func LockerFor(s Store) Locker {
-	for range 16 { // wrappers nest shallowly; the bound stops a cycle
-		if l, ok := s.(Locker); ok {
-			return l
-		}
-		w, ok := s.(interface{ Unwrap() Store })
-		if !ok {
-			break
-		}
-		s = w.Unwrap()
-	}
-	return NewLocalLocker()
 }
 
 // LocalLocker is an in-process Locker: one mutex per connection id,

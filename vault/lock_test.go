@@ -8,46 +8,7 @@ import (
 	"time"
 
 	"credbroker/vault"
-	"credbroker/vault/memstore"
 )
-
-// wrapped hides a store behind a wrapper that only offers Unwrap.
-type wrapped struct{ vault.Store }
-
-func (w wrapped) Unwrap() vault.Store { return w.Store }
-
-type lockingStore struct {
-	vault.Store
-	*vault.LocalLocker
-}
-
-func TestLockerFor(t *testing.T) {
-	kr, err := vault.ParseKeys(vault.GenerateKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := lockingStore{memstore.New(kr), vault.NewLocalLocker()}
-	tests := []struct {
-		name  string
-		store vault.Store
-		want  vault.Locker // nil: a fresh LocalLocker
-	}{
-		{"store is a Locker", ls, ls},
-		{"behind a wrapper", wrapped{wrapped{ls}}, ls},
-		{"no Locker anywhere", wrapped{memstore.New(kr)}, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := vault.LockerFor(tt.store)
-			if tt.want != nil && got != tt.want {
-				t.Fatalf("LockerFor = %T, want the store's own Locker", got)
-			}
-			if _, ok := got.(*vault.LocalLocker); tt.want == nil && !ok {
-				t.Fatalf("LockerFor = %T, want a LocalLocker", got)
-			}
-		})
-	}
-}
 
 func TestLocalLocker(t *testing.T) {
 	l := vault.NewLocalLocker()

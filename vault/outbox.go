@@ -57,10 +57,10 @@ type ChangeHook func(before, after *Connection) []Delivery
 // record, after is nil for a deleted one. It must be pure, as ChangeHook.
 type AppChangeHook func(before, after *AppAccess) []Delivery
 
-// Outbox is the durable queue of webhook deliveries, an optional Store
-// feature that every backend of this repository implements (find it with
-// OutboxFor). Deliveries are handed out at least once: a dispatcher that
-// claims some and dies leaves them due again when its claim ends.
+// Outbox is the durable queue of webhook deliveries, the Store feature
+// that Store.Outbox returns. Deliveries are handed out at least once: a
+// dispatcher that claims some and dies leaves them due again when its
+// claim ends.
 type Outbox interface {
 	// EnqueueDeliveries stores deliveries that no change of a stored
 	// record carries (a failed refresh, say). A delivery whose (ID,
@@ -82,9 +82,8 @@ type Outbox interface {
 	OutboxDepth(ctx context.Context) (n int, oldest time.Time, err error)
 }
 
-// AdminStore is what operators' bulk operations need beyond Store, an
-// optional feature every backend of this repository implements (find it
-// with AdminFor).
+// AdminStore is what operators' bulk operations need beyond Store, the
+// Store feature that Store.Admin returns.
 type AdminStore interface {
 	// ProviderConnections returns up to limit connections to provider
 	// whose id is greater than after, ordered by id: metadata only, as
@@ -105,27 +104,4 @@ type AdminStore interface {
 	// ForgetRetired removes a retired record (its tokens are revoked, or
 	// given up). ErrNotFound when it is not stored.
 	ForgetRetired(ctx context.Context, id string) error
-}
-
-// OutboxFor returns s's Outbox: s itself, or the first store down its
-// Unwrap chain that is one.
-func OutboxFor(s Store) (Outbox, bool) { return findFeature[Outbox](s) }
-
-// AdminFor returns s's AdminStore: s itself, or the first store down its
-// Unwrap chain that is one.
-func AdminFor(s Store) (AdminStore, bool) { return findFeature[AdminStore](s) }
-
-func findFeature[T any](s Store) (T, bool) {
-	for range 16 {
-		if f, ok := s.(T); ok {
-			return f, true
-		}
-		w, ok := s.(interface{ Unwrap() Store })
-		if !ok {
-			break
-		}
-		s = w.Unwrap()
-	}
-	var zero T
-	return zero, false
 }

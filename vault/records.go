@@ -29,7 +29,18 @@ const (
 	KindAppAccess
 	// KindDelivery: a webhook delivery in the outbox.
 	KindDelivery
+	// KindSpentAssertion: a spent one-time assertion (an ID-JAG's jti,
+	// as an AssertionKey) and when it expires: without it the target of
+	// a migration would accept the assertion again.
+	KindSpentAssertion
+	// KindUpstreamClient: the broker's registration at an upstream MCP
+	// server's authorization server, its secret sealed: without it the
+	// target of a migration would register again.
+	KindUpstreamClient
 )
+
+// LastKind is the last RecordKind: kinds run from KindKeyCanary to it.
+const LastKind = KindUpstreamClient
 
 var recordKindNames = [...]string{
 	KindKeyCanary:         "key canaries",
@@ -40,6 +51,8 @@ var recordKindNames = [...]string{
 	KindAuthCode:          "authorization codes",
 	KindAppAccess:         "app authorizations",
 	KindDelivery:          "webhook deliveries",
+	KindSpentAssertion:    "spent assertions",
+	KindUpstreamClient:    "upstream registrations",
 }
 
 // String names the kind's records, as a report counts them.

@@ -8,7 +8,9 @@ import (
 
 // Rekey re-seals every connection whose token set is not sealed with kr's
 // primary key, batch ids at a time, while the store stays in use (each record
-// is rewritten through UpdateConnection, so concurrent writers are safe).
+// is rewritten through UpdateConnection, so concurrent writers are safe),
+// then every upstream client secret sealed with another key
+// (UpstreamClientStore.ResealUpstreamClients).
 // It is idempotent and resumable: records already on the primary key are
 // skipped, so an interrupted run simply starts again. The store must have
 // been opened with kr. It returns how many records it rewrote.
@@ -25,9 +27,14 @@ func Rekey(ctx context.Context, s Store, kr *Keyring, batch int) (int, error) {
 			return rewritten, fmt.Errorf("vault: rekey: list: %w", err)
 		}
 		if len(ids) == 0 {
+			n, err := s.UpstreamClients().ResealUpstreamClients(ctx)
+			rewritten += n
+			if err != nil {
+				return rewritten, fmt.Errorf("vault: rekey: upstream clients: %w", err)
+			}
 			return rewritten, nil
 		}
-		if r, ok := s.(Resealer); ok {
+		if r := s.Resealer(); r != nil {
 			n, err := r.Reseal(ctx, ids)
 			rewritten += n
 			if err != nil {
@@ -60,11 +67,12 @@ func Rekey(ctx context.Context, s Store, kr *Keyring, batch int) (int, error) {
 	}
 }
 
-// Resealer is an optional Store feature: re-seal the token sets of the
-// given connections with the primary key in one transaction, skipping those
-// already sealed with it and ids that no longer exist, and return how many it
-// rewrote (each rewrite increments Version). Rekey uses it when present so a
-// rotation costs one durable write per batch instead of one per record.
+// Resealer is the Store feature (Store.Resealer, which may be nil) that
+// re-seals the token sets of the given connections with the primary key
+// in one transaction, skipping those already sealed with it and ids that
+// no longer exist, and returns how many it rewrote (each rewrite
+// increments Version). Rekey uses it when present so a rotation costs one
+// durable write per batch instead of one per record.
 type Resealer interface {
 	Reseal(ctx context.Context, ids []string) (int, error)
 }

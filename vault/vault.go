@@ -78,8 +78,14 @@ type Connection struct {
 	// AccountID is the provider account's stable id (GitHub numeric id, OIDC sub).
 	AccountID string
 	// AccountLogin is the display login or email of the provider account.
-	AccountLogin  string
+	AccountLogin string
+	// Scopes are what the provider granted; Requested what the connect
+	// request that made or last updated the connection asked for (nil
+	// when unknown: API keys, connections stored before brokers recorded
+	// it). A person may grant less than was asked (Google's granular
+	// consent); the difference is what the model is told it lacks.
 	Scopes        []string
+	Requested     []string
 	Token         TokenSet
 	Status        ConnectionStatus
 	Created       time.Time
@@ -103,6 +109,7 @@ type Connection struct {
 // Clone returns a deep copy of c.
 func (c Connection) Clone() Connection {
 	c.Scopes = slices.Clone(c.Scopes)
+	c.Requested = slices.Clone(c.Requested)
 	c.Token = c.Token.Clone()
 	return c
 }
@@ -273,6 +280,37 @@ type Store interface {
 	// DeleteExpiredGrants removes grants whose Expires is before now and
 	// returns how many it removed.
 	DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error)
+
+	// The store's other features, each a sub-store asked for by name, so
+	// that nothing finds one by type assertion and a wrapper (Observe)
+	// hands out its own wrapped sub-store for each. A sub-store keeps
+	// working only while the store is open.
+
+	// Connector returns the one-transaction connect, or nil when the
+	// store has none (callers then write the connection and the grant
+	// in two steps).
+	Connector() GrantConnector
+	// Auth returns the authorization server's records.
+	Auth() AuthStore
+	// Outbox returns the webhook outbox.
+	Outbox() Outbox
+	// Admin returns the operators' bulk operations.
+	Admin() AdminStore
+	// Assertions returns the ledger of spent one-time assertions.
+	Assertions() AssertionLedger
+	// Locker returns the store's connection locks. It is the same for
+	// every call on one store, so every caller excludes every other.
+	Locker() Locker
+	// Resealer returns the batch re-seal of key rotation, or nil when the
+	// store has none (Rekey then rewrites record by record).
+	Resealer() Resealer
+	// AppWatch returns the feed of the changes other processes make to
+	// the authorization server's app access records, or nil when the
+	// store has none (one process writes a bolt file or a memory store).
+	AppWatch() AppWatch
+	// UpstreamClients returns the broker's registrations at upstream MCP
+	// servers' authorization servers.
+	UpstreamClients() UpstreamClientStore
 
 	// Close releases the store. Further calls return ErrClosed.
 	Close() error

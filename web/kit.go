@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/internal/clientaddr"
+	"credbroker/internal/outage"
 	"credbroker/internal/tracing"
 )
 
@@ -159,6 +160,23 @@ func (k *Kit) Fail(w http.ResponseWriter, r *http.Request, c Chrome, status int,
 	k.RenderError(w, ErrorPage{Chrome: c, Status: status, Heading: "Something went wrong",
 		Message: "The broker could not finish this step. " + k.opts.Unchanged,
 		Next:    "Try again in a moment. If it keeps happening, tell your administrator the reference below.", Reference: ref})
+}
+
+// Unavailable renders the page of a request the broker's storage
+// outage stopped: 503 with Retry-After, saying the storage is unavailable
+// and to try again in a few seconds (next: how, on this page; "" for
+// reloading it). The cause (err, which names the database or the file)
+// goes to the log only, under a reference the page shows.
+func (k *Kit) Unavailable(w http.ResponseWriter, r *http.Request, c Chrome, what, next string, err error) {
+	ref := reference()
+	k.log.Warn("store unavailable; answered 503", "what", what, "path", k.opts.RedactPath(r.URL.Path), "ref", ref, "err", err)
+	if next == "" {
+		next = "Reload this page in a few seconds."
+	}
+	outage.SetRetryAfter(w.Header())
+	k.RenderError(w, ErrorPage{Chrome: c, Status: http.StatusServiceUnavailable, Heading: "The broker's storage is unavailable",
+		Message: "The broker cannot read or save anything right now, so this step did not complete. " + k.opts.Unchanged,
+		Next:    next + " It usually works again within seconds; if it does not, tell your administrator the reference below.", Reference: ref})
 }
 
 // reference returns a short random reference for a failure.

@@ -26,7 +26,7 @@ import (
 // DispatchOptions configures a Dispatcher. Zero durations get defaults.
 type DispatchOptions struct {
 	Config *Config
-	Store  vault.Store // must keep an outbox (vault.OutboxFor)
+	Store  vault.Store // its Outbox is sent
 	// HTTPClient sends the requests; redirects are never followed (a
 	// 3xx is a failure, as the specification recommends).
 	HTTPClient *http.Client
@@ -65,10 +65,7 @@ type Dispatcher struct {
 
 // NewDispatcher validates opts and builds a Dispatcher.
 func NewDispatcher(opts DispatchOptions) (*Dispatcher, error) {
-	o, ok := vault.OutboxFor(opts.Store)
-	if !ok {
-		return nil, errors.New("webhook: the store keeps no outbox")
-	}
+	o := opts.Store.Outbox()
 	if opts.Timeout <= 0 {
 		opts.Timeout = 15 * time.Second
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"credbroker/vault"
@@ -180,11 +179,7 @@ func (p *Publisher) Publish(ctx context.Context, store vault.Store, typ string, 
 	if err != nil || len(ds) == 0 {
 		return err
 	}
-	o, ok := vault.OutboxFor(store)
-	if !ok {
-		return errors.New("webhook: the store keeps no outbox")
-	}
-	return o.EnqueueDeliveries(ctx, ds)
+	return store.Outbox().EnqueueDeliveries(ctx, ds)
 }
 
 // NewMessageID returns a fresh webhook-id: "msg_" and 128 random bits.

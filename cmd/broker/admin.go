@@ -114,7 +114,7 @@ func (c *adminCommand) open(stderr io.Writer) (*adminEnv, error) {
 		store.Close()
 		return nil, err
 	}
-	appSvc, err := appsCore(store, apps.Policy{}, rec, log)
+	appSvc, err := appsCore(store, soleWriter(store), apps.Policy{}, rec, log)
 	if err != nil {
 		store.Close()
 		return nil, err

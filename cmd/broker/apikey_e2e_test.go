@@ -163,6 +163,7 @@ func (b *keyBrowser) enterKey(bctx context.Context, link, user, login, key, want
 // broker page or the broker's log.
 func TestDevAPIKeyEndToEnd(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	d := startDev(t, freeAddr(t), t.TempDir())
 	bctx := browserPerson(t)
 	ctx := testContext(t, 3*time.Minute)

@@ -37,6 +37,7 @@ const conformanceAuthVersion = "2026-07-28"
 // reason (a listed check that passes is stale and fails the test).
 func TestConformanceAuthorizationServer(t *testing.T) {
 	testskip.Short(t, "conformance suite")
+	t.Parallel()
 	root, _ := filepath.Abs("../..")
 	node, suite := conformanceSuite(t, root)
 	versions := []string{conformanceAuthVersion}

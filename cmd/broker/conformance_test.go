@@ -115,6 +115,7 @@ type conformanceCheck struct {
 // baseline hides regressions).
 func TestConformance(t *testing.T) {
 	testskip.Short(t, "conformance suite")
+	t.Parallel()
 	root, _ := filepath.Abs("../..")
 	node, suite := conformanceSuite(t, root)
 	baseline := loadConformanceBaseline(t, filepath.Join(root, "testdata", "conformance", "expected-failures.yaml"), conformanceVersions)

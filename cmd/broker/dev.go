@@ -211,6 +211,14 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		ln.Close()
 		return fmt.Errorf("demo provider: %w", err)
 	}
+	// The demo provider keeps its registrations in memory, so the
+	// broker's registration there from an earlier run (the store keeps
+	// it) names a client this run's demo provider never heard of.
+	err = store.UpstreamClients().DeleteUpstreamClient(ctx, provider.UpstreamClientKey(demo.Issuer(), base+"/oauth/demo-mcp/callback"))
+	if err != nil && !errors.Is(err, vault.ErrNotFound) {
+		ln.Close()
+		return fmt.Errorf("forget the demo MCP server's registration of an earlier run: %w", err)
+	}
 	upstream, err := demomcp.New(demomcp.Options{URL: base + devMCPPath, AuthServer: demo, Logger: log.With("component", "demomcp")})
 	if err != nil {
 		ln.Close()
@@ -284,7 +292,9 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 	srv.RegisterOnShutdown(m.MCP.EndStreams)
 	go collectGrants(sctx, m.Grants, log)
 	printDevBanner(stdout, base, dbPath, keysPath, side)
-	return <-serveErr
+	err = <-serveErr
+	m.Upstreams.Close()
+	return err
 }
 
 // The development MCP host's client, at the IdP and at the broker alike

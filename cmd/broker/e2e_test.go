@@ -187,6 +187,7 @@ func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
 // brokerctl --non-interactive, and a restart that keeps the connection.
 func TestDevEndToEnd(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	addr, data := freeAddr(t), t.TempDir()
 	d := startDev(t, addr, data)
 	bctx := newBrowser(t)
@@ -316,6 +317,7 @@ func TestDevEndToEnd(t *testing.T) {
 // background, as in its own terminal.
 func TestReadmeWalkthrough(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatalf("curl is needed by the README walkthrough (apt-get install -y curl): %v", err)
 	}
@@ -378,43 +380,24 @@ func TestReadmeWalkthrough(t *testing.T) {
 			cmdline := strings.Replace(strings.TrimPrefix(line, "$ "), "go run ./cmd/brokerctl", ctl, 1)
 			cmd := exec.CommandContext(ctx, "bash", "-c", cmdline)
 			cmd.Dir, cmd.Env = root, env
-			stdin, _ := cmd.StdinPipe()
-			stdout, _ := cmd.StdoutPipe()
-			cmd.Stderr = cmd.Stdout
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
+			// A person's browser, signed in to nothing yet, for each link.
+			out, err := converse(cmd, func(link string) error {
+				if strings.Contains(cmdline, "demo-keys") {
+					// The API-key service: the key is read at the demo
+					// provider's key page and entered on the broker's.
+					_, err := (&keyBrowser{}).enterKey(personBrowser(t, bctx), link, "alice", "alice-demo", "", "Connected")
+					return err
+				}
+				consent, err := browseConsent(personBrowser(t, bctx), link, "alice", "alice-demo")
+				consents = append(consents, consent)
+				gatewayConnected = gatewayConnected || strings.Contains(cmdline, "/mcp/u/")
+				return err
+			})
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", cmdline, err, out)
 			}
 			var transcript strings.Builder
-			sc := bufio.NewScanner(stdout)
-			sc.Split(scanPrompts)
-			for sc.Scan() {
-				chunk := sc.Text()
-				transcript.WriteString(chunk)
-				switch {
-				case strings.Contains(chunk, "? [y]es"):
-					io.WriteString(stdin, "y\n")
-				case strings.Contains(chunk, "Press Enter"):
-					links := regexp.MustCompile(`URL:\s+(\S+)`).FindAllStringSubmatch(transcript.String(), -1)
-					if links == nil {
-						t.Fatalf("no URL shown before the prompt:\n%s", transcript.String())
-					}
-					// A person's browser, signed in to nothing yet.
-					if strings.Contains(cmdline, "demo-keys") {
-						// The API-key service: the key is read at the demo
-						// provider's key page and entered on the broker's.
-						if _, err := (&keyBrowser{}).enterKey(personBrowser(t, bctx), links[len(links)-1][1], "alice", "alice-demo", "", "Connected"); err != nil {
-							t.Fatal(err)
-						}
-					} else {
-						consents = append(consents, completeInBrowser(t, personBrowser(t, bctx), links[len(links)-1][1], "alice", "alice-demo"))
-						gatewayConnected = gatewayConnected || strings.Contains(cmdline, "/mcp/u/")
-					}
-					io.WriteString(stdin, "\n")
-				}
-			}
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("%s: %v\n%s", cmdline, err, transcript.String())
-			}
+			transcript.WriteString(out)
 			// What each command prints: the connection's account, except
 			// the gateway's tool lists (the placeholder until alice is
 			// connected, then the demo MCP server's own tools).
@@ -500,6 +483,51 @@ func startServer(t *testing.T, ctx context.Context, dir string, env []string, cm
 		t.Fatalf("%s did not say where it listens", cmdline)
 	}
 }
+
+// converse runs cmd (brokerctl, interactive) to its end, answering as a
+// person does: yes to a link, then the browser step (link), then Enter.
+// It returns everything cmd printed.
+func converse(cmd *exec.Cmd, link func(url string) error) (string, error) {
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	var transcript strings.Builder
+	var failed error
+	sc := bufio.NewScanner(stdout)
+	sc.Split(scanPrompts)
+	for sc.Scan() {
+		chunk := sc.Text()
+		transcript.WriteString(chunk)
+		switch {
+		case failed != nil:
+		case strings.Contains(chunk, "? [y]es"):
+			io.WriteString(stdin, "y\n")
+		case strings.Contains(chunk, "Press Enter"):
+			links := urlLineRE.FindAllStringSubmatch(transcript.String(), -1)
+			if links == nil {
+				failed = fmt.Errorf("no URL shown before the prompt")
+			} else {
+				failed = link(links[len(links)-1][1])
+			}
+			if failed != nil {
+				io.WriteString(stdin, "c\n")
+				continue
+			}
+			io.WriteString(stdin, "\n")
+		}
+	}
+	err := cmd.Wait()
+	if failed != nil {
+		err = failed
+	}
+	return transcript.String(), err
+}
+
+// urlLineRE finds the link brokerctl shows ("URL:    …").
+var urlLineRE = regexp.MustCompile(`URL:\s+(\S+)`)
 
 // scanPrompts splits output at newlines and after prompts that end in ": "
 // (which wait for input without a newline).

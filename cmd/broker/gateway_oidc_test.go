@@ -290,6 +290,7 @@ const oidcProvidersYAML = `providers:
 // insufficient_scope opens a connect request for the union of the scopes.
 func TestGatewayOIDCProvider(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	node, dir := gwPeer(t, "oidcprovider", "oidc-provider", "as.mjs")
 	ctx := testContext(t, 3*time.Minute)
 	s := newGWStack(t)

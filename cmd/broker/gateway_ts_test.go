@@ -56,6 +56,7 @@ var (
 // with nothing to refresh it with, asks the person to connect again.
 func TestGatewayTypeScriptUpstream(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	node, dir := gwPeer(t, "tsupstream", "@modelcontextprotocol/sdk", "loopback.mjs")
 	ctx := testContext(t, 3*time.Minute)
 	_, mcpPort, _ := net.SplitHostPort(freeAddr(t))

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
 	"credbroker/internal/htmlform"
@@ -143,6 +145,17 @@ type gwHost struct {
 
 func (s *gwStack) host(t *testing.T, ctx context.Context, user, p string, connect func(ctx context.Context, link string) error) *gwHost {
 	t.Helper()
+	hc := &http.Client{Transport: bearerTransport{s.bearer(t, user, p), recording{&s.seen, s.lb.srv.Client().Transport}}}
+	h := newGWHost(t, ctx, s.endpoint(p), s.public(), hc, connect)
+	s.t.Cleanup(func() { h.cs.Close() })
+	return h
+}
+
+// newGWHost connects a gwHost to endpoint through hc (which adds the
+// bearer); its links must be connect links of the broker at public. The
+// caller closes its session (h.cs).
+func newGWHost(t *testing.T, ctx context.Context, endpoint, public string, hc *http.Client, connect func(ctx context.Context, link string) error) *gwHost {
+	t.Helper()
 	h := &gwHost{}
 	client := mcp.NewClient(&mcp.Implementation{Name: "gateway-peer-host", Version: "1"}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
@@ -150,7 +163,7 @@ func (s *gwStack) host(t *testing.T, ctx context.Context, user, p string, connec
 			h.mu.Lock()
 			h.links = append(h.links, req.Params.URL)
 			h.mu.Unlock()
-			if req.Params.Mode != "url" || !strings.HasPrefix(req.Params.URL, s.public()+"/connect/") {
+			if req.Params.Mode != "url" || !strings.HasPrefix(req.Params.URL, public+"/connect/") {
 				return nil, fmt.Errorf("elicitation %q %q is not a broker connect link", req.Params.Mode, req.Params.URL)
 			}
 			if err := connect(ctx, req.Params.URL); err != nil {
@@ -159,15 +172,10 @@ func (s *gwStack) host(t *testing.T, ctx context.Context, user, p string, connec
 			return &mcp.ElicitResult{Action: "accept"}, nil
 		},
 	})
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint:             s.endpoint(p),
-		HTTPClient:           &http.Client{Transport: bearerTransport{s.bearer(t, user, p), recording{&s.seen, s.lb.srv.Client().Transport}}},
-		DisableStandaloneSSE: true,
-	}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
 	if err != nil {
-		t.Fatalf("host of %s at %s: %v", user, p, err)
+		t.Fatalf("host at %s: %v", endpoint, err)
 	}
-	s.t.Cleanup(func() { cs.Close() })
 	h.cs = cs
 	return h
 }
@@ -194,15 +202,22 @@ func (r recording) RoundTrip(req *http.Request) (*http.Response, error) {
 // the upstream's tokens (issue 31's invariant 1: no token passthrough).
 func (s *gwStack) noLeak(t *testing.T, tokens []string) {
 	t.Helper()
+	text := s.seen.String()
+	for _, p := range s.procs {
+		text += p.logs.String()
+	}
+	noTokenIn(t, text, tokens)
+}
+
+// noTokenIn fails t when text (what hosts and browsers received, the
+// broker's logs) holds any of the upstream's tokens.
+func noTokenIn(t *testing.T, text string, tokens []string) {
+	t.Helper()
 	if len(tokens) == 0 {
 		t.Fatal("no upstream token to look for")
 	}
-	seen, logs := s.seen.String(), ""
-	for _, p := range s.procs {
-		logs += p.logs.String()
-	}
 	for _, tok := range tokens {
-		if strings.Contains(seen, tok) || strings.Contains(logs, tok) {
+		if tok != "" && strings.Contains(text, tok) {
 			t.Errorf("an upstream token reached a host, a browser or the broker's log")
 		}
 	}
@@ -314,7 +329,8 @@ func (b *gwBrowser) submit(p httpPage, actionPart string, extra url.Values) (htt
 // connect follows a connect link as user to the broker's "Connected"
 // page: the dev IdP's sign-in when asked, the broker's consent (approved),
 // and the upstream authorization server's own pages when it shows any
-// (oidc-provider's development login and consent). It returns the text of
+// (oidc-provider's development login and consent, the demo provider's
+// consent as alice-demo). It returns the text of
 // the broker's consent page.
 func (b *gwBrowser) connect(ctx context.Context, link, user string) (consent string, err error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, link, nil)
@@ -329,16 +345,32 @@ func (b *gwBrowser) connect(ctx context.Context, link, user string) (consent str
 			p, err = b.submit(p, "/interaction/", url.Values{"login": {user}, "password": {user}})
 		case strings.Contains(p.body, `name="prompt" value="consent"`): // oidc-provider's consent
 			p, err = b.submit(p, "/interaction/", nil)
+		case strings.Contains(p.body, `name="account"`) && strings.Contains(p.body, `name="decision"`): // the demo provider's consent
+			p, err = b.submit(p, "authorize", url.Values{"decision": {"approve"}, "account": {demoAccountID(user)}})
 		case strings.Contains(p.body, `name="password"`): // the dev IdP's sign-in
 			p, err = b.submit(p, "login", url.Values{"username": {user}, "password": {user}})
 		case strings.Contains(p.body, `name="decision"`) && strings.Contains(p.url.Path, "/connect/"):
 			consent = p.body
 			p, err = b.submit(p, "/connect/", url.Values{"decision": {"approve"}})
+		case strings.Contains(p.body, `<select name="account">`) && strings.HasSuffix(p.url.Path, "/authorize"): // the demo provider's consent
+			p, err = b.submit(p, "authorize", url.Values{"account": {"1001"}, "decision": {"approve"}})
 		default:
 			err = errors.New("an unexpected page")
 		}
 	}
 	return consent, fmt.Errorf("connecting as %s: %v; ended on %s (HTTP %d):\n%.1500s", user, err, p.url, p.status, p.body)
+}
+
+// demoAccountID is the id of user's demo account (alice: alice-demo),
+// the first one when user has none.
+func demoAccountID(user string) string {
+	accounts := demoprovider.Accounts()
+	for _, a := range accounts {
+		if a.Login == user+"-demo" {
+			return strconv.FormatInt(a.ID, 10)
+		}
+	}
+	return strconv.FormatInt(accounts[0].ID, 10)
 }
 
 // gwPeer returns the pinned Node 22 and the directory where make installed
@@ -358,13 +390,7 @@ func gwPeer(t *testing.T, name, pkg string, scripts ...string) (node, dir string
 		}
 	}
 	for _, s := range scripts {
-		src, err := os.ReadFile(filepath.Join(root, "testdata", name, s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, s), src, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		installScript(t, filepath.Join(root, "testdata", name, s), filepath.Join(dir, s))
 	}
 	return node, dir
 }

@@ -207,7 +207,18 @@ func raceReport(t *testing.T, name, log string) {
 // Token mints a bearer token for a development user through /dev/token.
 func (d *devBroker) Token(user string) string {
 	d.t.Helper()
-	req, _ := http.NewRequest("POST", d.BaseURL+"/dev/token", strings.NewReader(url.Values{"user": {user}}.Encode()))
+	return d.TokenFor(user, "")
+}
+
+// TokenFor mints user's bearer token for resource (a gateway endpoint;
+// "" the broker's /mcp) through /dev/token.
+func (d *devBroker) TokenFor(user, resource string) string {
+	d.t.Helper()
+	form := url.Values{"user": {user}}
+	if resource != "" {
+		form.Set("resource", resource)
+	}
+	req, _ := http.NewRequest("POST", d.BaseURL+"/dev/token", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "text/plain")
 	resp, err := http.DefaultClient.Do(req)

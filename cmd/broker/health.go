@@ -11,20 +11,25 @@ import (
 	"time"
 
 	"credbroker/internal/buildinfo"
+	"credbroker/internal/telemetry"
 	"credbroker/vault"
 	"credbroker/web"
 )
 
-// readiness answers /readyz: the store is open, the keys are loaded and the
-// IdP's discovery document is reachable. The result is cached for ttl so a
-// busy load balancer does not turn into load on the IdP.
+// readiness answers /readyz: the store is open and usable, the keys are
+// loaded and the IdP's discovery document is reachable. The result is
+// cached for ttl so a busy load balancer does not turn into load on the
+// IdP. The store is not ready while a read fails, nor within ttl of a
+// request refused because it was unavailable (lastRefusal: a full disk
+// refuses writes while reads go on).
 type readiness struct {
-	store  vault.Store
-	keys   *vault.Keyring
-	issuer string
-	client *http.Client
-	ttl    time.Duration
-	now    func() time.Time
+	store       vault.Store
+	keys        *vault.Keyring
+	issuer      string
+	client      *http.Client
+	lastRefusal func() time.Time
+	ttl         time.Duration
+	now         func() time.Time
 
 	mu      sync.Mutex // guards the fields below; held while checking
 	checked time.Time
@@ -43,16 +48,17 @@ const (
 	readyCheckTimeout = 3 * time.Second
 )
 
-func newReadiness(store vault.Store, keys *vault.Keyring, issuer string, client *http.Client) *readiness {
+func newReadiness(store vault.Store, keys *vault.Keyring, issuer string, client *http.Client, rec *telemetry.Recorder) *readiness {
 	return &readiness{store: store, keys: keys, issuer: strings.TrimSuffix(issuer, "/"), client: client,
-		ttl: readyCacheTTL, now: time.Now}
+		lastRefusal: rec.LastStoreUnavailable, ttl: readyCacheTTL, now: time.Now}
 }
 
 // report returns the cached report, re-checking when it is older than ttl.
 func (rd *readiness) report(ctx context.Context) readyReport {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
-	if !rd.checked.IsZero() && rd.now().Sub(rd.checked) < rd.ttl {
+	// A refusal since the last check is news: check again now.
+	if !rd.checked.IsZero() && rd.now().Sub(rd.checked) < rd.ttl && !rd.lastRefusal().After(rd.checked) {
 		return rd.last
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyCheckTimeout)
@@ -78,10 +84,16 @@ func (rd *readiness) checkStore(ctx context.Context) error {
 		return errors.New("no store")
 	}
 	if _, err := rd.store.ConnectionIDs(ctx, "", 1); err != nil {
-		if errors.Is(err, vault.ErrClosed) {
+		switch {
+		case errors.Is(err, vault.ErrClosed):
 			return errors.New("store is closed")
+		case vault.Unavailable(err):
+			return errors.New("store unavailable (database down or unreachable; see the log)")
 		}
 		return errors.New("store read failed")
+	}
+	if at := rd.lastRefusal(); !at.IsZero() && rd.now().Sub(at) < rd.ttl {
+		return errors.New("store unavailable: requests were refused for want of it in the last seconds (see the log)")
 	}
 	return nil
 }

@@ -274,13 +274,13 @@ func TestKeysRotateWhileBrokerRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-startBackgroundRekey(t.Context(), s, kr, nil, nil):
+	case <-startBackgroundRekey(t.Context(), s, s, kr, nil, nil):
 	case <-time.After(30 * time.Second):
 		t.Fatal("background rekey did not finish")
 	}
 	// The next start knows there is nothing to do.
 	select {
-	case <-startBackgroundRekey(context.Background(), s, kr, nil, nil):
+	case <-startBackgroundRekey(context.Background(), s, s, kr, nil, nil):
 	default:
 		t.Fatal("second background rekey did not return at once")
 	}

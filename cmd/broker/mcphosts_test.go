@@ -139,17 +139,40 @@ func mcpClientDir(t *testing.T) (node, script string) {
 			return "", ""
 		}
 	}
-	src, err := os.ReadFile(filepath.Join(root, "testdata", "mcpclient", "host.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The script resolves its imports from where it lies: next to the
 	// installed node_modules.
 	script = filepath.Join(dir, "host.mjs")
-	if err := os.WriteFile(script, src, 0o644); err != nil {
+	installScript(t, filepath.Join(root, "testdata", "mcpclient", "host.mjs"), script)
+	return node, script
+}
+
+// installScript copies the test script src to dst, next to installed
+// packages, atomically: tests running side by side install the same
+// script while another's Node process may be reading it.
+func installScript(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return node, script
+	f, err := os.CreateTemp(filepath.Dir(dst), ".install-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), dst)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		t.Fatal(err)
+	}
 }
 
 // hostEvent is one line host.mjs prints.
@@ -159,6 +182,10 @@ type hostEvent struct {
 	Refresh bool            `json:"refresh"`
 	Result  json.RawMessage `json:"result"`
 	Message string          `json:"message"`
+	// In command mode (HOST_COMMANDS=1): the tools listed, and whether a
+	// link came as a 2025-11-25 -32042 error.
+	Names  []string `json:"names"`
+	Legacy bool     `json:"legacy"`
 }
 
 // signInAndAllow does what a person does with an MCP host's authorization
@@ -339,6 +366,7 @@ func mustQuery(t *testing.T, raw string) url.Values {
 // provider through a url elicitation and gets the connection on retry.
 func TestTypeScriptHostOAuth(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	mcpClientDir(t) // skip early when the client is not installed
 	s := startHostStack(t)
 	bctx := newBrowser(t)
@@ -438,6 +466,7 @@ func (s *hostStack) startGoSDKHost(t *testing.T, ctx, person context.Context, us
 // working.
 func TestGoSDKHostOAuth(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	s := startHostStack(t)
 	bctx := newBrowser(t)
 	ctx := testContext(t, 3*time.Minute)

@@ -106,7 +106,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer target.Close()
 	start := time.Now()
 	n, err := migrate(ctx, source, target, *batch)
-	for k := vault.KindKeyCanary; k <= vault.KindDelivery; k++ {
+	for k := vault.KindKeyCanary; k <= vault.LastKind; k++ {
 		if k == vault.KindKeyCanary {
 			fmt.Fprintf(stdout, "%s: %d added\n", k, n[k][0])
 			continue

@@ -160,8 +160,9 @@ func TestMigrate100k(t *testing.T) {
 // rotation) into PostgreSQL and from there into a new bolt file, and
 // compares the two files record by record: the second must hold the
 // first's records byte for byte. Hosts keep their clients, consents and
-// token families, so nobody signs in again. Runs repeated either way copy
-// nothing.
+// token families, so nobody signs in again; spent ID-JAGs stay spent; the
+// gateway keeps its registrations at upstream servers. Runs repeated
+// either way copy nothing.
 func TestMigrateRoundTrip(t *testing.T) {
 	clearKeyEnv(t)
 	srv := pgtest.StartT(t)
@@ -248,6 +249,11 @@ func TestMigrateRoundTrip(t *testing.T) {
 	if f, ok := app.Family("fam-1"); err != nil || !ok || f.RefreshHash != vault.SecretKey("rt-2") {
 		t.Fatalf("the app's token family: %+v %v", app, err)
 	}
+	// An ID-JAG redeemed before the migration is refused after it.
+	vaulttest.StillSpent(t, b)
+	// The gateway's registrations upstream came along, secrets opening:
+	// the broker does not register at those servers again.
+	vaulttest.UpstreamClientsKept(t, b)
 }
 
 func TestMigrateRejects(t *testing.T) {

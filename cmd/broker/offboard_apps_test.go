@@ -54,7 +54,7 @@ func TestOffboardRemovesAppGrants(t *testing.T) {
 	logs, audit := &logbuf.Buffer{}, &logbuf.Buffer{}
 	log := newLogger(logs, "json", 0)
 	rec := telemetry.New(telemetry.Options{Audit: newLogger(audit, "json", 0)})
-	appSvc, err := appsCore(store, apps.Policy{}, rec, log)
+	appSvc, err := appsCore(store, soleWriter(store), apps.Policy{}, rec, log)
 	if err != nil {
 		t.Fatal(err)
 	}

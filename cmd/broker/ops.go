@@ -151,7 +151,7 @@ func refreshFailedEvents(pub *webhook.Publisher, store vault.Store, log *slog.Lo
 type opsDeps struct {
 	Config    opsConfig
 	Webhooks  *webhook.Config
-	Store     vault.Store // the backend itself (its Locker and Outbox)
+	Store     vault.Store // the observed store (mounted.Store): its Outbox and Locker
 	Mounted   mounted
 	Providers *provider.Registry
 	Issuer    string
@@ -183,7 +183,7 @@ func startOps(ctx context.Context, d opsDeps) error {
 		}
 	}
 	if len(kept) > 0 {
-		go runKeepAlive(ctx, d.Mounted.Conns, vault.LockerFor(d.Store), d.Config.KeepAliveInterval, d.Config.KeepAliveRate,
+		go runKeepAlive(ctx, d.Mounted.Conns, d.Store.Locker(), d.Config.KeepAliveInterval, d.Config.KeepAliveRate,
 			d.Logger.With("component", "keepalive"))
 		d.Logger.Info("keep-alive on", "providers", strings.Join(kept, ","), "interval", d.Config.KeepAliveInterval)
 	}

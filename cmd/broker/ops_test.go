@@ -644,7 +644,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	rd := newReadiness(store, kr, idp.URL, outboundClient())
+	rd := newReadiness(store, kr, idp.URL, outboundClient(), nil)
 	rd.now = func() time.Time { return now }
 	tick := func() { now = now.Add(readyCacheTTL + time.Second) }
 

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/internal/demomcp"
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
@@ -251,7 +252,9 @@ func submitForm(t *testing.T, c *http.Client, p httpPage, actionPart string, ext
 
 // replicaStack is two `broker serve` replicas sharing one PostgreSQL
 // database and the same keys, behind one loopback balancer, with a devidp
-// IdP and the demo provider (rotating refresh tokens) in-process.
+// IdP, the demo provider (rotating refresh tokens) and the demo MCP server
+// (the demo-mcp entry's upstream, whose authorization server is the demo
+// provider) in-process.
 type replicaStack struct {
 	pg      *pgtest.Server
 	dbURL   string
@@ -259,6 +262,7 @@ type replicaStack struct {
 	a, b    *serveProc
 	idp     *devidp.IdP
 	demo    *demoprovider.Provider
+	mcp     *demomcp.Server
 	store   *pgstore.Store // the test's own view of the database
 	keys    *vault.Keyring
 	bearers map[string]string
@@ -282,6 +286,27 @@ func newReplicaStackMode(t *testing.T, users []string, mcpAuth string) *replicaS
 // flag wins over the defaults, --mcp-auth issuer included) and environment
 // for both replicas.
 func newReplicaStackWith(t *testing.T, users, extraArgs, extraEnv []string) *replicaStack {
+	t.Helper()
+	return newReplicaStackOpts(t, users, replicaOptions{args: extraArgs, env: extraEnv})
+}
+
+// replicaOptions adjust a replicaStack.
+type replicaOptions struct {
+	// args and env are extra serve flags (a later flag wins over the
+	// defaults, --mcp-auth issuer included) and environment.
+	args, env []string
+	// providers, when set, rewrites the providers.yaml the replicas read
+	// (devProviders for the provider host).
+	providers func(yaml string) string
+	// demo, when set, adjusts the demo provider's options.
+	demo func(*demoprovider.Options)
+	// wrap, when set, wraps the demo provider's handler (its token
+	// endpoint included).
+	wrap func(http.Handler) http.Handler
+}
+
+func newReplicaStackOpts(t *testing.T, users []string, o replicaOptions) *replicaStack {
+	extraArgs, extraEnv := o.args, o.env
 	mcpAuth := "issuer"
 	for i := 0; i+1 < len(extraArgs); i++ {
 		if extraArgs[i] == "--mcp-auth" {
@@ -308,16 +333,34 @@ func newReplicaStackWith(t *testing.T, users, extraArgs, extraEnv []string) *rep
 	psrv := httptest.NewServer(pmux)
 	t.Cleanup(psrv.Close)
 	var err error
-	s.demo, err = demoprovider.New(demoprovider.Options{
+	demoOpts := demoprovider.Options{
 		BaseURL: psrv.URL + devProviderPath, ClientID: devDemoClientID, ClientSecret: "demo-secret",
-		RedirectURIs: []string{public + "/oauth/demo/callback"},
-	})
-	if err != nil {
+		RedirectURIs: []string{public + "/oauth/demo/callback", public + "/oauth/demo-mcp/callback"},
+		Resources:    []string{psrv.URL + devMCPPath},
+	}
+	if o.demo != nil {
+		o.demo(&demoOpts)
+	}
+	if s.demo, err = demoprovider.New(demoOpts); err != nil {
 		t.Fatal(err)
 	}
-	pmux.Handle(devProviderPath+"/", s.demo.Handler())
+	if s.mcp, err = demomcp.New(demomcp.Options{URL: psrv.URL + devMCPPath, AuthServer: s.demo}); err != nil {
+		t.Fatal(err)
+	}
+	demoMux := http.NewServeMux()
+	s.demo.Mount(demoMux)
+	var demo http.Handler = demoMux
+	if o.wrap != nil {
+		demo = o.wrap(demo)
+	}
+	pmux.Handle("/", demo)
+	s.mcp.Mount(pmux)
+	yaml := devProviders(psrv.URL)
+	if o.providers != nil {
+		yaml = o.providers(yaml)
+	}
 	providers := filepath.Join(t.TempDir(), "providers.yaml")
-	if err := os.WriteFile(providers, []byte(devProviders(psrv.URL)), 0o600); err != nil {
+	if err := os.WriteFile(providers, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if s.keys, err = vault.ParseKeys(vault.GenerateKey()); err != nil {

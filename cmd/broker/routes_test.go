@@ -228,7 +228,7 @@ var apiEndpoints = []string{"POST /mcp", "POST /token", "POST /register", "POST 
 func TestEveryBrowserRouteCarriesThePagePolicy(t *testing.T) {
 	s := newRouteStack(t)
 	patterns := s.site.Browser.Patterns()
-	for _, want := range []string{"GET /connections", "GET /authorize", web.AssetsPattern} {
+	for _, want := range []string{"GET /connections", "POST /connections/{provider}/connect", "GET /authorize", web.AssetsPattern} {
 		if !slices.Contains(patterns, want) {
 			t.Fatalf("browser routes %v lack %s: a door did not register on the site", patterns, want)
 		}

@@ -197,7 +197,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := startOps(ctx, opsDeps{Config: cfg.Ops, Webhooks: hooks, Store: store, Mounted: m, Providers: providers,
+	if err := startOps(ctx, opsDeps{Config: cfg.Ops, Webhooks: hooks, Store: m.Store, Mounted: m, Providers: providers,
 		Issuer: cfg.Issuer, PublicURL: publicURL, HTTP: outboundClient(), Telemetry: rec, Tracing: tp, Logger: log}); err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	go collectGrants(ctx, m.Grants, log)
 	// A finished rotation is a key_rotation audit event.
-	startBackgroundRekey(ctx, store, keys, log, rec)
+	startBackgroundRekey(ctx, m.Store, store, keys, log, rec)
 	if t := cfg.trusted(); !t.Empty() {
 		log.Info("client addresses from X-Forwarded-For", "trusted_proxies", t.String())
 	}
@@ -228,5 +228,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"version", bi.Version, "commit", bi.Commit)
 	srv := newHTTPServer(mux, log)
 	srv.RegisterOnShutdown(m.MCP.EndStreams)
-	return serveUntilDone(ctx, srv, ln, log)
+	err = serveUntilDone(ctx, srv, ln, log)
+	// In-flight requests are done: end the upstream sessions (a
+	// 2025-11-25 server is told).
+	m.Upstreams.Close()
+	return err
 }

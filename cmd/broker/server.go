@@ -19,13 +19,11 @@ import (
 	"credbroker/internal/bearer"
 	"credbroker/internal/buildinfo"
 	"credbroker/internal/telemetry"
-	"credbroker/internal/tracing"
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
 	"credbroker/provider"
 	"credbroker/provider/mcpup"
 	"credbroker/vault"
-	"credbroker/vault/boltstore"
 	"credbroker/web"
 	"credbroker/webhook"
 )
@@ -90,11 +88,13 @@ type authServerConfig struct {
 
 // mounted is what mount built that its callers drive further.
 type mounted struct {
+	// Store is the observed store (observeStore) every part of the
+	// broker uses.
+	Store  vault.Store
 	Grants *binding.Service
 	// Auth is the built-in authorization server (nil in issuer mode).
 	Auth *authserver.Server
-	// Apps is the apps core (nil when the store keeps no authorization
-	// records).
+	// Apps is the apps core.
 	Apps *apps.Service
 	// Conns and Client serve the admin API, the admin commands and the
 	// keep-alive loop.
@@ -102,6 +102,9 @@ type mounted struct {
 	Client *provider.Client
 	// MCP is the MCP endpoint (its long-lived streams end at shutdown).
 	MCP *mcpapi.Server
+	// Upstreams are the gateway's sessions with upstream MCP servers,
+	// closed once the listener has shut down.
+	Upstreams *mcpup.Pool
 	// Site holds every route of the main listener, pages and APIs apart.
 	Site *web.Site
 }
@@ -115,7 +118,7 @@ type mounted struct {
 // runs until ctx ends.
 func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, error) {
 	plainStore := d.Store
-	d.Store = tracing.WrapStore(d.Tracing, d.Telemetry.WrapStore(d.Store))
+	d.Store = observeStore(d.Store, d.Telemetry, d.Tracing)
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
 	authHTTP, mcpHTTP, err := d.Upstreams.httpClients()
 	if err != nil {
@@ -127,6 +130,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		Telemetry: d.Telemetry, RefreshFailed: refreshFailedEvents(d.Events, d.Store, d.Logger),
 		Tracing:            d.Tracing,
 		UpstreamHTTPClient: authHTTP, BrokerURL: d.PublicURL, ClientMetadataURL: d.Upstreams.metadataURL(d.PublicURL),
+		UpstreamClients: d.Store.UpstreamClients(),
 	})
 	if err != nil {
 		return mounted{}, err
@@ -135,7 +139,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if c := d.AuthServer; c != nil {
 		policy = apps.Policy{AccessTokenTTL: c.AccessTokenTTL, FamilyTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL}
 	}
-	appSvc, err := appsCore(plainStore, policy, d.Telemetry, d.Logger.With("component", "apps"))
+	appSvc, err := appsCore(d.Store, soleWriter(plainStore), policy, d.Telemetry, d.Logger.With("component", "apps"))
 	if err != nil {
 		return mounted{}, err
 	}
@@ -153,22 +157,16 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	var flow *oauthflow.Flow
 	var as *authserver.Server
 	if c := d.AuthServer; c != nil {
-		astore, ok := plainStore.(vault.AuthStore)
-		if !ok || appSvc == nil {
-			return mounted{}, fmt.Errorf("the store %T cannot hold the authorization server's records; use --mcp-auth issuer", plainStore)
-		}
 		var scopes []string
 		if d.RequiredScope != "" {
 			scopes = []string{d.RequiredScope}
 		}
 		jag := authserver.IDJAGOptions{Policy: c.IDJAG, TrustedIssuers: c.IDJAGIssuers, HTTPClient: d.HTTPClient}
 		if c.IDJAG.Mode != "" && c.IDJAG.Mode != authserver.IDJAGOff {
-			if jag.Ledger, ok = plainStore.(vault.AssertionLedger); !ok {
-				return mounted{}, fmt.Errorf("the store %T cannot keep spent ID-JAG ids; use bolt or PostgreSQL, or --idjag off", plainStore)
-			}
+			jag.Ledger = d.Store.Assertions()
 		}
 		as, err = authserver.New(authserver.Options{
-			PublicURL: d.PublicURL, Resource: d.Resource, IdPIssuer: d.Issuer, Store: astore, Keys: d.Keys,
+			PublicURL: d.PublicURL, Resource: d.Resource, IdPIssuer: d.Issuer, Store: d.Store.Auth(), Keys: d.Keys,
 			Person: func(r *http.Request) (authserver.Person, bool) {
 				p, ok := flow.SignedIn(r)
 				return authserver.Person{Principal: p.Principal, Display: p.Display, CSRF: p.CSRF}, ok
@@ -197,6 +195,8 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if err != nil {
 		return mounted{}, fmt.Errorf("browser flow: %w", err)
 	}
+	upstreams := mcpup.New(mcpup.Options{HTTPClient: mcpHTTP, Tokens: client.UpstreamTokens(),
+		Version: buildinfo.Get().Version, Logger: d.Logger.With("component", "mcpup")})
 	mcpOpts := mcpapi.Options{
 		PublicURL: d.PublicURL, ResourceURI: d.Resource, Issuer: d.Issuer,
 		RequiredScope: d.RequiredScope, DevMode: d.DevMode,
@@ -204,8 +204,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		StateKeys:   d.Keys.Derive("requestState"), StateTTL: d.StateTTL,
 		Logger: d.Logger.With("component", "mcpapi"), HTTPClient: d.HTTPClient,
 		Telemetry: d.Telemetry, Tracing: d.Tracing,
-		Upstreams: mcpup.New(mcpup.Options{HTTPClient: mcpHTTP, Tokens: client.UpstreamTokens(),
-			Version: buildinfo.Get().Version, Logger: d.Logger.With("component", "mcpup")}),
+		Upstreams: upstreams,
 	}
 	var brokerTokens bearer.Verifier
 	if as != nil {
@@ -228,45 +227,32 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 		as.Register(site)
 		go collectAuth(ctx, as, d.Logger)
 	}
-	if appSvc != nil {
-		go func() {
-			if err := appSvc.Follow(ctx); err != nil && ctx.Err() == nil {
-				d.Logger.Error("apps: following the store's changes stopped; token checks read the store", "err", err)
-			}
-		}()
-	}
-	registerHealth(site.API, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient))
+	go func() {
+		if err := appSvc.Follow(ctx); err != nil && ctx.Err() == nil {
+			d.Logger.Error("apps: following the store's changes stopped; token checks read the store", "err", err)
+		}
+	}()
+	// The readiness probe reads the store as opened: a probe is no
+	// operation of the broker's to time or trace.
+	registerHealth(site.API, newReadiness(plainStore, d.Keys, d.Issuer, d.HTTPClient, d.Telemetry))
 	if d.MetricsOnMain && d.Telemetry != nil {
 		site.API.Handle("GET /metrics", d.Telemetry.Handler())
 	}
 	mux.Handle("/", site)
-	return mounted{Grants: grants, Auth: as, Apps: appSvc, Conns: conns, Client: client, MCP: mcp, Site: site}, nil
+	return mounted{Store: d.Store, Grants: grants, Auth: as, Apps: appSvc, Conns: conns, Client: client, MCP: mcp, Upstreams: upstreams, Site: site}, nil
 }
 
-// appsCore builds the apps core on store when it keeps the authorization
-// server's records (nil otherwise), telling its liveness cache how the
-// store is shared: PostgreSQL reports other replicas' changes (Watch); a
-// bolt file has this process as its only writer.
-func appsCore(store vault.Store, policy apps.Policy, rec *telemetry.Recorder, log *slog.Logger) (*apps.Service, error) {
-	as, ok := store.(vault.AuthStore)
-	if !ok {
-		return nil, nil
-	}
-	opts := apps.Options{Store: as, Policy: policy, Telemetry: rec, Logger: log}
-	switch st := store.(type) {
-	case vault.AppWatch:
-		opts.Watch = st
-	case *boltstore.Store:
-		opts.SoleWriter = true
-	}
-	return apps.New(opts)
+// appsCore builds the apps core on store, telling its liveness cache how
+// the store is shared: PostgreSQL reports other replicas' changes
+// (Store.AppWatch); a bolt file has this process as its only writer
+// (sole, soleWriter of the store as opened).
+func appsCore(store vault.Store, sole bool, policy apps.Policy, rec *telemetry.Recorder, log *slog.Logger) (*apps.Service, error) {
+	return apps.New(apps.Options{Store: store.Auth(), Watch: store.AppWatch(), SoleWriter: sole,
+		Policy: policy, Telemetry: rec, Logger: log})
 }
 
-// offboardApps is offboarding's step for the apps core (none without one).
+// offboardApps is offboarding's step for the apps core.
 func offboardApps(a *apps.Service) []connections.OffboardStep {
-	if a == nil {
-		return nil
-	}
 	return []connections.OffboardStep{{Name: "app grants", Remove: func(ctx context.Context, p vault.Principal, admin connections.Admin) (int, error) {
 		return a.Offboard(ctx, p, apps.Actor{Admin: admin.Principal, Via: admin.Via})
 	}}}

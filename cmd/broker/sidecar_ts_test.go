@@ -105,6 +105,7 @@ func runHost(t *testing.T, node, dir, mcpURL, token string, answer func(link str
 // against docs/sidecar.openapi.yaml.
 func TestSidecarTypeScript(t *testing.T) {
 	testskip.Short(t, "end-to-end test")
+	t.Parallel()
 	node, dir := nodeAndExample(t)
 	t.Run("type-checks", func(t *testing.T) {
 		cmd := exec.Command(node, "node_modules/typescript/bin/tsc", "--noEmit", "-p", ".")

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/internal/telemetry"
+	"credbroker/internal/tracing"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/pgstore"
@@ -79,18 +81,25 @@ func redactStore(s string) string {
 	return s
 }
 
+// backend is a store as opened: bolt or PostgreSQL, with what only the
+// backend itself offers.
+type backend interface {
+	vault.Store
+	sealMarker
+}
+
 // openStore opens the store a --store value names, with kr: a bolt file
 // (creating its directory, mode 0700, when missing) or a PostgreSQL
 // database (migrating its schema). Errors are one line naming the cause
 // (locked by another broker, corrupt file, wrong key, unreachable database).
-func openStore(spec string, kr *vault.Keyring) (vault.Store, error) {
+func openStore(spec string, kr *vault.Keyring) (backend, error) {
 	return openStoreHooked(spec, kr, nil)
 }
 
 // openStoreHooked is openStore with events' change hooks, which write the
 // webhook deliveries of connection and app changes in the change's
 // transaction (nil: none).
-func openStoreHooked(spec string, kr *vault.Keyring, events *webhook.Publisher) (vault.Store, error) {
+func openStoreHooked(spec string, kr *vault.Keyring, events *webhook.Publisher) (backend, error) {
 	ss, err := parseStore(spec)
 	if err != nil {
 		return nil, fmt.Errorf("--store: %w", err)
@@ -99,6 +108,13 @@ func openStoreHooked(spec string, kr *vault.Keyring, events *webhook.Publisher) 
 		return openBoltWith(ss.BoltPath, kr, boltstore.Options{Changes: events.Hook(), AppChanges: events.AppHook()})
 	}
 	return openPostgresWith(ss.Postgres, kr, pgstore.Options{Changes: events.Hook(), AppChanges: events.AppHook()})
+}
+
+// soleWriter reports whether this process is the only one writing s, a
+// store as opened: a bolt file is locked to one process.
+func soleWriter(s vault.Store) bool {
+	_, ok := s.(*boltstore.Store)
+	return ok
 }
 
 func openPostgres(conn string, kr *vault.Keyring) (*pgstore.Store, error) {
@@ -130,6 +146,16 @@ func openBoltWith(path string, kr *vault.Keyring, opts boltstore.Options) (*bolt
 	return boltstore.Open(path, kr, opts)
 }
 
+// observeStore is the one place the broker's store is instrumented: every
+// operation of every feature (connections, grants, the authorization
+// server's records, the outbox, admin actions, the assertion ledger,
+// locks, re-sealing) is timed into
+// credbroker_vault_operation_duration_seconds and traced as a
+// vault.<operation> span, each when on.
+func observeStore(s vault.Store, rec *telemetry.Recorder, tp trace.TracerProvider) vault.Store {
+	return vault.Observe(s, tracing.StoreObserver(tp), rec.StoreObserver())
+}
+
 // sealMarker is a store that can tell cheaply that every record is sealed
 // with the primary key (boltstore records it; pgstore asks its index).
 type sealMarker interface {
@@ -147,13 +173,13 @@ const rekeyBatch = 500
 // primary already finished. The returned channel closes when it is done;
 // cancelling ctx stops it, and the next start resumes.
 // A finished or failed rotation is an audit event (key_rotation) on rec
-// when given; progress otherwise goes to log.
-func startBackgroundRekey(ctx context.Context, store vault.Store, kr *vault.Keyring, log *slog.Logger, rec *telemetry.Recorder) <-chan struct{} {
+// when given; progress otherwise goes to log. bs, when not nil, records
+// a finished rotation.
+func startBackgroundRekey(ctx context.Context, store vault.Store, bs sealMarker, kr *vault.Keyring, log *slog.Logger, rec *telemetry.Recorder) <-chan struct{} {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	done := make(chan struct{})
-	bs, _ := store.(sealMarker)
 	if bs != nil && bs.FullySealed() {
 		close(done)
 		return done

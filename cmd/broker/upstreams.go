@@ -171,6 +171,7 @@ func runUpstreams(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	pool := mcpup.New(mcpup.Options{HTTPClient: mcpHTTP, Version: buildinfo.Get().Version})
+	defer pool.Close() // the probes' sessions end before the command does
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROVIDER\tURL\tISSUER\tREGISTRATION\tSCOPES\tERA")
 	failed := 0
@@ -206,13 +207,12 @@ func runUpstreams(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // a token: an OAuth-protected server usually refuses that, which is
 // reported as such.
 func upstreamEra(ctx context.Context, pool *mcpup.Pool, n string, c provider.UpstreamCheck) string {
-	cs, err := pool.Session(ctx, mcpup.Target{Provider: n, URL: c.URL})
-	if err != nil {
-		if !c.Open && strings.Contains(err.Error(), "Unauthorized") {
-			return "(needs a connection to tell)"
-		}
+	era, err := pool.Probe(ctx, mcpup.Target{Provider: n, URL: c.URL})
+	switch {
+	case errors.Is(err, mcpup.ErrTokenRequired) && !c.Open:
+		return "(needs a connection to tell)"
+	case err != nil:
 		return "error: " + err.Error()
 	}
-	defer pool.Forget(mcpup.Target{Provider: n, URL: c.URL})
-	return mcpup.Era(cs)
+	return era
 }

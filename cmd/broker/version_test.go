@@ -21,6 +21,7 @@ import (
 // version, commit and date stamped by -ldflags -X, and checks that
 // `broker version` and /healthz of a running broker report them.
 func TestVersionStamped(t *testing.T) {
+	t.Parallel()
 	want := buildinfo.Info{Version: "v9.8.7-test", Commit: "0123456789abcdef0123456789abcdef01234567", Date: "2026-12-01T10:11:12Z"}
 	bin := filepath.Join(t.TempDir(), "broker")
 	ldflags := "-X credbroker/internal/buildinfo.version=" + want.Version +

@@ -34,14 +34,8 @@ import (
 func mcpClientScript(t *testing.T, name string) (node, script string) {
 	t.Helper()
 	node, host := mcpClientDir(t)
-	src, err := os.ReadFile(filepath.Join("..", "..", "testdata", "mcpclient", name))
-	if err != nil {
-		t.Fatal(err)
-	}
 	script = filepath.Join(filepath.Dir(host), name)
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	installScript(t, filepath.Join("..", "..", "testdata", "mcpclient", name), script)
 	return node, script
 }
 

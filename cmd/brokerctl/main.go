@@ -7,6 +7,9 @@
 // punycode, non-ASCII or not the broker's own host), asks before opening it,
 // never fetches it itself, waits for the user to finish in the browser, and
 // retries the call with a new JSON-RPC id and the requestState unchanged.
+// With --protocol-version 2025-11-25 it opens a session with initialize and
+// takes the links of a URLElicitationRequired error (-32042) the same way,
+// then calls again.
 //
 //	brokerctl --url http://127.0.0.1:8080/mcp --token "$TOKEN" connect demo
 //	brokerctl list

@@ -12,9 +12,11 @@ import (
 	"net/url"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"unicode"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -45,9 +47,16 @@ flags:
 // maxRounds bounds the retry loop, as the SDK's own MRTR loop does.
 const maxRounds = 10
 
+// protocolVersions are the MCP versions --protocol-version takes: the
+// current one (requests carry their version; url elicitations come as
+// input_required results) and the one before (a session opened with
+// initialize; url elicitations come as -32042 errors).
+var protocolVersions = []string{"2026-07-28", "2025-11-25"}
+
 type cli struct {
 	url            string
 	token          string
+	version        string // the protocol version asked for; "" the newest, falling back
 	nonInteractive bool
 	open           bool
 	asJSON         bool
@@ -73,7 +82,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.BoolVar(&c.nonInteractive, "non-interactive", false, "never prompt: print the URL a person must open and exit with status 3")
 	fs.BoolVar(&c.open, "open", false, "after you agree, open the URL in the system browser")
 	fs.BoolVar(&c.asJSON, "json", false, "print structured results as JSON")
+	fs.StringVar(&c.version, "protocol-version", "", "speak this MCP version: "+strings.Join(protocolVersions, " or ")+" (default: the newest the server speaks)")
 	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if c.version != "" && !slices.Contains(protocolVersions, c.version) {
+		fmt.Fprintf(stderr, "brokerctl: --protocol-version %q: want %s\n", c.version, strings.Join(protocolVersions, " or "))
 		return exitUsage
 	}
 	if c.token == "" {
@@ -248,7 +262,11 @@ func (c *cli) session(ctx context.Context) (*mcp.ClientSession, error) {
 		DisableStandaloneSSE: true,
 		MaxRetries:           -1,
 	}
-	session, err := client.Connect(ctx, transport, nil)
+	var opts *mcp.ClientSessionOptions
+	if c.version != "" {
+		opts = &mcp.ClientSessionOptions{ProtocolVersion: c.version}
+	}
+	session, err := client.Connect(ctx, transport, opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", c.url, err)
 	}
@@ -290,14 +308,24 @@ func (c *cli) call(ctx context.Context, tool string, arguments map[string]any) (
 	params := &mcp.CallToolParams{Name: tool, Arguments: arguments}
 	for round := 0; ; round++ {
 		res, err := session.CallTool(ctx, params)
-		if err != nil {
+		links, isLinks := urlElicitations(err)
+		if err != nil && !isLinks {
 			return exitFailure, err
 		}
-		if !res.NeedsInput() {
+		if err == nil && !res.NeedsInput() {
 			return c.printResult(res)
 		}
 		if round >= maxRounds {
 			return exitFailure, fmt.Errorf("gave up after %d rounds", maxRounds)
+		}
+		if isLinks {
+			// 2025-11-25: the server refused the call until the user has
+			// opened its links; the retry is the same call again.
+			if code, err := c.openLinks(links); err != nil || code != exitOK {
+				return code, err
+			}
+			params = &mcp.CallToolParams{Name: tool, Arguments: arguments}
+			continue
 		}
 		responses, code, err := c.answer(ctx, res.InputRequests)
 		if err != nil || code != exitOK {
@@ -307,6 +335,42 @@ func (c *cli) call(ctx context.Context, tool string, arguments map[string]any) (
 		// for byte; the SDK gives it a new JSON-RPC id.
 		params = &mcp.CallToolParams{Name: tool, Arguments: arguments, InputResponses: responses, RequestState: res.RequestState}
 	}
+}
+
+// urlElicitations returns the links of a 2025-11-25 URLElicitationRequired
+// error (-32042), and whether err is one.
+func urlElicitations(err error) ([]*mcp.ElicitParams, bool) {
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code != mcp.CodeURLElicitationRequired {
+		return nil, false
+	}
+	var data struct {
+		Elicitations []*mcp.ElicitParams `json:"elicitations"`
+	}
+	if json.Unmarshal(we.Data, &data) != nil || len(data.Elicitations) == 0 {
+		return nil, false
+	}
+	return data.Elicitations, true
+}
+
+// openLinks asks the user to open each link of a -32042 error; it answers
+// exitOK only when they did all of them (the call is then retried).
+func (c *cli) openLinks(links []*mcp.ElicitParams) (int, error) {
+	for _, ep := range links {
+		if ep == nil || ep.Mode != "url" {
+			return exitFailure, errors.New("the server asked for input other than a link, which this client does not support")
+		}
+		action, err := c.askURL(ep)
+		switch {
+		case err != nil:
+			return exitFailure, err
+		case action == "":
+			return exitNeedsBrowser, nil
+		case action != "accept":
+			return exitFailure, fmt.Errorf("not retried: you answered %s to the server's link", action)
+		}
+	}
+	return exitOK, nil
 }
 
 // answer handles each input request: only url-mode elicitations are

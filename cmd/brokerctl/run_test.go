@@ -258,3 +258,132 @@ func TestToolsListsTheServersTools(t *testing.T) {
 		}
 	}
 }
+
+// legacyPeer is a go-sdk server spoken to in 2025-11-25: its tool refuses
+// with a URLElicitationRequired error (-32042) until the test says the
+// link was opened.
+type legacyPeer struct {
+	mu       sync.Mutex
+	opened   bool
+	versions []string // MCP-Protocol-Version of each tools/call, "initialize" for an initialize
+	calls    int
+}
+
+func startLegacyPeer(t *testing.T) (*legacyPeer, *httptest.Server) {
+	p := &legacyPeer{}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "legacy-peer", Version: "1"}, nil)
+	var link string
+	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, a struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, any, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.calls++
+		if !p.opened {
+			return nil, nil, mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: "Connect your Demo account.", URL: link, ElicitationID: "e1"}})
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "echo: " + a.Text}}}, nil, nil
+	})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{JSONResponse: true})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var msg struct {
+			Method string `json:"method"`
+			Params struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			} `json:"params"`
+		}
+		json.Unmarshal(body, &msg)
+		p.mu.Lock()
+		switch msg.Method {
+		case "initialize":
+			p.versions = append(p.versions, "initialize "+msg.Params.ProtocolVersion)
+		case "tools/call", "server/discover":
+			p.versions = append(p.versions, msg.Method+" "+r.Header.Get("Mcp-Protocol-Version"))
+		}
+		p.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	link = ts.URL + "/connect/AAAAAAAAAAAAAAAAAAAAAA"
+	return p, ts
+}
+
+// TestLegacyCallOpensLinksThenCallsAgain: with --protocol-version
+// 2025-11-25 brokerctl opens a session with initialize, shows the links of
+// a -32042 error as it shows an elicitation, and once the user is done
+// calls again; non-interactive, it prints the link and exits 3; declining
+// stops without a retry.
+func TestLegacyCallOpensLinksThenCallsAgain(t *testing.T) {
+	t.Run("interactive", func(t *testing.T) {
+		p, ts := startLegacyPeer(t)
+		var out, errOut bytes.Buffer
+		var opened []string
+		prev := systemOpenHook
+		systemOpenHook = func(u string) error {
+			opened = append(opened, u)
+			p.mu.Lock()
+			p.opened = true // the person finishes in the browser
+			p.mu.Unlock()
+			return nil
+		}
+		defer func() { systemOpenHook = prev }()
+		code := run(context.Background(), []string{"--url", ts.URL, "--protocol-version", "2025-11-25", "--open", "call", "echo", "--args", `{"text":"hi"}`},
+			strings.NewReader("y\n\n"), &out, &errOut, env(map[string]string{"BROKER_TOKEN": "tok-123"}))
+		if code != exitOK || !strings.Contains(out.String(), "echo: hi") {
+			t.Fatalf("exit %d, stdout %s, stderr %s", code, out.String(), errOut.String())
+		}
+		if !strings.Contains(out.String(), "URL:    "+ts.URL+"/connect/") || len(opened) != 1 {
+			t.Errorf("the link was shown/opened %v: %s", opened, out.String())
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if got := strings.Join(p.versions, ","); got != "initialize 2025-11-25,tools/call 2025-11-25,tools/call 2025-11-25" {
+			t.Errorf("the server saw %s, want initialize then two calls in 2025-11-25", got)
+		}
+	})
+	t.Run("non-interactive", func(t *testing.T) {
+		p, ts := startLegacyPeer(t)
+		var out, errOut bytes.Buffer
+		var opened []string
+		code := runWith(t, []string{"--url", ts.URL, "--protocol-version", "2025-11-25", "--non-interactive", "call", "echo", "--args", `{"text":"x"}`}, "", &out, &errOut, &opened)
+		if code != exitNeedsBrowser || strings.TrimSpace(out.String()) != ts.URL+"/connect/AAAAAAAAAAAAAAAAAAAAAA" || p.calls != 1 {
+			t.Fatalf("exit %d, stdout %q, %d calls; want 3, the link, one call", code, out.String(), p.calls)
+		}
+	})
+	t.Run("declined", func(t *testing.T) {
+		p, ts := startLegacyPeer(t)
+		var out, errOut bytes.Buffer
+		var opened []string
+		code := runWith(t, []string{"--url", ts.URL, "--protocol-version", "2025-11-25", "call", "echo", "--args", `{"text":"x"}`}, "n\n", &out, &errOut, &opened)
+		if code != exitFailure || !strings.Contains(errOut.String(), "not retried: you answered decline") || p.calls != 1 {
+			t.Fatalf("exit %d, stderr %q, %d calls; want 1, not retried, one call", code, errOut.String(), p.calls)
+		}
+	})
+	t.Run("unknown version", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		var opened []string
+		if code := runWith(t, []string{"--protocol-version", "2024-11-05", "list"}, "", &out, &errOut, &opened); code != exitUsage ||
+			!strings.Contains(errOut.String(), `--protocol-version "2024-11-05": want 2026-07-28 or 2025-11-25`) {
+			t.Fatalf("exit %d, stderr %q", code, errOut.String())
+		}
+	})
+}
+
+// TestDefaultVersionIsTheNewest: without --protocol-version brokerctl
+// opens with server/discover (2026-07-28).
+func TestDefaultVersionIsTheNewest(t *testing.T) {
+	p, ts := startLegacyPeer(t)
+	p.opened = true
+	var out, errOut bytes.Buffer
+	var opened []string
+	if code := runWith(t, []string{"--url", ts.URL, "call", "echo", "--args", `{"text":"x"}`}, "", &out, &errOut, &opened); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.versions) == 0 || p.versions[0] != "server/discover 2026-07-28" {
+		t.Fatalf("the server saw %v first, want server/discover in 2026-07-28", p.versions)
+	}
+}

@@ -92,6 +92,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"credbroker/internal/countdown"
 )
 
 const (
@@ -166,6 +168,14 @@ type Provider struct {
 	log       *slog.Logger
 	handler   http.Handler
 
+	// loseAnswers makes the next refreshes do their work (spend the old
+	// refresh token, issue new ones) and then answer 502, as a gateway
+	// whose upstream finished the request would.
+	loseAnswers countdown.Countdown
+	// failRevocations makes the next revocation requests answer 503
+	// without revoking anything.
+	failRevocations countdown.Countdown
+
 	mu      sync.Mutex         // guards the fields below
 	clients map[string]*client // by client_id: the static one and the registered ones
 	pending map[string]*pendingAuth
@@ -173,32 +183,21 @@ type Provider struct {
 	tokens  map[string]*token     // by key(token)
 	events  []Event
 	seq     int
-	// loseAnswers makes the next refreshes do their work (spend the old
-	// refresh token, issue new ones) and then answer 502, as a gateway
-	// whose upstream finished the request would.
-	loseAnswers int
 	// apiKeys are the demo-keys service's current keys, by account login.
 	apiKeys map[string]string
-	// failRevocations makes the next revocation requests answer 503
-	// without revoking anything.
-	failRevocations int
 }
 
 // FailRevocations makes the next n revocation requests answer 503
 // Service Unavailable, revoking nothing.
 func (p *Provider) FailRevocations(n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.failRevocations = n
+	p.failRevocations.Set(n)
 }
 
 // LoseRefreshAnswers makes the next n refreshes rotate the tokens and then
 // answer 502 Bad Gateway instead of the new tokens: the provider consumed
 // the refresh token, but the client never learns the new one.
 func (p *Provider) LoseRefreshAnswers(n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.loseAnswers = n
+	p.loseAnswers.Set(n)
 }
 
 type pendingAuth struct {
@@ -605,8 +604,7 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 		p.tokens[key(refresh)] = &token{refresh: true, grantID: grantID, clientID: c.id, scope: scope, resource: resource, account: acct, expiry: now.Add(p.opts.RefreshIdleTTL)}
 	}
 	ev.Account, ev.Token = acct.Login, Fingerprint(access)
-	if ev.GrantType == "refresh_token" && p.loseAnswers > 0 {
-		p.loseAnswers--
+	if ev.GrantType == "refresh_token" && p.loseAnswers.Take() {
 		ev.Status, ev.Error = http.StatusBadGateway, "answer_lost"
 		p.record(ev)
 		http.Error(w, "bad gateway", http.StatusBadGateway)
@@ -680,8 +678,7 @@ func (p *Provider) revoke(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusBadRequest, "invalid_request", "token is required")
 		return
 	}
-	if p.failRevocations > 0 {
-		p.failRevocations--
+	if p.failRevocations.Take() {
 		ev.Status, ev.Error = http.StatusServiceUnavailable, "temporarily_unavailable"
 		p.record(ev)
 		oauthError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "try again later")

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -53,37 +54,12 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	if header == "" {
 		header = r.Header.Get("X-Api-Key")
 	}
-	_, token, found := strings.Cut(header, " ")
-	if !found {
-		token = header
-	}
 	var body []byte
 	encoding := ""
-	b64 := base64.StdEncoding.EncodeToString
+	if text, ok := Echoes(header)[form]; ok {
+		body = []byte(text)
+	}
 	switch form {
-	case "raw":
-		body = []byte(`{"you_sent":"` + header + `"}`)
-	case "base64-header":
-		body = []byte(`{"auth":"` + b64([]byte(header)) + `"}`)
-	case "base64-token":
-		body = []byte(`{"t":"` + b64([]byte(token)) + `"}`)
-	case "base64url-token":
-		body = []byte(`{"t":"` + base64.URLEncoding.EncodeToString([]byte(token)) + `"}`)
-	case "base64url-nopad-token":
-		body = []byte(`{"t":"` + base64.RawURLEncoding.EncodeToString([]byte(token)) + `"}`)
-	case "base64-nopad-token":
-		body = []byte(`{"t":"` + base64.RawStdEncoding.EncodeToString([]byte(token)) + `"}`)
-	case "hex":
-		body = []byte(`{"t":"` + hex.EncodeToString([]byte(token)) + `"}`)
-	case "hex-upper":
-		body = []byte(`{"t":"` + strings.ToUpper(hex.EncodeToString([]byte(token))) + `"}`)
-	case "embedded-0", "embedded-1", "embedded-2":
-		// The token inside a larger JSON document, base64-encoded whole,
-		// at three offsets mod 3.
-		pad := strings.Repeat("x", int(form[len(form)-1]-'0'))
-		body = []byte(`{"blob":"` + b64([]byte(`{"p":"`+pad+`","authorization":"`+header+`","n":42}`)) + `"}`)
-	case "embedded-url-1":
-		body = []byte(`{"blob":"` + base64.RawURLEncoding.EncodeToString([]byte("x"+token+"yz")) + `"}`)
 	case "gzip", "deflate", "raw-deflate", "br":
 		plain := []byte(`{"you_sent":"` + header + `"}`)
 		var buf bytes.Buffer
@@ -110,14 +86,48 @@ func serve(w http.ResponseWriter, r *http.Request) {
 		}
 		body = buf.Bytes()
 	default:
-		http.NotFound(w, r)
-		return
+		if body == nil {
+			http.NotFound(w, r)
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if encoding != "" {
 		w.Header().Set("Content-Encoding", encoding)
 	}
 	w.Write(body)
+}
+
+// Echoes are the answers the uncompressed forms give for a credential
+// header (Authorization or X-Api-Key), by form name: JSON documents
+// reflecting it (or its token, the part after the scheme) as is, base64
+// (both alphabets, padded or not), hex (both cases), or buried in a longer
+// text that is base64-encoded whole, at each offset mod 3. An upstream
+// MCP server in a test reflects them in its answers the same way.
+func Echoes(header string) map[string]string {
+	_, token, found := strings.Cut(header, " ")
+	if !found {
+		token = header
+	}
+	b64 := base64.StdEncoding.EncodeToString
+	out := map[string]string{
+		"raw":                   `{"you_sent":"` + header + `"}`,
+		"base64-header":         `{"auth":"` + b64([]byte(header)) + `"}`,
+		"base64-token":          `{"t":"` + b64([]byte(token)) + `"}`,
+		"base64url-token":       `{"t":"` + base64.URLEncoding.EncodeToString([]byte(token)) + `"}`,
+		"base64url-nopad-token": `{"t":"` + base64.RawURLEncoding.EncodeToString([]byte(token)) + `"}`,
+		"base64-nopad-token":    `{"t":"` + base64.RawStdEncoding.EncodeToString([]byte(token)) + `"}`,
+		"hex":                   `{"t":"` + hex.EncodeToString([]byte(token)) + `"}`,
+		"hex-upper":             `{"t":"` + strings.ToUpper(hex.EncodeToString([]byte(token))) + `"}`,
+		"embedded-url-1":        `{"blob":"` + base64.RawURLEncoding.EncodeToString([]byte("x"+token+"yz")) + `"}`,
+	}
+	// The token inside a larger JSON document, base64-encoded whole, at
+	// three offsets mod 3.
+	for n := range 3 {
+		pad := strings.Repeat("x", n)
+		out["embedded-"+strconv.Itoa(n)] = `{"blob":"` + b64([]byte(`{"p":"`+pad+`","authorization":"`+header+`","n":42}`)) + `"}`
+	}
+	return out
 }
 
 // Leaks returns the forms of token found in text (every encoding Forms

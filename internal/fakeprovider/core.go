@@ -59,6 +59,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"credbroker/internal/countdown"
 )
 
 // Options configure a fake provider. Zero values get defaults.
@@ -197,14 +199,16 @@ type core struct {
 	// (GitHub: one year); zero: never.
 	idleTTL time.Duration
 
+	// failTokens and failAPI are the injected failures of the token
+	// endpoint and of API calls still to come.
+	failTokens, failAPI countdown.Countdown
+
 	mu           sync.Mutex // guards the fields below
 	user         User
 	pending      map[string]*pendingAuth
 	codes        map[string]*codeGrant
 	tokens       map[string]*token
 	events       []Event
-	failTokens   int
-	failAPI      int
 	authzErr     string
 	authzErrDesc string
 }
@@ -262,9 +266,7 @@ func (c *core) SetUser(u User) {
 // FailNextAPI makes the next n API calls answer 401 as to a token the
 // provider no longer accepts.
 func (c *core) FailNextAPI(n int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.failAPI = n
+	c.failAPI.Set(n)
 }
 
 // UserRevokesAccess is the person removing the app in their account
@@ -288,9 +290,7 @@ func (c *core) User() User {
 
 // FailNextTokens makes the next n token requests answer HTTP 500.
 func (c *core) FailNextTokens(n int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.failTokens = n
+	c.failTokens.Set(n)
 }
 
 // SetAuthorizeError makes every authorization request redirect back at once
@@ -472,6 +472,22 @@ func (c *core) takePending(id string) (pendingAuth, bool) {
 	return *p, true
 }
 
+// readDecision reads a consent form's POST and takes the pending request it
+// answers, or writes the provider's error page and reports false.
+func (c *core) readDecision(w http.ResponseWriter, r *http.Request, provider string) (pendingAuth, bool) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	if err := r.ParseForm(); err != nil {
+		errorPage(w, http.StatusBadRequest, provider, "The form could not be read.")
+		return pendingAuth{}, false
+	}
+	p, ok := c.takePending(r.PostForm.Get("request"))
+	if !ok {
+		errorPage(w, http.StatusBadRequest, provider, "This authorization request is unknown or was already answered.")
+		return pendingAuth{}, false
+	}
+	return p, true
+}
+
 // issueCode creates a single-use code for an approved request. Both
 // providers keep one grant per user and app, so the grant is the user's.
 func (c *core) issueCode(p pendingAuth) string {
@@ -511,15 +527,6 @@ func (c *core) revokePair(pair string) {
 			t.revoked = true
 		}
 	}
-}
-
-// takeAPIFailure consumes one injected API failure; callers hold c.mu.
-func (c *core) takeAPIFailure() bool {
-	if c.failAPI > 0 {
-		c.failAPI--
-		return true
-	}
-	return false
 }
 
 // revokeGrant revokes every token of a grant; callers hold c.mu.

@@ -159,14 +159,8 @@ func (g *GitHub) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *GitHub) decide(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	if err := r.ParseForm(); err != nil {
-		errorPage(w, http.StatusBadRequest, "GitHub", "The form could not be read.")
-		return
-	}
-	p, ok := g.takePending(r.PostForm.Get("request"))
+	p, ok := g.readDecision(w, r, "GitHub")
 	if !ok {
-		errorPage(w, http.StatusBadRequest, "GitHub", "This authorization request is unknown or was already answered.")
 		return
 	}
 	switch r.PostForm.Get("decision") {
@@ -209,8 +203,7 @@ func (g *GitHub) token(w http.ResponseWriter, r *http.Request) {
 	id, secret := f.Get("client_id"), f.Get("client_secret")
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.failTokens > 0 {
-		g.failTokens--
+	if g.failTokens.Take() {
 		ev.Status, ev.Error = http.StatusInternalServerError, "server_error"
 		g.record(ev)
 		http.Error(w, "Internal Server Error", http.StatusInternalServerError)
@@ -310,7 +303,7 @@ func (g *GitHub) api(w http.ResponseWriter, r *http.Request) {
 	}
 	g.mu.Lock()
 	t, ok := g.lookupToken(tok)
-	valid := ok && !t.refresh && g.live(t) && !g.takeAPIFailure()
+	valid := ok && !t.refresh && g.live(t) && !g.failAPI.Take()
 	if !valid {
 		ev.Status, ev.Error = http.StatusUnauthorized, "bad_credentials"
 		g.record(ev)

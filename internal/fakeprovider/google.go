@@ -330,14 +330,8 @@ func (g *Google) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Google) decide(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	if err := r.ParseForm(); err != nil {
-		errorPage(w, http.StatusBadRequest, "Google", "The form could not be read.")
-		return
-	}
-	p, ok := g.takePending(r.PostForm.Get("request"))
+	p, ok := g.readDecision(w, r, "Google")
 	if !ok {
-		errorPage(w, http.StatusBadRequest, "Google", "This authorization request is unknown or was already answered.")
 		return
 	}
 	switch r.PostForm.Get("decision") {
@@ -400,8 +394,7 @@ func (g *Google) token(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, status, map[string]string{"error": code, "error_description": desc})
 	}
-	if g.failTokens > 0 {
-		g.failTokens--
+	if g.failTokens.Take() {
 		fail(http.StatusInternalServerError, "server_error", "Internal error (injected).")
 		return
 	}
@@ -530,7 +523,7 @@ func (g *Google) bearerToken(w http.ResponseWriter, r *http.Request, ev *Event) 
 	tok := bearer(r, false)
 	ev.Token = tok
 	t, ok := g.lookupToken(tok)
-	if !ok || t.refresh || !g.live(t) || g.takeAPIFailure() {
+	if !ok || t.refresh || !g.live(t) || g.failAPI.Take() {
 		ev.Status, ev.Error = http.StatusUnauthorized, "invalid_token"
 		g.record(*ev)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="https://accounts.google.com/", error="invalid_token"`)

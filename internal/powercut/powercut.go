@@ -64,6 +64,9 @@ type FS struct {
 	// is cut and every change fails.
 	armed *armedCut
 	off   bool
+	// failing: the disk fails (Fail) and every change fails, until it
+	// works again.
+	failing bool
 }
 
 // armedCut is a power cut waiting for a write (CutAtWrite).
@@ -203,6 +206,22 @@ func (p *FS) CutAtWrite(n int, at func(off int64) bool, kill func()) <-chan CutR
 	return c.report
 }
 
+// Fail makes the disk fail (on) or work again (off), as a disk with an
+// I/O fault does: while it fails, every write, truncate, sync, create and
+// unlink fails with EIO and changes nothing, and reads go on. Nothing is
+// lost: what was written before is still there, synced or not, and once
+// it works again the same open files take writes. (The power stays on:
+// unlike a cut, the writers live on and see the errors.)
+func (p *FS) Fail(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failing = on
+}
+
+// refusesLocked reports whether a change must fail with EIO: the power is
+// cut or the disk fails. The caller holds p.mu.
+func (p *FS) refusesLocked() bool { return p.off || p.failing }
+
 // cutLocked discards every file's unsynced contents; the caller holds
 // p.mu. It returns the report and the files whose contents changed.
 func (p *FS) cutLocked() (CutReport, []*file) {
@@ -266,9 +285,9 @@ func (d *rootDir) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrO
 
 func (d *rootDir) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	d.fs.mu.Lock()
-	off := d.fs.off
+	refuses := d.fs.refusesLocked()
 	d.fs.mu.Unlock()
-	if off {
+	if refuses {
 		return nil, nil, 0, syscall.EIO
 	}
 	f := &file{fs: d.fs, name: name, mode: mode & 0o7777, dirty: map[int]struct{}{}}
@@ -291,7 +310,7 @@ func (d *rootDir) Unlink(ctx context.Context, name string) syscall.Errno {
 	if f, ok := ch.Operations().(*file); ok {
 		d.fs.mu.Lock()
 		defer d.fs.mu.Unlock()
-		if d.fs.off {
+		if d.fs.refusesLocked() {
 			return syscall.EIO
 		}
 		delete(d.fs.files, f)
@@ -346,7 +365,7 @@ func (f *file) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 func (f *file) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
-	if f.fs.off {
+	if f.fs.refusesLocked() {
 		return syscall.EIO
 	}
 	if size, ok := in.GetSize(); ok {
@@ -378,7 +397,7 @@ func (f *file) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int6
 func (f *file) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
-	if f.fs.off {
+	if f.fs.refusesLocked() {
 		return 0, syscall.EIO
 	}
 	end := int(off) + len(data)
@@ -400,7 +419,7 @@ func (f *file) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 func (f *file) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
-	if f.fs.off {
+	if f.fs.refusesLocked() {
 		return syscall.EIO
 	}
 	f.fs.fsyncs++

@@ -201,3 +201,52 @@ func TestCutAtWrite(t *testing.T) {
 		t.Fatal("the file changed after the cut")
 	}
 }
+
+// TestFail: while the disk fails, every change fails with EIO and changes
+// nothing, reads go on; once it works again the same open file takes
+// writes, and nothing written before (synced or not) was lost.
+func TestFail(t *testing.T) {
+	p := powercut.MountT(t)
+	path := filepath.Join(p.Dir, "db")
+	f := create(t, path)
+	a := bytes.Repeat([]byte("A"), 5000)
+	write(t, f, 0, a)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	write(t, f, 5000, []byte("unsynced"))
+	before := contents(t, path)
+
+	p.Fail(true)
+	for name, change := range map[string]func() error{
+		"write":    func() error { _, err := f.WriteAt([]byte("B"), 0); return err },
+		"append":   func() error { _, err := f.WriteAt([]byte("B"), 9000); return err },
+		"sync":     f.Sync,
+		"truncate": func() error { return f.Truncate(100) },
+		"create":   func() error { _, err := os.Create(filepath.Join(p.Dir, "other")); return err },
+		"remove":   func() error { return os.Remove(path) },
+	} {
+		if err := change(); !errors.Is(err, syscall.EIO) {
+			t.Errorf("%s on a failing disk: %v, want EIO", name, err)
+		}
+	}
+	if got := contents(t, path); !bytes.Equal(got, before) {
+		t.Fatalf("the failing disk changed the file: %d bytes, want the %d before", len(got), len(before))
+	}
+	if got, _ := p.Contents("db"); !bytes.Equal(got, before) {
+		t.Fatal("the file system's own copy changed")
+	}
+
+	p.Fail(false)
+	write(t, f, 0, []byte("B"))
+	if err := f.Sync(); err != nil {
+		t.Fatalf("sync once the disk works again: %v", err)
+	}
+	want := append([]byte("B"), before[1:]...)
+	if got := contents(t, path); !bytes.Equal(got, want) {
+		t.Fatal("after the disk works again the file is not what was written")
+	}
+	if _, err := os.Stat(filepath.Join(p.Dir, "other")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a file created on the failing disk exists: %v", err)
+	}
+}

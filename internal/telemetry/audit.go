@@ -19,6 +19,7 @@ const (
 	EventConnectDeclined  = "connect_declined"       // a person declined a connect request (on a page, at the provider, or in their client)
 	EventStepUp           = "step_up"                // an upstream MCP server asked for more scopes; a connect request for them was started
 	EventToolsChanged     = "upstream_tools_changed" // an upstream MCP server's tool list changed
+	EventUpstreamError    = "upstream_error"         // an upstream MCP server's authorization cannot be used (discovery or registration failed; Outcome is the kind)
 	EventKeyRotation      = "key_rotation"           // records were re-sealed with a new primary key
 	EventTokenExport      = "token_export"           // a provider access token was handed to a sidecar
 	EventAppAuthorized    = "app_authorized"         // a person approved an app (OAuth client) at the broker's authorization server
@@ -28,7 +29,7 @@ const (
 
 var knownEvents = []string{EventConnect, EventDisconnect, EventRevoke, EventRefreshFailed,
 	EventNeedsReconnect, EventIdentityMismatch, EventKeyRotation, EventTokenExport,
-	EventAppAuthorized, EventAppRemoved, EventTokenReplay}
+	EventAppAuthorized, EventAppRemoved, EventTokenReplay, EventStepUp, EventToolsChanged, EventUpstreamError}
 
 // Event is one audit record. It has no field for secret material: tokens,
 // codes, cookies and client secrets have no place in it.

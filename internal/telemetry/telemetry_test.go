@@ -39,7 +39,7 @@ func TestNilRecorderIsANoOp(t *testing.T) {
 	r.SidecarRequest("demorepos", SidecarRequire, 200)
 	r.Audit(context.Background(), Event{Kind: EventConnect})
 	s := memstore.New(mustKeys(t))
-	if got := r.WrapStore(s); got != vault.Store(s) {
+	if got := vault.Observe(s, r.StoreObserver()); got != vault.Store(s) {
 		t.Errorf("nil Recorder wrapped the store")
 	}
 	if r.Registry() != nil {
@@ -98,16 +98,11 @@ func TestLabelsAreBounded(t *testing.T) {
 	}
 }
 
-// TestWrapStore times every operation by outcome and keeps the optional
-// Resealer feature when the store has it.
-func TestWrapStore(t *testing.T) {
+// TestStoreObserver times every operation by outcome, the authorization
+// server's records too.
+func TestStoreObserver(t *testing.T) {
 	r := New(Options{})
-	base := memstore.New(mustKeys(t))
-	s := r.WrapStore(base)
-	_, baseReseals := vault.Store(base).(vault.Resealer)
-	if _, ok := s.(vault.Resealer); ok != baseReseals {
-		t.Errorf("Resealer visible = %v, want %v", ok, baseReseals)
-	}
+	s := vault.Observe(memstore.New(mustKeys(t)), r.StoreObserver())
 	ctx := context.Background()
 	p := vault.Principal{Issuer: "https://idp.test", Subject: "alice"}
 	now := time.Now()
@@ -136,8 +131,12 @@ func TestWrapStore(t *testing.T) {
 			t.Fatalf("grant %d: %v, want %v", i, err, want)
 		}
 	}
+	if _, err := s.Auth().GetOAuthClient(ctx, "client_missing"); !errors.Is(err, vault.ErrNotFound) {
+		t.Fatalf("get missing client: %v", err)
+	}
 	m := scrape(t, r)
 	for _, want := range []string{
+		`credbroker_vault_operation_duration_seconds_count{op="get_oauth_client",outcome="not_found"} 1`,
 		`credbroker_vault_operation_duration_seconds_count{op="create_connection",outcome="ok"} 1`,
 		`credbroker_vault_operation_duration_seconds_count{op="get_connection",outcome="not_found"} 1`,
 		`credbroker_vault_operation_duration_seconds_count{op="update_connection",outcome="conflict"} 1`,

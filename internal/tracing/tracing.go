@@ -1,8 +1,8 @@
 // Package tracing is the broker's OpenTelemetry tracing: the tracer
 // provider built from the standard OTEL_* environment variables, the
-// redacting span exporter in front of every exporter, the tracing store
-// wrapper, the IdP client wrapper, and the W3C trace context propagator
-// the broker uses.
+// redacting span exporter in front of every exporter, the store observer
+// (a vault.Observer: a span per store operation), the IdP client wrapper,
+// and the W3C trace context propagator the broker uses.
 //
 // Tracing is off unless OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, or OTEL_TRACES_EXPORTER is

@@ -196,36 +196,38 @@ func TestRedactingExporter(t *testing.T) {
 	}
 }
 
-// TestWrapStore: each store operation is one vault.<op> span carrying the
-// operation only; Unwrap reaches the store; a nil provider wraps nothing.
-func TestWrapStore(t *testing.T) {
+// TestStoreObserver: each store operation is one vault.<op> span carrying
+// the operation only, under the caller's span; a nil provider observes
+// nothing.
+func TestStoreObserver(t *testing.T) {
 	kr, err := vault.ParseKeys(vault.GenerateKey())
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := memstore.New(kr)
-	if tracing.WrapStore(nil, st) != vault.Store(st) {
-		t.Fatal("WrapStore(nil) wrapped")
+	if tracing.StoreObserver(nil) != nil {
+		t.Fatal("StoreObserver(nil) observes")
 	}
 	mem := tracetest.NewInMemoryExporter()
-	ws := tracing.WrapStore(tracing.NewSyncProvider(mem), st)
-	if w, ok := ws.(interface{ Unwrap() vault.Store }); !ok || w.Unwrap() != vault.Store(st) {
-		t.Fatal("no Unwrap to the store")
-	}
+	tp := tracing.NewSyncProvider(mem)
+	ws := vault.Observe(st, tracing.StoreObserver(tp))
 	if _, err := ws.GetConnection(context.Background(), "conn-secret-id"); err == nil {
 		t.Fatal("found a connection in an empty store")
 	}
-	// The one-transaction connect (vault.GrantConnector) survives wrapping:
-	// with tracing on, the callback must not fall back to two writes.
-	gc, ok := ws.(vault.GrantConnector)
-	if !ok {
+	// The one-transaction connect (vault.GrantConnector) survives
+	// observation: with tracing on, the callback must not fall back to
+	// two writes.
+	gc := ws.Connector()
+	if gc == nil {
 		t.Fatal("the traced store hides vault.GrantConnector")
 	}
-	if _, _, err := gc.Connect(context.Background(), vault.ConnectionWrite{}, "no-such-grant", nil); err == nil || errors.Is(err, errors.ErrUnsupported) {
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "parent")
+	if _, _, err := gc.Connect(ctx, vault.ConnectionWrite{}, "no-such-grant", nil); err == nil || errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Connect on an unknown grant: %v", err)
 	}
+	parent.End()
 	spans := mem.GetSpans()
-	if len(spans) != 2 || spans[1].Name != "vault.connect" {
+	if len(spans) != 3 || spans[1].Name != "vault.connect" || spans[1].Parent.SpanID() != parent.SpanContext().SpanID() {
 		t.Fatalf("spans %+v", spans)
 	}
 	if spans[0].Name != "vault.get_connection" || spans[0].Status.Code != codes.Error {

@@ -75,11 +75,12 @@ const modernEra = "2026-07-28"
 // pool's own exchange when it can (see above; maxBytes bounds the answer
 // it reads, the JSON body or one event), else through cs.
 func (p *Pool) CallTool(ctx context.Context, cs *mcp.ClientSession, t Target, params *mcp.CallToolParams, maxBytes int64) (ToolResult, error) {
-	if !p.direct(cs, params) {
+	w, ok := p.direct(cs, params)
+	if !ok {
 		res, err := cs.CallTool(ctx, params)
 		return ToolResult{Decoded: res}, err
 	}
-	raw, err := p.exchange(ctx, cs, t, params, maxBytes)
+	raw, err := p.exchange(ctx, cs, w, params, maxBytes)
 	return ToolResult{Raw: raw}, err
 }
 
@@ -90,17 +91,32 @@ func (p *Pool) ListTools(ctx context.Context, cs *mcp.ClientSession, params *mcp
 	if err != nil {
 		return res, err
 	}
+	v, ok := p.wires.Load(cs)
+	if !ok {
+		return res, nil
+	}
 	for _, tool := range res.Tools {
 		if tool == nil {
 			continue
 		}
 		// Conservative: the words anywhere in the schema will do.
 		if b, err := json.Marshal(tool.InputSchema); err != nil || bytes.Contains(b, []byte("x-mcp-header")) {
-			v, _ := p.headerTools.LoadOrStore(cs, &toolNames{})
-			v.(*toolNames).add(tool.Name)
+			v.(*wire).headerTools.add(tool.Name)
 		}
 	}
 	return res, nil
+}
+
+// wire is what the pool's own exchange uses of a session: its HTTP client
+// (whose transport, answers, redacts what the upstream answers of the
+// session's tokens, routes progress and notes 401s), its token handler
+// (nil for a server that takes no token) and its tools with x-mcp-header
+// parameters.
+type wire struct {
+	url         string
+	hc          *http.Client
+	auth        *oauthHandler
+	headerTools toolNames
 }
 
 // toolNames are a session's tools with x-mcp-header parameters.
@@ -126,22 +142,21 @@ func (n *toolNames) has(name string) bool {
 
 // direct reports whether params can go through the pool's own exchange
 // on cs.
-func (p *Pool) direct(cs *mcp.ClientSession, params *mcp.CallToolParams) bool {
-	if params == nil || Era(cs) < modernEra || cs.ID() != "" {
-		return false
+func (p *Pool) direct(cs *mcp.ClientSession, params *mcp.CallToolParams) (*wire, bool) {
+	v, ok := p.wires.Load(cs)
+	if !ok || params == nil || Era(cs) < modernEra || cs.ID() != "" {
+		return nil, false
 	}
+	w := v.(*wire)
 	for _, k := range []string{mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientInfo, "progressToken"} {
 		if _, ok := params.Meta[k]; ok {
-			return false
+			return nil, false
 		}
 	}
-	if _, ok := params.Meta[mcp.MetaKeyClientCapabilities]; !ok {
-		return false
+	if _, ok := params.Meta[mcp.MetaKeyClientCapabilities]; !ok || w.headerTools.has(params.Name) {
+		return nil, false
 	}
-	if v, ok := p.headerTools.Load(cs); ok && v.(*toolNames).has(params.Name) {
-		return false
-	}
-	return true
+	return w, true
 }
 
 // callHeader is the header of every call (the go-sdk's), but for
@@ -157,7 +172,7 @@ type callRequest struct {
 }
 
 // exchange makes the call and returns its result (see above).
-func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, t Target, params *mcp.CallToolParams, maxBytes int64) (json.RawMessage, error) {
+func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, w *wire, params *mcp.CallToolParams, maxBytes int64) (json.RawMessage, error) {
 	era := Era(cs)
 	id := p.ids.Add(1)
 	payload, ok := p.appendCall(make([]byte, 0, 512), id, era, params)
@@ -187,12 +202,9 @@ func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, t Target, pa
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
 	done := func() { stop(); cancel() }
-	var auth *oauthHandler
-	if t.Conn != "" {
-		auth = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn}
-	}
+	auth := w.auth
 	send := func() (*http.Request, *http.Response, error) {
-		req, err := http.NewRequestWithContext(rctx, http.MethodPost, t.URL, bytes.NewReader(payload))
+		req, err := http.NewRequestWithContext(rctx, http.MethodPost, w.url, bytes.NewReader(payload))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -202,18 +214,20 @@ func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, t Target, pa
 		}
 		req.Header["Mcp-Protocol-Version"], req.Header["Mcp-Name"] = []string{era}, []string{params.Name}
 		if auth != nil {
-			at, err := p.opts.Tokens.AccessToken(ctx, t.Conn)
+			// The session's token source: the token is noted among the
+			// session's secrets, which its answers are redacted of.
+			tok, err := tokenSource{ctx: ctx, h: auth}.Token()
 			var re *oauth2.RetrieveError
 			switch {
 			case err == nil:
-				req.Header["Authorization"] = []string{"Bearer " + at}
+				req.Header["Authorization"] = []string{"Bearer " + tok.AccessToken}
 			case errors.As(err, &re) && re.ErrorCode == "invalid_grant":
 				// As the go-sdk: sent without, for the 401 to refresh.
 			default:
 				return nil, nil, fmt.Errorf("mcpup: sending tools/call: %w: %w", errRejected, err)
 			}
 		}
-		resp, err := p.hc.Do(req)
+		resp, err := w.hc.Do(req)
 		if err != nil {
 			err = fmt.Errorf("mcpup: sending tools/call: %w: %w", errRejected, err)
 		}
@@ -238,7 +252,7 @@ func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, t Target, pa
 			return fail(err)
 		}
 	}
-	res, err := readAnswer(resp, id, maxBytes, stop, cancel)
+	res, err := readCallAnswer(resp, id, maxBytes, stop, cancel)
 	if err != nil {
 		return fail(err)
 	}
@@ -302,13 +316,13 @@ func (p *Pool) appendCall(b []byte, id int64, era string, params *mcp.CallToolPa
 // (its end, so the connection is kept), in the background.
 const drainTimeout = 5 * time.Second
 
-// readAnswer reads the answer to request id from resp, each message at
+// readCallAnswer reads the answer to request id from resp, each message at
 // most maxBytes. On success the request is ended: at once for a JSON
 // answer; for an event stream, once what follows the answer is read, in
 // the background (detach first unhooks the request from the call: false
 // when the call ended meanwhile). On failure the body is closed and the
 // caller ends the request.
-func readAnswer(resp *http.Response, id, maxBytes int64, detach func() bool, end context.CancelFunc) (json.RawMessage, error) {
+func readCallAnswer(resp *http.Response, id, maxBytes int64, detach func() bool, end context.CancelFunc) (json.RawMessage, error) {
 	if err := answered(resp, maxBytes); err != nil {
 		resp.Body.Close()
 		return nil, err

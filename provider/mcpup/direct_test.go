@@ -310,11 +310,13 @@ func TestDirectCallTakesWhatItCan(t *testing.T) {
 	if !slices.Equal(region, []string{"eu"}) {
 		t.Errorf("Mcp-Param-Region of the regional calls: %q, want eu", region)
 	}
-	// A session dropped takes its notes along.
-	p.Forget(modern)
-	waitFor(t, "the session's notes to go", func() bool {
+	// A session dropped takes what the own exchange keeps of it along.
+	for _, tg := range []Target{modern, {Provider: "old", URL: legacy.url()}} {
+		p.Forget(tg)
+	}
+	waitFor(t, "the sessions' wires to go", func() bool {
 		n := 0
-		p.headerTools.Range(func(any, any) bool { n++; return true })
+		p.wires.Range(func(any, any) bool { n++; return true })
 		return n == 0
 	})
 }

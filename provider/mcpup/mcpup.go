@@ -12,7 +12,12 @@
 // Legacy (2025-11-25) sessions are pooled: least recently used first out
 // beyond MaxSessions, closed after IdleTimeout, and a session the upstream
 // forgot (404, go-sdk's ErrSessionMissing) is opened again once and the
-// request retried. The package hands no token to its caller.
+// request retried. Close ends every session (the broker's shutdown).
+//
+// The package hands no token to its caller, and nothing the upstream
+// answers reaches its caller with a token the session used in it:
+// answers are redacted of them, in every encoding provider/redact knows,
+// before the go-sdk reads them (answers.go).
 package mcpup
 
 import (
@@ -45,6 +50,11 @@ var (
 	// ErrNoToken: the connection has no usable token (it needs
 	// reconnecting).
 	ErrNoToken = errors.New("mcpup: the connection has no usable token")
+	// ErrTokenRequired: Probe was refused (401) without a token, as an
+	// OAuth-protected server refuses anyone not yet connected.
+	ErrTokenRequired = errors.New("mcpup: the upstream server asks for a token")
+	// ErrClosed: the pool was closed.
+	ErrClosed = errors.New("mcpup: the pool is closed")
 )
 
 // NeedScope is a 403 insufficient_scope: the upstream wants more scopes.
@@ -77,17 +87,28 @@ func (t Target) key() string {
 	return t.Conn
 }
 
-// Tokens gives a connection's access token and forces a refresh. An error
+// Tokens gives a connection's tokens and forces a refresh. An error
 // wrapping ErrNoToken means the connection must be made again; any other
 // is passed through as it is.
 type Tokens interface {
-	// AccessToken returns connection id's access token, refreshed when it
-	// is about to expire.
-	AccessToken(ctx context.Context, id string) (string, error)
+	// AccessToken returns connection id's tokens, the access token
+	// refreshed when it is about to expire.
+	AccessToken(ctx context.Context, id string) (Token, error)
 	// ForceRefresh refreshes connection id because the upstream refused
-	// stale, unless it was refreshed meanwhile.
-	ForceRefresh(ctx context.Context, id, stale string) (string, error)
+	// the access token stale, unless it was refreshed meanwhile.
+	ForceRefresh(ctx context.Context, id, stale string) (Token, error)
 }
+
+// Token is a connection's tokens as a Pool is given them: Access goes on
+// the upstream requests, and every answer of the upstream is redacted of
+// both. It prints as REDACTED.
+type Token struct {
+	Access, Refresh string
+}
+
+func (Token) String() string             { return "REDACTED" }
+func (Token) LogValue() slog.Value       { return slog.StringValue("REDACTED") }
+func (Token) Format(f fmt.State, _ rune) { f.Write([]byte("REDACTED")) }
 
 // Options configures a Pool.
 type Options struct {
@@ -109,23 +130,24 @@ type Options struct {
 type Pool struct {
 	opts Options
 	log  *slog.Logger
-	// hc is opts.HTTPClient with the 401 recorder; impl the clientInfo
-	// (implJSON encoded).
-	hc       *http.Client
+	// impl is the clientInfo (implJSON encoded).
 	impl     *mcp.Implementation
 	implJSON []byte
 	// ids numbers the pool's own requests (CallTool).
 	ids atomic.Int64
-	// headerTools: each session's tools with x-mcp-header parameters
-	// (*mcp.ClientSession → *toolNames).
-	headerTools sync.Map
+	// wires are what the pool's own exchange uses of each session
+	// (*mcp.ClientSession → *wire).
+	wires sync.Map
 
 	// progress maps the progress tokens of calls in flight to their sinks.
 	progress sync.Map
+	// closing counts the sessions being closed.
+	closing sync.WaitGroup
 
 	mu       sync.Mutex // guards the fields below
 	sessions map[string]*list.Element
 	lru      *list.List // of *entry, most recently used first
+	closed   bool
 }
 
 type entry struct {
@@ -136,6 +158,9 @@ type entry struct {
 	// ready is closed once cs (or err) is set; concurrent first users wait.
 	ready chan struct{}
 	err   error
+	// cancel ends the context the session was opened with (which lives
+	// as long as the session): an opening in progress is abandoned.
+	cancel context.CancelFunc
 }
 
 // New builds a Pool.
@@ -156,11 +181,9 @@ func New(opts Options) *Pool {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	hc := *opts.HTTPClient
-	hc.Transport = statusRecorder{next: transportOf(opts.HTTPClient)}
 	impl := &mcp.Implementation{Name: "credbroker", Version: opts.Version}
 	implJSON, _ := json.Marshal(impl)
-	return &Pool{opts: opts, log: log, hc: &hc, impl: impl, implJSON: implJSON,
+	return &Pool{opts: opts, log: log, impl: impl, implJSON: implJSON,
 		sessions: map[string]*list.Element{}, lru: list.New()}
 }
 
@@ -168,6 +191,10 @@ func New(opts Options) *Pool {
 // first use. The caller must not close it: Forget does.
 func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error) {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
 	p.expireLocked()
 	if el, ok := p.sessions[t.key()]; ok && el.Value.(*entry).target == t {
 		e := el.Value.(*entry)
@@ -184,7 +211,10 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 		}
 		return e.cs, nil
 	}
-	e := &entry{key: t.key(), target: t, used: p.opts.Now(), ready: make(chan struct{})}
+	// The session lives as long as the context it is opened with: the
+	// caller's values, none of its deadlines, ended by removal or Close.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e := &entry{key: t.key(), target: t, used: p.opts.Now(), ready: make(chan struct{}), cancel: cancel}
 	if old, ok := p.sessions[t.key()]; ok {
 		p.removeLocked(old)
 	}
@@ -193,13 +223,25 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 		p.removeLocked(p.lru.Back())
 	}
 	p.mu.Unlock()
-	e.cs, e.err = p.connect(ctx, t)
+	e.cs, e.err = p.connect(cctx, t)
 	close(e.ready)
 	if e.err != nil {
 		p.drop(t, e)
 		return nil, e.err
 	}
 	return e.cs, nil
+}
+
+// Probe opens a session with t only to tell its era, and closes it. A
+// server that answers 401 to a target without a connection (no token
+// sent) gives an error wrapping ErrTokenRequired.
+func (p *Pool) Probe(ctx context.Context, t Target) (string, error) {
+	cs, err := p.Session(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	defer p.Forget(t)
+	return Era(cs), nil
 }
 
 // drop closes and drops t's session if it is still the one e holds: a
@@ -241,6 +283,22 @@ func (p *Pool) Forget(t Target) {
 	}
 }
 
+// Close closes every session and refuses new ones (ErrClosed); sessions
+// being opened are abandoned. It returns once every session the pool
+// opened is closed (a 2025-11-25 session is ended at the upstream with a
+// DELETE, which the go-sdk bounds).
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for p.lru.Len() > 0 {
+		el := p.lru.Front()
+		el.Value.(*entry).cancel() // an opening in progress gives up
+		p.removeLocked(el)
+	}
+	p.mu.Unlock()
+	p.closing.Wait()
+}
+
 // Len is the number of sessions held.
 func (p *Pool) Len() int {
 	p.mu.Lock()
@@ -254,13 +312,14 @@ func (p *Pool) removeLocked(el *list.Element) {
 	if p.sessions[e.key] == el {
 		delete(p.sessions, e.key)
 	}
-	go func() {
+	p.closing.Go(func() {
 		<-e.ready
 		if e.cs != nil {
 			e.cs.Close()
-			p.headerTools.Delete(e.cs)
+			p.wires.Delete(e.cs)
 		}
-	}()
+		e.cancel()
+	})
 }
 
 // expireLocked closes the sessions idle longer than IdleTimeout.
@@ -277,12 +336,19 @@ func (p *Pool) expireLocked() {
 }
 
 // connect opens a session with t: the era probed (discover, else
-// initialize declaring url elicitation only).
+// initialize declaring url elicitation only). ctx lives as long as the
+// session.
 func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error) {
-	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: p.hc, MaxRetries: -1, DisableStandaloneSSE: true}
+	hc := *p.opts.HTTPClient
+	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
+	ans := answers{next: transportOf(p.opts.HTTPClient), pool: p, refused: new(atomic.Bool)}
+	w := &wire{url: t.URL, hc: &hc}
 	if t.Conn != "" {
-		tr.OAuthHandler = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn}
+		ans.secrets = &secrets{}
+		w.auth = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets}
+		tr.OAuthHandler = w.auth
 	}
+	hc.Transport = ans
 	client := mcp.NewClient(p.impl, &mcp.ClientOptions{
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		Capabilities:   &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
@@ -296,14 +362,19 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 			}
 			return &mcp.ElicitResult{Action: "cancel"}, nil
 		},
-		ProgressNotificationHandler: p.routeProgress,
-		Logger:                      p.log,
+		// Progress is routed by answers, as it is read: the go-sdk's
+		// handler would run after the response it preceded.
+		Logger: p.log,
 	})
 	ctx, rec := withRecorder(ctx)
-	cs, err := client.Connect(context.WithoutCancel(ctx), tr, nil)
-	if err != nil {
+	cs, err := client.Connect(ctx, tr, nil)
+	switch {
+	case err != nil && t.Conn == "" && ans.refused.Load():
+		return nil, fmt.Errorf("%w: %w", ErrTokenRequired, err)
+	case err != nil:
 		return nil, rec.classify(err)
 	}
+	p.wires.Store(cs, w)
 	return cs, nil
 }
 
@@ -354,10 +425,12 @@ func sessionSurvives(err error) bool {
 	return errors.As(err, &we) || errors.As(err, &ns) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// oauthHandler puts the connection's token on every request.
+// oauthHandler puts the connection's token on every request, and notes
+// each token it hands out in the session's secrets.
 type oauthHandler struct {
-	tokens Tokens
-	conn   string
+	tokens  Tokens
+	conn    string
+	secrets *secrets
 }
 
 var _ auth.OAuthHandler = (*oauthHandler)(nil)
@@ -372,11 +445,12 @@ type tokenSource struct {
 }
 
 func (s tokenSource) Token() (*oauth2.Token, error) {
-	at, err := s.h.tokens.AccessToken(s.ctx, s.h.conn)
+	tok, err := s.h.tokens.AccessToken(s.ctx, s.h.conn)
 	if err != nil {
 		return nil, err
 	}
-	return &oauth2.Token{AccessToken: at, TokenType: "Bearer"}, nil
+	s.h.secrets.add(tok)
+	return &oauth2.Token{AccessToken: tok.Access, TokenType: "Bearer"}, nil
 }
 
 // Authorize answers a 401 with one forced refresh (the transport then
@@ -411,10 +485,12 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 		return ErrUnauthorized
 	}
 	stale, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
-	if _, err := h.tokens.ForceRefresh(ctx, h.conn, stale); err != nil {
+	fresh, err := h.tokens.ForceRefresh(ctx, h.conn, stale)
+	if err != nil {
 		rec.refreshErr = err
 		return err
 	}
+	h.secrets.add(fresh)
 	rec.refreshed = true
 	return nil
 }
@@ -453,22 +529,6 @@ func (r *recorder) classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
 	return err
-}
-
-// statusRecorder notes a 401 after a forced refresh in the request's
-// recorder.
-type statusRecorder struct{ next http.RoundTripper }
-
-func (s statusRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := s.next.RoundTrip(req)
-	if err == nil && resp.StatusCode == http.StatusUnauthorized {
-		if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
-			r.mu.Lock()
-			r.refusedAfter = r.refusedAfter || r.refreshed
-			r.mu.Unlock()
-		}
-	}
-	return resp, err
 }
 
 func transportOf(c *http.Client) http.RoundTripper {

@@ -185,8 +185,9 @@ func (u *upstream) deleted(id string) bool {
 // token, and a forced refresh that replaces it.
 type fakeTokens struct {
 	mu sync.Mutex // guards the fields below
-	// tok is each connection's current access token.
-	tok map[string]string
+	// tok is each connection's current access token; refresh its
+	// refresh token (none when absent).
+	tok, refresh map[string]string
 	// fresh are the tokens forced refreshes hand out, in order (then
 	// "<conn>-refreshed-<n>").
 	fresh []string
@@ -196,21 +197,21 @@ type fakeTokens struct {
 	stales []string
 }
 
-func (f *fakeTokens) AccessToken(_ context.Context, id string) (string, error) {
+func (f *fakeTokens) AccessToken(_ context.Context, id string) (Token, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.accessErr != nil {
-		return "", f.accessErr
+		return Token{}, f.accessErr
 	}
-	return f.tok[id], nil
+	return Token{Access: f.tok[id], Refresh: f.refresh[id]}, nil
 }
 
-func (f *fakeTokens) ForceRefresh(_ context.Context, id, stale string) (string, error) {
+func (f *fakeTokens) ForceRefresh(_ context.Context, id, stale string) (Token, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stales = append(f.stales, stale)
 	if f.refreshErr != nil {
-		return "", f.refreshErr
+		return Token{}, f.refreshErr
 	}
 	if f.tok[id] == stale {
 		if len(f.fresh) > 0 {
@@ -219,7 +220,7 @@ func (f *fakeTokens) ForceRefresh(_ context.Context, id, stale string) (string, 
 			f.tok[id] = fmt.Sprintf("%s-refreshed-%d", id, len(f.stales))
 		}
 	}
-	return f.tok[id], nil
+	return Token{Access: f.tok[id], Refresh: f.refresh[id]}, nil
 }
 
 func (f *fakeTokens) refreshes() []string {
@@ -780,5 +781,34 @@ func TestSessionReopenedAfterTransportFailure(t *testing.T) {
 				t.Fatalf("%d sessions opened, want 2", opened)
 			}
 		})
+	}
+}
+
+// TestProbe: Probe tells an open server's era and keeps no session; a
+// server refusing the token-less request is ErrTokenRequired (what
+// `broker upstreams check` reports as needing a connection), and any
+// other failure is not.
+func TestProbe(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		u := newUpstream(t, legacy)
+		p := newPool(t, Options{})
+		era, err := p.Probe(context.Background(), Target{Provider: "up", URL: u.url()})
+		want := map[bool]string{false: "2026-07-28", true: "2025-11-25"}[legacy]
+		if err != nil || era != want {
+			t.Fatalf("legacy %v: Probe = %q, %v; want %s", legacy, era, err, want)
+		}
+		if p.Len() != 0 {
+			t.Fatalf("legacy %v: Probe kept %d sessions", legacy, p.Len())
+		}
+		u.setTokens("a-token")
+		if _, err := p.Probe(context.Background(), Target{Provider: "up", URL: u.url()}); !errors.Is(err, ErrTokenRequired) {
+			t.Fatalf("legacy %v: Probe of a protected server = %v, want ErrTokenRequired", legacy, err)
+		}
+	}
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	p := newPool(t, Options{})
+	if _, err := p.Probe(context.Background(), Target{Provider: "up", URL: down.URL + "/mcp"}); err == nil || errors.Is(err, ErrTokenRequired) {
+		t.Fatalf("Probe of a closed port = %v, want an error that is not ErrTokenRequired", err)
 	}
 }

@@ -107,6 +107,11 @@ type Connection struct {
 	Account  string   `json:"account"`
 	Scopes   []string `json:"scopes"`
 	Status   string   `json:"status"`
+	// NotGranted are the scopes the connection's last connect request
+	// asked for that the person did not grant; Note says so and how to ask
+	// again. Both empty when everything was granted.
+	NotGranted []string `json:"not_granted,omitempty"`
+	Note       string   `json:"note,omitempty"`
 }
 
 // InputRequest is an MCP input request to copy into the caller's own

@@ -116,29 +116,13 @@ func Start(tb testing.TB, o Options) *Stack {
 	if o.Export {
 		export = "    sidecar_token_export: true\n"
 	}
-	doc := `providers:
-  demo:
-    display_name: Demo
-    type: oauth2
-    authorization_url: ` + s.DemoURL + `/authorize
-    token_url: ` + s.DemoURL + `/token
-    client_id: demo-client
-    client_secret: ${DEMO_SECRET}
-    default_scopes: [profile]
+	doc := "providers:\n" +
+		demoOAuth("demo", "Demo", s.DemoURL, `    default_scopes: [profile]
     allowed_scopes: [profile, repos]
-    account: {url: ` + s.DemoURL + `/api/user, id_field: id, login_field: login}
-    api: {base_url: ` + s.DemoURL + `/api}
-    revocation: {style: rfc7009, url: ` + s.DemoURL + `/revoke}
-` + export + `  notes:
-    display_name: Notes
-    type: oauth2
-    authorization_url: ` + s.DemoURL + `/authorize
-    token_url: ` + s.DemoURL + `/token
-    client_id: demo-client
-    client_secret: ${DEMO_SECRET}
-    account: {url: ` + s.DemoURL + `/api/user, id_field: id, login_field: login}
-    api: {base_url: ` + s.DemoURL + `/api}
-` + o.ExtraProviders
+    revocation: {style: rfc7009, url: `+s.DemoURL+`/revoke}
+`+export) +
+		demoOAuth("notes", "Notes", s.DemoURL, "") +
+		o.ExtraProviders
 	if o.DemoKeys {
 		doc += `  demo-keys:
     display_name: Demo keys
@@ -229,6 +213,22 @@ func (s *Stack) UserTokenWithScopes(user, aud string, scopes []string) string {
 	return tok
 }
 
+// demoOAuth is the providers: entry of an oauth2 provider called name on
+// the demo provider at demoURL, with the lines of extra (indented as an
+// entry's fields) added.
+func demoOAuth(name, display, demoURL, extra string) string {
+	return `  ` + name + `:
+    display_name: ` + display + `
+    type: oauth2
+    authorization_url: ` + demoURL + `/authorize
+    token_url: ` + demoURL + `/token
+    client_id: demo-client
+    client_secret: ${DEMO_SECRET}
+    account: {url: ` + demoURL + `/api/user, id_field: id, login_field: login}
+    api: {base_url: ` + demoURL + `/api}
+` + extra
+}
+
 // Principal is the principal of a development user's tokens.
 func (s *Stack) Principal(user string) vault.Principal {
 	return vault.Principal{Issuer: s.IdP.Issuer(), Subject: user}
@@ -261,25 +261,24 @@ func (s *Stack) Authorize(accountID string, scopes []string) *oauth2.Token {
 // account, and approves and completes the grant).
 func (s *Stack) CompleteConnect(link, user, accountID string) vault.Connection {
 	s.tb.Helper()
+	return s.CompleteConnectGranting(link, user, accountID, nil)
+}
+
+// CompleteConnectGranting is CompleteConnect where the person grants only
+// the scopes granted (nil: every scope the link asks for), as on a
+// granular consent screen.
+func (s *Stack) CompleteConnectGranting(link, user, accountID string, granted []string) vault.Connection {
+	s.tb.Helper()
 	ctx := context.Background()
-	id, ok := strings.CutPrefix(link, PublicURL+"/connect/")
-	if !ok {
-		s.tb.Fatalf("connect link %q is not under %s/connect/", link, PublicURL)
+	p, g := s.openLink(ctx, link, user)
+	if granted == nil {
+		granted = g.Scopes
 	}
-	p := s.Principal(user)
-	g, err := s.Grants.Authorize(ctx, id, p)
-	if err != nil {
-		s.tb.Fatalf("authorize: %v", err)
-	}
-	tok := s.Authorize(accountID, g.Scopes)
+	tok := s.Authorize(accountID, granted)
 	login := map[string]string{"1001": "alice-demo", "1002": "bob-demo"}[accountID]
 	demo, _ := s.Providers.Lookup("demo")
-	conn, err := s.Conns.Save(ctx, p, g, demo, provider.Exchanged{Account: provider.Account{ID: accountID, Login: login},
-		Scopes: g.Scopes, Token: provider.TokenSet(tok)})
-	if err != nil {
-		s.tb.Fatalf("store connection: %v", err)
-	}
-	return conn
+	return s.save(ctx, p, g, demo, provider.Exchanged{Account: provider.Account{ID: accountID, Login: login},
+		Scopes: granted, Token: provider.TokenSet(tok)})
 }
 
 // CompleteKeyConnect completes the connect link of a demo-keys request as
@@ -289,15 +288,7 @@ func (s *Stack) CompleteConnect(link, user, accountID string) vault.Connection {
 func (s *Stack) CompleteKeyConnect(link, user, login string) vault.Connection {
 	s.tb.Helper()
 	ctx := context.Background()
-	id, ok := strings.CutPrefix(link, PublicURL+"/connect/")
-	if !ok {
-		s.tb.Fatalf("connect link %q is not under %s/connect/", link, PublicURL)
-	}
-	p := s.Principal(user)
-	g, err := s.Grants.Authorize(ctx, id, p)
-	if err != nil {
-		s.tb.Fatalf("authorize: %v", err)
-	}
+	p, g := s.openLink(ctx, link, user)
 	keys, _ := s.Providers.Lookup("demo-keys")
 	key := s.Demo.APIKey(login)
 	s.mu.Lock()
@@ -307,7 +298,29 @@ func (s *Stack) CompleteKeyConnect(link, user, login string) vault.Connection {
 	if err != nil {
 		s.tb.Fatalf("verify key: %v", err)
 	}
-	conn, err := s.Conns.Save(ctx, p, g, keys, ex)
+	return s.save(ctx, p, g, keys, ex)
+}
+
+// openLink checks, as the connect page does, that the grant behind link
+// is user's, and returns the user's principal and the grant.
+func (s *Stack) openLink(ctx context.Context, link, user string) (vault.Principal, vault.Grant) {
+	s.tb.Helper()
+	id, ok := strings.CutPrefix(link, PublicURL+"/connect/")
+	if !ok {
+		s.tb.Fatalf("connect link %q is not under %s/connect/", link, PublicURL)
+	}
+	p := s.Principal(user)
+	g, err := s.Grants.Authorize(ctx, id, p)
+	if err != nil {
+		s.tb.Fatalf("authorize: %v", err)
+	}
+	return p, g
+}
+
+// save stores what the provider answered through the connections layer.
+func (s *Stack) save(ctx context.Context, p vault.Principal, g vault.Grant, prov *provider.Provider, ex provider.Exchanged) vault.Connection {
+	s.tb.Helper()
+	conn, err := s.Conns.Save(ctx, p, g, prov, ex)
 	if err != nil {
 		s.tb.Fatalf("store connection: %v", err)
 	}

@@ -1,7 +1,6 @@
 package boltstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -10,13 +9,37 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // bSpent holds spent assertions: vault.AssertionKey -> expiry (Unix
-// nanoseconds, big endian).
+// nanoseconds, big endian: spentValue).
 var bSpent = []byte("spent_assertions")
 
-var _ vault.AssertionLedger = (*Store)(nil)
+// spentValue is a spent assertion's value in bSpent.
+func spentValue(expires time.Time) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(expires.UnixNano()))
+}
+
+// spentExpiry reads a value of bSpent; false when it is not one.
+func spentExpiry(v []byte) (time.Time, bool) {
+	if len(v) != 8 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(v))), true
+}
+
+// spentRecord is the exported record of the spent assertion under k.
+func spentRecord(k, v []byte) ([]byte, error) {
+	exp, ok := spentExpiry(v)
+	if !ok {
+		return nil, fmt.Errorf("spent assertion %s: %d bytes of expiry: %w", k, len(v), vault.ErrMalformed)
+	}
+	return record.EncodeSpentAssertion(string(k), exp)
+}
+
+// Assertions implements vault.Store: the store is its own AssertionLedger.
+func (s *Store) Assertions() vault.AssertionLedger { return s }
 
 // SpendAssertion implements vault.AssertionLedger: the check and the
 // insert are one write transaction (through the group commit, so it is
@@ -28,50 +51,21 @@ func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Tim
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	val := binary.BigEndian.AppendUint64(nil, uint64(expires.UnixNano()))
-	var opErr error
-	err := s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	val := spentValue(expires)
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bSpent)
 		if b.Get([]byte(key)) != nil {
-			opErr = fmt.Errorf("boltstore: %w", vault.ErrAssertionSpent)
-			return nil
+			return refuse(fmt.Errorf("boltstore: %w", vault.ErrAssertionSpent))
 		}
 		return b.Put([]byte(key), val)
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }
 
 // DeleteSpentAssertions implements vault.AssertionLedger. The bucket only
 // holds assertions of the last few minutes, so it is scanned whole.
 func (s *Store) DeleteSpentAssertions(ctx context.Context, before time.Time) (int, error) {
-	if err := s.ready(ctx); err != nil {
-		return 0, err
-	}
-	n := 0
-	err := s.update(func(tx *bolt.Tx) error {
-		n = 0
-		b := tx.Bucket(bSpent)
-		var gone [][]byte
-		err := b.ForEach(func(k, v []byte) error {
-			if len(v) != 8 || int64(binary.BigEndian.Uint64(v)) < before.UnixNano() {
-				gone = append(gone, bytes.Clone(k))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range gone {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
-		}
-		n = len(gone)
-		return nil
+	return s.deleteWhere(ctx, bSpent, func(v []byte) (bool, error) {
+		exp, ok := spentExpiry(v)
+		return !ok || exp.Before(before), nil
 	})
-	return n, err
 }

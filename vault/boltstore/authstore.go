@@ -24,7 +24,8 @@ var (
 	bOAuthAppByClient = []byte("oauth_app_by_client")
 )
 
-var _ vault.AuthStore = (*Store)(nil)
+// Auth implements vault.Store: the store is its own AuthStore.
+func (s *Store) Auth() vault.AuthStore { return s }
 
 func appClientKey(p vault.Principal, clientID string) []byte {
 	return append(principalKey(p, len(clientID)), clientID...)
@@ -33,36 +34,33 @@ func appClientKey(p vault.Principal, clientID string) []byte {
 // CreateOAuthClient implements vault.AuthStore: the count and the insert
 // share one transaction.
 func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.OAuthClient{}, err
-	}
-	c = c.Clone()
-	c.Version = 1
-	rec, err := record.EncodeOAuthClient(c)
+	c, rec, err := fresh(ctx, s, record.OAuthClients, c)
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
-	var opErr error
-	err = s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	err = s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bOAuthClients)
 		if b.Get([]byte(c.ID)) != nil {
-			opErr = fmt.Errorf("boltstore: oauth client %s: %w", c.ID, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: oauth client %s: %w", c.ID, vault.ErrExists))
 		}
 		if max > 0 && countKeys(b, max) >= max {
-			opErr = fmt.Errorf("boltstore: oauth client %s: %w", c.ID, vault.ErrTooManyClients)
-			return nil
+			return refuse(fmt.Errorf("boltstore: oauth client %s: %w", c.ID, vault.ErrTooManyClients))
 		}
 		return b.Put([]byte(c.ID), rec)
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
 	return c, nil
+}
+
+// fresh is Kind.New on a ready store: the copy of v a create stores, and
+// its record.
+func fresh[T any](ctx context.Context, s *Store, k record.Kind[T], v T) (T, []byte, error) {
+	if err := s.ready(ctx); err != nil {
+		return *new(T), nil, err
+	}
+	return k.New(v)
 }
 
 // countKeys counts b's keys, stopping at limit. (Bucket.Stats does not
@@ -74,6 +72,28 @@ func countKeys(b *bolt.Bucket, limit int) int {
 		n++
 	}
 	return n
+}
+
+// getKind returns the record of kind k stored under id in bucket.
+func getKind[T any](ctx context.Context, s *Store, bucket []byte, k record.Kind[T], id string) (T, error) {
+	return getDecoded(ctx, s, bucket, k.Name, id, k.Decode)
+}
+
+// getDecoded returns the record stored under id in bucket, decoded with
+// decode; what names the kind of record in errors.
+func getDecoded[T any](ctx context.Context, s *Store, bucket []byte, what, id string, decode func([]byte) (T, error)) (T, error) {
+	var zero T
+	if err := s.ready(ctx); err != nil {
+		return zero, err
+	}
+	rec, err := s.get(bucket, id)
+	if err != nil {
+		return zero, err
+	}
+	if rec == nil {
+		return zero, fmt.Errorf("boltstore: %s %s: %w", what, id, vault.ErrNotFound)
+	}
+	return decode(rec)
 }
 
 // get returns a copy of key's value in bucket, or nil.
@@ -88,17 +108,7 @@ func (s *Store) get(bucket []byte, key string) ([]byte, error) {
 
 // GetOAuthClient implements vault.AuthStore.
 func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClient, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.OAuthClient{}, err
-	}
-	rec, err := s.get(bOAuthClients, id)
-	if err != nil {
-		return vault.OAuthClient{}, err
-	}
-	if rec == nil {
-		return vault.OAuthClient{}, fmt.Errorf("boltstore: oauth client %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeOAuthClient(rec)
+	return getKind(ctx, s, bOAuthClients, record.OAuthClients, id)
 }
 
 // UpdateOAuthClient implements vault.AuthStore.
@@ -119,20 +129,13 @@ func (s *Store) deleteKey(ctx context.Context, bucket []byte, key, what string) 
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var opErr error
-	err := s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
 		if b.Get([]byte(key)) == nil {
-			opErr = fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound))
 		}
 		return b.Delete([]byte(key))
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }
 
 // deleteWhere removes the records of bucket that drop says to, in one
@@ -185,20 +188,13 @@ func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
 	if err != nil {
 		return err
 	}
-	var opErr error
-	err = s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bOAuthCodes)
 		if b.Get([]byte(c.Key)) != nil {
-			opErr = fmt.Errorf("boltstore: authorization code: %w", vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: authorization code: %w", vault.ErrExists))
 		}
 		return b.Put([]byte(c.Key), rec)
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }
 
 // RedeemAuthCode implements vault.AuthStore: read, check and mark happen in
@@ -208,39 +204,36 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 		return vault.AuthCode{}, err
 	}
 	var (
-		out   vault.AuthCode
-		opErr error
+		out      vault.AuthCode
+		redeemed bool // before: out comes with the refusal
 	)
-	err := s.batch(func(tx *bolt.Tx) error {
-		out, opErr = vault.AuthCode{}, nil
+	err := s.decide(func(tx *bolt.Tx) error {
+		out, redeemed = vault.AuthCode{}, false
 		b := tx.Bucket(bOAuthCodes)
 		rec := b.Get([]byte(key))
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: authorization code: %w", vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: authorization code: %w", vault.ErrNotFound))
 		}
 		c, err := record.DecodeAuthCode(rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		if c.Redeemed {
-			out, opErr = c, fmt.Errorf("boltstore: %w", vault.ErrCodeRedeemed)
-			return nil
+			out, redeemed = c, true
+			return refuse(fmt.Errorf("boltstore: %w", vault.ErrCodeRedeemed))
 		}
 		c.Redeemed = true
 		nrec, err := record.EncodeAuthCode(c)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		out = c
 		return b.Put([]byte(key), nrec)
 	})
-	if err != nil {
+	if err != nil && !redeemed {
 		return vault.AuthCode{}, err
 	}
-	return out, opErr
+	return out, err
 }
 
 // DeleteExpiredAuthCodes implements vault.AuthStore.
@@ -253,12 +246,7 @@ func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (i
 
 // CreateAppAccess implements vault.AuthStore.
 func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppAccess{}, err
-	}
-	a = a.Clone()
-	a.Version = 1
-	rec, err := record.EncodeAppAccess(a)
+	a, rec, err := fresh(ctx, s, record.AppAccesses, a)
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
@@ -267,17 +255,13 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 		return vault.AppAccess{}, err
 	}
 	ik := appClientKey(a.Principal, a.ClientID)
-	var opErr error
-	err = s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	err = s.decide(func(tx *bolt.Tx) error {
 		apps, idx := tx.Bucket(bOAuthApps), tx.Bucket(bOAuthAppByClient)
 		if apps.Get([]byte(a.ID)) != nil {
-			opErr = fmt.Errorf("boltstore: app access %s: %w", a.ID, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: app access %s: %w", a.ID, vault.ErrExists))
 		}
 		if idx.Get(ik) != nil {
-			opErr = fmt.Errorf("boltstore: app access for client %q: %w", a.ClientID, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: app access for client %q: %w", a.ClientID, vault.ErrExists))
 		}
 		if err := apps.Put([]byte(a.ID), rec); err != nil {
 			return err
@@ -287,9 +271,6 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 		}
 		return idx.Put(ik, []byte(a.ID))
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
@@ -298,41 +279,12 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 
 // GetAppAccess implements vault.AuthStore.
 func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppAccess{}, err
-	}
-	rec, err := s.get(bOAuthApps, id)
-	if err != nil {
-		return vault.AppAccess{}, err
-	}
-	if rec == nil {
-		return vault.AppAccess{}, fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeAppAccess(rec)
+	return getKind(ctx, s, bOAuthApps, record.AppAccesses, id)
 }
 
 // GetAppLiveness implements vault.AuthStore.
 func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppLiveness{}, err
-	}
-	var l vault.AppLiveness
-	var found bool
-	var derr error
-	err := s.view(func(tx *bolt.Tx) error {
-		if rec := tx.Bucket(bOAuthApps).Get([]byte(id)); rec != nil {
-			found = true
-			l, derr = record.DecodeAppLiveness(rec) // copies what it keeps
-		}
-		return nil
-	})
-	switch {
-	case err != nil:
-		return vault.AppLiveness{}, err
-	case !found:
-		return vault.AppLiveness{}, fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
-	}
-	return l, derr
+	return getDecoded(ctx, s, bOAuthApps, "app access", id, record.DecodeAppLiveness)
 }
 
 // FindAppAccess implements vault.AuthStore.
@@ -378,16 +330,9 @@ func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.A
 	if err != nil {
 		return nil, err
 	}
-	out := make([]vault.AppAccess, 0, len(recs))
-	for _, rec := range recs {
-		a, err := record.DecodeAppAccess(rec)
-		if err != nil {
-			return nil, err
-		}
-		if a.Principal != p {
-			return nil, fmt.Errorf("boltstore: app access %s is indexed under another principal: %w", a.ID, vault.ErrMalformed)
-		}
-		out = append(out, a)
+	out, err := record.AppAccesses.DecodeOwned(p, recs)
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b vault.AppAccess) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
@@ -410,20 +355,16 @@ func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var opErr error
-	err := s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bOAuthApps)
 		rec := b.Get([]byte(id))
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound))
 		}
 		if a, err := record.DecodeAppAccess(rec); err == nil {
 			ds, err := record.AppChangeDeliveries(s.appChanges, &a, nil)
 			if err != nil {
-				opErr = err
-				return nil
+				return refuse(err)
 			}
 			if err := putDeliveries(tx, ds); err != nil {
 				return err
@@ -434,8 +375,4 @@ func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
 		}
 		return b.Delete([]byte(id))
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }

@@ -76,7 +76,7 @@ var (
 
 	allBuckets = [][]byte{bConns, bConnByPrinc, bGrants, bGrantByPrin, bGrantByExp, bMeta,
 		bOAuthClients, bOAuthCodes, bOAuthApps, bOAuthAppByClient,
-		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc, bSpent}
+		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc, bSpent, bUpstream}
 
 	keySchema       = []byte("schema")
 	keySealedAll    = []byte("sealed_all")
@@ -107,12 +107,8 @@ type Store struct {
 	path       string
 	closed     atomic.Bool
 	group      *groupCommit
+	locker     *vault.LocalLocker // a bolt file belongs to one process
 }
-
-var (
-	_ vault.Store    = (*Store)(nil)
-	_ vault.Resealer = (*Store)(nil)
-)
 
 // Open opens (creating if needed) the database at path. It verifies kr
 // against the per-key canaries stored in the file, adding canaries for keys
@@ -153,7 +149,8 @@ func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
 			return nil, fmt.Errorf("database %s: restrict mode to 0600: %w", path, err)
 		}
 	}
-	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, appChanges: opts.AppChanges, group: newGroupCommit(db, true)}
+	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, appChanges: opts.AppChanges, group: newGroupCommit(db, true),
+		locker: vault.NewLocalLocker()}
 	if err := s.prepare(); err != nil {
 		closeQuietly(db)
 		return nil, err
@@ -290,28 +287,65 @@ func (s *Store) ready(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// txErr maps bbolt's "not open" to vault.ErrClosed (a Close raced the call).
-func txErr(err error) error {
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+// tx runs fn in a transaction through run (a bolt method or the group
+// commit) and sorts out what went wrong: fn's own error is returned as it
+// is; bbolt's "not open" is vault.ErrClosed (a Close raced the call); a
+// failed commit, one that could not write, grow or sync the file (a full
+// disk, an I/O error), is vault.ErrUnavailable naming the file and the
+// cause (the group commit's ErrCorrupt, a panic while committing, stays
+// ErrCorrupt).
+func (s *Store) tx(run func(func(*bolt.Tx) error) error, fn func(*bolt.Tx) error) (err error) {
+	defer s.recoverCorrupt(&err)
+	var own error // what fn returned the last time it ran
+	err = run(func(tx *bolt.Tx) error {
+		own = fn(tx)
+		return own
+	})
+	switch {
+	case err == nil, own != nil:
+		return err
+	case errors.Is(err, berrors.ErrDatabaseNotOpen):
 		return vault.ErrClosed
+	case errors.Is(err, ErrCorrupt):
+		return err
+	}
+	return vault.UnavailableError("database "+s.path, err)
+}
+
+func (s *Store) view(fn func(*bolt.Tx) error) error { return s.tx(s.db.View, fn) }
+
+func (s *Store) batch(fn func(*bolt.Tx) error) error { return s.tx(s.group.do, fn) }
+
+// decide runs fn in a batched write transaction, as batch does, where fn
+// may refuse: a refuse(err) it returns is decide's answer, and the
+// transaction ends as if fn had returned nil (fn refuses before it
+// writes). Any other error fails the transaction.
+func (s *Store) decide(fn func(*bolt.Tx) error) error {
+	var refused error
+	err := s.batch(func(tx *bolt.Tx) error {
+		refused = nil
+		err := fn(tx)
+		if r := (refusal{}); errors.As(err, &r) {
+			refused = r.err
+			return nil
+		}
+		return err
+	})
+	if err == nil {
+		err = refused
 	}
 	return err
 }
 
-func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
-	defer s.recoverCorrupt(&err)
-	return txErr(s.db.View(fn))
-}
+// refusal is an answer of a decide closure that is not a failure.
+type refusal struct{ err error }
 
-func (s *Store) batch(fn func(*bolt.Tx) error) (err error) {
-	defer s.recoverCorrupt(&err)
-	return txErr(s.group.do(fn))
-}
+func (r refusal) Error() string { return r.err.Error() }
 
-func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
-	defer s.recoverCorrupt(&err)
-	return txErr(s.db.Update(fn))
-}
+// refuse makes err a decide closure's answer (see decide).
+func refuse(err error) error { return refusal{err} }
+
+func (s *Store) update(fn func(*bolt.Tx) error) error { return s.tx(s.db.Update, fn) }
 
 func (s *Store) recoverCorrupt(err *error) {
 	if r := recover(); r != nil {
@@ -353,27 +387,20 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, err
 	}
-	c = c.Clone()
-	c.Version = 1
-	c.SealedWith = ""
-	rec, err := record.EncodeConnection(s.kr, c)
+	c, rec, err := record.NewConnection(s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}
 	id := []byte(c.ID)
 	idx := connIndexKey(c.Principal, c.ID)
-	var opErr error
-	err = s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	err = s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bConns)
 		if b.Get(id) != nil {
-			opErr = fmt.Errorf("boltstore: connection %s: %w", c.ID, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: connection %s: %w", c.ID, vault.ErrExists))
 		}
 		ds, err := record.ChangeDeliveries(s.changes, nil, rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		if err := b.Put(id, rec); err != nil {
 			return err
@@ -383,9 +410,6 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 		}
 		return tx.Bucket(bConnByPrinc).Put(idx, nil)
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -403,9 +427,7 @@ func (s *Store) Import(ctx context.Context, conns []vault.Connection) error {
 	type item struct{ id, rec, idx []byte }
 	items := make([]item, len(conns))
 	for i, c := range conns {
-		c = c.Clone()
-		c.Version = 1
-		rec, err := record.EncodeConnection(s.kr, c)
+		c, rec, err := record.NewConnection(s.kr, c)
 		if err != nil {
 			return err
 		}
@@ -532,22 +554,17 @@ func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string,
 	if err := s.ready(ctx); err != nil {
 		return *new(T), err
 	}
-	var (
-		out   T
-		opErr error
-	)
-	err := s.batch(func(tx *bolt.Tx) error {
-		out, opErr = *new(T), nil
+	var out T
+	err := s.decide(func(tx *bolt.Tx) error {
+		out = *new(T)
 		b := tx.Bucket(bucket)
 		rec := b.Get([]byte(key))
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound))
 		}
 		e, err := change(rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		if err := b.Put([]byte(key), e.rec); err != nil {
 			return err
@@ -565,9 +582,6 @@ func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string,
 		out = e.out
 		return nil
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return *new(T), err
 	}
@@ -585,24 +599,19 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var opErr error
-	err := s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bConns)
 		rec := b.Get([]byte(id))
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound))
 		}
 		meta, err := record.ConnectionMeta(rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		ds, err := record.ChangeDeliveries(s.changes, rec, nil)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		if err := putDeliveries(tx, ds); err != nil {
 			return err
@@ -620,10 +629,6 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 		}
 		return b.Delete([]byte(id))
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }
 
 // AccountConnections implements vault.Store: a scan of every record's
@@ -715,7 +720,8 @@ func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
 var errNothingToDo = errors.New("boltstore: nothing to do")
 
 // FullySealed reports whether a completed rotation recorded that every
-// connection is sealed with the current primary key. Open clears that mark
+// connection (and upstream client secret) is sealed with the current
+// primary key. Open clears that mark
 // whenever it sees a different primary, so a true answer stays true for as
 // long as this process (whose writes all use the primary) holds the file.
 func (s *Store) FullySealed() bool {
@@ -727,8 +733,9 @@ func (s *Store) FullySealed() bool {
 	return mark
 }
 
-// MarkFullySealed records that every connection is sealed with the primary
-// key; call it after vault.Rekey finished without error.
+// MarkFullySealed records that every connection and upstream client
+// secret is sealed with the primary key; call it after vault.Rekey
+// finished without error.
 func (s *Store) MarkFullySealed() error {
 	if s.closed.Load() {
 		return vault.ErrClosed
@@ -739,14 +746,15 @@ func (s *Store) MarkFullySealed() error {
 }
 
 // KeyUsage counts connections by the id of the key that sealed their
-// tokens, so operators know when an old key seals nothing and can go.
+// tokens, and upstream client secrets by theirs, so operators know when
+// an old key seals nothing and can go.
 func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
 	usage := map[string]int{}
 	err := s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bConns).ForEach(func(k, v []byte) error {
+		err := tx.Bucket(bConns).ForEach(func(k, v []byte) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -757,6 +765,10 @@ func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 			usage[meta.SealedWith]++
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		return upstreamKeyUsage(tx, usage)
 	})
 	return usage, err
 }
@@ -772,24 +784,16 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 // run a closure again), so each closure's count sees every grant inserted
 // before it, including those of the same batch.
 func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Grant{}, err
-	}
-	g = g.Clone()
-	g.Version = 1
-	rec, err := record.EncodeGrant(g)
+	g, rec, err := fresh(ctx, s, record.Grants, g)
 	if err != nil {
 		return vault.Grant{}, err
 	}
 	id := []byte(g.ID)
 	pk, ek := grantPrincipalKey(g), grantExpiryKey(g)
-	var opErr error
-	err = s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	err = s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bGrants)
 		if b.Get(id) != nil {
-			opErr = fmt.Errorf("boltstore: grant %s: %w", g.ID, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: grant %s: %w", g.ID, vault.ErrExists))
 		}
 		if lim.Enforced() {
 			created, open, err := countGrants(tx, g.Principal, lim)
@@ -797,8 +801,7 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 				err = lim.Check(created, open)
 			}
 			if err != nil {
-				opErr = fmt.Errorf("boltstore: grant %s: %w", g.ID, err)
-				return nil
+				return refuse(fmt.Errorf("boltstore: grant %s: %w", g.ID, err))
 			}
 		}
 		if err := b.Put(id, rec); err != nil {
@@ -809,9 +812,6 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 		}
 		return tx.Bucket(bGrantByExp).Put(ek, nil)
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return vault.Grant{}, err
 	}
@@ -820,21 +820,7 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 
 // GetGrant implements vault.Store.
 func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Grant{}, err
-	}
-	var rec []byte
-	err := s.view(func(tx *bolt.Tx) error {
-		rec = bytes.Clone(tx.Bucket(bGrants).Get([]byte(id)))
-		return nil
-	})
-	if err != nil {
-		return vault.Grant{}, err
-	}
-	if rec == nil {
-		return vault.Grant{}, fmt.Errorf("boltstore: grant %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeGrant(rec)
+	return getKind(ctx, s, bGrants, record.Grants, id)
 }
 
 // UpdateGrant implements vault.Store, keeping the indexes in step when
@@ -870,27 +856,13 @@ func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Ti
 	var out []vault.Grant
 	err := s.view(func(tx *bolt.Tx) error {
 		out = nil
-		prefix := principalKey(p, timeKeyLen)
-		grants := tx.Bucket(bGrants)
-		c := tx.Bucket(bGrantByPrin).Cursor()
-		for k, _ := c.Seek(timeKey(bytes.Clone(prefix), since)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			if len(k) < len(prefix)+timeKeyLen {
-				continue
-			}
-			rec := grants.Get(k[len(prefix)+timeKeyLen:])
-			if rec == nil {
-				continue
-			}
-			g, err := record.DecodeGrant(rec)
-			if err != nil {
-				return err
-			}
+		return grantsSince(tx, p, since, func(g vault.Grant) error {
 			if g.Principal != p {
 				return fmt.Errorf("boltstore: grant %s is indexed under another principal: %w", g.ID, vault.ErrMalformed)
 			}
 			out = append(out, g)
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -902,11 +874,29 @@ func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Ti
 // since) on the principal index, then only that principal's recent grants
 // are read.
 func countGrants(tx *bolt.Tx, p vault.Principal, lim vault.GrantLimits) (created, open int, err error) {
+	err = grantsSince(tx, p, lim.Since, func(g vault.Grant) error {
+		cr, op := lim.Counts(g)
+		if cr {
+			created++
+		}
+		if op {
+			open++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return created, open, nil
+}
+
+// grantsSince calls fn with each of p's grants created at or after since,
+// oldest first: a seek to (principal, since) on the principal index.
+func grantsSince(tx *bolt.Tx, p vault.Principal, since time.Time, fn func(vault.Grant) error) error {
 	prefix := principalKey(p, timeKeyLen)
-	start := timeKey(bytes.Clone(prefix), lim.Since)
 	grants := tx.Bucket(bGrants)
 	c := tx.Bucket(bGrantByPrin).Cursor()
-	for k, _ := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+	for k, _ := c.Seek(timeKey(bytes.Clone(prefix), since)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 		if len(k) < len(prefix)+timeKeyLen {
 			continue
 		}
@@ -916,17 +906,13 @@ func countGrants(tx *bolt.Tx, p vault.Principal, lim vault.GrantLimits) (created
 		}
 		g, err := record.DecodeGrant(rec)
 		if err != nil {
-			return 0, 0, err
+			return err
 		}
-		cr, op := lim.Counts(g)
-		if cr {
-			created++
-		}
-		if op {
-			open++
+		if err := fn(g); err != nil {
+			return err
 		}
 	}
-	return created, open, nil
+	return nil
 }
 
 // DeleteExpiredGrants implements vault.Store: it walks the expiry index from
@@ -984,3 +970,14 @@ func (s *Store) Close() error {
 	}
 	return s.db.Close()
 }
+
+// Locker implements vault.Store: the file lock keeps every other process
+// out, so an in-process lock excludes every caller.
+func (s *Store) Locker() vault.Locker { return s.locker }
+
+// Resealer implements vault.Store: the store is its own Resealer (Reseal).
+func (s *Store) Resealer() vault.Resealer { return s }
+
+// AppWatch implements vault.Store: nil. The file lock makes this process
+// the only writer, so nobody else changes an app.
+func (s *Store) AppWatch() vault.AppWatch { return nil }

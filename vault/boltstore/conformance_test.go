@@ -37,7 +37,7 @@ func TestConformance(t *testing.T) {
 
 func TestAuthConformance(t *testing.T) {
 	kr := newKeyring(t)
-	vaulttest.RunAuth(t, func(t *testing.T) vaulttest.AuthBackend {
+	vaulttest.RunAuth(t, func(t *testing.T) vault.Store {
 		return openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
 	})
 }
@@ -58,13 +58,13 @@ func TestAssertionConformance(t *testing.T) {
 	kr := newKeyring(t)
 	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
 		s := openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
-		return s, s
+		return s.Assertions(), s.Assertions()
 	})
 }
 
 func TestAppOutboxConformance(t *testing.T) {
 	kr := newKeyring(t)
-	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vaulttest.AuthBackend {
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
 		s, err := boltstore.Open(filepath.Join(t.TempDir(), "vault.db"), kr, boltstore.Options{AppChanges: hook})
 		if err != nil {
 			t.Fatal(err)
@@ -72,4 +72,28 @@ func TestAppOutboxConformance(t *testing.T) {
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	})
+}
+
+func TestUpstreamClientConformance(t *testing.T) {
+	kr := newKeyring(t)
+	vaulttest.RunUpstreamClients(t, func(t *testing.T) vault.Store {
+		return openStore(t, filepath.Join(t.TempDir(), "vault.db"), kr)
+	})
+}
+
+// TestUpstreamClientRotation: key rotation re-seals upstream client
+// secrets too, and keys status counts them.
+func TestUpstreamClientRotation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vault.db")
+	vaulttest.RunUpstreamClientRotation(t, func(t *testing.T, kr *vault.Keyring) vaulttest.KeyUser {
+		return openStore(t, path, kr)
+	})
+}
+
+// TestSecretsSealedAtRest: no record of the file holds a token, an API
+// key or an upstream client secret in the clear.
+func TestSecretsSealedAtRest(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), "vault.db"), newKeyring(t))
+	vaulttest.FillEveryKind(t, s)
+	vaulttest.NothingInTheClear(t, s)
 }

@@ -20,10 +20,8 @@ var (
 	bRetiredByPrinc = []byte("retired_by_principal")
 )
 
-var (
-	_ vault.Outbox     = (*Store)(nil)
-	_ vault.AdminStore = (*Store)(nil)
-)
+// Outbox implements vault.Store: the store is its own Outbox.
+func (s *Store) Outbox() vault.Outbox { return s }
 
 // outboxKey is a delivery's key in the outbox bucket: the id's length
 // keeps ids that are prefixes of each other apart.
@@ -65,10 +63,8 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) erro
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	for _, d := range ds {
-		if err := record.CheckDelivery(d); err != nil {
-			return err
-		}
+	if err := record.CheckDeliveries(ds); err != nil {
+		return err
 	}
 	return s.batch(func(tx *bolt.Tx) error { return putDeliveries(tx, ds) })
 }
@@ -132,20 +128,16 @@ func (s *Store) rewriteDelivery(ctx context.Context, id, endpoint string, fn fun
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var opErr error
-	err := s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		ob, db := tx.Bucket(bOutbox), tx.Bucket(bOutboxDue)
 		k := outboxKey(id, endpoint)
 		rec := ob.Get(k)
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: delivery %s to %s: %w", id, endpoint, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: delivery %s to %s: %w", id, endpoint, vault.ErrNotFound))
 		}
 		old, err := record.DecodeDelivery(rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		if err := db.Delete(dueKey(old)); err != nil {
 			return err
@@ -163,10 +155,6 @@ func (s *Store) rewriteDelivery(ctx context.Context, id, endpoint string, fn fun
 		}
 		return db.Put(dueKey(*nd), nil)
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }
 
 // FinishDelivery implements vault.Outbox.
@@ -208,6 +196,9 @@ func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
 	})
 	return n, oldest, err
 }
+
+// Admin implements vault.Store: the store is its own AdminStore.
+func (s *Store) Admin() vault.AdminStore { return s }
 
 // ProviderConnections implements vault.AdminStore: a walk of the
 // connections from after, decoding metadata only.
@@ -306,18 +297,7 @@ func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]va
 	if err != nil {
 		return nil, err
 	}
-	out := make([]vault.Connection, 0, len(recs))
-	for _, rec := range recs {
-		c, err := record.DecodeConnection(s.kr, rec)
-		if err != nil {
-			return nil, err
-		}
-		if c.Principal != p {
-			return nil, fmt.Errorf("boltstore: retired connection %s is indexed under another principal: %w", c.ID, vault.ErrMalformed)
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return record.DecodeRetired(s.kr, p, recs)
 }
 
 // ForgetRetired implements vault.AdminStore.
@@ -325,27 +305,19 @@ func (s *Store) ForgetRetired(ctx context.Context, id string) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var opErr error
-	err := s.batch(func(tx *bolt.Tx) error {
-		opErr = nil
+	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bRetired)
 		rec := b.Get([]byte(id))
 		if rec == nil {
-			opErr = fmt.Errorf("boltstore: retired connection %s: %w", id, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: retired connection %s: %w", id, vault.ErrNotFound))
 		}
 		meta, err := record.ConnectionMeta(rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		if err := tx.Bucket(bRetiredByPrinc).Delete(connIndexKey(meta.Principal, id)); err != nil {
 			return err
 		}
 		return b.Delete([]byte(id))
 	})
-	if err == nil {
-		err = opErr
-	}
-	return err
 }

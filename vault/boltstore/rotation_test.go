@@ -22,15 +22,11 @@ type cancelAfter struct {
 	cancel context.CancelFunc
 }
 
-// resealing keeps the store's batch re-seal visible through the wrapper.
-type resealing struct {
-	*cancelAfter
-	vault.Resealer
-}
-
 // plainStore hides the optional Resealer so Rekey takes its generic,
 // one-UpdateConnection-per-record path.
 type plainStore struct{ vault.Store }
+
+func (plainStore) Resealer() vault.Resealer { return nil }
 
 func (c *cancelAfter) ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error) {
 	ids, err := c.Store.ConnectionIDs(ctx, after, limit)
@@ -57,7 +53,7 @@ func TestRotation(t *testing.T) {
 	}{
 		{"batch reseal",
 			func(s *boltstore.Store, cancel context.CancelFunc) vault.Store {
-				return resealing{&cancelAfter{Store: s, n: 2, cancel: cancel}, s}
+				return &cancelAfter{Store: s, n: 2, cancel: cancel}
 			},
 			func(s *boltstore.Store) vault.Store { return s }},
 		{"generic update path",

@@ -12,25 +12,29 @@ import (
 )
 
 // exported are where the records of each kind live, in export order: the
-// keys of bucket that start with prefix.
+// keys of bucket that start with prefix, their values the records unless
+// record makes each from its key and value.
 var exported = []struct {
 	kind   vault.RecordKind
 	bucket []byte
 	prefix []byte
+	record func(k, v []byte) ([]byte, error)
 }{
-	{vault.KindKeyCanary, bMeta, canaryPrefix},
-	{vault.KindConnection, bConns, nil},
-	{vault.KindRetiredConnection, bRetired, nil},
-	{vault.KindGrant, bGrants, nil},
-	{vault.KindOAuthClient, bOAuthClients, nil},
-	{vault.KindAuthCode, bOAuthCodes, nil},
-	{vault.KindAppAccess, bOAuthApps, nil},
-	{vault.KindDelivery, bOutbox, nil},
+	{vault.KindKeyCanary, bMeta, canaryPrefix, nil},
+	{vault.KindConnection, bConns, nil, nil},
+	{vault.KindRetiredConnection, bRetired, nil, nil},
+	{vault.KindGrant, bGrants, nil, nil},
+	{vault.KindOAuthClient, bOAuthClients, nil, nil},
+	{vault.KindAuthCode, bOAuthCodes, nil, nil},
+	{vault.KindAppAccess, bOAuthApps, nil, nil},
+	{vault.KindDelivery, bOutbox, nil, nil},
+	{vault.KindSpentAssertion, bSpent, nil, spentRecord},
+	{vault.KindUpstreamClient, bUpstream, nil, nil},
 }
 
-// ExportRecords hands every stored record to put, exactly as stored, kind
-// by kind in the order of vault.RecordKind and in key order within a
-// kind, at most batch records at a time (0 means 1000). Each batch is
+// ExportRecords hands every stored record to put, exactly as stored (a
+// spent assertion's made from its key and expiry), kind by kind in the
+// order of vault.RecordKind and in key order within a kind, at most batch records at a time (0 means 1000). Each batch is
 // read in a read transaction of its own and put runs after it ends, so
 // put may write anywhere. Index entries are not exported: ImportRecords
 // makes them again.
@@ -60,7 +64,14 @@ func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Rec
 					k, v = c.First()
 				}
 				for ; k != nil && bytes.HasPrefix(k, e.prefix) && len(recs) < batch; k, v = c.Next() {
-					recs = append(recs, bytes.Clone(v))
+					rec := bytes.Clone(v)
+					if e.record != nil {
+						var err error
+						if rec, err = e.record(k, v); err != nil {
+							return err
+						}
+					}
+					recs = append(recs, rec)
 					after = bytes.Clone(k)
 				}
 				return nil
@@ -99,8 +110,9 @@ type indexEntry struct {
 // left as it is, so an interrupted or repeated import is safe. Every
 // record is decoded first, opening nothing; one that does not decode, a
 // connection sealed with a key the ring lacks and a key canary that a
-// configured key of its id does not open are refused, and nothing of the
-// call is stored. Imports run no ChangeHook: deliveries come as records
+// configured key of its id does not open are refused (so is an upstream
+// client whose secret is sealed with a key the ring lacks), and nothing of
+// the call is stored. Imports run no ChangeHook: deliveries come as records
 // of their own.
 func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error) {
 	if err := s.ready(ctx); err != nil {
@@ -212,6 +224,21 @@ func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) 
 		return imported{bucket: bOutbox, key: outboxKey(d.ID, d.Endpoint), rec: rec, index: []indexEntry{
 			{bucket: bOutboxDue, key: dueKey(d)},
 		}}, nil
+	case vault.KindSpentAssertion:
+		key, exp, err := record.DecodeSpentAssertion(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		return imported{bucket: bSpent, key: []byte(key), rec: spentValue(exp)}, nil
+	case vault.KindUpstreamClient:
+		key, sealed, err := record.UpstreamClientMeta(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		if sealed != "" && !s.kr.Has(sealed) {
+			return imported{}, fmt.Errorf("upstream client %q: sealed with key %s, which the key ring lacks: %w", key, sealed, vault.ErrUnknownKey)
+		}
+		return imported{bucket: bUpstream, key: []byte(key), rec: rec}, nil
 	}
 	return imported{}, fmt.Errorf("unknown record kind %d", int(kind))
 }

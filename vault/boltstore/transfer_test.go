@@ -70,6 +70,8 @@ func TestExportImportEveryKind(t *testing.T) {
 	if n, _, err := dst.OutboxDepth(ctx); err != nil || n != 3 {
 		t.Fatalf("outbox depth %d, %v", n, err)
 	}
+	vaulttest.StillSpent(t, dst)
+	vaulttest.UpstreamClientsKept(t, dst)
 
 	again := copyAll(t, src, dst)
 	for k, w := range want {
@@ -105,6 +107,11 @@ func TestImportRefusals(t *testing.T) {
 		{"retired connection too", dst, vault.Records{Kind: vault.KindRetiredConnection, Recs: all[vault.KindRetiredConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
 		{"canary of another key with the same id", impostor, vault.Records{Kind: vault.KindKeyCanary, Recs: all[vault.KindKeyCanary]}, boltstore.ErrWrongKey, "does not match the one the source was written with"},
 		{"a grant that is not one", dst, vault.Records{Kind: vault.KindGrant, Recs: append(slices.Clone(all[vault.KindGrant]), []byte(`{"v":9}`))}, nil, "grant record version 9"},
+		{"a spent assertion whose key is no assertion key", dst, vault.Records{Kind: vault.KindSpentAssertion,
+			Recs: append(slices.Clone(all[vault.KindSpentAssertion]), []byte(`{"v":1,"key":"jti-1","expires_ns":1}`))}, nil, "assertion key must be 43"},
+		{"upstream client secret sealed with a key the target lacks", dst, vault.Records{Kind: vault.KindUpstreamClient, Recs: all[vault.KindUpstreamClient]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"an upstream client without client id", dst, vault.Records{Kind: vault.KindUpstreamClient,
+			Recs: [][]byte{[]byte(`{"v":1,"key":"https://as.example https://broker.example/cb"}`)}}, vault.ErrMalformed, "without client id"},
 		{"a record of no kind", dst, vault.Records{Kind: 99, Recs: all[vault.KindGrant]}, nil, "unknown record kind 99"},
 	}
 	for _, tt := range tests {
@@ -118,7 +125,7 @@ func TestImportRefusals(t *testing.T) {
 				t.Fatalf("a refused import reports %d added, %d skipped", added, skipped)
 			}
 			after := vaulttest.Exported(t, tt.dst)
-			for k := range vault.KindDelivery + 1 {
+			for k := range vault.LastKind + 1 {
 				if !slices.EqualFunc(before[k], after[k], bytes.Equal) {
 					t.Fatalf("a refused import changed the %s", k)
 				}

@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -11,7 +10,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var _ vault.GrantConnector = (*Store)(nil)
+// Connector implements vault.Store: the store connects in one transaction.
+func (s *Store) Connector() vault.GrantConnector { return s }
 
 // Connect implements vault.GrantConnector: the connection write and the
 // grant update share one batched write transaction, so one fsync.
@@ -19,63 +19,42 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
-	var (
-		id      []byte
-		created vault.Connection
-		newRec  []byte
-	)
-	switch {
-	case w.Create != nil:
-		created = w.Create.Clone()
-		created.Version = 1
-		created.SealedWith = ""
-		rec, err := record.EncodeConnection(s.kr, created)
-		if err != nil {
-			return vault.Connection{}, vault.Grant{}, err
-		}
-		id, newRec = []byte(created.ID), rec
-	case w.Update != nil:
-		id = []byte(w.UpdateID)
-	default:
-		return vault.Connection{}, vault.Grant{}, errors.New("boltstore: connect: no connection to write")
+	target, created, newRec, err := record.ConnectTarget(s.kr, w)
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
 	}
+	id := []byte(target)
 	var (
-		outC  vault.Connection
-		outG  vault.Grant
-		opErr error
+		outC vault.Connection
+		outG vault.Grant
 	)
-	err := s.batch(func(tx *bolt.Tx) error {
-		outC, outG, opErr = vault.Connection{}, vault.Grant{}, nil
+	err = s.decide(func(tx *bolt.Tx) error {
+		outC, outG = vault.Connection{}, vault.Grant{}
 		cb := tx.Bucket(bConns)
 		old := cb.Get(id)
 		rec := newRec
 		switch {
 		case w.Create != nil && old != nil:
-			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrExists)
-			return nil
+			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrExists))
 		case w.Create != nil:
 			outC = created
 			outC.SealedWith = s.kr.Primary()
 		case old == nil:
-			opErr = fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound)
-			return nil
+			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound))
 		default:
 			nrec, nc, err := record.ApplyConnectionRecordUpdate(s.kr, old, string(id), w.Update)
 			if err != nil {
-				opErr = err
-				return nil
+				return refuse(err)
 			}
 			rec, outC = nrec, nc
 		}
 		og, ng, ngrec, err := grantUpdate(tx, grantID, grant)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		ds, err := record.ChangeDeliveries(s.changes, old, rec)
 		if err != nil {
-			opErr = err
-			return nil
+			return refuse(err)
 		}
 		// Every expected failure is behind us: write both.
 		if err := cb.Put(id, rec); err != nil {
@@ -98,9 +77,6 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		outG = ng
 		return nil
 	})
-	if err == nil {
-		err = opErr
-	}
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}

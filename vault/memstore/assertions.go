@@ -8,7 +8,8 @@ import (
 	"credbroker/vault"
 )
 
-var _ vault.AssertionLedger = (*Store)(nil)
+// Assertions implements vault.Store: the store is its own AssertionLedger.
+func (s *Store) Assertions() vault.AssertionLedger { return s }
 
 // SpendAssertion implements vault.AssertionLedger under the write lock.
 func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Time) error {
@@ -23,26 +24,11 @@ func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Tim
 	if _, ok := s.spent[key]; ok {
 		return fmt.Errorf("memstore: %w", vault.ErrAssertionSpent)
 	}
-	if s.spent == nil {
-		s.spent = map[string]time.Time{}
-	}
 	s.spent[key] = expires
 	return nil
 }
 
 // DeleteSpentAssertions implements vault.AssertionLedger.
 func (s *Store) DeleteSpentAssertions(ctx context.Context, before time.Time) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return 0, err
-	}
-	n := 0
-	for k, exp := range s.spent {
-		if exp.Before(before) {
-			delete(s.spent, k)
-			n++
-		}
-	}
-	return n, nil
+	return deleteWhere(s, s.spent, func(exp time.Time) (bool, error) { return exp.Before(before), nil })
 }

@@ -11,7 +11,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var _ vault.AuthStore = (*Store)(nil)
+// Auth implements vault.Store: the store is its own AuthStore.
+func (s *Store) Auth() vault.AuthStore { return s }
 
 // appKey is the unique (person, client) of an app access record.
 type appKey struct {
@@ -35,9 +36,7 @@ func newAuthMaps() authMaps {
 // CreateOAuthClient implements vault.AuthStore: the count and the insert
 // happen under one hold of the write lock.
 func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
-	c = c.Clone()
-	c.Version = 1
-	b, err := record.EncodeOAuthClient(c)
+	c, b, err := record.OAuthClients.New(c)
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
@@ -71,37 +70,15 @@ func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.
 
 // DeleteOAuthClient implements vault.AuthStore.
 func (s *Store) DeleteOAuthClient(ctx context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	if _, ok := s.auth.clients[id]; !ok {
-		return fmt.Errorf("memstore: oauth client %s: %w", id, vault.ErrNotFound)
-	}
-	delete(s.auth.clients, id)
-	return nil
+	return deleteKey(s, s.auth.clients, id, "oauth client "+id)
 }
 
 // DeleteUnusedOAuthClients implements vault.AuthStore.
 func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time.Time) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return 0, err
-	}
-	n := 0
-	for id, b := range s.auth.clients {
+	return deleteWhere(s, s.auth.clients, func(b []byte) (bool, error) {
 		c, err := record.DecodeOAuthClient(b)
-		if err != nil {
-			return n, err
-		}
-		if c.Used.IsZero() && c.Created.Before(createdBefore) {
-			delete(s.auth.clients, id)
-			n++
-		}
-	}
-	return n, nil
+		return err == nil && c.Used.IsZero() && c.Created.Before(createdBefore), err
+	})
 }
 
 // CreateAuthCode implements vault.AuthStore.
@@ -151,30 +128,15 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 
 // DeleteExpiredAuthCodes implements vault.AuthStore.
 func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return 0, err
-	}
-	n := 0
-	for k, b := range s.auth.codes {
+	return deleteWhere(s, s.auth.codes, func(b []byte) (bool, error) {
 		c, err := record.DecodeAuthCode(b)
-		if err != nil {
-			return n, err
-		}
-		if c.Expires.Before(before) {
-			delete(s.auth.codes, k)
-			n++
-		}
-	}
-	return n, nil
+		return err == nil && c.Expires.Before(before), err
+	})
 }
 
 // CreateAppAccess implements vault.AuthStore.
 func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
-	a = a.Clone()
-	a.Version = 1
-	b, err := record.EncodeAppAccess(a)
+	a, b, err := record.AppAccesses.New(a)
 	if err != nil {
 		return vault.AppAccess{}, err
 	}

@@ -2,35 +2,20 @@ package memstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"credbroker/vault"
 	"credbroker/vault/internal/record"
 )
 
-var _ vault.GrantConnector = (*Store)(nil)
+// Connector implements vault.Store: the store connects in one transaction.
+func (s *Store) Connector() vault.GrantConnector { return s }
 
 // Connect implements vault.GrantConnector under the write lock.
 func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
-	var (
-		id      string
-		newRec  []byte
-		created vault.Connection
-	)
-	if w.Create != nil {
-		created = w.Create.Clone()
-		created.Version = 1
-		created.SealedWith = ""
-		b, err := record.EncodeConnection(s.kr, created)
-		if err != nil {
-			return vault.Connection{}, vault.Grant{}, err
-		}
-		id, newRec = created.ID, b
-	} else if w.Update != nil {
-		id = w.UpdateID
-	} else {
-		return vault.Connection{}, vault.Grant{}, errors.New("memstore: connect: no connection to write")
+	id, created, newRec, err := record.ConnectTarget(s.kr, w)
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

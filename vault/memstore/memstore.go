@@ -16,12 +16,13 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-// Store is an in-memory vault.Store. It also keeps an outbox
-// (vault.Outbox) and the records of vault.AdminStore.
+// Store is an in-memory vault.Store with every feature but the batch
+// re-seal and the feed of app changes: it is its own sub-stores.
 type Store struct {
 	kr         *vault.Keyring
 	changes    vault.ChangeHook
 	appChanges vault.AppChangeHook
+	locker     *vault.LocalLocker // one process holds the store
 
 	mu          sync.RWMutex // guards the fields below
 	closed      bool
@@ -32,13 +33,8 @@ type Store struct {
 	outbox      map[string]vault.Delivery // by Delivery.Key
 	retired     map[string][]byte         // connection id -> sealed record
 	spent       map[string]time.Time      // vault.AssertionKey -> expiry (assertions.go)
+	upstream    map[string][]byte         // upstream client key -> record (upstream.go)
 }
-
-var (
-	_ vault.Store      = (*Store)(nil)
-	_ vault.Outbox     = (*Store)(nil)
-	_ vault.AdminStore = (*Store)(nil)
-)
 
 // New returns an empty store sealing tokens with kr.
 func New(kr *vault.Keyring) *Store { return NewWith(kr, Options{}) }
@@ -57,6 +53,7 @@ func NewWith(kr *vault.Keyring, opts Options) *Store {
 	return &Store{
 		kr:          kr,
 		changes:     opts.Changes,
+		locker:      vault.NewLocalLocker(),
 		appChanges:  opts.AppChanges,
 		conns:       map[string][]byte{},
 		byPrincipal: map[vault.Principal]map[string]struct{}{},
@@ -64,6 +61,8 @@ func NewWith(kr *vault.Keyring, opts Options) *Store {
 		auth:        newAuthMaps(),
 		outbox:      map[string]vault.Delivery{},
 		retired:     map[string][]byte{},
+		spent:       map[string]time.Time{},
+		upstream:    map[string][]byte{},
 	}
 }
 
@@ -85,9 +84,7 @@ func (s *Store) check() error {
 
 // CreateConnection implements vault.Store.
 func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault.Connection, error) {
-	c = c.Clone()
-	c.Version = 1
-	b, err := record.EncodeConnection(s.kr, c)
+	c, b, err := record.NewConnection(s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -294,9 +291,7 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 // CreateGrantLimited implements vault.Store: the count and the insert
 // happen under one hold of the write lock.
 func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
-	g = g.Clone()
-	g.Version = 1
-	b, err := record.EncodeGrant(g)
+	g, b, err := record.Grants.New(g)
 	if err != nil {
 		return vault.Grant{}, err
 	}
@@ -408,24 +403,65 @@ func (s *Store) countGrants(p vault.Principal, lim vault.GrantLimits) (created, 
 
 // DeleteExpiredGrants implements vault.Store.
 func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error) {
+	return deleteWhere(s, s.grants, func(b []byte) (bool, error) {
+		g, err := record.DecodeGrant(b)
+		return err == nil && g.Expires.Before(now), err
+	})
+}
+
+// write runs f under the write lock, on an open store.
+func write[T any](s *Store, f func() (T, error)) (T, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
-		return 0, err
+		return *new(T), err
 	}
-	n := 0
-	for id, b := range s.grants {
-		g, err := record.DecodeGrant(b)
-		if err != nil {
-			return n, err
-		}
-		if g.Expires.Before(now) {
-			delete(s.grants, id)
-			n++
-		}
-	}
-	return n, nil
+	return f()
 }
+
+// deleteKey removes key from m (one of the store's maps) under the write
+// lock; ErrNotFound, naming the record as name, when it is absent.
+func deleteKey[V any](s *Store, m map[string]V, key, name string) error {
+	_, err := write(s, func() (struct{}, error) {
+		if _, ok := m[key]; !ok {
+			return struct{}{}, fmt.Errorf("memstore: %s: %w", name, vault.ErrNotFound)
+		}
+		delete(m, key)
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// deleteWhere removes, under the write lock, the entries of m (one of the
+// store's maps) that drop says to, and returns how many.
+func deleteWhere[V any](s *Store, m map[string]V, drop func(V) (bool, error)) (int, error) {
+	return write(s, func() (int, error) {
+		n := 0
+		for k, v := range m {
+			ok, err := drop(v)
+			if err != nil {
+				return n, err
+			}
+			if ok {
+				delete(m, k)
+				n++
+			}
+		}
+		return n, nil
+	})
+}
+
+// Locker implements vault.Store: one process holds a memory store, so an
+// in-process lock excludes every caller.
+func (s *Store) Locker() vault.Locker { return s.locker }
+
+// Resealer implements vault.Store: nil. Re-sealing in memory costs no
+// durable commit, so record by record is as good as a batch.
+func (s *Store) Resealer() vault.Resealer { return nil }
+
+// AppWatch implements vault.Store: nil. One process holds a memory
+// store, so nobody else changes an app.
+func (s *Store) AppWatch() vault.AppWatch { return nil }
 
 // Close implements vault.Store.
 func (s *Store) Close() error {

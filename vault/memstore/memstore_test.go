@@ -1,7 +1,10 @@
 package memstore_test
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"credbroker/vault"
 	"credbroker/vault/memstore"
@@ -21,7 +24,7 @@ func TestAuthConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vaulttest.RunAuth(t, func(t *testing.T) vaulttest.AuthBackend { return memstore.New(kr) })
+	vaulttest.RunAuth(t, func(t *testing.T) vault.Store { return memstore.New(kr) })
 }
 
 func TestOutboxConformance(t *testing.T) {
@@ -41,7 +44,7 @@ func TestAssertionConformance(t *testing.T) {
 	}
 	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
 		s := memstore.New(kr)
-		return s, s
+		return s.Assertions(), s.Assertions()
 	})
 }
 
@@ -50,7 +53,49 @@ func TestAppOutboxConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vaulttest.AuthBackend {
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
 		return memstore.NewWith(kr, memstore.Options{AppChanges: hook})
 	})
+}
+
+func TestUpstreamClientConformance(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vaulttest.RunUpstreamClients(t, func(t *testing.T) vault.Store { return memstore.New(kr) })
+}
+
+// counting is an Observer that counts the operations it sees end.
+type counting struct{ n *atomic.Int64 }
+
+func (c counting) Begin(ctx context.Context, op string) context.Context { return ctx }
+func (c counting) End(context.Context, string, time.Duration, error)    { c.n.Add(1) }
+
+// TestObservedConformance runs every conformance suite through
+// vault.Observe: the observed store keeps the contract of the store it
+// wraps, feature by feature.
+func TestObservedConformance(t *testing.T) {
+	kr, err := vault.ParseKeys(vault.GenerateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	observe := func(s vault.Store) vault.Store { return vault.Observe(s, counting{&n}) }
+	vaulttest.Run(t, func(t *testing.T) vault.Store { return observe(memstore.New(kr)) })
+	vaulttest.RunAuth(t, func(t *testing.T) vault.Store { return observe(memstore.New(kr)) })
+	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
+		return observe(memstore.NewWith(kr, memstore.Options{Changes: hook}))
+	})
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
+		return observe(memstore.NewWith(kr, memstore.Options{AppChanges: hook}))
+	})
+	vaulttest.RunUpstreamClients(t, func(t *testing.T) vault.Store { return observe(memstore.New(kr)) })
+	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
+		s := observe(memstore.New(kr))
+		return s.Assertions(), s.Assertions()
+	})
+	if n.Load() == 0 {
+		t.Fatal("the observer saw nothing")
+	}
 }

@@ -11,12 +11,13 @@ import (
 	"credbroker/vault/internal/record"
 )
 
+// Outbox implements vault.Store: the store is its own Outbox.
+func (s *Store) Outbox() vault.Outbox { return s }
+
 // EnqueueDeliveries implements vault.Outbox.
 func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) error {
-	for _, d := range ds {
-		if err := record.CheckDelivery(d); err != nil {
-			return err
-		}
+	if err := record.CheckDeliveries(ds); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -60,17 +61,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, limit int, l
 
 // FinishDelivery implements vault.Outbox.
 func (s *Store) FinishDelivery(ctx context.Context, id, endpoint string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	k := vault.Delivery{ID: id, Endpoint: endpoint}.Key()
-	if _, ok := s.outbox[k]; !ok {
-		return fmt.Errorf("memstore: delivery %s to %s: %w", id, endpoint, vault.ErrNotFound)
-	}
-	delete(s.outbox, k)
-	return nil
+	return deleteKey(s, s.outbox, vault.Delivery{ID: id, Endpoint: endpoint}.Key(), fmt.Sprintf("delivery %s to %s", id, endpoint))
 }
 
 // RetryDelivery implements vault.Outbox.
@@ -105,6 +96,9 @@ func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
 	return len(s.outbox), oldest, nil
 }
 
+// Admin implements vault.Store: the store is its own AdminStore.
+func (s *Store) Admin() vault.AdminStore { return s }
+
 // ProviderConnections implements vault.AdminStore: a scan of every
 // record's metadata.
 func (s *Store) ProviderConnections(ctx context.Context, provider, after string, limit int) ([]vault.Connection, error) {
@@ -135,23 +129,10 @@ func (s *Store) ProviderConnections(ctx context.Context, provider, after string,
 
 // DeleteGrants implements vault.AdminStore.
 func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return 0, err
-	}
-	n := 0
-	for id, b := range s.grants {
+	return deleteWhere(s, s.grants, func(b []byte) (bool, error) {
 		g, err := record.DecodeGrant(b)
-		if err != nil {
-			return n, err
-		}
-		if g.Principal == p {
-			delete(s.grants, id)
-			n++
-		}
-	}
-	return n, nil
+		return err == nil && g.Principal == p, err
+	})
 }
 
 // RetireConnection implements vault.AdminStore.
@@ -192,14 +173,5 @@ func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]va
 
 // ForgetRetired implements vault.AdminStore.
 func (s *Store) ForgetRetired(ctx context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	if _, ok := s.retired[id]; !ok {
-		return fmt.Errorf("memstore: retired connection %s: %w", id, vault.ErrNotFound)
-	}
-	delete(s.retired, id)
-	return nil
+	return deleteKey(s, s.retired, id, "retired connection "+id)
 }

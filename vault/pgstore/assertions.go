@@ -8,7 +8,10 @@ import (
 	"credbroker/vault"
 )
 
-var _ vault.AssertionLedger = (*Store)(nil)
+// Assertions implements vault.Store: the store is its own AssertionLedger.
+func (s *Store) Assertions() vault.AssertionLedger { return s }
+
+const insertSpent = `INSERT INTO spent_assertions (key, expires_ns) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING`
 
 // SpendAssertion implements vault.AssertionLedger: one INSERT … ON
 // CONFLICT DO NOTHING, so of concurrent spends on any replica exactly one
@@ -20,8 +23,7 @@ func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Tim
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `INSERT INTO spent_assertions (key, expires_ns) VALUES ($1, $2)
-		ON CONFLICT (key) DO NOTHING`, key, nanos(expires))
+	tag, err := s.pool.Exec(ctx, insertSpent, key, nanos(expires))
 	if err != nil {
 		return s.dbErr(fmt.Errorf("pgstore: spend assertion: %w", err))
 	}

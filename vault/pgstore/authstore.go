@@ -12,21 +12,15 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var _ vault.AuthStore = (*Store)(nil)
+// Auth implements vault.Store: the store is its own AuthStore.
+func (s *Store) Auth() vault.AuthStore { return s }
 
 // clientsLockKey serialises registrations under a cap across replicas
 // (a transaction-scoped advisory lock).
 var clientsLockKey = lockKey("credbroker/pgstore/oauth_clients")
 
 func (s *Store) clientArgs(c vault.OAuthClient) ([]any, error) {
-	rec, err := record.EncodeOAuthClient(c)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkID("oauth client", c.ID); err != nil {
-		return nil, err
-	}
-	return []any{c.ID, nanos(c.Created), !c.Used.IsZero(), int64(c.Version), rec}, nil
+	return wholeArgs(record.OAuthClients, c, c.ID, nanos(c.Created), !c.Used.IsZero(), int64(c.Version))
 }
 
 const insertClient = `INSERT INTO oauth_clients (id, created_ns, used, version, record)
@@ -36,73 +30,31 @@ const insertClient = `INSERT INTO oauth_clients (id, created_ns, used, version, 
 // the insert run in one transaction holding an advisory lock, so
 // concurrent registrations on any replica cannot pass the cap together.
 func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.OAuthClient{}, err
-	}
-	c = c.Clone()
-	c.Version = 1
-	args, err := s.clientArgs(c)
+	c, args, err := fresh(ctx, s, record.OAuthClients, c, s.clientArgs)
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
-	var opErr error
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		opErr = nil
-		if max > 0 {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", clientsLockKey); err != nil {
-				return err
-			}
+	var capped func(pgx.Tx) (error, error)
+	if max > 0 {
+		capped = func(tx pgx.Tx) (error, error) {
 			var n int
 			if err := tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM oauth_clients LIMIT $1) c", max).Scan(&n); err != nil {
-				return err
+				return nil, err
 			}
 			if n >= max {
-				opErr = vault.ErrTooManyClients
-				return nil
+				return vault.ErrTooManyClients, nil
 			}
+			return nil, nil
 		}
-		tag, err := tx.Exec(ctx, insertClient, args...)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			opErr = vault.ErrExists
-		}
-		return nil
-	})
-	if err != nil {
-		return vault.OAuthClient{}, s.dbErr(fmt.Errorf("pgstore: create oauth client %s: %w", c.ID, err))
 	}
-	if opErr != nil {
-		return vault.OAuthClient{}, fmt.Errorf("pgstore: oauth client %s: %w", c.ID, opErr)
+	if err := s.insertRow(ctx, "oauth client "+c.ID, insertClient, args, nil, clientsLockKey, capped); err != nil {
+		return vault.OAuthClient{}, err
 	}
 	return c, nil
 }
 
 func (s *Store) getClient(ctx context.Context, id string) (vault.OAuthClient, int64, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.OAuthClient{}, 0, err
-	}
-	if !storable(id) {
-		return vault.OAuthClient{}, 0, fmt.Errorf("pgstore: oauth client %q: %w", id, vault.ErrNotFound)
-	}
-	var rec []byte
-	var version int64
-	err := s.pool.QueryRow(ctx, "SELECT record, version FROM oauth_clients WHERE id = $1", id).Scan(&rec, &version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return vault.OAuthClient{}, 0, fmt.Errorf("pgstore: oauth client %s: %w", id, vault.ErrNotFound)
-	}
-	if err != nil {
-		return vault.OAuthClient{}, 0, s.dbErr(fmt.Errorf("pgstore: get oauth client %s: %w", id, err))
-	}
-	c, err := record.DecodeOAuthClient(rec)
-	if err == nil && c.ID != id {
-		err = fmt.Errorf("pgstore: oauth client %s: stored record names id %s: %w", id, c.ID, vault.ErrMalformed)
-	}
-	if err != nil {
-		return vault.OAuthClient{}, 0, err
-	}
-	return c, version, nil
+	return getRecord(ctx, s, record.OAuthClients, "SELECT record, version FROM oauth_clients WHERE id = $1", id)
 }
 
 // GetOAuthClient implements vault.AuthStore.
@@ -119,17 +71,7 @@ const updateClient = `UPDATE oauth_clients SET created_ns = $2, used = $3, versi
 // UpdateOAuthClient implements vault.AuthStore (compare-and-swap on the
 // version column).
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	return cas(ctx, s, "oauth client", id, updateClient, s.getClient, func(old vault.OAuthClient, _ int64) (vault.OAuthClient, casWrite, error) {
-		nc, err := record.ApplyOAuthClientUpdate(old, fn)
-		if err != nil {
-			return vault.OAuthClient{}, casWrite{}, err
-		}
-		args, err := s.clientArgs(nc)
-		if err != nil {
-			return vault.OAuthClient{}, casWrite{}, err
-		}
-		return nc, casWrite{args: args}, nil
-	})
+	return cas(ctx, s, "oauth client", id, updateClient, s.getClient, applyWhole(record.OAuthClients, fn, s.clientArgs, nil))
 }
 
 // deleteRow deletes the row of table whose column equals key.
@@ -180,15 +122,8 @@ func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
 	if err := checkID("authorization code", c.Key); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `INSERT INTO oauth_codes (key, expires_ns, redeemed, record)
-		VALUES ($1, $2, false, $3) ON CONFLICT (key) DO NOTHING`, c.Key, nanos(c.Expires), rec)
-	if err != nil {
-		return s.dbErr(fmt.Errorf("pgstore: create authorization code: %w", err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: authorization code: %w", vault.ErrExists)
-	}
-	return nil
+	return s.insertRow(ctx, "authorization code", `INSERT INTO oauth_codes (key, expires_ns, redeemed, record)
+		VALUES ($1, $2, false, $3) ON CONFLICT (key) DO NOTHING`, []any{c.Key, nanos(c.Expires), rec}, nil, 0, nil)
 }
 
 // RedeemAuthCode implements vault.AuthStore: one conditional UPDATE marks
@@ -234,17 +169,10 @@ func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (i
 }
 
 func (s *Store) appArgs(a vault.AppAccess) ([]any, error) {
-	rec, err := record.EncodeAppAccess(a)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkID("app access", a.ID); err != nil {
-		return nil, err
-	}
 	if err := checkID("client", a.ClientID); err != nil {
 		return nil, err
 	}
-	return []any{a.ID, []byte(a.Principal.Issuer), []byte(a.Principal.Subject), a.ClientID, int64(a.Version), rec}, nil
+	return wholeArgs(record.AppAccesses, a, a.ID, []byte(a.Principal.Issuer), []byte(a.Principal.Subject), a.ClientID, int64(a.Version))
 }
 
 const insertApp = `INSERT INTO oauth_apps (id, iss, sub, client_id, version, record)
@@ -253,12 +181,7 @@ const insertApp = `INSERT INTO oauth_apps (id, iss, sub, client_id, version, rec
 // CreateAppAccess implements vault.AuthStore. The unique (iss, sub,
 // client_id) constraint keeps one record per person and client.
 func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppAccess{}, err
-	}
-	a = a.Clone()
-	a.Version = 1
-	args, err := s.appArgs(a)
+	a, args, err := fresh(ctx, s, record.AppAccesses, a, s.appArgs)
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
@@ -266,42 +189,14 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
-	tag, err := s.execWithDeliveries(ctx, ds, insertApp, args...)
-	if err != nil {
-		return vault.AppAccess{}, s.dbErr(fmt.Errorf("pgstore: create app access %s: %w", a.ID, err))
-	}
-	if tag.RowsAffected() == 0 {
-		return vault.AppAccess{}, fmt.Errorf("pgstore: app access %s for client %q: %w", a.ID, a.ClientID, vault.ErrExists)
+	if err := s.insertRow(ctx, fmt.Sprintf("app access %s for client %q", a.ID, a.ClientID), insertApp, args, ds, 0, nil); err != nil {
+		return vault.AppAccess{}, err
 	}
 	return a, nil
 }
 
-func (s *Store) scanApp(row pgx.Row, what string) (vault.AppAccess, int64, error) {
-	var rec []byte
-	var version int64
-	err := row.Scan(&rec, &version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return vault.AppAccess{}, 0, fmt.Errorf("pgstore: app access %s: %w", what, vault.ErrNotFound)
-	}
-	if err != nil {
-		return vault.AppAccess{}, 0, s.dbErr(fmt.Errorf("pgstore: get app access %s: %w", what, err))
-	}
-	a, err := record.DecodeAppAccess(rec)
-	return a, version, err
-}
-
 func (s *Store) getApp(ctx context.Context, id string) (vault.AppAccess, int64, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppAccess{}, 0, err
-	}
-	if !storable(id) {
-		return vault.AppAccess{}, 0, fmt.Errorf("pgstore: app access %q: %w", id, vault.ErrNotFound)
-	}
-	a, version, err := s.scanApp(s.pool.QueryRow(ctx, "SELECT record, version FROM oauth_apps WHERE id = $1", id), id)
-	if err == nil && a.ID != id {
-		err = fmt.Errorf("pgstore: app access %s: stored record names id %s: %w", id, a.ID, vault.ErrMalformed)
-	}
-	return a, version, err
+	return getRecord(ctx, s, record.AppAccesses, "SELECT record, version FROM oauth_apps WHERE id = $1", id)
 }
 
 // GetAppAccess implements vault.AuthStore.
@@ -312,19 +207,9 @@ func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, e
 
 // GetAppLiveness implements vault.AuthStore.
 func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppLiveness{}, err
-	}
-	if !storable(id) {
-		return vault.AppLiveness{}, fmt.Errorf("pgstore: app access %q: %w", id, vault.ErrNotFound)
-	}
-	var rec []byte
-	err := s.pool.QueryRow(ctx, "SELECT record FROM oauth_apps WHERE id = $1", id).Scan(&rec)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return vault.AppLiveness{}, fmt.Errorf("pgstore: app access %s: %w", id, vault.ErrNotFound)
-	}
+	rec, _, err := s.readRecord(ctx, "app access", "SELECT record, version FROM oauth_apps WHERE id = $1", id)
 	if err != nil {
-		return vault.AppLiveness{}, s.dbErr(fmt.Errorf("pgstore: get app access %s: %w", id, err))
+		return vault.AppLiveness{}, err
 	}
 	l, err := record.DecodeAppLiveness(rec)
 	if err == nil && l.ID != id {
@@ -341,8 +226,12 @@ func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID s
 	if !storable(clientID) {
 		return vault.AppAccess{}, fmt.Errorf("pgstore: app access for client %q: %w", clientID, vault.ErrNotFound)
 	}
-	a, _, err := s.scanApp(s.pool.QueryRow(ctx, "SELECT record, version FROM oauth_apps WHERE iss = $1 AND sub = $2 AND client_id = $3",
-		[]byte(p.Issuer), []byte(p.Subject), clientID), fmt.Sprintf("for client %q", clientID))
+	rec, _, err := s.scanRecord(s.pool.QueryRow(ctx, "SELECT record, version FROM oauth_apps WHERE iss = $1 AND sub = $2 AND client_id = $3",
+		[]byte(p.Issuer), []byte(p.Subject), clientID), "app access", fmt.Sprintf("for client %q", clientID))
+	if err != nil {
+		return vault.AppAccess{}, err
+	}
+	a, err := record.DecodeAppAccess(rec)
 	if err == nil && (a.Principal != p || a.ClientID != clientID) {
 		err = fmt.Errorf("pgstore: app access %s: stored record names another person or client: %w", a.ID, vault.ErrMalformed)
 	}
@@ -351,30 +240,11 @@ func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID s
 
 // ListAppAccess implements vault.AuthStore.
 func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
+	recs, err := queryColumn[[]byte](ctx, s, "list app access", "SELECT record FROM oauth_apps WHERE iss = $1 AND sub = $2 ORDER BY id", []byte(p.Issuer), []byte(p.Subject))
+	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM oauth_apps WHERE iss = $1 AND sub = $2 ORDER BY id", []byte(p.Issuer), []byte(p.Subject))
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list app access: %w", err))
-	}
-	var out []vault.AppAccess
-	var rec []byte
-	_, err = pgx.ForEachRow(rows, []any{&rec}, func() error {
-		a, err := record.DecodeAppAccess(rec)
-		if err != nil {
-			return err
-		}
-		if a.Principal != p {
-			return fmt.Errorf("pgstore: app access %s is stored under another principal: %w", a.ID, vault.ErrMalformed)
-		}
-		out = append(out, a)
-		return nil
-	})
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list app access: %w", err))
-	}
-	return out, nil
+	return record.AppAccesses.DecodeOwned(p, recs)
 }
 
 // updateApp rewrites an app access row if its version is still the one
@@ -385,7 +255,7 @@ const updateApp = "UPDATE oauth_apps SET version = $2, record = $3 WHERE id = $1
 // version column).
 func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
 	return cas(ctx, s, "app access", id, updateApp, s.getApp, func(old vault.AppAccess, _ int64) (vault.AppAccess, casWrite, error) {
-		na, err := record.ApplyAppAccessUpdate(old, fn)
+		na, err := record.AppAccesses.Apply(old, fn)
 		if err != nil {
 			return vault.AppAccess{}, casWrite{}, err
 		}
@@ -404,9 +274,6 @@ func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.Ap
 // DeleteAppAccess implements vault.AuthStore: the row and the change's
 // deliveries go in one transaction.
 func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
 	if s.appChanges == nil {
 		return s.deleteRow(ctx, "oauth_apps", "id", id, "app access")
 	}

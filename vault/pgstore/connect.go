@@ -11,7 +11,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var _ vault.GrantConnector = (*Store)(nil)
+// Connector implements vault.Store: the store connects in one transaction.
+func (s *Store) Connector() vault.GrantConnector { return s }
 
 // errAbort rolls back Connect's transaction after an expected failure,
 // which opErr carries.
@@ -24,25 +25,9 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
-	var (
-		id      string
-		created vault.Connection
-		newRec  []byte
-	)
-	switch {
-	case w.Create != nil:
-		created = w.Create.Clone()
-		created.Version = 1
-		created.SealedWith = ""
-		rec, err := record.EncodeConnection(s.kr, created)
-		if err != nil {
-			return vault.Connection{}, vault.Grant{}, err
-		}
-		id, newRec = created.ID, rec
-	case w.Update != nil:
-		id = w.UpdateID
-	default:
-		return vault.Connection{}, vault.Grant{}, errors.New("pgstore: connect: no connection to write")
+	id, created, newRec, err := record.ConnectTarget(s.kr, w)
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
 	}
 	if !storable(id) {
 		return vault.Connection{}, vault.Grant{}, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
@@ -56,7 +41,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		opErr error
 	)
 	fail := func(err error) error { opErr = err; return errAbort }
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		outC, outG, opErr = vault.Connection{}, vault.Grant{}, nil
 		var grec []byte
 		var gversion int64
@@ -74,7 +59,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		if err != nil {
 			return fail(err)
 		}
-		ng, err := record.ApplyGrantUpdate(og, grant)
+		ng, err := record.Grants.Apply(og, grant)
 		if err != nil {
 			return fail(err)
 		}

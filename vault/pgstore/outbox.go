@@ -15,10 +15,8 @@ import (
 	"credbroker/vault/internal/record"
 )
 
-var (
-	_ vault.Outbox     = (*Store)(nil)
-	_ vault.AdminStore = (*Store)(nil)
-)
+// Outbox implements vault.Store: the store is its own Outbox.
+func (s *Store) Outbox() vault.Outbox { return s }
 
 const insertDelivery = `INSERT INTO outbox (id, endpoint, type, created_ns, due_ns, attempts, last_error, payload)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id, endpoint) DO NOTHING`
@@ -90,6 +88,9 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 // record (its deliveries, …). An error from then rolls the deletion back
 // and is the answer; ErrNotFound when there was no row.
 func (s *Store) deleteReturning(ctx context.Context, what, id, del string, then func(rec []byte, b *pgx.Batch) error) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
 	if !storable(id) {
 		return fmt.Errorf("pgstore: %s %q: %w", what, id, vault.ErrNotFound)
 	}
@@ -128,10 +129,8 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) erro
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	for _, d := range ds {
-		if err := record.CheckDelivery(d); err != nil {
-			return err
-		}
+	if err := record.CheckDeliveries(ds); err != nil {
+		return err
 	}
 	if len(ds) == 0 {
 		return nil
@@ -241,6 +240,9 @@ func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
 	return n, time.Unix(0, *oldest).UTC(), nil
 }
 
+// Admin implements vault.Store: the store is its own AdminStore.
+func (s *Store) Admin() vault.AdminStore { return s }
+
 // ProviderConnections implements vault.AdminStore through the (provider,
 // id) index.
 func (s *Store) ProviderConnections(ctx context.Context, provider, after string, limit int) ([]vault.Connection, error) {
@@ -250,19 +252,10 @@ func (s *Store) ProviderConnections(ctx context.Context, provider, after string,
 	if !storable(after) {
 		return nil, fmt.Errorf("pgstore: provider connections after %q: not a storable id", after)
 	}
-	var lim *int64
-	if limit > 0 {
-		l := int64(limit)
-		lim = &l
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM connections WHERE provider = $1 AND id > $2 ORDER BY id LIMIT $3",
-		shown(provider), after, lim)
+	recs, err := queryColumn[[]byte](ctx, s, "provider connections", "SELECT record FROM connections WHERE provider = $1 AND id > $2 ORDER BY id LIMIT $3",
+		shown(provider), after, limitArg(limit))
 	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: provider connections: %w", err))
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: provider connections: %w", err))
+		return nil, err
 	}
 	out := make([]vault.Connection, 0, len(recs))
 	for _, rec := range recs {
@@ -291,57 +284,20 @@ func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error
 
 // RetireConnection implements vault.AdminStore.
 func (s *Store) RetireConnection(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	if !storable(id) {
-		return fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
-	}
 	return s.deleteConnection(ctx, id, true)
 }
 
 // RetiredConnections implements vault.AdminStore.
 func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM retired_connections WHERE iss = $1 AND sub = $2 ORDER BY id",
+	recs, err := queryColumn[[]byte](ctx, s, "retired connections", "SELECT record FROM retired_connections WHERE iss = $1 AND sub = $2 ORDER BY id",
 		[]byte(p.Issuer), []byte(p.Subject))
 	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: retired connections: %w", err))
+		return nil, err
 	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: retired connections: %w", err))
-	}
-	out := make([]vault.Connection, 0, len(recs))
-	for _, rec := range recs {
-		c, err := record.DecodeConnection(s.kr, rec)
-		if err != nil {
-			return nil, err
-		}
-		if c.Principal != p {
-			return nil, fmt.Errorf("pgstore: retired connection %s is listed under another principal: %w", c.ID, vault.ErrMalformed)
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return record.DecodeRetired(s.kr, p, recs)
 }
 
 // ForgetRetired implements vault.AdminStore.
 func (s *Store) ForgetRetired(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	if !storable(id) {
-		return fmt.Errorf("pgstore: retired connection %q: %w", id, vault.ErrNotFound)
-	}
-	tag, err := s.pool.Exec(ctx, "DELETE FROM retired_connections WHERE id = $1", id)
-	if err != nil {
-		return s.dbErr(fmt.Errorf("pgstore: forget retired %s: %w", id, err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: retired connection %s: %w", id, vault.ErrNotFound)
-	}
-	return nil
+	return s.deleteRow(ctx, "retired_connections", "id", id, "retired connection")
 }

@@ -30,15 +30,19 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"credbroker/vault"
@@ -79,12 +83,6 @@ type Store struct {
 	appChanges vault.AppChangeHook
 	closed     atomic.Bool
 }
-
-var (
-	_ vault.Store    = (*Store)(nil)
-	_ vault.Resealer = (*Store)(nil)
-	_ vault.Locker   = (*Store)(nil)
-)
 
 // Open connects to the database at url (postgres://… or a libpq key=value
 // string), migrates the schema and checks kr against the key canaries.
@@ -219,12 +217,46 @@ func (s *Store) ready(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// dbErr maps errors of a pool closed under a running call to ErrClosed.
+// dbErr is every database error's way out: a pool closed under a
+// running call is ErrClosed, a database that cannot be reached or cannot
+// serve now is vault.ErrUnavailable (the cause kept for the log).
 func (s *Store) dbErr(err error) error {
-	if err != nil && s.closed.Load() {
+	switch {
+	case err == nil:
+		return nil
+	case s.closed.Load():
 		return fmt.Errorf("%w (%v)", vault.ErrClosed, err)
+	case unreachable(err):
+		return vault.UnavailableError("postgres "+s.where(), err)
 	}
 	return err
+}
+
+// unreachable reports whether err is the database failing as a service
+// rather than refusing a statement: a connection that could not be made
+// or broke (the server down, restarting or out of reach), or the server
+// saying it cannot serve now (SQLSTATE classes 08 connection exception,
+// 53 insufficient resources, 58 system error, and 57P01 to 57P03:
+// shutting down, crashed, not accepting connections yet). A cancelled or
+// timed-out caller is not an outage.
+func unreachable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch c := pe.Code; {
+		case strings.HasPrefix(c, "08"), strings.HasPrefix(c, "53"), strings.HasPrefix(c, "58"),
+			c == "57P01", c == "57P02", c == "57P03":
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || pgconn.SafeToRetry(err)
 }
 
 // nanos renders t as Unix nanoseconds, saturating outside 1678-2262.
@@ -324,10 +356,7 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, err
 	}
-	c = c.Clone()
-	c.Version = 1
-	c.SealedWith = ""
-	rec, err := record.EncodeConnection(s.kr, c)
+	c, rec, err := record.NewConnection(s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -339,12 +368,8 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	tag, err := s.execWithDeliveries(ctx, ds, insertConn, row.args()...)
-	if err != nil {
-		return vault.Connection{}, s.dbErr(fmt.Errorf("pgstore: create connection %s: %w", c.ID, err))
-	}
-	if tag.RowsAffected() == 0 {
-		return vault.Connection{}, fmt.Errorf("pgstore: connection %s: %w", c.ID, vault.ErrExists)
+	if err := s.insertRow(ctx, "connection "+c.ID, insertConn, row.args(), ds, 0, nil); err != nil {
+		return vault.Connection{}, err
 	}
 	c.SealedWith = s.kr.Primary()
 	return c, nil
@@ -372,37 +397,149 @@ func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection,
 // connectionRecord reads connection id's stored record and its version
 // column.
 func (s *Store) connectionRecord(ctx context.Context, id string) ([]byte, int64, error) {
+	return s.readRecord(ctx, "connection", "SELECT record, version FROM connections WHERE id = $1", id)
+}
+
+// insertRow stores a new row: insert is an INSERT … ON CONFLICT DO NOTHING
+// with args, and ErrExists answers a taken key. ds, the deliveries of the
+// change, are written in the insert's transaction, and only when it
+// inserted the row. With check, the insert runs in a transaction that
+// first takes the transaction-level advisory lock lock, and check (a
+// count, under the lock) may refuse it: its refusal (its first result) is
+// the answer, and nothing is written (the commit only releases the lock).
+// name names the row in errors ("grant g1").
+func (s *Store) insertRow(ctx context.Context, name, insert string, args []any, ds []vault.Delivery, lock int64, check func(pgx.Tx) (refused, err error)) error {
+	var refused error
+	run := func(db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}) error {
+		tag, err := db.Exec(ctx, insert, args...)
+		if err == nil && tag.RowsAffected() == 0 {
+			refused = vault.ErrExists
+		}
+		return err
+	}
+	var err error
+	if check == nil && len(ds) == 0 {
+		err = run(s.pool)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			refused = nil
+			if check != nil {
+				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock); err != nil {
+					return err
+				}
+				var err error
+				if refused, err = check(tx); refused != nil || err != nil {
+					return err
+				}
+			}
+			if err := run(tx); err != nil || refused != nil || len(ds) == 0 {
+				return err
+			}
+			b := &pgx.Batch{}
+			queueDeliveries(b, ds)
+			return tx.SendBatch(ctx, b).Close()
+		})
+	}
+	if err != nil {
+		return s.dbErr(fmt.Errorf("pgstore: create %s: %w", name, err))
+	}
+	if refused != nil {
+		return fmt.Errorf("pgstore: %s: %w", name, refused)
+	}
+	return nil
+}
+
+// readRecord reads the record and the version column of the row query
+// (SELECT record, version … WHERE id = $1) finds for id. what names the
+// kind of record in errors.
+func (s *Store) readRecord(ctx context.Context, what, query, id string) ([]byte, int64, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, 0, err
 	}
 	if !storable(id) {
-		return nil, 0, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
+		return nil, 0, fmt.Errorf("pgstore: %s %q: %w", what, id, vault.ErrNotFound)
 	}
+	return s.scanRecord(s.pool.QueryRow(ctx, query, id), what, id)
+}
+
+// scanRecord scans a row of a record and its version; ErrNotFound when
+// there is none. what and name name the row in errors.
+func (s *Store) scanRecord(row pgx.Row, what, name string) ([]byte, int64, error) {
 	var rec []byte
 	var version int64
-	err := s.pool.QueryRow(ctx, "SELECT record, version FROM connections WHERE id = $1", id).Scan(&rec, &version)
+	err := row.Scan(&rec, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
+		return nil, 0, fmt.Errorf("pgstore: %s %s: %w", what, name, vault.ErrNotFound)
 	}
 	if err != nil {
-		return nil, 0, s.dbErr(fmt.Errorf("pgstore: get connection %s: %w", id, err))
+		return nil, 0, s.dbErr(fmt.Errorf("pgstore: get %s %s: %w", what, name, err))
 	}
 	return rec, version, nil
 }
 
-// ListConnections implements vault.Store: an index scan on (iss, sub, id).
-func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
+// fresh is the value a create stores on a ready store (Kind.Fresh) and
+// the arguments of its INSERT.
+func fresh[T any](ctx context.Context, s *Store, k record.Kind[T], v T, args func(T) ([]any, error)) (T, []any, error) {
+	if err := s.ready(ctx); err != nil {
+		return *new(T), nil, err
+	}
+	v = k.Fresh(v)
+	a, err := args(v)
+	return v, a, err
+}
+
+// queryColumn runs query (a SELECT of one column) and collects the
+// column of every row; what names the query in errors.
+func queryColumn[T any](ctx context.Context, s *Store, what, query string, args ...any) ([]T, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM connections WHERE iss = $1 AND sub = $2 ORDER BY id",
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: %s: %w", what, err))
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[T])
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: %s: %w", what, err))
+	}
+	return out, nil
+}
+
+// limitArg is a LIMIT parameter: NULL (no limit) for a limit of 0 or less.
+func limitArg(limit int) *int64 {
+	if limit <= 0 {
+		return nil
+	}
+	l := int64(limit)
+	return &l
+}
+
+// getRecord is readRecord decoded as a record of kind k; a record naming
+// another id than the one it is stored under is malformed.
+func getRecord[T any](ctx context.Context, s *Store, k record.Kind[T], query, id string) (T, int64, error) {
+	var zero T
+	rec, version, err := s.readRecord(ctx, k.Name, query, id)
+	if err != nil {
+		return zero, 0, err
+	}
+	v, err := k.Decode(rec)
+	if named, _ := k.Owner(v); err == nil && named != id {
+		err = fmt.Errorf("pgstore: %s %s: stored record names id %s: %w", k.Name, id, named, vault.ErrMalformed)
+	}
+	if err != nil {
+		return zero, 0, err
+	}
+	return v, version, nil
+}
+
+// ListConnections implements vault.Store: an index scan on (iss, sub, id).
+func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
+	recs, err := queryColumn[[]byte](ctx, s, "list connections", "SELECT record FROM connections WHERE iss = $1 AND sub = $2 ORDER BY id",
 		[]byte(p.Issuer), []byte(p.Subject))
 	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list connections: %w", err))
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list connections: %w", err))
+		return nil, err
 	}
 	return record.DecodePrincipalConnections(p, recs)
 }
@@ -410,17 +547,10 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 // AccountConnections implements vault.Store through the (provider,
 // account_id) index; the records decide.
 func (s *Store) AccountConnections(ctx context.Context, provider, accountID string) ([]vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM connections WHERE provider = $1 AND account_id = $2 ORDER BY id",
+	recs, err := queryColumn[[]byte](ctx, s, "account connections", "SELECT record FROM connections WHERE provider = $1 AND account_id = $2 ORDER BY id",
 		shown(provider), shown(accountID))
 	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: account connections: %w", err))
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: account connections: %w", err))
+		return nil, err
 	}
 	return record.DecodeAccountConnections(provider, accountID, recs)
 }
@@ -505,25 +635,32 @@ func cas[O, N any](ctx context.Context, s *Store, what, id, update string,
 	return zero, fmt.Errorf("pgstore: update %s %s: still contended after %d attempts: %w", what, id, s.attempts, vault.ErrConflict)
 }
 
+// applyWhole is cas's next for a kind stored whole: fn applied with k's
+// rules, and the UPDATE's arguments args makes of the result (picked from
+// by pick, when not nil).
+func applyWhole[T any](k record.Kind[T], fn func(T) (T, error), args func(T) ([]any, error), pick func([]any) []any) func(T, int64) (T, casWrite, error) {
+	return func(old T, _ int64) (T, casWrite, error) {
+		nv, err := k.Apply(old, fn)
+		if err != nil {
+			return *new(T), casWrite{}, err
+		}
+		a, err := args(nv)
+		if err != nil {
+			return *new(T), casWrite{}, err
+		}
+		if pick != nil {
+			a = pick(a)
+		}
+		return nv, casWrite{args: a}, nil
+	}
+}
+
 // DeleteConnection implements vault.Store.
 func (s *Store) DeleteConnection(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	if !storable(id) {
-		return fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
-	}
 	if s.changes != nil {
 		return s.deleteConnection(ctx, id, false)
 	}
-	tag, err := s.pool.Exec(ctx, "DELETE FROM connections WHERE id = $1", id)
-	if err != nil {
-		return s.dbErr(fmt.Errorf("pgstore: delete connection %s: %w", id, err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
-	}
-	return nil
+	return s.deleteRow(ctx, "connections", "id", id, "connection")
 }
 
 // ConnectionIDs implements vault.Store.
@@ -534,30 +671,36 @@ func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]s
 	if !storable(after) {
 		return nil, fmt.Errorf("pgstore: connection ids after %q: not a storable id", after)
 	}
-	var lim *int64
-	if limit > 0 {
-		l := int64(limit)
-		lim = &l
-	}
-	rows, err := s.pool.Query(ctx, "SELECT id FROM connections WHERE id > $1 ORDER BY id LIMIT $2", after, lim)
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: connection ids: %w", err))
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return ids, s.dbErr(err)
+	return queryColumn[string](ctx, s, "connection ids", "SELECT id FROM connections WHERE id > $1 ORDER BY id LIMIT $2", after, limitArg(limit))
 }
 
 // Reseal implements vault.Resealer: one transaction per batch, locking only
 // the rows not yet sealed with the primary key.
 func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
+	primary := s.kr.Primary()
+	return s.resealRows(ctx, "connections", "SELECT record FROM connections WHERE id = ANY($1) AND sealed_with <> $2 ORDER BY id FOR UPDATE",
+		[]any{ids, primary}, func(b *pgx.Batch, rec []byte) (bool, error) {
+			nrec, c, err := record.Reseal(s.kr, rec)
+			if err == nil {
+				b.Queue("UPDATE connections SET sealed_with = $2, version = $3, record = $4 WHERE id = $1", c.ID, primary, int64(c.Version), nrec)
+			}
+			return err == nil, err
+		})
+}
+
+// resealRows seals again, in one transaction, the records query selects
+// (with args, FOR UPDATE: those sealed with another key than the
+// primary): reseal queues each one's rewrite on the batch, or says there
+// was none to make. It returns how many it queued; what names the records
+// in errors.
+func (s *Store) resealRows(ctx context.Context, what, query string, args []any, reseal func(b *pgx.Batch, rec []byte) (bool, error)) (int, error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	primary := s.kr.Primary()
 	n := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		n = 0
-		rows, err := tx.Query(ctx, "SELECT record FROM connections WHERE id = ANY($1) AND sealed_with <> $2 ORDER BY id FOR UPDATE", ids, primary)
+		rows, err := tx.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -567,13 +710,13 @@ func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
 		}
 		batch := &pgx.Batch{}
 		for _, rec := range recs {
-			nrec, c, err := record.Reseal(s.kr, rec)
+			queued, err := reseal(batch, rec)
 			if err != nil {
 				return err
 			}
-			batch.Queue("UPDATE connections SET sealed_with = $2, version = $3, record = $4 WHERE id = $1",
-				c.ID, primary, int64(c.Version), nrec)
-			n++
+			if queued {
+				n++
+			}
 		}
 		if n == 0 {
 			return nil
@@ -581,17 +724,20 @@ func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
 		return tx.SendBatch(ctx, batch).Close()
 	})
 	if err != nil {
-		return 0, s.dbErr(fmt.Errorf("pgstore: reseal: %w", err))
+		return 0, s.dbErr(fmt.Errorf("pgstore: reseal %s: %w", what, err))
 	}
 	return n, nil
 }
 
-// KeyUsage counts connections by the id of the key that sealed their tokens.
+// KeyUsage counts connections by the id of the key that sealed their
+// tokens, and upstream client secrets by theirs.
 func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, "SELECT sealed_with, count(*) FROM connections GROUP BY sealed_with")
+	rows, err := s.pool.Query(ctx, `SELECT sealed_with, count(*) FROM
+		(SELECT sealed_with FROM connections UNION ALL SELECT sealed_with FROM upstream_clients WHERE sealed_with <> '') k
+		GROUP BY sealed_with`)
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: key usage: %w", err))
 	}
@@ -603,15 +749,22 @@ func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 }
 
 func (s *Store) grantArgs(g vault.Grant) ([]any, error) {
-	rec, err := record.EncodeGrant(g)
+	return wholeArgs(record.Grants, g, g.ID, []byte(g.Principal.Issuer), []byte(g.Principal.Subject), shown(g.Provider), shown(string(g.State)),
+		nanos(g.Created), nanos(g.Expires), int64(g.Version))
+}
+
+// wholeArgs is the arguments of a row holding a record of kind k whole:
+// cols, then v's record. The id v names must hold no NUL (checkID).
+func wholeArgs[T any](k record.Kind[T], v T, cols ...any) ([]any, error) {
+	rec, err := k.Encode(v)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkID("grant", g.ID); err != nil {
+	id, _ := k.Owner(v)
+	if err := checkID(k.Name, id); err != nil {
 		return nil, err
 	}
-	return []any{g.ID, []byte(g.Principal.Issuer), []byte(g.Principal.Subject), shown(g.Provider), shown(string(g.State)),
-		nanos(g.Created), nanos(g.Expires), int64(g.Version), rec}, nil
+	return append(cols, rec), nil
 }
 
 const insertGrant = `INSERT INTO grants (id, iss, sub, provider, state, created_ns, expires_ns, version, record)
@@ -630,60 +783,31 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 // process queue on an in-process lock first, so one person's burst holds
 // at most one pooled connection per replica.
 func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Grant{}, err
-	}
-	g = g.Clone()
-	g.Version = 1
-	args, err := s.grantArgs(g)
+	g, args, err := fresh(ctx, s, record.Grants, g, s.grantArgs)
 	if err != nil {
 		return vault.Grant{}, err
 	}
-	if !lim.Enforced() {
-		tag, err := s.pool.Exec(ctx, insertGrant, args...)
+	var limited func(pgx.Tx) (error, error)
+	var lock int64
+	if lim.Enforced() {
+		name := grantLockName(g.Principal)
+		unlock, err := s.grantLocal.LockConnection(ctx, name)
 		if err != nil {
-			return vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: create grant %s: %w", g.ID, err))
+			return vault.Grant{}, err
 		}
-		if tag.RowsAffected() == 0 {
-			return vault.Grant{}, fmt.Errorf("pgstore: grant %s: %w", g.ID, vault.ErrExists)
+		defer unlock()
+		lock = lockKey(name)
+		limited = func(tx pgx.Tx) (error, error) {
+			var created, open int
+			if err := tx.QueryRow(ctx, countGrantsSQL, []byte(g.Principal.Issuer), []byte(g.Principal.Subject),
+				nanos(lim.Since), nanos(lim.Now)).Scan(&created, &open); err != nil {
+				return nil, err
+			}
+			return lim.Check(created, open), nil
 		}
-		return g, nil
 	}
-	name := grantLockName(g.Principal)
-	unlock, err := s.grantLocal.LockConnection(ctx, name)
-	if err != nil {
+	if err := s.insertRow(ctx, "grant "+g.ID, insertGrant, args, nil, lock, limited); err != nil {
 		return vault.Grant{}, err
-	}
-	defer unlock()
-	var opErr error
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		opErr = nil
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(name)); err != nil {
-			return err
-		}
-		var created, open int
-		if err := tx.QueryRow(ctx, countGrantsSQL, []byte(g.Principal.Issuer), []byte(g.Principal.Subject),
-			nanos(lim.Since), nanos(lim.Now)).Scan(&created, &open); err != nil {
-			return err
-		}
-		if err := lim.Check(created, open); err != nil {
-			opErr = err
-			return nil // nothing written; the commit only releases the lock
-		}
-		tag, err := tx.Exec(ctx, insertGrant, args...)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			opErr = vault.ErrExists
-		}
-		return nil
-	})
-	if err != nil {
-		return vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: create grant %s: %w", g.ID, err))
-	}
-	if opErr != nil {
-		return vault.Grant{}, fmt.Errorf("pgstore: grant %s: %w", g.ID, opErr)
 	}
 	return g, nil
 }
@@ -702,46 +826,14 @@ func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
 }
 
 func (s *Store) getGrant(ctx context.Context, id string) (vault.Grant, int64, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Grant{}, 0, err
-	}
-	if !storable(id) {
-		return vault.Grant{}, 0, fmt.Errorf("pgstore: grant %q: %w", id, vault.ErrNotFound)
-	}
-	var rec []byte
-	var version int64
-	err := s.pool.QueryRow(ctx, "SELECT record, version FROM grants WHERE id = $1", id).Scan(&rec, &version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return vault.Grant{}, 0, fmt.Errorf("pgstore: grant %s: %w", id, vault.ErrNotFound)
-	}
-	if err != nil {
-		return vault.Grant{}, 0, s.dbErr(fmt.Errorf("pgstore: get grant %s: %w", id, err))
-	}
-	g, err := record.DecodeGrant(rec)
-	if err == nil && g.ID != id {
-		err = fmt.Errorf("pgstore: grant %s: stored record names id %s: %w", id, g.ID, vault.ErrMalformed)
-	}
-	if err != nil {
-		return vault.Grant{}, 0, err
-	}
-	return g, version, nil
+	return getRecord(ctx, s, record.Grants, "SELECT record, version FROM grants WHERE id = $1", id)
 }
 
 // UpdateGrant implements vault.Store with the compare-and-swap of
 // UpdateConnection: of two concurrent consumers of a single-use grant,
 // exactly one write lands and the other re-runs fn on the consumed grant.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	return cas(ctx, s, "grant", id, updateGrant, s.getGrant, func(old vault.Grant, _ int64) (vault.Grant, casWrite, error) {
-		ng, err := record.ApplyGrantUpdate(old, fn)
-		if err != nil {
-			return vault.Grant{}, casWrite{}, err
-		}
-		args, err := s.grantArgs(ng)
-		if err != nil {
-			return vault.Grant{}, casWrite{}, err
-		}
-		return ng, casWrite{args: updateGrantArgs(args)}, nil
-	})
+	return cas(ctx, s, "grant", id, updateGrant, s.getGrant, applyWhole(record.Grants, fn, s.grantArgs, updateGrantArgs))
 }
 
 // countGrantsSQL counts a principal's grants created at or after $3 and,
@@ -765,30 +857,12 @@ func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now t
 
 // ListGrants implements vault.Store: an index scan on (iss, sub, created).
 func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Time) ([]vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM grants WHERE iss = $1 AND sub = $2 AND created_ns >= $3 ORDER BY created_ns, id",
+	recs, err := queryColumn[[]byte](ctx, s, "list grants", "SELECT record FROM grants WHERE iss = $1 AND sub = $2 AND created_ns >= $3 ORDER BY created_ns, id",
 		[]byte(p.Issuer), []byte(p.Subject), nanos(since))
 	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list grants: %w", err))
+		return nil, err
 	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list grants: %w", err))
-	}
-	out := make([]vault.Grant, 0, len(recs))
-	for _, rec := range recs {
-		g, err := record.DecodeGrant(rec)
-		if err != nil {
-			return nil, err
-		}
-		if g.Principal != p {
-			return nil, fmt.Errorf("pgstore: grant %s is listed under another principal: %w", g.ID, vault.ErrMalformed)
-		}
-		out = append(out, g)
-	}
-	return out, nil
+	return record.Grants.DecodeOwned(p, recs)
 }
 
 // DeleteExpiredGrants implements vault.Store, a thousand grants per
@@ -820,6 +894,10 @@ func lockKey(name string) int64 {
 	h := sha256.Sum256([]byte(name))
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }
+
+// Locker implements vault.Store: the store is its own Locker, whose
+// advisory locks every replica sharing the database sees.
+func (s *Store) Locker() vault.Locker { return s }
 
 // LockConnection implements vault.Locker. Waiters in this process queue on
 // an in-process lock first, so each connection id holds at most one
@@ -914,9 +992,13 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// FullySealed reports whether every connection is sealed with the primary
-// key (one scan of the sealed_with column), so a starting replica can skip
-// the re-encryption pass. On error it answers false: the pass then runs.
+// Resealer implements vault.Store: the store is its own Resealer (Reseal),
+// and FullySealed tells a starting replica whether to run it at all.
+func (s *Store) Resealer() vault.Resealer { return s }
+
+// FullySealed reports whether every connection and upstream client
+// secret is sealed with the primary key (scans of the sealed_with
+// columns), so a starting replica can skip the re-encryption pass. On error it answers false: the pass then runs.
 func (s *Store) FullySealed() bool {
 	if s.closed.Load() {
 		return false
@@ -924,7 +1006,8 @@ func (s *Store) FullySealed() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var other bool
-	err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM connections WHERE sealed_with <> $1)", s.kr.Primary()).Scan(&other)
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM connections WHERE sealed_with <> $1)
+		OR EXISTS (SELECT 1 FROM upstream_clients WHERE sealed_with NOT IN ('', $1))`, s.kr.Primary()).Scan(&other)
 	return err == nil && !other
 }
 

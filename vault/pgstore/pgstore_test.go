@@ -51,9 +51,34 @@ func TestConformance(t *testing.T) {
 func TestAuthConformance(t *testing.T) {
 	srv := pgtest.Shared(t)
 	kr := newKeyring(t)
-	vaulttest.RunAuth(t, func(t *testing.T) vaulttest.AuthBackend {
+	vaulttest.RunAuth(t, func(t *testing.T) vault.Store {
 		return open(t, srv.Schema(t), kr)
 	})
+}
+
+func TestUpstreamClientConformance(t *testing.T) {
+	srv := pgtest.Shared(t)
+	kr := newKeyring(t)
+	vaulttest.RunUpstreamClients(t, func(t *testing.T) vault.Store {
+		return open(t, srv.Schema(t), kr)
+	})
+}
+
+// TestUpstreamClientRotation: key rotation re-seals upstream client
+// secrets too, and keys status counts them.
+func TestUpstreamClientRotation(t *testing.T) {
+	url := pgtest.Shared(t).Schema(t)
+	vaulttest.RunUpstreamClientRotation(t, func(t *testing.T, kr *vault.Keyring) vaulttest.KeyUser {
+		return open(t, url, kr)
+	})
+}
+
+// TestSecretsSealedAtRest: no record in the database holds a token, an
+// API key or an upstream client secret in the clear.
+func TestSecretsSealedAtRest(t *testing.T) {
+	s := open(t, pgtest.Shared(t).Schema(t), newKeyring(t))
+	vaulttest.FillEveryKind(t, s)
+	vaulttest.NothingInTheClear(t, s)
 }
 
 // TestAssertionConformance runs the ledger suite with two stores (two
@@ -63,7 +88,7 @@ func TestAssertionConformance(t *testing.T) {
 	kr := newKeyring(t)
 	vaulttest.RunAssertions(t, func(t *testing.T) (vault.AssertionLedger, vault.AssertionLedger) {
 		url := srv.Schema(t)
-		return open(t, url, kr), open(t, url, kr)
+		return open(t, url, kr).Assertions(), open(t, url, kr).Assertions()
 	})
 }
 
@@ -462,7 +487,7 @@ func TestOutboxConformance(t *testing.T) {
 func TestAppOutboxConformance(t *testing.T) {
 	srv := pgtest.Shared(t)
 	kr := newKeyring(t)
-	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vaulttest.AuthBackend {
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
 		s, err := pgstore.Open(t.Context(), srv.Schema(t), kr, pgstore.Options{AppChanges: hook})
 		if err != nil {
 			t.Fatal(err)

@@ -145,6 +145,15 @@ END $$;
 CREATE TRIGGER oauth_apps_changed AFTER UPDATE OR DELETE ON oauth_apps
 	FOR EACH ROW EXECUTE FUNCTION credbroker_app_changed();
 `},
+	{6, "the broker's registrations at upstream MCP servers' authorization servers", `
+CREATE TABLE upstream_clients (
+	key          text COLLATE "C" PRIMARY KEY,
+	sealed_with  text NOT NULL,
+	record       bytea NOT NULL
+);
+COMMENT ON TABLE upstream_clients IS 'vault.UpstreamClient: the broker''s dynamic registration at an upstream authorization server, keyed by its issuer and the broker''s redirect URI; record is record.EncodeUpstreamClient output, the client secret sealed';
+COMMENT ON COLUMN upstream_clients.sealed_with IS 'id of the key that sealed the client secret; empty for a public client';
+`},
 }
 
 // SchemaVersion is the schema version this build migrates to.

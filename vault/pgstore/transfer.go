@@ -36,6 +36,8 @@ var exported = []struct {
 	{vault.KindAppAccess, "SELECT id, record FROM oauth_apps WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
 	{vault.KindDelivery, `SELECT id, endpoint, type, created_ns, due_ns, attempts, last_error, payload FROM outbox
 		WHERE (id, endpoint) > ($1, $2) ORDER BY id, endpoint LIMIT $3`, []any{"", ""}, deliveryRow},
+	{vault.KindSpentAssertion, "SELECT key, expires_ns FROM spent_assertions WHERE key > $1 ORDER BY key LIMIT $2", []any{""}, spentRow},
+	{vault.KindUpstreamClient, "SELECT key, record FROM upstream_clients WHERE key > $1 ORDER BY key LIMIT $2", []any{""}, keyAndRecord},
 }
 
 func keyAndRecord(row pgx.CollectableRow) (exportRow, error) {
@@ -86,11 +88,24 @@ func deliveryRow(row pgx.CollectableRow) (exportRow, error) {
 	return exportRow{key: []any{d.ID, d.Endpoint}, rec: rec}, err
 }
 
+// spentRow is a spent assertion's record made from its columns.
+func spentRow(row pgx.CollectableRow) (exportRow, error) {
+	var (
+		key     string
+		expires int64
+	)
+	if err := row.Scan(&key, &expires); err != nil {
+		return exportRow{}, err
+	}
+	rec, err := record.EncodeSpentAssertion(key, time.Unix(0, expires))
+	return exportRow{key: []any{key}, rec: rec}, err
+}
+
 // ExportRecords hands every stored record to put, kind by kind in the
 // order of vault.RecordKind and in key order within a kind, at most batch
 // records at a time (0 means 1000): the record columns as they are (an
 // authorization code's record with the redeemed column's state, a
-// delivery's made from its columns). Each page is its own query, so
+// delivery's and a spent assertion's made from their columns). Each page is its own query, so
 // export a store no broker is writing to.
 func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Records) error) error {
 	if batch <= 0 {
@@ -133,8 +148,9 @@ func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Rec
 // it is, so an interrupted or repeated import is safe. Every record is
 // decoded first, opening nothing; one that does not decode, a connection
 // sealed with a key the ring lacks and a key canary that a configured key
-// of its id does not open are refused, and nothing of the call is stored.
-// Imports run no ChangeHook: deliveries come as records of their own.
+// of its id does not open are refused (so is an upstream client whose
+// secret is sealed with a key the ring lacks), and nothing of the call is
+// stored. Imports run no ChangeHook: deliveries come as records of their own.
 func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, 0, err
@@ -180,27 +196,9 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 		}
 		return insertConn, row.args(), nil
 	case vault.KindGrant:
-		g, err := record.DecodeGrant(rec)
-		if err != nil {
-			return "", nil, err
-		}
-		args, err := s.grantArgs(g)
-		if err != nil {
-			return "", nil, err
-		}
-		args[len(args)-1] = rec // byte for byte, as the source stored it
-		return insertGrant, args, nil
+		return importWhole(rec, insertGrant, record.DecodeGrant, s.grantArgs)
 	case vault.KindOAuthClient:
-		c, err := record.DecodeOAuthClient(rec)
-		if err != nil {
-			return "", nil, err
-		}
-		args, err := s.clientArgs(c)
-		if err != nil {
-			return "", nil, err
-		}
-		args[len(args)-1] = rec
-		return insertClient, args, nil
+		return importWhole(rec, insertClient, record.DecodeOAuthClient, s.clientArgs)
 	case vault.KindAuthCode:
 		c, err := record.DecodeAuthCode(rec)
 		if err != nil {
@@ -212,24 +210,46 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 		return `INSERT INTO oauth_codes (key, expires_ns, redeemed, record) VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`,
 			[]any{c.Key, nanos(c.Expires), c.Redeemed, rec}, nil
 	case vault.KindAppAccess:
-		a, err := record.DecodeAppAccess(rec)
-		if err != nil {
-			return "", nil, err
-		}
-		args, err := s.appArgs(a)
-		if err != nil {
-			return "", nil, err
-		}
-		args[len(args)-1] = rec
-		return insertApp, args, nil
+		return importWhole(rec, insertApp, record.DecodeAppAccess, s.appArgs)
 	case vault.KindDelivery:
 		d, err := record.DecodeDelivery(rec)
 		if err != nil {
 			return "", nil, err
 		}
 		return insertDelivery, deliveryArgs(d), nil
+	case vault.KindSpentAssertion:
+		key, exp, err := record.DecodeSpentAssertion(rec)
+		if err != nil {
+			return "", nil, err
+		}
+		return insertSpent, []any{key, nanos(exp)}, nil
+	case vault.KindUpstreamClient:
+		key, sealed, err := record.UpstreamClientMeta(rec)
+		if err != nil {
+			return "", nil, err
+		}
+		if sealed != "" && !s.kr.Has(sealed) {
+			return "", nil, fmt.Errorf("upstream client %q: sealed with key %s, which the key ring lacks: %w", key, sealed, vault.ErrUnknownKey)
+		}
+		return insertUpstream, []any{key, sealed, rec}, nil
 	}
 	return "", nil, fmt.Errorf("unknown record kind %d", int(kind))
+}
+
+// importWhole is importRow for a kind stored whole with a create's
+// insert: rec decoded, the insert's arguments made of it, and rec itself
+// (byte for byte, as the source stored it) as the record, the last.
+func importWhole[T any](rec []byte, insert string, decode func([]byte) (T, error), args func(T) ([]any, error)) (string, []any, error) {
+	v, err := decode(rec)
+	if err != nil {
+		return "", nil, err
+	}
+	a, err := args(v)
+	if err != nil {
+		return "", nil, err
+	}
+	a[len(a)-1] = rec
+	return insert, a, nil
 }
 
 func (s *Store) runImport(ctx context.Context, batch *pgx.Batch) (added, skipped int, err error) {

@@ -64,6 +64,11 @@ func TestExportImportEveryKind(t *testing.T) {
 		}
 		vaulttest.SameRecords(t, step.from, step.to)
 	}
+	// Spent assertions stay spent in both: replay protection survives.
+	vaulttest.StillSpent(t, mid)
+	vaulttest.StillSpent(t, dst)
+	vaulttest.UpstreamClientsKept(t, mid)
+	vaulttest.UpstreamClientsKept(t, dst)
 	// The code PostgreSQL redeemed (its column says so) is redeemed in bolt.
 	if _, err := mid.RedeemAuthCode(t.Context(), vault.SecretKey("code-redeemed")); !errors.Is(err, vault.ErrCodeRedeemed) {
 		t.Fatalf("a code redeemed in PostgreSQL, in bolt: %v; want ErrCodeRedeemed", err)
@@ -97,6 +102,11 @@ func TestImportRefusals(t *testing.T) {
 		{"connection sealed with a key the target lacks", vault.Records{Kind: vault.KindConnection, Recs: all[vault.KindConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
 		{"retired connection too", vault.Records{Kind: vault.KindRetiredConnection, Recs: all[vault.KindRetiredConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
 		{"a delivery that is not one", vault.Records{Kind: vault.KindDelivery, Recs: append(all[vault.KindDelivery], []byte(`{"v":1}`))}, vault.ErrMalformed, "delivery needs an id"},
+		{"a spent assertion that is not one", vault.Records{Kind: vault.KindSpentAssertion,
+			Recs: append(all[vault.KindSpentAssertion], []byte(`{"v":2,"key":"jti-1"}`))}, vault.ErrMalformed, "spent assertion record version 2"},
+		{"upstream client secret sealed with a key the target lacks", vault.Records{Kind: vault.KindUpstreamClient, Recs: all[vault.KindUpstreamClient]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"an upstream client without client id", vault.Records{Kind: vault.KindUpstreamClient,
+			Recs: [][]byte{[]byte(`{"v":1,"key":"https://as.example https://broker.example/cb"}`)}}, vault.ErrMalformed, "without client id"},
 		{"a record of no kind", vault.Records{Kind: 99, Recs: all[vault.KindGrant]}, nil, "unknown record kind 99"},
 	}
 	for _, tt := range tests {

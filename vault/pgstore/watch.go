@@ -28,7 +28,8 @@ const (
 	maxWaiting     = 50
 )
 
-var _ vault.AppWatch = (*Store)(nil)
+// AppWatch implements vault.Store: the store is its own feed (WatchApps).
+func (s *Store) AppWatch() vault.AppWatch { return s }
 
 // WatchApps implements vault.AppWatch with LISTEN/NOTIFY on a connection
 // of its own. PostgreSQL delivers notifications in the order their

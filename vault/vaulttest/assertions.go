@@ -2,7 +2,6 @@ package vaulttest
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,31 +39,14 @@ func RunAssertions(t *testing.T, newLedgers NewLedgers) {
 		a, b := newLedgers(t)
 		k := vault.AssertionKey("https://idp.example", "raced")
 		exp := time.Now().Add(5 * time.Minute)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		won, spent := 0, 0
-		for i := range 16 {
-			l := a
+		won := concurrently(t, 16, vault.ErrAssertionSpent, func(i int) error {
 			if i%2 == 1 {
-				l = b
+				return b.SpendAssertion(t.Context(), k, exp)
 			}
-			wg.Go(func() {
-				err := l.SpendAssertion(t.Context(), k, exp)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err == nil:
-					won++
-				case errors.Is(err, vault.ErrAssertionSpent):
-					spent++
-				default:
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-		if won != 1 || spent != 15 {
-			t.Fatalf("%d spends succeeded and %d were refused; want 1 and 15", won, spent)
+			return a.SpendAssertion(t.Context(), k, exp)
+		})
+		if won != 1 {
+			t.Fatalf("%d spends succeeded and %d were refused; want 1 and 15", won, 16-won)
 		}
 	})
 	t.Run("MalformedKeyStoresNothing", func(t *testing.T) {

@@ -4,28 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
 	"credbroker/vault"
 )
 
-// AuthBackend is what RunAuth tests: a vault.Store that is also a
-// vault.AuthStore (every backend is both).
-type AuthBackend interface {
+// authBackend is what RunAuth tests: a store and its vault.AuthStore.
+type authBackend struct {
 	vault.Store
 	vault.AuthStore
 }
 
-// RunAuth runs the conformance suite of vault.AuthStore, the authorization
-// server's storage. newStore returns a fresh, empty store for each subtest;
-// RunAuth closes it.
-func RunAuth(t *testing.T, newStore func(t *testing.T) AuthBackend) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s AuthBackend)
-	}{
+// RunAuth runs the conformance suite of vault.AuthStore (Store.Auth), the
+// authorization server's storage. newStore returns a fresh, empty store
+// for each subtest; RunAuth closes it.
+func RunAuth(t *testing.T, newStore func(t *testing.T) vault.Store) {
+	runSuite(t, newStore, func(s vault.Store) authBackend { return authBackend{s, s.Auth()} }, []subtest[authBackend]{
 		{"OAuthClientCRUD", testOAuthClientCRUD},
 		{"OAuthClientLimit", testOAuthClientLimit},
 		{"ConcurrentOAuthClientLimit", testConcurrentOAuthClientLimit},
@@ -39,14 +34,7 @@ func RunAuth(t *testing.T, newStore func(t *testing.T) AuthBackend) {
 		{"ConcurrentAppAccessUpdates", testConcurrentAppAccessUpdates},
 		{"AppLiveness", testAppLiveness},
 		{"AuthClosed", testAuthClosed},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := newStore(t)
-			t.Cleanup(func() { _ = s.Close() })
-			tt.fn(t, s)
-		})
-	}
+	})
 }
 
 // odd is a principal whose issuer and subject hold bytes some databases
@@ -78,6 +66,9 @@ func normalise(v any) any {
 	case vault.AuthCode:
 		x.Created, x.Expires = x.Created.UTC().Round(0), x.Expires.UTC().Round(0)
 		return x
+	case vault.UpstreamClient:
+		x.Created = x.Created.UTC().Round(0)
+		return x
 	case vault.AppAccess:
 		x.Created, x.Updated, x.LastUsed = x.Created.UTC().Round(0), x.Updated.UTC().Round(0), x.LastUsed.UTC().Round(0)
 		for i := range x.Families {
@@ -89,7 +80,7 @@ func normalise(v any) any {
 	return v
 }
 
-func testOAuthClientCRUD(t *testing.T, s AuthBackend) {
+func testOAuthClientCRUD(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	c := oauthClient("c1", base)
 	got, err := s.CreateOAuthClient(ctx, c, 0)
@@ -143,7 +134,7 @@ func testOAuthClientCRUD(t *testing.T, s AuthBackend) {
 	wantErr(t, "delete twice", s.DeleteOAuthClient(ctx, "c1"), vault.ErrNotFound)
 }
 
-func testOAuthClientLimit(t *testing.T, s AuthBackend) {
+func testOAuthClientLimit(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	for i := range 3 {
 		if _, err := s.CreateOAuthClient(ctx, oauthClient(fmt.Sprint("l", i), base), 3); err != nil {
@@ -159,34 +150,19 @@ func testOAuthClientLimit(t *testing.T, s AuthBackend) {
 	}
 }
 
-func testConcurrentOAuthClientLimit(t *testing.T, s AuthBackend) {
+func testConcurrentOAuthClientLimit(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	const n, max = 24, 5
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Go(func() {
-			_, err := s.CreateOAuthClient(ctx, oauthClient(fmt.Sprint("cc", i), base), max)
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	ok := 0
-	for err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, vault.ErrTooManyClients):
-			t.Fatalf("unexpected error: %v", err)
-		}
-	}
+	ok := concurrently(t, n, vault.ErrTooManyClients, func(i int) error {
+		_, err := s.CreateOAuthClient(ctx, oauthClient(fmt.Sprint("cc", i), base), max)
+		return err
+	})
 	if ok != max {
 		t.Fatalf("%d of %d concurrent registrations stored under a cap of %d", ok, n, max)
 	}
 }
 
-func testDeleteUnusedOAuthClients(t *testing.T, s AuthBackend) {
+func testDeleteUnusedOAuthClients(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	old, used, fresh := oauthClient("old", base), oauthClient("used", base), oauthClient("fresh", base.Add(2*time.Hour))
 	used.Used = base.Add(time.Minute)
@@ -216,7 +192,7 @@ func authCode(secret string, p vault.Principal, expires time.Time) vault.AuthCod
 	}
 }
 
-func testAuthCodeRedeem(t *testing.T, s AuthBackend) {
+func testAuthCodeRedeem(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	c := authCode("code-1", odd, base.Add(time.Minute))
 	if err := s.CreateAuthCode(ctx, c); err != nil {
@@ -236,38 +212,23 @@ func testAuthCodeRedeem(t *testing.T, s AuthBackend) {
 	wantErr(t, "unknown code", err, vault.ErrNotFound)
 }
 
-func testConcurrentAuthCodeRedeem(t *testing.T, s AuthBackend) {
+func testConcurrentAuthCodeRedeem(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	c := authCode("race", alice, base.Add(time.Minute))
 	if err := s.CreateAuthCode(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	const n = 20
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for range n {
-		wg.Go(func() {
-			_, err := s.RedeemAuthCode(ctx, c.Key)
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	ok := 0
-	for err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, vault.ErrCodeRedeemed):
-			t.Fatalf("unexpected error: %v", err)
-		}
-	}
+	ok := concurrently(t, n, vault.ErrCodeRedeemed, func(int) error {
+		_, err := s.RedeemAuthCode(ctx, c.Key)
+		return err
+	})
 	if ok != 1 {
 		t.Fatalf("%d of %d concurrent redemptions succeeded; want exactly 1", ok, n)
 	}
 }
 
-func testDeleteExpiredAuthCodes(t *testing.T, s AuthBackend) {
+func testDeleteExpiredAuthCodes(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	for i, exp := range []time.Time{base, base.Add(time.Minute), base.Add(time.Hour)} {
 		if err := s.CreateAuthCode(ctx, authCode(fmt.Sprint("gc", i), alice, exp)); err != nil {
@@ -296,7 +257,7 @@ func appAccess(id string, p vault.Principal, client string) vault.AppAccess {
 	}
 }
 
-func testAppAccessCRUD(t *testing.T, s AuthBackend) {
+func testAppAccessCRUD(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	a := appAccess("a1", odd, "https://claude.example/client.json")
 	got, err := s.CreateAppAccess(ctx, a)
@@ -377,7 +338,7 @@ func testAppAccessCRUD(t *testing.T, s AuthBackend) {
 	}
 }
 
-func testAppAccessUnique(t *testing.T, s AuthBackend) {
+func testAppAccessUnique(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	if _, err := s.CreateAppAccess(ctx, appAccess("u1", alice, "c")); err != nil {
 		t.Fatal(err)
@@ -391,32 +352,17 @@ func testAppAccessUnique(t *testing.T, s AuthBackend) {
 	}
 	// Concurrent first authorizations of one app by one person: one record.
 	const n = 12
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Go(func() {
-			_, err := s.CreateAppAccess(ctx, appAccess(fmt.Sprint("r", i), alice, "race"))
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	ok := 0
-	for err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, vault.ErrExists):
-			t.Fatalf("unexpected error: %v", err)
-		}
-	}
+	ok := concurrently(t, n, vault.ErrExists, func(i int) error {
+		_, err := s.CreateAppAccess(ctx, appAccess(fmt.Sprint("r", i), alice, "race"))
+		return err
+	})
 	list, err := s.ListAppAccess(ctx, alice)
 	if ok != 1 || err != nil || len(list) != 2 {
 		t.Fatalf("%d concurrent creates succeeded and alice lists %d records (%v); want 1 and 2", ok, len(list), err)
 	}
 }
 
-func testAppAccessList(t *testing.T, s AuthBackend) {
+func testAppAccessList(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	bob := vault.Principal{Issuer: alice.Issuer, Subject: "bob"}
 	prefix := vault.Principal{Issuer: alice.Issuer, Subject: "ali"} // a prefix of alice's subject
@@ -436,39 +382,31 @@ func testAppAccessList(t *testing.T, s AuthBackend) {
 	}
 }
 
-func testConcurrentAppAccessUpdates(t *testing.T, s AuthBackend) {
+func testConcurrentAppAccessUpdates(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	if _, err := s.CreateAppAccess(ctx, appAccess("cu", alice, "c")); err != nil {
 		t.Fatal(err)
 	}
 	const workers, each = 10, 3
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*each)
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				_, err := s.UpdateAppAccess(ctx, "cu", func(a vault.AppAccess) (vault.AppAccess, error) {
-					a.Families = append(a.Families, vault.TokenFamily{ID: fmt.Sprintf("f%d-%d", w, i), Created: base, Expires: base})
-					return a, nil
-				})
-				errs <- err
+	concurrently(t, workers, nil, func(w int) error {
+		for i := range each {
+			_, err := s.UpdateAppAccess(ctx, "cu", func(a vault.AppAccess) (vault.AppAccess, error) {
+				a.Families = append(a.Families, vault.TokenFamily{ID: fmt.Sprintf("f%d-%d", w, i), Created: base, Expires: base})
+				return a, nil
+			})
+			if err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
 		}
-	}
+		return nil
+	})
 	a, err := s.GetAppAccess(ctx, "cu")
 	if err != nil || a.Version != 1+workers*each || len(a.Families) != workers*each {
 		t.Fatalf("record v%d with %d families, %v; want v%d with %d (lost update)", a.Version, len(a.Families), err, 1+workers*each, workers*each)
 	}
 }
 
-func testAuthClosed(t *testing.T, s AuthBackend) {
+func testAuthClosed(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -501,7 +439,7 @@ func testAuthClosed(t *testing.T, s AuthBackend) {
 
 // testAppLiveness: GetAppLiveness gives the record's person, client and
 // families with their ends, and nothing of a missing record.
-func testAppLiveness(t *testing.T, s AuthBackend) {
+func testAppLiveness(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	a := appAccess("a1", odd, "https://claude.example/client.json")
 	a.Families = []vault.TokenFamily{

@@ -38,24 +38,6 @@ func RunOutbox(t *testing.T, newStore NewHookedStore) {
 	}
 }
 
-func outboxOf(t *testing.T, s vault.Store) vault.Outbox {
-	t.Helper()
-	o, ok := vault.OutboxFor(s)
-	if !ok {
-		t.Fatalf("%T keeps no outbox", s)
-	}
-	return o
-}
-
-func adminOf(t *testing.T, s vault.Store) vault.AdminStore {
-	t.Helper()
-	a, ok := vault.AdminFor(s)
-	if !ok {
-		t.Fatalf("%T is no AdminStore", s)
-	}
-	return a
-}
-
 // recordingHook names every change it sees: created, deleted or
 // updated, with the status after it; a change of LastUsed alone gives
 // nothing, as the broker's own hook does.
@@ -100,7 +82,7 @@ func types(t *testing.T, o vault.Outbox) []string {
 func testChangesWriteDeliveries(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, recordingHook)
 	t.Cleanup(func() { _ = s.Close() })
-	o := outboxOf(t, s)
+	o := s.Outbox()
 	ctx := t.Context()
 	mustCreate(t, s, Conn("c1", alice, "github", "1"))
 	if _, err := s.CreateConnection(ctx, Conn("c1", alice, "github", "1")); !errors.Is(err, vault.ErrExists) {
@@ -156,7 +138,7 @@ func testChangesWriteDeliveries(t *testing.T, newStore NewHookedStore) {
 	if err := plain.DeleteConnection(ctx, "c2"); err != nil {
 		t.Fatal(err)
 	}
-	if n, _, err := outboxOf(t, plain).OutboxDepth(ctx); err != nil || n != 0 {
+	if n, _, err := plain.Outbox().OutboxDepth(ctx); err != nil || n != 0 {
 		t.Fatalf("a store without a hook holds %d deliveries (%v)", n, err)
 	}
 }
@@ -164,7 +146,7 @@ func testChangesWriteDeliveries(t *testing.T, newStore NewHookedStore) {
 func testClaimLease(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, nil)
 	t.Cleanup(func() { _ = s.Close() })
-	o := outboxOf(t, s)
+	o := s.Outbox()
 	ctx := t.Context()
 	var ds []vault.Delivery
 	for i := range 5 {
@@ -230,7 +212,7 @@ func testClaimLease(t *testing.T, newStore NewHookedStore) {
 func testConcurrentClaims(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, nil)
 	t.Cleanup(func() { _ = s.Close() })
-	o := outboxOf(t, s)
+	o := s.Outbox()
 	ctx := t.Context()
 	const n = 200
 	var ds []vault.Delivery
@@ -276,7 +258,7 @@ func testConcurrentClaims(t *testing.T, newStore NewHookedStore) {
 func testProviderConnections(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, nil)
 	t.Cleanup(func() { _ = s.Close() })
-	a := adminOf(t, s)
+	a := s.Admin()
 	bob := vault.Principal{Issuer: alice.Issuer, Subject: "bob"}
 	for i := range 7 {
 		p := alice
@@ -316,7 +298,7 @@ func testProviderConnections(t *testing.T, newStore NewHookedStore) {
 func testDeleteGrants(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, nil)
 	t.Cleanup(func() { _ = s.Close() })
-	a := adminOf(t, s)
+	a := s.Admin()
 	ctx := t.Context()
 	bob := vault.Principal{Issuer: alice.Issuer, Subject: "bob"}
 	for i, p := range []vault.Principal{alice, alice, bob, alice} {
@@ -349,8 +331,8 @@ func testDeleteGrants(t *testing.T, newStore NewHookedStore) {
 func testRetire(t *testing.T, newStore NewHookedStore) {
 	s := newStore(t, recordingHook)
 	t.Cleanup(func() { _ = s.Close() })
-	a := adminOf(t, s)
-	o := outboxOf(t, s)
+	a := s.Admin()
+	o := s.Outbox()
 	ctx := t.Context()
 	want := mustCreate(t, s, Conn("r1", alice, "github", "1"))
 	mustCreate(t, s, Conn("r2", alice, "google", "2"))
@@ -395,7 +377,7 @@ func testRetire(t *testing.T, newStore NewHookedStore) {
 // NewAppHookedStore returns a fresh, empty store that calls hook (which
 // may be nil) inside the transaction of every change of an app access
 // record.
-type NewAppHookedStore func(t *testing.T, hook vault.AppChangeHook) AuthBackend
+type NewAppHookedStore func(t *testing.T, hook vault.AppChangeHook) vault.Store
 
 // RunAppOutbox is the conformance suite of the app access records'
 // deliveries: written with the change in its transaction, and a change
@@ -428,7 +410,7 @@ func appHook(fail *bool) vault.AppChangeHook {
 }
 
 // setApp updates app id of s with change, and returns the error.
-func setApp(s AuthBackend, ctx context.Context, id string, change func(*vault.AppAccess)) error {
+func setApp(s vault.AuthStore, ctx context.Context, id string, change func(*vault.AppAccess)) error {
 	_, err := s.UpdateAppAccess(ctx, id, func(a vault.AppAccess) (vault.AppAccess, error) {
 		change(&a)
 		return a, nil
@@ -437,8 +419,9 @@ func setApp(s AuthBackend, ctx context.Context, id string, change func(*vault.Ap
 }
 
 func testAppChangesWriteDeliveries(t *testing.T, newStore NewAppHookedStore) {
-	s := newStore(t, appHook(nil))
-	t.Cleanup(func() { _ = s.Close() })
+	st := newStore(t, appHook(nil))
+	t.Cleanup(func() { _ = st.Close() })
+	s := st.Auth()
 	ctx := t.Context()
 	if _, err := s.CreateAppAccess(ctx, appAccess("a1", alice, "c1")); err != nil {
 		t.Fatal(err)
@@ -452,7 +435,7 @@ func testAppChangesWriteDeliveries(t *testing.T, newStore NewAppHookedStore) {
 	if err := s.DeleteAppAccess(ctx, "a1"); err != nil {
 		t.Fatal(err)
 	}
-	got := types(t, outboxOf(t, s))
+	got := types(t, st.Outbox())
 	want := []string{"a:app.consented", "a:app.created", "a:app.deleted"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("outbox holds %v, want %v", got, want)
@@ -461,8 +444,9 @@ func testAppChangesWriteDeliveries(t *testing.T, newStore NewAppHookedStore) {
 
 func testAppChangeNeedsDelivery(t *testing.T, newStore NewAppHookedStore) {
 	fail := false
-	s := newStore(t, appHook(&fail))
-	t.Cleanup(func() { _ = s.Close() })
+	st := newStore(t, appHook(&fail))
+	t.Cleanup(func() { _ = st.Close() })
+	s := st.Auth()
 	ctx := t.Context()
 	if _, err := s.CreateAppAccess(ctx, appAccess("a1", alice, "c1")); err != nil {
 		t.Fatal(err)
@@ -486,7 +470,7 @@ func testAppChangeNeedsDelivery(t *testing.T, newStore NewAppHookedStore) {
 	if _, err := s.GetAppAccess(ctx, "a1"); err != nil {
 		t.Fatalf("the refused delete removed the record: %v", err)
 	}
-	if got := types(t, outboxOf(t, s)); !slices.Equal(got, []string{"a:app.created"}) {
+	if got := types(t, st.Outbox()); !slices.Equal(got, []string{"a:app.created"}) {
 		t.Fatalf("outbox holds %v, want only the first create's event", got)
 	}
 	fail = false

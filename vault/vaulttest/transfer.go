@@ -3,6 +3,7 @@ package vaulttest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -16,17 +17,14 @@ import (
 // mangle) in both statuses, one of them retired; grants in three states;
 // a confidential and a public registered client; a redeemed and an
 // unredeemed authorization code; app authorizations with token families;
-// webhook deliveries, one of them retried. Key canaries are the store's
-// own. s must also be a vault.AuthStore, with an outbox and an AdminStore.
-// It returns how many records of each kind it stored.
+// webhook deliveries, one of them retried; spent assertions (StillSpent
+// checks them); upstream registrations, one with a client secret
+// (UpstreamClientsKept checks them). Key canaries are the store's own. It
+// returns how many records of each kind it stored.
 func FillEveryKind(t *testing.T, s vault.Store) map[vault.RecordKind]int {
 	t.Helper()
 	ctx := t.Context()
-	auth, ok := s.(vault.AuthStore)
-	if !ok {
-		t.Fatalf("%T is no AuthStore", s)
-	}
-	out, adm := outboxOf(t, s), adminOf(t, s)
+	auth, out, adm := s.Auth(), s.Outbox(), s.Admin()
 	check := func(what string, err error) {
 		t.Helper()
 		if err != nil {
@@ -110,9 +108,86 @@ func FillEveryKind(t *testing.T, s vault.Store) map[vault.RecordKind]int {
 	ds[2].Attempts, ds[2].Due, ds[2].LastError = 3, base.Add(time.Hour), "502 from the endpoint"
 	check("retry", out.RetryDelivery(ctx, ds[2]))
 
+	for _, jti := range spentJTIs {
+		check("spend "+jti, s.Assertions().SpendAssertion(ctx, vault.AssertionKey(alice.Issuer, jti), base.Add(5*time.Minute)))
+	}
+
+	for _, c := range filledUpstream {
+		_, err := s.UpstreamClients().PutUpstreamClient(ctx, c)
+		check("put upstream client "+c.ClientID, err)
+	}
+
 	return map[vault.RecordKind]int{
 		vault.KindConnection: 4, vault.KindRetiredConnection: 1, vault.KindGrant: 3,
 		vault.KindOAuthClient: 2, vault.KindAuthCode: 2, vault.KindAppAccess: 2, vault.KindDelivery: 3,
+		vault.KindSpentAssertion: len(spentJTIs), vault.KindUpstreamClient: len(filledUpstream),
+	}
+}
+
+// filledUpstream are the upstream registrations FillEveryKind puts: a
+// confidential and a public client.
+var filledUpstream = []vault.UpstreamClient{
+	upstreamClient("https://as.example", "dcr-fill-1", "dcr-fill-secret-1"),
+	upstreamClient("https://public.example", "dcr-fill-2", ""),
+}
+
+// UpstreamClientsKept fails unless s holds the upstream registrations
+// FillEveryKind put, their secrets opening: a store its records were
+// copied into registers nowhere again.
+func UpstreamClientsKept(t *testing.T, s vault.Store) {
+	t.Helper()
+	for _, want := range filledUpstream {
+		got, err := s.UpstreamClients().GetUpstreamClient(t.Context(), want.Key)
+		if err != nil || got.ClientID != want.ClientID || got.ClientSecret.Reveal() != want.ClientSecret.Reveal() {
+			t.Errorf("upstream registration %s after the copy: %+v, %v", want.ClientID, got, err)
+		}
+	}
+}
+
+// NothingInTheClear fails when a record s holds (as ExportRecords hands
+// it out: byte for byte as stored) contains a token, an API key or an
+// upstream client secret FillEveryKind stored.
+func NothingInTheClear(t *testing.T, s Exporter) {
+	t.Helper()
+	var secrets []string
+	for _, id := range []string{"conn-a1", "conn-a2", "conn-o1", "conn-o2"} {
+		c := Conn(id, alice, "", "")
+		secrets = append(secrets, c.Token.AccessToken.Reveal(), c.Token.RefreshToken.Reveal(), c.Token.IDToken.Reveal())
+	}
+	secrets = append(secrets, "at-conn-o1-refreshed", KeyConn("conn-a3", alice, "", "").Token.Fields["api_token"].Reveal())
+	for _, c := range filledUpstream {
+		if c.ClientSecret != "" {
+			secrets = append(secrets, c.ClientSecret.Reveal())
+		}
+	}
+	found := 0
+	for kind, recs := range Exported(t, s) {
+		for _, rec := range recs {
+			found++
+			for _, secret := range secrets {
+				if bytes.Contains(rec, []byte(secret)) {
+					t.Errorf("a stored record of %s holds %q in the clear", kind, secret)
+				}
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("the store exported no records: fill it first")
+	}
+}
+
+// spentJTIs are the ids of the assertions FillEveryKind spends.
+var spentJTIs = []string{"jti-1", "jti-2"}
+
+// StillSpent fails unless s refuses every assertion FillEveryKind spent:
+// a store its records were copied into keeps replay protection.
+func StillSpent(t *testing.T, s vault.Store) {
+	t.Helper()
+	for _, jti := range spentJTIs {
+		err := s.Assertions().SpendAssertion(t.Context(), vault.AssertionKey(alice.Issuer, jti), base.Add(5*time.Minute))
+		if !errors.Is(err, vault.ErrAssertionSpent) {
+			t.Errorf("assertion %s after the copy: %v, want ErrAssertionSpent", jti, err)
+		}
 	}
 }
 

@@ -21,10 +21,7 @@ import (
 // each subtest; Run closes it (Close must tolerate being called twice, as
 // the backend's own cleanup may close it again).
 func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s vault.Store)
-	}{
+	runSuite(t, newStore, func(s vault.Store) vault.Store { return s }, []subtest[vault.Store]{
 		{"ConnectionCRUD", testConnectionCRUD},
 		{"ConnectionRoundTrip", testConnectionRoundTrip},
 		{"ConnectionVersions", testConnectionVersions},
@@ -49,14 +46,51 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"ConcurrentCreateSameID", testConcurrentCreateSameID},
 		{"ConcurrentCreateAndList", testConcurrentCreateAndList},
 		{"GrantConnector", testGrantConnector},
-	}
+		{"Locker", testLocker},
+	})
+}
+
+// subtest is one test of a conformance suite on S, a store as the suite
+// sees it.
+type subtest[S any] struct {
+	name string
+	fn   func(t *testing.T, s S)
+}
+
+// runSuite runs each of tests on a fresh store of newStore, as as makes
+// it, and closes the store after.
+func runSuite[S any](t *testing.T, newStore func(t *testing.T) vault.Store, as func(vault.Store) S, tests []subtest[S]) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStore(t)
 			t.Cleanup(func() { _ = s.Close() })
-			tt.fn(t, s)
+			tt.fn(t, as(s))
 		})
 	}
+}
+
+// concurrently makes n calls of do at once (do(i), i from 0 to n-1) and
+// returns how many succeeded; an error other than refusal (nil: any
+// error) fails the test.
+func concurrently(t *testing.T, n int, refusal error, do func(i int) error) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() { errs <- do(i) })
+	}
+	wg.Wait()
+	close(errs)
+	ok := 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case refusal == nil || !errors.Is(err, refusal):
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	return ok
 }
 
 var base = time.Date(2026, 7, 28, 12, 0, 0, 123456789, time.UTC)
@@ -133,7 +167,7 @@ func sameConnection(t *testing.T, got, want vault.Connection) {
 	t.Helper()
 	type flat struct {
 		ID, Iss, Sub, Provider, Account, Login string
-		Scopes                                 []string
+		Scopes, Requested                      []string
 		AT, RT, TT, IDT                        string
 		Fields                                 map[string]string
 		Expiry, Created, Updated, Used, Refr   time.Time
@@ -148,7 +182,7 @@ func sameConnection(t *testing.T, got, want vault.Connection) {
 			}
 		}
 		return flat{c.ID, c.Principal.Issuer, c.Principal.Subject, c.Provider, c.AccountID, c.AccountLogin,
-			c.Scopes, c.Token.AccessToken.Reveal(), c.Token.RefreshToken.Reveal(), c.Token.TokenType, c.Token.IDToken.Reveal(),
+			c.Scopes, c.Requested, c.Token.AccessToken.Reveal(), c.Token.RefreshToken.Reveal(), c.Token.TokenType, c.Token.IDToken.Reveal(),
 			fields, c.Token.Expiry.UTC(), c.Created.UTC(), c.Updated.UTC(), c.LastUsed.UTC(), c.LastRefreshed.UTC(), c.Status}
 	}
 	g, w := f(got), f(want)
@@ -235,6 +269,9 @@ func testConnectionRoundTrip(t *testing.T, s vault.Store) {
 			c.AccountLogin = "zoë\x00\"<>&\u2028"
 			c.Token.AccessToken = "tok\x00\"\\<\u2029"
 			c.Scopes = []string{"", "a b", "\x00"}
+		}},
+		{"requested scopes", func(c *vault.Connection) {
+			c.Requested = []string{"repo", "read:user", "admin:org", "\x00 <\u2028>"}
 		}},
 		{"key fields beside tokens", func(c *vault.Connection) {
 			c.Token.Fields = map[string]vault.Secret{"api_key": "k\x00\"<\u2028-secret", "email": "zoë@example.com"}
@@ -364,7 +401,7 @@ func testConnectionMetaUpdate(t *testing.T, s vault.Store) {
 		if c.Version != 1 || c.AccountID != "1" || c.Provider != "github" || c.Principal != alice {
 			t.Errorf("metadata update saw v%d %s/%s", c.Version, c.Provider, c.AccountID)
 		}
-		c.LastUsed, c.Status, c.Scopes = used, vault.StatusNeedsReconnect, []string{"repo"}
+		c.LastUsed, c.Status, c.Scopes, c.Requested = used, vault.StatusNeedsReconnect, []string{"repo"}, []string{"repo", "admin:org"}
 		return c, nil
 	})
 	if err != nil {
@@ -375,8 +412,10 @@ func testConnectionMetaUpdate(t *testing.T, s vault.Store) {
 	}
 	full := mustGet(t, s, "mu")
 	if full.Version != 2 || !full.LastUsed.Equal(used) || full.Status != vault.StatusNeedsReconnect ||
-		!slices.Equal(full.Scopes, []string{"repo"}) || !full.Token.Equal(orig.Token) || full.AccountLogin != orig.AccountLogin {
-		t.Fatalf("after meta update: v%d last used %v status %s scopes %v, tokens kept %v", full.Version, full.LastUsed, full.Status, full.Scopes, full.Token.Equal(orig.Token))
+		!slices.Equal(full.Scopes, []string{"repo"}) || !slices.Equal(full.Requested, []string{"repo", "admin:org"}) ||
+		!full.Token.Equal(orig.Token) || full.AccountLogin != orig.AccountLogin {
+		t.Fatalf("after meta update: v%d last used %v status %s scopes %v requested %v, tokens kept %v",
+			full.Version, full.LastUsed, full.Status, full.Scopes, full.Requested, full.Token.Equal(orig.Token))
 	}
 	tests := []struct {
 		name string
@@ -1057,31 +1096,24 @@ func testConcurrentUpdates(t *testing.T, s vault.Store) {
 	if _, err := s.CreateGrant(ctx, grant("cg", alice, base, base.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*workers*each)
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				_, err := s.UpdateConnection(ctx, "cc", func(c vault.Connection) (vault.Connection, error) {
-					c.Scopes = append(c.Scopes, fmt.Sprintf("w%d-%d", w, i))
-					return c, nil
-				})
-				errs <- err
-				_, err = s.UpdateGrant(ctx, "cg", func(g vault.Grant) (vault.Grant, error) {
-					g.Rounds++
-					return g, nil
-				})
-				errs <- err
+	concurrently(t, workers, nil, func(w int) error {
+		for i := range each {
+			_, err := s.UpdateConnection(ctx, "cc", func(c vault.Connection) (vault.Connection, error) {
+				c.Scopes = append(c.Scopes, fmt.Sprintf("w%d-%d", w, i))
+				return c, nil
+			})
+			if err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
+			if _, err = s.UpdateGrant(ctx, "cg", func(g vault.Grant) (vault.Grant, error) {
+				g.Rounds++
+				return g, nil
+			}); err != nil {
+				return err
+			}
 		}
-	}
+		return nil
+	})
 	c := mustGet(t, s, "cc")
 	if c.Version != 1+workers*each || len(c.Scopes) != 2+workers*each {
 		t.Fatalf("connection v%d with %d scopes; want v%d, %d scopes (lost update)", c.Version, len(c.Scopes), 1+workers*each, 2+workers*each)
@@ -1095,27 +1127,14 @@ func testConcurrentUpdates(t *testing.T, s vault.Store) {
 func testConcurrentCreateSameID(t *testing.T, s vault.Store) {
 	ctx := t.Context()
 	const n = 16
-	var wg sync.WaitGroup
-	results := make(chan error, 2*n)
-	for i := range n {
-		wg.Go(func() {
+	ok := concurrently(t, 2*n, vault.ErrExists, func(i int) error {
+		if i%2 == 0 {
 			_, err := s.CreateConnection(ctx, Conn("same", alice, "github", fmt.Sprint(i)))
-			results <- err
-			_, err = s.CreateGrant(ctx, grant("same", alice, base, base.Add(time.Minute)))
-			results <- err
-		})
-	}
-	wg.Wait()
-	close(results)
-	ok := 0
-	for err := range results {
-		switch {
-		case err == nil:
-			ok++
-		case !errors.Is(err, vault.ErrExists):
-			t.Fatalf("unexpected error: %v", err)
+			return err
 		}
-	}
+		_, err := s.CreateGrant(ctx, grant("same", alice, base, base.Add(time.Minute)))
+		return err
+	})
 	if ok != 2 {
 		t.Fatalf("%d creates succeeded, want exactly one connection and one grant", ok)
 	}

@@ -10,6 +10,10 @@ export interface Connection {
   account: string;
   scopes: string[];
   status: 'active' | 'needs_reconnect';
+  /** Scopes asked for that the person did not grant (with note only). */
+  not_granted?: string[];
+  /** Which scopes were not granted and how to ask again. */
+  note?: string;
 }
 
 /** The url elicitation the broker asks the MCP host to show. */

@@ -68,23 +68,14 @@ func DecodeOAuthClient(b []byte) (vault.OAuthClient, error) {
 	}, nil
 }
 
-// checkOAuthClientUpdate refuses an update closure's result that changed
-// the client's id or returned a stale version.
-func checkOAuthClientUpdate(old, new vault.OAuthClient) error {
-	if new.ID != old.ID {
-		return fmt.Errorf("vault: update of oauth client %s changed its id", old.ID)
-	}
-	return checkVersion("oauth client", old.ID, old.Version, new.Version)
-}
-
-// ApplyOAuthClientUpdate runs an UpdateOAuthClient closure on the current
-// record with the update rules (applyUpdate): ID is immutable.
-func ApplyOAuthClientUpdate(old vault.OAuthClient, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	return applyUpdate(old, fn, vault.OAuthClient.Clone, checkOAuthClientUpdate, func(n, o vault.OAuthClient) vault.OAuthClient { n.Version = o.Version + 1; return n })
-}
-
-// OAuthClients are the stored registered clients.
-var OAuthClients = Kind[vault.OAuthClient]{Encode: EncodeOAuthClient, Decode: DecodeOAuthClient, Apply: ApplyOAuthClientUpdate}
+// OAuthClients are the stored registered clients, no one's; an update
+// keeps a client's id.
+var OAuthClients = Kind[vault.OAuthClient]{Name: "oauth client", Encode: EncodeOAuthClient, Decode: DecodeOAuthClient,
+	Owner: func(c vault.OAuthClient) (string, vault.Principal) { return c.ID, vault.Principal{} },
+	clone: vault.OAuthClient.Clone, immutable: "id",
+	same:        func(o, n vault.OAuthClient) bool { return o.ID == n.ID },
+	version:     func(c vault.OAuthClient) uint64 { return c.Version },
+	withVersion: func(c vault.OAuthClient, v uint64) vault.OAuthClient { c.Version = v; return c }}
 
 type authCodeRecord struct {
 	V           int       `json:"v"`
@@ -241,21 +232,13 @@ func DecodeAppLiveness(b []byte) (vault.AppLiveness, error) {
 	return l, nil
 }
 
-// checkAppAccessUpdate refuses an update closure's result that changed an
-// immutable field (id, principal, client) or returned a stale version.
-func checkAppAccessUpdate(old, new vault.AppAccess) error {
-	if new.ID != old.ID || new.Principal != old.Principal || new.ClientID != old.ClientID {
-		return fmt.Errorf("vault: update of app access %s changed an immutable field (id, principal or client)", old.ID)
-	}
-	return checkVersion("app access", old.ID, old.Version, new.Version)
-}
-
-// ApplyAppAccessUpdate runs an UpdateAppAccess closure on the current
-// record with the update rules (applyUpdate): ID, Principal and ClientID
-// are immutable.
-func ApplyAppAccessUpdate(old vault.AppAccess, fn func(vault.AppAccess) (vault.AppAccess, error)) (vault.AppAccess, error) {
-	return applyUpdate(old, fn, vault.AppAccess.Clone, checkAppAccessUpdate, func(n, o vault.AppAccess) vault.AppAccess { n.Version = o.Version + 1; return n })
-}
-
-// AppAccesses are the stored app access records.
-var AppAccesses = Kind[vault.AppAccess]{Encode: EncodeAppAccess, Decode: DecodeAppAccess, Apply: ApplyAppAccessUpdate}
+// AppAccesses are the stored app access records; an update keeps a
+// record's id, principal and client.
+var AppAccesses = Kind[vault.AppAccess]{Name: "app access", Encode: EncodeAppAccess, Decode: DecodeAppAccess,
+	Owner: func(a vault.AppAccess) (string, vault.Principal) { return a.ID, a.Principal },
+	clone: vault.AppAccess.Clone, immutable: "id, principal or client",
+	same: func(o, n vault.AppAccess) bool {
+		return o.ID == n.ID && o.Principal == n.Principal && o.ClientID == n.ClientID
+	},
+	version:     func(a vault.AppAccess) uint64 { return a.Version },
+	withVersion: func(a vault.AppAccess, v uint64) vault.AppAccess { a.Version = v; return a }}

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -15,14 +16,16 @@ import (
 // token material sealed in Tokens. Format 1 is its JSON rendering; format
 // 2 (format2.go) is binary.
 type connRecord struct {
-	V             int                    `json:"v"`
-	ID            string                 `json:"id"`
-	Issuer        string                 `json:"iss"`
-	Subject       string                 `json:"sub"`
-	Provider      string                 `json:"provider"`
-	AccountID     string                 `json:"account_id"`
-	AccountLogin  string                 `json:"account_login,omitempty"`
-	Scopes        []string               `json:"scopes,omitempty"`
+	V            int      `json:"v"`
+	ID           string   `json:"id"`
+	Issuer       string   `json:"iss"`
+	Subject      string   `json:"sub"`
+	Provider     string   `json:"provider"`
+	AccountID    string   `json:"account_id"`
+	AccountLogin string   `json:"account_login,omitempty"`
+	Scopes       []string `json:"scopes,omitempty"`
+	// Requested is Connection.Requested: extension field 1 in format 2.
+	Requested     []string               `json:"requested,omitempty"`
 	Status        vault.ConnectionStatus `json:"status"`
 	Created       time.Time              `json:"created"`
 	Updated       time.Time              `json:"updated"`
@@ -66,8 +69,13 @@ const recordV1 = 1
 // connectionAAD binds a ciphertext to the record that holds it: moving it to
 // another connection (other id, principal, provider or account) fails to open.
 func connectionAAD(c *connRecord) []byte {
-	const prefix = "credbroker/connection/v1"
-	ss := [...]string{c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID}
+	return boundAAD("credbroker/connection/v1", c.ID, c.Issuer, c.Subject, c.Provider, c.AccountID)
+}
+
+// boundAAD is the additional data of a sealed field: prefix (the kind of
+// record and its version), then each of ss length-prefixed, so no two
+// identities give the same bytes.
+func boundAAD(prefix string, ss ...string) []byte {
 	n := len(prefix)
 	for _, s := range ss {
 		n += binary.MaxVarintLen64 + len(s)
@@ -97,7 +105,7 @@ func encodeConnection(kr *vault.Keyring, c vault.Connection, ext extAreas) ([]by
 		c.Token.TokenType, c.Token.IDToken.Reveal()); err != nil {
 		return nil, fmt.Errorf("vault: connection %q: %w", c.ID, err)
 	}
-	if err := validUTF8(c.Scopes...); err != nil {
+	if err := cmp.Or(validUTF8(c.Scopes...), validUTF8(c.Requested...)); err != nil {
 		return nil, fmt.Errorf("vault: connection %q: scopes: %w", c.ID, err)
 	}
 	var fields map[string]string
@@ -116,7 +124,7 @@ func encodeConnection(kr *vault.Keyring, c vault.Connection, ext extAreas) ([]by
 	r := connRecord{
 		V: recordV2, ID: c.ID, Issuer: c.Principal.Issuer, Subject: c.Principal.Subject,
 		Provider: c.Provider, AccountID: c.AccountID, AccountLogin: c.AccountLogin,
-		Scopes: c.Scopes, Status: c.Status, Created: c.Created, Updated: c.Updated,
+		Scopes: c.Scopes, Requested: c.Requested, Status: c.Status, Created: c.Created, Updated: c.Updated,
 		LastUsed: c.LastUsed, LastRefreshed: c.LastRefreshed, Version: c.Version,
 		RefreshExpires: c.RefreshExpires, NoRefresh: c.Token.RefreshToken == "",
 		Ext: ext.rec,
@@ -244,14 +252,20 @@ func ConnectionMeta(b []byte) (vault.Connection, error) {
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
+	return r.meta(kid), nil
+}
+
+// meta is the connection r describes, without its token set, sealed with
+// key kid.
+func (r *connRecord) meta(kid string) vault.Connection {
 	return vault.Connection{
 		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject},
 		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
-		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
+		Scopes: r.Scopes, Requested: r.Requested, Status: r.Status, Created: r.Created, Updated: r.Updated,
 		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
 		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
 		SealedWith: kid,
-	}, nil
+	}
 }
 
 // DecodeConnection parses a stored connection and opens its token set.
@@ -285,19 +299,13 @@ func decodeConnection(kr *vault.Keyring, b []byte) (vault.Connection, extAreas, 
 			fields[k] = vault.Secret(v)
 		}
 	}
-	return vault.Connection{
-		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject},
-		Provider: r.Provider, AccountID: r.AccountID, AccountLogin: r.AccountLogin,
-		Scopes: r.Scopes, Status: r.Status, Created: r.Created, Updated: r.Updated,
-		LastUsed: r.LastUsed, LastRefreshed: r.LastRefreshed, Version: r.Version,
-		RefreshExpires: r.RefreshExpires, NoRefreshToken: r.NoRefresh,
-		SealedWith: kid,
-		Token: vault.TokenSet{
-			AccessToken: vault.Secret(tp.AccessToken), RefreshToken: vault.Secret(tp.RefreshToken),
-			TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: vault.Secret(tp.IDToken),
-			Fields: fields,
-		},
-	}, extAreas{rec: r.Ext, tokens: tp.Ext}, nil
+	c := r.meta(kid)
+	c.Token = vault.TokenSet{
+		AccessToken: vault.Secret(tp.AccessToken), RefreshToken: vault.Secret(tp.RefreshToken),
+		TokenType: tp.TokenType, Expiry: tp.Expiry, IDToken: vault.Secret(tp.IDToken),
+		Fields: fields,
+	}
+	return c, extAreas{rec: r.Ext, tokens: tp.Ext}, nil
 }
 
 // validUTF8 rejects strings that are not UTF-8: the record formats hold
@@ -313,30 +321,61 @@ func validUTF8(ss ...string) error {
 	return nil
 }
 
-// checkConnectionUpdate reports an error when an update closure changed an
-// immutable field of a connection or returned a stale version.
-func checkConnectionUpdate(old, new vault.Connection) error {
-	if old.ID != new.ID || old.Principal != new.Principal || old.Provider != new.Provider || old.AccountID != new.AccountID {
-		return fmt.Errorf("vault: update of connection %s changed an immutable field (id, principal, provider or account id)", old.ID)
+// NewConnection returns c as CreateConnection stores it (a copy, Version
+// 1) and its record, sealed with kr's primary key.
+func NewConnection(kr *vault.Keyring, c vault.Connection) (vault.Connection, []byte, error) {
+	c = c.Clone()
+	c.Version = 1
+	c.SealedWith = ""
+	rec, err := EncodeConnection(kr, c)
+	return c, rec, err
+}
+
+// ConnectTarget is the connection half of a GrantConnector.Connect: the id
+// of the connection w writes and, when w creates it, the new connection
+// (NewConnection) and its record. A write of nothing is an error.
+func ConnectTarget(kr *vault.Keyring, w vault.ConnectionWrite) (id string, created vault.Connection, rec []byte, err error) {
+	switch {
+	case w.Create != nil:
+		created, rec, err = NewConnection(kr, *w.Create)
+		return created.ID, created, rec, err
+	case w.Update != nil:
+		return w.UpdateID, vault.Connection{}, nil, nil
 	}
-	return checkVersion("connection", old.ID, old.Version, new.Version)
+	return "", vault.Connection{}, nil, errors.New("vault: connect: no connection to write")
 }
 
 // DecodePrincipalConnections decodes the metadata of the stored records a
 // backend listed for p (from its per-principal index), opening no token
-// set, and checks each really belongs to p: an index entry pointing at
-// another principal's record is corruption, not a result.
+// set, and checks each really belongs to p (decodeOwned).
 func DecodePrincipalConnections(p vault.Principal, recs [][]byte) ([]vault.Connection, error) {
-	out := make([]vault.Connection, 0, len(recs))
+	return decodeOwned(p, recs, "connection", ConnectionMeta, connectionOwner)
+}
+
+// DecodeRetired opens p's retired connections, whose records a backend's
+// index found for p (decodeOwned).
+func DecodeRetired(kr *vault.Keyring, p vault.Principal, recs [][]byte) ([]vault.Connection, error) {
+	return decodeOwned(p, recs, "retired connection", func(rec []byte) (vault.Connection, error) { return DecodeConnection(kr, rec) }, connectionOwner)
+}
+
+func connectionOwner(c vault.Connection) (string, vault.Principal) { return c.ID, c.Principal }
+
+// decodeOwned decodes, with decode, the records a backend listed for p
+// (from a per-principal index), and checks that each belongs to p: an
+// index entry pointing at another principal's record is corruption, not
+// a result. owner gives a value's id and principal; what names the kind
+// of record in errors.
+func decodeOwned[T any](p vault.Principal, recs [][]byte, what string, decode func([]byte) (T, error), owner func(T) (string, vault.Principal)) ([]T, error) {
+	out := make([]T, 0, len(recs))
 	for _, rec := range recs {
-		c, err := ConnectionMeta(rec)
+		v, err := decode(rec)
 		if err != nil {
 			return nil, err
 		}
-		if c.Principal != p {
-			return nil, fmt.Errorf("vault: connection %s is indexed under another principal: %w", c.ID, vault.ErrMalformed)
+		if id, q := owner(v); q != p {
+			return nil, fmt.Errorf("vault: %s %s is indexed under another principal: %w", what, id, vault.ErrMalformed)
 		}
-		out = append(out, c)
+		out = append(out, v)
 	}
 	return out, nil
 }
@@ -365,8 +404,19 @@ func DecodeAccountConnections(provider, accountID string, recs [][]byte) ([]vaul
 // ApplyConnectionRecordUpdate or ApplyConnectionMetaUpdate), so the
 // contract lives in one place.
 func applyConnectionUpdate(old vault.Connection, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return applyUpdate(old, fn, vault.Connection.Clone, checkConnectionUpdate, func(n, o vault.Connection) vault.Connection { n.Version = o.Version + 1; return n })
+	return connectionUpdates.Apply(old, fn)
 }
+
+// connectionUpdates are a connection's update rules (its codec needs the
+// key ring, so it is not a Kind's): an update keeps its id, principal,
+// provider and account.
+var connectionUpdates = Kind[vault.Connection]{Name: "connection", Owner: connectionOwner,
+	clone: vault.Connection.Clone, immutable: "id, principal, provider or account id",
+	same: func(o, n vault.Connection) bool {
+		return o.ID == n.ID && o.Principal == n.Principal && o.Provider == n.Provider && o.AccountID == n.AccountID
+	},
+	version:     func(c vault.Connection) uint64 { return c.Version },
+	withVersion: func(c vault.Connection, v uint64) vault.Connection { c.Version = v; return c }}
 
 // ApplyConnectionRecordUpdate runs an UpdateConnection closure on the
 // stored record rec of connection id: it opens the token set, applies fn
@@ -438,10 +488,10 @@ func ApplyConnectionMetaUpdate(rec []byte, id string, fn func(vault.Connection) 
 	if err := validUTF8(nc.AccountLogin, string(nc.Status)); err != nil {
 		return nil, vault.Connection{}, fmt.Errorf("vault: connection %q: %w", id, err)
 	}
-	if err := validUTF8(nc.Scopes...); err != nil {
+	if err := cmp.Or(validUTF8(nc.Scopes...), validUTF8(nc.Requested...)); err != nil {
 		return nil, vault.Connection{}, fmt.Errorf("vault: connection %q: scopes: %w", id, err)
 	}
-	r.AccountLogin, r.Scopes, r.Status = nc.AccountLogin, nc.Scopes, nc.Status
+	r.AccountLogin, r.Scopes, r.Requested, r.Status = nc.AccountLogin, nc.Scopes, nc.Requested, nc.Status
 	r.Created, r.Updated, r.LastUsed, r.LastRefreshed, r.Version = nc.Created, nc.Updated, nc.LastUsed, nc.LastRefreshed, nc.Version
 	r.RefreshExpires = nc.RefreshExpires
 	out, err := encodeRecordV2(&r)

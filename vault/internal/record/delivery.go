@@ -32,10 +32,8 @@ func ChangeDeliveries(hook vault.ChangeHook, oldRec, newRec []byte) ([]vault.Del
 		after = &m
 	}
 	ds := hook(before, after)
-	for _, d := range ds {
-		if err := CheckDelivery(d); err != nil {
-			return nil, err
-		}
+	if err := CheckDeliveries(ds); err != nil {
+		return nil, err
 	}
 	return ds, nil
 }
@@ -50,12 +48,20 @@ func AppChangeDeliveries(hook vault.AppChangeHook, before, after *vault.AppAcces
 		return nil, nil
 	}
 	ds := hook(before, after)
-	for _, d := range ds {
-		if err := CheckDelivery(d); err != nil {
-			return nil, err
-		}
+	if err := CheckDeliveries(ds); err != nil {
+		return nil, err
 	}
 	return ds, nil
+}
+
+// CheckDeliveries is CheckDelivery of each of ds.
+func CheckDeliveries(ds []vault.Delivery) error {
+	for _, d := range ds {
+		if err := CheckDelivery(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CheckDelivery rejects a delivery no backend can store.

@@ -7,9 +7,9 @@
 //     its additional data bound to the record's identity) is written,
 //     format 1 (JSON) is still read; metadata reads open nothing;
 //   - grants (JSON, with a reflection-free fast path: grantparse.go), the
-//     authorization server's clients, codes and app access records, and
-//     webhook deliveries;
+//     authorization server's clients, codes and app access records,
+//     webhook deliveries, and spent assertions as exported (assertion.go);
 //   - the update rules of the compare-and-swap closures (immutable fields,
-//     versions: applyUpdate), and Kind, which bundles a kind's codec and
+//     versions: Kind.Apply), and Kind, which bundles a kind's codec and
 //     rules for a backend's one compare-and-swap helper.
 package record

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -255,5 +256,102 @@ func TestCodecRefusesMalformedExtensions(t *testing.T) {
 				t.Fatalf("a malformed token set area was written: %v", err)
 			}
 		})
+	}
+}
+
+// TestCodecRequestedScopes: extension field 1 holds the scopes a connect
+// request asked for (Connection.Requested). It reads back from every
+// decoder, survives every rewrite (metadata update, full update, key
+// rotation, the JSON form) next to a newer broker's fields, a metadata
+// update may change it, a record with it is today's with the field at its
+// end, and a malformed one is refused.
+func TestCodecRequestedScopes(t *testing.T) {
+	kr, err := vault.NewKeyring([]string{"fz"}, [][]byte{bytes.Repeat([]byte{1}, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := extConn()
+	plain, err := EncodeConnection(kr, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Requested = []string{"repo", "read:org"}
+	rec, err := EncodeConnection(kr, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := extField(nil, extRequested, string(appendStr(appendStr([]byte{2}, "repo"), "read:org")))
+	if !bytes.HasSuffix(rec, field) || len(rec) != len(plain)+len(field) {
+		t.Fatalf("the record is not today's with field 1 appended:\n%x\n%x", rec, plain)
+	}
+	newer := extField(nil, 2<<1, "a newer field") // field 2, unknown here
+	withNewer := append(bytes.Clone(rec), newer...)
+	check := func(what string, b []byte, want []string) {
+		t.Helper()
+		m, err := ConnectionMeta(b)
+		if err != nil || !slices.Equal(m.Requested, want) {
+			t.Fatalf("%s: meta requested %q (%v), want %q", what, m.Requested, err, want)
+		}
+		full, err := DecodeConnection(kr, b)
+		if err != nil || !slices.Equal(full.Requested, want) {
+			t.Fatalf("%s: requested %q (%v), want %q", what, full.Requested, err, want)
+		}
+		if r, err := parseRecord(b); err != nil || !bytes.Equal(r.Ext, newer) {
+			t.Fatalf("%s: the newer field is %q (%v)", what, r.Ext, err)
+		}
+	}
+	check("as written", withNewer, c.Requested)
+	meta, _, err := ApplyConnectionMetaUpdate(withNewer, c.ID, func(o vault.Connection) (vault.Connection, error) { return o, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("after a metadata update", meta, c.Requested)
+	changed, _, err := ApplyConnectionMetaUpdate(withNewer, c.ID, func(o vault.Connection) (vault.Connection, error) {
+		o.Requested = []string{"repo"}
+		return o, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("after a metadata update changing it", changed, []string{"repo"})
+	full, _, err := ApplyConnectionRecordUpdate(kr, withNewer, c.ID, func(o vault.Connection) (vault.Connection, error) { return o, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("after a full update", full, c.Requested)
+	resealed, _, err := Reseal(kr, withNewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("after a reseal", resealed, c.Requested)
+	js, err := RecordJSON(withNewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := RecordFromJSON(js)
+	if err != nil || !bytes.Equal(back, withNewer) {
+		t.Fatalf("the JSON form does not round-trip: %v", err)
+	}
+	for name, bad := range map[string][]byte{
+		"no scopes":      extField(nil, extRequested, "\x00"),
+		"truncated":      extField(nil, extRequested, "\x02\x04repo"),
+		"not UTF-8":      extField(nil, extRequested, "\x01\x02\xff\xfe"),
+		"trailing bytes": extField(nil, extRequested, "\x01\x04repo!"),
+	} {
+		if _, err := ConnectionMeta(append(bytes.Clone(plain), bad...)); !errors.Is(err, vault.ErrRecordFormat) {
+			t.Errorf("%s: %v, want ErrRecordFormat", name, err)
+		}
+	}
+	// Nor is one written: a requested scope that is not UTF-8.
+	notText := extConn()
+	notText.Requested = []string{"repo", "\xc0"}
+	if _, err := EncodeConnection(kr, notText); err == nil {
+		t.Error("a requested scope that is not UTF-8 was encoded")
+	}
+	if _, _, err := ApplyConnectionMetaUpdate(rec, c.ID, func(o vault.Connection) (vault.Connection, error) {
+		o.Requested = notText.Requested
+		return o, nil
+	}); err == nil {
+		t.Error("a metadata update to a requested scope that is not UTF-8 was applied")
 	}
 }

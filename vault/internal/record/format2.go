@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -42,12 +43,16 @@ import (
 // record: the field changes what the rest means. A reader that does not
 // know an optional field skips it, and writes it again as it was whenever
 // it rewrites the record (a metadata update, a refresh, a key rotation,
-// a migration), so brokers of two releases can share one store. No field
-// is defined yet: the area is empty, and records are byte for byte what
-// they were before it existed. Everything this reader knows is still
-// decoded strictly: an area that is malformed (tag 0 or 1, tags out of
-// order or repeated, a length past the end) is refused like any other
-// malformed record.
+// a migration), so brokers of two releases can share one store. The
+// fields defined so far, all optional:
+//
+//	1 (tag 2)  requested: uvarint n | str scope × n   (Connection.Requested)
+//
+// A record without them has an empty area, byte for byte what it was
+// before the area existed. Everything this reader knows is still decoded
+// strictly: an area that is malformed (tag 0 or 1, tags out of order or
+// repeated, a length past the end), or a known field that is, is refused
+// like any other malformed record.
 //
 // Version 1 is the JSON connRecord; it is still read, never written.
 const recordV2 = 0x02
@@ -91,13 +96,10 @@ func encodeRecordV2(r *connRecord) ([]byte, error) {
 		}
 		size += 3 + len(s)
 	}
-	if len(r.Scopes) > maxRecordScopes {
-		return nil, fmt.Errorf("%w: %d scopes, more than the %d allowed", vault.ErrRecordFormat, len(r.Scopes), maxRecordScopes)
+	if err := checkScopes("scope", r.Scopes); err != nil {
+		return nil, err
 	}
 	for _, s := range r.Scopes {
-		if err := checkLen("scope", len(s), maxRecordString); err != nil {
-			return nil, err
-		}
 		size += 3 + len(s)
 	}
 	if err := checkLen("status", len(r.Status), maxRecordString); err != nil {
@@ -106,7 +108,15 @@ func encodeRecordV2(r *connRecord) ([]byte, error) {
 	if err := checkLen("tokens", len(r.Tokens), maxRecordTokens); err != nil {
 		return nil, err
 	}
-	if err := checkExt("format 2", r.Ext); err != nil {
+	if err := checkScopes("requested scope", r.Requested); err != nil {
+		return nil, err
+	}
+	ext, err := appendExtRequested(nil, r.Requested)
+	if err != nil {
+		return nil, err
+	}
+	ext = append(ext, r.Ext...)
+	if err := checkExt("format 2", ext); err != nil {
 		return nil, err
 	}
 	if err := checkTimes([]string{"created", "updated", "last_used", "last_refreshed", "refresh_expires"},
@@ -134,7 +144,64 @@ func encodeRecordV2(r *connRecord) ([]byte, error) {
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(len(r.Tokens)))
 	b = append(b, r.Tokens...)
-	return append(b, r.Ext...), nil
+	return append(b, ext...), nil
+}
+
+// extRequested is the tag of extension field 1, requested (optional).
+const extRequested = 1 << 1
+
+// checkScopes refuses a scope list no record can hold.
+func checkScopes(field string, scopes []string) error {
+	if len(scopes) > maxRecordScopes {
+		return fmt.Errorf("%w: %d %ss, more than the %d allowed", vault.ErrRecordFormat, len(scopes), field, maxRecordScopes)
+	}
+	for _, s := range scopes {
+		if err := checkLen(field, len(s), maxRecordString); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendExtRequested appends extension field 1 holding scopes to b, or
+// nothing when there are none.
+func appendExtRequested(b []byte, scopes []string) ([]byte, error) {
+	if len(scopes) == 0 {
+		return b, nil
+	}
+	val := binary.AppendUvarint(nil, uint64(len(scopes)))
+	for _, s := range scopes {
+		val = appendStr(val, s)
+	}
+	if err := checkLen("requested scopes", len(val), maxRecordTokens); err != nil {
+		return nil, err
+	}
+	b = binary.AppendUvarint(b, extRequested)
+	return appendStr(b, string(val)), nil
+}
+
+// takeExtRequested decodes extension field 1 (requested) when the valid
+// extension area ext starts with it, and returns the area's other fields
+// (a newer broker's, carried as they are).
+func takeExtRequested(ext string) (requested []string, rest string, err error) {
+	rd := reader{s: ext, what: "format 2 extension field 1 (requested scopes)"}
+	if tag := rd.uvarint("extension tag", ""); rd.err != nil || tag != extRequested {
+		return nil, ext, nil
+	}
+	val := reader{s: rd.bytes("requested scopes", maxRecordTokens), what: rd.what}
+	if n := val.uvarint("requested scope count", ""); n == 0 || n > maxRecordScopes {
+		val.fail("%d requested scopes (1 to %d allowed)", n, maxRecordScopes)
+	} else if val.err == nil {
+		requested = make([]string, n)
+		for i := range requested {
+			requested[i] = val.str("requested scope")
+		}
+	}
+	val.end()
+	if err := errors.Join(rd.err, val.err); err != nil {
+		return nil, "", err
+	}
+	return requested, ext[rd.off:], nil
 }
 
 // reader decodes a v2 record or token plaintext. Strings are substrings of
@@ -318,6 +385,11 @@ func decodeRecordV2(b []byte) (connRecord, error) {
 	// A slice of b, not a copy: the envelope is opened or copied into a
 	// new record, never kept.
 	c.Tokens = b[tokensEnd-len(tokens) : tokensEnd]
+	requested, ext, err := takeExtRequested(ext)
+	if err != nil {
+		return connRecord{}, err
+	}
+	c.Requested = requested
 	if ext != "" {
 		c.Ext = []byte(ext)
 	}

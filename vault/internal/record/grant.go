@@ -74,20 +74,11 @@ func DecodeGrant(b []byte) (vault.Grant, error) {
 	}, nil
 }
 
-// checkGrantUpdate reports an error when an update closure changed an
-// immutable field of a grant or returned a stale version.
-func checkGrantUpdate(old, new vault.Grant) error {
-	if old.ID != new.ID || old.Principal != new.Principal {
-		return fmt.Errorf("vault: update of grant %s changed an immutable field (id or principal)", old.ID)
-	}
-	return checkVersion("grant", old.ID, old.Version, new.Version)
-}
-
-// ApplyGrantUpdate runs an UpdateGrant closure on the current grant with
-// the update rules (applyUpdate): ID and Principal are immutable.
-func ApplyGrantUpdate(old vault.Grant, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	return applyUpdate(old, fn, vault.Grant.Clone, checkGrantUpdate, func(n, o vault.Grant) vault.Grant { n.Version = o.Version + 1; return n })
-}
-
-// Grants are the stored grants.
-var Grants = Kind[vault.Grant]{Encode: EncodeGrant, Decode: DecodeGrant, Apply: ApplyGrantUpdate}
+// Grants are the stored grants; an update keeps a grant's id and
+// principal.
+var Grants = Kind[vault.Grant]{Name: "grant", Encode: EncodeGrant, Decode: DecodeGrant,
+	Owner: func(g vault.Grant) (string, vault.Principal) { return g.ID, g.Principal },
+	clone: vault.Grant.Clone, immutable: "id or principal",
+	same:        func(o, n vault.Grant) bool { return o.ID == n.ID && o.Principal == n.Principal },
+	version:     func(g vault.Grant) uint64 { return g.Version },
+	withVersion: func(g vault.Grant, v uint64) vault.Grant { g.Version = v; return g }}

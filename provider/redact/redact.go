@@ -1,22 +1,29 @@
-package provider
+// Package redact finds a secret in text that may echo it, in any of the
+// encodings an echo uses (as is, JSON- and URL-escaped, hex, base64 of
+// the secret and of "Bearer <secret>", and base64 of a longer text that
+// holds it), and replaces it. The provider layer redacts API answers with
+// it (provider), and the gateway's upstream client every answer of an
+// upstream MCP server of the tokens its requests carried (provider/mcpup).
+package redact
 
 import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"math"
 	"net/url"
 	"strings"
 )
 
-// redacted replaces secrets in API answers.
-const redacted = "REDACTED"
+// Replacement is what replaces a secret.
+const Replacement = "REDACTED"
 
 // minEncodedForm is the shortest fragment of an encoded secret worth
 // redacting: shorter ones would match innocent text.
 const minEncodedForm = 8
 
-// secretForms returns the byte strings an API might echo one of secrets
+// Forms returns the byte strings an API might echo one of secrets
 // as: as is; JSON-escaped (with and without HTML escaping, with "\/");
 // URL-encoded; hex (both cases); and base64 (standard and URL alphabets,
 // with and without padding) of the secret and of "Bearer <secret>", plus,
@@ -26,7 +33,7 @@ const minEncodedForm = 8
 //
 // The forms are built into one buffer and handed out as slices of it,
 // each capped at its own end.
-func secretForms(secrets ...string) [][]byte {
+func Forms(secrets ...string) [][]byte {
 	size := 0
 	for _, secret := range secrets {
 		size += 20*len(secret) + 128
@@ -192,15 +199,15 @@ func urlVerbatim(s string) bool {
 	return true
 }
 
-// redactCapped replaces every form in b that starts before limit with
-// redacted and cuts the rest at limit (of b's original positions, so text
+// Capped replaces every form in b that starts before limit with
+// Replacement and cuts the rest at limit (of b's original positions, so text
 // shifting left after a replacement cannot bring a partial token in), and
 // the result at limit bytes. It reports whether anything was cut. Where
 // forms overlap, the one starting first is replaced, and of those starting
 // at the same byte the longest. Empty forms are ignored. When there is
 // nothing to replace, the result is b cut at limit, with no room past its
 // end.
-func redactCapped(b []byte, forms [][]byte, limit int64) ([]byte, bool) {
+func Capped(b []byte, forms [][]byte, limit int64) ([]byte, bool) {
 	end := int(min(limit, int64(len(b))))
 	var fi formIndex
 	fi.build(forms)
@@ -215,7 +222,7 @@ func redactCapped(b []byte, forms [][]byte, limit int64) ([]byte, bool) {
 			out = make([]byte, 0, end)
 		}
 		out = append(out, b[i:at]...)
-		out = append(out, redacted...)
+		out = append(out, Replacement...)
 		i = at + n
 	}
 	if out == nil {
@@ -235,6 +242,13 @@ func redactCapped(b []byte, forms [][]byte, limit int64) ([]byte, bool) {
 		return out[:limit], true
 	}
 	return out, i < len(b)
+}
+
+// All replaces every form in b with Replacement (b itself when there is
+// none).
+func All(b []byte, forms [][]byte) []byte {
+	out, _ := Capped(b, forms, math.MaxInt64)
+	return out
 }
 
 // formIndex finds where forms start in a text without comparing them at

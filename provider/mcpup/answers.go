@@ -1,0 +1,292 @@
+package mcpup
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"credbroker/provider/redact"
+)
+
+// What an upstream answers passes through answers before the go-sdk reads
+// any of it:
+//
+//   - It is redacted of the tokens the session's requests carried (the
+//     connection's access token, and the refresh token that came with it,
+//     the latest maxSecrets of them), in every encoding provider/redact
+//     knows: bodies (results, errors, every event of a stream, whatever
+//     the go-sdk later turns into an error's text) and headers. JSON
+//     escapes of printable ASCII (\u0041 for A) are written as the
+//     characters first, so a token spelled with them is found too. What
+//     the upstream echoes of the broker's tokens never reaches the host.
+//   - The progress notifications of an event stream are routed (OnProgress)
+//     as each event is read, in the order they came on the wire: always
+//     before the response that ends the stream reaches the go-sdk, which
+//     ends its call at once while handing notifications to a queue of its
+//     own (so a notification sent right before the result could otherwise
+//     arrive after the caller stopped listening).
+
+// maxSecrets bounds the tokens a session redacts.
+const maxSecrets = 8
+
+// maxAnswerLine bounds one line of an answer (a JSON body is usually one
+// line; an event stream's data lines are its messages): a line is
+// redacted whole, so it is held until it ends.
+const maxAnswerLine = 64 << 20
+
+// errAnswerLine is reading past maxAnswerLine.
+var errAnswerLine = errors.New("mcpup: the upstream answered with a line over 64 MiB")
+
+// secrets are a session's tokens, which its answers are redacted of.
+type secrets struct {
+	mu    sync.Mutex // guards the fields below
+	toks  []string   // oldest first
+	forms [][]byte   // redact.Forms(toks...)
+}
+
+// add records the tokens of t (a no-op when they are known).
+func (s *secrets) add(t Token) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := false
+	for _, v := range []string{t.Access, t.Refresh} {
+		if v != "" && !slices.Contains(s.toks, v) {
+			s.toks = append(s.toks, v)
+			changed = true
+		}
+	}
+	if !changed {
+		return
+	}
+	if len(s.toks) > maxSecrets {
+		s.toks = slices.Clone(s.toks[len(s.toks)-maxSecrets:])
+	}
+	s.forms = redact.Forms(s.toks...)
+}
+
+// current returns the forms to redact (nil for none).
+func (s *secrets) current() [][]byte {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.forms
+}
+
+// answers is a session's RoundTripper: it notes a 401 (in refused, and
+// after a forced refresh in the request's recorder), and hands the go-sdk
+// the upstream's answer redacted of the session's secrets, its progress
+// routed.
+type answers struct {
+	next    http.RoundTripper
+	secrets *secrets // nil for a server that takes no token
+	pool    *Pool
+	// refused is set by any 401 (the go-sdk opens a session on a context
+	// of its own, so opening is not followed by a recorder).
+	refused *atomic.Bool
+}
+
+func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := a.next.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		a.refused.Store(true)
+		if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
+			r.mu.Lock()
+			r.refusedAfter = r.refusedAfter || r.refreshed
+			r.mu.Unlock()
+		}
+	}
+	forms := a.secrets.current()
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	sse := mt == "text/event-stream"
+	if len(forms) == 0 && !sse {
+		return resp, nil
+	}
+	for _, vs := range resp.Header {
+		for i, v := range vs {
+			if len(forms) > 0 {
+				vs[i] = string(redact.All([]byte(v), forms))
+			}
+		}
+	}
+	resp.Body = &answerBody{rc: resp.Body, forms: forms, sse: sse, pool: a.pool}
+	resp.ContentLength = -1
+	resp.Header.Del("Content-Length")
+	return resp, nil
+}
+
+// answerBody is an answer's body as the go-sdk reads it: whole lines,
+// redacted, each event's progress routed before the event is handed on.
+type answerBody struct {
+	rc    io.ReadCloser
+	forms [][]byte
+	sse   bool
+	pool  *Pool
+
+	chunk   []byte
+	pending []byte // read, not yet a whole line
+	out     []byte // ready to be read
+	outBuf  []byte
+	err     error
+	event   sseEvent
+}
+
+// sseEvent is the event being read (its data lines joined).
+type sseEvent struct {
+	name string
+	data []byte
+	some bool
+}
+
+func (b *answerBody) Read(p []byte) (int, error) {
+	for len(b.out) == 0 {
+		if b.err != nil {
+			return 0, b.err
+		}
+		b.fill()
+	}
+	n := copy(p, b.out)
+	b.out = b.out[n:]
+	return n, nil
+}
+
+func (b *answerBody) Close() error { return b.rc.Close() }
+
+// fill reads what the upstream sent next and makes its whole lines ready.
+func (b *answerBody) fill() {
+	if b.chunk == nil {
+		b.chunk = make([]byte, 8<<10)
+	}
+	n, err := b.rc.Read(b.chunk)
+	// pending holds no line end before what was just read: only that is
+	// searched (a long line costs no more than its length).
+	end := 0
+	if i := bytes.LastIndexByte(b.chunk[:n], '\n'); i >= 0 {
+		end = len(b.pending) + i + 1
+	}
+	b.pending = append(b.pending, b.chunk[:n]...)
+	if err != nil {
+		end = len(b.pending)
+	}
+	if end > 0 {
+		b.emit(b.pending[:end])
+		b.pending = append(b.pending[:0], b.pending[end:]...)
+	}
+	switch {
+	case err != nil:
+		b.err = err
+	case len(b.pending) > maxAnswerLine:
+		b.err = errAnswerLine
+	}
+}
+
+// emit redacts lines (whole lines, or the answer's last bytes) into out,
+// routing the progress of every event that ends in them.
+func (b *answerBody) emit(lines []byte) {
+	red := lines
+	if len(b.forms) > 0 {
+		red = redact.All(canonicalEscapes(lines), b.forms)
+	}
+	b.outBuf = append(b.outBuf[:0], red...)
+	b.out = b.outBuf
+	if !b.sse {
+		return
+	}
+	for rest := b.out; len(rest) > 0; {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		b.field(bytes.TrimSuffix(line, []byte("\r")))
+	}
+}
+
+// field reads one line of an event stream (the fields the go-sdk reads).
+func (b *answerBody) field(line []byte) {
+	switch {
+	case len(line) == 0:
+		ev := b.event
+		b.event = sseEvent{name: "", data: ev.data[:0]}
+		if ev.some && (ev.name == "" || ev.name == "message") {
+			b.pool.progressEvent(ev.data)
+		}
+	case bytes.HasPrefix(line, []byte("data:")):
+		v := bytes.TrimPrefix(line[len("data:"):], []byte(" "))
+		if b.event.some {
+			b.event.data = append(b.event.data, '\n')
+		}
+		b.event.data = append(b.event.data, v...)
+		b.event.some = true
+	case bytes.HasPrefix(line, []byte("event:")):
+		b.event.name = strings.TrimPrefix(string(line[len("event:"):]), " ")
+	}
+}
+
+// progressEvent routes data when it is a progress notification.
+func (p *Pool) progressEvent(data []byte) {
+	if !bytes.Contains(data, []byte(`"notifications/progress"`)) {
+		return
+	}
+	var msg struct {
+		Method string                          `json:"method"`
+		Params *mcp.ProgressNotificationParams `json:"params"`
+	}
+	if json.Unmarshal(data, &msg) != nil || msg.Method != "notifications/progress" || msg.Params == nil {
+		return
+	}
+	p.routeProgress(msg.Params)
+}
+
+// canonicalEscapes rewrites b's JSON escapes of printable ASCII (\u0041)
+// as the characters themselves (\" and \\ for the quote and the
+// backslash): the same JSON to any decoder, and one spelling of a token
+// for the redaction to find. Other escapes, and any text that is not
+// JSON, stay as they are; b itself is returned when it has no \u.
+func canonicalEscapes(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 == len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		if b[i+1] != 'u' || i+6 > len(b) {
+			out = append(out, b[i], b[i+1]) // an escape of another kind (\\ included): kept whole
+			i++
+			continue
+		}
+		v, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+		switch {
+		case err != nil: // not JSON: kept, the next bytes read as they come
+			out = append(out, b[i], b[i+1])
+			i++
+			continue
+		case v < 0x20 || v > 0x7e:
+			out = append(out, b[i:i+6]...)
+		case v == '"' || v == '\\':
+			out = append(out, '\\', byte(v))
+		default:
+			out = append(out, byte(v))
+		}
+		i += 5
+	}
+	return out
+}
