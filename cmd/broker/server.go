@@ -146,7 +146,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	conns, err := connections.New(connections.Options{
 		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
-		Offboard: offboardApps(appSvc),
+		Offboard: offboardApps(appSvc), Watch: d.Store.AppWatch(),
 	})
 	if err != nil {
 		return mounted{}, err
@@ -230,6 +230,11 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	go func() {
 		if err := appSvc.Follow(ctx); err != nil && ctx.Err() == nil {
 			d.Logger.Error("apps: following the store's changes stopped; token checks read the store", "err", err)
+		}
+	}()
+	go func() {
+		if err := conns.Follow(ctx); err != nil && ctx.Err() == nil {
+			d.Logger.Error("connections: following the store's changes stopped; listings read the store", "err", err)
 		}
 	}()
 	// The readiness probe reads the store as opened: a probe is no
