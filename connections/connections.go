@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"credbroker/binding"
-	"credbroker/internal/telemetry"
 	"credbroker/internal/replicache"
+	"credbroker/internal/telemetry"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
 	"credbroker/vault"
