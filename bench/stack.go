@@ -246,7 +246,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 	}
 	st.grants = binding.New(store, binding.Options{})
 	st.conns, err = connections.New(connections.Options{Store: store, Grants: st.grants,
-		Client: pc, PublicURL: base, Telemetry: rec, Logger: log})
+		Client: pc, PublicURL: base, Telemetry: rec, Logger: log, Watch: store.AppWatch()})
 	if err != nil {
 		return nil, err
 	}
@@ -264,6 +264,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 	fctx, stopFollow := context.WithCancel(ctx)
 	st.closers = append(st.closers, stopFollow)
 	go appSvc.Follow(fctx)
+	go st.conns.Follow(fctx) // as serve: the listing cache follows PostgreSQL's feed
 	var flow *oauthflow.Flow
 	as, err := authserver.New(authserver.Options{
 		PublicURL: base, Resource: base + "/mcp", IdPIssuer: idp.Issuer(), Store: store.Auth(), Keys: st.keys,

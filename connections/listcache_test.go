@@ -106,6 +106,13 @@ func newReplica(t *testing.T, url string, kr *vault.Keyring) *replica {
 // vault.PrincipalKey must agree on every byte.
 var person = vault.Principal{Issuer: "https://idp.test/é", Subject: "al\x00ice"}
 
+// personConn is person's GitHub connection id, covering the default scope.
+func personConn(id string) vault.Connection {
+	return vault.Connection{ID: id, Principal: person, Provider: "github", AccountID: "1", AccountLogin: "alice",
+		Scopes: []string{"repo"}, Status: vault.StatusActive, Created: time.Now(), Updated: time.Now(),
+		Token: vault.TokenSet{AccessToken: "at-secret", TokenType: "Bearer"}}
+}
+
 // state is what Ensure on r says of person's GitHub connection:
 // "connected", "reconnect" (needs_reconnect) or "none".
 func (r *replica) state(t *testing.T) string {
@@ -188,10 +195,7 @@ func TestReplicasListingBound(t *testing.T) {
 	for round := range 5 {
 		id := "conn-" + string(rune('a'+round))
 		b.cached(t, "none")
-		c := vault.Connection{ID: id, Principal: person, Provider: "github", AccountID: "1", AccountLogin: "alice",
-			Scopes: []string{"repo"}, Status: vault.StatusActive, Created: time.Now(), Updated: time.Now(),
-			Token: vault.TokenSet{AccessToken: "at-secret", TokenType: "Bearer"}}
-		if _, err := a.store.CreateConnection(ctx, c); err != nil {
+		if _, err := a.store.CreateConnection(ctx, personConn(id)); err != nil {
 			t.Fatal(err)
 		}
 		slowest = max(slowest, b.seenWithin(t, "connected", time.Now(), connections.ListBound))
@@ -234,9 +238,7 @@ func TestListingFailsClosed(t *testing.T) {
 	b.cached(t, "none")
 	b.feed.cut.Store(true)
 	cut := time.Now()
-	c := vault.Connection{ID: "conn-1", Principal: person, Provider: "github", AccountID: "1", AccountLogin: "alice",
-		Scopes: []string{"repo"}, Status: vault.StatusActive, Created: time.Now(), Updated: time.Now()}
-	if _, err := a.store.CreateConnection(context.Background(), c); err != nil {
+	if _, err := a.store.CreateConnection(context.Background(), personConn("conn-1")); err != nil {
 		t.Fatal(err)
 	}
 	took := b.seenWithin(t, "connected", cut, connections.ListBound)
