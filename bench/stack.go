@@ -198,6 +198,10 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 	if cfg.twoSteps {
 		store = twoStepStore{store}
 	}
+	var listed connections.LateWrites // as serve: a bolt file's writes reach the listing cache
+	if kind == storeBolt {
+		store = vault.Announced(store, &listed)
+	}
 	store = vault.Observe(store, tracing.StoreObserver(tp), rec.StoreObserver(), st.counter)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
@@ -246,10 +250,11 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 	}
 	st.grants = binding.New(store, binding.Options{})
 	st.conns, err = connections.New(connections.Options{Store: store, Grants: st.grants,
-		Client: pc, PublicURL: base, Telemetry: rec, Logger: log, Watch: store.AppWatch()})
+		Client: pc, PublicURL: base, Telemetry: rec, Logger: log, Watch: store.AppWatch(), SoleWriter: kind == storeBolt})
 	if err != nil {
 		return nil, err
 	}
+	listed.Set(st.conns)
 
 	// As serve wires broker mode: the authorization server on the
 	// observed store, people signing in through the browser flow's

@@ -41,6 +41,11 @@ type Options struct {
 	// per-replica listing cache (listcache.go). Nil: every listing reads
 	// the store.
 	Watch vault.AppWatch
+	// SoleWriter says this process is the only one writing Store (a bolt
+	// file, a memory store) and reports every write of a connection to the
+	// Service (vault.Announced with the Service as its ConnectionWrites):
+	// the listing cache then trusts itself.
+	SoleWriter bool
 	// ListCacheSize bounds the listing cache (default 50000 people).
 	ListCacheSize int
 }
@@ -80,8 +85,8 @@ func New(opts Options) (*Service, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{opts: opts, log: log, providers: opts.Client.Providers()}
-	if opts.Watch != nil {
-		s.listing = replicache.New[[]vault.Connection](opts.ListCacheSize, 50000, false)
+	if opts.Watch != nil || opts.SoleWriter {
+		s.listing = replicache.New[[]vault.Connection](opts.ListCacheSize, 50000, opts.SoleWriter)
 	}
 	return s, nil
 }

@@ -2,6 +2,7 @@ package connections
 
 import (
 	"context"
+	"sync/atomic"
 
 	"credbroker/internal/replicache"
 	"credbroker/vault"
@@ -21,11 +22,12 @@ type listing = replicache.Cache[[]vault.Connection]
 
 // Follow keeps the listing cache in step with the changes every replica
 // makes, through Options.Watch, until ctx ends. Without a Watch it returns
-// at once and every listing reads the store. While it does not run (or
+// at once: a sole writer's store reports its writes (Changed, ChangedAll),
+// and with neither every listing reads the store. While it does not run (or
 // the feed is down longer than ListBound) the cache is not trusted and
 // Ensure reads the store.
 func (s *Service) Follow(ctx context.Context) error {
-	if s.listing == nil {
+	if s.listing == nil || s.opts.Watch == nil {
 		return nil
 	}
 	return s.opts.Watch.WatchConnections(ctx, s.listing.Watcher())
@@ -54,6 +56,18 @@ func (s *Service) listed(ctx context.Context, p vault.Principal) ([]vault.Connec
 	return all, nil
 }
 
+// Changed implements vault.ConnectionWrites for a sole writer's store
+// (vault.Announced): one of p's connections was written.
+func (s *Service) Changed(p vault.Principal) { s.changed(p) }
+
+// ChangedAll implements vault.ConnectionWrites: some connection was
+// written, whose person the store did not say.
+func (s *Service) ChangedAll() {
+	if s.listing != nil {
+		s.listing.Reset()
+	}
+}
+
 // changed forgets p's cached listing after this process wrote one of p's
 // connections (the other replicas learn it through their feeds).
 func (s *Service) changed(p vault.Principal) {
@@ -79,4 +93,26 @@ func cloneAll(conns []vault.Connection) []vault.Connection {
 		out[i] = c.Clone()
 	}
 	return out
+}
+
+// LateWrites is the vault.ConnectionWrites of a sole writer's store
+// (vault.Announced) built before its Service: it passes each write on
+// once Set names the Service, and drops it before (no cache to tell yet).
+type LateWrites struct{ to atomic.Pointer[Service] }
+
+// Set names the Service the writes go to.
+func (l *LateWrites) Set(s *Service) { l.to.Store(s) }
+
+// Changed implements vault.ConnectionWrites.
+func (l *LateWrites) Changed(p vault.Principal) {
+	if s := l.to.Load(); s != nil {
+		s.Changed(p)
+	}
+}
+
+// ChangedAll implements vault.ConnectionWrites.
+func (l *LateWrites) ChangedAll() {
+	if s := l.to.Load(); s != nil {
+		s.ChangedAll()
+	}
 }

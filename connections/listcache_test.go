@@ -249,3 +249,70 @@ func TestListingFailsClosed(t *testing.T) {
 		t.Fatal("with its feed silent, b answered from its cache")
 	}
 }
+
+// TestListingSoleWriter: on a store this process alone writes (memory
+// here, bolt in serve), announced to the listing cache (vault.Announced),
+// Ensure answers from the cache, and every write of the person's
+// connections (create, needs_reconnect, active again, delete) is seen by
+// the next Ensure.
+func TestListingSoleWriter(t *testing.T) {
+	r := newRig(t)
+	reads := &listReads{}
+	var late connections.LateWrites
+	store := vault.Observe(vault.Announced(r.store, &late), reads)
+	opts := r.opts
+	opts.Store, opts.SoleWriter, opts.Grants = store, true, nil
+	conns, err := connections.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.Set(conns)
+	ctx := context.Background()
+	state := func() string {
+		o, err := conns.Ensure(ctx, connections.Request{Principal: alice, Provider: "demo", Via: "mcp"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch o := o.(type) {
+		case connections.Connected:
+			return "connected"
+		case connections.NeedsUser:
+			if o.Why.Kind == connections.Reconnect {
+				return "reconnect"
+			}
+			return "none"
+		}
+		return "?"
+	}
+	expect := func(want string) {
+		t.Helper()
+		if got := state(); got != want {
+			t.Fatalf("Ensure right after the write says %q, want %q", got, want)
+		}
+		before := reads.n.Load()
+		if got := state(); got != want || reads.n.Load() != before {
+			t.Fatalf("Ensure again: %q, %d store reads; want %q from the cache", got, reads.n.Load()-before, want)
+		}
+	}
+	expect("none")
+	c := vault.Connection{ID: "c1", Principal: alice, Provider: "demo", AccountID: "1001", AccountLogin: "alice-demo",
+		Scopes: []string{"profile"}, Status: vault.StatusActive, Created: time.Now(), Updated: time.Now(),
+		Token: vault.TokenSet{AccessToken: "at-secret", TokenType: "Bearer"}}
+	if _, err := store.CreateConnection(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	expect("connected")
+	for _, st := range []vault.ConnectionStatus{vault.StatusNeedsReconnect, vault.StatusActive} {
+		if _, err := store.UpdateConnectionMeta(ctx, "c1", func(c vault.Connection) (vault.Connection, error) {
+			c.Status = st
+			return c, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		expect(map[vault.ConnectionStatus]string{vault.StatusNeedsReconnect: "reconnect", vault.StatusActive: "connected"}[st])
+	}
+	if err := store.DeleteConnection(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	expect("none")
+}
