@@ -80,6 +80,17 @@ func (c *client) displayName() string {
 	return "An unnamed app"
 }
 
+// clientRequest reads a client's POST (to /token or /revoke): its form and
+// the client it authenticates as.
+func (s *Server) clientRequest(w http.ResponseWriter, r *http.Request) (url.Values, *client, *oauthError) {
+	form, e := readForm(w, r)
+	if e != nil {
+		return nil, nil, e
+	}
+	c, e := s.authenticateClient(r, form)
+	return form, c, e
+}
+
 // authenticateClient establishes which client makes a token or revocation
 // request (RFC 6749 section 2.3): HTTP Basic, or client_id and
 // client_secret in the body, or client_id alone for a public client; never

@@ -13,12 +13,7 @@ import (
 // issued from it. A token the broker does not know, or one already
 // revoked, is answered 200 as the RFC asks.
 func (s *Server) handleRevoke(w http.ResponseWriter, r *http.Request) {
-	form, e := readForm(w, r)
-	if e != nil {
-		s.writeError(w, r, e)
-		return
-	}
-	c, e := s.authenticateClient(r, form)
+	form, c, e := s.clientRequest(w, r)
 	if e != nil {
 		s.writeError(w, r, e)
 		return

@@ -39,12 +39,7 @@ type tokenResponse struct {
 
 // handleToken is POST /token.
 func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
-	form, e := readForm(w, r)
-	if e != nil {
-		s.writeError(w, r, e)
-		return
-	}
-	c, e := s.authenticateClient(r, form)
+	form, c, e := s.clientRequest(w, r)
 	if e != nil {
 		s.writeError(w, r, e)
 		return

@@ -43,10 +43,8 @@ var idjagOutcomes = []string{IDJAGGranted, IDJAGPolicyOff, IDJAGClientNotAllowed
 	IDJAGClientMismatch, IDJAGExpired, IDJAGNotYetValid, IDJAGTooLongLived, IDJAGReplayed, IDJAGScope, IDJAGStoreFailed}
 
 func newIDJAGMetric(reg *prometheus.Registry) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "credbroker_idjag_grants_total",
-		Help: "JWT bearer grant requests (ID-JAGs, enterprise-managed authorization) at the broker's authorization server by outcome: granted, or the reason of the refusal.",
-	}, []string{"outcome"})
+	c := counterVec("credbroker_idjag_grants_total",
+		"JWT bearer grant requests (ID-JAGs, enterprise-managed authorization) at the broker's authorization server by outcome: granted, or the reason of the refusal.", "outcome")
 	reg.MustRegister(c)
 	return c
 }

@@ -28,7 +28,7 @@ const (
 )
 
 var knownOpsEvents = []string{EventAdminList, EventOffboard, EventProviderDisable, EventAdminRefused, EventWebhookExpired,
-	EventIDJAGGranted, EventIDJAGRefused}
+	EventIDJAGGranted, EventIDJAGRefused, EventUpstreamIDJAGIssued, EventUpstreamIDJAGRefused}
 
 // eventLabel bounds an audit event kind for the metric label.
 func eventLabel(kind string) string {
@@ -79,14 +79,10 @@ func newOpsMetrics(reg *prometheus.Registry, endpoints []string) *opsMetrics {
 			Name: "credbroker_webhook_outbox_oldest_seconds",
 			Help: "Age of the oldest event waiting in the outbox (0 when it is empty).",
 		}),
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "credbroker_webhook_deliveries_total",
-			Help: "Webhook delivery attempts by endpoint and outcome (delivered, failed, expired, gone, dropped).",
-		}, []string{"endpoint", "outcome"}),
-		keepAlive: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "credbroker_keepalive_refreshes_total",
-			Help: "Background refreshes of idle connections (keep_alive) by provider and outcome (refreshed, failed, needs_reconnect).",
-		}, []string{"provider", "outcome"}),
+		deliveries: counterVec("credbroker_webhook_deliveries_total",
+			"Webhook delivery attempts by endpoint and outcome (delivered, failed, expired, gone, dropped).", "endpoint", "outcome"),
+		keepAlive: counterVec("credbroker_keepalive_refreshes_total",
+			"Background refreshes of idle connections (keep_alive) by provider and outcome (refreshed, failed, needs_reconnect).", "provider", "outcome"),
 	}
 	reg.MustRegister(m.depth, m.oldest, m.deliveries, m.keepAlive)
 	return m

@@ -26,10 +26,8 @@ type outageMetrics struct {
 }
 
 func newOutageMetrics(reg *prometheus.Registry) *outageMetrics {
-	m := &outageMetrics{refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "credbroker_store_unavailable_total",
-		Help: "Requests answered 503 because the store was unavailable (database down or restarting, disk full), by door (mcp, sidecar, page, authserver).",
-	}, []string{"door"})}
+	m := &outageMetrics{refused: counterVec("credbroker_store_unavailable_total",
+		"Requests answered 503 because the store was unavailable (database down or restarting, disk full), by door (mcp, sidecar, page, authserver).", "door")}
 	reg.MustRegister(m.refused)
 	return m
 }

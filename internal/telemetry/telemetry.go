@@ -22,6 +22,7 @@
 //	credbroker_sidecar_requests_total{server,route,status}
 //	credbroker_idjag_grants_total{outcome}    granted, or why a JWT bearer grant was refused (idjag.go)
 //	credbroker_store_unavailable_total{door}  requests refused (503) while the store was unavailable (outage.go)
+//	credbroker_upstream_idjag_total{provider,outcome}  ID-JAGs asked for upstream MCP servers (idjag_upstream.go)
 //
 // The server label of the sidecar series is the configured name of the
 // co-located server (Options.SidecarServers, "unnamed" for the unnamed
@@ -84,6 +85,7 @@ type Recorder struct {
 	idjag         *prometheus.CounterVec // JWT bearer grants (idjag.go)
 	upstream      *upstreamMetrics       // the gateway (upstream.go)
 	outage        *outageMetrics         // requests a storage outage refused (outage.go)
+	upstreamIDJAG *prometheus.CounterVec // ID-JAGs asked for upstream (idjag_upstream.go)
 }
 
 // Latency buckets: the broker answers in well under a millisecond; provider
@@ -93,6 +95,16 @@ var (
 	providerBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 )
 
+// counterVec and histogramVec are the constructors of the package's
+// labelled metrics: name, help, (buckets,) labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func histogramVec(name string, buckets []float64, help string, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+}
+
 // New builds a Recorder with its own registry.
 func New(opts Options) *Recorder {
 	r := &Recorder{
@@ -100,46 +112,28 @@ func New(opts Options) *Recorder {
 		audit:     opts.Audit,
 		providers: slices.Clone(opts.Providers),
 		servers:   append(slices.Clone(opts.SidecarServers), vault.UnnamedServer),
-		mcpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "credbroker_mcp_requests_total",
-			Help: "MCP requests by JSON-RPC method, tool, protocol era and outcome.",
-		}, []string{"method", "tool", "era", "outcome"}),
-		mcpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "credbroker_mcp_request_duration_seconds", Buckets: fastBuckets,
-			Help: "Time to answer an MCP request, from the first byte of the handler to the last byte written.",
-		}, []string{"method", "tool", "era"}),
-		elicitations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "credbroker_elicitations_total",
-			Help: "URL elicitations (connect requests) by event: issued, completed, declined, cancelled, expired.",
-		}, []string{"event"}),
+		mcpRequests: counterVec("credbroker_mcp_requests_total",
+			"MCP requests by JSON-RPC method, tool, protocol era and outcome.", "method", "tool", "era", "outcome"),
+		mcpDuration: histogramVec("credbroker_mcp_request_duration_seconds", fastBuckets,
+			"Time to answer an MCP request, from the first byte of the handler to the last byte written.", "method", "tool", "era"),
+		elicitations: counterVec("credbroker_elicitations_total",
+			"URL elicitations (connect requests) by event: issued, completed, declined, cancelled, expired.", "event"),
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "credbroker_identity_mismatches_total",
 			Help: "Connect links opened by a different user than the one who started them.",
 		}),
-		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "credbroker_token_refreshes_total",
-			Help: "Provider token refreshes by provider and outcome (ok, failed, invalid_grant).",
-		}, []string{"provider", "outcome"}),
-		provRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "credbroker_provider_requests_total",
-			Help: "API calls to providers made for provider_request and the sidecar, by provider and HTTP status (\"error\" when no answer).",
-		}, []string{"provider", "status"}),
-		provDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "credbroker_provider_request_duration_seconds", Buckets: providerBuckets,
-			Help: "Latency of API calls to providers.",
-		}, []string{"provider"}),
-		vaultDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "credbroker_vault_operation_duration_seconds", Buckets: fastBuckets,
-			Help: "Latency of vault store operations by operation and outcome (ok, not_found, conflict, limited, unavailable, error).",
-		}, []string{"op", "outcome"}),
-		auditEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "credbroker_audit_events_total",
-			Help: "Audit events by kind.",
-		}, []string{"event"}),
-		sidecar: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "credbroker_sidecar_requests_total",
-			Help: "Sidecar API requests by co-located server (its configured name; none: not authenticated), route (require, proxy, token) and HTTP status.",
-		}, []string{"server", "route", "status"}),
+		refreshes: counterVec("credbroker_token_refreshes_total",
+			"Provider token refreshes by provider and outcome (ok, failed, invalid_grant).", "provider", "outcome"),
+		provRequests: counterVec("credbroker_provider_requests_total",
+			"API calls to providers made for provider_request and the sidecar, by provider and HTTP status (\"error\" when no answer).", "provider", "status"),
+		provDuration: histogramVec("credbroker_provider_request_duration_seconds", providerBuckets,
+			"Latency of API calls to providers.", "provider"),
+		vaultDuration: histogramVec("credbroker_vault_operation_duration_seconds", fastBuckets,
+			"Latency of vault store operations by operation and outcome (ok, not_found, conflict, limited, unavailable, error).", "op", "outcome"),
+		auditEvents: counterVec("credbroker_audit_events_total",
+			"Audit events by kind.", "event"),
+		sidecar: counterVec("credbroker_sidecar_requests_total",
+			"Sidecar API requests by co-located server (its configured name; none: not authenticated), route (require, proxy, token) and HTTP status.", "server", "route", "status"),
 	}
 	r.reg.MustRegister(r.mcpRequests, r.mcpDuration, r.elicitations, r.mismatches, r.refreshes,
 		r.provRequests, r.provDuration, r.vaultDuration, r.auditEvents, r.sidecar)
@@ -147,6 +141,7 @@ func New(opts Options) *Recorder {
 	r.idjag = newIDJAGMetric(r.reg)
 	r.upstream = newUpstreamMetrics(r.reg)
 	r.outage = newOutageMetrics(r.reg)
+	r.upstreamIDJAG = newUpstreamIDJAGMetric(r.reg)
 	if opts.ProcessMetrics {
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -326,7 +321,7 @@ func (r *Recorder) Audit(ctx context.Context, e Event) {
 	switch e.Kind {
 	case EventIdentityMismatch:
 		level = slog.LevelWarn
-	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay, EventIDJAGRefused:
+	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay, EventIDJAGRefused, EventUpstreamIDJAGRefused:
 		level = slog.LevelWarn
 	}
 	if e.Err != nil && level < slog.LevelWarn {

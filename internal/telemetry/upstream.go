@@ -36,14 +36,10 @@ type upstreamMetrics struct {
 
 func newUpstreamMetrics(reg *prometheus.Registry) *upstreamMetrics {
 	m := &upstreamMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "credbroker_upstream_requests_total",
-			Help: "Requests to upstream MCP servers (the gateway), by provider, method, the upstream's era and outcome.",
-		}, []string{"provider", "method", "era", "outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "credbroker_upstream_request_duration_seconds", Buckets: providerBuckets,
-			Help: "Latency of requests to upstream MCP servers.",
-		}, []string{"provider", "method"}),
+		requests: counterVec("credbroker_upstream_requests_total",
+			"Requests to upstream MCP servers (the gateway), by provider, method, the upstream's era and outcome.", "provider", "method", "era", "outcome"),
+		duration: histogramVec("credbroker_upstream_request_duration_seconds", providerBuckets,
+			"Latency of requests to upstream MCP servers.", "provider", "method"),
 	}
 	reg.MustRegister(m.requests, m.duration)
 	return m

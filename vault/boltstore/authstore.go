@@ -34,12 +34,7 @@ func appClientKey(p vault.Principal, clientID string) []byte {
 // CreateOAuthClient implements vault.AuthStore: the count and the insert
 // share one transaction.
 func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.OAuthClient{}, err
-	}
-	c = c.Clone()
-	c.Version = 1
-	rec, err := record.EncodeOAuthClient(c)
+	c, rec, err := fresh(ctx, s, record.OAuthClients, c)
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
@@ -57,6 +52,15 @@ func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max 
 		return vault.OAuthClient{}, err
 	}
 	return c, nil
+}
+
+// fresh is Kind.New on a ready store: the copy of v a create stores, and
+// its record.
+func fresh[T any](ctx context.Context, s *Store, k record.Kind[T], v T) (T, []byte, error) {
+	if err := s.ready(ctx); err != nil {
+		return *new(T), nil, err
+	}
+	return k.New(v)
 }
 
 // countKeys counts b's keys, stopping at limit. (Bucket.Stats does not
@@ -242,12 +246,7 @@ func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (i
 
 // CreateAppAccess implements vault.AuthStore.
 func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppAccess{}, err
-	}
-	a = a.Clone()
-	a.Version = 1
-	rec, err := record.EncodeAppAccess(a)
+	a, rec, err := fresh(ctx, s, record.AppAccesses, a)
 	if err != nil {
 		return vault.AppAccess{}, err
 	}

@@ -36,9 +36,7 @@ func newAuthMaps() authMaps {
 // CreateOAuthClient implements vault.AuthStore: the count and the insert
 // happen under one hold of the write lock.
 func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
-	c = c.Clone()
-	c.Version = 1
-	b, err := record.EncodeOAuthClient(c)
+	c, b, err := record.OAuthClients.New(c)
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
@@ -138,9 +136,7 @@ func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (i
 
 // CreateAppAccess implements vault.AuthStore.
 func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
-	a = a.Clone()
-	a.Version = 1
-	b, err := record.EncodeAppAccess(a)
+	a, b, err := record.AppAccesses.New(a)
 	if err != nil {
 		return vault.AppAccess{}, err
 	}

@@ -20,14 +20,7 @@ func (s *Store) Auth() vault.AuthStore { return s }
 var clientsLockKey = lockKey("credbroker/pgstore/oauth_clients")
 
 func (s *Store) clientArgs(c vault.OAuthClient) ([]any, error) {
-	rec, err := record.EncodeOAuthClient(c)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkID("oauth client", c.ID); err != nil {
-		return nil, err
-	}
-	return []any{c.ID, nanos(c.Created), !c.Used.IsZero(), int64(c.Version), rec}, nil
+	return wholeArgs(record.OAuthClients, c, c.ID, nanos(c.Created), !c.Used.IsZero(), int64(c.Version))
 }
 
 const insertClient = `INSERT INTO oauth_clients (id, created_ns, used, version, record)
@@ -37,12 +30,7 @@ const insertClient = `INSERT INTO oauth_clients (id, created_ns, used, version, 
 // the insert run in one transaction holding an advisory lock, so
 // concurrent registrations on any replica cannot pass the cap together.
 func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.OAuthClient{}, err
-	}
-	c = c.Clone()
-	c.Version = 1
-	args, err := s.clientArgs(c)
+	c, args, err := fresh(ctx, s, record.OAuthClients, c, s.clientArgs)
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
@@ -83,17 +71,7 @@ const updateClient = `UPDATE oauth_clients SET created_ns = $2, used = $3, versi
 // UpdateOAuthClient implements vault.AuthStore (compare-and-swap on the
 // version column).
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	return cas(ctx, s, "oauth client", id, updateClient, s.getClient, func(old vault.OAuthClient, _ int64) (vault.OAuthClient, casWrite, error) {
-		nc, err := record.OAuthClients.Apply(old, fn)
-		if err != nil {
-			return vault.OAuthClient{}, casWrite{}, err
-		}
-		args, err := s.clientArgs(nc)
-		if err != nil {
-			return vault.OAuthClient{}, casWrite{}, err
-		}
-		return nc, casWrite{args: args}, nil
-	})
+	return cas(ctx, s, "oauth client", id, updateClient, s.getClient, applyWhole(record.OAuthClients, fn, s.clientArgs, nil))
 }
 
 // deleteRow deletes the row of table whose column equals key.
@@ -191,17 +169,10 @@ func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (i
 }
 
 func (s *Store) appArgs(a vault.AppAccess) ([]any, error) {
-	rec, err := record.EncodeAppAccess(a)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkID("app access", a.ID); err != nil {
-		return nil, err
-	}
 	if err := checkID("client", a.ClientID); err != nil {
 		return nil, err
 	}
-	return []any{a.ID, []byte(a.Principal.Issuer), []byte(a.Principal.Subject), a.ClientID, int64(a.Version), rec}, nil
+	return wholeArgs(record.AppAccesses, a, a.ID, []byte(a.Principal.Issuer), []byte(a.Principal.Subject), a.ClientID, int64(a.Version))
 }
 
 const insertApp = `INSERT INTO oauth_apps (id, iss, sub, client_id, version, record)
@@ -210,12 +181,7 @@ const insertApp = `INSERT INTO oauth_apps (id, iss, sub, client_id, version, rec
 // CreateAppAccess implements vault.AuthStore. The unique (iss, sub,
 // client_id) constraint keeps one record per person and client.
 func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.AppAccess{}, err
-	}
-	a = a.Clone()
-	a.Version = 1
-	args, err := s.appArgs(a)
+	a, args, err := fresh(ctx, s, record.AppAccesses, a, s.appArgs)
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
@@ -274,16 +240,9 @@ func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID s
 
 // ListAppAccess implements vault.AuthStore.
 func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
+	recs, err := queryColumn[[]byte](ctx, s, "list app access", "SELECT record FROM oauth_apps WHERE iss = $1 AND sub = $2 ORDER BY id", []byte(p.Issuer), []byte(p.Subject))
+	if err != nil {
 		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM oauth_apps WHERE iss = $1 AND sub = $2 ORDER BY id", []byte(p.Issuer), []byte(p.Subject))
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list app access: %w", err))
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list app access: %w", err))
 	}
 	return record.AppAccesses.DecodeOwned(p, recs)
 }
@@ -315,9 +274,6 @@ func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.Ap
 // DeleteAppAccess implements vault.AuthStore: the row and the change's
 // deliveries go in one transaction.
 func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
 	if s.appChanges == nil {
 		return s.deleteRow(ctx, "oauth_apps", "id", id, "app access")
 	}

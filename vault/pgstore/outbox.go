@@ -88,6 +88,9 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 // record (its deliveries, …). An error from then rolls the deletion back
 // and is the answer; ErrNotFound when there was no row.
 func (s *Store) deleteReturning(ctx context.Context, what, id, del string, then func(rec []byte, b *pgx.Batch) error) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
 	if !storable(id) {
 		return fmt.Errorf("pgstore: %s %q: %w", what, id, vault.ErrNotFound)
 	}
@@ -249,19 +252,10 @@ func (s *Store) ProviderConnections(ctx context.Context, provider, after string,
 	if !storable(after) {
 		return nil, fmt.Errorf("pgstore: provider connections after %q: not a storable id", after)
 	}
-	var lim *int64
-	if limit > 0 {
-		l := int64(limit)
-		lim = &l
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM connections WHERE provider = $1 AND id > $2 ORDER BY id LIMIT $3",
-		shown(provider), after, lim)
+	recs, err := queryColumn[[]byte](ctx, s, "provider connections", "SELECT record FROM connections WHERE provider = $1 AND id > $2 ORDER BY id LIMIT $3",
+		shown(provider), after, limitArg(limit))
 	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: provider connections: %w", err))
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: provider connections: %w", err))
+		return nil, err
 	}
 	out := make([]vault.Connection, 0, len(recs))
 	for _, rec := range recs {
@@ -290,46 +284,20 @@ func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error
 
 // RetireConnection implements vault.AdminStore.
 func (s *Store) RetireConnection(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	if !storable(id) {
-		return fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
-	}
 	return s.deleteConnection(ctx, id, true)
 }
 
 // RetiredConnections implements vault.AdminStore.
 func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM retired_connections WHERE iss = $1 AND sub = $2 ORDER BY id",
+	recs, err := queryColumn[[]byte](ctx, s, "retired connections", "SELECT record FROM retired_connections WHERE iss = $1 AND sub = $2 ORDER BY id",
 		[]byte(p.Issuer), []byte(p.Subject))
 	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: retired connections: %w", err))
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: retired connections: %w", err))
+		return nil, err
 	}
 	return record.DecodeRetired(s.kr, p, recs)
 }
 
 // ForgetRetired implements vault.AdminStore.
 func (s *Store) ForgetRetired(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	if !storable(id) {
-		return fmt.Errorf("pgstore: retired connection %q: %w", id, vault.ErrNotFound)
-	}
-	tag, err := s.pool.Exec(ctx, "DELETE FROM retired_connections WHERE id = $1", id)
-	if err != nil {
-		return s.dbErr(fmt.Errorf("pgstore: forget retired %s: %w", id, err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: retired connection %s: %w", id, vault.ErrNotFound)
-	}
-	return nil
+	return s.deleteRow(ctx, "retired_connections", "id", id, "retired connection")
 }

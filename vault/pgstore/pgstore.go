@@ -479,6 +479,43 @@ func (s *Store) scanRecord(row pgx.Row, what, name string) ([]byte, int64, error
 	return rec, version, nil
 }
 
+// fresh is the value a create stores on a ready store (Kind.Fresh) and
+// the arguments of its INSERT.
+func fresh[T any](ctx context.Context, s *Store, k record.Kind[T], v T, args func(T) ([]any, error)) (T, []any, error) {
+	if err := s.ready(ctx); err != nil {
+		return *new(T), nil, err
+	}
+	v = k.Fresh(v)
+	a, err := args(v)
+	return v, a, err
+}
+
+// queryColumn runs query (a SELECT of one column) and collects the
+// column of every row; what names the query in errors.
+func queryColumn[T any](ctx context.Context, s *Store, what, query string, args ...any) ([]T, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: %s: %w", what, err))
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[T])
+	if err != nil {
+		return nil, s.dbErr(fmt.Errorf("pgstore: %s: %w", what, err))
+	}
+	return out, nil
+}
+
+// limitArg is a LIMIT parameter: NULL (no limit) for a limit of 0 or less.
+func limitArg(limit int) *int64 {
+	if limit <= 0 {
+		return nil
+	}
+	l := int64(limit)
+	return &l
+}
+
 // getRecord is readRecord decoded as a record of kind k; a record naming
 // another id than the one it is stored under is malformed.
 func getRecord[T any](ctx context.Context, s *Store, k record.Kind[T], query, id string) (T, int64, error) {
@@ -499,17 +536,10 @@ func getRecord[T any](ctx context.Context, s *Store, k record.Kind[T], query, id
 
 // ListConnections implements vault.Store: an index scan on (iss, sub, id).
 func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM connections WHERE iss = $1 AND sub = $2 ORDER BY id",
+	recs, err := queryColumn[[]byte](ctx, s, "list connections", "SELECT record FROM connections WHERE iss = $1 AND sub = $2 ORDER BY id",
 		[]byte(p.Issuer), []byte(p.Subject))
 	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list connections: %w", err))
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list connections: %w", err))
+		return nil, err
 	}
 	return record.DecodePrincipalConnections(p, recs)
 }
@@ -517,17 +547,10 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 // AccountConnections implements vault.Store through the (provider,
 // account_id) index; the records decide.
 func (s *Store) AccountConnections(ctx context.Context, provider, accountID string) ([]vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM connections WHERE provider = $1 AND account_id = $2 ORDER BY id",
+	recs, err := queryColumn[[]byte](ctx, s, "account connections", "SELECT record FROM connections WHERE provider = $1 AND account_id = $2 ORDER BY id",
 		shown(provider), shown(accountID))
 	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: account connections: %w", err))
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: account connections: %w", err))
+		return nil, err
 	}
 	return record.DecodeAccountConnections(provider, accountID, recs)
 }
@@ -612,25 +635,32 @@ func cas[O, N any](ctx context.Context, s *Store, what, id, update string,
 	return zero, fmt.Errorf("pgstore: update %s %s: still contended after %d attempts: %w", what, id, s.attempts, vault.ErrConflict)
 }
 
+// applyWhole is cas's next for a kind stored whole: fn applied with k's
+// rules, and the UPDATE's arguments args makes of the result (picked from
+// by pick, when not nil).
+func applyWhole[T any](k record.Kind[T], fn func(T) (T, error), args func(T) ([]any, error), pick func([]any) []any) func(T, int64) (T, casWrite, error) {
+	return func(old T, _ int64) (T, casWrite, error) {
+		nv, err := k.Apply(old, fn)
+		if err != nil {
+			return *new(T), casWrite{}, err
+		}
+		a, err := args(nv)
+		if err != nil {
+			return *new(T), casWrite{}, err
+		}
+		if pick != nil {
+			a = pick(a)
+		}
+		return nv, casWrite{args: a}, nil
+	}
+}
+
 // DeleteConnection implements vault.Store.
 func (s *Store) DeleteConnection(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	if !storable(id) {
-		return fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
-	}
 	if s.changes != nil {
 		return s.deleteConnection(ctx, id, false)
 	}
-	tag, err := s.pool.Exec(ctx, "DELETE FROM connections WHERE id = $1", id)
-	if err != nil {
-		return s.dbErr(fmt.Errorf("pgstore: delete connection %s: %w", id, err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound)
-	}
-	return nil
+	return s.deleteRow(ctx, "connections", "id", id, "connection")
 }
 
 // ConnectionIDs implements vault.Store.
@@ -641,17 +671,7 @@ func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]s
 	if !storable(after) {
 		return nil, fmt.Errorf("pgstore: connection ids after %q: not a storable id", after)
 	}
-	var lim *int64
-	if limit > 0 {
-		l := int64(limit)
-		lim = &l
-	}
-	rows, err := s.pool.Query(ctx, "SELECT id FROM connections WHERE id > $1 ORDER BY id LIMIT $2", after, lim)
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: connection ids: %w", err))
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return ids, s.dbErr(err)
+	return queryColumn[string](ctx, s, "connection ids", "SELECT id FROM connections WHERE id > $1 ORDER BY id LIMIT $2", after, limitArg(limit))
 }
 
 // Reseal implements vault.Resealer: one transaction per batch, locking only
@@ -710,13 +730,14 @@ func (s *Store) resealRows(ctx context.Context, what, query string, args []any, 
 }
 
 // KeyUsage counts connections by the id of the key that sealed their
-// tokens, and upstream client secrets by theirs.
+// tokens, and upstream client secrets and IdP sessions by theirs.
 func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT sealed_with, count(*) FROM
-		(SELECT sealed_with FROM connections UNION ALL SELECT sealed_with FROM upstream_clients WHERE sealed_with <> '') k
+		(SELECT sealed_with FROM connections UNION ALL SELECT sealed_with FROM upstream_clients WHERE sealed_with <> ''
+		 UNION ALL SELECT sealed_with FROM idp_sessions) k
 		GROUP BY sealed_with`)
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: key usage: %w", err))
@@ -729,15 +750,22 @@ func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 }
 
 func (s *Store) grantArgs(g vault.Grant) ([]any, error) {
-	rec, err := record.EncodeGrant(g)
+	return wholeArgs(record.Grants, g, g.ID, []byte(g.Principal.Issuer), []byte(g.Principal.Subject), shown(g.Provider), shown(string(g.State)),
+		nanos(g.Created), nanos(g.Expires), int64(g.Version))
+}
+
+// wholeArgs is the arguments of a row holding a record of kind k whole:
+// cols, then v's record. The id v names must hold no NUL (checkID).
+func wholeArgs[T any](k record.Kind[T], v T, cols ...any) ([]any, error) {
+	rec, err := k.Encode(v)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkID("grant", g.ID); err != nil {
+	id, _ := k.Owner(v)
+	if err := checkID(k.Name, id); err != nil {
 		return nil, err
 	}
-	return []any{g.ID, []byte(g.Principal.Issuer), []byte(g.Principal.Subject), shown(g.Provider), shown(string(g.State)),
-		nanos(g.Created), nanos(g.Expires), int64(g.Version), rec}, nil
+	return append(cols, rec), nil
 }
 
 const insertGrant = `INSERT INTO grants (id, iss, sub, provider, state, created_ns, expires_ns, version, record)
@@ -756,12 +784,7 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 // process queue on an in-process lock first, so one person's burst holds
 // at most one pooled connection per replica.
 func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Grant{}, err
-	}
-	g = g.Clone()
-	g.Version = 1
-	args, err := s.grantArgs(g)
+	g, args, err := fresh(ctx, s, record.Grants, g, s.grantArgs)
 	if err != nil {
 		return vault.Grant{}, err
 	}
@@ -811,17 +834,7 @@ func (s *Store) getGrant(ctx context.Context, id string) (vault.Grant, int64, er
 // UpdateConnection: of two concurrent consumers of a single-use grant,
 // exactly one write lands and the other re-runs fn on the consumed grant.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	return cas(ctx, s, "grant", id, updateGrant, s.getGrant, func(old vault.Grant, _ int64) (vault.Grant, casWrite, error) {
-		ng, err := record.Grants.Apply(old, fn)
-		if err != nil {
-			return vault.Grant{}, casWrite{}, err
-		}
-		args, err := s.grantArgs(ng)
-		if err != nil {
-			return vault.Grant{}, casWrite{}, err
-		}
-		return ng, casWrite{args: updateGrantArgs(args)}, nil
-	})
+	return cas(ctx, s, "grant", id, updateGrant, s.getGrant, applyWhole(record.Grants, fn, s.grantArgs, updateGrantArgs))
 }
 
 // countGrantsSQL counts a principal's grants created at or after $3 and,
@@ -845,17 +858,10 @@ func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now t
 
 // ListGrants implements vault.Store: an index scan on (iss, sub, created).
 func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Time) ([]vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, "SELECT record FROM grants WHERE iss = $1 AND sub = $2 AND created_ns >= $3 ORDER BY created_ns, id",
+	recs, err := queryColumn[[]byte](ctx, s, "list grants", "SELECT record FROM grants WHERE iss = $1 AND sub = $2 AND created_ns >= $3 ORDER BY created_ns, id",
 		[]byte(p.Issuer), []byte(p.Subject), nanos(since))
 	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list grants: %w", err))
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, s.dbErr(fmt.Errorf("pgstore: list grants: %w", err))
+		return nil, err
 	}
 	return record.Grants.DecodeOwned(p, recs)
 }

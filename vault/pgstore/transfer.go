@@ -196,27 +196,9 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 		}
 		return insertConn, row.args(), nil
 	case vault.KindGrant:
-		g, err := record.DecodeGrant(rec)
-		if err != nil {
-			return "", nil, err
-		}
-		args, err := s.grantArgs(g)
-		if err != nil {
-			return "", nil, err
-		}
-		args[len(args)-1] = rec // byte for byte, as the source stored it
-		return insertGrant, args, nil
+		return importWhole(rec, insertGrant, record.DecodeGrant, s.grantArgs)
 	case vault.KindOAuthClient:
-		c, err := record.DecodeOAuthClient(rec)
-		if err != nil {
-			return "", nil, err
-		}
-		args, err := s.clientArgs(c)
-		if err != nil {
-			return "", nil, err
-		}
-		args[len(args)-1] = rec
-		return insertClient, args, nil
+		return importWhole(rec, insertClient, record.DecodeOAuthClient, s.clientArgs)
 	case vault.KindAuthCode:
 		c, err := record.DecodeAuthCode(rec)
 		if err != nil {
@@ -228,16 +210,7 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 		return `INSERT INTO oauth_codes (key, expires_ns, redeemed, record) VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`,
 			[]any{c.Key, nanos(c.Expires), c.Redeemed, rec}, nil
 	case vault.KindAppAccess:
-		a, err := record.DecodeAppAccess(rec)
-		if err != nil {
-			return "", nil, err
-		}
-		args, err := s.appArgs(a)
-		if err != nil {
-			return "", nil, err
-		}
-		args[len(args)-1] = rec
-		return insertApp, args, nil
+		return importWhole(rec, insertApp, record.DecodeAppAccess, s.appArgs)
 	case vault.KindDelivery:
 		d, err := record.DecodeDelivery(rec)
 		if err != nil {
@@ -261,6 +234,22 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 		return insertUpstream, []any{key, sealed, rec}, nil
 	}
 	return "", nil, fmt.Errorf("unknown record kind %d", int(kind))
+}
+
+// importWhole is importRow for a kind stored whole with a create's
+// insert: rec decoded, the insert's arguments made of it, and rec itself
+// (byte for byte, as the source stored it) as the record, the last.
+func importWhole[T any](rec []byte, insert string, decode func([]byte) (T, error), args func(T) ([]any, error)) (string, []any, error) {
+	v, err := decode(rec)
+	if err != nil {
+		return "", nil, err
+	}
+	a, err := args(v)
+	if err != nil {
+		return "", nil, err
+	}
+	a[len(a)-1] = rec
+	return insert, a, nil
 }
 
 func (s *Store) runImport(ctx context.Context, batch *pgx.Batch) (added, skipped int, err error) {

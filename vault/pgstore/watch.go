@@ -18,7 +18,7 @@ import (
 // appsChannel is where the oauth_apps trigger (schema step 5) announces
 // every committed update or delete of an app access record, and where
 // WatchApps sends its heartbeats; connectionsChannel is where the
-// connections trigger (step 7) announces every committed write of a
+// connections trigger (step 8) announces every committed write of a
 // connection, by person, and where WatchConnections sends its heartbeats.
 const (
 	appsChannel        = "credbroker_apps"

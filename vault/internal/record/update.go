@@ -53,6 +53,21 @@ func (k Kind[T]) Apply(old T, fn func(T) (T, error)) (T, error) {
 	return k.withVersion(k.clone(nv), k.version(old)+1), nil
 }
 
+// Fresh is what a backend stores for a value it creates: a copy of v at
+// version 1.
+func (k Kind[T]) Fresh(v T) T { return k.withVersion(k.clone(v), 1) }
+
+// New is Fresh and its record.
+func (k Kind[T]) New(v T) (T, []byte, error) {
+	v = k.Fresh(v)
+	rec, err := k.Encode(v)
+	if err != nil {
+		var zero T
+		return zero, nil, err
+	}
+	return v, rec, nil
+}
+
 // DecodeOwned decodes the records of kind k that a backend listed for p
 // and checks each belongs to p (decodeOwned).
 func (k Kind[T]) DecodeOwned(p vault.Principal, recs [][]byte) ([]T, error) {
