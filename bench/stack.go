@@ -224,6 +224,10 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 	if cfg.twoSteps {
 		store = twoStepStore{store}
 	}
+	var listed connections.LateWrites // as serve: a bolt file's writes reach the listing cache
+	if kind == storeBolt {
+		store = vault.Announced(store, &listed)
+	}
 	store = vault.Observe(store, tracing.StoreObserver(tp), rec.StoreObserver(), st.counter)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
@@ -279,10 +283,11 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 	}
 	st.grants = binding.New(store, binding.Options{})
 	st.conns, err = connections.New(connections.Options{Store: store, Grants: st.grants,
-		Client: pc, PublicURL: base, Telemetry: rec, Logger: log})
+		Client: pc, PublicURL: base, Telemetry: rec, Logger: log, Watch: store.AppWatch(), SoleWriter: kind == storeBolt})
 	if err != nil {
 		return nil, err
 	}
+	listed.Set(st.conns)
 
 	// As serve wires broker mode: the authorization server on the
 	// observed store, people signing in through the browser flow's
@@ -297,6 +302,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 	fctx, stopFollow := context.WithCancel(ctx)
 	st.closers = append(st.closers, stopFollow)
 	go appSvc.Follow(fctx)
+	go st.conns.Follow(fctx) // as serve: the listing cache follows PostgreSQL's feed
 	var flow *oauthflow.Flow
 	as, err := authserver.New(authserver.Options{
 		PublicURL: base, Resource: base + "/mcp", IdPIssuer: idp.Issuer(), Store: store.Auth(), Keys: st.keys,
