@@ -377,6 +377,12 @@ func (f *fakeWatch) WatchApps(ctx context.Context, w vault.AppWatcher) error {
 	return nil
 }
 
+// WatchConnections: the apps core follows no connections.
+func (f *fakeWatch) WatchConnections(ctx context.Context, w vault.AppWatcher) error {
+	<-ctx.Done()
+	return nil
+}
+
 // TestAliveWatched: with a store other processes write, the cache is
 // trusted only while the feed has been fresh within apps.Bound: before
 // the first report, after the feed is lost, and when the last report is

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"credbroker/internal/replicache"
 	"credbroker/vault"
 )
 
@@ -15,7 +15,7 @@ import (
 // replayed, its person offboarded, its token revoked) is refused on every
 // replica once the change is acknowledged plus Bound. In this process its
 // end is seen at once.
-const Bound = time.Second
+const Bound = replicache.Bound
 
 // Errors of Alive.
 var (
@@ -37,7 +37,7 @@ func (s *Service) Alive(ctx context.Context, p vault.Principal, appID, famID str
 	if s.live != nil {
 		var e entry
 		var ok bool
-		if e, epoch, ok = s.live.get(famID); ok && e.app == appID {
+		if e, _, epoch, ok = s.live.Get(famID); ok && e.app == appID {
 			if e.principal != p {
 				return time.Time{}, ErrNotTheirs
 			}
@@ -59,7 +59,7 @@ func (s *Service) Alive(ctx context.Context, p vault.Principal, appID, famID str
 			return time.Time{}, ErrNotTheirs
 		}
 		if epoch != 0 {
-			s.live.put(epoch, famID, entry{app: appID, principal: l.Principal, expires: f.Expires})
+			s.live.Put(epoch, famID, appID, entry{app: appID, principal: l.Principal, expires: f.Expires})
 		}
 		return f.Expires, nil
 	}
@@ -70,7 +70,7 @@ func (s *Service) Alive(ctx context.Context, p vault.Principal, appID, famID str
 // process changed the record (other processes learn it through Watch).
 func (s *Service) ended(appID string) {
 	if s.live != nil {
-		s.live.dropApp(appID)
+		s.live.Drop(appID)
 	}
 }
 
@@ -83,7 +83,7 @@ func (s *Service) Follow(ctx context.Context) error {
 	if s.watch == nil || s.live == nil {
 		return nil
 	}
-	return s.watch.WatchApps(ctx, vault.AppWatcher{Changed: s.live.dropApp, Fresh: s.live.fresh, Lost: s.live.reset})
+	return s.watch.WatchApps(ctx, s.live.Watcher())
 }
 
 // entry is what the cache knows of a live family.
@@ -94,112 +94,11 @@ type entry struct {
 }
 
 // liveness is the per-process cache of "this token family is alive",
-// keyed by family id (never by a token or anything derived from one). It
-// holds only families read alive from the store, and forgets an app's the
-// moment its record changes. A fill races no change: fills carry the
-// epoch read before the store was, and every invalidation moves the epoch
-// on, so a fill that started before an invalidation is dropped.
-type liveness struct {
-	max  int
-	sole bool // this process is the store's only writer: always trusted
-
-	mu     sync.RWMutex // guards the fields below
-	fams   map[string]entry
-	byApp  map[string][]string // app id -> its cached family ids
-	epoch  uint64              // starts at 1: 0 means "do not fill"
-	freshT time.Time           // every change committed before it is applied (Watch)
-}
+// keyed by family id (never by a token or anything derived from one) and
+// grouped by app: it holds only families read alive from the store, and
+// forgets an app's the moment its record changes (replicache).
+type liveness = replicache.Cache[entry]
 
 func newLiveness(max int, sole bool) *liveness {
-	if max <= 0 {
-		max = 50000
-	}
-	return &liveness{max: max, sole: sole, fams: map[string]entry{}, byApp: map[string][]string{}, epoch: 1}
-}
-
-// trusted: the cache holds every end committed more than Bound ago. The
-// caller holds mu.
-func (c *liveness) trusted() bool {
-	return c.sole || (!c.freshT.IsZero() && time.Since(c.freshT) < Bound)
-}
-
-// get returns famID's entry when the cache is trusted, with the epoch a
-// fill of what the store says must carry (0 when the cache is not
-// trusted: nothing is filled).
-func (c *liveness) get(famID string) (e entry, epoch uint64, ok bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if !c.trusted() {
-		return entry{}, 0, false
-	}
-	e, ok = c.fams[famID]
-	return e, c.epoch, ok
-}
-
-// put caches e for famID unless the cache changed since epoch.
-func (c *liveness) put(epoch uint64, famID string, e entry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if epoch != c.epoch || !c.trusted() {
-		return
-	}
-	if _, ok := c.fams[famID]; ok {
-		return
-	}
-	if len(c.fams) >= c.max {
-		for id, old := range c.fams { // one arbitrary entry goes
-			c.forget(id, old.app)
-			break
-		}
-	}
-	c.fams[famID] = e
-	c.byApp[e.app] = append(c.byApp[e.app], famID)
-}
-
-// forget removes one family. The caller holds mu.
-func (c *liveness) forget(famID, appID string) {
-	delete(c.fams, famID)
-	ids := c.byApp[appID]
-	for i, id := range ids {
-		if id == famID {
-			ids = append(ids[:i], ids[i+1:]...)
-			break
-		}
-	}
-	if len(ids) == 0 {
-		delete(c.byApp, appID)
-	} else {
-		c.byApp[appID] = ids
-	}
-}
-
-// dropApp forgets every family of appID: its record changed.
-func (c *liveness) dropApp(appID string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.epoch++
-	for _, id := range c.byApp[appID] {
-		delete(c.fams, id)
-	}
-	delete(c.byApp, appID)
-}
-
-// fresh records that every change committed before asOf is applied.
-func (c *liveness) fresh(asOf time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if asOf.After(c.freshT) {
-		c.freshT = asOf
-	}
-}
-
-// reset forgets everything and distrusts the cache until the next fresh:
-// the feed broke, so changes may have been missed.
-func (c *liveness) reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.epoch++
-	c.freshT = time.Time{}
-	clear(c.fams)
-	clear(c.byApp)
+	return replicache.New[entry](max, 50000, sole)
 }

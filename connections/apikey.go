@@ -107,6 +107,7 @@ func (s *Service) ReplaceKey(ctx context.Context, req Request, id string, values
 		old.AccountLogin, old.Status, old.Updated = ex.Account.Login, vault.StatusActive, now
 		return old, nil
 	})
+	s.changed(req.Principal)
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("connections: replace key of %s: %w", id, err)
 	}

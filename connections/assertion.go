@@ -144,6 +144,7 @@ func (s *Service) storeDirect(ctx context.Context, pr vault.Principal, p *provid
 	} else {
 		conn, err = s.opts.Store.UpdateConnection(wctx, w.UpdateID, w.Update)
 	}
+	s.changed(pr)
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("connections: store the connection: %w", err)
 	}

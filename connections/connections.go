@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"credbroker/binding"
+	"credbroker/internal/replicache"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
@@ -35,6 +36,18 @@ type Options struct {
 	// Offboard are the further kinds of a person's data Offboard removes
 	// (offboard.go); empty: connections and connect requests only.
 	Offboard []OffboardStep
+	// Watch, for a store replicas share, reports every replica's changes
+	// of connections (Follow reads it): Ensure then answers from a
+	// per-replica listing cache (listcache.go). Nil: every listing reads
+	// the store.
+	Watch vault.AppWatch
+	// SoleWriter says this process is the only one writing Store (a bolt
+	// file, a memory store) and reports every write of a connection to the
+	// Service (vault.Announced with the Service as its ConnectionWrites):
+	// the listing cache then trusts itself.
+	SoleWriter bool
+	// ListCacheSize bounds the listing cache (default 50000 people).
+	ListCacheSize int
 }
 
 // Service makes the product's decisions about connections.
@@ -43,6 +56,7 @@ type Service struct {
 	log       *slog.Logger
 	providers *provider.Registry
 	stepUps   stepUpCounter
+	listing   *listing // nil: no Watch and not a sole writer
 	// locker excludes other replicas from connecting one person to one
 	// provider by assertion at the same time (assertion.go).
 	locker   vault.Locker
@@ -74,7 +88,11 @@ func New(opts Options) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{opts: opts, log: log, providers: opts.Client.Providers(), locker: opts.Store.Locker()}, nil
+	s := &Service{opts: opts, log: log, providers: opts.Client.Providers(), locker: opts.Store.Locker()}
+	if opts.Watch != nil || opts.SoleWriter {
+		s.listing = replicache.New[[]vault.Connection](opts.ListCacheSize, 50000, opts.SoleWriter)
+	}
+	return s, nil
 }
 
 // Providers returns the catalogue.
@@ -302,13 +320,7 @@ func (s *Service) List(ctx context.Context, p vault.Principal) ([]vault.Connecti
 	if err != nil {
 		return nil, err
 	}
-	out := all[:0]
-	for _, c := range all {
-		if c.Principal.Same(p) {
-			out = append(out, c)
-		}
-	}
-	return out, nil
+	return mine(p, all), nil
 }
 
 // connectionsTo returns req's provider and req's person's connections to
@@ -332,6 +344,11 @@ func (s *Service) providerConnections(ctx context.Context, p vault.Principal, pr
 	if err != nil {
 		return nil, err
 	}
+	return byProvider(all, provider), nil
+}
+
+// byProvider keeps those of all to provider, ordered by account name.
+func byProvider(all []vault.Connection, provider string) []vault.Connection {
 	var out []vault.Connection
 	for _, c := range all {
 		if c.Provider == provider {
@@ -339,7 +356,7 @@ func (s *Service) providerConnections(ctx context.Context, p vault.Principal, pr
 		}
 	}
 	slices.SortStableFunc(out, func(a, b vault.Connection) int { return cmp.Compare(AccountName(a), AccountName(b)) })
-	return out, nil
+	return out
 }
 
 // AccountName is how a connection's account is shown: its login, or its
@@ -386,10 +403,11 @@ func (s *Service) Ensure(ctx context.Context, req Request) (Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	conns, err := s.providerConnections(ctx, req.Principal, p.Name)
+	all, err := s.listed(ctx, req.Principal) // the hot path: the listing cache
 	if err != nil {
 		return nil, err
 	}
+	conns := byProvider(all, p.Name)
 	if c, why := best(p, conns, scopes); c == nil {
 		return s.start(ctx, req, p, s.keepGranted(p, conns, req.Account, scopes), why)
 	} else {
@@ -759,6 +777,9 @@ func (s *Service) recordUse(ctx context.Context, c vault.Connection) {
 		old.LastUsed = now
 		return old, nil
 	})
+	if !errors.Is(err, errUnchanged) {
+		s.changed(c.Principal)
+	}
 	if err != nil && !errors.Is(err, errUnchanged) && !errors.Is(err, vault.ErrNotFound) {
 		s.log.Warn("connections: recording the connection's last use failed", "connection", c.ID, "err", err)
 	}
@@ -837,7 +858,9 @@ func (s *Service) disconnect(ctx context.Context, req Request, p *provider.Provi
 	}
 	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventRevoke, Principal: req.Principal, Provider: p.Name,
 		Account: AccountName(meta), Connection: id, Via: req.Via, Outcome: string(out.Revocation), Err: rerr})
-	if err := s.opts.Store.DeleteConnection(context.WithoutCancel(ctx), id); err != nil && !errors.Is(err, vault.ErrNotFound) {
+	err = s.opts.Store.DeleteConnection(context.WithoutCancel(ctx), id)
+	s.changed(req.Principal)
+	if err != nil && !errors.Is(err, vault.ErrNotFound) {
 		return out, fmt.Errorf("connections: delete %s: %w", id, err)
 	}
 	log.Info("connections: connection deleted", "revocation", string(out.Revocation))
@@ -941,6 +964,7 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 		return vault.Connection{}, err
 	}
 	var conn vault.Connection
+	defer s.changed(pr) // whatever came of it, read afresh
 	gc := s.opts.Store.Connector()
 	atomic := gc != nil
 	if atomic {

@@ -118,6 +118,7 @@ func (s *Service) AdminList(ctx context.Context, admin Admin, person vault.Princ
 // the deletions are connection.deleted events.
 func (s *Service) Offboard(ctx context.Context, admin Admin, person vault.Principal) (OffboardReport, error) {
 	adm := s.opts.Store.Admin()
+	defer s.changed(person)
 	rep := OffboardReport{Principal: person}
 	log := s.log.With("via", admin.Via)
 	// Revocations earlier runs could not confirm.
@@ -249,7 +250,9 @@ func (s *Service) DisableProvider(ctx context.Context, admin Admin, name string,
 				}
 				s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventRevoke, Principal: m.Principal, Admin: admin.Principal,
 					Provider: name, Account: AccountName(m), Connection: m.ID, Via: admin.Via, Outcome: string(rev), Err: rerr})
-				if err := s.opts.Store.DeleteConnection(context.WithoutCancel(ctx), m.ID); err != nil && !errors.Is(err, vault.ErrNotFound) {
+				err := s.opts.Store.DeleteConnection(context.WithoutCancel(ctx), m.ID)
+				s.changed(m.Principal)
+				if err != nil && !errors.Is(err, vault.ErrNotFound) {
 					return rep, fmt.Errorf("connections: disable %s: delete %s: %w", name, m.ID, err)
 				}
 				s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventDisconnect, Principal: m.Principal, Admin: admin.Principal,
@@ -268,6 +271,7 @@ func (s *Service) DisableProvider(ctx context.Context, admin Admin, name string,
 				c.Status, c.Updated = vault.StatusNeedsReconnect, now
 				return c, nil
 			})
+			s.changed(m.Principal)
 			switch {
 			case errors.Is(err, errUnchanged), errors.Is(err, vault.ErrNotFound):
 				continue

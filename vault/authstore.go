@@ -185,6 +185,10 @@ type AppWatch interface {
 	// WatchApps follows the changes until ctx ends, reconnecting on its
 	// own; it calls w's functions from one goroutine, in order.
 	WatchApps(ctx context.Context, w AppWatcher) error
+	// WatchConnections is WatchApps for connections: w.Changed is called
+	// with the PrincipalKey of the person whose connection was created,
+	// updated or deleted, after the change committed.
+	WatchConnections(ctx context.Context, w AppWatcher) error
 }
 
 // FamilyViaIDJAG marks a token family granted by redeeming an ID-JAG.

@@ -371,6 +371,10 @@ func (w observedAppWatch) WatchApps(ctx context.Context, x AppWatcher) error {
 	return observedErr(w.o, ctx, "watch_apps", func(ctx context.Context) error { return w.next.WatchApps(ctx, x) })
 }
 
+func (w observedAppWatch) WatchConnections(ctx context.Context, x AppWatcher) error {
+	return observedErr(w.o, ctx, "watch_connections", func(ctx context.Context) error { return w.next.WatchConnections(ctx, x) })
+}
+
 type observedUpstream struct {
 	next UpstreamClientStore
 	o    observer

@@ -109,6 +109,10 @@ func (lostFeed) WatchApps(ctx context.Context, w vault.AppWatcher) error {
 	return nil
 }
 
+func (f lostFeed) WatchConnections(ctx context.Context, w vault.AppWatcher) error {
+	return f.WatchApps(ctx, w)
+}
+
 // TestObserveErrors: End gets the operation's own error, and the caller
 // gets what the store answered.
 func TestObserveErrors(t *testing.T) {

@@ -2,7 +2,10 @@ package vault
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
 	"maps"
 	"slices"
 	"time"
@@ -25,6 +28,18 @@ func (p Principal) Same(q Principal) bool {
 	iss := subtle.ConstantTimeCompare([]byte(p.Issuer), []byte(q.Issuer))
 	sub := subtle.ConstantTimeCompare([]byte(p.Subject), []byte(q.Subject))
 	return iss&sub == 1 && p.Issuer != "" && p.Subject != ""
+}
+
+// PrincipalKey is how a person's connection changes are announced
+// (AppWatch.WatchConnections): hex SHA-256 of the issuer's length as four
+// big-endian bytes, the issuer and the subject. pgstore's connections
+// trigger computes the same.
+func PrincipalKey(p Principal) string {
+	h := sha256.New()
+	h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(p.Issuer))))
+	h.Write([]byte(p.Issuer))
+	h.Write([]byte(p.Subject))
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // ConnectionStatus is the lifecycle state of a connection.

@@ -118,6 +118,11 @@ type mounted struct {
 // runs until ctx ends.
 func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, error) {
 	plainStore := d.Store
+	sole := soleWriter(plainStore)
+	var listed connections.LateWrites // the connections core, once built
+	if sole {
+		d.Store = vault.Announced(d.Store, &listed)
+	}
 	d.Store = observeStore(d.Store, d.Telemetry, d.Tracing)
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
 	authHTTP, mcpHTTP, err := d.Upstreams.httpClients()
@@ -141,7 +146,7 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if c := d.AuthServer; c != nil {
 		policy = apps.Policy{AccessTokenTTL: c.AccessTokenTTL, FamilyTTL: c.RefreshTokenTTL, RefreshIdleTTL: c.RefreshIdleTTL}
 	}
-	appSvc, err := appsCore(d.Store, soleWriter(plainStore), policy, d.Telemetry, d.Logger.With("component", "apps"))
+	appSvc, err := appsCore(d.Store, sole, policy, d.Telemetry, d.Logger.With("component", "apps"))
 	if err != nil {
 		return mounted{}, err
 	}
@@ -152,11 +157,12 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	conns, err := connections.New(connections.Options{
 		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
-		Offboard: offboard,
+		Offboard: offboard, Watch: d.Store.AppWatch(), SoleWriter: sole,
 	})
 	if err != nil {
 		return mounted{}, err
 	}
+	listed.Set(conns)
 	// The authorization server signs people in through the browser flow's
 	// session and the browser flow lists the apps the authorization server
 	// knows: both refer to the other through the hooks wired here.
@@ -236,6 +242,11 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	go func() {
 		if err := appSvc.Follow(ctx); err != nil && ctx.Err() == nil {
 			d.Logger.Error("apps: following the store's changes stopped; token checks read the store", "err", err)
+		}
+	}()
+	go func() {
+		if err := conns.Follow(ctx); err != nil && ctx.Err() == nil {
+			d.Logger.Error("connections: following the store's changes stopped; listings read the store", "err", err)
 		}
 	}()
 	// The readiness probe reads the store as opened: a probe is no

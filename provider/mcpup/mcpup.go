@@ -23,6 +23,7 @@ package mcpup
 import (
 	"container/list"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,6 +133,14 @@ type Options struct {
 type Pool struct {
 	opts Options
 	log  *slog.Logger
+	// impl is the clientInfo (implJSON encoded).
+	impl     *mcp.Implementation
+	implJSON []byte
+	// ids numbers the pool's own requests (CallTool).
+	ids atomic.Int64
+	// wires are what the pool's own exchange uses of each session
+	// (*mcp.ClientSession → *wire).
+	wires sync.Map
 
 	// progress maps the progress tokens of calls in flight to their sinks.
 	progress sync.Map
@@ -180,7 +189,10 @@ func New(opts Options) *Pool {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Pool{opts: opts, log: log, sessions: map[string]*list.Element{}, lru: list.New()}
+	impl := &mcp.Implementation{Name: "credbroker", Version: opts.Version}
+	implJSON, _ := json.Marshal(impl)
+	return &Pool{opts: opts, log: log, impl: impl, implJSON: implJSON,
+		sessions: map[string]*list.Element{}, lru: list.New()}
 }
 
 // Session returns the session for t, opening it (and probing the era) on
@@ -315,6 +327,7 @@ func (p *Pool) removeLocked(el *list.Element) {
 		<-e.ready
 		if e.cs != nil {
 			e.cs.Close()
+			p.wires.Delete(e.cs)
 		}
 		e.cancel()
 	})
@@ -342,9 +355,11 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 	hc := *p.opts.HTTPClient
 	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
 	ans := answers{next: transportOf(p.opts.HTTPClient), pool: p, refused: new(atomic.Bool)}
+	w := &wire{url: t.URL, hc: &hc}
 	if t.Conn != "" {
 		ans.secrets = &secrets{}
-		tr.OAuthHandler = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets}
+		w.auth = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets}
+		tr.OAuthHandler = w.auth
 	}
 	hc.Transport = ans
 	opts := &mcp.ClientOptions{
@@ -376,7 +391,7 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 		opts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { changed(PromptsListChanged) }
 		opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { changed(ResourcesListChanged) }
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "credbroker", Version: p.opts.Version}, opts)
+	client := mcp.NewClient(p.impl, opts)
 	if acked != nil {
 		var once sync.Once
 		client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -405,6 +420,7 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 	case err != nil:
 		return nil, rec.classify(err)
 	}
+	p.wires.Store(cs, w)
 	return cs, nil
 }
 

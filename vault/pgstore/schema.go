@@ -167,6 +167,23 @@ CREATE TABLE idp_sessions (
 COMMENT ON COLUMN idp_sessions.record IS 'record.EncodeIdPSession output: the IdP refresh token and latest ID token sealed (AEAD, AAD bound to the person)';
 COMMENT ON COLUMN idp_sessions.sealed_with IS 'id of the key that sealed the tokens';
 `},
+	{8, "connection changes announced (LISTEN/NOTIFY) for the replicas' listing caches", `
+CREATE FUNCTION credbroker_connection_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	r connections;
+BEGIN
+	IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+	-- "<bytes of the schema>:<schema><person>" on channel
+	-- credbroker_connections, delivered when the change commits; the
+	-- person is vault.PrincipalKey: hex SHA-256 of the issuer's length
+	-- (four bytes, big-endian), the issuer and the subject.
+	PERFORM pg_notify('credbroker_connections', octet_length(TG_TABLE_SCHEMA)::text || ':' || TG_TABLE_SCHEMA ||
+		encode(sha256(int4send(octet_length(r.iss)) || r.iss || r.sub), 'hex'));
+	RETURN NULL;
+END $$;
+CREATE TRIGGER connections_changed AFTER INSERT OR UPDATE OR DELETE ON connections
+	FOR EACH ROW EXECUTE FUNCTION credbroker_connection_changed();
+`},
 }
 
 // SchemaVersion is the schema version this build migrates to.

@@ -17,8 +17,13 @@ import (
 
 // appsChannel is where the oauth_apps trigger (schema step 5) announces
 // every committed update or delete of an app access record, and where
-// WatchApps sends its heartbeats.
-const appsChannel = "credbroker_apps"
+// WatchApps sends its heartbeats; connectionsChannel is where the
+// connections trigger (step 8) announces every committed write of a
+// connection, by person, and where WatchConnections sends its heartbeats.
+const (
+	appsChannel        = "credbroker_apps"
+	connectionsChannel = "credbroker_connections"
+)
 
 // heartbeatEvery is how often WatchApps proves its feed is current;
 // after maxWaiting heartbeats without one coming back (ten seconds) it
@@ -43,10 +48,22 @@ func (s *Store) AppWatch() vault.AppWatch { return s }
 // meanwhile was missed; the caller reads afresh), then Fresh with the
 // next heartbeat. It returns when ctx ends or the store is closed.
 func (s *Store) WatchApps(ctx context.Context, w vault.AppWatcher) error {
+	return s.watch(ctx, appsChannel, w)
+}
+
+// WatchConnections implements vault.AppWatch as WatchApps does, on
+// connections' channel: Changed gets the vault.PrincipalKey of the person
+// whose connection changed.
+func (s *Store) WatchConnections(ctx context.Context, w vault.AppWatcher) error {
+	return s.watch(ctx, connectionsChannel, w)
+}
+
+// watch follows channel for WatchApps and WatchConnections.
+func (s *Store) watch(ctx context.Context, channel string, w vault.AppWatcher) error {
 	backoff := 100 * time.Millisecond
 	for {
 		start := time.Now()
-		err := s.watchApps(ctx, w)
+		err := s.watchOnce(ctx, channel, w)
 		w.Lost()
 		if ctx.Err() != nil || s.closed.Load() {
 			return nil
@@ -64,8 +81,8 @@ func (s *Store) WatchApps(ctx context.Context, w vault.AppWatcher) error {
 	}
 }
 
-// watchApps is one connection's life of WatchApps.
-func (s *Store) watchApps(ctx context.Context, w vault.AppWatcher) error {
+// watchOnce is one connection's life of watch.
+func (s *Store) watchOnce(ctx context.Context, channel string, w vault.AppWatcher) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cfg := s.pool.Config().ConnConfig.Copy()
@@ -84,7 +101,7 @@ func (s *Store) watchApps(ctx context.Context, w vault.AppWatcher) error {
 	if err := listen.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		return err
 	}
-	if _, err := listen.Exec(ctx, "LISTEN "+appsChannel); err != nil {
+	if _, err := listen.Exec(ctx, "LISTEN "+channel); err != nil {
 		return err
 	}
 	w.Lost() // anything may have changed while nobody listened
@@ -113,7 +130,7 @@ func (s *Store) watchApps(ctx context.Context, w vault.AppWatcher) error {
 				cancel()
 				return
 			}
-			if _, err := beat.Exec(ctx, "SELECT pg_notify($1, $2)", appsChannel, mine+strconv.FormatUint(seq, 10)); err != nil {
+			if _, err := beat.Exec(ctx, "SELECT pg_notify($1, $2)", channel, mine+strconv.FormatUint(seq, 10)); err != nil {
 				beatErr <- err
 				cancel()
 				return
@@ -157,7 +174,7 @@ func (s *Store) watchApps(ctx context.Context, w vault.AppWatcher) error {
 			if id := p[len(prefix):]; id != "" {
 				w.Changed(id)
 			} else {
-				w.Lost() // an id too long to announce: forget every app
+				w.Lost() // an id too long to announce: forget everything
 			}
 		}
 	}

@@ -1,0 +1,118 @@
+package connections
+
+import (
+	"context"
+	"sync/atomic"
+
+	"credbroker/internal/replicache"
+	"credbroker/vault"
+)
+
+// ListBound is the longest a change of a person's connections committed
+// on another replica (a new connection, a disconnect, a token refreshed,
+// needs_reconnect) takes to be seen by Ensure here: the listing cache is
+// trusted only while its feed has been current within it. In this process
+// a change made through the Service is seen at once.
+const ListBound = replicache.Bound
+
+// listing is the per-replica cache of each person's connection listing
+// (ListConnections: metadata and nothing decrypted, never a token), keyed
+// and grouped by vault.PrincipalKey.
+type listing = replicache.Cache[[]vault.Connection]
+
+// Follow keeps the listing cache in step with the changes every replica
+// makes, through Options.Watch, until ctx ends. Without a Watch it returns
+// at once: a sole writer's store reports its writes (Changed, ChangedAll),
+// and with neither every listing reads the store. While it does not run (or
+// the feed is down longer than ListBound) the cache is not trusted and
+// Ensure reads the store.
+func (s *Service) Follow(ctx context.Context) error {
+	if s.listing == nil || s.opts.Watch == nil {
+		return nil
+	}
+	return s.opts.Watch.WatchConnections(ctx, s.listing.Watcher())
+}
+
+// listed is p's connections for the hot path (Ensure): from the listing
+// cache when it can be trusted, else from the store (List). Every path
+// that writes (disconnect, offboarding, saving a connection) reads the
+// store through List instead.
+func (s *Service) listed(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
+	if s.listing == nil {
+		return s.List(ctx, p)
+	}
+	key := vault.PrincipalKey(p)
+	cached, _, epoch, ok := s.listing.Get(key)
+	if ok {
+		return mine(p, cloneAll(cached)), nil
+	}
+	all, err := s.List(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if epoch != 0 {
+		s.listing.Put(epoch, key, key, cloneAll(all))
+	}
+	return all, nil
+}
+
+// Changed implements vault.ConnectionWrites for a sole writer's store
+// (vault.Announced): one of p's connections was written.
+func (s *Service) Changed(p vault.Principal) { s.changed(p) }
+
+// ChangedAll implements vault.ConnectionWrites: some connection was
+// written, whose person the store did not say.
+func (s *Service) ChangedAll() {
+	if s.listing != nil {
+		s.listing.Reset()
+	}
+}
+
+// changed forgets p's cached listing after this process wrote one of p's
+// connections (the other replicas learn it through their feeds).
+func (s *Service) changed(p vault.Principal) {
+	if s.listing != nil {
+		s.listing.Drop(vault.PrincipalKey(p))
+	}
+}
+
+// mine keeps those of conns that are p's.
+func mine(p vault.Principal, conns []vault.Connection) []vault.Connection {
+	out := conns[:0]
+	for _, c := range conns {
+		if c.Principal.Same(p) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func cloneAll(conns []vault.Connection) []vault.Connection {
+	out := make([]vault.Connection, len(conns))
+	for i, c := range conns {
+		out[i] = c.Clone()
+	}
+	return out
+}
+
+// LateWrites is the vault.ConnectionWrites of a sole writer's store
+// (vault.Announced) built before its Service: it passes each write on
+// once Set names the Service, and drops it before (no cache to tell yet).
+type LateWrites struct{ to atomic.Pointer[Service] }
+
+// Set names the Service the writes go to.
+func (l *LateWrites) Set(s *Service) { l.to.Store(s) }
+
+// Changed implements vault.ConnectionWrites.
+func (l *LateWrites) Changed(p vault.Principal) {
+	if s := l.to.Load(); s != nil {
+		s.Changed(p)
+	}
+}
+
+// ChangedAll implements vault.ConnectionWrites.
+func (l *LateWrites) ChangedAll() {
+	if s := l.to.Load(); s != nil {
+		s.ChangedAll()
+	}
+}

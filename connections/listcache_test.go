@@ -1,0 +1,318 @@
+package connections_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"credbroker/connections"
+	"credbroker/internal/testskip"
+	"credbroker/provider"
+	"credbroker/vault"
+	"credbroker/vault/pgstore"
+	"credbroker/vault/pgstore/pgtest"
+)
+
+// listReads counts the listings that reach the store (vault.Observe).
+type listReads struct{ n atomic.Int64 }
+
+func (l *listReads) Begin(ctx context.Context, op string) context.Context {
+	if op == "list_connections" {
+		l.n.Add(1)
+	}
+	return ctx
+}
+func (l *listReads) End(context.Context, string, time.Duration, error) {}
+
+// replica is one broker replica's connections core on a PostgreSQL
+// store the replicas share, its listing cache following the store's feed
+// through feed (which can be cut).
+type replica struct {
+	store *pgstore.Store
+	conns *connections.Service
+	reads *listReads
+	feed  *cuttableFeed
+}
+
+// cuttableFeed passes the store's connection changes on until cut, then
+// nothing (a feed that has gone silent without noticing: no Lost).
+type cuttableFeed struct {
+	vault.AppWatch
+	cut atomic.Bool
+}
+
+func (f *cuttableFeed) WatchConnections(ctx context.Context, w vault.AppWatcher) error {
+	return f.AppWatch.WatchConnections(ctx, vault.AppWatcher{
+		Changed: func(k string) {
+			if !f.cut.Load() {
+				w.Changed(k)
+			}
+		},
+		Fresh: func(at time.Time) {
+			if !f.cut.Load() {
+				w.Fresh(at)
+			}
+		},
+		Lost: w.Lost,
+	})
+}
+
+func newReplica(t *testing.T, url string, kr *vault.Keyring) *replica {
+	t.Helper()
+	s, err := pgstore.Open(context.Background(), url, kr, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	reg, err := provider.ParseProviders("replica", []byte(`providers:
+  github:
+    type: oauth2
+    authorization_url: https://github.test/authorize
+    token_url: https://github.test/token
+    client_id: c
+    client_secret: ${S}
+    account: {url: https://api.github.test/user, id_field: id, login_field: login}
+    default_scopes: [repo]
+    allowed_scopes: [repo, read:user]
+    api: {base_url: https://api.github.test}
+`), func(string) string { return "secret" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{store: s, reads: &listReads{}, feed: &cuttableFeed{AppWatch: s.AppWatch()}}
+	observed := vault.Observe(s, r.reads)
+	client, err := provider.New(provider.Options{Store: observed, Providers: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.conns, err = connections.New(connections.Options{Store: observed, Client: client, PublicURL: "https://broker.test", Watch: r.feed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := r.conns.Follow(ctx); err != nil {
+			t.Errorf("Follow: %v", err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return r
+}
+
+// person has a NUL and a non-ASCII letter: the trigger's key and
+// vault.PrincipalKey must agree on every byte.
+var person = vault.Principal{Issuer: "https://idp.test/é", Subject: "al\x00ice"}
+
+// personConn is person's GitHub connection id, covering the default scope.
+func personConn(id string) vault.Connection {
+	return vault.Connection{ID: id, Principal: person, Provider: "github", AccountID: "1", AccountLogin: "alice",
+		Scopes: []string{"repo"}, Status: vault.StatusActive, Created: time.Now(), Updated: time.Now(),
+		Token: vault.TokenSet{AccessToken: "at-secret", TokenType: "Bearer"}}
+}
+
+// state is what Ensure on r says of person's GitHub connection:
+// "connected", "reconnect" (needs_reconnect) or "none".
+func (r *replica) state(t *testing.T) string {
+	t.Helper()
+	o, err := r.conns.Ensure(context.Background(), connections.Request{Principal: person, Provider: "github", Via: "mcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch o := o.(type) {
+	case connections.Connected:
+		return "connected"
+	case connections.NeedsUser:
+		if o.Why.Kind == connections.Reconnect {
+			return "reconnect"
+		}
+		return "none"
+	}
+	t.Fatalf("Ensure = %#v", o)
+	return ""
+}
+
+// cached waits until r answers Ensure without reading the store (its
+// feed is current and the listing cached) and says so.
+func (r *replica) cached(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		before := r.reads.n.Load()
+		got := r.state(t)
+		if got != want {
+			t.Fatalf("waiting for the cache: Ensure says %q, want %q", got, want)
+		}
+		if r.reads.n.Load() == before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the listing is never answered from the cache")
+		}
+	}
+}
+
+// seenWithin asks r until it says want, and fails when a question asked
+// more than bound after ack (when the write was acknowledged) gets
+// another answer, or when r goes back to the old answer after saying want
+// once. It returns how long after ack the first question answered want
+// was asked.
+func (r *replica) seenWithin(t *testing.T, want string, ack time.Time, bound time.Duration) time.Duration {
+	t.Helper()
+	var seen time.Duration = -1
+	for {
+		since := time.Since(ack)
+		got := r.state(t)
+		switch {
+		case got == want && seen < 0:
+			seen = since
+		case got != want && seen >= 0:
+			t.Fatalf("said %q %v after the write, having said %q at %v", got, since, want, seen)
+		case got != want && since > bound:
+			t.Fatalf("still says %q %v after the write was acknowledged (bound %v)", got, since, bound)
+		}
+		if seen >= 0 && since > bound {
+			return seen
+		}
+	}
+}
+
+// TestReplicasListingBound: two replicas on one PostgreSQL database, each
+// caching each person's connection listing for Ensure. A connection
+// created on a, marked needs_reconnect on a, made active again and
+// deleted on a is seen by b, whose listing was cached, within
+// connections.ListBound of a's acknowledgement, and b never goes back.
+func TestReplicasListingBound(t *testing.T) {
+	testskip.Short(t, "PostgreSQL")
+	srv := pgtest.Shared(t)
+	url := srv.Schema(t)
+	kr, _ := vault.ParseKeys(vault.GenerateKey())
+	a, b := newReplica(t, url, kr), newReplica(t, url, kr)
+	ctx := context.Background()
+	var slowest time.Duration
+	for round := range 5 {
+		id := "conn-" + string(rune('a'+round))
+		b.cached(t, "none")
+		if _, err := a.store.CreateConnection(ctx, personConn(id)); err != nil {
+			t.Fatal(err)
+		}
+		slowest = max(slowest, b.seenWithin(t, "connected", time.Now(), connections.ListBound))
+		b.cached(t, "connected")
+
+		mark := func(st vault.ConnectionStatus) {
+			if _, err := a.store.UpdateConnectionMeta(ctx, id, func(c vault.Connection) (vault.Connection, error) {
+				c.Status = st
+				return c, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mark(vault.StatusNeedsReconnect)
+		slowest = max(slowest, b.seenWithin(t, "reconnect", time.Now(), connections.ListBound))
+		b.cached(t, "reconnect")
+		mark(vault.StatusActive)
+		slowest = max(slowest, b.seenWithin(t, "connected", time.Now(), connections.ListBound))
+		b.cached(t, "connected")
+
+		if err := a.store.DeleteConnection(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		slowest = max(slowest, b.seenWithin(t, "none", time.Now(), connections.ListBound))
+	}
+	t.Logf("a's write to b's Ensure, 5 rounds of 4 writes: slowest %v (bound %v)", slowest, connections.ListBound)
+}
+
+// TestListingFailsClosed: when b's feed goes silent (no change and no
+// heartbeat comes through, and nothing says it broke), b stops trusting
+// its cached listing once ListBound has passed since the feed was last
+// current, and reads the store: a connection a creates meanwhile is seen
+// within ListBound of the cut, without a word from the feed.
+func TestListingFailsClosed(t *testing.T) {
+	testskip.Short(t, "PostgreSQL")
+	srv := pgtest.Shared(t)
+	url := srv.Schema(t)
+	kr, _ := vault.ParseKeys(vault.GenerateKey())
+	a, b := newReplica(t, url, kr), newReplica(t, url, kr)
+	b.cached(t, "none")
+	b.feed.cut.Store(true)
+	cut := time.Now()
+	if _, err := a.store.CreateConnection(context.Background(), personConn("conn-1")); err != nil {
+		t.Fatal(err)
+	}
+	took := b.seenWithin(t, "connected", cut, connections.ListBound)
+	t.Logf("feed cut to the new connection seen by reading the store: %v (bound %v)", took, connections.ListBound)
+	before := b.reads.n.Load()
+	b.state(t)
+	if b.reads.n.Load() == before {
+		t.Fatal("with its feed silent, b answered from its cache")
+	}
+}
+
+// TestListingSoleWriter: on a store this process alone writes (memory
+// here, bolt in serve), announced to the listing cache (vault.Announced),
+// Ensure answers from the cache, and every write of the person's
+// connections (create, needs_reconnect, active again, delete) is seen by
+// the next Ensure.
+func TestListingSoleWriter(t *testing.T) {
+	r := newRig(t)
+	reads := &listReads{}
+	var late connections.LateWrites
+	store := vault.Observe(vault.Announced(r.store, &late), reads)
+	opts := r.opts
+	opts.Store, opts.SoleWriter, opts.Grants = store, true, nil
+	conns, err := connections.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.Set(conns)
+	ctx := context.Background()
+	state := func() string {
+		o, err := conns.Ensure(ctx, connections.Request{Principal: alice, Provider: "demo", Via: "mcp"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch o := o.(type) {
+		case connections.Connected:
+			return "connected"
+		case connections.NeedsUser:
+			if o.Why.Kind == connections.Reconnect {
+				return "reconnect"
+			}
+			return "none"
+		}
+		return "?"
+	}
+	expect := func(want string) {
+		t.Helper()
+		if got := state(); got != want {
+			t.Fatalf("Ensure right after the write says %q, want %q", got, want)
+		}
+		before := reads.n.Load()
+		if got := state(); got != want || reads.n.Load() != before {
+			t.Fatalf("Ensure again: %q, %d store reads; want %q from the cache", got, reads.n.Load()-before, want)
+		}
+	}
+	expect("none")
+	c := vault.Connection{ID: "c1", Principal: alice, Provider: "demo", AccountID: "1001", AccountLogin: "alice-demo",
+		Scopes: []string{"profile"}, Status: vault.StatusActive, Created: time.Now(), Updated: time.Now(),
+		Token: vault.TokenSet{AccessToken: "at-secret", TokenType: "Bearer"}}
+	if _, err := store.CreateConnection(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	expect("connected")
+	for _, st := range []vault.ConnectionStatus{vault.StatusNeedsReconnect, vault.StatusActive} {
+		if _, err := store.UpdateConnectionMeta(ctx, "c1", func(c vault.Connection) (vault.Connection, error) {
+			c.Status = st
+			return c, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		expect(map[vault.ConnectionStatus]string{vault.StatusNeedsReconnect: "reconnect", vault.StatusActive: "connected"}[st])
+	}
+	if err := store.DeleteConnection(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	expect("none")
+}
