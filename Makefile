@@ -153,7 +153,7 @@ inspector-deps: conformance-deps
 	$(call npm-peer,inspector,.cache/inspector,TestGatewayHosts)
 
 conformance: conformance-deps
-	$(GO) test -race -count=1 -run TestConformance -v ./cmd/broker
+	$(GO) test -race -count=1 -run 'TestConformance|TestGatewayConformance' -v ./cmd/broker
 
 # examples/sidecar-ts: its locked dependencies (npm ci, on the pinned Node 22
 # above), reinstalled when package-lock.json changes.

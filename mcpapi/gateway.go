@@ -74,7 +74,7 @@ type gateway struct {
 	endpoints map[string]*endpoint
 	limits    map[limitKey]*limiter
 	toolHash  map[string][32]byte
-	listeners map[listenKey]map[chan struct{}]bool
+	listeners map[listenKey]map[*listener]bool
 	tools     map[toolsKey]cachedTools
 
 	// hostCaps are hosts' clientCapabilities objects as members.
@@ -165,6 +165,8 @@ type gwCall struct {
 	clientName string
 	// sse: the host accepts an event stream (progress is relayed).
 	sse bool
+	// header is the request's (its Mcp-Param headers are checked).
+	header http.Header
 	// digest is the arguments' digest, once computed (argDigest).
 	digest []byte
 }
@@ -193,6 +195,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.id, c.principal, c.method, c.raw, c.sse = msg.ID, info.Principal, msg.Method, msg.Params, acceptsJSONAndSSE(r.Header.Values("Accept"))
+	c.header = r.Header
 	c.p, c.up, _ = s.opts.Connections.Gateway(name)
 	var metaV *string
 	if fast {
@@ -291,7 +294,11 @@ func (g *gateway) serverInfo(p *provider.Provider) *mcp.Implementation {
 func (g *gateway) dispatch(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	switch c.method {
 	case "ping":
-		g.writeResult(w, c, &mcp.CompleteResult{})
+		if c.modern {
+			g.methodNotFound(w, c) // removed in 2026-07-28
+			return
+		}
+		g.writeResult(w, c, struct{}{})
 	case "server/discover":
 		if !c.modern {
 			g.methodNotFound(w, c)
@@ -341,22 +348,44 @@ func (g *gateway) quietly(ctx context.Context, c *gwCall) (r connections.Ready, 
 	return r, err == nil && ok, nil
 }
 
+// discover declares tools with listChanged (the gateway's own list changes
+// when the person connects), and, for a connected person, the upstream's
+// prompts, resources (without subscribe: resource subscriptions are not
+// relayed) and completions.
 func (g *gateway) discover(ctx context.Context, w http.ResponseWriter, c *gwCall) {
-	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
-	r, ok, down := g.quietly(ctx, c)
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}
+	_, up, down := g.upstreamCapabilities(ctx, c)
 	if down != nil {
 		g.failed(w, c, down)
 		return
 	}
-	if ok {
-		if cs, err := g.s.opts.Upstreams.Session(ctx, r.Target); err == nil && cs.InitializeResult() != nil && cs.InitializeResult().Capabilities != nil {
-			up := cs.InitializeResult().Capabilities
-			caps = &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: up.Prompts, Resources: up.Resources, Completions: up.Completions}
+	if up != nil {
+		caps.Prompts, caps.Completions = up.Prompts, up.Completions
+		if up.Resources != nil {
+			res := *up.Resources
+			res.Subscribe = false
+			caps.Resources = &res
 		}
 	}
 	res := &mcp.DiscoverResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{TTLMs: 0, CacheScope: "private"},
 		SupportedVersions: supportedVersions, Capabilities: caps, Instructions: g.instructions(ctx, c)}
 	g.writeResult(w, c, res)
+}
+
+// upstreamCapabilities are the capabilities of the upstream session of c's
+// person (nil when the person is not connected or it cannot be opened),
+// and the person's connection; down is the store being unavailable (as
+// quietly says).
+func (g *gateway) upstreamCapabilities(ctx context.Context, c *gwCall) (r connections.Ready, caps *mcp.ServerCapabilities, down error) {
+	r, ok, down := g.quietly(ctx, c)
+	if !ok {
+		return r, nil, down
+	}
+	cs, err := g.s.opts.Upstreams.Session(ctx, r.Target)
+	if err != nil || cs.InitializeResult() == nil {
+		return r, nil, nil
+	}
+	return r, cs.InitializeResult().Capabilities, nil
 }
 
 // instructions are the upstream's, sanitised and capped (or dropped), or
@@ -396,24 +425,38 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 			Tools: []*mcp.Tool{placeholder(c.p)}})
 		return
 	}
-	params := &mcp.ListToolsParams{}
+	page, ok, err := g.toolsPage(ctx, w, c, r)
+	switch {
+	case err != nil:
+		g.relayFailed(ctx, w, c, r, err)
+	case ok:
+		writeRPCResult(w, c.id, page.body)
+	}
+}
+
+// toolsPage returns the page of the upstream's tools c asks for,
+// sanitised and encoded in c's era: a first page from the cache while it
+// is fresh, else relayed (and then cached with its tools' x-mcp-header
+// bindings). A relay that failed is err; an answer that cannot be relayed
+// (too large) was answered on w instead (when w is not nil) and ok is
+// false.
+func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready) (cachedTools, bool, error) {
+	params := &mcp.ListToolsParams{Meta: g.upstreamMeta(c)}
 	first := c.params.Cursor == nil
 	if !first {
 		params.Cursor = *c.params.Cursor
 	}
 	key := toolsKey{principal: c.principal, conn: r.Conn.ID, gen: toolsGeneration(r.Conn), modern: c.modern, provider: c.p.Name}
 	if first {
-		if b, ok := g.cachedToolsList(key); ok {
-			writeRPCResult(w, c.id, b)
-			return
+		if e, ok := g.cachedToolsList(key); ok {
+			return e, true, nil
 		}
 	}
 	up, _, err := relayAs(ctx, g, c, r, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 		return g.s.opts.Upstreams.ListTools(ctx, cs, params)
 	})
 	if err != nil {
-		g.relayFailed(ctx, w, c, r, err)
-		return
+		return cachedTools{}, false, err
 	}
 	// up may be the session's cached result (the go-sdk keeps lists for
 	// their ttl): a copy is changed, never it.
@@ -426,12 +469,28 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 	res.Meta, res.Cacheable = g.s.serverMeta(), mcp.Cacheable{TTLMs: ttl, CacheScope: "private"}
 	b, ok := g.encodeResult(w, c, &res)
 	if !ok {
-		return
+		return cachedTools{}, false, nil
+	}
+	e := cachedTools{body: b, until: g.s.opts.Now().Add(time.Duration(ttl) * time.Millisecond), bindings: map[string][]paramBinding{}}
+	for _, t := range res.Tools {
+		if bs := toolParamBindings(t.InputSchema); len(bs) > 0 {
+			e.bindings[t.Name] = bs
+		}
 	}
 	if first {
-		g.cacheToolsList(key, b, time.Duration(ttl)*time.Millisecond)
+		g.cacheToolsList(key, e)
 	}
-	writeRPCResult(w, c.id, b)
+	return e, true, nil
+}
+
+// paramBindings are the x-mcp-header bindings of the upstream's tools as
+// c's person sees them (its first page of tools, listed for the purpose
+// when the cache holds none); nil when the list cannot be had.
+func (g *gateway) paramBindings(ctx context.Context, c *gwCall, r connections.Ready) map[string][]paramBinding {
+	lc := *c
+	lc.method, lc.params = "tools/list", gwParams{Meta: c.params.Meta}
+	page, _, _ := g.toolsPage(ctx, nil, &lc, r)
+	return page.bindings
 }
 
 // The tools/list cache: per replica, per person, connection and grant
@@ -447,6 +506,8 @@ type toolsKey struct {
 type cachedTools struct {
 	body  []byte
 	until time.Time
+	// bindings are the listed tools' x-mcp-header bindings, by tool.
+	bindings map[string][]paramBinding
 }
 
 // maxCachedLists bounds the cache; beyond it the cache starts over.
@@ -458,23 +519,23 @@ func toolsGeneration(c vault.Connection) string {
 	return c.Created.String() + "\x00" + strings.Join(c.Scopes, " ")
 }
 
-func (g *gateway) cachedToolsList(k toolsKey) ([]byte, bool) {
+func (g *gateway) cachedToolsList(k toolsKey) (cachedTools, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e, ok := g.tools[k]
 	if !ok || !g.s.opts.Now().Before(e.until) {
-		return nil, false
+		return cachedTools{}, false
 	}
-	return e.body, true
+	return e, true
 }
 
-func (g *gateway) cacheToolsList(k toolsKey, b []byte, ttl time.Duration) {
+func (g *gateway) cacheToolsList(k toolsKey, e cachedTools) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.tools == nil || len(g.tools) >= maxCachedLists {
 		g.tools = map[toolsKey]cachedTools{}
 	}
-	g.tools[k] = cachedTools{body: b, until: g.s.opts.Now().Add(ttl)}
+	g.tools[k] = e
 }
 
 // forgetTools drops a person's cached lists of provider (their connection
@@ -504,20 +565,21 @@ func (g *gateway) list(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		g.writeResult(w, c, empty)
 		return
 	}
+	meta := g.upstreamMeta(c)
 	res, _, err := g.relay(ctx, c, r, func(ctx context.Context, cs *mcp.ClientSession) (any, error) {
 		switch c.method {
 		case "prompts/list":
 			var p mcp.ListPromptsParams
-			return decodeInto(c.raw, &p, func() (any, error) { return cs.ListPrompts(ctx, &p) })
+			return decodeInto(c.raw, &p, func() (any, error) { p.Meta = meta; return cs.ListPrompts(ctx, &p) })
 		case "resources/list":
 			var p mcp.ListResourcesParams
-			return decodeInto(c.raw, &p, func() (any, error) { return cs.ListResources(ctx, &p) })
+			return decodeInto(c.raw, &p, func() (any, error) { p.Meta = meta; return cs.ListResources(ctx, &p) })
 		case "resources/templates/list":
 			var p mcp.ListResourceTemplatesParams
-			return decodeInto(c.raw, &p, func() (any, error) { return cs.ListResourceTemplates(ctx, &p) })
+			return decodeInto(c.raw, &p, func() (any, error) { p.Meta = meta; return cs.ListResourceTemplates(ctx, &p) })
 		}
 		var p mcp.CompleteParams
-		return decodeInto(c.raw, &p, func() (any, error) { return cs.Complete(ctx, &p) })
+		return decodeInto(c.raw, &p, func() (any, error) { p.Meta = meta; return cs.Complete(ctx, &p) })
 	})
 	if err != nil {
 		g.relayFailed(ctx, w, c, r, err)
@@ -607,6 +669,16 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: unknown tool "+quote(c.params.Name), nil)
 		return
 	}
+	if c.method == "tools/call" && c.modern {
+		// SEP-2243: the host's Mcp-Param headers must say what the body
+		// says; the upstream's are written from the body.
+		want, problem := checkParamHeaders(c.header, c.params.Arguments, g.paramBindings(ctx, c, r)[c.params.Name])
+		if problem != "" {
+			writeRPCError(w, http.StatusBadRequest, c.id, codeHeaderMismatch, "Header mismatch: "+problem, nil)
+			return
+		}
+		ctx = mcpup.WithParamHeaders(ctx, want)
+	}
 	release, busy := g.admitCall(c)
 	if busy != "" {
 		g.toolError(w, c, busy)
@@ -617,10 +689,7 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	if st.Grant == "" && !relink {
 		upstreamState = st.Upstream
 	}
-	meta := mcp.Meta{}
-	if c.modern {
-		meta[mcp.MetaKeyClientCapabilities] = g.upstreamCaps(c)
-	}
+	meta := g.upstreamMeta(c)
 	extendDeadline(w, c)
 	w, progressToken, stop := g.progressRelay(w, c)
 	defer stop()
@@ -676,10 +745,10 @@ func (g *gateway) upstreamInput(w http.ResponseWriter, c *gwCall, r connections.
 		g.toolError(w, c, fmt.Sprintf("%s asks for more input before it can answer, which needs a 2026-07-28 client; this client speaks 2025-11-25. Nothing was done.", c.p.DisplayName))
 		return
 	}
-	var cc mcp.ClientCapabilities
+	var cc hostCapabilities
 	_ = json.Unmarshal(c.rawCaps, &cc)
 	for key, req := range in.requests {
-		if missing := missingCapability(req, &cc, c.up.InputRequests); missing != "" {
+		if missing := missingCapability(req, cc, c.up.InputRequests); missing != "" {
 			g.toolError(w, c, fmt.Sprintf("%s asks for input this client cannot give: it did not declare the capability %s (input %s). Nothing was done.",
 				c.p.DisplayName, missing, quote(key)))
 			return
@@ -725,10 +794,20 @@ func inputRequestsOf(res any) *upstreamInputs {
 	return &upstreamInputs{requests: reqs, state: state}
 }
 
+// hostCapabilities are the capabilities a 2026-07-28 host declared. Roots
+// is read as present or not: the go-sdk's ClientCapabilities keeps
+// "roots": {} only as a zero ListChanged, which cannot be told from no
+// roots at all.
+type hostCapabilities struct {
+	mcp.ClientCapabilities
+	Roots *json.RawMessage `json:"roots"`
+}
+
 // missingCapability names the capability an input request needs that the
 // host did not declare, or the entry does not let through ("" when
 // none).
-func missingCapability(req mcp.InputRequest, cc *mcp.ClientCapabilities, allowed []string) string {
+func missingCapability(req mcp.InputRequest, host hostCapabilities, allowed []string) string {
+	cc := &host.ClientCapabilities
 	switch r := req.(type) {
 	case *mcp.ElicitParams:
 		switch {
@@ -739,12 +818,13 @@ func missingCapability(req mcp.InputRequest, cc *mcp.ClientCapabilities, allowed
 		case r.Mode != "url" && !formCapable(cc.Elicitation):
 			return "elicitation.form"
 		}
-	case *mcp.CreateMessageParams:
+	case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
+		// (an upstream's sampling/createMessage decodes as the latter)
 		if !slices.Contains(allowed, "sampling") || cc.Sampling == nil {
 			return "sampling"
 		}
 	case *mcp.ListRootsParams:
-		if !slices.Contains(allowed, "roots") || cc.RootsV2 == nil && cc.Roots.ListChanged == false {
+		if !slices.Contains(allowed, "roots") || host.Roots == nil {
 			return "roots"
 		}
 	default:
@@ -758,6 +838,17 @@ func missingCapability(req mcp.InputRequest, cc *mcp.ClientCapabilities, allowed
 // backwards-compatible reading).
 func formCapable(e *mcp.ElicitationCapabilities) bool {
 	return e != nil && (e.Form != nil || e.URL == nil)
+}
+
+// upstreamMeta is the _meta of a request relayed for c: a 2026-07-28
+// host's capabilities as upstreamCaps has them (the upstream's session
+// declares its own otherwise: url elicitation only).
+func (g *gateway) upstreamMeta(c *gwCall) mcp.Meta {
+	meta := mcp.Meta{}
+	if c.modern {
+		meta[mcp.MetaKeyClientCapabilities] = g.upstreamCaps(c)
+	}
+	return meta
 }
 
 // upstreamCaps are the capabilities the upstream may rely on: the host's,
@@ -999,7 +1090,13 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 			g.upstreamLinks(w, c, r, re)
 			return
 		}
-		writeRPCErrorValue(w, g.errStatus(c), c.id, &rpcError{Code: re.Code, Message: re.Message})
+		relayed := &rpcError{Code: re.Code, Message: re.Message}
+		if len(re.Data) <= maxUpstreamError && json.Valid(re.Data) {
+			// Small structured data goes with it (a missing resource's
+			// uri, the capabilities a -32021 requires); larger is dropped.
+			relayed.Data = re.Data
+		}
+		writeRPCErrorValue(w, g.errStatus(c), c.id, relayed)
 		return
 	}
 	if errors.Is(err, mcpup.ErrTooLarge) {
@@ -1125,9 +1222,9 @@ func (g *gateway) writeResult(w http.ResponseWriter, c *gwCall, res any) {
 
 // encodeResult encodes a complete result in c's era; when it is over the
 // entry's max_result_bytes (measured as relayed) or cannot be encoded, the
-// answer (a tool error) is written instead and ok is false. The upstream's
-// own resultType, which the SDK's types keep from decoding and encode
-// again, is dropped: the gateway writes its own, once.
+// answer (a tool error) is written instead (unless w is nil) and ok is
+// false. The upstream's own resultType, which the SDK's types keep from
+// decoding and encode again, is dropped: the gateway writes its own, once.
 func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byte, bool) {
 	if c.modern {
 		res = privateCopy(res)
@@ -1136,12 +1233,16 @@ func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byt
 	if !ok {
 		var err error
 		if b, err = g.slowResult(c.modern, res); err != nil {
-			writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+			if w != nil {
+				writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+			}
 			return nil, false
 		}
 	}
 	if c.up.MaxResultBytes > 0 && int64(len(b)) > c.up.MaxResultBytes {
-		g.tooLarge(w, c)
+		if w != nil {
+			g.tooLarge(w, c)
+		}
 		return nil, false
 	}
 	return b, true

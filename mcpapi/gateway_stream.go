@@ -7,11 +7,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"credbroker/provider/mcpup"
 	"credbroker/vault"
 )
 
@@ -23,7 +25,9 @@ import (
 // closing the stream every keepAliveEvery, and the result is the stream's
 // last event. A modern host may also listen (subscriptions/listen) for the
 // endpoint's tools/list_changed, which the gateway sends when the person's
-// connection is made: the placeholder gives way to the upstream's tools.
+// connection is made (the placeholder gives way to the upstream's tools)
+// and when the upstream says its tools changed, and for the upstream's
+// prompts and resources list_changed.
 
 // keepAliveEvery spaces SSE comments on an otherwise quiet stream.
 const keepAliveEvery = 15 * time.Second
@@ -183,9 +187,48 @@ type listenKey struct {
 	provider  string
 }
 
+// listener is one subscriptions/listen stream: the notifications it
+// honours and those waiting to be sent on it.
+type listener struct {
+	want map[string]bool
+	wake chan struct{} // one pending wake-up says it all
+
+	mu      sync.Mutex // guards pending
+	pending []string
+}
+
+// post queues notification method for the stream, if it honours it.
+func (l *listener) post(method string) {
+	if !l.want[method] {
+		return
+	}
+	l.mu.Lock()
+	if !slices.Contains(l.pending, method) {
+		l.pending = append(l.pending, method)
+	}
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *listener) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.pending
+	l.pending = nil
+	return p
+}
+
 // listen answers subscriptions/listen: the endpoint honours
-// toolsListChanged (its tool list changes when the person connects) and
-// nothing else.
+// toolsListChanged (its tool list changes when the person connects, and
+// when the upstream says its tools changed), and promptsListChanged and
+// resourcesListChanged when the person is connected to an upstream that
+// declares them. For as long as the stream lasts, an upstream session of
+// its own hears the upstream's list-changed notifications (mcpup.Listen)
+// and passes them on; a tools change also drops the person's cached tool
+// lists.
 func (g *gateway) listen(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	var p struct {
 		Notifications *mcp.NotificationSubscriptions `json:"notifications"`
@@ -195,37 +238,58 @@ func (g *gateway) listen(ctx context.Context, w http.ResponseWriter, c *gwCall) 
 		return
 	}
 	honoured := mcp.NotificationSubscriptions{ToolsListChanged: p.Notifications.ToolsListChanged}
+	// With the store down, only the gateway's own changes are heard.
+	r, up, _ := g.upstreamCapabilities(ctx, c)
+	if up != nil {
+		honoured.PromptsListChanged = p.Notifications.PromptsListChanged && up.Prompts != nil && up.Prompts.ListChanged
+		honoured.ResourcesListChanged = p.Notifications.ResourcesListChanged && up.Resources != nil && up.Resources.ListChanged
+	}
 	meta := map[string]any{mcp.MetaKeySubscriptionID: c.id}
-	st := startSSE(w)
-	defer st.close()
-	// The listener is in place before the acknowledgement: a change made
-	// right after the host saw it is not lost.
-	var changed chan struct{}
-	if honoured.ToolsListChanged {
-		changed = make(chan struct{}, 1)
+	l := &listener{wake: make(chan struct{}, 1), want: map[string]bool{mcpup.ToolsListChanged: honoured.ToolsListChanged,
+		mcpup.PromptsListChanged: honoured.PromptsListChanged, mcpup.ResourcesListChanged: honoured.ResourcesListChanged}}
+	listening := honoured.ToolsListChanged || honoured.PromptsListChanged || honoured.ResourcesListChanged
+	if listening {
+		// Heard from here on: the upstream's subscription is acknowledged
+		// before the host's is, so no change after the host's
+		// acknowledgement is missed.
 		key := listenKey{c.principal, c.p.Name}
 		g.mu.Lock()
 		if g.listeners == nil {
-			g.listeners = map[listenKey]map[chan struct{}]bool{}
+			g.listeners = map[listenKey]map[*listener]bool{}
 		}
 		if g.listeners[key] == nil {
-			g.listeners[key] = map[chan struct{}]bool{}
+			g.listeners[key] = map[*listener]bool{}
 		}
-		g.listeners[key][changed] = true
+		g.listeners[key][l] = true
 		g.mu.Unlock()
 		defer func() {
 			g.mu.Lock()
-			delete(g.listeners[key], changed)
+			delete(g.listeners[key], l)
 			if len(g.listeners[key]) == 0 {
 				delete(g.listeners, key)
 			}
 			g.mu.Unlock()
 		}()
+		if up != nil {
+			lctx, stop := context.WithCancel(ctx)
+			defer stop()
+			err := g.s.opts.Upstreams.Listen(lctx, r.Target, func(method string) {
+				if method == mcpup.ToolsListChanged {
+					g.forgetTools(c.principal, c.p.Name)
+				}
+				l.post(method)
+			})
+			if err != nil {
+				g.s.log.Info("mcpapi: the upstream's list changes are not heard on this stream", "provider", c.p.Name, "err", err.Error())
+			}
+		}
 	}
+	st := startSSE(w)
+	defer st.close()
 	if !st.notify("notifications/subscriptions/acknowledged", map[string]any{"_meta": meta, "notifications": honoured}) {
 		return
 	}
-	if honoured.ToolsListChanged {
+	if listening {
 		t := time.NewTicker(keepAliveEvery)
 		defer t.Stop()
 		end := time.NewTimer(maxListen)
@@ -239,9 +303,11 @@ func (g *gateway) listen(ctx context.Context, w http.ResponseWriter, c *gwCall) 
 				break wait
 			case <-end.C:
 				break wait
-			case <-changed:
-				if !st.notify("notifications/tools/list_changed", map[string]any{"_meta": meta}) {
-					return
+			case <-l.wake:
+				for _, m := range l.take() {
+					if !st.notify(m, map[string]any{"_meta": meta}) {
+						return
+					}
 				}
 			case <-t.C:
 				if !st.keepAlive(2 * keepAliveEvery) {
@@ -254,15 +320,17 @@ func (g *gateway) listen(ctx context.Context, w http.ResponseWriter, c *gwCall) 
 	writeRPCResult(st, c.id, res)
 }
 
-// toolsChanged tells the person's listening hosts (on this replica) that
-// the endpoint's tools changed.
-func (g *gateway) toolsChanged(pr vault.Principal, provider string) {
+// listChanged tells the person's listening hosts (on this replica) that
+// one of the endpoint's lists changed (method is the notification).
+func (g *gateway) listChanged(pr vault.Principal, provider, method string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for ch := range g.listeners[listenKey{pr, provider}] {
-		select {
-		case ch <- struct{}{}:
-		default: // one pending notice says it all
-		}
+	for l := range g.listeners[listenKey{pr, provider}] {
+		l.post(method)
 	}
+}
+
+// toolsChanged: the endpoint's tools changed for the person.
+func (g *gateway) toolsChanged(pr vault.Principal, provider string) {
+	g.listChanged(pr, provider, mcpup.ToolsListChanged)
 }

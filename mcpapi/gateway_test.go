@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -159,7 +160,7 @@ func TestGatewayRelay(t *testing.T) {
 	}
 	// Connected: the upstream's tools, private, ttl capped.
 	d = g.gwCall("alice", urlCaps, "tools/list", "", nil)
-	if names := toolNames(t, d); !slices.Equal(names, []string{"admin", "ask", "echo", "link", "slow"}) || d.Result["ttlMs"] != float64(maxToolsListTTL) || d.Result["cacheScope"] != "private" {
+	if names := toolNames(t, d); !slices.Equal(names, []string{"admin", "ask", "echo", "link", "route", "slow"}) || d.Result["ttlMs"] != float64(maxToolsListTTL) || d.Result["cacheScope"] != "private" {
 		t.Fatalf("connected tools/list = %v %+v", names, d.Result)
 	}
 	// The placeholder says connected.
@@ -407,7 +408,7 @@ func TestGatewayToolsListCached(t *testing.T) {
 	}
 	g.clock.Advance(time.Duration(maxToolsListTTL)*time.Millisecond + time.Second)
 	d := g.gwCall("alice", urlCaps, "tools/list", "", nil)
-	if lists() != n+1 || len(toolNames(t, d)) != 5 {
+	if lists() != n+1 || len(toolNames(t, d)) != 6 {
 		t.Fatalf("after the ttl: %d lists, want %d: %+v", lists(), n+1, d)
 	}
 	// A step-up is another grant: another list.
@@ -417,6 +418,108 @@ func TestGatewayToolsListCached(t *testing.T) {
 	g.gwCall("alice", urlCaps, "tools/list", "", nil)
 	if lists() != n+2 {
 		t.Fatalf("after the step-up: %d lists, want %d", lists(), n+2)
+	}
+}
+
+// TestGatewayRelayedCapabilities: every request relayed for a 2026-07-28
+// host (lists as well as calls) declares to the upstream the host's
+// capabilities within what the entry relays (up relays elicitation and
+// sampling, not roots), never the broker's own: a host that declared
+// nothing is relayed as declaring nothing.
+func TestGatewayRelayedCapabilities(t *testing.T) {
+	g, _ := connectedGateway(t, "tools")
+	all := `{"elicitation":{"url":{}},"sampling":{},"roots":{}}`
+	relayed := `{"elicitation":{"url":{}},"sampling":{}}`
+	for _, c := range []struct{ caps, method, name, want string }{
+		{all, "tools/list", "", relayed},
+		{all, "tools/call", "echo", relayed},
+		{all, "resources/list", "", relayed},
+		{`{}`, "resources/templates/list", "", `{}`},
+		{`{}`, "tools/call", "echo", `{}`},
+	} {
+		var params map[string]any
+		if c.method == "tools/call" {
+			params = map[string]any{"arguments": map[string]any{}}
+		}
+		g.gwCall("alice", c.caps, c.method, c.name, params)
+		g.up.mu.Lock()
+		got := g.up.caps[c.method]
+		g.up.mu.Unlock()
+		var gv, wv any
+		_ = json.Unmarshal(got, &gv)
+		_ = json.Unmarshal([]byte(c.want), &wv)
+		if !reflect.DeepEqual(gv, wv) {
+			t.Errorf("%s for a host declaring %s: the upstream saw capabilities %s, want %s", c.method, c.caps, got, c.want)
+		}
+	}
+}
+
+// TestGatewayParamHeaders: a 2026-07-28 host's Mcp-Param headers (SEP-2243)
+// must say what the call's arguments say, for the tools the upstream marks
+// x-mcp-header: a missing, extra, badly encoded or different header is
+// refused with 400 and -32020 and nothing reaches the upstream; the
+// upstream's request carries the header written from the arguments, also
+// when its session is new and has not listed the tools (the go-sdk's
+// client writes it only for tools its session has listed).
+func TestGatewayParamHeaders(t *testing.T) {
+	g, conn := connectedGateway(t, "tools")
+	call := func(args map[string]any, headers map[string]string) (int, decoded) {
+		t.Helper()
+		hd := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"Authorization": "Bearer " + g.gwBearer("alice"), "MCP-Protocol-Version": versionModern, "Mcp-Method": "tools/call", "Mcp-Name": "route"}
+		maps.Copy(hd, headers)
+		r := g.do(rawCall{path: "/mcp/u/up", headers: hd, body: modernBody(9, "tools/call", urlCaps, map[string]any{"name": "route", "arguments": args})})
+		return r.status, decode(t, r.body)
+	}
+	regions := func() []string {
+		g.up.mu.Lock()
+		defer g.up.mu.Unlock()
+		return slices.Clone(g.up.regions)
+	}
+	for _, c := range []struct {
+		name    string
+		args    map[string]any
+		headers map[string]string
+		problem string // "" when the call goes through
+	}{
+		{"missing", map[string]any{"region": "eu"}, nil, "missing Mcp-Param-Region header"},
+		{"different", map[string]any{"region": "eu"}, map[string]string{"Mcp-Param-Region": "us"}, "does not match"},
+		{"bad Base64 padding", map[string]any{"region": "Hello"}, map[string]string{"Mcp-Param-Region": "=?base64?SGVsbG8?="}, "not valid Base64"},
+		{"bad Base64 characters", map[string]any{"region": "Hello"}, map[string]string{"Mcp-Param-Region": "=?base64?SGVs!!!bG8=?="}, "not valid Base64"},
+		{"for an absent argument", map[string]any{}, map[string]string{"Mcp-Param-Region": "eu"}, "unexpected Mcp-Param-Region header"},
+		{"for a null argument", map[string]any{"region": nil}, map[string]string{"Mcp-Param-Region": "eu"}, "unexpected Mcp-Param-Region header"},
+		{"plain", map[string]any{"region": "eu", "n": 2}, map[string]string{"Mcp-Param-Region": "eu"}, ""},
+		{"Base64", map[string]any{"region": "Hello"}, map[string]string{"Mcp-Param-Region": "=?base64?SGVsbG8=?="}, ""},
+		{"literal without the suffix", map[string]any{"region": "=?base64?SGVsbG8="}, map[string]string{"Mcp-Param-Region": "=?base64?SGVsbG8="}, ""},
+		{"absent argument, no header", map[string]any{}, nil, ""},
+	} {
+		before := len(regions())
+		status, d := call(c.args, c.headers)
+		if c.problem != "" {
+			if status != http.StatusBadRequest || d.Error == nil || d.Error.Code != codeHeaderMismatch || !strings.Contains(d.Error.Message, c.problem) {
+				t.Errorf("%s: HTTP %d %+v, want 400 -32020 saying %q", c.name, status, d.Error, c.problem)
+			}
+			if len(regions()) != before {
+				t.Errorf("%s: the refused call reached the upstream", c.name)
+			}
+			continue
+		}
+		if status != http.StatusOK || d.Error != nil || !strings.HasPrefix(textOf(d), "routed") {
+			t.Errorf("%s: HTTP %d %+v %q, want the upstream's answer", c.name, status, d.Error, textOf(d))
+		}
+	}
+	want := []string{"eu", "Hello", "=?base64?SGVsbG8=", ""}
+	if got := regions(); !slices.Equal(got, want) {
+		t.Fatalf("the upstream got Mcp-Param-Region %q, want %q", got, want)
+	}
+	// A new upstream session, which has listed nothing; the gateway's
+	// list is cached.
+	g.srv.opts.Upstreams.Forget(mcpup.Target{Provider: "up", URL: g.up.url(), Conn: conn.ID})
+	if status, d := call(map[string]any{"region": "ap"}, map[string]string{"Mcp-Param-Region": "ap"}); status != http.StatusOK || d.Error != nil {
+		t.Fatalf("after a new session: HTTP %d %+v %q", status, d.Error, textOf(d))
+	}
+	if got := regions(); got[len(got)-1] != "ap" {
+		t.Fatalf("after a new session the upstream got Mcp-Param-Region %q, want ap", got[len(got)-1])
 	}
 }
 
@@ -538,6 +641,107 @@ func TestGatewayListChanged(t *testing.T) {
 	if m, ok := <-events; ok {
 		t.Fatalf("after the result: %+v", m)
 	}
+}
+
+// TestGatewayUpstreamListChanged: a host listening at the endpoint hears
+// the upstream's own list changes: its tools (the person's cached list is
+// dropped, so the next tools/list has the new tool), and its prompts,
+// which the endpoint honours because the upstream declares them with
+// listChanged; the endpoint's discover says so. A stream that did not ask
+// for prompts hears no prompt change.
+func TestGatewayUpstreamListChanged(t *testing.T) {
+	g := newGatewayHarness(t)
+	noArgs := func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{}, nil
+	}
+	g.up.server.AddPrompt(&mcp.Prompt{Name: "first"}, noArgs)
+	d := g.gwCall("alice", urlCaps, "tools/call", "echo", map[string]any{"arguments": map[string]any{}})
+	_, link, _ := elicitation(t, d)
+	g.connectUp(grantIDOf(t, link), "tools")
+	caps := g.gwCall("alice", urlCaps, "server/discover", "", nil).Result["capabilities"].(map[string]any)
+	if fmt.Sprint(caps["tools"]) != "map[listChanged:true]" || fmt.Sprint(caps["prompts"]) != "map[listChanged:true]" {
+		t.Fatalf("discover declares %v", caps)
+	}
+	before := toolNames(t, g.gwCall("alice", urlCaps, "tools/list", "", nil))
+	all := g.listen(t, 5, map[string]any{"toolsListChanged": true, "promptsListChanged": true})
+	toolsOnly := g.listen(t, 6, map[string]any{"toolsListChanged": true})
+	if n := fmt.Sprint(all.next().Params["notifications"]); n != "map[promptsListChanged:true toolsListChanged:true]" {
+		t.Fatalf("ack honours %s", n)
+	}
+	toolsOnly.next()
+	g.up.server.AddTool(&mcp.Tool{Name: "late", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	for _, st := range []*listenStream{all, toolsOnly} {
+		if m := st.next(); m.Method != "notifications/tools/list_changed" {
+			t.Fatalf("after a tool was added: %+v", m)
+		}
+	}
+	if after := toolNames(t, g.gwCall("alice", urlCaps, "tools/list", "", nil)); len(after) != len(before)+1 || !slices.Contains(after, "late") {
+		t.Fatalf("tools/list after the change: %v (before: %v)", after, before)
+	}
+	g.up.server.AddPrompt(&mcp.Prompt{Name: "second"}, noArgs)
+	if m := all.next(); m.Method != "notifications/prompts/list_changed" {
+		t.Fatalf("after a prompt was added: %+v", m)
+	}
+	g.srv.EndStreams()
+	for _, st := range []*listenStream{all, toolsOnly} {
+		if m := st.next(); m.Result == nil || m.Result["resultType"] != "complete" {
+			t.Fatalf("the stream's end: %+v (a prompt change reached the stream that did not ask for it?)", m)
+		}
+	}
+}
+
+// listenStream is a host's subscriptions/listen stream at the endpoint.
+type listenStream struct {
+	t      *testing.T
+	events chan decodedMessage
+}
+
+// listen opens alice's subscriptions/listen stream (id) at "up".
+func (g *gatewayHarness) listen(t *testing.T, id int, notifications map[string]any) *listenStream {
+	t.Helper()
+	body := modernBody(id, "subscriptions/listen", urlCaps, map[string]any{"notifications": notifications})
+	req, _ := http.NewRequest(http.MethodPost, g.http.URL+"/mcp/u/up", strings.NewReader(body))
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Authorization": "Bearer " + g.gwBearer("alice"), "MCP-Protocol-Version": versionModern, "Mcp-Method": "subscriptions/listen"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := g.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("listen answered %d %s: %s", resp.StatusCode, ct, b)
+	}
+	st := &listenStream{t: t, events: make(chan decodedMessage, 16)}
+	go func() {
+		defer close(st.events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var m decodedMessage
+				if json.Unmarshal([]byte(data), &m) == nil {
+					st.events <- m
+				}
+			}
+		}
+	}()
+	return st
+}
+
+func (st *listenStream) next() decodedMessage {
+	st.t.Helper()
+	select {
+	case m := <-st.events:
+		return m
+	case <-time.After(30 * time.Second):
+		st.t.Fatal("no event within 30 s")
+	}
+	return decodedMessage{}
 }
 
 // TestGatewayLimits: an upstream's untrusted answers get the documented

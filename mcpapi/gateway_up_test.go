@@ -32,12 +32,13 @@ import (
 //
 // Its tools: echo (answers its arguments), admin (needs the scope
 // "admin": 403 insufficient_scope otherwise), ask (asks the host a form
-// question first: input_required, then the answer); addLeakyTools adds
-// two more.
+// question first: input_required, then the answer), route (its region
+// argument is also the header Mcp-Param-Region, SEP-2243, which the
+// go-sdk's server checks); addLeakyTools adds two more.
 type testUpstream struct {
 	t      testing.TB
 	srv    *httptest.Server
-	server *mcp.Server
+	server *mcp.Server // the MCP server, to change its lists
 
 	mu sync.Mutex // guards the fields below
 	// tokens are the access tokens it accepts, with their scopes.
@@ -52,9 +53,13 @@ type testUpstream struct {
 	// seenAuth are the Authorization headers the MCP server received;
 	// methods counts the JSON-RPC methods it was sent; progressTokens are
 	// the progress tokens slow was called with; links counts link's calls.
-	seenAuth       []string
-	seenHeaders    []http.Header
-	methods        map[string]int
+	seenAuth    []string
+	seenHeaders []http.Header
+	methods     map[string]int
+	// caps are the clientCapabilities the last request of each method
+	// declared; regions the Mcp-Param-Region headers of route's calls.
+	caps           map[string]json.RawMessage
+	regions        []string
 	progressTokens []any
 	links          int
 	n              int
@@ -69,7 +74,7 @@ type testUpstream struct {
 }
 
 func newTestUpstream(t testing.TB) *testUpstream {
-	u := &testUpstream{t: t, tokens: map[string][]string{}, refresh: map[string][]string{}, methods: map[string]int{}}
+	u := &testUpstream{t: t, tokens: map[string][]string{}, refresh: map[string][]string{}, methods: map[string]int{}, caps: map[string]json.RawMessage{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, &mcp.ServerOptions{
 		Instructions: "Upstream instructions\u202e with a bidi override and \u200b a zero-width space.",
 	})
@@ -93,6 +98,11 @@ func newTestUpstream(t testing.TB) *testUpstream {
 			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"colour": &mcp.ElicitParams{Mode: "form", Message: "Which colour?",
 				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"colour": map[string]any{"type": "string"}}}}},
 				RequestState: "upstream-state-1"}, nil
+		})
+	server.AddTool(&mcp.Tool{Name: "route", Description: "Routed by region.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"},"n":{"type":"integer"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "routed " + string(req.Params.Arguments)}}}, nil
 		})
 	server.AddTool(&mcp.Tool{Name: "slow", Description: "Reports progress twice.", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -142,12 +152,21 @@ func newTestUpstream(t testing.TB) *testUpstream {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		var m struct {
 			Method string `json:"method"`
+			Params struct {
+				Meta struct {
+					Caps json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
+				} `json:"_meta"`
+			} `json:"params"`
 		}
 		_ = json.Unmarshal(body, &m)
 		u.mu.Lock()
 		u.seenAuth = append(u.seenAuth, auth)
 		u.seenHeaders = append(u.seenHeaders, r.Header.Clone())
 		u.methods[m.Method]++
+		u.caps[m.Method] = m.Params.Meta.Caps
+		if bytes.Contains(body, []byte(`"name":"route"`)) {
+			u.regions = append(u.regions, r.Header.Get("Mcp-Param-Region"))
+		}
 		scopes, ok := u.tokens[tok]
 		u.mu.Unlock()
 		meta := u.srv.URL + "/.well-known/oauth-protected-resource/mcp"

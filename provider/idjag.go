@@ -28,7 +28,8 @@ import (
 //     organisation's IdP, authenticating as its client there, in an RFC
 //     8693 token exchange for an ID-JAG whose audience is the server's
 //     authorization server (its issuer, as discovered) and whose resource
-//     is mcp.url, with the entry's scopes;
+//     is the server's resource (mcp.url, as discovery found it), with the
+//     entry's scopes;
 //  2. checks that the answer is an ID-JAG for exactly that audience and
 //     resource (it is never sent anywhere else);
 //  3. redeems it at the authorization server's token endpoint with the
@@ -161,11 +162,11 @@ func (m *MCP) assertionGrant(ctx context.Context, k *Client, p *Provider, pr vau
 	if err != nil {
 		return nil, err
 	}
-	jag, err := k.requestIDJAG(ctx, ua.issuer, m.up.URL, scopes, subject)
+	jag, err := k.requestIDJAG(ctx, ua.issuer, ua.resource, scopes, subject)
 	if err != nil {
 		return nil, err
 	}
-	form := url.Values{"grant_type": {grantJWTBearer}, "assertion": {jag}, "resource": {m.up.URL}}
+	form := url.Values{"grant_type": {grantJWTBearer}, "assertion": {jag}, "resource": {ua.resource}}
 	if len(scopes) > 0 {
 		form.Set("scope", strings.Join(scopes, " "))
 	}

@@ -36,10 +36,13 @@ import (
 // itself in the specification's order (a pre-registered client, a Client
 // ID Metadata Document, dynamic registration), and sends the server's
 // canonical URL as `resource` (RFC 8707) on the authorization request, the
-// code exchange and every refresh. With auth: none the server needs no
-// connection at all. With auth: enterprise the broker first asks the
-// organisation's IdP for an ID-JAG for the server and redeems it there
-// (idjag.go), with no browser step; the code flow stays the fallback.
+// code exchange and every refresh: mcp.url, or the server's origin when the
+// server's metadata is at the root well-known URI and names its origin
+// (RFC 9728 §3.3: the identifier the well-known URI was built from). With
+// auth: none the server needs no connection at all. With auth: enterprise
+// the broker first asks the organisation's IdP for an ID-JAG for the
+// server and redeems it there (idjag.go), with no browser step; the code
+// flow stays the fallback.
 
 // TypeMCP is the mcp kind's type.
 const TypeMCP = "mcp"
@@ -388,9 +391,24 @@ func (e *UpstreamError) Unwrap() error { return ErrProviderUnavailable }
 type upstreamAuth struct {
 	issuer string
 	meta   *oauthex.AuthServerMeta
-	// scopes are the server's scopes_supported (PRM).
-	scopes []string
-	at     time.Time
+	// resource is what the broker sends as resource: the server's
+	// identifier as its metadata names it.
+	resource string
+	// challenged are the scopes the server's 401 challenge names; scopes
+	// its scopes_supported (PRM). A connect request that names none asks
+	// for the challenged ones, else those.
+	challenged, scopes []string
+	at                 time.Time
+}
+
+// defaultScopes are the scopes a connect request that names none asks
+// for: the 401 challenge's, else the metadata's scopes_supported (else
+// none: the scope parameter is left out).
+func (ua *upstreamAuth) defaultScopes() []string {
+	if len(ua.challenged) > 0 {
+		return ua.challenged
+	}
+	return ua.scopes
 }
 
 // upstreamState is a Client's memory of one mcp entry.
@@ -439,15 +457,16 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 	client := NoRedirectClient(k.opts.UpstreamHTTPClient)
 	var prm *oauthex.ProtectedResourceMetadata
 	var other, refused, refusedKind string
-	for _, u := range prmURLs(ctx, client, m.up.URL) {
-		got, err := fetchJSON[oauthex.ProtectedResourceMetadata](ctx, client, u)
+	places, challenged := prmURLs(ctx, client, m.up.URL)
+	for _, u := range places {
+		got, err := fetchJSON[oauthex.ProtectedResourceMetadata](ctx, client, u.url)
 		switch {
 		case err != nil:
 			if refused == "" {
 				refusedKind, refused = refusalReason(err)
 			}
 			continue
-		case got.Resource != m.up.URL:
+		case !slices.Contains(u.resources, got.Resource):
 			// RFC 9728 §3.3: the document is for another resource.
 			other = got.Resource
 			continue
@@ -492,28 +511,58 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 			return fail(UpstreamHostNotAllowed, "its authorization server's endpoint "+untrusted.Quote(e)+" is on a host that is not allowed (list it in mcp.allowed_hosts) or not https", nil)
 		}
 	}
-	st.auth = &upstreamAuth{issuer: issuer, meta: asm, scopes: prm.ScopesSupported, at: k.opts.Now()}
+	st.auth = &upstreamAuth{issuer: issuer, meta: asm, resource: prm.Resource, challenged: challenged, scopes: prm.ScopesSupported, at: k.opts.Now()}
 	return st.auth, nil
+}
+
+// forget drops what discovery found about entry name, so that the next
+// request discovers again: after the server refused a connection's token
+// for good, its metadata may have changed (another authorization server).
+func (k *Client) forget(name string) {
+	st := k.upstream(name)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.auth = nil
+}
+
+// forgetFor is forget for connection id's entry.
+func (k *Client) forgetFor(ctx context.Context, id string) {
+	if c, err := k.opts.Store.GetConnection(ctx, id); err == nil {
+		k.forget(c.Provider)
+	}
+}
+
+// prmPlace is where protected-resource metadata may be, and the resource
+// identifiers a document found there may name (RFC 9728 §3.3).
+type prmPlace struct {
+	url       string
+	resources []string
 }
 
 // prmURLs are the places protected-resource metadata may be, in the
 // specification's order: the resource_metadata of the server's 401
-// challenge first, then the well-known URIs (path-inserted, then root).
-func prmURLs(ctx context.Context, client *http.Client, resource string) []string {
-	var out []string
-	if u := challengeMetadataURL(ctx, client, resource); u != "" {
-		out = append(out, u)
+// challenge first, then the well-known URIs (path-inserted, then root);
+// and the scopes the challenge names. A document found through the
+// challenge or at the path-inserted URI must name mcp.url; one at the root
+// URI may also name the server's origin, the identifier that URI is built
+// from.
+func prmURLs(ctx context.Context, client *http.Client, resource string) ([]prmPlace, []string) {
+	var out []prmPlace
+	metadata, scopes := challenge(ctx, client, resource)
+	if metadata != "" {
+		out = append(out, prmPlace{metadata, []string{resource}})
 	}
 	ru, err := url.Parse(resource)
 	if err != nil {
-		return out
+		return out, scopes
 	}
 	w := *ru
 	w.Path = "/.well-known/oauth-protected-resource/" + strings.TrimLeft(ru.Path, "/")
 	w.RawPath = ""
-	out = append(out, w.String())
+	out = append(out, prmPlace{w.String(), []string{resource}})
 	w.Path = "/.well-known/oauth-protected-resource"
-	return append(out, w.String())
+	origin := url.URL{Scheme: ru.Scheme, Host: ru.Host}
+	return append(out, prmPlace{w.String(), []string{resource, origin.String()}}), scopes
 }
 
 // redirectError is a redirect answered to a discovery request, which the
@@ -581,13 +630,14 @@ func fetchJSON[T any](ctx context.Context, client *http.Client, u string) (*T, e
 	return v, nil
 }
 
-// challengeMetadataURL asks the server without a token and reads the
-// resource_metadata of its Bearer challenge ("" when there is none).
-func challengeMetadataURL(ctx context.Context, client *http.Client, resource string) string {
+// challenge asks the server without a token and reads the
+// resource_metadata and the scope of its Bearer challenge ("" and nil
+// when there is none).
+func challenge(ctx context.Context, client *http.Client, resource string) (metadata string, scopes []string) {
 	body := `{"jsonrpc":"2.0","id":0,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, resource, strings.NewReader(body))
 	if err != nil {
-		return ""
+		return "", nil
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -595,23 +645,23 @@ func challengeMetadataURL(ctx context.Context, client *http.Client, resource str
 	req.Header.Set("Mcp-Method", "server/discover")
 	resp, err := client.Do(req)
 	if err != nil {
-		return ""
+		return "", nil
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
-		return ""
+		return "", nil
 	}
 	cs, err := oauthex.ParseWWWAuthenticate(resp.Header.Values("WWW-Authenticate"))
 	if err != nil {
-		return ""
+		return "", nil
 	}
 	for _, c := range cs {
-		if c.Scheme == "bearer" && c.Params["resource_metadata"] != "" {
-			return c.Params["resource_metadata"]
+		if c.Scheme == "bearer" {
+			return c.Params["resource_metadata"], strings.Fields(c.Params["scope"])
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // client returns the broker's client at the server's authorization
@@ -703,7 +753,7 @@ func (k *Client) CheckUpstream(ctx context.Context, name string) (UpstreamCheck,
 	}
 	out.Scopes = p.DefaultScopes
 	if len(out.Scopes) == 0 {
-		out.Scopes = ua.scopes
+		out.Scopes = ua.defaultScopes()
 	}
 	out.Registration, err = m.registration(k, p, ua)
 	return out, err
@@ -752,7 +802,7 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	}
 	meta := &oauthex.ClientRegistrationMetadata{RedirectURIs: []string{redirectURL}, TokenEndpointAuthMethod: method,
 		GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},
-		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker"}
+		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker", ApplicationType: "web"}
 	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.opts.UpstreamHTTPClient))
 	if err != nil {
 		st.regFailed = k.opts.Now()
@@ -810,7 +860,7 @@ func (m *MCP) authRequest(ctx context.Context, k *Client, p *Provider, scopes []
 		return AuthRequest{}, err
 	}
 	if len(scopes) == 0 {
-		scopes = ua.scopes
+		scopes = slices.Clone(ua.defaultScopes())
 	}
 	if m.OfflineAccess == "auto" && slices.Contains(ua.meta.ScopesSupported, oidc.ScopeOfflineAccess) && !slices.Contains(scopes, oidc.ScopeOfflineAccess) {
 		scopes = append(slices.Clone(scopes), oidc.ScopeOfflineAccess)
@@ -821,7 +871,7 @@ func (m *MCP) authRequest(ctx context.Context, k *Client, p *Provider, scopes []
 	}
 	a := AuthRequest{Endpoint: endpoint, State: randomToken(), Verifier: oauth2.GenerateVerifier(), Scopes: slices.Clone(scopes)}
 	conf.Scopes = a.Scopes
-	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(a.Verifier), oauth2.SetAuthURLParam("resource", m.up.URL)}
+	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(a.Verifier), oauth2.SetAuthURLParam("resource", ua.resource)}
 	if slices.Contains(scopes, oidc.ScopeOpenID) {
 		a.Nonce = randomToken()
 		opts = append(opts, oauth2.SetAuthURLParam("nonce", a.Nonce))
@@ -837,12 +887,12 @@ func (m *MCP) authRequest(ctx context.Context, k *Client, p *Provider, scopes []
 }
 
 func (m *MCP) redeem(ctx context.Context, k *Client, p *Provider, redirectURL, code string, a AuthRequest) (*oauth2.Token, error) {
-	conf, _, err := m.config(ctx, k, p, redirectURL)
+	conf, ua, err := m.config(ctx, k, p, redirectURL)
 	if err != nil {
 		return nil, err
 	}
 	conf.Scopes = a.Scopes
-	tok, err := conf.Exchange(k.TokenContext(ctx, p), code, oauth2.VerifierOption(a.Verifier), oauth2.SetAuthURLParam("resource", m.up.URL))
+	tok, err := conf.Exchange(k.TokenContext(ctx, p), code, oauth2.VerifierOption(a.Verifier), oauth2.SetAuthURLParam("resource", ua.resource))
 	if err != nil {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && re.ErrorCode == "invalid_grant" {
@@ -862,7 +912,7 @@ func (m *MCP) responseIssuer(ctx context.Context, k *Client, p *Provider) (strin
 }
 
 func (m *MCP) refreshToken(ctx context.Context, k *Client, p *Provider, refreshToken string) (*oauth2.Token, error) {
-	conf, _, err := m.config(ctx, k, p, "")
+	conf, ua, err := m.config(ctx, k, p, "")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrProviderUnavailable, err)
 	}
@@ -878,7 +928,7 @@ func (m *MCP) refreshToken(ctx context.Context, k *Client, p *Provider, refreshT
 		if next == nil {
 			next = http.DefaultTransport
 		}
-		cl.Transport = formParam{next: next, key: "resource", value: m.up.URL}
+		cl.Transport = formParam{next: next, key: "resource", value: ua.resource}
 		ctx = context.WithValue(ctx, oauth2.HTTPClient, &cl)
 	}
 	return conf.TokenSource(ctx, &oauth2.Token{RefreshToken: refreshToken}).Token()
@@ -1033,8 +1083,16 @@ func (u upstreamTokens) AccessToken(ctx context.Context, id string) (mcpup.Token
 	return upstreamToken(u.k.Token(ctx, id))
 }
 
+// ForceRefresh is asked for because the server refused the token: when
+// no new one can be had, the connection must be made again, and the
+// server's metadata is discovered again first (it may have moved to
+// another authorization server).
 func (u upstreamTokens) ForceRefresh(ctx context.Context, id, stale string) (mcpup.Token, error) {
-	return upstreamToken(u.k.ForceRefresh(ctx, id, vault.Secret(stale)))
+	tok, err := upstreamToken(u.k.ForceRefresh(ctx, id, vault.Secret(stale)))
+	if errors.Is(err, mcpup.ErrNoToken) {
+		u.k.forgetFor(ctx, id)
+	}
+	return tok, err
 }
 
 // upstreamToken is c's tokens (the access token for the upstream's
@@ -1059,5 +1117,8 @@ func (k *Client) Unauthorized(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("provider: connection %s: %w", id, err)
 	}
+	// The server may have moved to another authorization server: the
+	// reconnect discovers again.
+	k.forget(c.Provider)
 	return k.refused(ctx, c, k.log.With("provider", c.Provider, "connection", id), "the upstream server refused the access token again right after a refresh")
 }

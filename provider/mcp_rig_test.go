@@ -410,14 +410,16 @@ func (a *upstreamAS) register(w http.ResponseWriter, r *http.Request) {
 // upstreamMCP is the MCP server: a go-sdk server (one tool) behind the
 // go-sdk's bearer middleware, which accepts the authorization server's
 // access tokens and answers anything else 401 with resource_metadata set
-// to challenge; and its protected-resource metadata wherever docs says
-// (path → document; redirects: path → Location).
+// to challenge (and scope to scopes, when set: then no token passes); and
+// its protected-resource metadata wherever docs says (path → document;
+// redirects: path → Location).
 type upstreamMCP struct {
 	srv *httptest.Server
 	url string
 
 	mu        sync.Mutex // guards the fields below
 	challenge string
+	scopes    []string
 	docs      map[string]any
 	redirects map[string]string
 	gets      []string
@@ -444,13 +446,13 @@ func newUpstreamMCP(t *testing.T, as *upstreamAS) *upstreamMCP {
 		if r.Method == http.MethodGet {
 			u.gets = append(u.gets, r.URL.Path)
 		}
-		challenge, doc, to := u.challenge, u.docs[r.URL.Path], u.redirects[r.URL.Path]
+		challenge, scopes, doc, to := u.challenge, u.scopes, u.docs[r.URL.Path], u.redirects[r.URL.Path]
 		u.mu.Unlock()
 		switch {
 		case to != "":
 			http.Redirect(w, r, to, http.StatusFound)
 		case r.URL.Path == "/mcp":
-			auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{ResourceMetadataURL: challenge})(handler).ServeHTTP(w, r)
+			auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{ResourceMetadataURL: challenge, Scopes: scopes})(handler).ServeHTTP(w, r)
 		case doc != nil && r.Method == http.MethodGet:
 			w.Header().Set("Content-Type", "application/json")
 			json.NewEncoder(w).Encode(doc)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"credbroker/internal/egress"
+	"credbroker/provider/mcpup"
 	"credbroker/vault"
 )
 
@@ -39,6 +40,17 @@ func TestMCPDiscoveryRefusals(t *testing.T) {
 			doc["resource"] = r.up.url + "/v2"
 			r.up.docs[pathPRM] = doc
 		}, want: `names the resource "` + "%MCP%" + `/v2", not mcp.url "%MCP%"`},
+		{name: "path-inserted metadata names the origin", kind: UpstreamResourceMismatch, setup: func(r *mcpRig) {
+			doc := r.up.prm(r.as.base)
+			doc["resource"] = r.up.srv.URL
+			r.up.docs[pathPRM] = doc
+		}, want: `names the resource "%ORIGIN%", not mcp.url "%MCP%"`},
+		{name: "root metadata names another origin", kind: UpstreamResourceMismatch, setup: func(r *mcpRig) {
+			r.up.challenge = ""
+			doc := r.up.prm(r.as.base)
+			doc["resource"] = "http://127.0.0.2:1"
+			r.up.docs = map[string]any{rootPRM: doc}
+		}, want: `names the resource "http://127.0.0.2:1", not mcp.url "%MCP%"`},
 		{name: "resource differs by a trailing slash", kind: UpstreamResourceMismatch, setup: func(r *mcpRig) {
 			doc := r.up.prm(r.as.base)
 			doc["resource"] = r.up.url + "/"
@@ -94,7 +106,8 @@ func TestMCPDiscoveryRefusals(t *testing.T) {
 			if c.setup != nil {
 				c.setup(r)
 			}
-			want := strings.NewReplacer("%MCP%", r.up.url, "%AS%", r.as.base, "%MCPHOST%", strings.TrimPrefix(r.up.srv.URL, "http://")).Replace(c.want)
+			want := strings.NewReplacer("%MCP%", r.up.url, "%AS%", r.as.base, "%MCPHOST%", strings.TrimPrefix(r.up.srv.URL, "http://"),
+				"%ORIGIN%", r.up.srv.URL).Replace(c.want)
 			reg := r.registry(c.mcpLines, "")
 			mod := func(o *Options) {}
 			if c.strict {
@@ -390,6 +403,129 @@ func TestMCPResourceOnEveryLeg(t *testing.T) {
 			refresh := tr[1].Values["resource"]
 			if onRefresh && (len(refresh) != 1 || refresh[0] != r.up.url) || !onRefresh && len(refresh) != 0 {
 				t.Errorf("refresh: resource %q (resource_on_refresh %v)", refresh, onRefresh)
+			}
+		})
+	}
+}
+
+// TestMCPRootMetadataNamesOrigin: metadata found only at the root
+// well-known URI may name the server's origin (RFC 9728 §3.3: the
+// identifier that URI is built from; the conformance suite's
+// auth/metadata-var2); the broker then sends that origin as resource on
+// the authorization request, the code exchange and the refresh. The same
+// document at the path-inserted URI is for another resource
+// (TestMCPDiscoveryRefusals).
+func TestMCPRootMetadataNamesOrigin(t *testing.T) {
+	r := newMCPRig(t, "127.0.0.1")
+	origin := r.up.srv.URL
+	doc := r.up.prm(r.as.base)
+	doc["resource"] = origin
+	r.up.with(func() { r.up.challenge, r.up.docs = "", map[string]any{rootPRM: doc} })
+	r.as.with(func() { r.as.resource = origin })
+	k := r.client(r.registry("", ""), nil)
+	r.connect(k, alice, "conn-1", nil)
+	if _, err := k.Token(context.Background(), "conn-1"); err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+	az, tr := r.as.requests("/authorize"), r.as.requests("/token")
+	if len(az) != 1 || len(tr) != 2 {
+		t.Fatalf("requests: %d authorize, %d token", len(az), len(tr))
+	}
+	for leg, v := range map[string][]string{"authorize": az[0].Values["resource"], "code": tr[0].Values["resource"], "refresh": tr[1].Values["resource"]} {
+		if len(v) != 1 || v[0] != origin {
+			t.Errorf("%s: resource %q, want %q once", leg, v, origin)
+		}
+	}
+}
+
+// TestMCPDefaultScopes: a connect request that names no scopes asks for
+// those of the server's 401 challenge, else its metadata's
+// scopes_supported, else none (no scope parameter); the entry's
+// default_scopes come before all of them. broker upstreams check says the
+// same.
+func TestMCPDefaultScopes(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		entry                string
+		challenge, supported []string // supported nil: the rig's
+		want                 string
+	}{
+		{name: "the challenge's", challenge: []string{"issues:read"}, want: "issues:read"},
+		{name: "scopes_supported", want: "issues:read issues:write"},
+		{name: "none", supported: []string{}, want: ""},
+		{name: "default_scopes", entry: "    default_scopes: [issues:write]\n", challenge: []string{"issues:read"}, want: "issues:write"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newMCPRig(t, "127.0.0.1")
+			r.as.set("scopes_supported", nil) // no offline_access added
+			r.up.with(func() {
+				r.up.scopes = c.challenge
+				if c.supported != nil {
+					r.up.docs[pathPRM] = r.up.prm(r.as.base, c.supported...)
+				}
+			})
+			reg := r.registry("", c.entry)
+			p, _ := reg.Lookup("linear")
+			k := r.client(reg, nil)
+			chk, err := k.CheckUpstream(context.Background(), "linear")
+			if err != nil || strings.Join(chk.Scopes, " ") != c.want {
+				t.Fatalf("CheckUpstream = %+v, %v; want scopes %q", chk, err, c.want)
+			}
+			a, _ := r.authorize(k, p.DefaultScopes)
+			u, _ := url.Parse(a.URL)
+			if got, ok := u.Query()["scope"]; strings.Join(got, " ") != c.want || c.want == "" && ok {
+				t.Fatalf("authorization request scope %q (present %v), want %q", got, ok, c.want)
+			}
+		})
+	}
+}
+
+// TestMCPRediscoveryAfterRefusal: once the server refuses a connection's
+// token for good (the refresh after its 401 is refused, or it refuses
+// the refreshed token too), its metadata is discovered again, so a server
+// that moved to another authorization server is followed there: the
+// broker registers at the new one and asks it (the conformance suite's
+// auth/authorization-server-migration). Until then the discovered
+// metadata is reused.
+func TestMCPRediscoveryAfterRefusal(t *testing.T) {
+	for _, how := range []string{"refresh refused", "refused after a refresh"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := context.Background()
+			r := newMCPRig(t, "127.0.0.1")
+			reg := r.registry("", "")
+			p, _ := reg.Lookup("linear")
+			k := r.client(reg, nil)
+			c, _ := r.connect(k, alice, "conn-1", nil)
+			moved := newUpstreamAS(t, "127.0.0.1", r.clock)
+			moved.resource = r.up.url
+			r.up.with(func() { r.up.docs[pathPRM] = r.up.prm(moved.base) })
+			issuerOf := func() string {
+				t.Helper()
+				a, err := k.AuthRequest(ctx, p, nil, mcpRedirect)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return strings.TrimSuffix(a.URL[:strings.Index(a.URL, "?")], "/authorize")
+			}
+			if got := issuerOf(); got != r.as.base {
+				t.Fatalf("before any refusal: authorization request at %s, want the discovered %s", got, r.as.base)
+			}
+			switch how {
+			case "refresh refused":
+				r.as.with(func() { clear(r.as.refresh) })
+				if _, err := k.UpstreamTokens().ForceRefresh(ctx, "conn-1", c.Token.AccessToken.Reveal()); !errors.Is(err, mcpup.ErrNoToken) {
+					t.Fatalf("ForceRefresh: %v, want ErrNoToken", err)
+				}
+			default:
+				if err := k.Unauthorized(ctx, "conn-1"); !errors.Is(err, ErrNeedsReconnect) {
+					t.Fatalf("Unauthorized: %v", err)
+				}
+			}
+			if got := issuerOf(); got != moved.base {
+				t.Fatalf("after the refusal: authorization request at %s, want the new %s", got, moved.base)
+			}
+			if n := len(moved.requests("/register")); n != 1 {
+				t.Fatalf("%d registrations at the new authorization server, want 1", n)
 			}
 		})
 	}

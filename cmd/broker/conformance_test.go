@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,19 +88,33 @@ func fixtureTool(name string) string {
 func noCapability(c string) string { return "the broker declares no " + c + " capability" }
 
 // conformanceBaselineEntry is one check of the suite that does not pass
-// against the broker, with the reason. The check is "<scenario>:<check-id>".
+// against the broker, with the reason. The check is "<scenario>:<check-id>";
+// a name narrows it to the checks of that name (the suite reports some ids
+// once per method or header, each with its own name).
 type conformanceBaselineEntry struct {
 	Check    string   `yaml:"check"`
+	Name     string   `yaml:"name"`
 	Versions []string `yaml:"versions"`
 	Reason   string   `yaml:"reason"`
 }
 
 // conformanceCheck is one entry of the suite's checks.json.
 type conformanceCheck struct {
-	ID           string `json:"id"`
-	Status       string `json:"status"` // SUCCESS, FAILURE, WARNING, SKIPPED, INFO
-	Description  string `json:"description"`
-	ErrorMessage string `json:"errorMessage"`
+	ID           string          `json:"id"`
+	Name         string          `json:"name"`
+	Status       string          `json:"status"` // SUCCESS, FAILURE, WARNING, SKIPPED, INFO
+	Description  string          `json:"description"`
+	ErrorMessage string          `json:"errorMessage"`
+	Details      json.RawMessage `json:"details"`
+}
+
+// compactDetails is the check's details on one line, for messages.
+func (c conformanceCheck) compactDetails() string {
+	var b bytes.Buffer
+	if json.Compact(&b, c.Details) != nil {
+		return string(c.Details)
+	}
+	return b.String()
 }
 
 // TestConformance runs the official MCP conformance suite (npm
@@ -209,16 +224,24 @@ func pinnedNode(t *testing.T, dir string) string {
 // conformanceBaseline is a file of the suite's checks that do not pass
 // against the broker (testdata/conformance/expected-failures*.yaml), each
 // with its versions and reason, and which of them a run has matched so far.
-// TestConformance and TestConformanceAuthorizationServer compare every check
-// the suite records against one.
+// TestConformance, TestConformanceAuthorizationServer and the gateway's
+// conformance tests compare every check the suite records against one;
+// subtests running in parallel may share it.
 type conformanceBaseline struct {
-	name      string                  // the file's base name, for messages
-	unmatched map[conformanceKey]bool // entries no failing check has matched yet
-	completed map[conformanceKey]bool // version and scenario whose checks were all compared
-	entries   []conformanceBaselineEntry
+	name string // the file's base name, for messages
+
+	mu        sync.Mutex                // guards the maps below
+	entries   map[conformanceKey]bool   // the listed checks
+	matched   map[conformanceKey]bool   // entries a failing check matched
+	stale     map[conformanceKey]bool   // entries reported stale
+	completed map[conformanceScope]bool // version and scenario whose checks were all compared
 }
 
-type conformanceKey struct{ version, check string }
+// conformanceKey is an entry: a check at a version, and its name when
+// the entry names one.
+type conformanceKey struct{ version, check, name string }
+
+type conformanceScope struct{ version, scenario string }
 
 // loadConformanceBaseline reads a baseline strictly: unknown fields, an
 // entry without a reason or without versions, a version not in versions
@@ -235,8 +258,8 @@ func loadConformanceBaseline(t *testing.T, path string, versions []string) *conf
 	if err := dec.Decode(&entries); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatalf("%s: %v", path, err)
 	}
-	base := &conformanceBaseline{name: filepath.Base(path),
-		unmatched: map[conformanceKey]bool{}, completed: map[conformanceKey]bool{}}
+	base := &conformanceBaseline{name: filepath.Base(path), entries: map[conformanceKey]bool{},
+		matched: map[conformanceKey]bool{}, stale: map[conformanceKey]bool{}, completed: map[conformanceScope]bool{}}
 	for i, e := range entries {
 		if scenario, check, ok := strings.Cut(e.Check, ":"); !ok || scenario == "" || check == "" {
 			t.Errorf("%s: entry %d: check %q is not <scenario>:<check-id>", path, i+1, e.Check)
@@ -251,11 +274,11 @@ func loadConformanceBaseline(t *testing.T, path string, versions []string) *conf
 			if !slices.Contains(versions, v) {
 				t.Errorf("%s: entry %d (%s): version %q is not one of %v", path, i+1, e.Check, v, versions)
 			}
-			k := conformanceKey{v, e.Check}
-			if base.unmatched[k] {
-				t.Errorf("%s: entry %d: %s listed twice for %s", path, i+1, e.Check, v)
+			k := conformanceKey{v, e.Check, e.Name}
+			if base.entries[k] {
+				t.Errorf("%s: entry %d: %s %s listed twice for %s", path, i+1, e.Check, e.Name, v)
 			}
-			base.unmatched[k] = true
+			base.entries[k] = true
 		}
 	}
 	if t.Failed() {
@@ -264,37 +287,58 @@ func loadConformanceBaseline(t *testing.T, path string, versions []string) *conf
 	return base
 }
 
+// entryFor returns the entry that lists check c of scenario at version
+// (one naming c's name first), and whether there is one.
+func (b *conformanceBaseline) entryFor(version, scenario string, c conformanceCheck) (conformanceKey, bool) {
+	if k := (conformanceKey{version, scenario + ":" + c.ID, c.Name}); b.entries[k] {
+		return k, true
+	}
+	k := conformanceKey{version, scenario + ":" + c.ID, ""}
+	return k, b.entries[k]
+}
+
+func (k conformanceKey) String() string {
+	if k.name != "" {
+		return k.check + " (" + k.name + ")"
+	}
+	return k.check
+}
+
 // compare checks one scenario's checks at version: each must be SUCCESS
 // (or INFO), or be listed in the baseline, where a listed check that
-// passes is stale. A scenario that passes no check at all fails too.
+// passes is stale. A scenario that passes no check at all fails too,
+// unless the baseline lists every check it reported.
 func (b *conformanceBaseline) compare(t *testing.T, version, scenario string, checks []conformanceCheck) {
 	t.Helper()
-	passed := 0
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	passed, expected := 0, 0
 	for _, c := range checks {
-		k := conformanceKey{version, scenario + ":" + c.ID}
+		k, listed := b.entryFor(version, scenario, c)
 		switch c.Status {
 		case "SUCCESS":
 			passed++
 			fallthrough
 		case "INFO":
-			if b.unmatched[k] {
-				t.Errorf("stale baseline entry %s (%s): the check now reports %s; remove it from %s", k.check, version, c.Status, b.name)
-				delete(b.unmatched, k)
+			if listed && !b.stale[k] {
+				t.Errorf("stale baseline entry %s (%s): the check now reports %s; remove it from %s", k, version, c.Status, b.name)
+				b.stale[k] = true
 			}
 		default:
-			if b.unmatched[k] {
-				t.Logf("expected %s: %s: %s", c.Status, k.check, c.ErrorMessage)
-				delete(b.unmatched, k)
+			if listed {
+				t.Logf("expected %s: %s %s: %s", c.Status, k.check, c.Name, c.ErrorMessage)
+				b.matched[k] = true
+				expected++
 				continue
 			}
-			t.Errorf("%s %s: %s\n  %s\n  (not in %s)", c.Status, k.check, c.Description, c.ErrorMessage, b.name)
+			t.Errorf("%s %s:%s (%s): %s\n  %s\n  details: %.800s\n  (not in %s)", c.Status, scenario, c.ID, c.Name, c.Description, c.ErrorMessage, c.compactDetails(), b.name)
 		}
 	}
-	if passed == 0 {
+	if passed == 0 && expected < len(checks) {
 		t.Errorf("scenario %s passed no check at %s", scenario, version)
 	}
 	t.Logf("%s at %s: %d checks, %d passed", scenario, version, len(checks), passed)
-	b.completed[conformanceKey{version, scenario}] = true
+	b.completed[conformanceScope{version, scenario}] = true
 }
 
 // leftOver fails on every baseline entry no failing check matched, once
@@ -303,13 +347,18 @@ func (b *conformanceBaseline) compare(t *testing.T, version, scenario string, ch
 // first) is not reported; that failure already is.
 func (b *conformanceBaseline) leftOver(t *testing.T, runs func(version, scenario string) bool) {
 	t.Helper()
-	for k := range b.unmatched {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k := range b.entries {
+		if b.matched[k] || b.stale[k] {
+			continue
+		}
 		scenario, _, _ := strings.Cut(k.check, ":")
 		switch {
 		case !runs(k.version, scenario):
-			t.Errorf("stale baseline entry %s (%s): scenario %s does not run at %s; remove it from %s", k.check, k.version, scenario, k.version, b.name)
-		case b.completed[conformanceKey{k.version, scenario}]:
-			t.Errorf("stale baseline entry %s (%s): the suite no longer reports this check; remove it from %s", k.check, k.version, b.name)
+			t.Errorf("stale baseline entry %s (%s): scenario %s does not run at %s; remove it from %s", k, k.version, scenario, k.version, b.name)
+		case b.completed[conformanceScope{k.version, scenario}]:
+			t.Errorf("stale baseline entry %s (%s): the suite no longer reports this check; remove it from %s", k, k.version, b.name)
 		}
 	}
 }

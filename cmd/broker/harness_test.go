@@ -63,6 +63,11 @@ func demoreposBinary(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	if control := os.Getenv(gatewayHelperEnv); control != "" {
+		// This binary is the conformance suite's --command
+		// (TestGatewayConformanceClient).
+		os.Exit(gatewayHelperMain(control, os.Args[1:]))
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

@@ -44,38 +44,54 @@ type serveProc struct {
 func startServe(t *testing.T, name, addr string, args, env []string) *serveProc {
 	t.Helper()
 	broker, _ := binaries(t)
+	p, err := launchServe(broker, name, addr, args, env)
+	if p != nil {
+		t.Cleanup(func() { p.stop(20 * time.Second); raceReport(t, "replica "+name, p.logs.String()) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// launchServe starts `broker serve` on addr and waits until it serves and
+// is ready. On an error after the start, the process is returned too, for
+// the caller to stop.
+func launchServe(broker, name, addr string, args, env []string) (*serveProc, error) {
 	p := &serveProc{name: name, base: "http://" + addr, logs: &logbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(broker, append([]string{"serve", "--addr", addr}, args...)...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	go func() { p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(20 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-		raceReport(t, "replica "+name, p.logs.String())
-	})
 	// The broker logs "credbroker serving" once its listener is bound and
 	// everything is wired; then it must be ready.
 	if !p.logs.WaitFor("credbroker serving", p.exited, 60*time.Second) {
 		select {
 		case <-p.exited:
-			t.Fatalf("replica %s exited at start:\n%s", name, p.logs.String())
+			return p, fmt.Errorf("replica %s exited at start:\n%s", name, p.logs.String())
 		default:
-			t.Fatalf("replica %s not serving in 60s:\n%s", name, p.logs.String())
+			return p, fmt.Errorf("replica %s not serving in 60s:\n%s", name, p.logs.String())
 		}
 	}
 	if code := p.readyz(); code != http.StatusOK {
-		t.Fatalf("replica %s serving but /readyz answers %d:\n%s", name, code, p.logs.String())
+		return p, fmt.Errorf("replica %s serving but /readyz answers %d:\n%s", name, code, p.logs.String())
 	}
-	return p
+	return p, nil
+}
+
+// stop sends SIGTERM and waits for the process to exit (killing it after
+// grace).
+func (p *serveProc) stop(grace time.Duration) {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(grace):
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
 }
 
 // readyz returns the status of the replica's GET /readyz (0: no answer).

@@ -2,6 +2,7 @@ package mcpup
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -84,10 +85,11 @@ func (s *secrets) current() [][]byte {
 	return s.forms
 }
 
-// answers is a session's RoundTripper: it notes a 401 (in refused, and
-// after a forced refresh in the request's recorder), and hands the go-sdk
-// the upstream's answer redacted of the session's secrets, its progress
-// routed.
+// answers is a session's RoundTripper: it puts a call's Mcp-Param headers
+// on it (WithParamHeaders), sends nothing more in an exchange answered 403
+// insufficient_scope, notes a 401 (in refused, and after a forced refresh
+// in the request's recorder), and hands the go-sdk the upstream's answer
+// redacted of the session's secrets, its progress routed.
 type answers struct {
 	next    http.RoundTripper
 	secrets *secrets // nil for a server that takes no token
@@ -98,6 +100,22 @@ type answers struct {
 }
 
 func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
+	if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
+		if ns := r.scope(); ns != nil {
+			// Nothing more is sent in an exchange the upstream answered
+			// 403 insufficient_scope.
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, ns
+		}
+	}
+	if h, ok := req.Context().Value(paramHeadersKey{}).(map[string]string); ok && req.Header.Get("Mcp-Method") == "tools/call" {
+		req = req.Clone(req.Context())
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+	}
 	resp, err := a.next.RoundTrip(req)
 	if err != nil {
 		return resp, err
@@ -289,4 +307,17 @@ func canonicalEscapes(b []byte) []byte {
 		i += 5
 	}
 	return out
+}
+
+type paramHeadersKey struct{}
+
+// WithParamHeaders returns ctx whose 2026-07-28 tools/call requests carry
+// headers h (the call's Mcp-Param headers, SEP-2243, written from its
+// arguments and the tool's x-mcp-header bindings): the go-sdk's client
+// writes them only for tools its own session has listed.
+func WithParamHeaders(ctx context.Context, h map[string]string) context.Context {
+	if len(h) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, paramHeadersKey{}, h)
 }

@@ -120,6 +120,9 @@ type Options struct {
 	// a session unused that long (default 10 minutes).
 	MaxSessions int
 	IdleTimeout time.Duration
+	// ListenWait bounds how long Listen waits for a server's answers
+	// (default 5 seconds).
+	ListenWait time.Duration
 	// Version is the broker's version, in clientInfo.
 	Version string
 	Logger  *slog.Logger
@@ -148,6 +151,8 @@ type Pool struct {
 	sessions map[string]*list.Element
 	lru      *list.List // of *entry, most recently used first
 	closed   bool
+	// listens end the Listen sessions (Close).
+	listens map[*int]context.CancelFunc
 }
 
 type entry struct {
@@ -170,6 +175,9 @@ func New(opts Options) *Pool {
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = 10 * time.Minute
+	}
+	if opts.ListenWait <= 0 {
+		opts.ListenWait = 5 * time.Second
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -223,7 +231,7 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 		p.removeLocked(p.lru.Back())
 	}
 	p.mu.Unlock()
-	e.cs, e.err = p.connect(cctx, t)
+	e.cs, e.err = p.connect(cctx, t, nil, nil)
 	close(e.ready)
 	if e.err != nil {
 		p.drop(t, e)
@@ -290,6 +298,9 @@ func (p *Pool) Forget(t Target) {
 func (p *Pool) Close() {
 	p.mu.Lock()
 	p.closed = true
+	for _, stop := range p.listens {
+		stop()
+	}
 	for p.lru.Len() > 0 {
 		el := p.lru.Front()
 		el.Value.(*entry).cancel() // an opening in progress gives up
@@ -337,8 +348,10 @@ func (p *Pool) expireLocked() {
 
 // connect opens a session with t: the era probed (discover, else
 // initialize declaring url elicitation only). ctx lives as long as the
-// session.
-func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error) {
+// session. With changed set, the session also hears the server's
+// list-changed notifications (Listen), and acked is closed when a
+// 2026-07-28 server acknowledges the subscription.
+func (p *Pool) connect(ctx context.Context, t Target, changed func(method string), acked chan<- struct{}) (*mcp.ClientSession, error) {
 	hc := *p.opts.HTTPClient
 	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
 	ans := answers{next: transportOf(p.opts.HTTPClient), pool: p, refused: new(atomic.Bool)}
@@ -349,7 +362,7 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 		tr.OAuthHandler = w.auth
 	}
 	hc.Transport = ans
-	client := mcp.NewClient(p.impl, &mcp.ClientOptions{
+	opts := &mcp.ClientOptions{
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		Capabilities:   &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
 		// A pushed url elicitation (a legacy upstream asking in-band) is
@@ -365,9 +378,42 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 		// Progress is routed by answers, as it is read: the go-sdk's
 		// handler would run after the response it preceded.
 		Logger: p.log,
-	})
+	}
+	if changed != nil {
+		// The go-sdk then opens a subscriptions/listen stream with a
+		// 2026-07-28 server that declares listChanged (in the background:
+		// a server that refuses it does not fail the session), and with a
+		// 2025-11-25 one its standalone event stream. Each request is
+		// answered at once, or given up.
+		tr.DisableStandaloneSSE = false
+		hc.Transport = headerDeadline{next: hc.Transport, d: p.opts.ListenWait}
+		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { changed(ToolsListChanged) }
+		opts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { changed(PromptsListChanged) }
+		opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { changed(ResourcesListChanged) }
+	}
+	client := mcp.NewClient(p.impl, opts)
+	if acked != nil {
+		var once sync.Once
+		client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method == "notifications/subscriptions/acknowledged" {
+					once.Do(func() { close(acked) })
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
 	ctx, rec := withRecorder(ctx)
 	cs, err := client.Connect(ctx, tr, nil)
+	if ns := rec.scope(); ns != nil {
+		// The upstream wants more scopes for server/discover (the go-sdk's
+		// fall back to initialize was stopped at the transport: a session
+		// of the wrong era past the refusal): the step-up comes first.
+		if cs != nil {
+			cs.Close()
+		}
+		return nil, ns
+	}
 	switch {
 	case err != nil && t.Conn == "" && ans.refused.Load():
 		return nil, fmt.Errorf("%w: %w", ErrTokenRequired, err)
@@ -457,21 +503,24 @@ func (s tokenSource) Token() (*oauth2.Token, error) {
 // retries once), a 403 insufficient_scope with *NeedScope.
 func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *http.Response) error {
 	defer resp.Body.Close()
+	rec, _ := ctx.Value(recorderKey{}).(*recorder)
+	if rec == nil {
+		rec = &recorder{}
+	}
 	if resp.StatusCode == http.StatusForbidden {
 		ns := &NeedScope{}
 		if cs, err := oauthex.ParseWWWAuthenticate(resp.Header.Values("WWW-Authenticate")); err == nil {
 			for _, c := range cs {
 				if c.Scheme == "bearer" && c.Params["error"] == "insufficient_scope" {
 					ns.Scopes = strings.Fields(c.Params["scope"])
+					rec.mu.Lock()
+					rec.needScope = ns
+					rec.mu.Unlock()
 					return ns
 				}
 			}
 		}
 		return fmt.Errorf("mcpup: the upstream server answered 403")
-	}
-	rec, _ := ctx.Value(recorderKey{}).(*recorder)
-	if rec == nil {
-		rec = &recorder{}
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -508,6 +557,15 @@ type recorder struct {
 	refreshErr error
 	// refusedAfter: a 401 answered a request made after the refresh.
 	refusedAfter bool
+	// needScope: a 403 insufficient_scope answered a request.
+	needScope *NeedScope
+}
+
+// scope is the 403 insufficient_scope an exchange got, if any.
+func (r *recorder) scope() *NeedScope {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.needScope
 }
 
 type recorderKey struct{}

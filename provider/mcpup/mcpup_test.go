@@ -26,21 +26,25 @@ import (
 // behind bearer tokens when tokens is set, every request recorded.
 //
 // Tools: echo (answers "echo" and its arguments), admin (403
-// insufficient_scope "admin issues:write" for every token).
+// insufficient_scope "admin issues:write" for every token). The methods in
+// forbidden get 403 insufficient_scope "issues:read" for every token.
 type upstream struct {
 	t      testing.TB
 	srv    *httptest.Server
 	legacy bool
-	// sse: a modern server answers calls as event streams (else JSON).
+	// sse: a modern server answers calls as event streams (else JSON);
+	// set before restart.
 	sse bool
 	// quiet records no headers (a soak's thousands of requests).
 	quiet bool
 
 	mu      sync.Mutex // guards the fields below
 	handler http.Handler
+	server  *mcp.Server
 	// tokens are the access tokens it takes (nil: it takes no token).
-	tokens map[string]bool
-	seen   []seenRequest
+	tokens    map[string]bool
+	forbidden map[string]bool
+	seen      []seenRequest
 }
 
 // seenRequest is what the upstream received.
@@ -86,6 +90,7 @@ func (u *upstream) newHandler() http.Handler {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "admin"}}}, nil
 		})
+	u.server = server
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Stateless: !u.legacy, JSONResponse: !u.sse, DisableLocalhostProtection: true})
 }
@@ -95,6 +100,12 @@ func (u *upstream) restart() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.handler = u.newHandler()
+}
+
+func (u *upstream) with(f func()) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	f()
 }
 
 func (u *upstream) setTokens(toks ...string) {
@@ -121,17 +132,22 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		s.Header, s.Body = r.Header.Clone(), body
 	}
 	u.mu.Lock()
-	h, toks := u.handler, u.tokens
+	h, toks, forbidden := u.handler, u.tokens, u.forbidden[msg.Method]
 	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	ok := toks == nil || toks[tok]
 	u.mu.Unlock()
-	rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	// Only a stream that lasts is flushed as it is written (an answer is
+	// held until it is whole, as before the request is recorded below).
+	rec := &statusWriter{ResponseWriter: w, status: http.StatusOK, stream: r.Method == http.MethodGet || msg.Method == "subscriptions/listen"}
 	switch {
 	case !ok:
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", resource_metadata="`+u.srv.URL+`/.well-known/oauth-protected-resource/mcp"`)
 		http.Error(rec, `{"error":"invalid_token"}`, http.StatusUnauthorized)
 	case toks != nil && msg.Method == "tools/call" && msg.Params.Name == "admin":
 		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope", scope="admin issues:write", resource_metadata="`+u.srv.URL+`/.well-known/oauth-protected-resource/mcp"`)
+		http.Error(rec, `{"error":"insufficient_scope"}`, http.StatusForbidden)
+	case toks != nil && forbidden:
+		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope", scope="issues:read", resource_metadata="`+u.srv.URL+`/.well-known/oauth-protected-resource/mcp"`)
 		http.Error(rec, `{"error":"insufficient_scope"}`, http.StatusForbidden)
 	default:
 		h.ServeHTTP(rec, r)
@@ -145,11 +161,20 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	stream bool
 }
 
 func (s *statusWriter) WriteHeader(code int) {
 	s.status = code
 	s.ResponseWriter.WriteHeader(code)
+}
+
+// Flush lets a lasting event stream (subscriptions/listen, a 2025-11-25
+// session's GET) through as it is written.
+func (s *statusWriter) Flush() {
+	if s.stream {
+		http.NewResponseController(s.ResponseWriter).Flush()
+	}
 }
 
 // requests returns what the upstream received.
@@ -669,6 +694,123 @@ func TestInsufficientScope(t *testing.T) {
 		if _, _, err := echoVia(context.Background(), p, target, "ok", w.via); err != nil {
 			t.Fatalf("%s: the session broke: %v", w, err)
 		}
+	}
+}
+
+// TestListen: a listening session hears the server's list changes: a
+// 2026-07-28 server's over subscriptions/listen, acknowledged before
+// Listen returns (so a change right after is heard), a 2025-11-25 one's on
+// its standalone event stream. It takes no place in the pool and ends
+// with its context.
+func TestListen(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy %v", legacy), func(t *testing.T) {
+			u := newUpstream(t, legacy)
+			u.sse = true
+			u.restart()
+			// The broker's client of MCP servers: no time limit on a whole
+			// exchange (a stream lasts).
+			hc, err := egress.New(egress.Options{AllowPrivate: true, AllowLoopbackHTTP: true, Timeout: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := newPool(t, Options{HTTPClient: hc})
+			heard := make(chan string, 16)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if err := p.Listen(ctx, Target{Provider: "up", URL: u.url()}, func(m string) { heard <- m }); err != nil {
+				t.Fatal(err)
+			}
+			if p.Len() != 0 {
+				t.Fatalf("%d sessions in the pool", p.Len())
+			}
+			u.mu.Lock()
+			server := u.server
+			u.mu.Unlock()
+			add := func(i int) {
+				server.AddTool(&mcp.Tool{Name: fmt.Sprintf("late%d", i), InputSchema: json.RawMessage(`{"type":"object"}`)},
+					func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+						return &mcp.CallToolResult{}, nil
+					})
+			}
+			if !legacy {
+				add(0)
+				select {
+				case m := <-heard:
+					if m != ToolsListChanged {
+						t.Fatalf("heard %s", m)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("the change right after Listen was not heard")
+				}
+				return
+			}
+			// The standalone stream opens in the background: change until
+			// one is heard.
+			for i := 0; ; i++ {
+				add(i)
+				select {
+				case m := <-heard:
+					if m != ToolsListChanged {
+						t.Fatalf("heard %s", m)
+					}
+					cancel()
+					waitFor(t, "the session's end", func() bool { return u.count("DELETE") == 1 })
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				if i == 300 {
+					t.Fatal("no change heard in 30 s")
+				}
+			}
+		})
+	}
+}
+
+// TestListenGivesUp: a server that answers nothing holds Listen up for
+// twice Options.ListenWait at most (server/discover, then initialize), and
+// Listen says it could not listen.
+func TestListenGivesUp(t *testing.T) {
+	release := make(chan struct{})
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(silent.Close)
+	t.Cleanup(func() { close(release) })
+	hc, err := egress.New(egress.Options{AllowPrivate: true, AllowLoopbackHTTP: true, Timeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPool(t, Options{HTTPClient: hc, ListenWait: 200 * time.Millisecond})
+	start := time.Now()
+	err = p.Listen(context.Background(), Target{Provider: "up", URL: silent.URL + "/mcp"}, func(string) {})
+	if err == nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("Listen = %v after %s, want an error within twice the wait", err, time.Since(start))
+	}
+	t.Logf("Listen after %s: %v", time.Since(start), err)
+}
+
+// TestInsufficientScopeAtDiscover: a 403 insufficient_scope answering the
+// server/discover that opens a session is a *NeedScope with the
+// challenge's scopes, not a fall back to initialize (the go-sdk's answer
+// to a failed discover, which would open a session of the wrong era past
+// the server's refusal); no session is kept.
+func TestInsufficientScopeAtDiscover(t *testing.T) {
+	u := newUpstream(t, false)
+	u.setTokens("tok-1")
+	u.with(func() { u.forbidden = map[string]bool{"server/discover": true} })
+	tokens := &fakeTokens{tok: map[string]string{"conn-1": "tok-1"}}
+	p := newPool(t, Options{Tokens: tokens})
+	_, era, err := echo(context.Background(), p, Target{Provider: "up", URL: u.url(), Conn: "conn-1"}, "x")
+	var ns *NeedScope
+	if !errors.As(err, &ns) || !slices.Equal(ns.Scopes, []string{"issues:read"}) {
+		t.Fatalf("echo: %v (era %q), want *NeedScope{issues:read}", err, era)
+	}
+	if n := u.count("initialize"); n != 0 || p.Len() != 0 || len(tokens.refreshes()) != 0 {
+		t.Fatalf("%d initialize requests, %d sessions kept, %d refreshes", n, p.Len(), len(tokens.refreshes()))
 	}
 }
 
