@@ -131,6 +131,14 @@ func (s *Service) CreateForServer(ctx context.Context, p vault.Principal, provid
 	return s.create(ctx, vault.Grant{Principal: p, Provider: provider, Scopes: slices.Clone(scopes), ClientName: clientName, Server: server})
 }
 
+// CreateFrom is Create (CreateForServer when g.Server is set) from a
+// template: g's Principal, Provider, Scopes, ClientName, Server and Why
+// are kept, everything else is the new request's.
+func (s *Service) CreateFrom(ctx context.Context, g vault.Grant) (vault.Grant, error) {
+	return s.create(ctx, vault.Grant{Principal: g.Principal, Provider: g.Provider, Scopes: slices.Clone(g.Scopes),
+		ClientName: g.ClientName, Server: g.Server, Why: g.Why})
+}
+
 func (s *Service) create(ctx context.Context, g vault.Grant) (vault.Grant, error) {
 	p := g.Principal
 	if p.IsZero() || p.Issuer == "" || p.Subject == "" {

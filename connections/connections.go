@@ -43,6 +43,10 @@ type Service struct {
 	log       *slog.Logger
 	providers *provider.Registry
 	stepUps   stepUpCounter
+	// locker excludes other replicas from connecting one person to one
+	// provider by assertion at the same time (assertion.go).
+	locker   vault.Locker
+	refusals refusalMemo
 }
 
 // New validates opts and builds a Service.
@@ -70,7 +74,7 @@ func New(opts Options) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{opts: opts, log: log, providers: opts.Client.Providers()}, nil
+	return &Service{opts: opts, log: log, providers: opts.Client.Providers(), locker: opts.Store.Locker()}, nil
 }
 
 // Providers returns the catalogue.
@@ -172,10 +176,16 @@ type Reason struct {
 	Missing []string
 	// Accepted: the person said they would open the link (Pending).
 	Accepted bool
+	// Assertion is why connecting without the browser was refused (an
+	// upstream ID-JAG outcome code, assertion.go), when it was tried.
+	Assertion string
 }
 
 // String is the reason in words, fit for a sentence after a colon.
 func (r Reason) String() string {
+	if words := AssertionRefusal(r.Assertion); words != "" {
+		return "connecting it for you through your organisation's sign-in did not work: " + words
+	}
 	switch r.Kind {
 	case Reconnect:
 		return "the broker's access was revoked or has expired, so the account must be reconnected"
@@ -417,6 +427,13 @@ func (s *Service) keepGranted(p *provider.Provider, conns []vault.Connection, ac
 
 // start opens a connect request for req (when it can ask).
 func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, scopes []string, why Reason) (Outcome, error) {
+	if s.opts.Client.ConnectsByAssertion(p) {
+		o, refused, err := s.connectByAssertion(ctx, req, p, scopes)
+		if o != nil || err != nil {
+			return o, err
+		}
+		why.Assertion = refused
+	}
 	need := NeedsUser{Provider: p, Scopes: slices.Clone(scopes), Why: why}
 	if !req.CanAsk {
 		return need, nil
@@ -435,13 +452,8 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 			return need, nil
 		}
 	}
-	var g vault.Grant
-	var err error
-	if req.Server != "" {
-		g, err = s.opts.Grants.CreateForServer(ctx, req.Principal, p.Name, scopes, req.Server, req.ClientName)
-	} else {
-		g, err = s.opts.Grants.Create(ctx, req.Principal, p.Name, scopes, req.ClientName)
-	}
+	g, err := s.opts.Grants.CreateFrom(ctx, vault.Grant{Principal: req.Principal, Provider: p.Name, Scopes: scopes,
+		ClientName: req.ClientName, Server: req.Server, Why: why.Assertion})
 	switch {
 	case errors.Is(err, ErrTooManyPending), errors.Is(err, ErrRateLimited):
 		return nil, err
@@ -550,6 +562,14 @@ func (s *Service) Resume(ctx context.Context, req Request, grantID string, answe
 	if c, _ := best(p, conns, scopes); c != nil {
 		s.opts.Telemetry.Elicitation(telemetry.ElicitationCompleted)
 		return s.named(ctx, req, p, *c)
+	}
+	if g.Why != "" && s.opts.Client.ConnectsByAssertion(p) {
+		// Asked because connecting without the browser was refused: the
+		// person may have signed in through the link meanwhile (the
+		// refusals that ask the IdP are held a minute), so try again.
+		if o, _, err := s.connectByAssertion(ctx, req, p, scopes); o != nil || err != nil {
+			return o, err
+		}
 	}
 	g, err = s.opts.Grants.Round(ctx, g.ID, req.Principal)
 	switch {

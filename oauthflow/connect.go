@@ -129,7 +129,7 @@ func (f *Flow) consentLanding(w http.ResponseWriter, r *http.Request, s *session
 	}
 	page := consentPage{
 		Chrome: s.chrome(), Provider: p.DisplayName, Domain: ar.Endpoint.Hostname(), requester: requesterOf(g),
-		Identity: s.Display, Action: "/connect/" + g.ID,
+		Identity: s.Display, Action: "/connect/" + g.ID, Why: connections.WhyAsked(g),
 	}
 	if gw, ok := p.Kind.(provider.Gateway); ok {
 		page.Relay = gw.Upstream().URL

@@ -169,6 +169,13 @@ func (f *Flow) handleLogout(w http.ResponseWriter, r *http.Request) {
 	f.jar.clear(w, "session")
 	f.jar.clear(w, "flow")
 	f.jar.markLoggedOut(w)
+	if s != nil && f.keepIdP {
+		// Signed out here: the broker no longer acts on the person's IdP
+		// session (the next sign-in brings a new one).
+		if err := f.opts.Connections.ForgetIdPSession(r.Context(), s.principal()); err != nil {
+			f.log.Warn("sign-out: the IdP session was not forgotten", "err", err)
+		}
+	}
 	f.renderSignedOut(w, signedOutPage{})
 }
 

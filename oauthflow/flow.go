@@ -74,6 +74,10 @@ type Flow struct {
 	idp     *oidc.Provider
 	idpConf oauth2.Config
 	idpVer  *oidc.IDTokenVerifier
+	// keepIdP: the catalogue has entries that connect by assertion, so
+	// the sign-in asks for offline access and keeps the person's IdP
+	// session (Connections.KeepIdPSession).
+	keepIdP bool
 
 	providers *provider.Registry
 }
@@ -137,6 +141,12 @@ func New(ctx context.Context, opts Options) (*Flow, error) {
 		Scopes: []string{oidc.ScopeOpenID, "email", "profile"},
 	}
 	f.idpVer = f.idp.Verifier(&oidc.Config{ClientID: opts.ClientID, Now: opts.Now})
+	if f.keepIdP = f.providers.NeedsIdPSessions(); f.keepIdP {
+		// A refresh token, so the broker can present a fresh ID token
+		// of the person when it asks for an ID-JAG later; the IdP asks
+		// for this consent once, at sign-in.
+		f.idpConf.Scopes = append(f.idpConf.Scopes, oidc.ScopeOfflineAccess)
+	}
 	return f, nil
 }
 
@@ -262,6 +272,11 @@ func (f *Flow) handleLoginCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.jar.clear(w, "logged_out")
+	if f.keepIdP {
+		if err := f.opts.Connections.KeepIdPSession(r.Context(), s.principal(), tok, idt.Expiry); err != nil {
+			f.log.Warn("broker sign-in: the IdP session was not kept; ID-JAGs for this person need another sign-in", "err", err)
+		}
+	}
 	f.log.Info("broker sign-in", "iss", s.Issuer, "sub", s.Subject)
 	http.Redirect(w, r, safeReturn(ls.ReturnTo), http.StatusSeeOther)
 }

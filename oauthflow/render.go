@@ -47,6 +47,9 @@ type consentPage struct {
 	// Relay is the MCP server the broker relays calls to with the
 	// account (type: mcp providers), "" otherwise.
 	Relay string
+	// Why says why the person is asked here when the broker tried to
+	// connect without them first (connections.WhyAsked), "" otherwise.
+	Why string
 }
 
 type mismatchPage struct {

@@ -252,6 +252,9 @@ func FuzzParseProviders(f *testing.F) {
 		"  o: {type: mcp, mcp: {url: 'http://[::1]:1/x', auth: none, tools: {deny: ['a?[b-c]*']}, input_requests: []}}\n" +
 		"  n: {type: mcp, mcp: {url: 'https://n.example', call_timeout: 10m, max_result_bytes: 64MiB, offline_access: never,\n" +
 		"    resource_on_refresh: false, allowed_hosts: [auth.n.example], registration: dcr}, account: {url: 'https://n.example/me', id_field: id}}\n"))
+	f.Add([]byte("providers:\n  e: {type: mcp, mcp: {url: 'https://e.example/mcp', auth: enterprise, registration: cimd}, default_scopes: [r]}\n" +
+		"  s: {type: mcp, mcp: {url: 'https://s.example/mcp', auth: enterprise}, client_id: ${A}, client_secret: ${A}}\n" +
+		"  d: {type: mcp, mcp: {url: 'https://d.example/mcp', auth: enterprise, registration: dcr}}\n"))
 	getenv := env(map[string]string{"ACME_SECRET": "s", "A": "a", "GITHUB_CLIENT_ID": "i", "GITHUB_CLIENT_SECRET": "s", "GOOGLE_CLIENT_ID": "i", "GOOGLE_CLIENT_SECRET": "s",
 		"LINEAR_ID": "i", "LINEAR_SECRET": "s"})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -351,7 +354,7 @@ func checkAcceptedMCP(t *testing.T, n string, p *Provider, g Gateway) {
 		if up.Open || !slices.Contains([]string{"auto", "static", "cimd", "dcr"}, m.Registration) ||
 			!slices.Contains([]string{"auto", "always", "never"}, m.OfflineAccess) ||
 			m.Registration == "static" && m.ClientID == "" || m.ClientSecret != "" && m.ClientID == "" ||
-			m.AccountURL != "" && checkEndpoint(m.AccountURL) != nil {
+			m.AccountURL != "" && checkEndpoint(m.AccountURL) != nil || m.Enterprise && m.Registration == "dcr" {
 			t.Fatalf("accepted mcp provider %q: %+v", n, m)
 		}
 		for _, h := range m.AllowedHosts {

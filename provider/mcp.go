@@ -37,7 +37,9 @@ import (
 // ID Metadata Document, dynamic registration), and sends the server's
 // canonical URL as `resource` (RFC 8707) on the authorization request, the
 // code exchange and every refresh. With auth: none the server needs no
-// connection at all.
+// connection at all. With auth: enterprise the broker first asks the
+// organisation's IdP for an ID-JAG for the server and redeems it there
+// (idjag.go), with no browser step; the code flow stays the fallback.
 
 // TypeMCP is the mcp kind's type.
 const TypeMCP = "mcp"
@@ -108,9 +110,14 @@ type OpenMCP struct{ mcpUpstream }
 
 var _ Gateway = (*OpenMCP)(nil)
 
-// MCP is an mcp entry with auth: oauth.
+// MCP is an mcp entry with auth: oauth or enterprise.
 type MCP struct {
 	mcpUpstream
+	// Enterprise: auth: enterprise (enterprise-managed authorization):
+	// connect with an ID-JAG from the organisation's IdP when the
+	// server's authorization server takes the JWT bearer grant, the code
+	// flow otherwise (AssertionStep).
+	Enterprise bool
 	// Registration is auto, static, cimd or dcr.
 	Registration string
 	// AllowedHosts are hosts the authorization server may be on besides
@@ -136,6 +143,7 @@ var (
 	_ Refresher     = (*MCP)(nil)
 	_ Revoker       = (*MCP)(nil)
 	_ Gateway       = (*MCP)(nil)
+	_ AssertionStep = (*MCP)(nil)
 )
 
 // ConsentPage is the consent page of an upstream MCP server.
@@ -193,7 +201,7 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 		return p
 	}
 	m := &MCP{mcpUpstream: mcpUpstream{up}, Registration: s.MCP.Registration, AllowedHosts: s.MCP.AllowedHosts,
-		OfflineAccess: s.MCP.OfflineAccess, ResourceOnRefresh: true}
+		OfflineAccess: s.MCP.OfflineAccess, ResourceOnRefresh: true, Enterprise: s.MCP.Auth == "enterprise"}
 	p := c.newProvider(s.entrySpec, m)
 	if s.MCP.ResourceOnRefresh != nil {
 		m.ResourceOnRefresh = *s.MCP.ResourceOnRefresh
@@ -201,7 +209,14 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 	switch m.Registration {
 	case "":
 		m.Registration = "auto"
-	case "auto", "static", "cimd", "dcr":
+	case "dcr":
+		if m.Enterprise {
+			// The IdP names the broker's client at the server in the
+			// ID-JAG (client_id): it can know a pre-registered id or a
+			// metadata document URL, never one registered on the fly.
+			c.failAt(at("mcp", "registration"), "mcp.registration dcr cannot be used with mcp.auth enterprise: the IdP must name the broker's client id at the server in each ID-JAG, and a dynamically registered id is known to the broker only; use static (client_id) or cimd")
+		}
+	case "auto", "static", "cimd":
 	default:
 		c.failAt(at("mcp", "registration"), "mcp.registration %q: want auto, static, cimd or dcr", m.Registration)
 	}
@@ -260,9 +275,9 @@ func (c *entryCheck) upstream(s *mcpSection) Upstream {
 		}
 	}
 	switch s.Auth {
-	case "", "oauth", "none":
+	case "", "oauth", "enterprise", "none":
 	default:
-		c.failAt(at("mcp", "auth"), "mcp.auth %q: want oauth or none", s.Auth)
+		c.failAt(at("mcp", "auth"), "mcp.auth %q: want oauth, enterprise or none", s.Auth)
 	}
 	if s.CallTimeout != "" {
 		d, err := ParseDuration(s.CallTimeout)
@@ -653,6 +668,10 @@ type UpstreamCheck struct {
 	Registration string
 	// Scopes are those a connect request asks for by default.
 	Scopes []string
+	// IDJAG, for an mcp.auth: enterprise entry, says whether its
+	// authorization server takes ID-JAGs (the JWT bearer grant):
+	// "id-jag", or "no id-jag: code flow only"; "" for other entries.
+	IDJAG string
 }
 
 // CheckUpstream runs mcp entry name's discovery and picks its
@@ -676,6 +695,12 @@ func (k *Client) CheckUpstream(ctx context.Context, name string) (UpstreamCheck,
 		return out, err
 	}
 	out.Issuer = ua.issuer
+	if m.Enterprise {
+		out.IDJAG = "no id-jag: code flow only"
+		if slices.Contains(ua.meta.GrantTypesSupported, grantJWTBearer) {
+			out.IDJAG = "id-jag"
+		}
+	}
 	out.Scopes = p.DefaultScopes
 	if len(out.Scopes) == 0 {
 		out.Scopes = ua.scopes

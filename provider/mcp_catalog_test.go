@@ -127,7 +127,7 @@ func TestMCPCatalogProblems(t *testing.T) {
 		`p.yaml:8: plain: mcp.url: "http://mcp.example.com/mcp" must use https (http is allowed on loopback only)`,
 		`p.yaml:9: plain: mcp.registration static needs client_id`,
 		`p.yaml:13: slash: mcp.url "https://mcp.example.com/mcp/?x=1": the server's canonical URL has no query and no trailing slash`,
-		`p.yaml:14: slash: mcp.auth "basic": want oauth or none`,
+		`p.yaml:14: slash: mcp.auth "basic": want oauth, enterprise or none`,
 		`p.yaml:15: slash: mcp.registration "magic": want auto, static, cimd or dcr`,
 		`p.yaml:16: slash: mcp.allowed_hosts[0] "Linear.App": want a lowercase host name`,
 		`p.yaml:16: slash: mcp.allowed_hosts[1] "a/b": want a lowercase host name`,

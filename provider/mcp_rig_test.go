@@ -106,6 +106,11 @@ type upstreamAS struct {
 	clients  map[string]string // client id → secret ("" public)
 	n        int
 	resource string // the MCP server its tokens are for
+	// jwtBearer, when set, takes the JWT bearer grant (ID-JAGs,
+	// idjag_test.go): it names the account of an acceptable assertion
+	// for the authenticated client, or the error code of a refusal. Its
+	// answers carry no refresh token.
+	jwtBearer func(client string, form url.Values) (sub, errCode string)
 }
 
 // rsaTestKey is one RSA key for every authorization server of the test
@@ -307,6 +312,21 @@ func (a *upstreamAS) token(w http.ResponseWriter, r *http.Request, rec asRequest
 			return
 		}
 		delete(a.refresh, f.Get("refresh_token"))
+	case grantJWTBearer:
+		code := "unsupported_grant_type"
+		if a.jwtBearer != nil {
+			sub, code = a.jwtBearer(client, f)
+		}
+		if code != "" {
+			fail(code)
+			return
+		}
+		a.n++
+		at := fmt.Sprintf("up-access-%d", a.n)
+		a.access[at] = sub
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"access_token": at, "token_type": "Bearer", "expires_in": 3600, "scope": f.Get("scope")})
+		return
 	default:
 		fail("unsupported_grant_type")
 		return

@@ -78,6 +78,12 @@ type Options struct {
 	// RedirectURL is the broker's provider callback of a provider (the
 	// browser door's route; default BrokerURL + "/oauth/{name}/callback").
 	RedirectURL func(provider string) string
+	// IdP is the organisation's identity provider as the broker's client
+	// there, and IdPSessions keeps people's sessions at it (their refresh
+	// tokens, sealed): entries that connect by assertion (mcp.auth:
+	// enterprise) need both; without them those use the code flow only.
+	IdP         *OrgIdP
+	IdPSessions vault.IdPSessionStore
 	// Tracing, when set, traces API requests (provider.request), token
 	// refreshes (provider.token_refresh per caller, a link from each
 	// waiter to the one provider.token_refresh.flight) and every HTTP
@@ -355,11 +361,14 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret,
 	if !ok {
 		return vault.Connection{}, fmt.Errorf("%w: %s", ErrUnknownProvider, cur.Provider)
 	}
+	log := k.log.With("provider", cur.Provider, "connection", cur.ID)
+	if cur.Token.RefreshToken == "" && k.ConnectsByAssertion(p) {
+		return k.renew(ctx, p, cur, log)
+	}
 	r, ok := p.Kind.(Refresher)
 	if !ok {
 		return vault.Connection{}, fmt.Errorf("%w: %s", ErrNotAToken, p.Name)
 	}
-	log := k.log.With("provider", cur.Provider, "connection", cur.ID)
 	tok, err := k.spend(ctx, r, p, cur, log)
 	if err != nil {
 		if errors.Is(err, errGrantRefused) {
@@ -393,6 +402,8 @@ func (k *Client) reload(ctx context.Context, id string, stale vault.Secret, olde
 		return cur, false, nil
 	case stale == "" && cur.Token.AccessToken != "" && (cur.Token.Expiry.IsZero() || k.opts.Now().Before(cur.Token.Expiry)):
 		return cur, true, nil
+	case k.renewable(cur):
+		return cur, false, nil // renewed by a new ID-JAG (idjag.go)
 	}
 	c, err := k.markNeedsReconnect(ctx, cur, k.log.With("provider", cur.Provider, "connection", cur.ID), "expired access token and no refresh token")
 	return c, true, err

@@ -22,7 +22,7 @@ type Observer interface {
 // Observe returns s with every operation of every feature reported to the
 // observers: the store's own methods and those of each sub-store its
 // accessors return (Auth, Outbox, Admin, Assertions, Connector, Locker,
-// Resealer, AppWatch, UpstreamClients). Close is not an operation. The
+// Resealer, AppWatch, UpstreamClients, IdPSessions). Close is not an operation. The
 // first observer's Begin runs first and its End last. Nil observers are left out; with none left, s
 // is returned as is.
 //
@@ -49,6 +49,7 @@ func Observe(s Store, observers ...Observer) Store {
 		resealer:   feature(s.Resealer(), func(f Resealer) Resealer { return observedResealer{f, o} }),
 		appWatch:   feature(s.AppWatch(), func(f AppWatch) AppWatch { return observedAppWatch{f, o} }),
 		upstream:   feature(s.UpstreamClients(), func(f UpstreamClientStore) UpstreamClientStore { return observedUpstream{f, o} }),
+		sessions:   feature(s.IdPSessions(), func(f IdPSessionStore) IdPSessionStore { return observedIdPSessions{f, o} }),
 	}
 }
 
@@ -98,6 +99,7 @@ type observedStore struct {
 	resealer   Resealer
 	appWatch   AppWatch
 	upstream   UpstreamClientStore
+	sessions   IdPSessionStore
 }
 
 var _ Store = (*observedStore)(nil)
@@ -111,6 +113,7 @@ func (s *observedStore) Locker() Locker                       { return s.locker 
 func (s *observedStore) Resealer() Resealer                   { return s.resealer }
 func (s *observedStore) AppWatch() AppWatch                   { return s.appWatch }
 func (s *observedStore) UpstreamClients() UpstreamClientStore { return s.upstream }
+func (s *observedStore) IdPSessions() IdPSessionStore         { return s.sessions }
 func (s *observedStore) Close() error                         { return s.next.Close() }
 
 func (s *observedStore) CreateConnection(ctx context.Context, c Connection) (Connection, error) {

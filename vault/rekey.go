@@ -10,7 +10,8 @@ import (
 // primary key, batch ids at a time, while the store stays in use (each record
 // is rewritten through UpdateConnection, so concurrent writers are safe),
 // then every upstream client secret sealed with another key
-// (UpstreamClientStore.ResealUpstreamClients).
+// (UpstreamClientStore.ResealUpstreamClients) and every IdP session
+// (IdPSessionStore.ResealIdPSessions).
 // It is idempotent and resumable: records already on the primary key are
 // skipped, so an interrupted run simply starts again. The store must have
 // been opened with kr. It returns how many records it rewrote.
@@ -31,6 +32,11 @@ func Rekey(ctx context.Context, s Store, kr *Keyring, batch int) (int, error) {
 			rewritten += n
 			if err != nil {
 				return rewritten, fmt.Errorf("vault: rekey: upstream clients: %w", err)
+			}
+			n, err = s.IdPSessions().ResealIdPSessions(ctx)
+			rewritten += n
+			if err != nil {
+				return rewritten, fmt.Errorf("vault: rekey: IdP sessions: %w", err)
 			}
 			return rewritten, nil
 		}

@@ -167,7 +167,13 @@ type Grant struct {
 	// Attempts counts key entries checked at the provider for this grant
 	// (API-key providers), so a connect link cannot serve as a key oracle.
 	Attempts int
-	Version  uint64
+	// Why is a reason code the broker recorded when it asks the person
+	// in the browser after connecting without them was refused (the
+	// upstream ID-JAG outcome, such as "idp_refused"); empty otherwise.
+	// Set at creation; the connect page says it in words.
+	Why string
+
+	Version uint64
 }
 
 // Clone returns a deep copy of g.
@@ -311,6 +317,8 @@ type Store interface {
 	// UpstreamClients returns the broker's registrations at upstream MCP
 	// servers' authorization servers.
 	UpstreamClients() UpstreamClientStore
+	// IdPSessions returns people's sessions at the organisation's IdP.
+	IdPSessions() IdPSessionStore
 
 	// Close releases the store. Further calls return ErrClosed.
 	Close() error

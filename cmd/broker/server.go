@@ -124,14 +124,16 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if err != nil {
 		return mounted{}, err
 	}
-	client, err := provider.New(provider.Options{
+	provOpts := provider.Options{
 		Store: d.Store, Providers: d.Providers, HTTPClient: d.HTTPClient,
 		Logger: d.Logger.With("component", "provider"), RefreshMargin: d.RefreshMargin,
 		Telemetry: d.Telemetry, RefreshFailed: refreshFailedEvents(d.Events, d.Store, d.Logger),
 		Tracing:            d.Tracing,
 		UpstreamHTTPClient: authHTTP, BrokerURL: d.PublicURL, ClientMetadataURL: d.Upstreams.metadataURL(d.PublicURL),
 		UpstreamClients: d.Store.UpstreamClients(),
-	})
+	}
+	idpSessions(&provOpts, d)
+	client, err := provider.New(provOpts)
 	if err != nil {
 		return mounted{}, err
 	}
@@ -143,10 +145,14 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 	if err != nil {
 		return mounted{}, err
 	}
+	offboard := offboardApps(appSvc)
+	if provOpts.IdPSessions != nil {
+		offboard = append(offboard, connections.IdPSessionStep(client))
+	}
 	conns, err := connections.New(connections.Options{
 		Store: d.Store, Grants: grants, Client: client, PublicURL: d.PublicURL,
 		Telemetry: d.Telemetry, Logger: d.Logger.With("component", "connections"),
-		Offboard: offboardApps(appSvc),
+		Offboard: offboard,
 	})
 	if err != nil {
 		return mounted{}, err
@@ -249,6 +255,20 @@ func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, erro
 func appsCore(store vault.Store, sole bool, policy apps.Policy, rec *telemetry.Recorder, log *slog.Logger) (*apps.Service, error) {
 	return apps.New(apps.Options{Store: store.Auth(), Watch: store.AppWatch(), SoleWriter: sole,
 		Policy: policy, Telemetry: rec, Logger: log})
+}
+
+// idpSessions gives the provider layer the organisation's IdP and the
+// store of people's IdP sessions when an entry of the catalogue connects
+// by ID-JAG (mcp.auth: enterprise).
+func idpSessions(o *provider.Options, d brokerDeps) {
+	if !d.Providers.NeedsIdPSessions() {
+		return
+	}
+	if d.ClientSecret == "" {
+		d.Logger.Warn("mcp.auth enterprise entries need the broker to authenticate at the IdP's token exchange, and no client secret is configured (BROKER_CLIENT_SECRET): the IdP will likely refuse every ID-JAG")
+	}
+	o.IdP = &provider.OrgIdP{Issuer: d.Issuer, ClientID: d.ClientID, ClientSecret: d.ClientSecret}
+	o.IdPSessions = d.Store.IdPSessions()
 }
 
 // offboardApps is offboarding's step for the apps core.

@@ -192,6 +192,9 @@ func runUpstreams(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if scopes == "" {
 			scopes = "(none)"
 		}
+		if c.IDJAG != "" {
+			reg += " (" + c.IDJAG + ")"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n, c.URL, issuer, reg, scopes, era)
 	}
 	if err := tw.Flush(); err != nil {

@@ -13,7 +13,10 @@
 //	GET  /login?authRequestID=…              sign-in form (or immediate success, see below)
 //	POST /login                              checks origin, CSRF token, username and password
 //	GET  /authorize/callback?id=…            finishes the request; redirects to the client
-//	POST /oauth/token                        authorization_code grant; RFC 8693 token exchange for
+//	POST /oauth/token                        authorization_code grant; refresh_token grant (a sign-in
+//	                                         with offline_access gets a refresh token, rotated on every
+//	                                         use, 24 hours; RevokeRefreshTokens ends a user's); RFC 8693
+//	                                         token exchange for
 //	                                         ID-JAGs (tokenexchange.go): client authentication
 //	                                         required, the subject an ID token of this IdP for that
 //	                                         client, the per-user, per-client policy (IDJAGRule)

@@ -147,15 +147,12 @@ func New(opts Options) (*IdP, error) {
 		requests: map[string]*authRequest{},
 		codes:    map[string]string{},
 		tokens:   map[string]*accessToken{},
+		refresh:  map[string]*refreshGrant{},
 	}
 	for _, usr := range opts.Users {
-		if usr.Username == "" || usr.Subject == "" {
-			return nil, errors.New("devidp: every user needs a username and a subject")
+		if err := p.AddUser(usr); err != nil {
+			return nil, err
 		}
-		if _, dup := p.store.users[usr.Username]; dup {
-			return nil, fmt.Errorf("devidp: duplicate user %q", usr.Username)
-		}
-		p.store.users[usr.Username] = usr
 	}
 	for _, c := range opts.Clients {
 		if err := p.AddClient(c); err != nil {
@@ -176,6 +173,9 @@ func New(opts Options) (*IdP, error) {
 		CryptoKeyId:    keyID,
 		CodeMethodS256: true,
 		AuthMethodPost: true,
+		// Refresh tokens for offline_access sign-ins (the broker keeps
+		// people's IdP sessions for enterprise-managed authorization).
+		GrantTypeRefreshToken: true,
 	}
 	var provOpts []op.Option
 	if u.Scheme == "http" {
@@ -210,6 +210,21 @@ func (p *IdP) AddClient(c Client) error {
 	p.store.mu.Lock()
 	defer p.store.mu.Unlock()
 	p.store.clients[c.ID] = c
+	return nil
+}
+
+// AddUser adds a person who can sign in (at run time: a test's extra
+// user).
+func (p *IdP) AddUser(u User) error {
+	if u.Username == "" || u.Subject == "" {
+		return errors.New("devidp: every user needs a username and a subject")
+	}
+	p.store.mu.Lock()
+	defer p.store.mu.Unlock()
+	if _, dup := p.store.users[u.Username]; dup {
+		return fmt.Errorf("devidp: duplicate user %q", u.Username)
+	}
+	p.store.users[u.Username] = u
 	return nil
 }
 

@@ -19,6 +19,9 @@ const (
 	authRequestTTL = 10 * time.Minute
 	accessTokenTTL = time.Hour
 	idTokenTTL     = time.Hour
+	// refreshTokenTTL is how long a refresh token (offline_access) lives;
+	// each use rotates it.
+	refreshTokenTTL = 24 * time.Hour
 )
 
 var errNotFound = errors.New("devidp: not found")
@@ -104,7 +107,9 @@ func (c *client) AuthMethod() oidc.AuthMethod {
 func (c *client) ResponseTypes() []oidc.ResponseType {
 	return []oidc.ResponseType{oidc.ResponseTypeCode}
 }
-func (c *client) GrantTypes() []oidc.GrantType        { return []oidc.GrantType{oidc.GrantTypeCode} }
+func (c *client) GrantTypes() []oidc.GrantType {
+	return []oidc.GrantType{oidc.GrantTypeCode, oidc.GrantTypeRefreshToken}
+}
 func (c *client) LoginURL(id string) string           { return c.loginURL(id) }
 func (c *client) AccessTokenType() op.AccessTokenType { return op.AccessTokenTypeBearer }
 func (c *client) IDTokenLifetime() time.Duration      { return idTokenTTL }
@@ -143,6 +148,10 @@ type storage struct {
 	requests map[string]*authRequest
 	codes    map[string]string // code -> request id
 	tokens   map[string]*accessToken
+	// refresh holds the live refresh tokens (offline_access), issued
+	// every one ever issued (IssuedRefreshTokens).
+	refresh map[string]*refreshGrant
+	issued  []string
 	// idjagRules is the token-exchange policy (tokenexchange.go).
 	idjagRules []IDJAGRule
 }
@@ -174,6 +183,11 @@ func (s *storage) gc() {
 	for id, t := range s.tokens {
 		if now.After(t.expiry) {
 			delete(s.tokens, id)
+		}
+	}
+	for rt, g := range s.refresh {
+		if now.After(g.expiry) {
+			delete(s.refresh, rt)
 		}
 	}
 }
@@ -289,14 +303,6 @@ func (s *storage) CreateAccessToken(_ context.Context, req op.TokenRequest) (str
 	return id, t.expiry, nil
 }
 
-func (s *storage) CreateAccessAndRefreshTokens(context.Context, op.TokenRequest, string) (string, string, time.Time, error) {
-	return "", "", time.Time{}, oidc.ErrUnsupportedGrantType().WithDescription("refresh tokens are not supported")
-}
-
-func (s *storage) TokenRequestByRefreshToken(context.Context, string) (op.RefreshTokenRequest, error) {
-	return nil, oidc.ErrInvalidGrant().WithDescription("refresh tokens are not supported")
-}
-
 func (s *storage) TerminateSession(context.Context, string, string) error { return nil }
 
 func (s *storage) RevokeToken(_ context.Context, tokenOrID, _, clientID string) *oidc.Error {
@@ -305,10 +311,18 @@ func (s *storage) RevokeToken(_ context.Context, tokenOrID, _, clientID string) 
 	if t, ok := s.tokens[tokenOrID]; ok && t.clientID == clientID {
 		delete(s.tokens, tokenOrID)
 	}
+	if g, ok := s.refresh[tokenOrID]; ok && g.clientID == clientID {
+		delete(s.refresh, tokenOrID)
+	}
 	return nil
 }
 
-func (s *storage) GetRefreshTokenInfo(context.Context, string, string) (string, string, error) {
+func (s *storage) GetRefreshTokenInfo(_ context.Context, clientID, token string) (string, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, ok := s.refresh[token]; ok && g.clientID == clientID {
+		return g.subject, token, nil
+	}
 	return "", "", op.ErrInvalidRefreshToken
 }
 

@@ -28,7 +28,7 @@ const (
 )
 
 var knownOpsEvents = []string{EventAdminList, EventOffboard, EventProviderDisable, EventAdminRefused, EventWebhookExpired,
-	EventIDJAGGranted, EventIDJAGRefused}
+	EventIDJAGGranted, EventIDJAGRefused, EventUpstreamIDJAGIssued, EventUpstreamIDJAGRefused}
 
 // eventLabel bounds an audit event kind for the metric label.
 func eventLabel(kind string) string {

@@ -22,6 +22,7 @@
 //	credbroker_sidecar_requests_total{server,route,status}
 //	credbroker_idjag_grants_total{outcome}    granted, or why a JWT bearer grant was refused (idjag.go)
 //	credbroker_store_unavailable_total{door}  requests refused (503) while the store was unavailable (outage.go)
+//	credbroker_upstream_idjag_total{provider,outcome}  ID-JAGs asked for upstream MCP servers (idjag_upstream.go)
 //
 // The server label of the sidecar series is the configured name of the
 // co-located server (Options.SidecarServers, "unnamed" for the unnamed
@@ -84,6 +85,7 @@ type Recorder struct {
 	idjag         *prometheus.CounterVec // JWT bearer grants (idjag.go)
 	upstream      *upstreamMetrics       // the gateway (upstream.go)
 	outage        *outageMetrics         // requests a storage outage refused (outage.go)
+	upstreamIDJAG *prometheus.CounterVec // ID-JAGs asked for upstream (idjag_upstream.go)
 }
 
 // Latency buckets: the broker answers in well under a millisecond; provider
@@ -139,6 +141,7 @@ func New(opts Options) *Recorder {
 	r.idjag = newIDJAGMetric(r.reg)
 	r.upstream = newUpstreamMetrics(r.reg)
 	r.outage = newOutageMetrics(r.reg)
+	r.upstreamIDJAG = newUpstreamIDJAGMetric(r.reg)
 	if opts.ProcessMetrics {
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -318,7 +321,7 @@ func (r *Recorder) Audit(ctx context.Context, e Event) {
 	switch e.Kind {
 	case EventIdentityMismatch:
 		level = slog.LevelWarn
-	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay, EventIDJAGRefused:
+	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay, EventIDJAGRefused, EventUpstreamIDJAGRefused:
 		level = slog.LevelWarn
 	}
 	if e.Err != nil && level < slog.LevelWarn {

@@ -20,6 +20,7 @@
 //	retired             id → sealed connection record kept to retry its revocation
 //	retired_by_principal len(iss)|iss|len(sub)|sub|id → ""
 //	spent_assertions    vault.AssertionKey → expiry (Unix nanoseconds, 8 bytes big endian)
+//	idp_sessions        hex SHA-256 of the principal key → sealed IdP session (record.EncodeIdPSession)
 //
 // Times in keys are 12 bytes that sort like the times: the Unix second with
 // its sign bit flipped, then the nanosecond, both big endian. Listing a
@@ -76,7 +77,7 @@ var (
 
 	allBuckets = [][]byte{bConns, bConnByPrinc, bGrants, bGrantByPrin, bGrantByExp, bMeta,
 		bOAuthClients, bOAuthCodes, bOAuthApps, bOAuthAppByClient,
-		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc, bSpent, bUpstream}
+		bOutbox, bOutboxDue, bRetired, bRetiredByPrinc, bSpent, bUpstream, bSessions}
 
 	keySchema       = []byte("schema")
 	keySealedAll    = []byte("sealed_all")
@@ -746,8 +747,8 @@ func (s *Store) MarkFullySealed() error {
 }
 
 // KeyUsage counts connections by the id of the key that sealed their
-// tokens, and upstream client secrets by theirs, so operators know when
-// an old key seals nothing and can go.
+// tokens, and upstream client secrets and IdP sessions by theirs, so
+// operators know when an old key seals nothing and can go.
 func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
@@ -768,7 +769,10 @@ func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 		if err != nil {
 			return err
 		}
-		return upstreamKeyUsage(tx, usage)
+		if err := upstreamKeyUsage(tx, usage); err != nil {
+			return err
+		}
+		return sessionKeyUsage(tx, usage)
 	})
 	return usage, err
 }

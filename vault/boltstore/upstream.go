@@ -61,18 +61,31 @@ func (s *Store) DeleteUpstreamClient(ctx context.Context, key string) error {
 // transaction (the broker keeps a few registrations, one per upstream
 // authorization server).
 func (s *Store) ResealUpstreamClients(ctx context.Context) (int, error) {
+	return s.resealBucket(ctx, bUpstream, "upstream clients", func(k, v []byte) ([]byte, bool, error) {
+		nrec, changed, err := record.ResealUpstreamClient(s.kr, v)
+		if err != nil {
+			return nil, false, fmt.Errorf("upstream client %q: %w", k, err)
+		}
+		return nrec, changed, nil
+	})
+}
+
+// resealBucket rewrites, in one write transaction, the records of bucket
+// that reseal seals again with the primary key (changed), and returns how
+// many; what names them in errors.
+func (s *Store) resealBucket(ctx context.Context, bucket []byte, what string, reseal func(k, v []byte) ([]byte, bool, error)) (int, error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
 	n := 0
 	err := s.update(func(tx *bolt.Tx) error {
 		n = 0
-		b := tx.Bucket(bUpstream)
+		b := tx.Bucket(bucket)
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			nrec, changed, err := record.ResealUpstreamClient(s.kr, v)
+			nrec, changed, err := reseal(k, v)
 			if err != nil {
-				return fmt.Errorf("upstream client %q: %w", k, err)
+				return err
 			}
 			if !changed {
 				continue
@@ -87,7 +100,7 @@ func (s *Store) ResealUpstreamClients(ctx context.Context) (int, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("boltstore: reseal upstream clients: %w", err)
+		return 0, fmt.Errorf("boltstore: reseal %s: %w", what, err)
 	}
 	return n, nil
 }

@@ -34,6 +34,7 @@ type Store struct {
 	retired     map[string][]byte         // connection id -> sealed record
 	spent       map[string]time.Time      // vault.AssertionKey -> expiry (assertions.go)
 	upstream    map[string][]byte         // upstream client key -> record (upstream.go)
+	sessions    map[string][]byte         // sessionKey(person) -> sealed IdP session (idpsessions.go)
 }
 
 // New returns an empty store sealing tokens with kr.
@@ -63,6 +64,7 @@ func NewWith(kr *vault.Keyring, opts Options) *Store {
 		retired:     map[string][]byte{},
 		spent:       map[string]time.Time{},
 		upstream:    map[string][]byte{},
+		sessions:    map[string][]byte{},
 	}
 }
 

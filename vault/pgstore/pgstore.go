@@ -730,13 +730,14 @@ func (s *Store) resealRows(ctx context.Context, what, query string, args []any, 
 }
 
 // KeyUsage counts connections by the id of the key that sealed their
-// tokens, and upstream client secrets by theirs.
+// tokens, and upstream client secrets and IdP sessions by theirs.
 func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT sealed_with, count(*) FROM
-		(SELECT sealed_with FROM connections UNION ALL SELECT sealed_with FROM upstream_clients WHERE sealed_with <> '') k
+		(SELECT sealed_with FROM connections UNION ALL SELECT sealed_with FROM upstream_clients WHERE sealed_with <> ''
+		 UNION ALL SELECT sealed_with FROM idp_sessions) k
 		GROUP BY sealed_with`)
 	if err != nil {
 		return nil, s.dbErr(fmt.Errorf("pgstore: key usage: %w", err))

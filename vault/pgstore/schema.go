@@ -154,6 +154,19 @@ CREATE TABLE upstream_clients (
 COMMENT ON TABLE upstream_clients IS 'vault.UpstreamClient: the broker''s dynamic registration at an upstream authorization server, keyed by its issuer and the broker''s redirect URI; record is record.EncodeUpstreamClient output, the client secret sealed';
 COMMENT ON COLUMN upstream_clients.sealed_with IS 'id of the key that sealed the client secret; empty for a public client';
 `},
+	{7, "people's IdP sessions (enterprise-managed authorization upstream)", `
+CREATE TABLE idp_sessions (
+	iss          bytea NOT NULL,
+	sub          bytea NOT NULL,
+	version      bigint NOT NULL,
+	updated      timestamptz NOT NULL,
+	sealed_with  text NOT NULL,
+	record       bytea NOT NULL,
+	PRIMARY KEY (iss, sub)
+);
+COMMENT ON COLUMN idp_sessions.record IS 'record.EncodeIdPSession output: the IdP refresh token and latest ID token sealed (AEAD, AAD bound to the person)';
+COMMENT ON COLUMN idp_sessions.sealed_with IS 'id of the key that sealed the tokens';
+`},
 }
 
 // SchemaVersion is the schema version this build migrates to.

@@ -208,43 +208,62 @@ type KeyUser interface {
 }
 
 // RunUpstreamClientRotation checks that key rotation covers the client
-// secrets of upstream registrations: sealed with a key that is no longer
-// primary they still open and are counted against it, vault.Rekey seals
-// them again with the primary (once: a second run rewrites nothing), and
-// then they open with the primary key alone. open opens the one store of
+// secrets of upstream registrations (runRotation): the one with a secret
+// is re-sealed, the public one needs nothing. open opens the one store of
 // the test (a file, a database) with kr, each time anew.
 func RunUpstreamClientRotation(t *testing.T, open func(t *testing.T, kr *vault.Keyring) KeyUser) {
+	secret := upstreamClient("https://as.example", "dcr-1", "dcr-secret-1")
+	public := upstreamClient("https://public.example", "dcr-2", "")
+	runRotation(t, open, func(s KeyUser) {
+		for _, c := range []vault.UpstreamClient{secret, public} {
+			if _, err := s.UpstreamClients().PutUpstreamClient(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}, func(s KeyUser, oldKey string) {
+		got, err := s.UpstreamClients().GetUpstreamClient(t.Context(), secret.Key)
+		if err != nil || got.SealedWith != oldKey || got.ClientSecret != secret.ClientSecret {
+			t.Fatalf("before the rotation: %+v, %v; want the secret sealed with %s", got, err, oldKey)
+		}
+	}, func(s KeyUser, newKey string) {
+		for _, c := range []vault.UpstreamClient{secret, public} {
+			got, err := s.UpstreamClients().GetUpstreamClient(t.Context(), c.Key)
+			if err != nil {
+				t.Fatalf("with the old key gone: %v", err)
+			}
+			sameUpstream(t, "with the old key gone", got, c, newKey)
+		}
+	})
+}
+
+// runRotation checks that key rotation covers one sealed record that put
+// stores: sealed with a key that is no longer primary it still opens
+// (before) and is counted against it, vault.Rekey seals it again with the
+// primary (once: a second run rewrites nothing), and then it opens with
+// the primary key alone (after).
+func runRotation(t *testing.T, open func(t *testing.T, kr *vault.Keyring) KeyUser, put func(s KeyUser),
+	before func(s KeyUser, oldKey string), after func(s KeyUser, newKey string)) {
 	ctx := t.Context()
 	oldKR, err := vault.ParseKeys(vault.GenerateKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := upstreamClient("https://as.example", "dcr-1", "dcr-secret-1")
-	public := upstreamClient("https://public.example", "dcr-2", "")
 	s := open(t, oldKR)
-	for _, c := range []vault.UpstreamClient{secret, public} {
-		if _, err := s.UpstreamClients().PutUpstreamClient(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put(s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-
 	newKR, err := oldKR.WithNewPrimary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s = open(t, newKR)
-	got, err := s.UpstreamClients().GetUpstreamClient(ctx, secret.Key)
-	if err != nil || got.SealedWith != oldKR.Primary() || got.ClientSecret != secret.ClientSecret {
-		t.Fatalf("before the rotation: %+v, %v; want the secret sealed with %s", got, err, oldKR.Primary())
-	}
+	before(s, oldKR.Primary())
 	if usage, err := s.KeyUsage(ctx); err != nil || usage[oldKR.Primary()] != 1 {
 		t.Fatalf("key usage before the rotation: %v, %v; want the old key counted once", usage, err)
 	}
 	if n, err := vault.Rekey(ctx, s, newKR, 10); n != 1 || err != nil {
-		t.Fatalf("rekey rewrote %d records, %v; want 1 (the one secret)", n, err)
+		t.Fatalf("rekey rewrote %d records, %v; want 1", n, err)
 	}
 	if n, err := vault.Rekey(ctx, s, newKR, 10); n != 0 || err != nil {
 		t.Fatalf("a second rekey rewrote %d, %v; want 0", n, err)
@@ -255,18 +274,11 @@ func RunUpstreamClientRotation(t *testing.T, open func(t *testing.T, kr *vault.K
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-
 	primaryOnly, err := vault.NewKeyring([]string{newKR.Primary()}, newKR.AllBytes()[:1])
 	if err != nil {
 		t.Fatal(err)
 	}
 	s = open(t, primaryOnly)
 	defer s.Close()
-	for _, c := range []vault.UpstreamClient{secret, public} {
-		got, err := s.UpstreamClients().GetUpstreamClient(ctx, c.Key)
-		if err != nil {
-			t.Fatalf("with the old key gone: %v", err)
-		}
-		sameUpstream(t, "with the old key gone", got, c, newKR.Primary())
-	}
+	after(s, newKR.Primary())
 }

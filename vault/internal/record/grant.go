@@ -25,6 +25,7 @@ type grantRecord struct {
 	ConnectionID string           `json:"connection_id,omitempty"`
 	Rounds       int              `json:"rounds,omitempty"`
 	Attempts     int              `json:"attempts,omitempty"`
+	Why          string           `json:"why,omitempty"`
 	Version      uint64           `json:"version"`
 }
 
@@ -34,7 +35,7 @@ func EncodeGrant(g vault.Grant) ([]byte, error) {
 		return nil, errors.New("vault: grant without id")
 	}
 	if err := validUTF8(g.ID, g.Principal.Issuer, g.Principal.Subject, g.Provider, g.ClientName,
-		g.Server, string(g.State), g.ConnectionID); err != nil {
+		g.Server, string(g.State), g.ConnectionID, g.Why); err != nil {
 		return nil, fmt.Errorf("vault: grant %q: %w", g.ID, err)
 	}
 	if err := validUTF8(g.Scopes...); err != nil {
@@ -44,7 +45,7 @@ func EncodeGrant(g vault.Grant) ([]byte, error) {
 		V: recordV1, ID: g.ID, Issuer: g.Principal.Issuer, Subject: g.Principal.Subject,
 		Provider: g.Provider, Scopes: g.Scopes, ClientName: g.ClientName, Server: g.Server, Created: g.Created,
 		Expires: g.Expires, State: g.State, ConnectionID: g.ConnectionID, Rounds: g.Rounds, Attempts: g.Attempts,
-		Version: g.Version,
+		Why: g.Why, Version: g.Version,
 	}
 	if b, ok := encodeGrantRecord(&r); ok {
 		return b, nil
@@ -70,7 +71,7 @@ func DecodeGrant(b []byte) (vault.Grant, error) {
 	return vault.Grant{
 		ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject}, Provider: r.Provider,
 		Scopes: r.Scopes, ClientName: r.ClientName, Server: r.Server, Created: r.Created, Expires: r.Expires,
-		State: r.State, ConnectionID: r.ConnectionID, Rounds: r.Rounds, Attempts: r.Attempts, Version: r.Version,
+		State: r.State, ConnectionID: r.ConnectionID, Rounds: r.Rounds, Attempts: r.Attempts, Why: r.Why, Version: r.Version,
 	}, nil
 }
 

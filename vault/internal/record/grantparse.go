@@ -82,6 +82,8 @@ func grantField(key string) (uint32, grantFieldFunc) {
 		return 1 << 12, func(d *grantScan, r *grantRecord) bool { return d.int(&r.Rounds) }
 	case "attempts":
 		return 1 << 13, func(d *grantScan, r *grantRecord) bool { return d.int(&r.Attempts) }
+	case "why":
+		return 1 << 15, func(d *grantScan, r *grantRecord) bool { return d.string(&r.Why) }
 	case "version":
 		return 1 << 14, func(d *grantScan, r *grantRecord) bool {
 			var n int
@@ -244,6 +246,11 @@ func encodeGrantRecord(r *grantRecord) (b []byte, ok bool) {
 	if r.Attempts != 0 {
 		b = append(b, `,"attempts":`...)
 		b = strconv.AppendInt(b, int64(r.Attempts), 10)
+	}
+	if r.Why != "" {
+		if b, ok = appendField(b, `,"why":`, r.Why); !ok {
+			return nil, false
+		}
 	}
 	b = append(b, `,"version":`...)
 	b = strconv.AppendUint(b, r.Version, 10)

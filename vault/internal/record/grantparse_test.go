@@ -38,6 +38,7 @@ func TestDecodeGrantRecordMatchesJSON(t *testing.T) {
 			ClientName: "Agent ✓", Server: "demorepos", Created: now, Expires: now.Add(10 * time.Minute), State: vault.GrantPending, Version: 1},
 		{ID: "g2", Principal: vault.Principal{Issuer: "i", Subject: "s"}, Provider: "demo", Created: now.In(time.FixedZone("x", 3600)),
 			State: vault.GrantCompleted, ConnectionID: "c1", Rounds: 3, Attempts: 2, Version: 123456789012},
+		{ID: "g5", Why: "idp_refused", Version: 2},
 		{ID: "g3"},
 		{ID: "g4", ClientName: "<script>&", Scopes: []string{}},
 	} {
@@ -238,6 +239,8 @@ func TestEncodeGrantRecordMatchesJSON(t *testing.T) {
 			ClientName: "Agent ✓", Server: "demorepos", Created: now, Expires: now.Add(time.Minute), State: vault.GrantPending, Version: 1}, true},
 		{grantRecord{V: 1, ID: "g2", Created: now.In(time.FixedZone("x", -5*3600-1800)), State: vault.GrantCompleted, ConnectionID: "c",
 			Rounds: -3, Attempts: 7, Version: 1<<64 - 1}, true},
+		{grantRecord{V: 1, ID: "g3", Why: "no_idp_session"}, true},
+		{grantRecord{Why: "<"}, false},
 		{grantRecord{}, true},
 		{grantRecord{Scopes: []string{}}, true},
 		{grantRecord{Created: now.Truncate(time.Second)}, true},
@@ -311,7 +314,7 @@ func randomGrantValue(rng *rand.Rand) grantRecord {
 	}
 	return grantRecord{V: num(), ID: str(), Issuer: str(), Subject: str(), Provider: str(), Scopes: scopes, ClientName: str(),
 		Server: str(), Created: tm(), Expires: tm(), State: vault.GrantState(str()), ConnectionID: str(), Rounds: num(),
-		Attempts: num(), Version: rng.Uint64() >> rng.IntN(64)}
+		Attempts: num(), Why: str(), Version: rng.Uint64() >> rng.IntN(64)}
 }
 
 // FuzzEncodeGrantRecord: whenever the fast encoder writes a record, it is
@@ -323,7 +326,7 @@ func FuzzEncodeGrantRecord(f *testing.F) {
 		tm := time.Unix(sec, nsec).In(time.FixedZone("z", zone%(48*3600)))
 		r := grantRecord{V: 1, ID: id, Issuer: iss, Subject: sub, Provider: prov, ClientName: client, Server: client + "s",
 			Created: tm, Expires: tm.Add(10 * time.Minute), State: vault.GrantState(scope), ConnectionID: conn, Rounds: int(rounds),
-			Attempts: int(rounds >> 3), Version: version}
+			Attempts: int(rounds >> 3), Why: conn + client, Version: version}
 		if scope != "" {
 			r.Scopes = []string{scope, id}
 		}
