@@ -309,15 +309,8 @@ func mcpForwarder(upstream string, auth []string) http.Handler {
 		if auth != nil {
 			req.Header["Authorization"] = auth
 		}
-		resp, err := client.Do(req)
-		if err != nil {
-			http.Error(w, "bad gateway", http.StatusBadGateway)
-			return
-		}
-		out, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-		resp.Body.Close()
-		if err != nil {
-			http.Error(w, "bad gateway", http.StatusBadGateway)
+		resp, out, ok := fetch(w, client, req, 4<<20)
+		if !ok {
 			return
 		}
 		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {

@@ -533,15 +533,8 @@ func bareForwarder(apiURL string) http.Handler {
 			return
 		}
 		req.Header.Set("Authorization", "Bearer "+benchAccessToken)
-		resp, err := client.Do(req)
-		if err != nil {
-			http.Error(w, "bad gateway", http.StatusBadGateway)
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		if err != nil {
-			http.Error(w, "bad gateway", http.StatusBadGateway)
+		resp, body, ok := fetch(w, client, req, 1<<20)
+		if !ok {
 			return
 		}
 		out, _ := json.Marshal(response{JSONRPC: "2.0", ID: msg.ID, Result: result{
@@ -550,6 +543,24 @@ func bareForwarder(apiURL string) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(out)
 	})
+}
+
+// fetch is the floors' request to what they stand in front of: req sent
+// with client and its answer read, at most limit bytes; when either
+// fails, w is answered 502 and ok is false.
+func fetch(w http.ResponseWriter, client *http.Client, req *http.Request, limit int64) (*http.Response, []byte, bool) {
+	resp, err := client.Do(req)
+	if err != nil {
+		http.Error(w, "bad gateway", http.StatusBadGateway)
+		return nil, nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	resp.Body.Close()
+	if err != nil {
+		http.Error(w, "bad gateway", http.StatusBadGateway)
+		return nil, nil, false
+	}
+	return resp, body, true
 }
 
 // startTracing, with -tracing, sets tracing up as serve does when
