@@ -48,9 +48,9 @@ func registerHost(base string) (*host, error) {
 	return &host{base: base, clientID: reg.ClientID, redirect: hostRedirect}, nil
 }
 
-// tokens gets an access token for each user (whose password is the user
-// name), workers people at a time.
-func (h *host) tokens(users []string, workers int) (map[string]string, error) {
+// tokens gets an access token for resource for each user (whose password
+// is the user name), workers people at a time.
+func (h *host) tokens(users []string, resource string, workers int) (map[string]string, error) {
 	out := make(map[string]string, len(users))
 	var mu sync.Mutex
 	var firstErr error
@@ -59,7 +59,7 @@ func (h *host) tokens(users []string, workers int) (map[string]string, error) {
 	for range workers {
 		wg.Go(func() {
 			for u := range next {
-				tok, err := h.token(u, u)
+				tok, err := h.token(u, u, resource)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = fmt.Errorf("%s: %w", u, err)
@@ -77,12 +77,12 @@ func (h *host) tokens(users []string, workers int) (map[string]string, error) {
 	return out, firstErr
 }
 
-// token is the authorization code flow for one person, as a host runs it:
-// the person's browser (a fresh cookie jar) opens /authorize, which sends
-// it through the broker's sign-in at the IdP; the person signs in and
-// allows the host on the consent page; the host redeems the code with its
-// PKCE verifier at /token.
-func (h *host) token(user, password string) (string, error) {
+// token is the authorization code flow for one person and resource, as a
+// host runs it: the person's browser (a fresh cookie jar) opens
+// /authorize, which sends it through the broker's sign-in at the IdP; the
+// person signs in and allows the host on the consent page; the host
+// redeems the code with its PKCE verifier at /token.
+func (h *host) token(user, password, resource string) (string, error) {
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(r *http.Request, via []*http.Request) error {
 		if strings.HasPrefix(r.URL.String(), h.redirect) {
@@ -96,7 +96,7 @@ func (h *host) token(user, password string) (string, error) {
 	verifier := rand.Text() + rand.Text()
 	sum := sha256.Sum256([]byte(verifier))
 	q := url.Values{"response_type": {"code"}, "client_id": {h.clientID}, "redirect_uri": {h.redirect}, "state": {"bench"},
-		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"}, "resource": {h.base + "/mcp"}}
+		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"}, "resource": {resource}}
 	page, err := get(browser, h.base+"/authorize?"+q.Encode())
 	if err != nil {
 		return "", err
@@ -114,7 +114,7 @@ func (h *host) token(user, password string) (string, error) {
 		return "", fmt.Errorf("consent: HTTP %d to %q, not the host's redirect with a code", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	tresp, err := http.PostForm(h.base+"/token", url.Values{"grant_type": {"authorization_code"}, "code": {loc.Query().Get("code")},
-		"redirect_uri": {h.redirect}, "code_verifier": {verifier}, "client_id": {h.clientID}, "resource": {h.base + "/mcp"}})
+		"redirect_uri": {h.redirect}, "code_verifier": {verifier}, "client_id": {h.clientID}, "resource": {resource}})
 	if err != nil {
 		return "", err
 	}

@@ -19,6 +19,15 @@
 //   - provider: provider_request's added latency at p50 (c=1);
 //   - opens: token-set decryptions per list_connections and per
 //     provider_request for a person with five connections;
+//   - gateway: tools/call test_simple_text through /mcp/u/{provider}
+//     against the same call straight to the upstream and through a bare
+//     forwarder, at c=1 and c=16, and the cached tools/list: for the
+//     go-sdk's conformance everything-server (auth: none, a child process
+//     built from the module cache; once) and for a go-sdk server behind
+//     auth.RequireBearerToken with a stored connection per person (auth:
+//     oauth; the token read and refresh check in every call; each store),
+//     the host's tokens the broker's own for each endpoint, got through
+//     the host flow (the default path);
 //   - mrtr: the full MRTR round trip (first call, input_required, the
 //     consent form's grant check, the callback's connections.Save, which
 //     approves and completes the grant, retry, complete) in both modes,
@@ -67,7 +76,7 @@ func main() {
 	flag.IntVar(&cfg.mrtrN, "mrtr", 1000, "MRTR round trips to time per mode (0 skips)")
 	flag.IntVar(&cfg.vaultN, "vault-conns", 1_000_000, "connections in the vault fixture (0 skips)")
 	flag.BoolVar(&cfg.twoSteps, "two-step-connect", false, "hide the store's one-transaction connect (compare with the callback's two writes)")
-	flag.StringVar(&cfg.only, "only", "", "run only: load, provider, opens, mrtr or vault")
+	flag.StringVar(&cfg.only, "only", "", "run only these parts, comma-separated: load, provider, opens, gateway, mrtr, vault")
 	flag.StringVar(&cfg.memprofile, "memprofile", "", "write an allocation profile of the MRTR run (every allocation sampled) to this file + \".<store>.mrtr\"")
 	flag.BoolVar(&cfg.tracing, "tracing", false, "trace as serve does with OTEL_EXPORTER_OTLP_ENDPOINT set: batched OTLP/HTTP export to a loopback sink the bench runs")
 	flag.Parse()
@@ -85,7 +94,9 @@ type config struct {
 	twoSteps, tracing                           bool
 }
 
-func (c config) runs(part string) bool { return c.only == "" || c.only == part }
+func (c config) runs(part string) bool {
+	return c.only == "" || slices.Contains(strings.Split(c.only, ","), part)
+}
 
 // cpuProfile starts a CPU profile written to -cpuprofile's name plus suffix
 // when -cpuprofile is set; stop ends it and closes the file, and is a
@@ -137,13 +148,20 @@ func run(cfg config) error {
 	}
 	defer os.RemoveAll(dir)
 	sum := &summary{}
-	if cfg.runs("load") || cfg.runs("provider") || cfg.runs("opens") || cfg.runs("mrtr") {
+	if cfg.runs("load") || cfg.runs("provider") || cfg.runs("opens") || cfg.runs("gateway") || cfg.runs("mrtr") {
 		var pg *pgServer
 		defer func() {
 			if pg != nil {
 				pg.close()
 			}
 		}()
+		var gw *gwUpstreams
+		if cfg.runs("gateway") {
+			if gw, err = startGatewayUpstreams(dir); err != nil {
+				return err
+			}
+			defer gw.close()
+		}
 		for _, kind := range kinds {
 			if kind == storePostgres && pg == nil {
 				t0 := time.Now()
@@ -153,7 +171,7 @@ func run(cfg config) error {
 				fmt.Printf("\nPostgreSQL %s started in %s (throwaway, fsync on, synchronous_commit on, TCP on loopback, pg_stat_statements loaded)\n",
 					pg.version, time.Since(t0).Round(10*time.Millisecond))
 			}
-			if err := runStore(cfg, kind, dir, pg, levels, sum); err != nil {
+			if err := runStore(cfg, kind, dir, pg, gw, levels, sum); err != nil {
 				return fmt.Errorf("%s: %w", kind, err)
 			}
 		}
@@ -175,8 +193,8 @@ func run(cfg config) error {
 }
 
 // runStore builds one broker on the store kind and runs the measures on it.
-func runStore(cfg config, kind, dir string, pg *pgServer, levels []int, sum *summary) error {
-	st, err := newStack(cfg, kind, dir, pg)
+func runStore(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams, levels []int, sum *summary) error {
+	st, err := newStack(cfg, kind, dir, pg, gw)
 	if err != nil {
 		return err
 	}
@@ -194,6 +212,11 @@ func runStore(cfg config, kind, dir string, pg *pgServer, levels []int, sum *sum
 	}
 	if cfg.runs("opens") {
 		if err := st.opens(); err != nil {
+			return err
+		}
+	}
+	if cfg.runs("gateway") {
+		if err := st.gateway(cfg); err != nil {
 			return err
 		}
 	}
@@ -284,7 +307,7 @@ func (s *summary) print() {
 	if len(s.lines) == 0 {
 		return
 	}
-	fmt.Printf("\n## Targets (issues 16 and 34)\n\n| measure | measured | target | met |\n|---|---|---|---|\n")
+	fmt.Printf("\n## Targets (issues 16, 31 and 34)\n\n| measure | measured | target | met |\n|---|---|---|---|\n")
 	for _, l := range s.lines {
 		met := "yes"
 		if !l.met {

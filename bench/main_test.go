@@ -13,13 +13,14 @@ import (
 	"credbroker/vault/pgstore/pgtest"
 )
 
-// TestTargetsTableChecksEveryRow runs the load measure briefly on both
-// stores and reads the closing table: it covers both modes on both stores,
-// every row's target is a comparison, and every row's "met" is that
-// comparison applied to the figure the row prints, so no row says "met"
-// without a check.
+// TestTargetsTableChecksEveryRow runs the load and gateway measures
+// briefly on both stores and reads the closing table: it covers both modes
+// on both stores, the gateway's auth: none upstream once and its OAuth
+// upstream on both stores, every row's target is a comparison, and every
+// row's "met" is that comparison applied to the figure the row prints, so
+// no row says "met" without a check.
 func TestTargetsTableChecksEveryRow(t *testing.T) {
-	testskip.Short(t, "starts PostgreSQL and two brokers")
+	testskip.Short(t, "starts PostgreSQL, two brokers and the go-sdk's everything-server")
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
@@ -32,10 +33,15 @@ func TestTargetsTableChecksEveryRow(t *testing.T) {
 		pgtest.Unavailable(t, err)
 	}
 	t.Cleanup(pg.close)
-	cfg := config{only: "load", duration: time.Second, concs: "16"}
+	gw, err := startGatewayUpstreams(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.close)
+	cfg := config{only: "load,gateway", duration: time.Second, concs: "16"}
 	sum := &summary{}
 	for _, kind := range []string{storeBolt, storePostgres} {
-		if err := runStore(cfg, kind, t.TempDir(), pg, []int{16}, sum); err != nil {
+		if err := runStore(cfg, kind, t.TempDir(), pg, gw, []int{16}, sum); err != nil {
 			t.Fatalf("%s: %v", kind, err)
 		}
 	}
@@ -50,6 +56,19 @@ func TestTargetsTableChecksEveryRow(t *testing.T) {
 				want[what+": SQL statements per call"] = true
 			}
 		}
+	}
+	gateway := func(what string) {
+		for _, c := range []string{"c=1", "c=16"} {
+			want[fmt.Sprintf("gateway %s, %s: p99 ÷ direct's", what, c)] = true
+		}
+		want["gateway "+what+", c=1: p50 ÷ direct's"] = true
+		want["gateway "+what+", c=1: the broker's own work at p50 over the bare forwarder, ms"] = true
+		want["gateway "+what+", c=16: throughput ÷ direct"] = true
+		want["gateway "+what+", cached tools/list, c=1: p50 ms"] = true
+	}
+	gateway("/mcp/u/" + gwOpen + " (auth: none)")
+	for _, kind := range []string{storeBolt, storePostgres} {
+		gateway("/mcp/u/" + gwProtected + " (OAuth upstream, " + storeTitle(kind) + ")")
 	}
 	for _, l := range sum.lines {
 		delete(want, l.what)

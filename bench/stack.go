@@ -27,6 +27,7 @@ import (
 	"credbroker/mcpapi"
 	"credbroker/oauthflow"
 	"credbroker/provider"
+	"credbroker/provider/mcpup"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/pgstore"
@@ -60,6 +61,8 @@ type stack struct {
 	counter   *commitCounter // durable commits through the broker's store
 	apiURL    string         // the fake provider API
 	proxyURL  string         // provider_request's floor: a bare forwarder
+	gw        *gwUpstreams   // the gateway's upstreams (nil: not measured)
+	gwRoutes  map[string]gwRoute
 	sum       *summary
 	closers   []func()
 }
@@ -103,8 +106,8 @@ func serve(st *stack, ln net.Listener, h http.Handler) {
 // brokerClientID is the broker's own client at the IdP (its sign-in).
 const brokerClientID = "credbroker-bench"
 
-func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) {
-	st := &stack{kind: kind, pg: pg, srv: map[string]*mcpapi.Server{}}
+func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *stack, err error) {
+	st := &stack{kind: kind, pg: pg, gw: gw, srv: map[string]*mcpapi.Server{}}
 	defer func() {
 		if err != nil {
 			st.close()
@@ -119,6 +122,13 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 		return nil, err
 	}
 	users := devidp.DefaultUsers()
+	for i := range gwPeople {
+		if gw == nil {
+			break
+		}
+		name := gwName(i)
+		users = append(users, devidp.User{Username: name, Password: name, Subject: name, Email: name + "@example.test", Name: name})
+	}
 	for i := range mrtrPeople {
 		name := mrtrName(i)
 		users = append(users, devidp.User{Username: name, Password: name, Subject: name, Email: name + "@example.test", Name: name})
@@ -174,7 +184,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 		return nil, err
 	}
 	log := slog.New(logredact.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})))
-	rec := telemetry.New(telemetry.Options{Providers: []string{"demo", "github"}, Audit: log, ProcessMetrics: true})
+	rec := telemetry.New(telemetry.Options{Providers: []string{"demo", "github", gwOpen, gwProtected}, Audit: log, ProcessMetrics: true})
 	// bob: five connections, one of them github with the fake API's token
 	// (opens per list_connections and per provider_request).
 	bob := vault.Principal{Issuer: idp.Issuer(), Subject: "bob"}
@@ -183,6 +193,22 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 			ID: fmt.Sprintf("conn_bench_bob_%d", i), Principal: bob, Provider: pv, AccountID: strconv.Itoa(100 + i), AccountLogin: "bob-" + pv,
 			Scopes: []string{"read:user"}, Status: vault.StatusActive, Created: now, Updated: now,
 			Token: vault.TokenSet{AccessToken: benchAccessToken, TokenType: "bearer"},
+		}); err != nil {
+			return nil, err
+		}
+	}
+	for i := range gwPeople {
+		if gw == nil {
+			break
+		}
+		// The gateway's people: a connection each to the OAuth-protected
+		// upstream, its token valid for a day (each relayed call reads it
+		// and checks it needs no refresh).
+		name := gwName(i)
+		if _, err := st.store.CreateConnection(ctx, vault.Connection{
+			ID: "conn_bench_" + name, Principal: vault.Principal{Issuer: idp.Issuer(), Subject: name}, Provider: gwProtected,
+			AccountID: name + "-up", AccountLogin: name + "@protected", Scopes: []string{"tools"}, Status: vault.StatusActive, Created: now, Updated: now,
+			Token: vault.TokenSet{AccessToken: gwUpstreamToken, RefreshToken: "up-bench-refresh", TokenType: "Bearer", Expiry: now.Add(24 * time.Hour)},
 		}); err != nil {
 			return nil, err
 		}
@@ -240,11 +266,18 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
     client_secret: ${SECRET}
     default_scopes: [profile]
     account: {url: `+apiURL+`/demo/user, id_field: id}
-`), func(string) string { return "bench-secret" })
+`+gw.catalogue()), func(string) string { return "bench-secret" })
 	if err != nil {
 		return nil, err
 	}
-	pc, err := provider.New(provider.Options{Store: store, Providers: reg, HTTPClient: client, Logger: log, Telemetry: rec, Tracing: tp})
+	// The gateway's egress clients, as serve builds them with
+	// --upstream-allow-private (its upstreams are on loopback).
+	authHTTP, mcpHTTP, err := upstreamClients()
+	if err != nil {
+		return nil, err
+	}
+	pc, err := provider.New(provider.Options{Store: store, Providers: reg, HTTPClient: client, Logger: log, Telemetry: rec, Tracing: tp,
+		UpstreamHTTPClient: authHTTP, BrokerURL: base, ClientMetadataURL: base + "/oauth/client-metadata.json"})
 	if err != nil {
 		return nil, err
 	}
@@ -279,6 +312,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 		},
 		StartSignIn:  func(w http.ResponseWriter, r *http.Request, returnTo string) { flow.StartSignIn(w, r, returnTo) },
 		Registration: true, Apps: appSvc, Logger: log, Telemetry: rec, Tracing: tp,
+		MoreResources: gw.resources(base),
 	})
 	if err != nil {
 		return nil, err
@@ -291,13 +325,15 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 	if err != nil {
 		return nil, err
 	}
+	upstreams := mcpup.New(mcpup.Options{HTTPClient: mcpHTTP, Tokens: pc.UpstreamTokens(), Version: "bench", Logger: log.With("component", "mcpup")})
 	for _, m := range modes {
 		opts := mcpapi.Options{
 			PublicURL: base, ResourceURI: base + "/mcp", Issuer: idp.Issuer(), Connections: st.conns,
 			StateKeys: st.keys.Derive("requestState"), Logger: log, HTTPClient: client, Telemetry: rec, Tracing: tp,
+			Upstreams: upstreams,
 		}
 		if m == modeBroker {
-			opts.Verifier = as.Verifier()
+			opts.Verifier, opts.VerifierFor = as.Verifier(), as.VerifierFor
 			opts.AuthorizationServers = []string{as.Issuer()}
 		}
 		if st.srv[m], err = mcpapi.New(opts); err != nil {
@@ -334,7 +370,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 			names = append(names, mrtrName(i))
 		}
 	}
-	brokerTokens, err := h.tokens(names, 4)
+	brokerTokens, err := h.tokens(names, base+"/mcp", 4)
 	if err != nil {
 		return nil, err
 	}
@@ -402,6 +438,11 @@ func newStack(cfg config, kind, dir string, pg *pgServer) (_ *stack, err error) 
 	}
 	st.proxyURL = pxURL
 	serve(st, pxLn, bareForwarder(apiURL))
+	if gw != nil {
+		if err := st.gatewayRoutes(h); err != nil {
+			return nil, err
+		}
+	}
 	return st, nil
 }
 

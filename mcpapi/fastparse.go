@@ -72,15 +72,16 @@ func fastParams(params []byte, p *modernParams) bool {
 			return d.once(4) && d.str(&p.RequestState)
 		case "inputResponses":
 			return d.once(5) && d.inputResponses(&p.InputResponses)
+		case "uri":
+			return d.once(6) && d.str(&p.URI)
 		}
-		return d.unknown(key, "_meta", "cursor", "name", "arguments", "requestState", "inputResponses")
+		return d.unknown(key, "_meta", "cursor", "name", "arguments", "requestState", "inputResponses", "uri")
 	})
 	return ok && d.i == len(d.b)
 }
 
 func (d *fastDecoder) meta(m *reqMeta) bool {
-	sub := fastDecoder{b: d.b, i: d.i}
-	ok := sub.object(func(key []byte) bool {
+	_, ok := d.nested(func(sub *fastDecoder, key []byte) bool {
 		switch string(key) {
 		case mcp.MetaKeyProtocolVersion:
 			var s string
@@ -97,10 +98,11 @@ func (d *fastDecoder) meta(m *reqMeta) bool {
 			return sub.once(3) && sub.str(&m.TraceParent)
 		case "tracestate":
 			return sub.once(4) && sub.str(&m.TraceState)
+		case "progressToken":
+			return sub.once(5) && sub.notNull() && sub.raw((*[]byte)(&m.ProgressToken))
 		}
-		return sub.unknown(key, mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientCapabilities, mcp.MetaKeyClientInfo, "traceparent", "tracestate")
+		return sub.unknown(key, mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientCapabilities, mcp.MetaKeyClientInfo, "traceparent", "tracestate", "progressToken")
 	})
-	d.i = sub.i
 	return ok
 }
 
@@ -111,24 +113,20 @@ func (d *fastDecoder) meta(m *reqMeta) bool {
 // an empty response, or a repeated key falls back.
 func (d *fastDecoder) inputResponses(out *mcp.InputResponseMap) bool {
 	m := mcp.InputResponseMap{}
-	sub := fastDecoder{b: d.b, i: d.i}
-	ok := sub.object(func(key []byte) bool {
+	_, ok := d.nested(func(sub *fastDecoder, key []byte) bool {
 		if _, dup := m[string(key)]; dup {
 			return false
 		}
 		r := &mcp.ElicitResult{}
-		in := fastDecoder{b: sub.b, i: sub.i}
-		ok := in.object(func(k []byte) bool {
+		seen, ok := sub.nested(func(in *fastDecoder, k []byte) bool {
 			return string(k) == "action" && in.once(0) && in.str(&r.Action)
 		})
-		sub.i = in.i
-		if !ok || in.seen == 0 {
+		if !ok || seen == 0 {
 			return false
 		}
 		m[string(key)] = r
 		return true
 	})
-	d.i = sub.i
 	if ok {
 		*out = m
 	}
@@ -137,8 +135,7 @@ func (d *fastDecoder) inputResponses(out *mcp.InputResponseMap) bool {
 
 func (d *fastDecoder) impl(out **mcp.Implementation) bool {
 	var impl mcp.Implementation
-	sub := fastDecoder{b: d.b, i: d.i}
-	ok := sub.object(func(key []byte) bool {
+	_, ok := d.nested(func(sub *fastDecoder, key []byte) bool {
 		switch string(key) {
 		case "name":
 			return sub.once(0) && sub.str(&impl.Name)
@@ -153,11 +150,20 @@ func (d *fastDecoder) impl(out **mcp.Implementation) bool {
 		}
 		return sub.unknown(key, "name", "title", "description", "version", "websiteUrl", "icons")
 	})
-	d.i = sub.i
 	if ok {
 		*out = &impl
 	}
 	return ok
+}
+
+// nested decodes the object at d.i on a decoder of its own (the once bits
+// of its members apart from d's), calling field with it and each key;
+// d moves past the object. seen are the bits its members set.
+func (d *fastDecoder) nested(field func(sub *fastDecoder, key []byte) bool) (seen uint32, ok bool) {
+	sub := fastDecoder{b: d.b, i: d.i}
+	ok = sub.object(func(key []byte) bool { return field(&sub, key) })
+	d.i = sub.i
+	return sub.seen, ok
 }
 
 // fastDecoder walks one JSON text. seen records the known keys of the
@@ -168,19 +174,7 @@ type fastDecoder struct {
 	seen uint32
 }
 
-// maxFastDepth bounds nesting in skipped values; deeper input falls back.
-const maxFastDepth = 200
-
-func (d *fastDecoder) ws() {
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
-	}
-}
+func (d *fastDecoder) ws() { d.i = plainjson.Space(d.b, d.i) }
 
 func (d *fastDecoder) once(bit uint) bool {
 	if d.seen&(1<<bit) != 0 {
@@ -193,19 +187,8 @@ func (d *fastDecoder) once(bit uint) bool {
 // object decodes {"key": value, ...}, calling field with each key (escape
 // free) positioned at its value, which field must consume.
 func (d *fastDecoder) object(field func(key []byte) bool) bool {
-	d.ws()
-	if d.i >= len(d.b) || d.b[d.i] != '{' {
-		return false
-	}
-	d.i++
 	d.seen = 0
-	d.ws()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
-		return true
-	}
-	for {
-		d.ws()
+	return d.list('{', '}', func() bool {
 		key, ok := d.plainString()
 		if !ok {
 			return false
@@ -216,10 +199,29 @@ func (d *fastDecoder) object(field func(key []byte) bool) bool {
 		}
 		d.i++
 		d.ws()
-		if !field(key) {
+		return field(key)
+	})
+}
+
+// list decodes open, elements separated by commas, close: elem is called
+// positioned at each element, which it must consume.
+func (d *fastDecoder) list(open, close byte, elem func() bool) bool {
+	d.ws()
+	if d.i >= len(d.b) || d.b[d.i] != open {
+		return false
+	}
+	d.i++
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == close {
+		d.i++
+		return true
+	}
+	for {
+		d.ws()
+		if !elem() {
 			return false
 		}
-		if done, ok := d.next('}'); !ok || done {
+		if done, ok := d.next(close); !ok || done {
 			return ok
 		}
 	}
@@ -233,7 +235,7 @@ func (d *fastDecoder) unknown(key []byte, known ...string) bool {
 			return false
 		}
 	}
-	return d.skip(0)
+	return d.skip()
 }
 
 // plainString reads a string without escapes, in valid UTF-8 (what
@@ -262,74 +264,20 @@ func (d *fastDecoder) notNull() bool {
 // raw validates one value and stores its bytes.
 func (d *fastDecoder) raw(out *[]byte) bool {
 	start := d.i
-	if !d.skip(0) {
+	if !d.skip() {
 		return false
 	}
 	*out = d.b[start:d.i:d.i]
 	return true
 }
 
-// skip validates and passes over one JSON value (the grammar of RFC 8259,
-// as encoding/json's scanner checks it; strings may hold any bytes but
-// controls, escapes must be valid).
-func (d *fastDecoder) skip(depth int) bool {
-	if depth > maxFastDepth || d.i >= len(d.b) {
-		return false
+// skip validates and passes over one JSON value (plainjson.ValueEnd).
+func (d *fastDecoder) skip() bool {
+	end, ok := plainjson.ValueEnd(d.b, d.i)
+	if ok {
+		d.i = end
 	}
-	switch c := d.b[d.i]; {
-	case c == '{':
-		d.i++
-		d.ws()
-		if d.i < len(d.b) && d.b[d.i] == '}' {
-			d.i++
-			return true
-		}
-		for {
-			d.ws()
-			if !d.skipString() {
-				return false
-			}
-			d.ws()
-			if d.i >= len(d.b) || d.b[d.i] != ':' {
-				return false
-			}
-			d.i++
-			d.ws()
-			if !d.skip(depth + 1) {
-				return false
-			}
-			if done, ok := d.next('}'); !ok || done {
-				return ok
-			}
-		}
-	case c == '[':
-		d.i++
-		d.ws()
-		if d.i < len(d.b) && d.b[d.i] == ']' {
-			d.i++
-			return true
-		}
-		for {
-			d.ws()
-			if !d.skip(depth + 1) {
-				return false
-			}
-			if done, ok := d.next(']'); !ok || done {
-				return ok
-			}
-		}
-	case c == '"':
-		return d.skipString()
-	case c == '-' || c >= '0' && c <= '9':
-		return d.skipNumber()
-	case c == 't':
-		return d.literal("true")
-	case c == 'f':
-		return d.literal("false")
-	case c == 'n':
-		return d.literal("null")
-	}
-	return false
+	return ok
 }
 
 func (d *fastDecoder) literal(lit string) bool {
@@ -338,54 +286,6 @@ func (d *fastDecoder) literal(lit string) bool {
 	}
 	d.i += len(lit)
 	return true
-}
-
-func (d *fastDecoder) skipString() bool {
-	if d.i >= len(d.b) || d.b[d.i] != '"' {
-		return false
-	}
-	for j := d.i + 1; j < len(d.b); j++ {
-		switch c := d.b[j]; {
-		case c == '"':
-			d.i = j + 1
-			return true
-		case c < 0x20:
-			return false
-		case c == '\\':
-			j++
-			if j >= len(d.b) {
-				return false
-			}
-			switch d.b[j] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if j+4 >= len(d.b) {
-					return false
-				}
-				for _, h := range d.b[j+1 : j+5] {
-					if !isHex(h) {
-						return false
-					}
-				}
-				j += 4
-			default:
-				return false
-			}
-		}
-	}
-	return false
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-func (d *fastDecoder) skipNumber() bool {
-	end, ok := plainjson.Number(d.b, d.i)
-	if ok {
-		d.i = end
-	}
-	return ok
 }
 
 // capsInfo is what the handler reads from _meta clientCapabilities.
@@ -407,24 +307,26 @@ func capsFrom(raw []byte) capsInfo {
 	}
 }
 
-// capsMemo remembers capsFrom for the few capability objects clients send
-// (keyed by their exact bytes: the decode is a pure function of them).
-// Bounded: once full, learning a new object evicts an arbitrary one (map
-// iteration order is random), so a burst of unusual objects cannot freeze
-// out the common ones for the life of the process.
-type capsMemo struct {
+// bytesMemo remembers a decode of the few small JSON values clients send
+// again and again, such as their capability objects (keyed by their exact
+// bytes: the decode must be a pure function of them, and what it returns
+// is shared, so read only). Bounded: once full, learning a new value
+// evicts an arbitrary one (map iteration order is random), so a burst of
+// unusual values cannot freeze out the common ones for the life of the
+// process.
+type bytesMemo[V any] struct {
 	mu sync.RWMutex
-	m  map[string]capsInfo
+	m  map[string]V
 }
 
 const (
-	capsMemoEntries  = 64
-	capsMemoMaxBytes = 512
+	memoEntries  = 64
+	memoMaxBytes = 512
 )
 
-func (c *capsMemo) get(raw []byte) capsInfo {
-	if len(raw) > capsMemoMaxBytes {
-		return capsFrom(raw)
+func (c *bytesMemo[V]) get(raw []byte, decode func([]byte) V) V {
+	if len(raw) > memoMaxBytes {
+		return decode(raw)
 	}
 	c.mu.RLock()
 	v, ok := c.m[string(raw)]
@@ -432,12 +334,12 @@ func (c *capsMemo) get(raw []byte) capsInfo {
 	if ok {
 		return v
 	}
-	v = capsFrom(raw)
+	v = decode(raw)
 	c.mu.Lock()
 	if c.m == nil {
-		c.m = make(map[string]capsInfo)
+		c.m = make(map[string]V)
 	}
-	if _, ok := c.m[string(raw)]; !ok && len(c.m) >= capsMemoEntries {
+	if _, ok := c.m[string(raw)]; !ok && len(c.m) >= memoEntries {
 		for k := range c.m {
 			delete(c.m, k)
 			break

@@ -46,7 +46,33 @@ func checkFastParse(t testing.TB, body []byte) bool {
 	if !reflect.DeepEqual(p, rp) {
 		t.Fatalf("params differ for %q:\nfast %+v\njson %+v", body, p, rp)
 	}
+	checkGatewayFastParse(t, body)
 	return true
+}
+
+// checkGatewayFastParse: when the gateway's one-pass decode takes body, it
+// gives the envelope and params encoding/json gives (gwParams: the
+// gateway's shape, inputResponses kept raw).
+func checkGatewayFastParse(t testing.TB, body []byte) {
+	t.Helper()
+	var msg rpcMessage
+	var p gwParams
+	if !gwFastParse(body, &msg, &p) {
+		return
+	}
+	var rmsg rpcMessage
+	var rp gwParams
+	if err := json.Unmarshal(body, &rmsg); err != nil {
+		t.Fatalf("gwFastParse accepted what encoding/json rejects (%v): %q", err, body)
+	}
+	if len(rmsg.Params) > 0 && string(rmsg.Params) != "null" {
+		if err := json.Unmarshal(rmsg.Params, &rp); err != nil {
+			t.Fatalf("gwFastParse accepted params encoding/json rejects (%v): %q", err, body)
+		}
+	}
+	if !reflect.DeepEqual(msg, rmsg) || !reflect.DeepEqual(p, rp) {
+		t.Fatalf("gateway decode differs for %q:\nfast %+v %+v\njson %+v %+v", body, msg, p, rmsg, rp)
+	}
 }
 
 func TestFastParseMatchesEncodingJSON(t *testing.T) {
@@ -105,6 +131,16 @@ func TestFastParseMatchesEncodingJSON(t *testing.T) {
 		{``, false},
 		{`null`, false},
 		{`{"id":{}}`, true}, // valid JSON; validID rejects it later, as before
+		// The gateway's: a progress token (a string or a number) and a
+		// resource's URI.
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"p-1","io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":17}}}`, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":null}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":1,"progressToken":2}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"ProgressToken":1}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a b.txt",` + meta + `}}`, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"a","uri":"b"}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"URI":"a"}}`, false},
 	} {
 		if got := checkFastParse(t, []byte(tc.body)); got != tc.fast {
 			t.Errorf("fast path %v, want %v: %s", got, tc.fast, tc.body)
@@ -133,7 +169,8 @@ func TestFastParseMatchesEncodingJSON(t *testing.T) {
 
 var fuzzKeys = []string{"jsonrpc", "id", "method", "params", "_meta", "name", "arguments", "cursor", "requestState",
 	"inputResponses", "io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientCapabilities",
-	"io.modelcontextprotocol/clientInfo", "title", "version", "description", "websiteUrl", "icons", "x", "Name", "ID", "ſ", "K"}
+	"io.modelcontextprotocol/clientInfo", "title", "version", "description", "websiteUrl", "icons", "x", "Name", "ID", "ſ", "K",
+	"progressToken", "uri", "URI"}
 
 func randomValue(rng *rand.Rand, depth int) string {
 	switch k := rng.IntN(10); {
@@ -210,10 +247,11 @@ func randomRequest(rng *rand.Rand) []byte {
 		"io.modelcontextprotocol/protocolVersion":    `"2026-07-28"`,
 		"io.modelcontextprotocol/clientCapabilities": caps,
 		"io.modelcontextprotocol/clientInfo":         info,
+		"progressToken":                              []string{`"p-1"`, "7"}[rng.IntN(2)],
 	})
 	members := map[string]string{
 		"_meta": meta, "name": `"connect_account"`, "arguments": `{"provider":"github","scopes":["repo"]}`,
-		"requestState": `"AQVrMTIzNA"`, "cursor": `""`,
+		"requestState": `"AQVrMTIzNA"`, "cursor": `""`, "uri": `"file:///a.txt"`,
 	}
 	if rng.IntN(2) == 0 { // a retry after a connect link
 		members["inputResponses"] = obj(map[string]string{
@@ -249,19 +287,19 @@ func FuzzFastParse(f *testing.F) {
 
 // TestCapsMemo: the memo answers what a fresh decode does, and stays bounded.
 func TestCapsMemo(t *testing.T) {
-	var m capsMemo
-	for i := range 3 * capsMemoEntries {
+	var m bytesMemo[capsInfo]
+	for i := range 3 * memoEntries {
 		for _, raw := range []string{"{}", urlCaps, `{"elicitation":{}}`, `{"elicitation":5}`, `[]`, fmt.Sprintf(`{"experimental":{"k%d":{}}}`, i)} {
-			if got, want := m.get([]byte(raw)), capsFrom([]byte(raw)); got != want {
+			if got, want := m.get([]byte(raw), capsFrom), capsFrom([]byte(raw)); got != want {
 				t.Fatalf("%s: memo %+v, decode %+v", raw, got, want)
 			}
 		}
 	}
-	if len(m.m) > capsMemoEntries {
-		t.Fatalf("memo holds %d entries, bound %d", len(m.m), capsMemoEntries)
+	if len(m.m) > memoEntries {
+		t.Fatalf("memo holds %d entries, bound %d", len(m.m), memoEntries)
 	}
 	// Full, it still learns: the last object asked for is remembered.
-	if _, ok := m.m[fmt.Sprintf(`{"experimental":{"k%d":{}}}`, 3*capsMemoEntries-1)]; !ok {
+	if _, ok := m.m[fmt.Sprintf(`{"experimental":{"k%d":{}}}`, 3*memoEntries-1)]; !ok {
 		t.Fatal("a full memo stopped learning")
 	}
 	if c := capsFrom([]byte(urlCaps)); !c.ok || !c.urlCapable || c.formCapable {

@@ -1,6 +1,7 @@
 package mcpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -59,6 +60,10 @@ const (
 	// maxTools bounds one relayed tools/list page; the rest is dropped
 	// (and logged).
 	maxTools = 1000
+	// maxAnswerOverhead is what an upstream's answer to a call may hold
+	// beyond the result the gateway relays (the JSON-RPC envelope, the
+	// upstream's own _meta): a larger answer is not read at all.
+	maxAnswerOverhead = 1 << 20
 )
 
 // gateway serves the /mcp/u/{provider} endpoints of a Server.
@@ -71,6 +76,9 @@ type gateway struct {
 	toolHash  map[string][32]byte
 	listeners map[listenKey]map[chan struct{}]bool
 	tools     map[toolsKey]cachedTools
+
+	// hostCaps are hosts' clientCapabilities objects as members.
+	hostCaps bytesMemo[map[string]json.RawMessage]
 }
 
 func newGateway(s *Server) *gateway {
@@ -126,6 +134,21 @@ type gwParams struct {
 	URI            string                     `json:"uri"`
 }
 
+// gwFastParse decodes body's envelope into msg and its params into p in
+// one pass (fastParse), exactly as encoding/json would; false (msg and p
+// untouched) for a retry's inputResponses, which the gateway keeps as
+// sent, and for anything fastParse leaves to encoding/json.
+func gwFastParse(body []byte, msg *rpcMessage, p *gwParams) bool {
+	var m rpcMessage
+	var mp modernParams
+	if !fastParse(body, &m, &mp) || mp.InputResponses != nil {
+		return false
+	}
+	*msg = m
+	*p = gwParams{Meta: mp.Meta, Name: mp.Name, Arguments: mp.Arguments, RequestState: mp.RequestState, Cursor: mp.Cursor, URI: mp.URI}
+	return true
+}
+
 // gwCall is one request to a gateway endpoint.
 type gwCall struct {
 	id        json.RawMessage
@@ -142,6 +165,8 @@ type gwCall struct {
 	clientName string
 	// sse: the host accepts an event stream (progress is relayed).
 	sse bool
+	// digest is the arguments' digest, once computed (argDigest).
+	digest []byte
 }
 
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
@@ -158,23 +183,21 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	c := &gwCall{}
+	// One pass over the common shape (fastParse decodes exactly what
+	// encoding/json would); a retry's inputResponses, which the gateway
+	// keeps as sent, and anything unusual go through encoding/json.
 	var msg rpcMessage
-	if err := json.Unmarshal(body, &msg); err != nil {
-		writeRPCError(w, http.StatusBadRequest, nil, codeParse, "Parse error: the body is not one JSON-RPC message", nil)
+	fast := gwFastParse(body, &msg, &c.params)
+	if !envelopeOK(w, body, &msg, fast) {
 		return
 	}
-	if msg.JSONRPC != "2.0" || msg.Method == "" {
-		writeRPCError(w, http.StatusBadRequest, validOrNull(msg.ID), codeInvalidRequest, `Invalid Request: want "jsonrpc":"2.0" and a method`, nil)
-		return
-	}
-	if !msg.isNotification() && !validID(msg.ID) {
-		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "Invalid Request: id must be a string or a number", nil)
-		return
-	}
-	c := &gwCall{id: msg.ID, principal: info.Principal, method: msg.Method, raw: msg.Params, sse: acceptsJSONAndSSE(r.Header.Values("Accept"))}
+	c.id, c.principal, c.method, c.raw, c.sse = msg.ID, info.Principal, msg.Method, msg.Params, acceptsJSONAndSSE(r.Header.Values("Accept"))
 	c.p, c.up, _ = s.opts.Connections.Gateway(name)
 	var metaV *string
-	if len(msg.Params) > 0 && string(msg.Params) != "null" {
+	if fast {
+		metaV = c.params.Meta.Version
+	} else if len(msg.Params) > 0 && string(msg.Params) != "null" {
 		if err := json.Unmarshal(msg.Params, &c.params); err != nil {
 			writeRPCError(w, http.StatusBadRequest, msg.ID, codeInvalidParams, "Invalid params: "+paramsProblem(msg.Params, err), nil)
 			return
@@ -386,7 +409,7 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 		}
 	}
 	up, _, err := relayAs(ctx, g, c, r, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
-		return cs.ListTools(ctx, params)
+		return g.s.opts.Upstreams.ListTools(ctx, cs, params)
 	})
 	if err != nil {
 		g.relayFailed(ctx, w, c, r, err)
@@ -532,14 +555,14 @@ func (h hostParamsError) Error() string { return h.e.Message }
 // sealed state.
 func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	s := g.s
-	digest, err := requeststate.Digest(c.callArgs())
-	if err != nil {
-		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: arguments are not valid JSON", nil)
-		return
-	}
-	want := requeststate.Gateway{Principal: c.principal, Provider: c.p.Name, Method: c.method, Name: c.callName(), ArgDigest: digest}
 	var st requeststate.Gateway
 	if c.params.RequestState != "" {
+		digest, ok := g.argDigest(w, c)
+		if !ok {
+			return
+		}
+		want := requeststate.Gateway{Principal: c.principal, Provider: c.p.Name, Method: c.method, Name: c.callName(), ArgDigest: digest}
+		var err error
 		if st, err = requeststate.OpenGateway(s.opts.StateKeys, c.params.RequestState, want, s.opts.Now()); err != nil {
 			writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, invalidState, nil)
 			return
@@ -561,7 +584,9 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	}
 	r, ready := o.(connections.Ready)
 	if !ready {
-		g.notReady(w, c, o, digest)
+		if digest, ok := g.argDigest(w, c); ok {
+			g.notReady(w, c, o, digest)
+		}
 		return
 	}
 	if st.Upstream != "" && st.Conn != r.Conn.ID {
@@ -623,15 +648,21 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 				return cs.ReadResource(ctx, &p)
 			})
 		}
-		return cs.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: c.params.Name, Arguments: c.callArgs(),
-			InputResponses: responses, RequestState: upstreamState})
+		tr, err := g.s.opts.Upstreams.CallTool(ctx, cs, r.Target, &mcp.CallToolParams{Meta: meta, Name: c.params.Name, Arguments: c.callArgs(),
+			InputResponses: responses, RequestState: upstreamState}, c.up.MaxResultBytes+maxAnswerOverhead)
+		if err != nil {
+			return nil, err
+		}
+		return relayedToolResult(tr, c.modern)
 	})
 	if err != nil {
 		g.relayFailed(ctx, w, c, r, err)
 		return
 	}
 	if in := inputRequestsOf(res); in != nil {
-		g.upstreamInput(w, c, r, digest, in)
+		if digest, ok := g.argDigest(w, c); ok {
+			g.upstreamInput(w, c, r, digest, in)
+		}
 		return
 	}
 	g.writeResult(w, c, res)
@@ -732,15 +763,22 @@ func formCapable(e *mcp.ElicitationCapabilities) bool {
 // upstreamCaps are the capabilities the upstream may rely on: the host's,
 // within what the entry relays.
 func (g *gateway) upstreamCaps(c *gwCall) map[string]json.RawMessage {
-	var host map[string]json.RawMessage
-	_ = json.Unmarshal(c.rawCaps, &host)
-	out := map[string]json.RawMessage{}
+	host := g.hostCaps.get(c.rawCaps, capsMembers)
+	out := make(map[string]json.RawMessage, len(c.up.InputRequests))
 	for _, k := range c.up.InputRequests {
 		if v, ok := host[k]; ok {
 			out[k] = v
 		}
 	}
 	return out
+}
+
+// capsMembers are a clientCapabilities object's members (nil when raw is
+// not an object).
+func capsMembers(raw []byte) map[string]json.RawMessage {
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &m)
+	return m
 }
 
 // upstreamResponses are the host's answers to the upstream's input
@@ -774,6 +812,21 @@ func (c *gwCall) callArgs() json.RawMessage {
 		return b
 	}
 	return c.params.Arguments
+}
+
+// argDigest is the digest of c's arguments a continuation binds, computed
+// when a continuation is opened or sealed (a call relayed at once needs
+// none); on invalid arguments the error is written and ok is false.
+func (g *gateway) argDigest(w http.ResponseWriter, c *gwCall) ([]byte, bool) {
+	if c.digest == nil {
+		d, err := requeststate.Digest(c.callArgs())
+		if err != nil {
+			writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: arguments are not valid JSON", nil)
+			return nil, false
+		}
+		c.digest = d
+	}
+	return c.digest, true
 }
 
 func (c *gwCall) callName() string {
@@ -926,8 +979,9 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 			g.writeResult(w, c, &mcp.ListToolsResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{CacheScope: "private"}, Tools: []*mcp.Tool{placeholder(c.p)}})
 			return
 		}
-		digest, _ := requeststate.Digest(c.callArgs())
-		g.notReady(w, c, o, digest)
+		if digest, ok := g.argDigest(w, c); ok {
+			g.notReady(w, c, o, digest)
+		}
 		return
 	}
 	var re *rpcError
@@ -946,6 +1000,10 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 			return
 		}
 		writeRPCErrorValue(w, g.errStatus(c), c.id, &rpcError{Code: re.Code, Message: re.Message})
+		return
+	}
+	if errors.Is(err, mcpup.ErrTooLarge) {
+		g.tooLarge(w, c)
 		return
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -986,12 +1044,9 @@ func (g *gateway) upstreamLinks(w http.ResponseWriter, c *gwCall, r connections.
 		}
 		reqs[fmt.Sprintf("upstream_link_%d", i+1)] = &mcp.ElicitParams{Mode: "url", Message: sanitizeText(e.Message, maxDescription), URL: e.URL}
 	}
-	digest, err := requeststate.Digest(c.callArgs())
-	if err != nil {
-		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: arguments are not valid JSON", nil)
-		return
+	if digest, ok := g.argDigest(w, c); ok {
+		g.upstreamInput(w, c, r, digest, &upstreamInputs{requests: reqs, state: relinkState})
 	}
-	g.upstreamInput(w, c, r, digest, &upstreamInputs{requests: reqs, state: relinkState})
 }
 
 // transportRejected is the go-sdk transport's code for a request that did
@@ -1069,13 +1124,39 @@ func (g *gateway) writeResult(w http.ResponseWriter, c *gwCall, res any) {
 }
 
 // encodeResult encodes a complete result in c's era; when it is over the
-// entry's max_result_bytes or cannot be encoded, the answer (a tool error)
-// is written instead and ok is false.
+// entry's max_result_bytes (measured as relayed) or cannot be encoded, the
+// answer (a tool error) is written instead and ok is false. The upstream's
+// own resultType, which the SDK's types keep from decoding and encode
+// again, is dropped: the gateway writes its own, once.
 func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byte, bool) {
 	if c.modern {
 		res = privateCopy(res)
 	}
-	if m, ok := res.(interface{ SetMeta(map[string]any) }); ok && c.modern {
+	b, ok := g.fastResult(c.modern, res)
+	if !ok {
+		var err error
+		if b, err = g.slowResult(c.modern, res); err != nil {
+			writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+			return nil, false
+		}
+	}
+	if c.up.MaxResultBytes > 0 && int64(len(b)) > c.up.MaxResultBytes {
+		g.tooLarge(w, c)
+		return nil, false
+	}
+	return b, true
+}
+
+// tooLarge answers a result over the entry's max_result_bytes.
+func (g *gateway) tooLarge(w http.ResponseWriter, c *gwCall) {
+	g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays. Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes))
+}
+
+// slowResult encodes any result with the SDK's encoder: for a 2026-07-28
+// host with the broker's serverInfo in its _meta (the upstream's other
+// _meta members kept) and resultType complete. It sets res's _meta.
+func (g *gateway) slowResult(modern bool, res any) ([]byte, error) {
+	if m, ok := res.(interface{ SetMeta(map[string]any) }); ok && modern {
 		meta := map[string]any{mcp.MetaKeyServerInfo: g.s.implJSON}
 		if gm, ok := res.(interface{ GetMeta() map[string]any }); ok {
 			for k, v := range gm.GetMeta() {
@@ -1088,17 +1169,52 @@ func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byt
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
-		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
-		return nil, false
+		return nil, err
 	}
-	if c.up.MaxResultBytes > 0 && int64(len(b)) > c.up.MaxResultBytes {
-		g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays. Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes))
-		return nil, false
-	}
-	if c.modern {
+	b = withoutResultType(b)
+	if modern {
 		b = withResultType("complete", b)
 	}
-	return b, true
+	return b, nil
+}
+
+// fastResult encodes the usual relayed tool result (one text content, no
+// _meta of the upstream's but its serverInfo, which is replaced) for a
+// 2026-07-28 host with the fast encoder (encodeToolResult): what
+// slowResult writes, without reflection (FuzzGatewayFastResult); ok is
+// false for anything else.
+func (g *gateway) fastResult(modern bool, res any) ([]byte, bool) {
+	r, ok := res.(*mcp.CallToolResult)
+	if !ok || !modern || r == nil || len(r.Meta) > 1 {
+		return nil, false
+	}
+	if _, ok := r.Meta[mcp.MetaKeyServerInfo]; len(r.Meta) == 1 && !ok {
+		return nil, false
+	}
+	return g.s.encodeToolResult(&mcp.CallToolResult{Content: r.Content, StructuredContent: r.StructuredContent, IsError: r.IsError,
+		InputRequests: r.InputRequests, RequestState: r.RequestState})
+}
+
+// withoutResultType removes a top-level resultType member from an SDK
+// result's encoding b (the members keep their values; their order becomes
+// encoding/json's for maps, which JSON leaves without meaning).
+func withoutResultType(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`"resultType"`)) {
+		return b
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil {
+		return b
+	}
+	if _, ok := m["resultType"]; !ok {
+		return b
+	}
+	delete(m, "resultType")
+	out, err := json.Marshal(m)
+	if err != nil {
+		return b
+	}
+	return out
 }
 
 // privateCopy returns a relayed list or resource marked cacheScope

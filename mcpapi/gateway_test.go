@@ -31,6 +31,13 @@ type gatewayHarness struct {
 
 func newGatewayHarness(t *testing.T, mods ...harnessOpt) *gatewayHarness {
 	t.Helper()
+	return newGatewayHarnessWith(t, nil, mods...)
+}
+
+// newGatewayHarnessWith is newGatewayHarness with more settings of the
+// entry's mcp block ("max_result_bytes: 1500").
+func newGatewayHarnessWith(t *testing.T, mcpSettings []string, mods ...harnessOpt) *gatewayHarness {
+	t.Helper()
 	up := newTestUpstream(t)
 	var hh *harness
 	h := newHarnessExtra(t, func(h *harness, _ string) string {
@@ -38,7 +45,7 @@ func newGatewayHarness(t *testing.T, mods ...harnessOpt) *gatewayHarness {
 		return `  up:
     display_name: Upstream
     type: mcp
-    mcp: {url: ` + up.url() + `, call_timeout: 5s, tools: {deny: [hidden]}}
+    mcp: {url: ` + up.url() + `, call_timeout: 5s, tools: {deny: [hidden]}` + strings.Join(append([]string{""}, mcpSettings...), ", ") + `}
 `
 	}, append([]harnessOpt{func(o *Options) {
 		o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens(),

@@ -31,7 +31,8 @@ type reqMeta struct {
 
 // modernParams is the union of the params this handler reads: _meta for
 // every method, cursor for tools/list, the rest for tools/call (the fields
-// of mcp.CallToolParamsRaw, with typed _meta).
+// of mcp.CallToolParamsRaw, with typed _meta); uri for the gateway's
+// resources/read.
 type modernParams struct {
 	Meta           reqMeta              `json:"_meta"`
 	Cursor         *string              `json:"cursor"`
@@ -39,6 +40,7 @@ type modernParams struct {
 	Arguments      json.RawMessage      `json:"arguments"`
 	InputResponses mcp.InputResponseMap `json:"inputResponses"`
 	RequestState   string               `json:"requestState"`
+	URI            string               `json:"uri"`
 }
 
 // inputRequiredResult is InputRequiredResult on the wire. The SDK's
@@ -128,7 +130,7 @@ func (s *Server) modernChecks(w http.ResponseWriter, r *http.Request, msg *rpcMe
 			"Invalid params: _meta[\""+mcp.MetaKeyClientCapabilities+"\"] is required ({} declares none)", nil)
 		return capsInfo{}, false
 	}
-	cc := s.caps.get(meta.Capabilities)
+	cc := s.caps.get(meta.Capabilities, capsFrom)
 	if !cc.ok {
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidParams,
 			"Invalid params: _meta[\""+mcp.MetaKeyClientCapabilities+"\"] must be an object", nil)

@@ -102,7 +102,7 @@ type Server struct {
 
 	gw *gateway // /mcp/u/{provider}
 
-	caps capsMemo // decoded _meta clientCapabilities, by their bytes
+	caps bytesMemo[capsInfo] // decoded _meta clientCapabilities, by their bytes
 
 	// done is closed by EndStreams: long-lived streams end.
 	done     chan struct{}
@@ -304,6 +304,28 @@ func (s *Server) originAllowed(origin string) bool {
 	return loopback.Host(u.Hostname())
 }
 
+// envelopeOK checks that body is one JSON-RPC request or notification:
+// msg as the one-pass parser decoded it (fast), else decoded here with
+// encoding/json. Otherwise it answers the error and is false.
+func envelopeOK(w http.ResponseWriter, body []byte, msg *rpcMessage, fast bool) bool {
+	if !fast {
+		*msg = rpcMessage{}
+		if err := json.Unmarshal(body, msg); err != nil {
+			writeRPCError(w, http.StatusBadRequest, nil, codeParse, "Parse error: the body is not one JSON-RPC message", nil)
+			return false
+		}
+	}
+	if msg.JSONRPC != "2.0" || msg.Method == "" {
+		writeRPCError(w, http.StatusBadRequest, validOrNull(msg.ID), codeInvalidRequest, `Invalid Request: want "jsonrpc":"2.0" and a method`, nil)
+		return false
+	}
+	if !msg.isNotification() && !validID(msg.ID) {
+		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "Invalid Request: id must be a string or a number", nil)
+		return false
+	}
+	return true
+}
+
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	w, ow := s.observeStart(w, r)
 	defer s.observeEnd(ow)
@@ -316,18 +338,9 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	var p modernParams
 	fast := fastParse(body, &msg, &p)
 	if !fast {
-		msg, p = rpcMessage{}, modernParams{}
-		if err := json.Unmarshal(body, &msg); err != nil {
-			writeRPCError(w, http.StatusBadRequest, nil, codeParse, "Parse error: the body is not one JSON-RPC message", nil)
-			return
-		}
+		p = modernParams{}
 	}
-	if msg.JSONRPC != "2.0" || msg.Method == "" {
-		writeRPCError(w, http.StatusBadRequest, validOrNull(msg.ID), codeInvalidRequest, `Invalid Request: want "jsonrpc":"2.0" and a method`, nil)
-		return
-	}
-	if !msg.isNotification() && !validID(msg.ID) {
-		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "Invalid Request: id must be a string or a number", nil)
+	if !envelopeOK(w, body, &msg, fast) {
 		return
 	}
 	metaV := p.Meta.Version

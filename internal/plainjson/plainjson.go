@@ -1,8 +1,9 @@
 // Package plainjson holds the pieces the broker's reflection-free JSON
 // fast paths share (grant records in vault, the request state's plaintext
-// in requeststate, requests in mcpapi): reading a string that
-// encoding/json would return verbatim, reading a small non-negative
-// integer, and writing a string that encoding/json would write verbatim.
+// in requeststate, requests in mcpapi, upstream answers in mcpup): reading
+// a string that encoding/json would return verbatim, reading a small
+// non-negative integer, passing over any value as encoding/json's scanner
+// checks it, and writing a string that encoding/json would write verbatim.
 // Each fast path hands anything these refuse to encoding/json, so they
 // only ever decide "simple enough", never what a value means.
 package plainjson
@@ -118,4 +119,125 @@ func AppendString(b []byte, s string) ([]byte, bool) {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"'), true
+}
+
+// MaxDepth bounds the nesting ValueEnd passes over; deeper input is refused
+// (and a fast path falls back).
+const MaxDepth = 200
+
+// Space returns where the whitespace starting at b[i] ends.
+func Space(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// ValueEnd validates the JSON value starting at b[i] (the grammar of RFC
+// 8259 as encoding/json's scanner checks it: strings may hold any bytes
+// but controls, escapes must be valid; at most MaxDepth levels of
+// nesting) and returns where it ends.
+func ValueEnd(b []byte, i int) (end int, ok bool) {
+	return skip(b, i, 0)
+}
+
+func skip(b []byte, i, depth int) (int, bool) {
+	if depth > MaxDepth || i >= len(b) {
+		return i, false
+	}
+	switch c := b[i]; {
+	case c == '{', c == '[':
+		close := byte('}')
+		if c == '[' {
+			close = ']'
+		}
+		if i = Space(b, i+1); i < len(b) && b[i] == close {
+			return i + 1, true
+		}
+		for {
+			var ok bool
+			if c == '{' {
+				if i, ok = skipString(b, Space(b, i)); !ok {
+					return i, false
+				}
+				if i = Space(b, i); i >= len(b) || b[i] != ':' {
+					return i, false
+				}
+				i++
+			}
+			if i, ok = skip(b, Space(b, i), depth+1); !ok {
+				return i, false
+			}
+			switch i = Space(b, i); {
+			case i < len(b) && b[i] == close:
+				return i + 1, true
+			case i < len(b) && b[i] == ',':
+				i++
+			default:
+				return i, false
+			}
+		}
+	case c == '"':
+		return skipString(b, i)
+	case c == '-' || c >= '0' && c <= '9':
+		return Number(b, i)
+	case c == 't':
+		return literal(b, i, "true")
+	case c == 'f':
+		return literal(b, i, "false")
+	case c == 'n':
+		return literal(b, i, "null")
+	}
+	return i, false
+}
+
+func literal(b []byte, i int, lit string) (int, bool) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return i, false
+	}
+	return i + len(lit), true
+}
+
+func skipString(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return i, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, true
+		case c < 0x20:
+			return i, false
+		case c == '\\':
+			j++
+			if j >= len(b) {
+				return i, false
+			}
+			switch b[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(b) {
+					return i, false
+				}
+				for _, h := range b[j+1 : j+5] {
+					if !isHex(h) {
+						return i, false
+					}
+				}
+				j += 4
+			default:
+				return i, false
+			}
+		}
+	}
+	return i, false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }

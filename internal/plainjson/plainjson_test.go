@@ -136,3 +136,37 @@ func randomString(r *rand.Rand) string {
 	}
 	return string(b)
 }
+
+// valueSamples are JSON texts and near misses for ValueEnd.
+var valueSamples = []string{
+	`0`, `-1.5e+3`, `"a\u00e9\n"`, `true`, `false`, `null`, `[]`, `{}`, ` [ 1 , { "a" : [ null ] } ] `,
+	`{"a":1,"a":2}`, `"\xff"`, `[1,]`, `{"a"}`, `{"a":}`, `{,}`, `01`, `1.`, `.5`, `"\x01"`, `"\q"`, `"\u12"`,
+	`tru`, `nul`, `[`, `{"a":1`, `"abc`, `[1 2]`, `{"a":1 "b":2}`, `{1:2}`, ``, ` `,
+	strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1),
+}
+
+// checkValueEnd: ValueEnd takes b (with the whitespace around it) exactly when
+// encoding/json finds it one valid value, but for nesting deeper than
+// MaxDepth, which it refuses.
+func checkValueEnd(t *testing.T, b []byte) {
+	t.Helper()
+	end, ok := ValueEnd(b, Space(b, 0))
+	whole := ok && Space(b, end) == len(b)
+	deep := strings.Count(string(b), "[")+strings.Count(string(b), "{") > MaxDepth
+	if valid := json.Valid(b); whole != valid && !(valid && deep && !whole) {
+		t.Fatalf("ValueEnd(%q): %v at %d, json.Valid %v", b, ok, end, valid)
+	}
+}
+
+func TestValueEndIsJSONValid(t *testing.T) {
+	for _, s := range valueSamples {
+		checkValueEnd(t, []byte(s))
+	}
+}
+
+func FuzzValueEnd(f *testing.F) {
+	for _, s := range valueSamples {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkValueEnd)
+}

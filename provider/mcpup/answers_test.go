@@ -136,17 +136,29 @@ func leaks(text string) []string {
 // 400's body), a 403's challenge; modern and legacy, event streams and
 // JSON bodies.
 func TestAnswersRedacted(t *testing.T) {
-	for _, c := range []struct{ legacy, sse bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
-		t.Run(fmt.Sprintf("legacy %v, sse %v", c.legacy, c.sse), func(t *testing.T) {
+	for _, c := range []struct {
+		legacy, sse bool
+		via         via
+	}{{false, false, viaSession}, {false, true, viaSession}, {true, false, viaSession}, {true, true, viaSession},
+		{false, false, viaDirect}, {false, true, viaDirect}} {
+		t.Run(fmt.Sprintf("legacy %v, sse %v, via %s", c.legacy, c.sse, c.via), func(t *testing.T) {
 			srv := leakyUpstream(t, c.legacy, c.sse)
 			p := newPool(t, Options{Tokens: &fakeTokens{tok: map[string]string{"conn-1": leakAccess}, refresh: map[string]string{"conn-1": leakRefresh}}})
 			target := Target{Provider: "up", URL: srv.URL + "/mcp", Conn: "conn-1"}
 			var progress []string
 			stop := p.OnProgress("cb-1", func(pn *mcp.ProgressNotificationParams) { progress = append(progress, pn.Message) })
 			defer stop()
-			res, _, err := Do(context.Background(), p, target, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CallToolResult, error) {
-				return cs.CallTool(ctx, &mcp.CallToolParams{Meta: mcp.Meta{"progressToken": "cb-1"}, Name: "echo_headers", Arguments: map[string]any{}})
-			})
+			// The pool's own exchange asks no progress (the gateway relays a
+			// call asking it through the session).
+			call := func(name string, meta mcp.Meta) (*mcp.CallToolResult, error) {
+				params := &mcp.CallToolParams{Meta: meta, Name: name, Arguments: map[string]any{}}
+				if c.via == viaDirect {
+					params.Meta, params.Arguments = hostCaps(), json.RawMessage(`{}`)
+				}
+				res, _, err := callVia(context.Background(), p, target, c.via, params)
+				return res, err
+			}
+			res, err := call("echo_headers", mcp.Meta{"progressToken": "cb-1"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,16 +173,14 @@ func TestAnswersRedacted(t *testing.T) {
 				t.Fatalf("the echo came back as %s", b)
 			}
 			// Every character escaped: decoded, it would be the tokens.
-			res, _, err = Do(context.Background(), p, target, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CallToolResult, error) {
-				return cs.CallTool(ctx, &mcp.CallToolParams{Name: "escaped", Arguments: map[string]any{}})
-			})
+			res, err = call("escaped", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if text := res.Content[0].(*mcp.TextContent).Text; len(leaks(text)) > 0 || !strings.Contains(text, "REDACTED") {
 				t.Errorf("escaped: %v leaked: %.200s", leaks(text), text)
 			}
-			if c.sse && len(progress) != 1 {
+			if c.sse && c.via == viaSession && len(progress) != 1 {
 				t.Errorf("%d progress notifications, want 1", len(progress))
 			}
 			for _, m := range progress {
@@ -179,9 +189,7 @@ func TestAnswersRedacted(t *testing.T) {
 				}
 			}
 			for _, tool := range []string{"fail", "over", "scope"} {
-				_, _, err := Do(context.Background(), p, target, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CallToolResult, error) {
-					return cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
-				})
+				_, err := call(tool, nil)
 				var ns *NeedScope
 				var we *jsonrpc.Error
 				switch {

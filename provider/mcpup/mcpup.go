@@ -23,6 +23,7 @@ package mcpup
 import (
 	"container/list"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -129,6 +130,14 @@ type Options struct {
 type Pool struct {
 	opts Options
 	log  *slog.Logger
+	// impl is the clientInfo (implJSON encoded).
+	impl     *mcp.Implementation
+	implJSON []byte
+	// ids numbers the pool's own requests (CallTool).
+	ids atomic.Int64
+	// wires are what the pool's own exchange uses of each session
+	// (*mcp.ClientSession → *wire).
+	wires sync.Map
 
 	// progress maps the progress tokens of calls in flight to their sinks.
 	progress sync.Map
@@ -172,7 +181,10 @@ func New(opts Options) *Pool {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Pool{opts: opts, log: log, sessions: map[string]*list.Element{}, lru: list.New()}
+	impl := &mcp.Implementation{Name: "credbroker", Version: opts.Version}
+	implJSON, _ := json.Marshal(impl)
+	return &Pool{opts: opts, log: log, impl: impl, implJSON: implJSON,
+		sessions: map[string]*list.Element{}, lru: list.New()}
 }
 
 // Session returns the session for t, opening it (and probing the era) on
@@ -304,6 +316,7 @@ func (p *Pool) removeLocked(el *list.Element) {
 		<-e.ready
 		if e.cs != nil {
 			e.cs.Close()
+			p.wires.Delete(e.cs)
 		}
 		e.cancel()
 	})
@@ -329,12 +342,14 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 	hc := *p.opts.HTTPClient
 	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
 	ans := answers{next: transportOf(p.opts.HTTPClient), pool: p, refused: new(atomic.Bool)}
+	w := &wire{url: t.URL, hc: &hc}
 	if t.Conn != "" {
 		ans.secrets = &secrets{}
-		tr.OAuthHandler = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets}
+		w.auth = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets}
+		tr.OAuthHandler = w.auth
 	}
 	hc.Transport = ans
-	client := mcp.NewClient(&mcp.Implementation{Name: "credbroker", Version: p.opts.Version}, &mcp.ClientOptions{
+	client := mcp.NewClient(p.impl, &mcp.ClientOptions{
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		Capabilities:   &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
 		// A pushed url elicitation (a legacy upstream asking in-band) is
@@ -359,6 +374,7 @@ func (p *Pool) connect(ctx context.Context, t Target) (*mcp.ClientSession, error
 	case err != nil:
 		return nil, rec.classify(err)
 	}
+	p.wires.Store(cs, w)
 	return cs, nil
 }
 

@@ -31,6 +31,8 @@ type upstream struct {
 	t      testing.TB
 	srv    *httptest.Server
 	legacy bool
+	// sse: a modern server answers calls as event streams (else JSON).
+	sse bool
 	// quiet records no headers (a soak's thousands of requests).
 	quiet bool
 
@@ -45,11 +47,21 @@ type upstream struct {
 type seenRequest struct {
 	HTTPMethod, RPC, Session string
 	Header                   http.Header
+	Body                     []byte
 	Status                   int
 }
 
 func newUpstream(t testing.TB, legacy bool) *upstream {
-	u := &upstream{t: t, legacy: legacy}
+	return startUpstream(&upstream{t: t, legacy: legacy})
+}
+
+// newSSEUpstream is a modern upstream answering calls as event streams.
+func newSSEUpstream(t testing.TB) *upstream {
+	return startUpstream(&upstream{t: t, sse: true})
+}
+
+func startUpstream(u *upstream) *upstream {
+	t := u.t
 	u.handler = u.newHandler()
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(u.srv.Close)
@@ -75,7 +87,7 @@ func (u *upstream) newHandler() http.Handler {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "admin"}}}, nil
 		})
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{Stateless: !u.legacy, JSONResponse: true, DisableLocalhostProtection: true})
+		&mcp.StreamableHTTPOptions{Stateless: !u.legacy, JSONResponse: !u.sse, DisableLocalhostProtection: true})
 }
 
 // restart replaces the server: every session is forgotten.
@@ -106,7 +118,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &msg)
 	s := seenRequest{HTTPMethod: r.Method, RPC: msg.Method, Session: r.Header.Get("Mcp-Session-Id")}
 	if !u.quiet {
-		s.Header = r.Header.Clone()
+		s.Header, s.Body = r.Header.Clone(), body
 	}
 	u.mu.Lock()
 	h, toks := u.handler, u.tokens
@@ -219,9 +231,52 @@ func (f *fakeTokens) refreshes() []string {
 
 // echo calls the echo tool on t's session.
 func echo(ctx context.Context, p *Pool, t Target, arg string) (string, string, error) {
-	res, era, err := Do(ctx, p, t, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CallToolResult, error) {
-		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]string{"x": arg}})
+	return echoVia(ctx, p, t, arg, viaSession)
+}
+
+// via is how a test's call reaches the upstream: through the session (the
+// go-sdk's client), or through the pool's own exchange (CallTool, which
+// must take it: the call is a failure otherwise).
+type via int
+
+const (
+	viaSession via = iota
+	viaDirect
+)
+
+func (v via) String() string { return [...]string{"session", "direct"}[v] }
+
+// hostCaps are the client capabilities a gateway call carries.
+func hostCaps() mcp.Meta {
+	return mcp.Meta{mcp.MetaKeyClientCapabilities: map[string]json.RawMessage{"elicitation": json.RawMessage(`{"url":{}}`)}}
+}
+
+// callVia makes the call params on t's session, v's way.
+func callVia(ctx context.Context, p *Pool, t Target, v via, params *mcp.CallToolParams) (*mcp.CallToolResult, string, error) {
+	return Do(ctx, p, t, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CallToolResult, error) {
+		if v == viaSession {
+			return cs.CallTool(ctx, params)
+		}
+		tr, err := p.CallTool(ctx, cs, t, params, 1<<20)
+		if err != nil {
+			return nil, err
+		}
+		if tr.Raw == nil {
+			return nil, errors.New("the call went through the session, not the pool's own exchange")
+		}
+		var r mcp.CallToolResult
+		return &r, r.UnmarshalJSON(tr.Raw)
 	})
+}
+
+// echoVia calls the echo tool on t's session, v's way (directly with the
+// client capabilities a gateway call carries, which it needs).
+func echoVia(ctx context.Context, p *Pool, t Target, arg string, v via) (string, string, error) {
+	params := &mcp.CallToolParams{Name: "echo", Arguments: map[string]string{"x": arg}}
+	if v == viaDirect {
+		params.Meta = hostCaps()
+	}
+	res, era, err := callVia(ctx, p, t, v, params)
 	if err != nil {
 		return "", era, err
 	}
@@ -230,6 +285,18 @@ func echo(ctx context.Context, p *Pool, t Target, arg string) (string, string, e
 	}
 	return res.Content[0].(*mcp.TextContent).Text, era, nil
 }
+
+// ways are the upstreams and paths a call's behaviour must hold on: a
+// modern session, a legacy one, and the pool's own exchange on a modern
+// one.
+var ways = []way{{false, viaSession}, {true, viaSession}, {false, viaDirect}}
+
+type way struct {
+	legacy bool
+	via    via
+}
+
+func (w way) String() string { return fmt.Sprintf("legacy %v via %s", w.legacy, w.via) }
 
 // newPool is a pool on the broker's egress policy (loopback allowed, as
 // with --upstream-allow-private).
@@ -297,15 +364,15 @@ func TestEraProbe(t *testing.T) {
 // TestOpenTargetSendsNoAuthorization: a server that takes no token gets
 // no Authorization header, whatever the pool's token source holds.
 func TestOpenTargetSendsNoAuthorization(t *testing.T) {
-	for _, legacy := range []bool{false, true} {
-		u := newUpstream(t, legacy)
+	for _, w := range ways {
+		u := newUpstream(t, w.legacy)
 		p := newPool(t, Options{Tokens: &fakeTokens{tok: map[string]string{"": "should-not-be-sent", "open:up": "should-not-be-sent"}}})
-		if _, _, err := echo(context.Background(), p, Target{Provider: "up", URL: u.url()}, "hi"); err != nil {
+		if _, _, err := echoVia(context.Background(), p, Target{Provider: "up", URL: u.url()}, "hi", w.via); err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range u.requests() {
 			if v := s.Header.Values("Authorization"); len(v) != 0 {
-				t.Fatalf("legacy %v: %s carried Authorization %q", legacy, s.RPC, v)
+				t.Fatalf("%s: %s carried Authorization %q", w, s.RPC, v)
 			}
 		}
 	}
@@ -316,14 +383,15 @@ func TestOpenTargetSendsNoAuthorization(t *testing.T) {
 // session id, anything else): only what the MCP client sets, and the
 // connection's own token.
 func TestHostHeadersNeverReachUpstream(t *testing.T) {
-	for _, legacy := range []bool{false, true} {
-		t.Run(fmt.Sprintf("legacy %v", legacy), func(t *testing.T) {
+	for _, way := range ways {
+		legacy := way.legacy
+		t.Run(way.String(), func(t *testing.T) {
 			u := newUpstream(t, legacy)
 			u.setTokens("upstream-token")
 			p := newPool(t, Options{Tokens: &fakeTokens{tok: map[string]string{"conn-1": "upstream-token"}}})
 			target := Target{Provider: "up", URL: u.url(), Conn: "conn-1"}
 			host := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				out, _, err := echo(r.Context(), p, target, "from the host")
+				out, _, err := echoVia(r.Context(), p, target, "from the host", way.via)
 				if err != nil {
 					http.Error(w, err.Error(), http.StatusBadGateway)
 					return
@@ -535,16 +603,16 @@ func TestSessionMissingReopensOnce(t *testing.T) {
 // token and the request is sent again, on opening a session and on a
 // call; a second 401 is ErrUnauthorized and drops the session.
 func TestUnauthorizedRefreshesOnce(t *testing.T) {
-	for _, legacy := range []bool{false, true} {
-		t.Run(fmt.Sprintf("legacy %v", legacy), func(t *testing.T) {
-			u := newUpstream(t, legacy)
+	for _, w := range ways {
+		t.Run(w.String(), func(t *testing.T) {
+			u := newUpstream(t, w.legacy)
 			tokens := &fakeTokens{tok: map[string]string{"conn-1": "expired"}, fresh: []string{"tok-2", "tok-3", "tok-4"}}
 			u.setTokens("tok-2")
 			p := newPool(t, Options{Tokens: tokens})
 			ctx := context.Background()
 			target := Target{Provider: "up", URL: u.url(), Conn: "conn-1"}
 			// Opening: refused, refreshed, accepted.
-			if out, _, err := echo(ctx, p, target, "1"); err != nil || out != `echo {"x":"1"}` {
+			if out, _, err := echoVia(ctx, p, target, "1", w.via); err != nil || out != `echo {"x":"1"}` {
 				t.Fatalf("first call: %q, %v", out, err)
 			}
 			if r := tokens.refreshes(); !slices.Equal(r, []string{"expired"}) {
@@ -552,7 +620,7 @@ func TestUnauthorizedRefreshesOnce(t *testing.T) {
 			}
 			// A call whose token the server stopped taking.
 			u.setTokens("tok-3")
-			if out, _, err := echo(ctx, p, target, "2"); err != nil || out != `echo {"x":"2"}` {
+			if out, _, err := echoVia(ctx, p, target, "2", w.via); err != nil || out != `echo {"x":"2"}` {
 				t.Fatalf("second call: %q, %v", out, err)
 			}
 			if r := tokens.refreshes(); !slices.Equal(r, []string{"expired", "tok-2"}) || p.Len() != 1 {
@@ -561,7 +629,7 @@ func TestUnauthorizedRefreshesOnce(t *testing.T) {
 			// Refused again after the refresh: ErrUnauthorized, one refresh
 			// more, and the session is dropped.
 			u.setTokens("nothing-we-have")
-			_, _, err := echo(ctx, p, target, "3")
+			_, _, err := echoVia(ctx, p, target, "3", w.via)
 			if !errors.Is(err, ErrUnauthorized) {
 				t.Fatalf("after a second 401: %v, want ErrUnauthorized", err)
 			}
@@ -569,7 +637,7 @@ func TestUnauthorizedRefreshesOnce(t *testing.T) {
 				t.Fatalf("forced refreshes of %v, %d sessions; want one more (of tok-3), none held", r, p.Len())
 			}
 			// The same on opening a session.
-			_, _, err = echo(ctx, p, target, "4")
+			_, _, err = echoVia(ctx, p, target, "4", w.via)
 			if !errors.Is(err, ErrUnauthorized) || len(tokens.refreshes()) != 4 || p.Len() != 0 {
 				t.Fatalf("opening refused twice: %v, %d refreshes, %d sessions", err, len(tokens.refreshes()), p.Len())
 			}
@@ -580,24 +648,26 @@ func TestUnauthorizedRefreshesOnce(t *testing.T) {
 // TestInsufficientScope: a 403 insufficient_scope is a *NeedScope with
 // the challenge's scopes, refreshes nothing and keeps the session.
 func TestInsufficientScope(t *testing.T) {
-	for _, legacy := range []bool{false, true} {
-		u := newUpstream(t, legacy)
+	for _, w := range ways {
+		u := newUpstream(t, w.legacy)
 		tokens := &fakeTokens{tok: map[string]string{"conn-1": "tok-1"}}
 		u.setTokens("tok-1")
 		p := newPool(t, Options{Tokens: tokens})
 		target := Target{Provider: "up", URL: u.url(), Conn: "conn-1"}
-		_, _, err := Do(context.Background(), p, target, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CallToolResult, error) {
-			return cs.CallTool(ctx, &mcp.CallToolParams{Name: "admin", Arguments: map[string]any{}})
-		})
+		params := &mcp.CallToolParams{Name: "admin", Arguments: map[string]any{}}
+		if w.via == viaDirect {
+			params.Meta = hostCaps()
+		}
+		_, _, err := callVia(context.Background(), p, target, w.via, params)
 		var ns *NeedScope
 		if !errors.As(err, &ns) || !slices.Equal(ns.Scopes, []string{"admin", "issues:write"}) || errors.Is(err, ErrUnauthorized) {
-			t.Fatalf("legacy %v: %v, want *NeedScope{admin issues:write}", legacy, err)
+			t.Fatalf("%s: %v, want *NeedScope{admin issues:write}", w, err)
 		}
 		if len(tokens.refreshes()) != 0 || p.Len() != 1 {
-			t.Fatalf("legacy %v: %d refreshes, %d sessions", legacy, len(tokens.refreshes()), p.Len())
+			t.Fatalf("%s: %d refreshes, %d sessions", w, len(tokens.refreshes()), p.Len())
 		}
-		if _, _, err := echo(context.Background(), p, target, "ok"); err != nil {
-			t.Fatalf("legacy %v: the session broke: %v", legacy, err)
+		if _, _, err := echoVia(context.Background(), p, target, "ok", w.via); err != nil {
+			t.Fatalf("%s: the session broke: %v", w, err)
 		}
 	}
 }
@@ -651,8 +721,9 @@ func TestNoTokenPassthrough(t *testing.T) {
 // go-sdk closes the session then, so the next call runs on a new one. A
 // JSON-RPC error keeps the session.
 func TestSessionReopenedAfterTransportFailure(t *testing.T) {
-	for _, legacy := range []bool{false, true} {
-		t.Run(fmt.Sprintf("legacy %v", legacy), func(t *testing.T) {
+	for _, w := range ways {
+		legacy := w.legacy
+		t.Run(w.String(), func(t *testing.T) {
 			u := newUpstream(t, legacy)
 			var mu sync.Mutex
 			answer := 0 // the next tools/call's status: 400 plain text, or 0 to pass
@@ -691,11 +762,11 @@ func TestSessionReopenedAfterTransportFailure(t *testing.T) {
 			mu.Lock()
 			answer = http.StatusBadRequest
 			mu.Unlock()
-			if _, _, err := echo(ctx, p, target, "2"); err == nil {
+			if _, _, err := echoVia(ctx, p, target, "2", w.via); err == nil {
 				t.Fatal("a call answered 400 succeeded")
 			}
 			for i := range 3 {
-				if out, _, err := echo(ctx, p, target, "3"); err != nil || out != `echo {"x":"3"}` {
+				if out, _, err := echoVia(ctx, p, target, "3", w.via); err != nil || out != `echo {"x":"3"}` {
 					t.Fatalf("call %d after the failure: %q, %v", i, out, err)
 				}
 			}

@@ -17,8 +17,9 @@ import (
 var soakCalls = flag.Int("soak-calls", 0, "calls TestSoak makes (default 10,000; 2,000 under the race detector)")
 
 // TestSoak: 10,000 calls over 50 sessions (half to a modern upstream, half
-// to a legacy one, each session a connection with its own token) from 8
-// callers at once. Every call answers what it was asked; the pool holds
+// to a legacy one, each session a connection with its own token; the
+// modern calls by turns through the session and the pool's own exchange)
+// from 8 callers at once. Every call answers what it was asked; the pool holds
 // the 50 sessions and opened each once; and once they are forgotten and
 // the idle HTTP connections closed, the goroutines and open files are
 // back where they were before the first call (polled until they settle).
@@ -69,7 +70,13 @@ func TestSoak(t *testing.T) {
 					return
 				}
 				arg := fmt.Sprint(n)
-				out, _, err := echo(context.Background(), p, targets[n%sessions], arg)
+				// Calls to the modern upstream go through the session and
+				// through the pool's own exchange by turns.
+				v := viaSession
+				if n%sessions%2 == 0 && n/sessions%2 == 1 {
+					v = viaDirect
+				}
+				out, _, err := echoVia(context.Background(), p, targets[n%sessions], arg, v)
 				if err != nil || out != `echo {"x":"`+arg+`"}` {
 					if failed.Add(1) == 1 {
 						t.Errorf("call %d: %q, %v", n, out, err)

@@ -1,0 +1,104 @@
+// Package sse reads server-sent event streams (text/event-stream) the way
+// the MCP go-sdk's client reads an answer: events end at a blank line (or
+// at the end of the stream); a line without a colon is malformed; lines
+// starting with a colon are comments; data lines are trimmed and joined
+// with newlines; events named other than "message", and events without
+// data, are skipped; event ids and retry fields are read past. Each event
+// is bounded in bytes.
+package sse
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ErrTooLarge: an event is longer than the reader's limit.
+var ErrTooLarge = errors.New("sse: an event is larger than the limit")
+
+// Reader reads the message events of one stream.
+type Reader struct {
+	br    *bufio.Reader
+	limit int64
+}
+
+// NewReader reads r's events, each at most limit bytes.
+func NewReader(r io.Reader, limit int64) *Reader {
+	return &Reader{br: bufio.NewReader(r), limit: limit}
+}
+
+// Reset makes the reader read r's events, each at most limit bytes (a
+// Reader is reused this way; Reset(nil, 0) lets go of the last stream).
+func (r *Reader) Reset(rd io.Reader, limit int64) {
+	r.br.Reset(rd)
+	r.limit = limit
+}
+
+// Next returns the data of the next message event. At the end of the
+// stream it returns io.EOF; a stream that fails to read, an event over
+// the limit (ErrTooLarge) or a malformed line end it with an error.
+func (r *Reader) Next() ([]byte, error) {
+	var data []byte
+	var name string
+	hasData, size := false, int64(0)
+	for {
+		line, err := r.line(r.limit - size)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		size += int64(len(line))
+		eof := errors.Is(err, io.EOF)
+		if line = bytes.TrimRight(line, "\r\n"); len(line) > 0 {
+			key, value, ok := bytes.Cut(line, []byte{':'})
+			if !ok {
+				return nil, errors.New("sse: a malformed line in the event stream (neither a field nor a comment)")
+			}
+			switch string(key) {
+			case "event":
+				name = string(bytes.TrimSpace(value))
+			case "data":
+				if hasData {
+					data = append(data, '\n')
+				}
+				data, hasData = append(data, bytes.TrimSpace(value)...), true
+			}
+			if !eof {
+				continue
+			}
+		}
+		// The event ends here.
+		if len(data) > 0 && (name == "" || name == "message") {
+			return data, nil
+		}
+		if eof {
+			return nil, io.EOF
+		}
+		data, name, hasData, size = data[:0], "", false, 0
+	}
+}
+
+// line reads one line of at most budget bytes.
+func (r *Reader) line(budget int64) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := r.br.ReadSlice('\n')
+		if int64(len(line)+len(frag)) > budget {
+			return nil, ErrTooLarge
+		}
+		line = append(line, frag...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("sse: reading the event stream: %w", err)
+		}
+		return line, err
+	}
+}
+
+// Discard reads the stream to its end, at most n bytes.
+func (r *Reader) Discard(n int64) {
+	io.CopyN(io.Discard, r.br, n)
+}
