@@ -117,7 +117,13 @@ func personConn(id string) vault.Connection {
 // "connected", "reconnect" (needs_reconnect) or "none".
 func (r *replica) state(t *testing.T) string {
 	t.Helper()
-	o, err := r.conns.Ensure(context.Background(), connections.Request{Principal: person, Provider: "github", Via: "mcp"})
+	return stateOf(t, r.conns, person, "github")
+}
+
+// stateOf is what conns.Ensure says of p's connection to prov.
+func stateOf(t *testing.T, conns *connections.Service, p vault.Principal, prov string) string {
+	t.Helper()
+	o, err := conns.Ensure(context.Background(), connections.Request{Principal: p, Provider: prov, Via: "mcp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,22 +274,7 @@ func TestListingSoleWriter(t *testing.T) {
 	}
 	late.Set(conns)
 	ctx := context.Background()
-	state := func() string {
-		o, err := conns.Ensure(ctx, connections.Request{Principal: alice, Provider: "demo", Via: "mcp"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch o := o.(type) {
-		case connections.Connected:
-			return "connected"
-		case connections.NeedsUser:
-			if o.Why.Kind == connections.Reconnect {
-				return "reconnect"
-			}
-			return "none"
-		}
-		return "?"
-	}
+	state := func() string { return stateOf(t, conns, alice, "demo") }
 	expect := func(want string) {
 		t.Helper()
 		if got := state(); got != want {

@@ -64,9 +64,8 @@ func (a *announced) UpdateConnectionMeta(ctx context.Context, id string, fn func
 }
 
 func (a *announced) DeleteConnection(ctx context.Context, id string) error {
-	err := a.Store.DeleteConnection(ctx, id)
-	a.w.ChangedAll()
-	return err
+	defer a.w.ChangedAll()
+	return a.Store.DeleteConnection(ctx, id)
 }
 
 type announcedConnector struct {
@@ -86,9 +85,8 @@ type announcedAdmin struct {
 }
 
 func (a announcedAdmin) RetireConnection(ctx context.Context, id string) error {
-	err := a.AdminStore.RetireConnection(ctx, id)
-	a.w.ChangedAll()
-	return err
+	defer a.w.ChangedAll()
+	return a.AdminStore.RetireConnection(ctx, id)
 }
 
 type announcedResealer struct {
@@ -97,7 +95,6 @@ type announcedResealer struct {
 }
 
 func (r announcedResealer) Reseal(ctx context.Context, ids []string) (int, error) {
-	n, err := r.next.Reseal(ctx, ids)
-	r.w.ChangedAll()
-	return n, err
+	defer r.w.ChangedAll()
+	return r.next.Reseal(ctx, ids)
 }
