@@ -18,15 +18,18 @@ const migrateUsage = `usage: broker migrate --from STORE --to STORE [--keys-file
 Copies every record of one store into another: connections (and those
 offboarding keeps to retry their revocation), grants, the authorization
 server's registered clients, authorization codes and app authorizations
-(consents and token families), the webhook outbox, and the key canaries.
-One store is bolt (bolt:PATH), the other PostgreSQL (postgres://…): bolt
-into PostgreSQL to scale out, PostgreSQL into bolt to come back. Records
-are copied as stored: token sets stay sealed and are never decrypted on
-the way. Records already present in the target are skipped, so an
-interrupted migration is finished by running it again. Stop every broker
-using either store first (a bolt file is locked while one runs). The
-keys (BROKER_KEYS or --keys-file) must be the ones the source was written
-with; they are checked against both stores' canaries.
+(consents and token families), the webhook outbox, spent ID-JAG ids, the
+gateway's registrations at upstream authorization servers, people's IdP
+sessions, and the key canaries, reporting each kind's count. One store is
+bolt (bolt:PATH), the other PostgreSQL (postgres://…): bolt into
+PostgreSQL to scale out, PostgreSQL into bolt to come back. Records are
+copied as stored: token sets, client secrets and IdP sessions stay sealed
+and are never decrypted on the way. Records already present in the
+target are skipped, so an interrupted migration is finished by running it
+again. Stop every broker using either store first (a bolt file is locked
+while one runs). The keys (BROKER_KEYS or --keys-file) must be the ones
+the source was written with; they are checked against both stores'
+canaries.
 `
 
 // migrationEnd is a store a migration copies from or into (boltstore and
