@@ -59,21 +59,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 {
 		problems = append(problems, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	src, srcErr := parseStore(*from)
-	switch {
-	case *from == "":
-		problems = append(problems, errors.New("--from is required (the source store: bolt:PATH or postgres://…)"))
-	case srcErr != nil:
-		problems = append(problems, fmt.Errorf("--from: %w", srcErr))
-	}
-	dst, dstErr := parseStore(*to)
-	switch {
-	case *to == "":
-		problems = append(problems, errors.New("--to is required (the target store: postgres://… or bolt:PATH)"))
-	case dstErr != nil:
-		problems = append(problems, fmt.Errorf("--to: %w", dstErr))
-	}
-	if *from != "" && *to != "" && srcErr == nil && dstErr == nil {
+	src, srcOK := storeFlag("--from", *from, "the source store: bolt:PATH or postgres://…", &problems)
+	dst, dstOK := storeFlag("--to", *to, "the target store: postgres://… or bolt:PATH", &problems)
+	if srcOK && dstOK {
 		switch {
 		case src.BoltPath != "" && dst.BoltPath != "":
 			problems = append(problems, errors.New("--to must be a PostgreSQL store (postgres://…) when --from is a bolt store: one end of a migration is bolt, the other PostgreSQL"))
@@ -121,6 +109,20 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "done in %s\n", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// storeFlag parses value, the store the flag name gives (need says what
+// it should be), adding to problems why it is missing or wrong; ok says
+// it names a store.
+func storeFlag(name, value, need string, problems *[]error) (ss storeSpec, ok bool) {
+	ss, err := parseStore(value)
+	switch {
+	case value == "":
+		*problems = append(*problems, fmt.Errorf("%s is required (%s)", name, need))
+	case err != nil:
+		*problems = append(*problems, fmt.Errorf("%s: %w", name, err))
+	}
+	return ss, value != "" && err == nil
 }
 
 // openMigrationEnd opens the store ss names with kr, checking kr against

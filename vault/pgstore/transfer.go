@@ -209,15 +209,8 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 	case vault.KindOAuthClient:
 		return importWhole(rec, insertClient, record.DecodeOAuthClient, s.clientArgs)
 	case vault.KindAuthCode:
-		c, err := record.DecodeAuthCode(rec)
-		if err != nil {
-			return "", nil, err
-		}
-		if err := checkID("authorization code", c.Key); err != nil {
-			return "", nil, err
-		}
-		return `INSERT INTO oauth_codes (key, expires_ns, redeemed, record) VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`,
-			[]any{c.Key, nanos(c.Expires), c.Redeemed, rec}, nil
+		return importWhole(rec, `INSERT INTO oauth_codes (key, expires_ns, redeemed, record) VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`,
+			record.DecodeAuthCode, importedCodeArgs)
 	case vault.KindAppAccess:
 		return importWhole(rec, insertApp, record.DecodeAppAccess, s.appArgs)
 	case vault.KindDelivery:
@@ -274,6 +267,12 @@ func importWhole[T any](rec []byte, insert string, decode func([]byte) (T, error
 	}
 	a[len(a)-1] = rec
 	return insert, a, nil
+}
+
+// importedCodeArgs are the columns of an imported authorization code,
+// redeemed or not as its record says, the record last.
+func importedCodeArgs(c vault.AuthCode) ([]any, error) {
+	return []any{c.Key, nanos(c.Expires), c.Redeemed, nil}, checkID("authorization code", c.Key)
 }
 
 func (s *Store) runImport(ctx context.Context, batch *pgx.Batch) (added, skipped int, err error) {
