@@ -13,14 +13,10 @@ import (
 	"testing"
 
 	"credbroker/apps"
-	"credbroker/binding"
-	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/logbuf"
 	"credbroker/internal/telemetry"
-	"credbroker/provider"
 	"credbroker/vault"
-	"credbroker/vault/memstore"
 )
 
 // errDown is what a store answers while its database is gone.
@@ -53,33 +49,7 @@ func (downAdmin) ProviderConnections(context.Context, string, string, int) ([]va
 // retry, never a 500 nor the cause; the cause is logged and each refusal
 // counted at the admin door.
 func TestStorageOutage(t *testing.T) {
-	keys, err := vault.ParseKeys(vault.GenerateKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := downStore{memstore.New(keys)}
-	reg, err := provider.ParseProviders("test", []byte(`providers:
-  demo:
-    type: oauth2
-    authorization_url: https://demo.example/authorize
-    token_url: https://demo.example/token
-    client_id: c
-    client_secret: ${S}
-    default_scopes: [profile]
-    account: {url: https://demo.example/user, id_field: id, login_field: login}
-`), func(string) string { return "secret-value" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := provider.New(provider.Options{Store: store, Providers: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns, err := connections.New(connections.Options{Store: store, Grants: binding.New(store, binding.Options{}),
-		Client: client, PublicURL: "https://broker.example"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conns := newConnections(t, func(s vault.Store) vault.Store { return downStore{s} })
 	claim, _ := ParseClaim("groups=admins")
 	verify := func(_ context.Context, raw string) (bearer.TokenInfo, error) {
 		switch raw {
