@@ -509,29 +509,21 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 
 // UpdateConnection implements vault.Store: read, fn, write in one transaction.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
-	})
+	return s.rewriteConnection(ctx, id, record.UpdateRewrite(s.kr, id, fn))
 }
 
 // UpdateConnectionMeta implements vault.Store: the sealed tokens are
 // copied, never opened.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionMetaUpdate(rec, id, fn)
-	})
+	return s.rewriteConnection(ctx, id, record.MetaRewrite(id, fn))
 }
 
 // rewriteConnection replaces connection id's record with what rewrite
 // makes of it, writing the deliveries the change causes in the same
 // transaction.
-func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
+func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite record.Rewrite) (vault.Connection, error) {
 	return cas(ctx, s, bConns, id, "connection", func(rec []byte) (edit[vault.Connection], error) {
-		nrec, nc, err := rewrite(rec)
-		if err != nil {
-			return edit[vault.Connection]{}, err
-		}
-		ds, err := record.ChangeDeliveries(s.changes, rec, nrec)
+		nrec, nc, ds, err := rewrite.WithDeliveries(s.changes, rec)
 		return edit[vault.Connection]{rec: nrec, out: nc, ds: ds}, err
 	}, nil)
 }

@@ -151,28 +151,20 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 
 // UpdateConnection implements vault.Store.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
-	})
+	return s.rewriteConnection(id, record.UpdateRewrite(s.kr, id, fn))
 }
 
 // UpdateConnectionMeta implements vault.Store.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionMetaUpdate(rec, id, fn)
-	})
+	return s.rewriteConnection(id, record.MetaRewrite(id, fn))
 }
 
 // rewriteConnection replaces connection id's record with what rewrite
 // makes of it, with the deliveries the change causes.
-func (s *Store) rewriteConnection(id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
+func (s *Store) rewriteConnection(id string, rewrite record.Rewrite) (vault.Connection, error) {
 	return cas(s, s.conns, id, "connection", func(rec []byte) (edit[vault.Connection], error) {
-		nb, nc, err := rewrite(rec)
-		if err != nil {
-			return edit[vault.Connection]{}, err
-		}
-		ds, err := record.ChangeDeliveries(s.changes, rec, nb)
-		return edit[vault.Connection]{rec: nb, out: nc, ds: ds}, err
+		nrec, nc, ds, err := rewrite.WithDeliveries(s.changes, rec)
+		return edit[vault.Connection]{rec: nrec, out: nc, ds: ds}, err
 	})
 }
 

@@ -559,23 +559,19 @@ func (s *Store) AccountConnections(ctx context.Context, provider, accountID stri
 // succeeds if the version is still the one read; on a lost race fn runs
 // again on the fresh record.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
-	})
+	return s.rewriteConnection(ctx, id, record.UpdateRewrite(s.kr, id, fn))
 }
 
 // UpdateConnectionMeta implements vault.Store: the same compare-and-swap
 // as UpdateConnection, copying the sealed tokens instead of opening them.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionMetaUpdate(rec, id, fn)
-	})
+	return s.rewriteConnection(ctx, id, record.MetaRewrite(id, fn))
 }
 
 // rewriteConnection replaces connection id's record with what rewrite
 // makes of it, writing the deliveries the change causes in the same
 // transaction.
-func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
+func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite record.Rewrite) (vault.Connection, error) {
 	return cas(ctx, s, "connection", id, updateConn, s.connectionRecord, func(rec []byte, version int64) (vault.Connection, casWrite, error) {
 		nrec, nc, err := rewrite(rec)
 		if err != nil {

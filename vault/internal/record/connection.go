@@ -443,6 +443,38 @@ func ApplyConnectionRecordUpdate(kr *vault.Keyring, rec []byte, id string, fn fu
 	return nrec, nc, nil
 }
 
+// Rewrite makes of a connection's stored record the record to store and
+// the connection it holds: the change a backend's UpdateConnection or
+// UpdateConnectionMeta applies inside its compare-and-swap.
+type Rewrite func(rec []byte) ([]byte, vault.Connection, error)
+
+// UpdateRewrite is UpdateConnection's rewrite of connection id:
+// ApplyConnectionRecordUpdate with fn.
+func UpdateRewrite(kr *vault.Keyring, id string, fn func(vault.Connection) (vault.Connection, error)) Rewrite {
+	return func(rec []byte) ([]byte, vault.Connection, error) {
+		return ApplyConnectionRecordUpdate(kr, rec, id, fn)
+	}
+}
+
+// MetaRewrite is UpdateConnectionMeta's rewrite of connection id:
+// ApplyConnectionMetaUpdate with fn.
+func MetaRewrite(id string, fn func(vault.Connection) (vault.Connection, error)) Rewrite {
+	return func(rec []byte) ([]byte, vault.Connection, error) { return ApplyConnectionMetaUpdate(rec, id, fn) }
+}
+
+// WithDeliveries applies r to rec and adds the outbox deliveries hook
+// makes of the change (ChangeDeliveries). An error leaves nothing to
+// store.
+func (r Rewrite) WithDeliveries(hook vault.ChangeHook, rec []byte) (nrec []byte, c vault.Connection, ds []vault.Delivery, err error) {
+	if nrec, c, err = r(rec); err != nil {
+		return nil, vault.Connection{}, nil, err
+	}
+	if ds, err = ChangeDeliveries(hook, rec, nrec); err != nil {
+		return nil, vault.Connection{}, nil, err
+	}
+	return nrec, c, ds, nil
+}
+
 // Reseal seals the token set of the stored record rec again with kr's
 // primary key, Version one up, keeping everything else (the extension
 // areas too): key rotation's rewrite.
