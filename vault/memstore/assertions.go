@@ -16,16 +16,13 @@ func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Tim
 	if err := vault.CheckAssertionKey(key); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	if _, ok := s.spent[key]; ok {
-		return fmt.Errorf("memstore: %w", vault.ErrAssertionSpent)
-	}
-	s.spent[key] = expires
-	return nil
+	return update(s, func() error {
+		if _, ok := s.spent[key]; ok {
+			return fmt.Errorf("memstore: %w", vault.ErrAssertionSpent)
+		}
+		s.spent[key] = expires
+		return nil
+	})
 }
 
 // DeleteSpentAssertions implements vault.AssertionLedger.
