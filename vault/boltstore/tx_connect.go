@@ -19,11 +19,11 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
-	target, created, newRec, err := record.ConnectTarget(s.kr, w)
+	t, err := record.ConnectTarget(s.kr, w)
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
-	id := []byte(target)
+	id := []byte(t.ID)
 	var (
 		outC vault.Connection
 		outG vault.Grant
@@ -32,21 +32,9 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		outC, outG = vault.Connection{}, vault.Grant{}
 		cb := tx.Bucket(bConns)
 		old := cb.Get(id)
-		rec := newRec
-		switch {
-		case w.Create != nil && old != nil:
-			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrExists))
-		case w.Create != nil:
-			outC = created
-			outC.SealedWith = s.kr.Primary()
-		case old == nil:
-			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound))
-		default:
-			nrec, nc, err := record.ApplyConnectionRecordUpdate(s.kr, old, string(id), w.Update)
-			if err != nil {
-				return refuse(err)
-			}
-			rec, outC = nrec, nc
+		rec, c, err := t.Onto(old)
+		if err != nil {
+			return refuse(err)
 		}
 		og, ng, ngrec, err := grantUpdate(tx, grantID, grant)
 		if err != nil {
@@ -64,7 +52,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 			return err
 		}
 		if w.Create != nil {
-			if err := tx.Bucket(bConnByPrinc).Put(connIndexKey(created.Principal, created.ID), nil); err != nil {
+			if err := tx.Bucket(bConnByPrinc).Put(connIndexKey(t.Created.Principal, t.ID), nil); err != nil {
 				return err
 			}
 		}
@@ -74,7 +62,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		if err := reindexGrant(tx, og, ng); err != nil {
 			return err
 		}
-		outG = ng
+		outC, outG = c, ng
 		return nil
 	})
 	if err != nil {

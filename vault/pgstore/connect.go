@@ -25,10 +25,11 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
-	id, created, newRec, err := record.ConnectTarget(s.kr, w)
+	t, err := record.ConnectTarget(s.kr, w)
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
+	id := t.ID
 	if !storable(id) {
 		return vault.Connection{}, vault.Grant{}, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
 	}
@@ -69,7 +70,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		}
 
 		var old []byte
-		rec := newRec
+		rec := t.Rec
 		if w.Create != nil {
 			row, err := rowFromRecord(rec)
 			if err != nil {
@@ -82,7 +83,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 			if tag.RowsAffected() == 0 {
 				return fail(fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrExists))
 			}
-			outC = created
+			outC = t.Created
 			outC.SealedWith = s.kr.Primary()
 		} else {
 			var version int64
