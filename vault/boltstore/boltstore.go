@@ -51,6 +51,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
 )
 
@@ -108,7 +109,7 @@ type Store struct {
 	path       string
 	closed     atomic.Bool
 	group      *groupCommit
-	locker     *vault.LocalLocker // a bolt file belongs to one process
+	locker     *locallock.Locker // a bolt file belongs to one process
 }
 
 // Open opens (creating if needed) the database at path. It verifies kr
@@ -151,7 +152,7 @@ func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
 		}
 	}
 	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, appChanges: opts.AppChanges, group: newGroupCommit(db, true),
-		locker: vault.NewLocalLocker()}
+		locker: locallock.New()}
 	if err := s.prepare(); err != nil {
 		closeQuietly(db)
 		return nil, err

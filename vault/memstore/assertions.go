@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // Assertions implements vault.Store: the store is its own AssertionLedger.
@@ -13,7 +14,7 @@ func (s *Store) Assertions() vault.AssertionLedger { return s }
 
 // SpendAssertion implements vault.AssertionLedger under the write lock.
 func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Time) error {
-	if err := vault.CheckAssertionKey(key); err != nil {
+	if err := record.CheckAssertionKey(key); err != nil {
 		return err
 	}
 	return update(s, func() error {

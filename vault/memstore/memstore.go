@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
 )
 
@@ -23,7 +24,7 @@ type Store struct {
 	kr         *vault.Keyring
 	changes    vault.ChangeHook
 	appChanges vault.AppChangeHook
-	locker     *vault.LocalLocker // one process holds the store
+	locker     *locallock.Locker // one process holds the store
 
 	mu          sync.RWMutex // guards the fields below
 	closed      bool
@@ -55,7 +56,7 @@ func NewWith(kr *vault.Keyring, opts Options) *Store {
 	return &Store{
 		kr:          kr,
 		changes:     opts.Changes,
-		locker:      vault.NewLocalLocker(),
+		locker:      locallock.New(),
 		appChanges:  opts.AppChanges,
 		conns:       map[string][]byte{},
 		byPrincipal: map[vault.Principal]map[string]struct{}{},

@@ -46,6 +46,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
 )
 
@@ -73,9 +74,9 @@ type Store struct {
 	pool     *pgxpool.Pool // data
 	lockPool *pgxpool.Pool // sessions holding advisory locks, apart so they never starve writes
 	kr       *vault.Keyring
-	local    *vault.LocalLocker // queues this process's LockConnection callers
+	local    *locallock.Locker // queues this process's LockConnection callers
 	// grantLocal queues this process's limited grant creates per principal.
-	grantLocal *vault.LocalLocker
+	grantLocal *locallock.Locker
 	locksMu    sync.Mutex // guards locks
 	locks      map[*heldLock]struct{}
 	attempts   int
@@ -116,7 +117,7 @@ func Open(ctx context.Context, url string, kr *vault.Keyring, opts Options) (*St
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), grantLocal: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts, changes: opts.Changes, appChanges: opts.AppChanges}
+	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: locallock.New(), grantLocal: locallock.New(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts, changes: opts.Changes, appChanges: opts.AppChanges}
 	if err := s.prepare(ctx); err != nil {
 		s.Close()
 		return nil, err
