@@ -582,6 +582,16 @@ func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string,
 	return out, nil
 }
 
+// casKind is cas for a kind of record stored whole: fn applied with k's
+// update rules (record.Kind.Update).
+func casKind[T any](ctx context.Context, s *Store, bucket []byte, k record.Kind[T], key string,
+	fn func(T) (T, error), index func(tx *bolt.Tx, old, new T) error) (T, error) {
+	return cas(ctx, s, bucket, key, k.Name, func(rec []byte) (edit[T], error) {
+		nrec, old, nv, err := k.Update(rec, fn)
+		return edit[T]{rec: nrec, old: old, out: nv}, err
+	}, index)
+}
+
 // DeleteConnection implements vault.Store.
 func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 	return s.deleteConnection(ctx, id, false)
@@ -823,10 +833,7 @@ func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
 // UpdateGrant implements vault.Store, keeping the indexes in step when
 // Created or Expires change.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	return cas(ctx, s, bGrants, id, "grant", func(rec []byte) (edit[vault.Grant], error) {
-		nrec, old, ng, err := record.Grants.Update(rec, fn)
-		return edit[vault.Grant]{rec: nrec, old: old, out: ng}, err
-	}, reindexGrant)
+	return casKind(ctx, s, bGrants, record.Grants, id, fn, reindexGrant)
 }
 
 // CountGrants implements vault.Store.

@@ -59,10 +59,7 @@ func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClien
 
 // UpdateOAuthClient implements vault.AuthStore.
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	return cas(s, s.auth.clients, id, "oauth client", func(rec []byte) (edit[vault.OAuthClient], error) {
-		nb, _, nc, err := record.OAuthClients.Update(rec, fn)
-		return edit[vault.OAuthClient]{rec: nb, out: nc}, err
-	})
+	return casKind(s, s.auth.clients, record.OAuthClients, id, fn)
 }
 
 // DeleteOAuthClient implements vault.AuthStore.

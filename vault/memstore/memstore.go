@@ -201,6 +201,15 @@ func cas[T any](s *Store, recs map[string][]byte, id, what string, change func(r
 	})
 }
 
+// casKind is cas for a kind of record stored whole: fn applied with k's
+// update rules (record.Kind.Update).
+func casKind[T any](s *Store, recs map[string][]byte, k record.Kind[T], id string, fn func(T) (T, error)) (T, error) {
+	return cas(s, recs, id, k.Name, func(rec []byte) (edit[T], error) {
+		nrec, _, nv, err := k.Update(rec, fn)
+		return edit[T]{rec: nrec, out: nv}, err
+	})
+}
+
 // DeleteConnection implements vault.Store.
 func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 	return s.deleteConnection(id, false)
@@ -314,10 +323,7 @@ func get[T any](s *Store, recs map[string][]byte, id, what string, decode func([
 
 // UpdateGrant implements vault.Store.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	return cas(s, s.grants, id, "grant", func(rec []byte) (edit[vault.Grant], error) {
-		nb, _, ng, err := record.Grants.Update(rec, fn)
-		return edit[vault.Grant]{rec: nb, out: ng}, err
-	})
+	return casKind(s, s.grants, record.Grants, id, fn)
 }
 
 // CountGrants implements vault.Store.
