@@ -393,30 +393,38 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	id := []byte(c.ID)
-	idx := connIndexKey(c.Principal, c.ID)
 	err = s.decide(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bConns)
-		if b.Get(id) != nil {
+		if tx.Bucket(bConns).Get([]byte(c.ID)) != nil {
 			return refuse(fmt.Errorf("boltstore: connection %s: %w", c.ID, vault.ErrExists))
 		}
-		ds, err := record.ChangeDeliveries(s.changes, nil, rec)
-		if err != nil {
-			return refuse(err)
-		}
-		if err := b.Put(id, rec); err != nil {
-			return err
-		}
-		if err := putDeliveries(tx, ds); err != nil {
-			return err
-		}
-		return tx.Bucket(bConnByPrinc).Put(idx, nil)
+		return s.writeConnection(tx, c.ID, c.Principal, nil, rec)
 	})
 	if err != nil {
 		return vault.Connection{}, err
 	}
 	c.SealedWith = s.kr.Primary()
 	return c, nil
+}
+
+// writeConnection stores rec as connection id's record in tx, over old
+// (nil for a new connection of p's, whose index entry it adds), with the
+// outbox deliveries of the change; a refusal of the deliveries is the
+// call's answer, and nothing is written.
+func (s *Store) writeConnection(tx *bolt.Tx, id string, p vault.Principal, old, rec []byte) error {
+	ds, err := record.ChangeDeliveries(s.changes, old, rec)
+	if err != nil {
+		return refuse(err)
+	}
+	if err := tx.Bucket(bConns).Put([]byte(id), rec); err != nil {
+		return err
+	}
+	if err := putDeliveries(tx, ds); err != nil {
+		return err
+	}
+	if old != nil {
+		return nil
+	}
+	return tx.Bucket(bConnByPrinc).Put(connIndexKey(p, id), nil)
 }
 
 // Import stores many new connections in one write transaction (one fsync),
@@ -604,14 +612,9 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 		return err
 	}
 	return s.decide(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bConns)
-		rec := b.Get([]byte(id))
-		if rec == nil {
-			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound))
-		}
-		meta, err := record.ConnectionMeta(rec)
+		rec, meta, err := connectionAt(tx, bConns, id, "connection")
 		if err != nil {
-			return refuse(err)
+			return err
 		}
 		ds, err := record.ChangeDeliveries(s.changes, rec, nil)
 		if err != nil {
@@ -628,11 +631,33 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 				return err
 			}
 		}
-		if err := tx.Bucket(bConnByPrinc).Delete(connIndexKey(meta.Principal, id)); err != nil {
-			return err
-		}
-		return b.Delete([]byte(id))
+		return dropConnection(tx, bConns, bConnByPrinc, meta.Principal, id)
 	})
+}
+
+// connectionAt reads connection id's record in bucket (bConns or
+// bRetired) inside tx, with its metadata; the record is valid only during
+// tx. ErrNotFound, naming the record as what, when there is none, and a
+// record that does not decode, are refusals.
+func connectionAt(tx *bolt.Tx, bucket []byte, id, what string) ([]byte, vault.Connection, error) {
+	rec := tx.Bucket(bucket).Get([]byte(id))
+	if rec == nil {
+		return nil, vault.Connection{}, refuse(fmt.Errorf("boltstore: %s %s: %w", what, id, vault.ErrNotFound))
+	}
+	meta, err := record.ConnectionMeta(rec)
+	if err != nil {
+		return nil, vault.Connection{}, refuse(err)
+	}
+	return rec, meta, nil
+}
+
+// dropConnection removes, inside tx, p's connection id from bucket and
+// its entry from that bucket's principal index.
+func dropConnection(tx *bolt.Tx, bucket, index []byte, p vault.Principal, id string) error {
+	if err := tx.Bucket(index).Delete(connIndexKey(p, id)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucket).Delete([]byte(id))
 }
 
 // AccountConnections implements vault.Store: a scan of every record's

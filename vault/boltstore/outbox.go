@@ -306,18 +306,10 @@ func (s *Store) ForgetRetired(ctx context.Context, id string) error {
 		return err
 	}
 	return s.decide(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bRetired)
-		rec := b.Get([]byte(id))
-		if rec == nil {
-			return refuse(fmt.Errorf("boltstore: retired connection %s: %w", id, vault.ErrNotFound))
-		}
-		meta, err := record.ConnectionMeta(rec)
+		_, meta, err := connectionAt(tx, bRetired, id, "retired connection")
 		if err != nil {
-			return refuse(err)
-		}
-		if err := tx.Bucket(bRetiredByPrinc).Delete(connIndexKey(meta.Principal, id)); err != nil {
 			return err
 		}
-		return b.Delete([]byte(id))
+		return dropConnection(tx, bRetired, bRetiredByPrinc, meta.Principal, id)
 	})
 }
