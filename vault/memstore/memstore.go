@@ -390,8 +390,13 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 
 // write runs f under the write lock, on an open store.
 func write[T any](s *Store, f func() (T, error)) (T, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return locked(s, s.mu.Lock, s.mu.Unlock, f)
+}
+
+// locked runs f between lock and unlock (of s.mu), on an open store.
+func locked[T any](s *Store, lock, unlock func(), f func() (T, error)) (T, error) {
+	lock()
+	defer unlock()
 	if err := s.check(); err != nil {
 		return *new(T), err
 	}
@@ -406,12 +411,7 @@ func update(s *Store, f func() error) error {
 
 // read runs f under the read lock, on an open store.
 func read[T any](s *Store, f func() (T, error)) (T, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.check(); err != nil {
-		return *new(T), err
-	}
-	return f()
+	return locked(s, s.mu.RLock, s.mu.RUnlock, f)
 }
 
 // deleteKey removes key from m (one of the store's maps) under the write
