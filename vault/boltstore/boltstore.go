@@ -944,6 +944,24 @@ func grantsSince(tx *bolt.Tx, p vault.Principal, since time.Time, fn func(vault.
 	return nil
 }
 
+// dropGrant removes grant id inside tx, with its entry in the index
+// bucket idx (keyed by key): the one index its caller does not remove the
+// entry from itself. It reports whether there was a grant; a record that
+// does not decode leaves its entry.
+func dropGrant(tx *bolt.Tx, id, idx []byte, key func(vault.Grant) []byte) (bool, error) {
+	grants := tx.Bucket(bGrants)
+	rec := grants.Get(id)
+	if rec == nil {
+		return false, nil
+	}
+	if g, err := record.DecodeGrant(rec); err == nil {
+		if err := tx.Bucket(idx).Delete(key(g)); err != nil {
+			return false, err
+		}
+	}
+	return true, grants.Delete(id)
+}
+
 // DeleteExpiredGrants implements vault.Store: it walks the expiry index from
 // the oldest entry, a thousand grants per transaction.
 func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error) {
@@ -957,22 +975,16 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 		n, removed := 0, 0
 		err := s.update(func(tx *bolt.Tx) error {
 			n, removed = 0, 0
-			grants, byPrin := tx.Bucket(bGrants), tx.Bucket(bGrantByPrin)
 			c := tx.Bucket(bGrantByExp).Cursor()
 			for k, _ := c.First(); k != nil && n < chunk; k, _ = c.First() {
 				if len(k) < timeKeyLen || bytes.Compare(k[:timeKeyLen], end) >= 0 {
 					break
 				}
-				id := bytes.Clone(k[timeKeyLen:])
-				if rec := grants.Get(id); rec != nil {
-					if g, err := record.DecodeGrant(rec); err == nil {
-						if err := byPrin.Delete(grantPrincipalKey(g)); err != nil {
-							return err
-						}
-					}
-					if err := grants.Delete(id); err != nil {
-						return err
-					}
+				dropped, err := dropGrant(tx, bytes.Clone(k[timeKeyLen:]), bGrantByPrin, grantPrincipalKey)
+				if err != nil {
+					return err
+				}
+				if dropped {
 					removed++
 				}
 				if err := c.Delete(); err != nil {

@@ -238,7 +238,7 @@ func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error
 	err := s.update(func(tx *bolt.Tx) error {
 		n = 0
 		prefix := principalKey(p, timeKeyLen)
-		grants, byExp, byPrin := tx.Bucket(bGrants), tx.Bucket(bGrantByExp), tx.Bucket(bGrantByPrin)
+		byPrin := tx.Bucket(bGrantByPrin)
 		var keys [][]byte
 		c := byPrin.Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
@@ -251,20 +251,13 @@ func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error
 			if len(k) < len(prefix)+timeKeyLen {
 				continue
 			}
-			id := k[len(prefix)+timeKeyLen:]
-			rec := grants.Get(id)
-			if rec == nil {
-				continue
-			}
-			if g, err := record.DecodeGrant(rec); err == nil {
-				if err := byExp.Delete(grantExpiryKey(g)); err != nil {
-					return err
-				}
-			}
-			if err := grants.Delete(id); err != nil {
+			dropped, err := dropGrant(tx, k[len(prefix)+timeKeyLen:], bGrantByExp, grantExpiryKey)
+			if err != nil {
 				return err
 			}
-			n++
+			if dropped {
+				n++
+			}
 		}
 		return nil
 	})
