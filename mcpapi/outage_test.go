@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,17 +16,13 @@ import (
 	"credbroker/vault"
 )
 
-// errDatabaseDown is what a store's read answers when its database went
-// away (as pgstore words it).
-var errDatabaseDown = fmt.Errorf("%w: postgres 127.0.0.1:5432: %w", vault.ErrUnavailable, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"))
-
 // downStore is a store whose connection listing fails as a storage outage
 // does (a database that went away): the test's stand-in for the call's
 // own store read failing first.
 type downStore struct{ vault.Store }
 
 func (downStore) ListConnections(context.Context, vault.Principal) ([]vault.Connection, error) {
-	return nil, errDatabaseDown
+	return nil, vault.UnavailableError("postgres 127.0.0.1:5432", errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"))
 }
 
 // TestStorageOutageEitherReadFirst: a storage outage is answered alike
@@ -43,7 +38,7 @@ func TestStorageOutageEitherReadFirst(t *testing.T) {
 	withRec := func(o *Options) { o.Telemetry = rec }
 	tokenCheck := newHarness(t, withRec, func(o *Options) {
 		o.Verifier = func(context.Context, string) (bearer.TokenInfo, error) {
-			return bearer.TokenInfo{}, errDatabaseDown
+			return bearer.TokenInfo{}, vault.UnavailableError("postgres 127.0.0.1:5432", errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"))
 		}
 	})
 	ownRead := newHarness(t, withRec)

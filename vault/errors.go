@@ -2,6 +2,7 @@ package vault
 
 import (
 	"errors"
+	"fmt"
 )
 
 // Errors, matched with errors.Is: the sentinels every Store returns
@@ -60,3 +61,11 @@ var (
 // Unavailable reports whether err is (or wraps) ErrUnavailable: the
 // storage could not be used, and the same call may succeed later.
 func Unavailable(err error) bool { return err != nil && errors.Is(err, ErrUnavailable) }
+
+// UnavailableError wraps cause, a backend's failure to reach or write its
+// storage, with ErrUnavailable; where names the storage (a file, a
+// database) without credentials. Both stay in the message for the
+// operator's log.
+func UnavailableError(where string, cause error) error {
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, where, cause)
+}

@@ -311,7 +311,7 @@ func (s *Store) tx(run func(func(*bolt.Tx) error) error, fn func(*bolt.Tx) error
 	case errors.Is(err, ErrCorrupt):
 		return err
 	}
-	return record.Unavailable("database "+s.path, err)
+	return vault.UnavailableError("database "+s.path, err)
 }
 
 func (s *Store) view(fn func(*bolt.Tx) error) error { return s.tx(s.db.View, fn) }

@@ -228,7 +228,7 @@ func (s *Store) dbErr(err error) error {
 	case s.closed.Load():
 		return fmt.Errorf("%w (%v)", vault.ErrClosed, err)
 	case unreachable(err):
-		return record.Unavailable("postgres "+s.where(), err)
+		return vault.UnavailableError("postgres "+s.where(), err)
 	}
 	return err
 }
