@@ -1248,9 +1248,11 @@ func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byt
 	return b, true
 }
 
-// tooLarge answers a result over the entry's max_result_bytes.
+// tooLarge answers a result over the entry's max_result_bytes, naming the
+// setting (and the entry) an operator can raise.
 func (g *gateway) tooLarge(w http.ResponseWriter, c *gwCall) {
-	g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays. Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes))
+	g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays (the setting mcp.max_result_bytes of the %s entry in providers.yaml, which an operator can raise). "+
+		"Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes, quote(c.p.Name)))
 }
 
 // slowResult encodes any result with the SDK's encoder: for a 2026-07-28
