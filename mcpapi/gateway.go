@@ -441,16 +441,16 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 // (too large) was answered on w instead (when w is not nil) and ok is
 // false.
 func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready) (cachedTools, bool, error) {
-	params := &mcp.ListToolsParams{Meta: g.upstreamMeta(c)}
 	first := c.params.Cursor == nil
-	if !first {
-		params.Cursor = *c.params.Cursor
-	}
 	key := toolsKey{principal: c.principal, conn: r.Conn.ID, gen: toolsGeneration(r.Conn), modern: c.modern, provider: c.p.Name}
 	if first {
 		if e, ok := g.cachedToolsList(key); ok {
 			return e, true, nil
 		}
+	}
+	params := &mcp.ListToolsParams{Meta: g.upstreamMeta(c)}
+	if !first {
+		params.Cursor = *c.params.Cursor
 	}
 	up, _, err := relayAs(ctx, g, c, r, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 		return g.s.opts.Upstreams.ListTools(ctx, cs, params)
@@ -499,7 +499,7 @@ func (g *gateway) paramBindings(ctx context.Context, c *gwCall, r connections.Re
 type toolsKey struct {
 	principal      vault.Principal
 	provider, conn string
-	gen            string
+	gen            toolsGen
 	modern         bool
 }
 
@@ -513,10 +513,16 @@ type cachedTools struct {
 // maxCachedLists bounds the cache; beyond it the cache starts over.
 const maxCachedLists = 10000
 
-// toolsGeneration names what the upstream's answer to tools/list may
-// depend on: the connection and the scopes it was granted.
-func toolsGeneration(c vault.Connection) string {
-	return c.Created.String() + "\x00" + strings.Join(c.Scopes, " ")
+// toolsGen names what the upstream's answer to tools/list may depend on:
+// the connection (when it was made) and the scopes it was granted.
+type toolsGen struct {
+	created      int64 // Unix seconds
+	createdNanos int
+	scopes       string
+}
+
+func toolsGeneration(c vault.Connection) toolsGen {
+	return toolsGen{created: c.Created.Unix(), createdNanos: c.Created.Nanosecond(), scopes: strings.Join(c.Scopes, " ")}
 }
 
 func (g *gateway) cachedToolsList(k toolsKey) (cachedTools, bool) {

@@ -355,7 +355,7 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 	hc := *p.opts.HTTPClient
 	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
 	ans := answers{next: transportOf(p.opts.HTTPClient), pool: p, refused: new(atomic.Bool)}
-	w := &wire{url: t.URL, hc: &hc}
+	w := &wire{url: t.URL}
 	if t.Conn != "" {
 		ans.secrets = &secrets{}
 		w.auth = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets}
@@ -391,6 +391,16 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 		opts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { changed(PromptsListChanged) }
 		opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { changed(ResourcesListChanged) }
 	}
+	// The pool's own exchange (direct.go) asks for no progress: its
+	// answers are only redacted. A listening session keeps the go-sdk's
+	// client as it is.
+	own := hc
+	if changed == nil {
+		quiet := ans
+		quiet.noProgress = true
+		own.Transport = quiet
+	}
+	w.hc = &own
 	client := mcp.NewClient(p.impl, opts)
 	if acked != nil {
 		var once sync.Once
