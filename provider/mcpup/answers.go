@@ -49,9 +49,9 @@ var errAnswerLine = errors.New("mcpup: the upstream answered with a line over 64
 
 // secrets are a session's tokens, which its answers are redacted of.
 type secrets struct {
-	mu    sync.Mutex // guards the fields below
-	toks  []string   // oldest first
-	forms [][]byte   // redact.Forms(toks...)
+	mu   sync.Mutex  // guards the fields below
+	toks []string    // oldest first
+	set  *redact.Set // redact.Forms(toks...), indexed
 }
 
 // add records the tokens of t (a no-op when they are known).
@@ -71,17 +71,17 @@ func (s *secrets) add(t Token) {
 	if len(s.toks) > maxSecrets {
 		s.toks = slices.Clone(s.toks[len(s.toks)-maxSecrets:])
 	}
-	s.forms = redact.Forms(s.toks...)
+	s.set = redact.NewSet(redact.Forms(s.toks...))
 }
 
 // current returns the forms to redact (nil for none).
-func (s *secrets) current() [][]byte {
+func (s *secrets) current() *redact.Set {
 	if s == nil {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.forms
+	return s.set
 }
 
 // answers is a session's RoundTripper: it puts a call's Mcp-Param headers
@@ -131,19 +131,19 @@ func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
 			r.mu.Unlock()
 		}
 	}
-	forms := a.secrets.current()
+	set := a.secrets.current()
 	sse := mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" && !a.noProgress
-	if len(forms) == 0 && !sse {
+	if set == nil && !sse {
 		return resp, nil
 	}
-	if len(forms) > 0 {
+	if set != nil {
 		for _, vs := range resp.Header {
 			for i, v := range vs {
-				vs[i] = string(redact.All([]byte(v), forms))
+				vs[i] = string(set.All([]byte(v)))
 			}
 		}
 	}
-	resp.Body = &answerBody{rc: resp.Body, forms: forms, sse: sse, pool: a.pool}
+	resp.Body = &answerBody{rc: resp.Body, set: set, sse: sse, pool: a.pool}
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	return resp, nil
@@ -153,10 +153,10 @@ func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
 // redacted, each event's progress routed before the event is handed on
 // (sse; false: lines are only redacted).
 type answerBody struct {
-	rc    io.ReadCloser
-	forms [][]byte
-	sse   bool
-	pool  *Pool
+	rc   io.ReadCloser
+	set  *redact.Set // nil: nothing to redact
+	sse  bool
+	pool *Pool
 
 	// pending holds what was read and is not yet a whole line, with room
 	// for the next read; spare is the other buffer, which holds the lines
@@ -232,8 +232,8 @@ func (b *answerBody) fill() {
 // routing the progress of every event that ends in them.
 func (b *answerBody) emit(lines []byte) {
 	b.out = lines
-	if len(b.forms) > 0 {
-		b.out = redact.All(canonicalEscapes(lines), b.forms)
+	if b.set != nil {
+		b.out = b.set.All(canonicalEscapes(lines))
 	}
 	if !b.sse {
 		return
