@@ -103,7 +103,9 @@ func (s *Service) Upstream(ctx context.Context, req Request, grant string, answe
 		return nil, err
 	}
 	if c, ok := o.(Connected); ok {
-		return Ready{Provider: p, Conn: c.Conn, Target: mcpup.Target{Provider: p.Name, URL: up.URL, Conn: c.Conn.ID}}, nil
+		// The listing's version of the connection lets the session use the
+		// token it last read at that version again (mcpup.Target.Version).
+		return Ready{Provider: p, Conn: c.Conn, Target: mcpup.Target{Provider: p.Name, URL: up.URL, Conn: c.Conn.ID, Version: c.Conn.Version}}, nil
 	}
 	return o, nil
 }

@@ -441,16 +441,16 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 // (too large) was answered on w instead (when w is not nil) and ok is
 // false.
 func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready) (cachedTools, bool, error) {
-	params := &mcp.ListToolsParams{Meta: g.upstreamMeta(c)}
 	first := c.params.Cursor == nil
-	if !first {
-		params.Cursor = *c.params.Cursor
-	}
 	key := toolsKey{principal: c.principal, conn: r.Conn.ID, gen: toolsGeneration(r.Conn), modern: c.modern, provider: c.p.Name}
 	if first {
 		if e, ok := g.cachedToolsList(key); ok {
 			return e, true, nil
 		}
+	}
+	params := &mcp.ListToolsParams{Meta: g.upstreamMeta(c)}
+	if !first {
+		params.Cursor = *c.params.Cursor
 	}
 	up, _, err := relayAs(ctx, g, c, r, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 		return g.s.opts.Upstreams.ListTools(ctx, cs, params)
@@ -499,7 +499,7 @@ func (g *gateway) paramBindings(ctx context.Context, c *gwCall, r connections.Re
 type toolsKey struct {
 	principal      vault.Principal
 	provider, conn string
-	gen            string
+	gen            toolsGen
 	modern         bool
 }
 
@@ -513,10 +513,16 @@ type cachedTools struct {
 // maxCachedLists bounds the cache; beyond it the cache starts over.
 const maxCachedLists = 10000
 
-// toolsGeneration names what the upstream's answer to tools/list may
-// depend on: the connection and the scopes it was granted.
-func toolsGeneration(c vault.Connection) string {
-	return c.Created.String() + "\x00" + strings.Join(c.Scopes, " ")
+// toolsGen names what the upstream's answer to tools/list may depend on:
+// the connection (when it was made) and the scopes it was granted.
+type toolsGen struct {
+	created      int64 // Unix seconds
+	createdNanos int
+	scopes       string
+}
+
+func toolsGeneration(c vault.Connection) toolsGen {
+	return toolsGen{created: c.Created.Unix(), createdNanos: c.Created.Nanosecond(), scopes: strings.Join(c.Scopes, " ")}
 }
 
 func (g *gateway) cachedToolsList(k toolsKey) (cachedTools, bool) {
@@ -1248,9 +1254,11 @@ func (g *gateway) encodeResult(w http.ResponseWriter, c *gwCall, res any) ([]byt
 	return b, true
 }
 
-// tooLarge answers a result over the entry's max_result_bytes.
+// tooLarge answers a result over the entry's max_result_bytes, naming the
+// setting (and the entry) an operator can raise.
 func (g *gateway) tooLarge(w http.ResponseWriter, c *gwCall) {
-	g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays. Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes))
+	g.toolError(w, c, fmt.Sprintf("%s answered with more than %d bytes, more than the broker relays (the setting mcp.max_result_bytes of the %s entry in providers.yaml, which an operator can raise). "+
+		"Nothing of the answer was returned; ask for less.", c.p.DisplayName, c.up.MaxResultBytes, quote(c.p.Name)))
 }
 
 // slowResult encodes any result with the SDK's encoder: for a 2026-07-28

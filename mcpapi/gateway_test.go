@@ -748,7 +748,8 @@ func (st *listenStream) next() decodedMessage {
 // answers: a list of 1,001 tools is relayed up to 1,000 (the rest logged);
 // a tool whose schema is over 64 KiB is dropped and logged by name; a
 // result over max_result_bytes (4 MiB by default) is a tool error naming
-// the limit that relays none of it, to either era, and the endpoint
+// the limit and the setting an operator can raise (mcp.max_result_bytes
+// of the entry) that relays none of it, to either era, and the endpoint
 // answers the next call.
 func TestGatewayLimits(t *testing.T) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "big", Version: "1"}, &mcp.ServerOptions{PageSize: 2000})
@@ -803,14 +804,16 @@ func TestGatewayLimits(t *testing.T) {
 		t.Errorf("the dropped schema was not logged by name")
 	}
 	d := call("tools/call", "a_big_result", map[string]any{"arguments": map[string]any{}})
-	if d.Result["isError"] != true || !strings.Contains(textOf(d), "more than 4194304 bytes") || strings.Contains(textOf(d), "yyyy") {
+	if d.Result["isError"] != true || !strings.Contains(textOf(d), "more than 4194304 bytes") || !strings.Contains(textOf(d), `mcp.max_result_bytes of the "big" entry`) ||
+		strings.Contains(textOf(d), "yyyy") {
 		t.Fatalf("a 5 MiB result: %.300v", d)
 	}
 	// A 2025-11-25 host gets the same answer.
 	r := g.do(rawCall{path: "/mcp/u/big", headers: map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
 		"Authorization":        "Bearer " + g.iss.token(t, tokenSpec{sub: "alice", aud: publicURL + "/mcp/u/big", exp: g.clock.Now().Add(time.Hour)}),
 		"MCP-Protocol-Version": versionLegacy}, body: `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"a_big_result","arguments":{}}}`})
-	if d := decode(t, r.body); d.Result["isError"] != true || !strings.Contains(textOf(d), "more than 4194304 bytes") || len(r.body) > 4096 {
+	if d := decode(t, r.body); d.Result["isError"] != true || !strings.Contains(textOf(d), "more than 4194304 bytes") ||
+		!strings.Contains(textOf(d), `mcp.max_result_bytes of the "big" entry`) || len(r.body) > 4096 {
 		t.Fatalf("a 5 MiB result to a 2025-11-25 host: %d bytes, %.300s", len(r.body), r.body)
 	}
 	if d := call("tools/call", "t0000", map[string]any{"arguments": map[string]any{}}); d.Error != nil || d.Result["isError"] == true {

@@ -1080,7 +1080,7 @@ func (k *Client) UpstreamTokens() mcpup.Tokens { return upstreamTokens{k} }
 type upstreamTokens struct{ k *Client }
 
 func (u upstreamTokens) AccessToken(ctx context.Context, id string) (mcpup.Token, error) {
-	return upstreamToken(u.k.Token(ctx, id))
+	return u.k.upstreamToken(u.k.Token(ctx, id))
 }
 
 // ForceRefresh is asked for because the server refused the token: when
@@ -1088,7 +1088,7 @@ func (u upstreamTokens) AccessToken(ctx context.Context, id string) (mcpup.Token
 // server's metadata is discovered again first (it may have moved to
 // another authorization server).
 func (u upstreamTokens) ForceRefresh(ctx context.Context, id, stale string) (mcpup.Token, error) {
-	tok, err := upstreamToken(u.k.ForceRefresh(ctx, id, vault.Secret(stale)))
+	tok, err := u.k.upstreamToken(u.k.ForceRefresh(ctx, id, vault.Secret(stale)))
 	if errors.Is(err, mcpup.ErrNoToken) {
 		u.k.forgetFor(ctx, id)
 	}
@@ -1096,17 +1096,21 @@ func (u upstreamTokens) ForceRefresh(ctx context.Context, id, stale string) (mcp
 }
 
 // upstreamToken is c's tokens (the access token for the upstream's
-// requests, both for redacting its answers); an error that means the
-// connection must be made again is also mcpup.ErrNoToken (any other, such
-// as an authorization server that is down, is not: the grant may be fine).
-func upstreamToken(c vault.Connection, err error) (mcpup.Token, error) {
+// requests, both for redacting its answers), with the record version they
+// were read at and until when the access token is usable without a
+// refresh (fresh's rule: the pool's session uses it again until then, as
+// long as the connection's listing shows that version); an error that
+// means the connection must be made again is also mcpup.ErrNoToken (any
+// other, such as an authorization server that is down, is not: the grant
+// may be fine).
+func (k *Client) upstreamToken(c vault.Connection, err error) (mcpup.Token, error) {
 	switch {
 	case errors.Is(err, ErrNeedsReconnect), errors.Is(err, vault.ErrNotFound):
 		return mcpup.Token{}, fmt.Errorf("%w: %w", mcpup.ErrNoToken, err)
 	case err != nil:
 		return mcpup.Token{}, err
 	}
-	return mcpup.Token{Access: c.Token.AccessToken.Reveal(), Refresh: c.Token.RefreshToken.Reveal()}, nil
+	return mcpup.Token{Access: c.Token.AccessToken.Reveal(), Refresh: c.Token.RefreshToken.Reveal(), Version: c.Version, Until: k.usableUntil(c)}, nil
 }
 
 // Unauthorized marks connection id needs_reconnect because its server

@@ -214,15 +214,24 @@ func New(opts Options) (*Client, error) {
 
 // fresh reports whether c's access token can be used without refreshing.
 func (k *Client) fresh(c vault.Connection) bool {
+	return k.opts.Now().Before(k.usableUntil(c))
+}
+
+// noExpiry is usableUntil's answer for a token without an expiry.
+var noExpiry = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// usableUntil is when c's access token stops being usable without a
+// refresh (the zero time when it never is: no access token).
+func (k *Client) usableUntil(c vault.Connection) time.Time {
 	if c.Token.AccessToken == "" {
-		return false
+		return time.Time{}
 	}
 	if c.Token.Expiry.IsZero() {
-		return true
+		return noExpiry
 	}
 	if c.Token.RefreshToken == "" {
 		// Nothing to refresh with: use it until it actually expires.
-		return k.opts.Now().Before(c.Token.Expiry)
+		return c.Token.Expiry
 	}
 	// A token living shorter than twice the margin would be refreshed on
 	// every use: cap the margin at half the token's lifetime.
@@ -234,7 +243,7 @@ func (k *Client) fresh(c vault.Connection) bool {
 	if life := c.Token.Expiry.Sub(issued); !issued.IsZero() && life > 0 && life/2 < margin {
 		margin = life / 2
 	}
-	return k.opts.Now().Add(margin).Before(c.Token.Expiry)
+	return c.Token.Expiry.Add(-margin)
 }
 
 // Token returns connection id with an access token that is usable now,

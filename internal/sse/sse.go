@@ -41,8 +41,8 @@ func (r *Reader) Reset(rd io.Reader, limit int64) {
 // the limit (ErrTooLarge) or a malformed line end it with an error.
 func (r *Reader) Next() ([]byte, error) {
 	var data []byte
-	var name string
-	hasData, size := false, int64(0)
+	// other: the event is named, other than message (the last name counts).
+	other, hasData, size := false, false, int64(0)
 	for {
 		line, err := r.line(r.limit - size)
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -57,7 +57,8 @@ func (r *Reader) Next() ([]byte, error) {
 			}
 			switch string(key) {
 			case "event":
-				name = string(bytes.TrimSpace(value))
+				v := bytes.TrimSpace(value)
+				other = len(v) > 0 && string(v) != "message"
 			case "data":
 				if hasData {
 					data = append(data, '\n')
@@ -69,17 +70,18 @@ func (r *Reader) Next() ([]byte, error) {
 			}
 		}
 		// The event ends here.
-		if len(data) > 0 && (name == "" || name == "message") {
+		if len(data) > 0 && !other {
 			return data, nil
 		}
 		if eof {
 			return nil, io.EOF
 		}
-		data, name, hasData, size = data[:0], "", false, 0
+		data, other, hasData, size = data[:0], false, false, 0
 	}
 }
 
-// line reads one line of at most budget bytes.
+// line reads one line of at most budget bytes, valid until the next read
+// (a line within the buffer is not copied).
 func (r *Reader) line(budget int64) ([]byte, error) {
 	var line []byte
 	for {
@@ -87,7 +89,11 @@ func (r *Reader) line(budget int64) ([]byte, error) {
 		if int64(len(line)+len(frag)) > budget {
 			return nil, ErrTooLarge
 		}
-		line = append(line, frag...)
+		if line == nil && !errors.Is(err, bufio.ErrBufferFull) {
+			line = frag
+		} else {
+			line = append(line, frag...)
+		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"slices"
 	"strconv"
@@ -50,9 +49,9 @@ var errAnswerLine = errors.New("mcpup: the upstream answered with a line over 64
 
 // secrets are a session's tokens, which its answers are redacted of.
 type secrets struct {
-	mu    sync.Mutex // guards the fields below
-	toks  []string   // oldest first
-	forms [][]byte   // redact.Forms(toks...)
+	mu   sync.Mutex  // guards the fields below
+	toks []string    // oldest first
+	set  *redact.Set // redact.Forms(toks...), indexed
 }
 
 // add records the tokens of t (a no-op when they are known).
@@ -72,17 +71,17 @@ func (s *secrets) add(t Token) {
 	if len(s.toks) > maxSecrets {
 		s.toks = slices.Clone(s.toks[len(s.toks)-maxSecrets:])
 	}
-	s.forms = redact.Forms(s.toks...)
+	s.set = redact.NewSet(redact.Forms(s.toks...))
 }
 
 // current returns the forms to redact (nil for none).
-func (s *secrets) current() [][]byte {
+func (s *secrets) current() *redact.Set {
 	if s == nil {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.forms
+	return s.set
 }
 
 // answers is a session's RoundTripper: it puts a call's Mcp-Param headers
@@ -94,6 +93,10 @@ type answers struct {
 	next    http.RoundTripper
 	secrets *secrets // nil for a server that takes no token
 	pool    *Pool
+	// noProgress: the pool's own exchange, whose calls ask for no
+	// progress (direct), so an event stream is only redacted, and handed
+	// on as it is when there is nothing to redact it of.
+	noProgress bool
 	// refused is set by any 401 (the go-sdk opens a session on a context
 	// of its own, so opening is not followed by a recorder).
 	refused *atomic.Bool
@@ -128,37 +131,39 @@ func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
 			r.mu.Unlock()
 		}
 	}
-	forms := a.secrets.current()
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	sse := mt == "text/event-stream"
-	if len(forms) == 0 && !sse {
+	set := a.secrets.current()
+	sse := mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" && !a.noProgress
+	if set == nil && !sse {
 		return resp, nil
 	}
-	for _, vs := range resp.Header {
-		for i, v := range vs {
-			if len(forms) > 0 {
-				vs[i] = string(redact.All([]byte(v), forms))
+	if set != nil {
+		for _, vs := range resp.Header {
+			for i, v := range vs {
+				vs[i] = string(set.All([]byte(v)))
 			}
 		}
 	}
-	resp.Body = &answerBody{rc: resp.Body, forms: forms, sse: sse, pool: a.pool}
+	resp.Body = &answerBody{rc: resp.Body, set: set, sse: sse, pool: a.pool}
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	return resp, nil
 }
 
 // answerBody is an answer's body as the go-sdk reads it: whole lines,
-// redacted, each event's progress routed before the event is handed on.
+// redacted, each event's progress routed before the event is handed on
+// (sse; false: lines are only redacted).
 type answerBody struct {
-	rc    io.ReadCloser
-	forms [][]byte
-	sse   bool
-	pool  *Pool
+	rc   io.ReadCloser
+	set  *redact.Set // nil: nothing to redact
+	sse  bool
+	pool *Pool
 
-	chunk   []byte
-	pending []byte // read, not yet a whole line
+	// pending holds what was read and is not yet a whole line, with room
+	// for the next read; spare is the other buffer, which holds the lines
+	// out is read from until the next fill (called once out is empty).
+	pending []byte
+	spare   []byte
 	out     []byte // ready to be read
-	outBuf  []byte
 	err     error
 	event   sseEvent
 }
@@ -184,25 +189,36 @@ func (b *answerBody) Read(p []byte) (int, error) {
 
 func (b *answerBody) Close() error { return b.rc.Close() }
 
+// minAnswerRead is the least room a read of the upstream's answer gets:
+// the buffer starts that small (most answers are a few hundred bytes) and
+// doubles when a line outgrows it.
+const minAnswerRead = 1 << 10
+
 // fill reads what the upstream sent next and makes its whole lines ready.
 func (b *answerBody) fill() {
-	if b.chunk == nil {
-		b.chunk = make([]byte, 8<<10)
+	if free := cap(b.pending) - len(b.pending); free < minAnswerRead/2 {
+		b.pending = slices.Grow(b.pending, max(minAnswerRead, len(b.pending)))
 	}
-	n, err := b.rc.Read(b.chunk)
-	// pending holds no line end before what was just read: only that is
+	start := len(b.pending)
+	n, err := b.rc.Read(b.pending[start:cap(b.pending)])
+	b.pending = b.pending[:start+n]
+	// pending held no line end before what was just read: only that is
 	// searched (a long line costs no more than its length).
 	end := 0
-	if i := bytes.LastIndexByte(b.chunk[:n], '\n'); i >= 0 {
-		end = len(b.pending) + i + 1
+	if i := bytes.LastIndexByte(b.pending[start:], '\n'); i >= 0 {
+		end = start + i + 1
 	}
-	b.pending = append(b.pending, b.chunk[:n]...)
 	if err != nil {
 		end = len(b.pending)
 	}
 	if end > 0 {
-		b.emit(b.pending[:end])
-		b.pending = append(b.pending[:0], b.pending[end:]...)
+		// The lines stay where they are, in the buffer out is read from
+		// (emit); the rest goes on in the other one, free since out is
+		// empty.
+		lines := b.pending[:end]
+		rest := append(b.spare[:0], b.pending[end:]...)
+		b.spare, b.pending = b.pending, rest
+		b.emit(lines)
 	}
 	switch {
 	case err != nil:
@@ -215,12 +231,10 @@ func (b *answerBody) fill() {
 // emit redacts lines (whole lines, or the answer's last bytes) into out,
 // routing the progress of every event that ends in them.
 func (b *answerBody) emit(lines []byte) {
-	red := lines
-	if len(b.forms) > 0 {
-		red = redact.All(canonicalEscapes(lines), b.forms)
+	b.out = lines
+	if b.set != nil {
+		b.out = b.set.All(canonicalEscapes(lines))
 	}
-	b.outBuf = append(b.outBuf[:0], red...)
-	b.out = b.outBuf
 	if !b.sse {
 		return
 	}

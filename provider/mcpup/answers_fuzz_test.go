@@ -26,7 +26,10 @@ func (c chunkReader) Read(p []byte) (int, error) { return c.r.Read(p[:min(len(p)
 // from the upstream, routing progress to p.
 func readAnswer(t testing.TB, p *Pool, body []byte, forms [][]byte, sse bool, n int) []byte {
 	t.Helper()
-	ab := &answerBody{rc: io.NopCloser(chunkReader{bytes.NewReader(body), n}), forms: forms, sse: sse, pool: p}
+	ab := &answerBody{rc: io.NopCloser(chunkReader{bytes.NewReader(body), n}), sse: sse, pool: p}
+	if len(forms) > 0 {
+		ab.set = redact.NewSet(forms)
+	}
 	out, err := io.ReadAll(ab)
 	if err != nil {
 		t.Fatalf("reading the answer: %v", err)

@@ -78,6 +78,23 @@ type Target struct {
 	// person has their own, as each connection does (what a session holds
 	// at the server, such as what its tools made, is never another's).
 	Person vault.Principal
+	// Version is the connection's record version as the caller's listing
+	// of it says (0: unknown). It is not part of the session's identity: a
+	// session hands out the token it last got again, without asking
+	// Tokens, while that token was read at this version and is usable
+	// (Token.Version, Token.Until). A refresh or a replacement writes a
+	// new version, so the listing, once it shows the write, makes the
+	// session ask again; until then a 401 forces a refresh as always. Only
+	// the pool's own exchange (direct.go) knows the version: the go-sdk's
+	// session asks its token source on a context of its own, so it asks
+	// every time.
+	Version uint64
+}
+
+// session is t without what does not tell sessions apart.
+func (t Target) session() Target {
+	t.Version = 0
+	return t
 }
 
 func (t Target) key() string {
@@ -104,6 +121,11 @@ type Tokens interface {
 // both. It prints as REDACTED.
 type Token struct {
 	Access, Refresh string
+	// Version is the connection's record version the tokens were read at
+	// (0: none, never used again without asking); Until is when Access
+	// stops being usable without a refresh (zero: it is not).
+	Version uint64
+	Until   time.Time
 }
 
 func (Token) String() string             { return "REDACTED" }
@@ -204,7 +226,7 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 		return nil, ErrClosed
 	}
 	p.expireLocked()
-	if el, ok := p.sessions[t.key()]; ok && el.Value.(*entry).target == t {
+	if el, ok := p.sessions[t.key()]; ok && el.Value.(*entry).target.session() == t.session() {
 		e := el.Value.(*entry)
 		p.lru.MoveToFront(el)
 		e.used = p.opts.Now()
@@ -355,10 +377,10 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 	hc := *p.opts.HTTPClient
 	tr := &mcp.StreamableClientTransport{Endpoint: t.URL, HTTPClient: &hc, MaxRetries: -1, DisableStandaloneSSE: true}
 	ans := answers{next: transportOf(p.opts.HTTPClient), pool: p, refused: new(atomic.Bool)}
-	w := &wire{url: t.URL, hc: &hc}
+	w := &wire{url: t.URL}
 	if t.Conn != "" {
 		ans.secrets = &secrets{}
-		w.auth = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets}
+		w.auth = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets, now: p.opts.Now}
 		tr.OAuthHandler = w.auth
 	}
 	hc.Transport = ans
@@ -391,6 +413,16 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 		opts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { changed(PromptsListChanged) }
 		opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { changed(ResourcesListChanged) }
 	}
+	// The pool's own exchange (direct.go) asks for no progress: its
+	// answers are only redacted. A listening session keeps the go-sdk's
+	// client as it is.
+	own := hc
+	if changed == nil {
+		quiet := ans
+		quiet.noProgress = true
+		own.Transport = quiet
+	}
+	w.hc = &own
 	client := mcp.NewClient(p.impl, opts)
 	if acked != nil {
 		var once sync.Once
@@ -447,6 +479,7 @@ func Do[T any](ctx context.Context, p *Pool, t Target, op func(context.Context, 
 			return zero, "", err
 		}
 		rctx, rec := withRecorder(ctx)
+		rec.version = t.Version
 		out, err := op(rctx, cs)
 		if err == nil {
 			return out, Era(cs), nil
@@ -472,11 +505,55 @@ func sessionSurvives(err error) bool {
 }
 
 // oauthHandler puts the connection's token on every request, and notes
-// each token it hands out in the session's secrets.
+// each token it hands out in the session's secrets. The token it last got
+// is handed out again, without asking Tokens, to a request whose caller's
+// listing shows the connection at the version it was read at, while it is
+// usable (Target.Version): the session holds it anyway (its secrets).
 type oauthHandler struct {
 	tokens  Tokens
 	conn    string
 	secrets *secrets
+	now     func() time.Time
+
+	mu   sync.Mutex // guards last
+	last Token
+}
+
+// token returns the token for a request on ctx: the last one while its
+// version is the listing's and it is usable, else Tokens'.
+func (h *oauthHandler) token(ctx context.Context) (Token, error) {
+	rec, _ := ctx.Value(recorderKey{}).(*recorder)
+	if rec != nil && rec.version != 0 {
+		h.mu.Lock()
+		last := h.last
+		h.mu.Unlock()
+		if last.Version == rec.version && h.now().Before(last.Until) {
+			return last, nil
+		}
+	}
+	tok, err := h.tokens.AccessToken(ctx, h.conn)
+	if err != nil {
+		return Token{}, err
+	}
+	h.secrets.add(tok)
+	h.remember(tok)
+	return tok, nil
+}
+
+// remember keeps tok as the last token (unless a later version is kept).
+func (h *oauthHandler) remember(tok Token) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if tok.Version >= h.last.Version {
+		h.last = tok
+	}
+}
+
+// forget drops the last token: the upstream refused it.
+func (h *oauthHandler) forget() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.last = Token{}
 }
 
 var _ auth.OAuthHandler = (*oauthHandler)(nil)
@@ -491,11 +568,10 @@ type tokenSource struct {
 }
 
 func (s tokenSource) Token() (*oauth2.Token, error) {
-	tok, err := s.h.tokens.AccessToken(s.ctx, s.h.conn)
+	tok, err := s.h.token(s.ctx)
 	if err != nil {
 		return nil, err
 	}
-	s.h.secrets.add(tok)
 	return &oauth2.Token{AccessToken: tok.Access, TokenType: "Bearer"}, nil
 }
 
@@ -534,12 +610,14 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 		return ErrUnauthorized
 	}
 	stale, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	h.forget()
 	fresh, err := h.tokens.ForceRefresh(ctx, h.conn, stale)
 	if err != nil {
 		rec.refreshErr = err
 		return err
 	}
 	h.secrets.add(fresh)
+	h.remember(fresh)
 	rec.refreshed = true
 	return nil
 }
@@ -551,6 +629,9 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 // reports only in words) is typed, and an exchange forces one refresh at
 // most.
 type recorder struct {
+	// version is the request's Target.Version (set before the request).
+	version uint64
+
 	mu sync.Mutex // guards the fields below
 	// refreshed: a forced refresh gave a new token; refreshErr: it failed.
 	refreshed  bool

@@ -220,15 +220,37 @@ type fakeTokens struct {
 	accessErr, refreshErr error
 	// stales are the tokens ForceRefresh was asked to replace.
 	stales []string
+	// version is each connection's record version (none: 0), given with
+	// its tokens, usable until until; asked counts AccessToken calls.
+	version map[string]uint64
+	until   time.Time
+	asked   int
 }
 
 func (f *fakeTokens) AccessToken(_ context.Context, id string) (Token, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.asked++
 	if f.accessErr != nil {
 		return Token{}, f.accessErr
 	}
-	return Token{Access: f.tok[id], Refresh: f.refresh[id]}, nil
+	return Token{Access: f.tok[id], Refresh: f.refresh[id], Version: f.version[id], Until: f.until}, nil
+}
+
+// replace is another replica's refresh: a new token at the next version.
+func (f *fakeTokens) replace(id, tok string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tok[id] = tok
+	if f.version != nil {
+		f.version[id]++
+	}
+}
+
+func (f *fakeTokens) askedFor() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.asked
 }
 
 func (f *fakeTokens) ForceRefresh(_ context.Context, id, stale string) (Token, error) {
@@ -244,8 +266,11 @@ func (f *fakeTokens) ForceRefresh(_ context.Context, id, stale string) (Token, e
 		} else {
 			f.tok[id] = fmt.Sprintf("%s-refreshed-%d", id, len(f.stales))
 		}
+		if f.version != nil {
+			f.version[id]++
+		}
 	}
-	return Token{Access: f.tok[id], Refresh: f.refresh[id]}, nil
+	return Token{Access: f.tok[id], Refresh: f.refresh[id], Version: f.version[id], Until: f.until}, nil
 }
 
 func (f *fakeTokens) refreshes() []string {
@@ -665,6 +690,79 @@ func TestUnauthorizedRefreshesOnce(t *testing.T) {
 			_, _, err = echoVia(ctx, p, target, "4", w.via)
 			if !errors.Is(err, ErrUnauthorized) || len(tokens.refreshes()) != 4 || p.Len() != 0 {
 				t.Fatalf("opening refused twice: %v, %d refreshes, %d sessions", err, len(tokens.refreshes()), p.Len())
+			}
+		})
+	}
+}
+
+// TestTokenAtListedVersion: a session hands out the token it last got
+// again, without asking Tokens, while the caller's listing shows the
+// connection at the version that token was read at and it is usable; a
+// new version (another replica refreshed), its end of use, or no version
+// asks again. A token refreshed elsewhere but not yet listed is used
+// stale until the upstream refuses it: the 401's forced refresh gets the
+// stored token, refreshing nothing more, and the next calls use it. (The
+// pool's own exchange: the go-sdk's session asks its token source on a
+// context of its own, without the request's version, so it asks every
+// time.)
+func TestTokenAtListedVersion(t *testing.T) {
+	for _, w := range []way{{false, viaDirect}} {
+		t.Run(w.String(), func(t *testing.T) {
+			u := newUpstream(t, w.legacy)
+			u.setTokens("tok-1")
+			now := time.Date(2026, 12, 4, 4, 0, 0, 0, time.UTC)
+			var mu sync.Mutex
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			tokens := &fakeTokens{tok: map[string]string{"conn-1": "tok-1"}, version: map[string]uint64{"conn-1": 4}, until: now.Add(time.Hour)}
+			p := newPool(t, Options{Tokens: tokens, Now: clock})
+			ctx := context.Background()
+			target := Target{Provider: "up", URL: u.url(), Conn: "conn-1", Version: 4}
+			call := func(what string, tg Target) {
+				t.Helper()
+				if out, _, err := echoVia(ctx, p, tg, what, w.via); err != nil || out != `echo {"x":"`+what+`"}` {
+					t.Fatalf("%s: %q, %v", what, out, err)
+				}
+			}
+			call("first", target) // opens the session (its requests ask)
+			asked := tokens.askedFor()
+			call("second", target)
+			call("third", target)
+			if n := tokens.askedFor(); n != asked {
+				t.Fatalf("Tokens asked %d times more at the listed version, want none", n-asked)
+			}
+			// Unversioned: asked every time, as before.
+			unversioned := target
+			unversioned.Version = 0
+			call("unversioned", unversioned)
+			if n := tokens.askedFor(); n == asked {
+				t.Fatalf("a call without a listed version did not ask for the token")
+			}
+			// Another replica refreshed (version 5, tok-2; the upstream no
+			// longer takes tok-1): a listing still at 4 sends tok-1, the
+			// 401 forces a refresh that finds tok-2 stored.
+			tokens.replace("conn-1", "tok-2")
+			u.setTokens("tok-2")
+			call("stale", target)
+			if r := tokens.refreshes(); !slices.Equal(r, []string{"tok-1"}) {
+				t.Fatalf("forced refreshes of %v, want one of tok-1", r)
+			}
+			target.Version = 5
+			asked = tokens.askedFor()
+			call("listed", target)
+			call("listed-again", target)
+			if n := tokens.askedFor(); n != asked {
+				t.Fatalf("Tokens asked %d times after the refresh at the listed version, want none", n-asked)
+			}
+			// Past its end of use: asked again.
+			mu.Lock()
+			now = now.Add(2 * time.Hour)
+			mu.Unlock()
+			call("late", target)
+			if n := tokens.askedFor(); n == asked {
+				t.Fatalf("a token past its end of use was handed out again")
+			}
+			if r := tokens.refreshes(); len(r) != 1 {
+				t.Fatalf("forced refreshes of %v, want only the one", r)
 			}
 		})
 	}

@@ -208,13 +208,35 @@ func urlVerbatim(s string) bool {
 // nothing to replace, the result is b cut at limit, with no room past its
 // end.
 func Capped(b []byte, forms [][]byte, limit int64) ([]byte, bool) {
-	end := int(min(limit, int64(len(b))))
 	var fi formIndex
 	fi.build(forms)
+	return fi.capped(b, limit)
+}
+
+// Set is forms indexed once, for redacting many texts of the same
+// secrets (an upstream session's answers); safe for concurrent use.
+type Set struct{ fi formIndex }
+
+// NewSet indexes forms (which it keeps: they must not change).
+func NewSet(forms [][]byte) *Set {
+	s := &Set{}
+	s.fi.build(forms)
+	return s
+}
+
+// All is All(b, forms) for the set's forms.
+func (s *Set) All(b []byte) []byte {
+	out, _ := s.fi.capped(b, math.MaxInt64)
+	return out
+}
+
+// capped is Capped with x's forms.
+func (x *formIndex) capped(b []byte, limit int64) ([]byte, bool) {
+	end := int(min(limit, int64(len(b))))
 	var out []byte
 	i := 0
 	for i < end {
-		at, n := fi.next(b, i, end)
+		at, n := x.next(b, i, end)
 		if at < 0 {
 			break
 		}

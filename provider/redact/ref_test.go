@@ -213,6 +213,10 @@ func checkRedactCapped(t *testing.T, body []byte, forms [][]byte, limit int64) {
 	if len(got) > 0 && len(body) > 0 && &got[0] == &body[0] && cap(got) != len(got) {
 		t.Fatalf("Capped(%q, %q, %d) = %q with %d bytes of body behind it", body, forms, limit, got, cap(got)-len(got))
 	}
+	// The forms indexed once redact as they do each time.
+	if set, whole := NewSet(forms).All(body), All(body, forms); !bytes.Equal(set, whole) {
+		t.Fatalf("NewSet(%q).All(%q) = %q; All %q", forms, body, set, whole)
+	}
 }
 
 func TestRedactCappedMatchesReference(t *testing.T) {
