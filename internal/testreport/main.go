@@ -84,6 +84,7 @@ func report(in io.Reader, out io.Writer, allowSkip bool) bool {
 			if e.Test == "" {
 				if e.Action == "fail" {
 					pkgFail++
+					failed += unfinished(out, e.Package, top)
 				}
 				continue
 			}
@@ -139,6 +140,27 @@ func report(in io.Reader, out io.Writer, allowSkip bool) bool {
 		fmt.Fprintln(out, "== FAIL")
 	}
 	return ok
+}
+
+// unfinished writes the output of every top-level test of pkg that was
+// still running when the package failed (a -timeout panic, a crash in
+// another goroutine), which test2json files under that test without a
+// result of its own, and says how many there were. Without it a timed-out
+// package reads "FAIL pkg" with no word of which test hung.
+func unfinished(out io.Writer, pkg string, top map[string][]string) int {
+	var names []string
+	for k := range top {
+		if name, ok := strings.CutPrefix(k, pkg+" "); ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		fmt.Fprintf(out, "--- DID NOT FINISH: %s (still running when %s failed)\n", name, pkg)
+		fmt.Fprint(out, strings.Join(top[pkg+" "+name], ""))
+		delete(top, pkg+" "+name)
+	}
+	return len(names)
 }
 
 // skipReason picks the reason out of a skipped test's output: testskip's

@@ -24,6 +24,10 @@ func TestReport(t *testing.T) {
 		{"a skip is listed and allowed with CREDBROKER_ALLOW_SKIP=1", "skip-only.jsonl", true, true,
 			[]string{"jt TestSkip: missing chromium: install it", "== PASS"},
 			[]string{"may skip only"}},
+		{"a timed-out package names the test that was running, with its panic", "timeout.jsonl", true, false,
+			[]string{"--- DID NOT FINISH: TestHangs (still running when tohang failed)", "waiting for the upstream",
+				"panic: test timed out after 2s", "tohang/h_test.go:12", "== 1 passed, 1 failed, 0 skipped", "== FAIL"},
+			[]string{"DID NOT FINISH: TestQuick"}},
 		{"no events at all fail", "", true, false, []string{"no test ran", "== FAIL"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
