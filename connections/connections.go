@@ -344,14 +344,13 @@ func (s *Service) providerConnections(ctx context.Context, p vault.Principal, pr
 	if err != nil {
 		return nil, err
 	}
-	return ofPersonTo(all, p, provider), nil
+	return ofPersonTo(nil, all, p, provider), nil
 }
 
-// ofPersonTo keeps those of all that are p's and to provider, in a slice of
-// its own ordered by account name (all may be the listing cache's: it is
-// only read).
-func ofPersonTo(all []vault.Connection, p vault.Principal, provider string) []vault.Connection {
-	var out []vault.Connection
+// ofPersonTo appends to out those of all that are p's and to provider,
+// ordered by account name (all may be the listing cache's: it is only
+// read).
+func ofPersonTo(out, all []vault.Connection, p vault.Principal, provider string) []vault.Connection {
 	for _, c := range all {
 		if c.Provider == provider && c.Principal.Same(p) {
 			out = append(out, c)
@@ -409,7 +408,8 @@ func (s *Service) Ensure(ctx context.Context, req Request) (Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	conns := ofPersonTo(all, req.Principal, p.Name)
+	var few [2]vault.Connection // most people have one or two connections to a provider: no allocation
+	conns := ofPersonTo(few[:0], all, req.Principal, p.Name)
 	if c, why := best(p, conns, scopes); c == nil {
 		return s.start(ctx, req, p, s.keepGranted(p, conns, req.Account, scopes), why)
 	} else {
