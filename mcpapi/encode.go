@@ -164,7 +164,16 @@ func appendJSONStrings(b []byte, ss []string) []byte {
 // reflection; ok is false when a time cannot be encoded (Marshal would
 // fail too) (TestEncodeConnectOutput, FuzzEncodeConnectOutput).
 func encodeConnectOutput(o connectOutput) (b []byte, ok bool) {
-	b = make([]byte, 0, 128+len(o.Message))
+	n := 64 + len(o.Message)
+	if v := o.Connection; v != nil { // room for it all: one allocation
+		n += 256 + len(v.ID) + len(v.Provider) + len(v.Account) + len(v.Note)
+		for _, list := range [][]string{v.Scopes, v.NotGranted} {
+			for _, s := range list {
+				n += len(s) + 3
+			}
+		}
+	}
+	b = make([]byte, 0, n)
 	b = append(b, `{"status":`...)
 	b = appendJSONString(b, o.Status)
 	b = append(b, `,"message":`...)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,10 +100,11 @@ type connectionView struct {
 }
 
 // viewOf describes c (p, its provider, may be nil when it is no longer
-// configured).
+// configured). The view shares c's scopes: views are encoded, never
+// changed.
 func viewOf(c vault.Connection, p *provider.Provider) connectionView {
 	v := connectionView{
-		ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: slices.Clone(c.Scopes),
+		ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: c.Scopes,
 		Status: string(c.Status), Created: c.Created.UTC(),
 	}
 	if v.Scopes == nil {
