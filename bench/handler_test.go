@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"net/http"
-	"os"
 	"testing"
 
 	"credbroker/internal/testskip"
@@ -18,15 +17,8 @@ import (
 // busy machine disturbs less.
 func BenchmarkLoadHandler(b *testing.B) {
 	testskip.Short(b, "builds a broker and signs people in")
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = devnull
+	quiet(b)
 	st, err := newStack(config{only: "load"}, storeBolt, b.TempDir(), nil, nil)
-	os.Stdout = stdout
-	devnull.Close()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,13 +22,7 @@ import (
 // the figure the row prints, so no row says "met" without a check.
 func TestTargetsTableChecksEveryRow(t *testing.T) {
 	testskip.Short(t, "starts PostgreSQL, two brokers and the go-sdk's everything-server")
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = devnull
-	t.Cleanup(func() { os.Stdout = stdout; devnull.Close() })
+	quiet(t)
 	pg, err := startPostgres()
 	if err != nil {
 		pgtest.Unavailable(t, err)
@@ -115,6 +109,17 @@ func checkLine(l summaryLine) error {
 		return fmt.Errorf("measured %v, target %s: met says %v", got, l.target, l.met)
 	}
 	return nil
+}
+
+// quiet sends what the bench prints to /dev/null until tb ends.
+func quiet(tb testing.TB) {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = devnull
+	tb.Cleanup(func() { os.Stdout = stdout; devnull.Close() })
 }
 
 func firstNumber(s string) (float64, error) {
