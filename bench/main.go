@@ -36,6 +36,10 @@
 //     called in-process), for 400 people in turns with the default limits
 //     on connect requests, in turns with two bare durable commits on the
 //     same store;
+//   - revocation (PostgreSQL): -revocations app removals on one replica,
+//     each timed from its acknowledgement to the first refusal of the
+//     app's token by a second replica on the same database (invariant 12,
+//     apps.Bound): p50, p99, the slowest;
 //   - vault: a bolt store with -vault-conns connections: open time, Get
 //     p50/p99 and process RSS (measured in a fresh child process).
 //
@@ -75,8 +79,9 @@ func main() {
 	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write CPU profiles, per store (FILE.bolt, FILE.postgres): the default path alone at c=16 for -duration after the load rows, the provider_request run (+ \".provider\"), the MRTR run with its floor (+ \".mrtr\")")
 	flag.IntVar(&cfg.mrtrN, "mrtr", 1000, "MRTR round trips to time per mode (0 skips)")
 	flag.IntVar(&cfg.vaultN, "vault-conns", 1_000_000, "connections in the vault fixture (0 skips)")
+	flag.IntVar(&cfg.revocations, "revocations", 100, "app removals of the revocation run across two PostgreSQL replicas (0 skips)")
 	flag.BoolVar(&cfg.twoSteps, "two-step-connect", false, "hide the store's one-transaction connect (compare with the callback's two writes)")
-	flag.StringVar(&cfg.only, "only", "", "run only these parts, comma-separated: load, provider, opens, gateway, mrtr, vault")
+	flag.StringVar(&cfg.only, "only", "", "run only these parts, comma-separated: load, provider, opens, gateway, mrtr, revocation, vault")
 	flag.StringVar(&cfg.memprofile, "memprofile", "", "write an allocation profile of the MRTR run (every allocation sampled) to this file + \".<store>.mrtr\"")
 	flag.BoolVar(&cfg.tracing, "tracing", false, "trace as serve does with OTEL_EXPORTER_OTLP_ENDPOINT set: batched OTLP/HTTP export to a loopback sink the bench runs")
 	flag.Parse()
@@ -90,7 +95,7 @@ func main() {
 type config struct {
 	stores, concs, cpuprofile, only, memprofile string
 	duration, warmup                            time.Duration
-	mrtrN, vaultN                               int
+	mrtrN, vaultN, revocations                  int
 	twoSteps, tracing                           bool
 }
 
@@ -148,7 +153,7 @@ func run(cfg config) error {
 	}
 	defer os.RemoveAll(dir)
 	sum := &summary{}
-	if cfg.runs("load") || cfg.runs("provider") || cfg.runs("opens") || cfg.runs("gateway") || cfg.runs("mrtr") {
+	if cfg.runs("load") || cfg.runs("provider") || cfg.runs("opens") || cfg.runs("gateway") || cfg.runs("mrtr") || cfg.runs("revocation") {
 		var pg *pgServer
 		defer func() {
 			if pg != nil {
@@ -176,11 +181,6 @@ func run(cfg config) error {
 			}
 		}
 	}
-	// Revocation propagation across two replicas (issue 34: p99 of 100
-	// app removals on replica A until replica B refuses the token, target
-	// ≤ 1 s) is measured here once the per-replica token-family cache
-	// exists. Until then nothing is printed for it: there is nothing to
-	// measure but the store read every call does today.
 	if cfg.runs("vault") && cfg.vaultN > 0 {
 		if err := vaultRun(dir, cfg.vaultN); err != nil {
 			return err
@@ -223,6 +223,13 @@ func runStore(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams, level
 	if cfg.runs("mrtr") && cfg.mrtrN > 0 {
 		if err := st.mrtr(cfg); err != nil {
 			return err
+		}
+	}
+	// Last: it removes apps (its own host's, not the other parts').
+	// A bolt file has one process writing it: no second replica.
+	if cfg.runs("revocation") && cfg.revocations > 0 && kind == storePostgres {
+		if err := st.revocation(cfg); err != nil {
+			return fmt.Errorf("revocation: %w", err)
 		}
 	}
 	return nil

@@ -14,20 +14,15 @@ import (
 )
 
 // TestTargetsTableChecksEveryRow runs the load and gateway measures
-// briefly on both stores and reads the closing table: it covers both modes
-// on both stores, the gateway's auth: none upstream once and its OAuth
-// upstream on both stores, every row's target is a comparison, and every
-// row's "met" is that comparison applied to the figure the row prints, so
-// no row says "met" without a check.
+// briefly on both stores, and the revocation run (10 removals) on
+// PostgreSQL, and reads the closing table: it covers both modes on both
+// stores, the gateway's auth: none upstream once and its OAuth upstream on
+// both stores and the revocation across two replicas; every row's target
+// is a comparison, and every row's "met" is that comparison applied to
+// the figure the row prints, so no row says "met" without a check.
 func TestTargetsTableChecksEveryRow(t *testing.T) {
 	testskip.Short(t, "starts PostgreSQL, two brokers and the go-sdk's everything-server")
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = devnull
-	t.Cleanup(func() { os.Stdout = stdout; devnull.Close() })
+	quiet(t)
 	pg, err := startPostgres()
 	if err != nil {
 		pgtest.Unavailable(t, err)
@@ -38,7 +33,7 @@ func TestTargetsTableChecksEveryRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.close)
-	cfg := config{only: "load,gateway", duration: time.Second, concs: "16"}
+	cfg := config{only: "load,gateway,revocation", duration: time.Second, concs: "16", revocations: 10}
 	sum := &summary{}
 	for _, kind := range []string{storeBolt, storePostgres} {
 		if err := runStore(cfg, kind, t.TempDir(), pg, gw, []int{16}, sum); err != nil {
@@ -66,6 +61,8 @@ func TestTargetsTableChecksEveryRow(t *testing.T) {
 		want["gateway "+what+", c=16: throughput ÷ direct"] = true
 		want["gateway "+what+", cached tools/list, c=1: p50 ms"] = true
 	}
+	want[fmt.Sprintf("%s, revocation across two replicas, %d app removals: p99 ms from A's acknowledgement to B's first refusal",
+		storeTitle(storePostgres), cfg.revocations)] = true
 	gateway("/mcp/u/" + gwOpen + " (auth: none)")
 	for _, kind := range []string{storeBolt, storePostgres} {
 		gateway("/mcp/u/" + gwProtected + " (OAuth upstream, " + storeTitle(kind) + ")")
@@ -112,6 +109,17 @@ func checkLine(l summaryLine) error {
 		return fmt.Errorf("measured %v, target %s: met says %v", got, l.target, l.met)
 	}
 	return nil
+}
+
+// quiet sends what the bench prints to /dev/null until tb ends.
+func quiet(tb testing.TB) {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = devnull
+	tb.Cleanup(func() { os.Stdout = stdout; devnull.Close() })
 }
 
 func firstNumber(s string) (float64, error) {

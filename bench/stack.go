@@ -20,6 +20,7 @@ import (
 	"credbroker/authserver"
 	"credbroker/binding"
 	"credbroker/connections"
+	"credbroker/internal/bearer"
 	"credbroker/internal/devidp"
 	"credbroker/internal/logredact"
 	"credbroker/internal/telemetry"
@@ -55,8 +56,14 @@ type stack struct {
 	dbURL     string // PostgreSQL: the broker's database (its own schema)
 	keys      *vault.Keyring
 	srv       map[string]*mcpapi.Server // by mode
+	handler   map[string]http.Handler   // by mode, and the floor's (floorName): what each listener serves
 	grants    *binding.Service
 	conns     *connections.Service
+	apps      *apps.Service      // the default mode's apps core (token-family liveness)
+	verify    bearer.Verifier    // the default mode's bearer check
+	reg       *provider.Registry // the providers the broker serves
+	idpIss    string             // the IdP's issuer
+	log       *slog.Logger
 	people    []mrtrPerson   // who the MRTR round trips are for, in turns
 	counter   *commitCounter // durable commits through the broker's store
 	apiURL    string         // the fake provider API
@@ -74,6 +81,9 @@ const (
 )
 
 var modes = []string{modeBroker, modeIssuer}
+
+// floorName keys the load run's JSON floor among stack.handler's modes.
+const floorName = "floor"
 
 func modeLabel(m string) string {
 	if m == modeBroker {
@@ -107,7 +117,7 @@ func serve(st *stack, ln net.Listener, h http.Handler) {
 const brokerClientID = "credbroker-bench"
 
 func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *stack, err error) {
-	st := &stack{kind: kind, pg: pg, gw: gw, srv: map[string]*mcpapi.Server{}}
+	st := &stack{kind: kind, pg: pg, gw: gw, srv: map[string]*mcpapi.Server{}, handler: map[string]http.Handler{}}
 	defer func() {
 		if err != nil {
 			st.close()
@@ -299,6 +309,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 	if err != nil {
 		return nil, err
 	}
+	st.apps, st.reg, st.idpIss, st.log = appSvc, reg, idp.Issuer(), log
 	fctx, stopFollow := context.WithCancel(ctx)
 	st.closers = append(st.closers, stopFollow)
 	go appSvc.Follow(fctx)
@@ -333,7 +344,8 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 			Upstreams: upstreams,
 		}
 		if m == modeBroker {
-			opts.Verifier, opts.VerifierFor = as.Verifier(), as.VerifierFor
+			st.verify = as.Verifier()
+			opts.Verifier, opts.VerifierFor = st.verify, as.VerifierFor
 			opts.AuthorizationServers = []string{as.Issuer()}
 		}
 		if st.srv[m], err = mcpapi.New(opts); err != nil {
@@ -345,6 +357,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 	st.srv[modeBroker].Register(site.API)
 	as.Register(site)
 	site.API.Handle("GET /metrics", rec.Handler())
+	st.handler[modeBroker] = site
 	serve(st, brokerLn, site)
 	issLn, issURL, err := listen()
 	if err != nil {
@@ -353,6 +366,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 	st.issuerURL = issURL
 	issMux := http.NewServeMux()
 	st.srv[modeIssuer].Register(issMux)
+	st.handler[modeIssuer] = issMux
 	serve(st, issLn, issMux)
 
 	// Bearer tokens. Default mode: as an MCP host gets them, from the
@@ -425,7 +439,8 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 	if err != nil {
 		return nil, err
 	}
-	serve(st, blLn, jsonFloor(fixed, nil))
+	st.handler[floorName] = jsonFloor(fixed, nil)
+	serve(st, blLn, st.handler[floorName])
 	if kind == storePostgres {
 		if st.sqlFloor, err = st.startSQLFloor(st.dbURL, fixed); err != nil {
 			return nil, err

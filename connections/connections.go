@@ -344,14 +344,15 @@ func (s *Service) providerConnections(ctx context.Context, p vault.Principal, pr
 	if err != nil {
 		return nil, err
 	}
-	return byProvider(all, provider), nil
+	return ofPersonTo(nil, all, p, provider), nil
 }
 
-// byProvider keeps those of all to provider, ordered by account name.
-func byProvider(all []vault.Connection, provider string) []vault.Connection {
-	var out []vault.Connection
+// ofPersonTo appends to out those of all that are p's and to provider,
+// ordered by account name (all may be the listing cache's: it is only
+// read).
+func ofPersonTo(out, all []vault.Connection, p vault.Principal, provider string) []vault.Connection {
 	for _, c := range all {
-		if c.Provider == provider {
+		if c.Provider == provider && c.Principal.Same(p) {
 			out = append(out, c)
 		}
 	}
@@ -403,15 +404,16 @@ func (s *Service) Ensure(ctx context.Context, req Request) (Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	all, err := s.listed(ctx, req.Principal) // the hot path: the listing cache
+	all, err := s.listed(ctx, req.Principal) // the hot path: the listing cache (read only)
 	if err != nil {
 		return nil, err
 	}
-	conns := byProvider(all, p.Name)
+	var few [2]vault.Connection // most people have one or two connections to a provider: no allocation
+	conns := ofPersonTo(few[:0], all, req.Principal, p.Name)
 	if c, why := best(p, conns, scopes); c == nil {
 		return s.start(ctx, req, p, s.keepGranted(p, conns, req.Account, scopes), why)
 	} else {
-		return Connected{Conn: *c, Provider: p}, nil
+		return Connected{Conn: c.Clone(), Provider: p}, nil
 	}
 }
 

@@ -34,9 +34,11 @@ func (s *Service) Follow(ctx context.Context) error {
 }
 
 // listed is p's connections for the hot path (Ensure): from the listing
-// cache when it can be trusted, else from the store (List). Every path
-// that writes (disconnect, offboarding, saving a connection) reads the
-// store through List instead.
+// cache when it can be trusted, else from the store (List). The slice and
+// the connections' slices are the cache's: the caller only reads them
+// (Ensure keeps p's to one provider in a slice of its own and clones the
+// connection it answers). Every path that writes (disconnect, offboarding,
+// saving a connection) reads the store through List instead.
 func (s *Service) listed(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
 	if s.listing == nil {
 		return s.List(ctx, p)
@@ -44,14 +46,14 @@ func (s *Service) listed(ctx context.Context, p vault.Principal) ([]vault.Connec
 	key := vault.PrincipalKey(p)
 	cached, _, epoch, ok := s.listing.Get(key)
 	if ok {
-		return mine(p, cloneAll(cached)), nil
+		return cached, nil
 	}
 	all, err := s.List(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	if epoch != 0 {
-		s.listing.Put(epoch, key, key, cloneAll(all))
+		s.listing.Put(epoch, key, key, all)
 	}
 	return all, nil
 }
@@ -83,14 +85,6 @@ func mine(p vault.Principal, conns []vault.Connection) []vault.Connection {
 		if c.Principal.Same(p) {
 			out = append(out, c)
 		}
-	}
-	return out
-}
-
-func cloneAll(conns []vault.Connection) []vault.Connection {
-	out := make([]vault.Connection, len(conns))
-	for i, c := range conns {
-		out[i] = c.Clone()
 	}
 	return out
 }

@@ -30,20 +30,32 @@ func (s *Server) encodeToolResult(res *mcp.CallToolResult) (b []byte, ok bool) {
 	default:
 		return nil, false
 	}
-	b = make([]byte, 0, 128+len(s.implJSON)+2*len(tc.Text)+len(raw))
+	return s.appendComplete(make([]byte, 0, s.completeSize(tc.Text, raw)), tc.Text, raw, res.IsError), true
+}
+
+// completeSize is about what appendComplete appends for text and raw.
+func (s *Server) completeSize(text string, raw []byte) int {
+	return 128 + len(s.implJSON) + 2*len(text) + len(raw)
+}
+
+// appendComplete appends a complete tool result with resultType and
+// serverInfo, one text content (text) and the structured content raw
+// (compact JSON as json.Marshal writes it; none when empty), as
+// encodeToolResult describes.
+func (s *Server) appendComplete(b []byte, text string, raw []byte, isError bool) []byte {
 	b = append(b, `{"resultType":"complete","_meta":{"`+mcp.MetaKeyServerInfo+`":`...)
 	b = append(b, s.implJSON...)
 	b = append(b, `},"content":[{"type":"text","text":`...)
-	b = appendJSONString(b, tc.Text)
+	b = appendJSONString(b, text)
 	b = append(b, "}]"...)
 	if len(raw) > 0 {
 		b = append(b, `,"structuredContent":`...)
 		b = append(b, raw...)
 	}
-	if res.IsError {
+	if isError {
 		b = append(b, `,"isError":true`...)
 	}
-	return append(b, '}'), true
+	return append(b, '}')
 }
 
 // encodeInputRequired encodes an input_required result with one URL
@@ -152,7 +164,16 @@ func appendJSONStrings(b []byte, ss []string) []byte {
 // reflection; ok is false when a time cannot be encoded (Marshal would
 // fail too) (TestEncodeConnectOutput, FuzzEncodeConnectOutput).
 func encodeConnectOutput(o connectOutput) (b []byte, ok bool) {
-	b = make([]byte, 0, 128+len(o.Message))
+	n := 64 + len(o.Message)
+	if v := o.Connection; v != nil { // room for it all: one allocation
+		n += 256 + len(v.ID) + len(v.Provider) + len(v.Account) + len(v.Note)
+		for _, list := range [][]string{v.Scopes, v.NotGranted} {
+			for _, s := range list {
+				n += len(s) + 3
+			}
+		}
+	}
+	b = make([]byte, 0, n)
 	b = append(b, `{"status":`...)
 	b = appendJSONString(b, o.Status)
 	b = append(b, `,"message":`...)

@@ -19,7 +19,7 @@ func TestEncodeToolResultMatchesSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	errOutcome := complete(disconnectOutput{Provider: "github", Account: "a<b>&c", Revocation: "failed", Message: "x \"quoted\" \u2028 <tag>"})
-	errOutcome.result.IsError = true
+	errOutcome.isError = true
 	tests := []struct {
 		name string
 		o    outcome
@@ -35,14 +35,14 @@ func TestEncodeToolResultMatchesSDK(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := srv.encodeToolResult(tc.o.result)
+			got, ok := srv.encodeToolResult(tc.o.toolResult())
 			if ok != tc.fast {
 				t.Fatalf("fast path = %v, want %v", ok, tc.fast)
 			}
 			if !ok {
 				return
 			}
-			res := *tc.o.result
+			res := *tc.o.toolResult()
 			res.Meta = srv.serverMeta()
 			b, err := json.Marshal(&res)
 			if err != nil {
@@ -239,7 +239,7 @@ func BenchmarkConnectedResult(b *testing.B) {
 		Provider: "demo", Account: "demo-user", Scopes: []string{"profile"}, Status: "active", Created: time.Now().UTC()}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := srv.encodeToolResult(complete(o).result); !ok {
+		if _, ok := srv.encodeToolResult(complete(o).toolResult()); !ok {
 			b.Fatal("not encoded")
 		}
 	}

@@ -252,9 +252,37 @@ func (d *fastDecoder) plainString() ([]byte, bool) {
 func (d *fastDecoder) str(out *string) bool {
 	s, ok := d.plainString()
 	if ok {
-		*out = string(s)
+		*out = intern(s)
 	}
 	return ok
+}
+
+// intern is string(b), without a copy for the values most requests carry
+// (the JSON-RPC version, methods, tool names, protocol versions).
+func intern(b []byte) string {
+	switch string(b) {
+	case "2.0":
+		return "2.0"
+	case "tools/call":
+		return "tools/call"
+	case "tools/list":
+		return "tools/list"
+	case "server/discover":
+		return "server/discover"
+	case toolConnect:
+		return toolConnect
+	case toolList:
+		return toolList
+	case toolRequest:
+		return toolRequest
+	case toolDisconnect:
+		return toolDisconnect
+	case versionModern:
+		return versionModern
+	case versionLegacy:
+		return versionLegacy
+	}
+	return string(b)
 }
 
 func (d *fastDecoder) notNull() bool {

@@ -75,13 +75,13 @@ func (s *Server) legacyTool(fn toolFunc) mcp.ToolHandler {
 			}
 		}
 		o := fn(ctx, c)
-		switch {
-		case o.rpcErr != nil:
+		if o.rpcErr != nil {
 			return nil, o.rpcErr
-		case o.result == nil:
-			return nil, &rpcError{Code: codeInternal, Message: "internal error"}
 		}
-		return o.result, nil
+		if res := o.toolResult(); res != nil {
+			return res, nil
+		}
+		return nil, &rpcError{Code: codeInternal, Message: "internal error"}
 	}
 }
 

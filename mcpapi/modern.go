@@ -228,7 +228,7 @@ func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outco
 			ow.outcome = telemetry.OutcomeRPCError
 		case o.input != nil:
 			ow.outcome = telemetry.OutcomeInputRequired
-		case o.result != nil && o.result.IsError:
+		case o.failedTool():
 			ow.outcome = telemetry.OutcomeToolError
 		}
 	})
@@ -257,6 +257,10 @@ func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outco
 			return
 		}
 		writeRPCResult(w, id, b)
+	case o.structured != nil:
+		text := string(o.structured)
+		b := rpcResultStart(id, s.completeSize(text, o.structured))
+		writeRPCAnswer(w, s.appendComplete(b, text, o.structured, o.isError))
 	default:
 		if b, ok := s.encodeToolResult(o.result); ok {
 			writeRPCResult(w, id, b)

@@ -228,9 +228,7 @@ func response(resp provider.APIResponse) outcome {
 	}
 	out.Body, out.BodyEncoding = encodeBody(resp.Header.Get("Content-Type"), resp.Body)
 	o := complete(out)
-	if resp.Status >= 400 {
-		o.result.IsError = true
-	}
+	o.isError = resp.Status >= 400
 	return o
 }
 

@@ -1,7 +1,6 @@
 package mcpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -83,9 +82,7 @@ func writeRPCErrorValue(w http.ResponseWriter, status int, id json.RawMessage, e
 	if err != nil {
 		b = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error"}}`)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
+	setJSONHeaders(w.Header())
 	w.WriteHeader(status)
 	w.Write(b)
 }
@@ -93,16 +90,37 @@ func writeRPCErrorValue(w http.ResponseWriter, status int, id json.RawMessage, e
 // writeRPCResult writes {"jsonrpc":"2.0","id":<id>,"result":<result>} where
 // result is already encoded JSON.
 func writeRPCResult(w http.ResponseWriter, id json.RawMessage, result []byte) {
-	var buf bytes.Buffer
-	buf.Grow(len(result) + len(id) + 40)
-	buf.WriteString(`{"jsonrpc":"2.0","id":`)
-	buf.Write(id)
-	buf.WriteString(`,"result":`)
-	buf.Write(result)
-	buf.WriteString("}\n")
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
+	writeRPCAnswer(w, append(rpcResultStart(id, len(result)), result...))
+}
+
+// rpcResultStart begins a result answer to id, with room for n bytes of
+// result: {"jsonrpc":"2.0","id":<id>,"result":
+func rpcResultStart(id json.RawMessage, n int) []byte {
+	b := make([]byte, 0, n+len(id)+40)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = append(b, id...)
+	return append(b, `,"result":`...)
+}
+
+// writeRPCAnswer ends a result answer begun by rpcResultStart and writes
+// it, 200.
+func writeRPCAnswer(w http.ResponseWriter, b []byte) {
+	b = append(b, "}\n"...)
+	setJSONHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
-	w.Write(buf.Bytes())
+	w.Write(b)
+}
+
+// The values of every JSON answer's two headers, shared by every answer
+// rather than allocated for each (Header.Set would): capacity one, so an
+// Add elsewhere copies instead of writing into them.
+var (
+	jsonContentType = []string{"application/json"}[:1:1]
+	noSniff         = []string{"nosniff"}[:1:1]
+)
+
+// setJSONHeaders sets Content-Type application/json and nosniff on h.
+func setJSONHeaders(h http.Header) {
+	h["Content-Type"] = jsonContentType
+	h["X-Content-Type-Options"] = noSniff
 }

@@ -465,6 +465,9 @@ func validOrNull(id json.RawMessage) json.RawMessage {
 }
 
 func isJSONType(ct string) bool {
+	if ct == "application/json" {
+		return true // what hosts send, without parsing it
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && mt == "application/json"
 }

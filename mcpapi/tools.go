@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,11 +40,37 @@ type callContext struct {
 	state       string
 }
 
-// outcome is what a tool produced: exactly one of result, input, rpcErr.
+// outcome is what a tool produced: exactly one of result, structured,
+// input, rpcErr.
 type outcome struct {
 	result *mcp.CallToolResult
-	input  *inputRequired
-	rpcErr *rpcError
+	// structured is a complete result built by complete(): its structured
+	// content and its one text content are these bytes (compact JSON, as
+	// json.Marshal writes it); isError marks it a tool error. The modern
+	// era encodes it as it is, without the SDK's types (toolResult builds
+	// them for the others).
+	structured []byte
+	isError    bool
+	input      *inputRequired
+	rpcErr     *rpcError
+}
+
+// toolResult is the tool's result as the SDK's value (nil for input and
+// errors).
+func (o outcome) toolResult() *mcp.CallToolResult {
+	if o.structured == nil {
+		return o.result
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(o.structured)}},
+		StructuredContent: json.RawMessage(o.structured),
+		IsError:           o.isError,
+	}
+}
+
+// failedTool reports whether the outcome is a tool error (isError).
+func (o outcome) failedTool() bool {
+	return o.isError || o.result != nil && o.result.IsError
 }
 
 // inputRequired is an MRTR answer: one url elicitation plus sealed state.
@@ -75,10 +100,11 @@ type connectionView struct {
 }
 
 // viewOf describes c (p, its provider, may be nil when it is no longer
-// configured).
+// configured). The view shares c's scopes: views are encoded, never
+// changed.
 func viewOf(c vault.Connection, p *provider.Provider) connectionView {
 	v := connectionView{
-		ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: slices.Clone(c.Scopes),
+		ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: c.Scopes,
 		Status: string(c.Status), Created: c.Created.UTC(),
 	}
 	if v.Scopes == nil {
@@ -217,10 +243,7 @@ func complete(structured any) outcome {
 			return internalError()
 		}
 	}
-	return outcome{result: &mcp.CallToolResult{
-		Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
-		StructuredContent: json.RawMessage(b),
-	}}
+	return outcome{structured: b}
 }
 
 // toolError is a tool failure the model can read and act on (isError).
@@ -364,7 +387,7 @@ func (s *Server) connectAccount(ctx context.Context, c *callContext) outcome {
 	switch o := o.(type) {
 	case connections.Connected:
 		v := viewOf(o.Conn, o.Provider)
-		msg := fmt.Sprintf("Connected: %s account %s (scopes: %s).", o.Provider.DisplayName, v.Account, strings.Join(v.Scopes, " "))
+		msg := "Connected: " + o.Provider.DisplayName + " account " + v.Account + " (scopes: " + strings.Join(v.Scopes, " ") + ")."
 		if v.Note != "" {
 			msg += " " + v.Note
 		}
@@ -506,7 +529,7 @@ func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome 
 		s.log.Error("mcpapi: delete connection", "connection", d.Conn.ID, "err", err.Error())
 		out.Message = fmt.Sprintf("The %s connection for %s could not be deleted; try again.", name, out.Account)
 		o := complete(out)
-		o.result.IsError = true
+		o.isError = true
 		return o
 	}
 	form, isForm := d.Provider.Kind.(provider.FormStep)

@@ -34,12 +34,18 @@ func (p Principal) Same(q Principal) bool {
 // (AppWatch.WatchConnections): hex SHA-256 of the issuer's length as four
 // big-endian bytes, the issuer and the subject. pgstore's connections
 // trigger computes the same.
+//
+// Every call on the MCP hot path computes it (the listing cache's key), so
+// it hashes one buffer on the stack (for usual lengths) and allocates only
+// the string it returns.
 func PrincipalKey(p Principal) string {
-	h := sha256.New()
-	h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(p.Issuer))))
-	h.Write([]byte(p.Issuer))
-	h.Write([]byte(p.Subject))
-	return hex.EncodeToString(h.Sum(nil))
+	var buf [256]byte
+	b := binary.BigEndian.AppendUint32(buf[:0], uint32(len(p.Issuer)))
+	b = append(append(b, p.Issuer...), p.Subject...)
+	sum := sha256.Sum256(b)
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // ConnectionStatus is the lifecycle state of a connection.

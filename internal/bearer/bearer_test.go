@@ -2,8 +2,10 @@ package bearer
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,6 +124,17 @@ func TestByIssuer(t *testing.T) {
 		info, err := v(context.Background(), tc.raw)
 		if err != nil || info.Principal.Issuer != tc.want {
 			t.Errorf("%q went to %q (%v), want %q", tc.raw, info.Principal.Issuer, err, tc.want)
+		}
+	}
+}
+
+// TestTokenKey: the cache's key is the token's SHA-256 for every size,
+// past the stack buffer too.
+func TestTokenKey(t *testing.T) {
+	for _, n := range []int{0, 1, 600, 2048, 2049, 10000} {
+		raw := strings.Repeat("x", n)
+		if tokenKey(raw) != sha256.Sum256([]byte(raw)) {
+			t.Errorf("tokenKey of %d bytes is not its SHA-256", n)
 		}
 	}
 }

@@ -73,6 +73,7 @@ type Recorder struct {
 
 	mcpRequests   *prometheus.CounterVec
 	mcpDuration   *prometheus.HistogramVec
+	mcpSeries     *mcpSeries // their children, found without hashing labels (series.go)
 	elicitations  *prometheus.CounterVec
 	mismatches    prometheus.Counter
 	refreshes     *prometheus.CounterVec
@@ -135,6 +136,7 @@ func New(opts Options) *Recorder {
 		sidecar: counterVec("credbroker_sidecar_requests_total",
 			"Sidecar API requests by co-located server (its configured name; none: not authenticated), route (require, proxy, token) and HTTP status.", "server", "route", "status"),
 	}
+	r.mcpSeries = newMCPSeries()
 	r.reg.MustRegister(r.mcpRequests, r.mcpDuration, r.elicitations, r.mismatches, r.refreshes,
 		r.provRequests, r.provDuration, r.vaultDuration, r.auditEvents, r.sidecar)
 	r.ops = newOpsMetrics(r.reg, opts.WebhookEndpoints)
@@ -217,9 +219,7 @@ func (r *Recorder) MCPRequest(method, tool, era, outcome string, elapsed time.Du
 	if r == nil {
 		return
 	}
-	method, tool, era = bounded(method, knownMethods), bounded(tool, knownTools), bounded(era, knownEras)
-	r.mcpRequests.WithLabelValues(method, tool, era, bounded(outcome, knownOutcomes)).Inc()
-	r.mcpDuration.WithLabelValues(method, tool, era).Observe(elapsed.Seconds())
+	r.mcpSeries.record(r, method, tool, era, outcome, elapsed.Seconds())
 }
 
 // Elicitation records a connect-request event (Elicitation* constants).
