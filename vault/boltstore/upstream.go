@@ -55,19 +55,11 @@ func (s *Store) PutUpstreamClient(ctx context.Context, c vault.UpstreamClient) (
 // DeleteUpstreamClient implements vault.UpstreamClientStore: the compare
 // and the delete are one write transaction.
 func (s *Store) DeleteUpstreamClient(ctx context.Context, key, clientID string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	return s.decide(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bUpstream)
-		old := b.Get([]byte(key))
-		if old == nil {
-			return refuse(fmt.Errorf("boltstore: upstream client %q: %w", key, vault.ErrNotFound))
-		}
+	return s.deleteKeyIf(ctx, bUpstream, key, "upstream client", func(_ *bolt.Tx, old []byte) error {
 		if err := record.UpstreamClientDeletable(old, clientID); err != nil {
 			return refuse(fmt.Errorf("boltstore: delete upstream client: %w", err))
 		}
-		return b.Delete([]byte(key))
+		return nil
 	})
 }
 

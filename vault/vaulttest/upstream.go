@@ -102,13 +102,21 @@ func sealingKey(t *testing.T, u upstreamBackend) string {
 	return c.SealedWith
 }
 
-func testUpstreamFirstPutWins(t *testing.T, u upstreamBackend) {
-	ctx := t.Context()
-	primary := sealingKey(t, u)
-	first := upstreamClient("https://as.example", "dcr-1", "dcr-secret-1")
-	if _, err := u.PutUpstreamClient(ctx, first); err != nil {
+// putFirst stores the registration dcr-1 at https://as.example and
+// returns it with the primary key of u.
+func putFirst(t *testing.T, u upstreamBackend) (first vault.UpstreamClient, primary string) {
+	t.Helper()
+	primary = sealingKey(t, u)
+	first = upstreamClient("https://as.example", "dcr-1", "dcr-secret-1")
+	if _, err := u.PutUpstreamClient(t.Context(), first); err != nil {
 		t.Fatal(err)
 	}
+	return first, primary
+}
+
+func testUpstreamFirstPutWins(t *testing.T, u upstreamBackend) {
+	ctx := t.Context()
+	first, primary := putFirst(t, u)
 	second := upstreamClient("https://as.example", "dcr-2", "")
 	got, err := u.PutUpstreamClient(ctx, second)
 	if err != nil {
@@ -177,11 +185,7 @@ func testUpstreamDelete(t *testing.T, u upstreamBackend) {
 // registered dcr-2 meanwhile: a late delete of dcr-1 leaves dcr-2.
 func testUpstreamCompareAndDelete(t *testing.T, u upstreamBackend) {
 	ctx := t.Context()
-	primary := sealingKey(t, u)
-	first := upstreamClient("https://as.example", "dcr-1", "dcr-secret-1")
-	if _, err := u.PutUpstreamClient(ctx, first); err != nil {
-		t.Fatal(err)
-	}
+	first, primary := putFirst(t, u)
 	if err := u.DeleteUpstreamClient(ctx, first.Key, "dcr-1"); err != nil {
 		t.Fatalf("delete of the stored client: %v", err)
 	}
