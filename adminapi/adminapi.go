@@ -9,7 +9,10 @@
 // contains, "credbroker-admins"; a dotted name reaches into objects, as
 // realm_access.roles). No token or a bad one answers 401, a valid token
 // without the claim 403; both are audited (admin_refused). Every action is
-// an audit event naming the admin.
+// an audit event naming the admin. While the store is unavailable every
+// route answers as every door of the broker does (internal/outage): 503,
+// Retry-After, {"error":"storage_unavailable"}; the actions are resumable,
+// so running one again afterwards finishes it.
 //
 //	GET  /admin/v1/connections?iss=ISS&sub=SUB      a person's connections (metadata)
 //	GET  /admin/v1/apps?iss=ISS&sub=SUB             the apps (MCP hosts) with access as the person,
@@ -37,6 +40,7 @@ import (
 	"credbroker/apps"
 	"credbroker/connections"
 	"credbroker/internal/bearer"
+	"credbroker/internal/outage"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
 	"credbroker/vault"
@@ -166,6 +170,10 @@ func (s *Server) admin(h adminHandler) http.Handler {
 		}
 		info, err := s.opts.Verify(r.Context(), raw)
 		if err != nil {
+			if vault.Unavailable(err) {
+				s.unavailable(w, "verify a token", err)
+				return
+			}
 			if !errors.Is(err, bearer.ErrInvalidToken) {
 				s.log.Error("adminapi: verifying a token failed", "err", err)
 				writeError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the identity provider could not be reached")
@@ -394,9 +402,26 @@ func (s *Server) disable(w http.ResponseWriter, r *http.Request, admin connectio
 	writeJSON(w, http.StatusOK, Disable(rep))
 }
 
+// internal answers a request whose action failed: a storage outage as
+// every door answers it (unavailable), anything else 500.
 func (s *Server) internal(w http.ResponseWriter, what string, err error) {
+	if vault.Unavailable(err) {
+		s.unavailable(w, what, err)
+		return
+	}
 	s.log.Error("adminapi: "+what+" failed", "err", err)
 	writeError(w, http.StatusInternalServerError, "internal_error", what+" failed inside the broker; see its log (it can be run again)")
+}
+
+// unavailable answers a request a storage outage stopped: 503 with
+// Retry-After and code storage_unavailable (the sidecar's); the cause goes
+// to the log, the refusal to credbroker_store_unavailable_total{door="admin"}.
+// Nothing the action did is lost: running it again continues it.
+func (s *Server) unavailable(w http.ResponseWriter, what string, err error) {
+	s.log.Warn("adminapi: store unavailable; answered 503", "action", what, "err", err.Error())
+	s.opts.Telemetry.StoreUnavailable(telemetry.DoorAdmin)
+	outage.SetRetryAfter(w.Header())
+	writeError(w, http.StatusServiceUnavailable, string(connections.CodeStorageUnavailable), outage.Message)
 }
 
 // readJSON decodes a JSON body strictly (an empty body is {}).

@@ -13,14 +13,10 @@ import (
 	"time"
 
 	"credbroker/apps"
-	"credbroker/binding"
-	"credbroker/connections"
 	"credbroker/internal/bearer"
 	"credbroker/internal/logbuf"
 	"credbroker/internal/telemetry"
-	"credbroker/provider"
 	"credbroker/vault"
-	"credbroker/vault/memstore"
 )
 
 // TestListApps: GET /admin/v1/apps lists a person's apps as the
@@ -28,33 +24,7 @@ import (
 // let in (ID-JAG), for admins only, audited; without an authorization
 // server (issuer mode) the route is a 404.
 func TestListApps(t *testing.T) {
-	keys, err := vault.ParseKeys(vault.GenerateKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memstore.New(keys)
-	reg, err := provider.ParseProviders("test", []byte(`providers:
-  demo:
-    type: oauth2
-    authorization_url: https://demo.example/authorize
-    token_url: https://demo.example/token
-    client_id: c
-    client_secret: ${S}
-    default_scopes: [profile]
-    account: {url: https://demo.example/user, id_field: id, login_field: login}
-`), func(string) string { return "secret-value" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := provider.New(provider.Options{Store: store, Providers: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns, err := connections.New(connections.Options{Store: store, Grants: binding.New(store, binding.Options{}),
-		Client: client, PublicURL: "https://broker.example"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conns := newConnections(t, nil)
 	claim, _ := ParseClaim("groups=admins")
 	verify := func(_ context.Context, raw string) (bearer.TokenInfo, error) {
 		groups := map[string]string{"admin-token": `{"groups":["admins"]}`, "user-token": `{"groups":["staff"]}`}[raw]

@@ -14,12 +14,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"credbroker/binding"
-	"credbroker/connections"
 	"credbroker/internal/bearer"
-	"credbroker/provider"
 	"credbroker/vault"
-	"credbroker/vault/memstore"
 )
 
 // TestTraceRequests: with tracing on, every admin request is one
@@ -28,33 +24,7 @@ import (
 // the person a request is about, even before the redacting exporter
 // (this provider has none).
 func TestTraceRequests(t *testing.T) {
-	keys, err := vault.ParseKeys(vault.GenerateKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memstore.New(keys)
-	reg, err := provider.ParseProviders("test", []byte(`providers:
-  demo:
-    type: oauth2
-    authorization_url: https://demo.example/authorize
-    token_url: https://demo.example/token
-    client_id: c
-    client_secret: ${S}
-    default_scopes: [profile]
-    account: {url: https://demo.example/user, id_field: id, login_field: login}
-`), func(string) string { return "secret-value" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := provider.New(provider.Options{Store: store, Providers: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns, err := connections.New(connections.Options{Store: store, Grants: binding.New(store, binding.Options{}),
-		Client: client, PublicURL: "https://broker.example"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conns := newConnections(t, nil)
 	claim, _ := ParseClaim("groups=admins")
 	const admin, target = "root-admin-subject", "alice-target-subject"
 	verify := func(_ context.Context, raw string) (bearer.TokenInfo, error) {

@@ -128,24 +128,16 @@ func Describe(err error, p *provider.Provider) string {
 		name = p.DisplayName
 		_, form = p.Kind.(provider.FormStep)
 	}
-	var up *UnknownProviderError
-	var se *ScopeError
-	var ae *AccountError
 	var re *provider.RequestError
-	var ke *KeyAccountError
 	var kr *provider.KeyRefusedError
 	var kf *provider.KeyFormatError
 	var ue *provider.UninspectableError
-	var ce *ChoiceError
-	var ge *GatewayOnlyError
-	var ng *NotAGatewayError
-	var ue2 *provider.UpstreamError
-	var nb *NoBrowserStepError
 	switch {
 	case vault.Unavailable(err):
 		return outage.Message
-	case errors.As(err, &up), errors.As(err, &se), errors.As(err, &ae), errors.As(err, &ke), errors.As(err, &ce),
-		errors.As(err, &ge), errors.As(err, &ng), errors.As(err, &ue2), errors.As(err, &nb):
+	case isA[*UnknownProviderError](err), isA[*ScopeError](err), isA[*AccountError](err), isA[*KeyAccountError](err),
+		isA[*ChoiceError](err), isA[*GatewayOnlyError](err), isA[*NotAGatewayError](err), isA[*provider.UpstreamError](err),
+		isA[*NoBrowserStepError](err):
 		return err.Error()
 	case errors.Is(err, ErrTooManyStepUps):
 		return fmt.Sprintf("%s kept asking for more permissions; no new connect request was started. Try again later.", name)
@@ -282,6 +274,12 @@ type Failure struct {
 	Next     Next
 }
 
+// isA reports whether err's tree holds an error of type E.
+func isA[E error](err error) bool {
+	_, ok := errors.AsType[E](err)
+	return ok
+}
+
 // Classify returns err's class.
 func Classify(err error) Class { return Explain(err, nil).Class }
 
@@ -289,35 +287,26 @@ func Classify(err error) Class { return Explain(err, nil).Class }
 // front door: one classification for every door.
 func Explain(err error, p *provider.Provider) Failure {
 	f := Failure{Message: Describe(err, p)}
-	var up *UnknownProviderError
-	var se *ScopeError
 	var ae *AccountError
-	var re *provider.RequestError
-	var kf *provider.KeyFormatError
-	var kr *provider.KeyRefusedError
-	var ka *KeyAccountError
 	var ce *ChoiceError
-	var ge *GatewayOnlyError
-	var ng *NotAGatewayError
-	var nb *NoBrowserStepError
 	switch {
 	case vault.Unavailable(err):
 		// First: whatever else the error says, the store could not be used.
 		f.Class, f.Code = StorageUnavailable, CodeStorageUnavailable
-	case errors.As(err, &up), errors.As(err, &ng):
+	case isA[*UnknownProviderError](err), isA[*NotAGatewayError](err):
 		f.Class, f.Code = NotFound, CodeUnknownProvider
-	case errors.As(err, &ge):
+	case isA[*GatewayOnlyError](err):
 		f.Class, f.Code = BadRequest, CodeRequestRefused
 	case errors.Is(err, ErrTooManyStepUps):
 		f.Class, f.Code = Refused, CodeRefused
-	case errors.As(err, &se), errors.As(err, &kf), errors.As(err, &kr), errors.As(err, &nb):
+	case isA[*ScopeError](err), isA[*provider.KeyFormatError](err), isA[*provider.KeyRefusedError](err), isA[*NoBrowserStepError](err):
 		f.Class, f.Code = BadRequest, CodeInvalidRequest
 	case errors.As(err, &ce):
 		f.Class, f.Code = BadRequest, CodeInvalidRequest
 		if ce.Answer == NoAnswer {
 			f.Next = NextStartOver
 		}
-	case errors.As(err, &re):
+	case isA[*provider.RequestError](err):
 		f.Class, f.Code = BadRequest, CodeRequestRefused
 	case errors.Is(err, ErrUnknownRequest):
 		f.Class, f.Code = BadState, CodeInvalidState
@@ -333,7 +322,7 @@ func Explain(err error, p *provider.Provider) Failure {
 		f.Class, f.Code = Refused, CodeRefused
 	case errors.Is(err, ErrExportDisabled), errors.Is(err, provider.ErrNotAToken):
 		f.Class, f.Code = Forbidden, CodeExportDisabled
-	case errors.As(err, &ka):
+	case isA[*KeyAccountError](err):
 		f.Class, f.Code = Conflict, CodeConflict
 	case errors.Is(err, provider.ErrUninspectableAnswer):
 		f.Class, f.Code = Unavailable, CodeAnswerRefused

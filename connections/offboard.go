@@ -228,60 +228,51 @@ type DisableReport struct {
 // each. Each change is a connection event; the whole is audited with the
 // admin's name. Running it again continues where it stopped.
 func (s *Service) DisableProvider(ctx context.Context, admin Admin, name string, del bool) (DisableReport, error) {
-	adm := s.opts.Store.Admin()
 	rep := DisableReport{Provider: name, Revocations: map[provider.Revocation]int{}}
 	now := s.opts.Now()
-	after := ""
-	for {
-		page, err := adm.ProviderConnections(ctx, name, after, 200)
+	for m, err := range s.everyConnectionTo(ctx, name) {
 		if err != nil {
 			return rep, fmt.Errorf("connections: disable %s: %w", name, err)
 		}
-		if len(page) == 0 {
-			break
-		}
-		after = page[len(page)-1].ID
-		for _, m := range page {
-			if del {
-				rev := provider.NotSupported
-				var rerr error
-				if full, err := s.opts.Store.GetConnection(ctx, m.ID); err == nil {
-					rev, rerr = s.revoke(ctx, full)
-				}
-				s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventRevoke, Principal: m.Principal, Admin: admin.Principal,
-					Provider: name, Account: AccountName(m), Connection: m.ID, Via: admin.Via, Outcome: string(rev), Err: rerr})
-				err := s.opts.Store.DeleteConnection(context.WithoutCancel(ctx), m.ID)
-				s.changed(m.Principal)
-				if err != nil && !errors.Is(err, vault.ErrNotFound) {
-					return rep, fmt.Errorf("connections: disable %s: delete %s: %w", name, m.ID, err)
-				}
-				s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventDisconnect, Principal: m.Principal, Admin: admin.Principal,
-					Provider: name, Account: AccountName(m), Connection: m.ID, Via: admin.Via})
-				rep.Deleted++
-				rep.Revocations[rev]++
-				continue
+		if del {
+			rev := provider.NotSupported
+			var rerr error
+			if full, err := s.opts.Store.GetConnection(ctx, m.ID); err == nil {
+				rev, rerr = s.revoke(ctx, full)
 			}
-			if m.Status == vault.StatusNeedsReconnect {
-				continue
-			}
-			_, err := s.opts.Store.UpdateConnectionMeta(ctx, m.ID, func(c vault.Connection) (vault.Connection, error) {
-				if c.Status == vault.StatusNeedsReconnect {
-					return c, errUnchanged
-				}
-				c.Status, c.Updated = vault.StatusNeedsReconnect, now
-				return c, nil
-			})
+			s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventRevoke, Principal: m.Principal, Admin: admin.Principal,
+				Provider: name, Account: AccountName(m), Connection: m.ID, Via: admin.Via, Outcome: string(rev), Err: rerr})
+			err := s.opts.Store.DeleteConnection(context.WithoutCancel(ctx), m.ID)
 			s.changed(m.Principal)
-			switch {
-			case errors.Is(err, errUnchanged), errors.Is(err, vault.ErrNotFound):
-				continue
-			case err != nil:
-				return rep, fmt.Errorf("connections: disable %s: mark %s: %w", name, m.ID, err)
+			if err != nil && !errors.Is(err, vault.ErrNotFound) {
+				return rep, fmt.Errorf("connections: disable %s: delete %s: %w", name, m.ID, err)
 			}
-			s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventNeedsReconnect, Principal: m.Principal, Admin: admin.Principal,
-				Provider: name, Account: AccountName(m), Connection: m.ID, Via: admin.Via, Outcome: "disabled by an admin"})
-			rep.Marked++
+			s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventDisconnect, Principal: m.Principal, Admin: admin.Principal,
+				Provider: name, Account: AccountName(m), Connection: m.ID, Via: admin.Via})
+			rep.Deleted++
+			rep.Revocations[rev]++
+			continue
 		}
+		if m.Status == vault.StatusNeedsReconnect {
+			continue
+		}
+		_, err := s.opts.Store.UpdateConnectionMeta(ctx, m.ID, func(c vault.Connection) (vault.Connection, error) {
+			if c.Status == vault.StatusNeedsReconnect {
+				return c, errUnchanged
+			}
+			c.Status, c.Updated = vault.StatusNeedsReconnect, now
+			return c, nil
+		})
+		s.changed(m.Principal)
+		switch {
+		case errors.Is(err, errUnchanged), errors.Is(err, vault.ErrNotFound):
+			continue
+		case err != nil:
+			return rep, fmt.Errorf("connections: disable %s: mark %s: %w", name, m.ID, err)
+		}
+		s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventNeedsReconnect, Principal: m.Principal, Admin: admin.Principal,
+			Provider: name, Account: AccountName(m), Connection: m.ID, Via: admin.Via, Outcome: "disabled by an admin"})
+		rep.Marked++
 	}
 	outcome := fmt.Sprintf("needs_reconnect=%d", rep.Marked)
 	if del {

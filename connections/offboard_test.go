@@ -2,6 +2,7 @@ package connections_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,59 @@ func TestOffboardResumes(t *testing.T) {
 		if !strings.Contains(log, want) {
 			t.Fatalf("audit log lacks %q:\n%s", want, log)
 		}
+	}
+}
+
+// TestDisableProviderEveryPage: disabling a provider reaches every one of
+// its connections across the store's pages (200 a page; 450 here), and
+// none of another provider's; deleting does as well, and a second run
+// finds nothing left to do.
+func TestDisableProviderEveryPage(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	const n = 450
+	for i := range n {
+		for _, p := range []string{"plain", "broken"} {
+			c := vault.Connection{ID: fmt.Sprintf("%s-%04d", p, i), Principal: vault.Principal{Issuer: "https://idp.test", Subject: fmt.Sprintf("u%04d", i)},
+				Provider: p, AccountID: "1", Status: vault.StatusActive, Created: r.clock.Now(),
+				Token: vault.TokenSet{AccessToken: "at", TokenType: "bearer", Expiry: r.clock.Now().Add(time.Hour)}}
+			if _, err := r.store.CreateConnection(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	admin := connections.Admin{Principal: vault.Principal{Issuer: "https://idp.test", Subject: "root"}, Via: "cli"}
+	count := func(p string, status vault.ConnectionStatus) int {
+		got := 0
+		for i := range n {
+			c, err := r.store.GetConnection(ctx, fmt.Sprintf("%s-%04d", p, i))
+			if err == nil && c.Status == status {
+				got++
+			}
+		}
+		return got
+	}
+	rep, err := r.conns.DisableProvider(ctx, admin, "plain", false)
+	if err != nil || rep.Marked != n {
+		t.Fatalf("disable: %+v, %v; want %d marked", rep, err, n)
+	}
+	if got := count("plain", vault.StatusNeedsReconnect); got != n {
+		t.Errorf("%d of %d plain connections need reconnecting", got, n)
+	}
+	if got := count("broken", vault.StatusActive); got != n {
+		t.Errorf("%d of %d connections of another provider still active", got, n)
+	}
+	if rep, err := r.conns.DisableProvider(ctx, admin, "plain", false); err != nil || rep.Marked != 0 {
+		t.Errorf("a second run: %+v, %v; want nothing marked", rep, err)
+	}
+	rep, err = r.conns.DisableProvider(ctx, admin, "plain", true)
+	if err != nil || rep.Deleted != n {
+		t.Fatalf("delete: %+v, %v; want %d deleted", rep, err, n)
+	}
+	if got := count("plain", vault.StatusNeedsReconnect); got != 0 {
+		t.Errorf("%d plain connections left after deleting", got)
+	}
+	if rep, err := r.conns.DisableProvider(ctx, admin, "plain", true); err != nil || rep.Deleted != 0 {
+		t.Errorf("a second deletion: %+v, %v; want nothing deleted", rep, err)
 	}
 }

@@ -41,10 +41,17 @@
 //     with entryCheck (every problem at its line) and returns its Provider.
 //  2. Add the kindDef to kinds in catalog.go.
 //  3. Add the page its browser step names (ConsentPage, or Form.Page) to
-//     web/templates/, unless it reuses one.
+//     web/templates/, unless it reuses one. A form step's page is its
+//     title, heading and words around the blocks of
+//     web/templates/partials.html, which keyentry.html uses too:
+//     formstep.error, formstep.facts (who asked, who is signed in),
+//     formstep.instructions and formstep.form (the fields, the CSRF
+//     token, approve and deny).
+//  4. Document its type and keys in the header comment of the
+//     repository's providers.yaml, which lists every field of every kind.
 //
-// Nothing outside this package and that template changes: the connections
-// layer and the front doors already ask for capabilities.
+// Nothing outside this package, that template and that header changes:
+// the connections layer and the front doors already ask for capabilities.
 //
 // # Refresh protocol (per connection)
 //

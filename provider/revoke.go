@@ -122,20 +122,12 @@ func (o *OAuth) revokeRFC7009(ctx context.Context, k *Client, p *Provider, c vau
 	if !o.TokenAuthInParams {
 		req.SetBasicAuth(url.QueryEscape(o.ClientID), url.QueryEscape(o.ClientSecret.Reveal()))
 	}
-	status, code, err := k.sendRevocation(req, p)
-	if err != nil {
-		return NotConfirmed, err
-	}
-	switch {
-	case status >= 200 && status < 300:
-		return Revoked, nil
-	case status == http.StatusBadRequest && code == "invalid_token" && (sentRefresh || k.live(c)):
+	return k.sendRevocation(req, p, func(status int, code string) bool {
 		// Google answers 400 invalid_token for a token that is already
 		// dead: a refresh token (or a live access token) can only be dead
 		// because the grant was revoked, so access is gone.
-		return Revoked, nil
-	}
-	return NotConfirmed, fmt.Errorf("provider: revoke %s: HTTP %d %q", p.Name, status, code)
+		return status == http.StatusBadRequest && code == "invalid_token" && (sentRefresh || k.live(c))
+	})
 }
 
 // revokeGitHub deletes c's GitHub grant, or only its token when shared.
@@ -167,39 +159,42 @@ func (o *OAuth) revokeGitHub(ctx context.Context, k *Client, p *Provider, c vaul
 	// GitHub requires basic authentication as the app here, whatever the
 	// token endpoint takes.
 	req.SetBasicAuth(o.ClientID, o.ClientSecret.Reveal())
-	status, _, err := k.sendRevocation(req, p)
-	if err != nil {
-		return NotConfirmed, err
-	}
-	switch {
-	case status >= 200 && status < 300:
-		return Revoked, nil
-	case status == http.StatusNotFound && k.live(c):
+	return k.sendRevocation(req, p, func(status int, _ string) bool {
 		// The token was valid by everything the broker knows, and GitHub
 		// no longer knows it: it was revoked meanwhile. A 404 for a token
 		// that may have expired says nothing about the grant.
-		return Revoked, nil
-	}
-	return NotConfirmed, fmt.Errorf("provider: revoke %s: HTTP %d", p.Name, status)
+		return status == http.StatusNotFound && k.live(c)
+	})
 }
 
-// sendRevocation sends req without following redirects and returns the
-// status and the OAuth error code of the answer, if any.
-func (k *Client) sendRevocation(req *http.Request, p *Provider) (int, string, error) {
+// sendRevocation sends req without following redirects and reads the
+// answer: a 2xx is Revoked, and so is an error answer that gone says
+// shows the access already ended (given the status and the answer's
+// OAuth error code, "" when it has none); anything else is NotConfirmed.
+func (k *Client) sendRevocation(req *http.Request, p *Provider, gone func(status int, code string) bool) (Revocation, error) {
 	// Never redirected: a 307/308 would replay the token elsewhere.
 	resp, err := NoRedirectClient(k.httpFor(p)).Do(req)
 	if err != nil {
-		return 0, "", fmt.Errorf("provider: revoke %s: %s", p.Name, describeRefreshErr(err))
+		return NotConfirmed, fmt.Errorf("provider: revoke %s: %s", p.Name, describeRefreshErr(err))
 	}
 	defer resp.Body.Close()
 	body, _ := readLimited(resp.Body, 64<<10)
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return Revoked, nil
+	}
 	var e struct {
 		Error string `json:"error"`
 	}
-	if resp.StatusCode >= 400 && json.Unmarshal(body, &e) == nil && len(e.Error) <= 64 && !strings.ContainsAny(e.Error, "\x00\r\n") {
-		return resp.StatusCode, e.Error, nil
+	if resp.StatusCode < 400 || json.Unmarshal(body, &e) != nil || len(e.Error) > 64 || strings.ContainsAny(e.Error, "\x00\r\n") {
+		e.Error = ""
 	}
-	return resp.StatusCode, "", nil
+	if gone(resp.StatusCode, e.Error) {
+		return Revoked, nil
+	}
+	if e.Error == "" {
+		return NotConfirmed, fmt.Errorf("provider: revoke %s: HTTP %d", p.Name, resp.StatusCode)
+	}
+	return NotConfirmed, fmt.Errorf("provider: revoke %s: HTTP %d %q", p.Name, resp.StatusCode, e.Error)
 }
 
 // discoveredRevocation returns the revocation_endpoint of p's OIDC

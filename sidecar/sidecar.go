@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -30,6 +31,7 @@ import (
 	"credbroker/internal/tracing"
 	"credbroker/internal/untrusted"
 	"credbroker/provider"
+	"credbroker/sidecar/client"
 	"credbroker/vault"
 )
 
@@ -353,13 +355,6 @@ func providerAllowed(w http.ResponseWriter, r *http.Request, provider string) bo
 	return false
 }
 
-// errorBody is every error answer.
-type errorBody struct {
-	Error    string   `json:"error"`
-	Message  string   `json:"message"`
-	Accounts []string `json:"accounts,omitempty"`
-}
-
 // storageUnavailable answers a request a storage outage stopped: 503 with
 // Retry-After, code storage_unavailable; the cause goes to log, the
 // refusal to credbroker_store_unavailable_total{door="sidecar"}.
@@ -373,7 +368,7 @@ func (s *Server) storageUnavailable(w http.ResponseWriter, log *slog.Logger, err
 func writeError(w http.ResponseWriter, status int, code, msg string, accounts []string) {
 	// Tells the broker's own refusals from relayed provider answers.
 	w.Header().Set(ErrorHeader, "true")
-	writeJSON(w, status, errorBody{Error: code, Message: msg, Accounts: accounts})
+	writeJSON(w, status, client.Error{Code: code, Message: msg, Accounts: accounts})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -415,22 +410,14 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	return false
 }
 
-// ConnectionView describes a connection; it has no secret fields.
-type ConnectionView struct {
-	ID       string   `json:"id"`
-	Provider string   `json:"provider"`
-	Account  string   `json:"account"`
-	Scopes   []string `json:"scopes"`
-	Status   string   `json:"status"`
-	// NotGranted are the scopes the connection's last connect request
-	// asked for that the provider did not grant; Note says so and how to
-	// ask again. Both absent when everything was granted.
-	NotGranted []string `json:"not_granted,omitempty"`
-	Note       string   `json:"note,omitempty"`
-}
+// The API's answers are sidecar/client's types, the one definition of its
+// wire: client.Error for every refusal, client.Connection (no secret
+// fields) and client.RequireResult.
 
-func viewOf(c vault.Connection, p *provider.Provider) ConnectionView {
-	v := ConnectionView{ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: slices.Clone(c.Scopes), Status: string(c.Status)}
+// viewOf describes c: Note says which scopes the provider did not grant
+// and how to ask again.
+func viewOf(c vault.Connection, p *provider.Provider) client.Connection {
+	v := client.Connection{ID: c.ID, Provider: c.Provider, Account: connections.AccountName(c), Scopes: slices.Clone(c.Scopes), Status: string(c.Status)}
 	if v.Scopes == nil {
 		v.Scopes = []string{}
 	}
@@ -485,27 +472,6 @@ func answer(responses map[string]json.RawMessage, key string) (connections.Answe
 		return "", fmt.Sprintf("input_responses[%q].action must be accept, decline or cancel", key)
 	}
 	return a, ""
-}
-
-type inputRequest struct {
-	Method string `json:"method"`
-	Params any    `json:"params"`
-}
-
-// elicitParams is the url elicitation relayed to the host.
-type elicitParams struct {
-	Mode    string `json:"mode"`
-	Message string `json:"message"`
-	URL     string `json:"url"`
-}
-
-type requireResponse struct {
-	Status       string          `json:"status"`
-	Connection   *ConnectionView `json:"connection,omitempty"`
-	InputKey     string          `json:"input_key,omitempty"`
-	InputRequest *inputRequest   `json:"input_request,omitempty"`
-	RequestState string          `json:"request_state,omitempty"`
-	Message      string          `json:"message,omitempty"`
 }
 
 // requireOperation is what a sidecar request_state is bound to, with the
@@ -573,17 +539,17 @@ func (s *Server) handleRequire(w http.ResponseWriter, r *http.Request) {
 	switch o := o.(type) {
 	case connections.Connected:
 		v := viewOf(o.Conn, o.Provider)
-		writeJSON(w, http.StatusOK, requireResponse{Status: "connected", Connection: &v})
+		writeJSON(w, http.StatusOK, client.RequireResult{Status: "connected", Connection: &v})
 	case connections.NeedsUser:
 		state := requeststate.Seal(s.opts.StateKeys, requeststate.State{Principal: req.Principal, Operation: requireOperation,
 			ArgDigest: digest, Ref: o.Grant.ID, Expires: o.Until(s.opts.Now(), s.opts.StateTTL)})
-		writeJSON(w, http.StatusOK, requireResponse{Status: "input_required", InputKey: inputKey(in.Provider),
-			InputRequest: &inputRequest{Method: "elicitation/create", Params: elicitParams{Mode: "url", Message: o.Message(), URL: o.URL}},
+		writeJSON(w, http.StatusOK, client.RequireResult{Status: "input_required", InputKey: inputKey(in.Provider),
+			InputRequest: &client.InputRequest{Method: "elicitation/create", Params: &mcp.ElicitParams{Mode: "url", Message: o.Message(), URL: o.URL}},
 			RequestState: state})
 	case connections.Declined:
-		writeJSON(w, http.StatusOK, requireResponse{Status: "declined", Message: o.Message()})
+		writeJSON(w, http.StatusOK, client.RequireResult{Status: "declined", Message: o.Message()})
 	case connections.Cancelled:
-		writeJSON(w, http.StatusOK, requireResponse{Status: "cancelled", Message: o.Message("")})
+		writeJSON(w, http.StatusOK, client.RequireResult{Status: "cancelled", Message: o.Message("")})
 	default:
 		writeError(w, http.StatusInternalServerError, "internal", "internal error", nil)
 	}

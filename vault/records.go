@@ -37,10 +37,15 @@ const (
 	// server's authorization server, its secret sealed: without it the
 	// target of a migration would register again.
 	KindUpstreamClient
+	// KindIdPSession: a person's session at the organisation's IdP (its
+	// refresh token and latest ID token sealed to the person): without
+	// it everyone would sign in at the target of a migration again
+	// before an enterprise-managed connection works for them.
+	KindIdPSession
 )
 
 // LastKind is the last RecordKind: kinds run from KindKeyCanary to it.
-const LastKind = KindUpstreamClient
+const LastKind = KindIdPSession
 
 var recordKindNames = [...]string{
 	KindKeyCanary:         "key canaries",
@@ -53,6 +58,7 @@ var recordKindNames = [...]string{
 	KindDelivery:          "webhook deliveries",
 	KindSpentAssertion:    "spent assertions",
 	KindUpstreamClient:    "upstream registrations",
+	KindIdPSession:        "IdP sessions",
 }
 
 // String names the kind's records, as a report counts them.

@@ -54,7 +54,9 @@ type Kit struct {
 	tracer trace.Tracer // nil: tracing off
 }
 
-// NewKit parses the door's pages (each with layout.html).
+// NewKit parses the door's pages, each with layout.html (the page's
+// frame) and partials.html (the parts pages share, such as a form step's
+// fields).
 func NewKit(o KitOptions) (*Kit, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -73,14 +75,14 @@ func NewKit(o KitOptions) (*Kit, error) {
 			return nil, fmt.Errorf("%s: list pages: %w", o.Door, err)
 		}
 		for _, f := range files {
-			if n := strings.TrimSuffix(f, ".html"); n != "layout" {
+			if n := strings.TrimSuffix(f, ".html"); n != "layout" && n != "partials" {
 				names = append(names, n)
 			}
 		}
 	}
 	k.pages = make(map[string]*template.Template, len(names))
 	for _, n := range names {
-		t, err := template.New(n).ParseFS(Templates, "layout.html", n+".html")
+		t, err := template.New(n).ParseFS(Templates, "layout.html", "partials.html", n+".html")
 		if err != nil {
 			return nil, fmt.Errorf("%s: parse page %s: %w", o.Door, n, err)
 		}

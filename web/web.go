@@ -3,8 +3,9 @@
 // with, written once.
 //
 //   - The page templates and static assets, embedded: html/template
-//     files, each page with layout.html, with no inline scripts and no
-//     inline styles (the CSP forbids both).
+//     files, each page with layout.html and partials.html (the blocks
+//     pages share: a form step's error, facts, instructions and form),
+//     with no inline scripts and no inline styles (the CSP forbids both).
 //   - Site: the main listener's two muxes. Browser routes get the page
 //     headers (SetPageHeaders: CSP, nosniff, no-referrer, frame options,
 //     COOP, no-store) on every answer and cross-origin protection on
@@ -32,7 +33,8 @@ var templatesFS embed.FS
 //go:embed static/*
 var staticFS embed.FS
 
-// Templates holds the page templates: layout.html plus one file per page.
+// Templates holds the page templates: layout.html, partials.html and one
+// file per page.
 var Templates fs.FS = mustSub(templatesFS, "templates")
 
 // Static holds the files served under /static/.

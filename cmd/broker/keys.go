@@ -31,26 +31,12 @@ commands:
 `
 
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, keysUsage)
-		return usageError{"keys: no command given"}
-	}
-	switch args[0] {
-	case "generate":
-		return runKeysGenerate(args[1:], stdout, stderr)
-	case "rotate":
-		return runKeysRotate(ctx, args[1:], stdout, stderr)
-	case "status":
-		return runKeysStatus(ctx, args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, keysUsage)
-		return nil
-	}
-	fmt.Fprint(stderr, keysUsage)
-	return usageError{fmt.Sprintf("keys: unknown command %q", args[0])}
+	return dispatch(ctx, "keys: ", keysUsage, map[string]command{
+		"generate": runKeysGenerate, "rotate": runKeysRotate, "status": runKeysStatus,
+	}, args, stdout, stderr)
 }
 
-func runKeysGenerate(args []string, stdout, stderr io.Writer) error {
+func runKeysGenerate(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keys generate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {

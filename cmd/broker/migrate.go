@@ -18,15 +18,18 @@ const migrateUsage = `usage: broker migrate --from STORE --to STORE [--keys-file
 Copies every record of one store into another: connections (and those
 offboarding keeps to retry their revocation), grants, the authorization
 server's registered clients, authorization codes and app authorizations
-(consents and token families), the webhook outbox, and the key canaries.
-One store is bolt (bolt:PATH), the other PostgreSQL (postgres://…): bolt
-into PostgreSQL to scale out, PostgreSQL into bolt to come back. Records
-are copied as stored: token sets stay sealed and are never decrypted on
-the way. Records already present in the target are skipped, so an
-interrupted migration is finished by running it again. Stop every broker
-using either store first (a bolt file is locked while one runs). The
-keys (BROKER_KEYS or --keys-file) must be the ones the source was written
-with; they are checked against both stores' canaries.
+(consents and token families), the webhook outbox, spent ID-JAG ids, the
+gateway's registrations at upstream authorization servers, people's IdP
+sessions, and the key canaries, reporting each kind's count. One store is
+bolt (bolt:PATH), the other PostgreSQL (postgres://…): bolt into
+PostgreSQL to scale out, PostgreSQL into bolt to come back. Records are
+copied as stored: token sets, client secrets and IdP sessions stay sealed
+and are never decrypted on the way. Records already present in the
+target are skipped, so an interrupted migration is finished by running it
+again. Stop every broker using either store first (a bolt file is locked
+while one runs). The keys (BROKER_KEYS or --keys-file) must be the ones
+the source was written with; they are checked against both stores'
+canaries.
 `
 
 // migrationEnd is a store a migration copies from or into (boltstore and
@@ -56,21 +59,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 {
 		problems = append(problems, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	src, srcErr := parseStore(*from)
-	switch {
-	case *from == "":
-		problems = append(problems, errors.New("--from is required (the source store: bolt:PATH or postgres://…)"))
-	case srcErr != nil:
-		problems = append(problems, fmt.Errorf("--from: %w", srcErr))
-	}
-	dst, dstErr := parseStore(*to)
-	switch {
-	case *to == "":
-		problems = append(problems, errors.New("--to is required (the target store: postgres://… or bolt:PATH)"))
-	case dstErr != nil:
-		problems = append(problems, fmt.Errorf("--to: %w", dstErr))
-	}
-	if *from != "" && *to != "" && srcErr == nil && dstErr == nil {
+	src, srcOK := storeFlag("--from", *from, "the source store: bolt:PATH or postgres://…", &problems)
+	dst, dstOK := storeFlag("--to", *to, "the target store: postgres://… or bolt:PATH", &problems)
+	if srcOK && dstOK {
 		switch {
 		case src.BoltPath != "" && dst.BoltPath != "":
 			problems = append(problems, errors.New("--to must be a PostgreSQL store (postgres://…) when --from is a bolt store: one end of a migration is bolt, the other PostgreSQL"))
@@ -118,6 +109,20 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "done in %s\n", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// storeFlag parses value, the store the flag name gives (need says what
+// it should be), adding to problems why it is missing or wrong; ok says
+// it names a store.
+func storeFlag(name, value, need string, problems *[]error) (ss storeSpec, ok bool) {
+	ss, err := parseStore(value)
+	switch {
+	case value == "":
+		*problems = append(*problems, fmt.Errorf("%s is required (%s)", name, need))
+	case err != nil:
+		*problems = append(*problems, fmt.Errorf("%s: %w", name, err))
+	}
+	return ss, value != "" && err == nil
 }
 
 // openMigrationEnd opens the store ss names with kr, checking kr against

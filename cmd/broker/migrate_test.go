@@ -160,9 +160,10 @@ func TestMigrate100k(t *testing.T) {
 // rotation) into PostgreSQL and from there into a new bolt file, and
 // compares the two files record by record: the second must hold the
 // first's records byte for byte. Hosts keep their clients, consents and
-// token families, so nobody signs in again; spent ID-JAGs stay spent; the
-// gateway keeps its registrations at upstream servers. Runs repeated
-// either way copy nothing.
+// token families, and people their IdP sessions (one sealed with the key
+// before the rotation), so nobody signs in again; spent ID-JAGs stay
+// spent; the gateway keeps its registrations at upstream servers. Runs
+// repeated either way copy nothing.
 func TestMigrateRoundTrip(t *testing.T) {
 	clearKeyEnv(t)
 	srv := pgtest.StartT(t)
@@ -188,12 +189,17 @@ func TestMigrateRoundTrip(t *testing.T) {
 	if _, err := s.CreateConnection(ctx, vaulttest.Conn("conn-old-key", alice, "github", "9")); err != nil {
 		t.Fatal(err)
 	}
+	carol := vault.Principal{Issuer: "https://idp.example", Subject: "carol"}
+	if _, err := s.IdPSessions().PutIdPSession(ctx, vault.IdPSession{Principal: carol, RefreshToken: "idp-rt-carol", IDToken: "idp-idt-carol"}); err != nil {
+		t.Fatal(err)
+	}
 	s.Close()
 	if s, err = boltstore.Open(from, kr, boltstore.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	want := vaulttest.FillEveryKind(t, s)
 	want[vault.KindConnection]++
+	want[vault.KindIdPSession]++
 	s.Close()
 
 	report := func(copied bool) []string {
@@ -254,6 +260,16 @@ func TestMigrateRoundTrip(t *testing.T) {
 	// The gateway's registrations upstream came along, secrets opening:
 	// the broker does not register at those servers again.
 	vaulttest.UpstreamClientsKept(t, b)
+	// People keep their IdP sessions: no sign-in again before an
+	// enterprise-managed connection works; carol's is still sealed with
+	// the key before the rotation (it travelled sealed), and opens.
+	vaulttest.IdPSessionsKept(t, b)
+	if ss, err := b.IdPSessions().GetIdPSession(ctx, carol); err != nil || ss.RefreshToken.Reveal() != "idp-rt-carol" {
+		t.Fatalf("carol's IdP session, sealed with the old key: %+v, %v", ss, err)
+	}
+	if usage, err := b.KeyUsage(ctx); err != nil || usage[old.Primary()] != 2 {
+		t.Fatalf("records sealed with the old key after the round trip: %v, %v; want 2 (conn-old-key, carol's IdP session)", usage, err)
+	}
 }
 
 func TestMigrateRejects(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/adminapi"
+	"credbroker/internal/bearer"
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/devidp"
 	"credbroker/internal/devidp/devidptest"
@@ -28,6 +30,7 @@ import (
 	"credbroker/vault"
 	"credbroker/vault/pgstore"
 	"credbroker/vault/pgstore/pgtest"
+	"credbroker/web"
 )
 
 // outageBroker is one broker mounted in-process as serve mounts it, on
@@ -36,8 +39,11 @@ type outageBroker struct {
 	name    string
 	base    string
 	sidecar string
-	rec     *telemetry.Recorder
-	logs    *logbuf.Buffer
+	// admin is the admin API's base URL, served as serve --admin-addr
+	// serves it.
+	admin string
+	rec   *telemetry.Recorder
+	logs  *logbuf.Buffer
 	// mcp is the bearer for /mcp; gateway for /mcp/u/demo-mcp ("" when
 	// the test does not call the gateway on this broker).
 	mcp, gateway string
@@ -61,6 +67,9 @@ type outageStack struct {
 }
 
 const outageSidecarSecret = "outage-sidecar-secret-0123456789"
+
+// outageAdminScope is what the admin API's tokens hold in the test.
+const outageAdminScope = "credbroker-admin"
 
 func newOutageStack(t *testing.T) *outageStack {
 	t.Helper()
@@ -130,6 +139,19 @@ func newOutageStack(t *testing.T) *outageStack {
 		if err != nil {
 			t.Fatal(err)
 		}
+		verify, err := bearer.NewJWTVerifier(s.idp.Issuer(), []string{base + "/admin"}, outboundClient(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim, _ := adminapi.ParseClaim("scope=" + outageAdminScope)
+		api, err := adminapi.New(adminapi.Options{Connections: m.Conns, Verify: verify, Claim: claim,
+			Telemetry: b.rec, Logger: log.With("component", "adminapi")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		asrv := httptest.NewServer(web.APIPolicy(api.Handler()))
+		t.Cleanup(asrv.Close)
+		b.admin = asrv.URL
 		if auth != nil {
 			tok, _, err := m.Auth.MintAccessToken(ctx, vault.Principal{Issuer: s.idp.Issuer(), Subject: "alice"}, "urn:credbroker:outage", "outage test", "", time.Hour)
 			if err != nil {
@@ -260,6 +282,15 @@ func outageProblem(h hit) string {
 		if !strings.Contains(h.body, `"error":"temporarily_unavailable"`) {
 			return "not temporarily_unavailable: " + h.body
 		}
+	case "admin":
+		var e struct {
+			Error string `json:"error"`
+			Desc  string `json:"error_description"`
+		}
+		if json.Unmarshal([]byte(h.body), &e) != nil || e.Error != "storage_unavailable" ||
+			!strings.Contains(e.Desc, "storage is unavailable") || !strings.Contains(e.Desc, "Retry") {
+			return "not the admin API's storage_unavailable: " + h.body
+		}
 	}
 	return ""
 }
@@ -267,7 +298,7 @@ func outageProblem(h hit) string {
 // TestStorageOutage is issue 33's outage test: PostgreSQL under load is
 // killed (SIGKILL) and restarted. While it is down every answer of every
 // door (MCP in both --mcp-auth modes and both eras, the gateway, the
-// sidecar, the pages, the token endpoint) is the outage's 503 with
+// sidecar, the pages, the token endpoint, the admin API) is the outage's 503 with
 // Retry-After, none a 500 nor the cause; /readyz is false and the metric
 // counts the refusals. Within 5 s of its return every call succeeds with
 // the same brokers, no acknowledged write is lost, and a connect flow the
@@ -326,6 +357,10 @@ func TestStorageOutage(t *testing.T) {
 		}
 	}
 	sidecarToken := s.bearer(t, "alice", ib.base+"/mcp")
+	adminToken, _, err := s.idp.MintAccessToken("alice", ib.base+"/admin", []string{outageAdminScope}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	doors := map[string]func(i int) hit{
 		"mcp issuer": func(i int) hit {
 			tool, args, bearer := "list_connections", map[string]any{}, ib.mcp
@@ -360,6 +395,12 @@ func TestStorageOutage(t *testing.T) {
 				req.AddCookie(ck)
 			}
 			return send(c, "page", req, 0)
+		},
+		"admin": func(int) hit {
+			req, _ := http.NewRequest(http.MethodGet, ib.admin+"/admin/v1/connections?"+
+				url.Values{"iss": {s.idp.Issuer()}, "sub": {"alice"}}.Encode(), nil)
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			return send(c, "admin", req, 0)
 		},
 		"token": func(int) hit {
 			req, _ := http.NewRequest(http.MethodPost, bb.base+"/token",
@@ -509,7 +550,7 @@ func TestStorageOutage(t *testing.T) {
 			t.Errorf("%s broker's log never names the cause:\n%.2000s", b.name, grepLines(b.logs.String(), "{"))
 		}
 		m := get200(t, c, b.base+"/metrics")
-		for _, door := range map[string][]string{"issuer": {"mcp", "sidecar", "page"}, "broker": {"mcp", "authserver"}}[b.name] {
+		for _, door := range map[string][]string{"issuer": {"mcp", "sidecar", "page", "admin"}, "broker": {"mcp", "authserver"}}[b.name] {
 			if !strings.Contains(m, `credbroker_store_unavailable_total{door="`+door+`"}`) {
 				t.Errorf("%s broker's metrics count no refusal at %s:\n%s", b.name, door, grepLines(m, "credbroker_store_unavailable"))
 			}

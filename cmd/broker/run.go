@@ -51,31 +51,34 @@ commands:
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return dispatch(ctx, "", usage, map[string]command{
+		"serve": runServe, "keys": runKeys, "migrate": runMigrate, "dev": runDev, "admin": runAdmin,
+		"upstreams": runUpstreams, "version": runVersion, "--version": runVersion,
+	}, args, stdout, stderr)
+}
+
+// command is one subcommand: its arguments after its name.
+type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+// dispatch runs the command of cmds that args[0] names with the rest of
+// args. No command or an unknown one prints usage to stderr and is a
+// usage error (its message begins with prefix); help prints usage to
+// stdout.
+func dispatch(ctx context.Context, prefix, usage string, cmds map[string]command, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return usageError{"no command given"}
+		return usageError{prefix + "no command given"}
+	}
+	if c, ok := cmds[args[0]]; ok {
+		return c(ctx, args[1:], stdout, stderr)
 	}
 	switch args[0] {
-	case "serve":
-		return runServe(ctx, args[1:], stdout, stderr)
-	case "keys":
-		return runKeys(ctx, args[1:], stdout, stderr)
-	case "migrate":
-		return runMigrate(ctx, args[1:], stdout, stderr)
-	case "dev":
-		return runDev(ctx, args[1:], stdout, stderr)
-	case "admin":
-		return runAdmin(ctx, args[1:], stdout, stderr)
-	case "upstreams":
-		return runUpstreams(ctx, args[1:], stdout, stderr)
-	case "version", "--version":
-		return runVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprint(stderr, usage)
-	return usageError{fmt.Sprintf("unknown command %q", args[0])}
+	return usageError{fmt.Sprintf("%sunknown command %q", prefix, args[0])}
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -292,18 +292,26 @@ func offboardApps(a *apps.Service) []connections.OffboardStep {
 // collectAuth removes expired codes and never-used registered clients
 // every ten minutes until ctx ends.
 func collectAuth(ctx context.Context, as *authserver.Server, log *slog.Logger) {
-	t := time.NewTicker(10 * time.Minute)
+	every(ctx, 10*time.Minute, func(ctx context.Context) {
+		if codes, clients, err := as.GC(ctx); err != nil {
+			log.Warn("authorization server clean-up failed", "err", err)
+		} else if codes+clients > 0 {
+			log.Debug("authorization server clean-up", "codes", codes, "clients", clients)
+		}
+	})
+}
+
+// every runs f every interval (the first time one interval from now)
+// until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func(ctx context.Context)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if codes, clients, err := as.GC(ctx); err != nil {
-				log.Warn("authorization server clean-up failed", "err", err)
-			} else if codes+clients > 0 {
-				log.Debug("authorization server clean-up", "codes", codes, "clients", clients)
-			}
+			f(ctx)
 		}
 	}
 }
@@ -362,22 +370,15 @@ func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, log 
 	return nil
 }
 
-// collectGrants removes long-expired grants every interval until ctx ends.
+// collectGrants removes long-expired grants every minute until ctx ends.
 func collectGrants(ctx context.Context, g *binding.Service, log *slog.Logger) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := g.GC(ctx, time.Hour); err != nil {
-				log.Warn("grant garbage collection failed", "err", err)
-			} else if n > 0 {
-				log.Debug("expired grants removed", "count", n)
-			}
+	every(ctx, time.Minute, func(ctx context.Context) {
+		if n, err := g.GC(ctx, time.Hour); err != nil {
+			log.Warn("grant garbage collection failed", "err", err)
+		} else if n > 0 {
+			log.Debug("expired grants removed", "count", n)
 		}
-	}
+	})
 }
 
 // gatewayResources reports the gateway endpoints of the catalogue's

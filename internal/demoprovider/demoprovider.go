@@ -73,7 +73,6 @@
 package demoprovider
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -82,8 +81,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html/template"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -94,6 +91,7 @@ import (
 	"time"
 
 	"credbroker/internal/countdown"
+	"credbroker/internal/fakepages"
 )
 
 const (
@@ -296,7 +294,7 @@ func New(opts Options) (*Provider, error) {
 	mux.HandleFunc("POST "+p.path+"/revoke", p.revoke)
 	mux.HandleFunc("GET "+p.path+"/api/user", p.api)
 	mux.HandleFunc("GET "+p.path+"/api/repos", p.api)
-	mux.HandleFunc("GET "+p.path+"/style.css", serveCSS)
+	mux.HandleFunc("GET "+p.path+"/style.css", fakepages.Stylesheet(css))
 	mux.HandleFunc("GET "+p.path+"/keys", p.keysPage)
 	mux.HandleFunc("POST "+p.path+"/keys", p.rotateKeyForm)
 	mux.HandleFunc("GET "+p.path+"/keys-api/me", p.keysAPI)
@@ -810,10 +808,7 @@ type consentData struct {
 	Keys       []accountKey
 }
 
-var pages = template.Must(template.New("").Parse(`
-{{define "head"}}<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{.}}</title><link rel="stylesheet" href="style.css"></head>{{end}}
+var pages = fakepages.Parse(cspHeader, `
 {{define "consent"}}{{template "head" "Authorize · Demo provider"}}
 <body><main>
 <h1>Demo provider</h1>
@@ -846,7 +841,7 @@ var pages = template.Must(template.New("").Parse(`
 </main></body></html>{{end}}
 {{define "error"}}{{template "head" "Error · Demo provider"}}
 <body><main><h1>Demo provider</h1><p class="error">{{.Message}}</p></main></body></html>{{end}}
-`))
+`)
 
 const css = `body{font-family:system-ui,sans-serif;background:#f3f6f4;margin:0}
 table.keys th{text-align:left;padding-right:1rem}table.keys td{padding:.3rem}code.key{word-break:break-all}
@@ -854,32 +849,12 @@ main{max-width:28rem;margin:4rem auto;background:#fff;padding:2rem;border-radius
 label{display:block;margin:1rem 0}select{display:block;margin-top:.3rem;padding:.3rem}
 .buttons button{margin-right:.6rem;padding:.5rem 1.2rem}.error{color:#a00}.note{color:#666;font-size:.9em}`
 
-func serveCSS(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/css; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	_, _ = io.WriteString(w, css)
-}
-
 func (p *Provider) errorPage(w http.ResponseWriter, status int, msg string) {
 	p.render(w, status, "error", consentData{Message: msg})
 }
 
 func (p *Provider) render(w http.ResponseWriter, status int, name string, d consentData) {
-	var buf bytes.Buffer
-	if err := pages.ExecuteTemplate(&buf, name, d); err != nil {
-		p.log.Error("demoprovider: render", "page", name, "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", cspHeader)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	pages.Render(w, p.log, status, name, d)
 }
 
 func oauthError(w http.ResponseWriter, status int, code, desc string) {

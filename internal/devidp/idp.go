@@ -1,7 +1,7 @@
 package devidp
 
 import (
-	"bytes"
+	"credbroker/internal/fakepages"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
@@ -11,8 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html/template"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -188,7 +186,7 @@ func New(opts Options) (*IdP, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+p.path+"/login", p.loginPage)
 	mux.HandleFunc("POST "+p.path+"/login", p.loginSubmit)
-	mux.HandleFunc("GET "+p.path+"/style.css", serveCSS)
+	mux.HandleFunc("GET "+p.path+"/style.css", fakepages.Stylesheet(css))
 	mux.Handle(p.path+"/", http.StripPrefix(p.path, p.provider))
 	p.handler = p.withTokenExchange(mux)
 	p.SetIDJAGRules(opts.IDJAGRules)
@@ -521,10 +519,7 @@ func (p *IdP) finish(w http.ResponseWriter, r *http.Request, id, subject string)
 	http.Redirect(w, r, p.callbackURL(id), http.StatusFound)
 }
 
-var pages = template.Must(template.New("").Parse(`
-{{define "head"}}<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{.}}</title><link rel="stylesheet" href="style.css"></head>{{end}}
+var pages = fakepages.Parse(cspHeader, `
 {{define "login"}}{{template "head" "Sign in · dev IdP"}}
 <body><main>
 <h1>Sign in</h1>
@@ -540,18 +535,12 @@ var pages = template.Must(template.New("").Parse(`
 </main></body></html>{{end}}
 {{define "error"}}{{template "head" "Error · dev IdP"}}
 <body><main><h1>Sign-in problem</h1><p class="error">{{.}}</p></main></body></html>{{end}}
-`))
+`)
 
 const css = `body{font-family:system-ui,sans-serif;background:#f4f5f7;margin:0}
 main{max-width:24rem;margin:4rem auto;background:#fff;padding:2rem;border-radius:8px;box-shadow:0 1px 4px #0002}
 label{display:block;margin:.8rem 0}input{display:block;width:100%;padding:.4rem;box-sizing:border-box}
 button{margin-top:1rem;padding:.5rem 1.2rem}.error{color:#a00}.note{color:#555}`
-
-func serveCSS(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/css; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	_, _ = io.WriteString(w, css)
-}
 
 func (p *IdP) renderLogin(w http.ResponseWriter, status int, d loginData) {
 	p.render(w, status, "login", d)
@@ -562,24 +551,7 @@ func (p *IdP) errorPage(w http.ResponseWriter, status int, msg string) {
 }
 
 func (p *IdP) render(w http.ResponseWriter, status int, name string, data any) {
-	var buf bytes.Buffer
-	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
-		p.log.Error("devidp: render", "page", name, "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
-	}
-	setPageHeaders(w.Header())
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
-}
-
-func setPageHeaders(h http.Header) {
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", cspHeader)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("Cache-Control", "no-store")
+	pages.Render(w, p.log, status, name, data)
 }
 
 func randomString(n int) (string, error) {

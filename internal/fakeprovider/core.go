@@ -44,14 +44,12 @@
 package fakeprovider
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"html/template"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -61,6 +59,7 @@ import (
 	"time"
 
 	"credbroker/internal/countdown"
+	"credbroker/internal/fakepages"
 )
 
 // Options configure a fake provider. Zero values get defaults.
@@ -591,7 +590,7 @@ type consentData struct {
 	Choices []string
 }
 
-var pages = template.Must(template.New("").Parse(`
+var pages = fakepages.Parse("default-src 'none'; base-uri 'none'; frame-ancestors 'none'", `
 {{define "consent"}}<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Authorize · {{.Provider}} (fake)</title></head>
 <body><main>
@@ -609,22 +608,10 @@ var pages = template.Must(template.New("").Parse(`
 {{define "error"}}<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Error · {{.Provider}} (fake)</title></head>
 <body><main><h1>Error</h1><p>{{.Message}}</p></main></body></html>{{end}}
-`))
+`)
 
 func render(w http.ResponseWriter, status int, name string, d consentData) {
-	var buf bytes.Buffer
-	if err := pages.ExecuteTemplate(&buf, name, d); err != nil {
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", "default-src 'none'; base-uri 'none'; frame-ancestors 'none'")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	pages.Render(w, nil, status, name, d)
 }
 
 func errorPage(w http.ResponseWriter, status int, provider, msg string) {

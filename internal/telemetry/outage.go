@@ -13,9 +13,10 @@ const (
 	DoorSidecar    = "sidecar"    // the sidecar API
 	DoorPage       = "page"       // the browser pages (connect links, connections, consent)
 	DoorAuthServer = "authserver" // the authorization server's endpoints (token, registration, revocation)
+	DoorAdmin      = "admin"      // the operators' admin API
 )
 
-var knownDoors = []string{DoorMCP, DoorSidecar, DoorPage, DoorAuthServer}
+var knownDoors = []string{DoorMCP, DoorSidecar, DoorPage, DoorAuthServer, DoorAdmin}
 
 // outageMetrics counts the requests a storage outage refused:
 //
@@ -27,7 +28,7 @@ type outageMetrics struct {
 
 func newOutageMetrics(reg *prometheus.Registry) *outageMetrics {
 	m := &outageMetrics{refused: counterVec("credbroker_store_unavailable_total",
-		"Requests answered 503 because the store was unavailable (database down or restarting, disk full), by door (mcp, sidecar, page, authserver).", "door")}
+		"Requests answered 503 because the store was unavailable (database down or restarting, disk full), by door (mcp, sidecar, page, authserver, admin).", "door")}
 	reg.MustRegister(m.refused)
 	return m
 }

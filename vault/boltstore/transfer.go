@@ -30,14 +30,16 @@ var exported = []struct {
 	{vault.KindDelivery, bOutbox, nil, nil},
 	{vault.KindSpentAssertion, bSpent, nil, spentRecord},
 	{vault.KindUpstreamClient, bUpstream, nil, nil},
+	{vault.KindIdPSession, bSessions, nil, nil},
 }
 
 // ExportRecords hands every stored record to put, exactly as stored (a
 // spent assertion's made from its key and expiry), kind by kind in the
-// order of vault.RecordKind and in key order within a kind, at most batch records at a time (0 means 1000). Each batch is
-// read in a read transaction of its own and put runs after it ends, so
-// put may write anywhere. Index entries are not exported: ImportRecords
-// makes them again.
+// order of vault.RecordKind and in key order within a kind (IdP sessions
+// by the hash of the person their key is), at most batch records at a
+// time (0 means 1000). Each batch is read in a read transaction of its
+// own and put runs after it ends, so put may write anywhere. Index
+// entries are not exported: ImportRecords makes them again.
 func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Records) error) error {
 	if batch <= 0 {
 		batch = 1000
@@ -110,10 +112,12 @@ type indexEntry struct {
 // left as it is, so an interrupted or repeated import is safe. Every
 // record is decoded first, opening nothing; one that does not decode, a
 // connection sealed with a key the ring lacks and a key canary that a
-// configured key of its id does not open are refused (so is an upstream
-// client whose secret is sealed with a key the ring lacks), and nothing of
-// the call is stored. Imports run no ChangeHook: deliveries come as records
-// of their own.
+// configured key of its id does not open are refused (so are an upstream
+// client whose secret and an IdP session whose tokens are sealed with a
+// key the ring lacks), and nothing of the call is stored. An IdP session
+// is filed under the person its record names, to whom its tokens are
+// sealed. Imports run no ChangeHook: deliveries come as records of their
+// own.
 func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, 0, err
@@ -239,6 +243,21 @@ func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) 
 			return imported{}, fmt.Errorf("upstream client %q: sealed with key %s, which the key ring lacks: %w", key, sealed, vault.ErrUnknownKey)
 		}
 		return imported{bucket: bUpstream, key: []byte(key), rec: rec}, nil
+	case vault.KindIdPSession:
+		m, err := record.IdPSessionMeta(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		sealed, err := record.IdPSessionSealedWith(rec)
+		if err != nil {
+			return imported{}, err
+		}
+		if !s.kr.Has(sealed) {
+			return imported{}, fmt.Errorf("IdP session of %q: sealed with key %s, which the key ring lacks: %w", m.Principal.Subject, sealed, vault.ErrUnknownKey)
+		}
+		// Filed under the person the record names, whose identity its
+		// ciphertext is sealed to: it opens for them, and for nobody else.
+		return imported{bucket: bSessions, key: []byte(sessionKey(m.Principal)), rec: rec}, nil
 	}
 	return imported{}, fmt.Errorf("unknown record kind %d", int(kind))
 }

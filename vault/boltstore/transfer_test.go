@@ -72,6 +72,7 @@ func TestExportImportEveryKind(t *testing.T) {
 	}
 	vaulttest.StillSpent(t, dst)
 	vaulttest.UpstreamClientsKept(t, dst)
+	vaulttest.IdPSessionsKept(t, dst)
 
 	again := copyAll(t, src, dst)
 	for k, w := range want {
@@ -80,6 +81,7 @@ func TestExportImportEveryKind(t *testing.T) {
 		}
 	}
 	vaulttest.SameRecords(t, src, dst)
+	vaulttest.MovedIdPSessionShut(t, vaulttest.Exported(t, src)[vault.KindIdPSession], dst, dst)
 }
 
 // TestImportRefusals: an import that cannot be served by the target
@@ -112,6 +114,9 @@ func TestImportRefusals(t *testing.T) {
 		{"upstream client secret sealed with a key the target lacks", dst, vault.Records{Kind: vault.KindUpstreamClient, Recs: all[vault.KindUpstreamClient]}, vault.ErrUnknownKey, "which the key ring lacks"},
 		{"an upstream client without client id", dst, vault.Records{Kind: vault.KindUpstreamClient,
 			Recs: [][]byte{[]byte(`{"v":1,"key":"https://as.example https://broker.example/cb"}`)}}, vault.ErrMalformed, "without client id"},
+		{"IdP session sealed with a key the target lacks", dst, vault.Records{Kind: vault.KindIdPSession, Recs: all[vault.KindIdPSession]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"an IdP session without a person", dst, vault.Records{Kind: vault.KindIdPSession,
+			Recs: [][]byte{[]byte(`{"v":1,"iss":"https://idp.example","sub":"","tokens":""}`)}}, nil, "IdP session record without a person"},
 		{"a record of no kind", dst, vault.Records{Kind: 99, Recs: all[vault.KindGrant]}, nil, "unknown record kind 99"},
 	}
 	for _, tt := range tests {

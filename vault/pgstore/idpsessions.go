@@ -57,11 +57,20 @@ func (s *Store) getSession(ctx context.Context, p vault.Principal) (vault.IdPSes
 const updateSession = `UPDATE idp_sessions SET version = $3, updated = $4, sealed_with = $5, record = $6
 	WHERE iss = $1 AND sub = $2 AND version = $7`
 
-// sessionArgs are the columns of session s stored as rec: iss, sub,
-// version, updated, sealed_with, record.
+const insertSession = `INSERT INTO idp_sessions (iss, sub, version, updated, sealed_with, record) VALUES ($1, $2, $3, $4, $5, $6)
+	ON CONFLICT (iss, sub) DO NOTHING`
+
+// sessionArgs are the columns of session s stored as rec, sealed with
+// the primary key: iss, sub, version, updated, sealed_with, record.
 func (s *Store) sessionArgs(ss vault.IdPSession, rec []byte) []any {
+	return sessionColumns(ss, s.kr.Primary(), rec)
+}
+
+// sessionColumns are the columns of session ss stored as rec, sealed
+// with the key sealedWith names.
+func sessionColumns(ss vault.IdPSession, sealedWith string, rec []byte) []any {
 	p := ss.Principal
-	return []any{[]byte(p.Issuer), []byte(p.Subject), int64(ss.Version), ss.Updated, s.kr.Primary(), rec}
+	return []any{[]byte(p.Issuer), []byte(p.Subject), int64(ss.Version), ss.Updated, sealedWith, rec}
 }
 
 // PutIdPSession implements vault.IdPSessionStore: an insert, or an update
@@ -79,8 +88,7 @@ func (s *Store) PutIdPSession(ctx context.Context, in vault.IdPSession) (vault.I
 		if err != nil {
 			return vault.IdPSession{}, err
 		}
-		q, args := `INSERT INTO idp_sessions (iss, sub, version, updated, sealed_with, record) VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (iss, sub) DO NOTHING`, s.sessionArgs(out, rec)
+		q, args := insertSession, s.sessionArgs(out, rec)
 		if old != nil {
 			q, args = updateSession, append(args, version)
 		}

@@ -38,15 +38,21 @@ var exported = []struct {
 		WHERE (id, endpoint) > ($1, $2) ORDER BY id, endpoint LIMIT $3`, []any{"", ""}, deliveryRow},
 	{vault.KindSpentAssertion, "SELECT key, expires_ns FROM spent_assertions WHERE key > $1 ORDER BY key LIMIT $2", []any{""}, spentRow},
 	{vault.KindUpstreamClient, "SELECT key, record FROM upstream_clients WHERE key > $1 ORDER BY key LIMIT $2", []any{""}, keyAndRecord},
+	{vault.KindIdPSession, "SELECT iss, sub, record FROM idp_sessions WHERE (iss, sub) > ($1, $2) ORDER BY iss, sub LIMIT $3",
+		[]any{[]byte{}, []byte{}}, keyAndRecord}, // not nil: a nil []byte is NULL, and nothing is > NULL
 }
 
+// keyAndRecord is a row of key columns followed by the record.
 func keyAndRecord(row pgx.CollectableRow) (exportRow, error) {
-	var (
-		key string
-		rec []byte
-	)
-	err := row.Scan(&key, &rec)
-	return exportRow{key: []any{key}, rec: rec}, err
+	n := len(row.FieldDescriptions())
+	r := exportRow{key: make([]any, n-1)}
+	dest := make([]any, n)
+	for i := range r.key {
+		dest[i] = &r.key[i]
+	}
+	dest[n-1] = &r.rec
+	err := row.Scan(dest...)
+	return r, err
 }
 
 // codeRow is a code's record as the other backends keep it: the redeemed
@@ -102,11 +108,12 @@ func spentRow(row pgx.CollectableRow) (exportRow, error) {
 }
 
 // ExportRecords hands every stored record to put, kind by kind in the
-// order of vault.RecordKind and in key order within a kind, at most batch
-// records at a time (0 means 1000): the record columns as they are (an
-// authorization code's record with the redeemed column's state, a
-// delivery's and a spent assertion's made from their columns). Each page is its own query, so
-// export a store no broker is writing to.
+// order of vault.RecordKind and in key order within a kind (IdP sessions
+// by person), at most batch records at a time (0 means 1000): the record
+// columns as they are (an authorization code's record with the redeemed
+// column's state, a delivery's and a spent assertion's made from their
+// columns). Each page is its own query, so export a store no broker is
+// writing to.
 func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Records) error) error {
 	if batch <= 0 {
 		batch = 1000
@@ -148,9 +155,11 @@ func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Rec
 // it is, so an interrupted or repeated import is safe. Every record is
 // decoded first, opening nothing; one that does not decode, a connection
 // sealed with a key the ring lacks and a key canary that a configured key
-// of its id does not open are refused (so is an upstream client whose
-// secret is sealed with a key the ring lacks), and nothing of the call is
-// stored. Imports run no ChangeHook: deliveries come as records of their own.
+// of its id does not open are refused (so are an upstream client whose
+// secret and an IdP session whose tokens are sealed with a key the ring
+// lacks), and nothing of the call is stored. An IdP session's row is the
+// person its record names, to whom its tokens are sealed. Imports run no
+// ChangeHook: deliveries come as records of their own.
 func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, 0, err
@@ -200,15 +209,8 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 	case vault.KindOAuthClient:
 		return importWhole(rec, insertClient, record.DecodeOAuthClient, s.clientArgs)
 	case vault.KindAuthCode:
-		c, err := record.DecodeAuthCode(rec)
-		if err != nil {
-			return "", nil, err
-		}
-		if err := checkID("authorization code", c.Key); err != nil {
-			return "", nil, err
-		}
-		return `INSERT INTO oauth_codes (key, expires_ns, redeemed, record) VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`,
-			[]any{c.Key, nanos(c.Expires), c.Redeemed, rec}, nil
+		return importWhole(rec, `INSERT INTO oauth_codes (key, expires_ns, redeemed, record) VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`,
+			record.DecodeAuthCode, importedCodeArgs)
 	case vault.KindAppAccess:
 		return importWhole(rec, insertApp, record.DecodeAppAccess, s.appArgs)
 	case vault.KindDelivery:
@@ -232,6 +234,21 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 			return "", nil, fmt.Errorf("upstream client %q: sealed with key %s, which the key ring lacks: %w", key, sealed, vault.ErrUnknownKey)
 		}
 		return insertUpstream, []any{key, sealed, rec}, nil
+	case vault.KindIdPSession:
+		m, err := record.IdPSessionMeta(rec)
+		if err != nil {
+			return "", nil, err
+		}
+		sealed, err := record.IdPSessionSealedWith(rec)
+		if err != nil {
+			return "", nil, err
+		}
+		if !s.kr.Has(sealed) {
+			return "", nil, fmt.Errorf("IdP session of %q: sealed with key %s, which the key ring lacks: %w", m.Principal.Subject, sealed, vault.ErrUnknownKey)
+		}
+		// The row's person is the one the record names, whose identity its
+		// ciphertext is sealed to: it opens for them, and for nobody else.
+		return insertSession, sessionColumns(m, sealed, rec), nil
 	}
 	return "", nil, fmt.Errorf("unknown record kind %d", int(kind))
 }
@@ -250,6 +267,12 @@ func importWhole[T any](rec []byte, insert string, decode func([]byte) (T, error
 	}
 	a[len(a)-1] = rec
 	return insert, a, nil
+}
+
+// importedCodeArgs are the columns of an imported authorization code,
+// redeemed or not as its record says, the record last.
+func importedCodeArgs(c vault.AuthCode) ([]any, error) {
+	return []any{c.Key, nanos(c.Expires), c.Redeemed, nil}, checkID("authorization code", c.Key)
 }
 
 func (s *Store) runImport(ctx context.Context, batch *pgx.Batch) (added, skipped int, err error) {

@@ -1,7 +1,6 @@
 package pgstore_test
 
 import (
-	"context"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,7 @@ import (
 
 type transferEnd interface {
 	vaulttest.Exporter
-	ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error)
+	vaulttest.Importer
 }
 
 // copyAll exports src into dst, a few records per call, and counts what
@@ -69,6 +68,8 @@ func TestExportImportEveryKind(t *testing.T) {
 	vaulttest.StillSpent(t, dst)
 	vaulttest.UpstreamClientsKept(t, mid)
 	vaulttest.UpstreamClientsKept(t, dst)
+	vaulttest.IdPSessionsKept(t, mid)
+	vaulttest.IdPSessionsKept(t, dst)
 	// The code PostgreSQL redeemed (its column says so) is redeemed in bolt.
 	if _, err := mid.RedeemAuthCode(t.Context(), vault.SecretKey("code-redeemed")); !errors.Is(err, vault.ErrCodeRedeemed) {
 		t.Fatalf("a code redeemed in PostgreSQL, in bolt: %v; want ErrCodeRedeemed", err)
@@ -82,6 +83,7 @@ func TestExportImportEveryKind(t *testing.T) {
 			t.Errorf("second copy, %s: added and skipped %v, want [0 %d]", k, again[k], w)
 		}
 	}
+	vaulttest.MovedIdPSessionShut(t, vaulttest.Exported(t, src)[vault.KindIdPSession], dst, dst)
 }
 
 // TestImportRefusals: an import the target cannot serve stores nothing
@@ -107,6 +109,9 @@ func TestImportRefusals(t *testing.T) {
 		{"upstream client secret sealed with a key the target lacks", vault.Records{Kind: vault.KindUpstreamClient, Recs: all[vault.KindUpstreamClient]}, vault.ErrUnknownKey, "which the key ring lacks"},
 		{"an upstream client without client id", vault.Records{Kind: vault.KindUpstreamClient,
 			Recs: [][]byte{[]byte(`{"v":1,"key":"https://as.example https://broker.example/cb"}`)}}, vault.ErrMalformed, "without client id"},
+		{"IdP session sealed with a key the target lacks", vault.Records{Kind: vault.KindIdPSession, Recs: all[vault.KindIdPSession]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"an IdP session without a person", vault.Records{Kind: vault.KindIdPSession,
+			Recs: [][]byte{[]byte(`{"v":1,"iss":"https://idp.example","sub":"","tokens":""}`)}}, nil, "IdP session record without a person"},
 		{"a record of no kind", vault.Records{Kind: 99, Recs: all[vault.KindGrant]}, nil, "unknown record kind 99"},
 	}
 	for _, tt := range tests {

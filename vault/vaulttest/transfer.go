@@ -19,7 +19,9 @@ import (
 // unredeemed authorization code; app authorizations with token families;
 // webhook deliveries, one of them retried; spent assertions (StillSpent
 // checks them); upstream registrations, one with a client secret
-// (UpstreamClientsKept checks them). Key canaries are the store's own. It
+// (UpstreamClientsKept checks them); the IdP sessions of both people, one
+// refreshed since its sign-in, one without a refresh token
+// (IdPSessionsKept checks them). Key canaries are the store's own. It
 // returns how many records of each kind it stored.
 func FillEveryKind(t *testing.T, s vault.Store) map[vault.RecordKind]int {
 	t.Helper()
@@ -117,10 +119,84 @@ func FillEveryKind(t *testing.T, s vault.Store) map[vault.RecordKind]int {
 		check("put upstream client "+c.ClientID, err)
 	}
 
+	for _, ss := range filledSessions {
+		signedIn := ss
+		signedIn.RefreshToken, signedIn.IDToken, signedIn.Updated = "", "idt-sign-in", ss.Created
+		_, err := s.IdPSessions().PutIdPSession(ctx, signedIn)
+		check("put IdP session of "+ss.Principal.Subject, err)
+		if ss.Version > 1 {
+			_, err = s.IdPSessions().UpdateIdPSession(ctx, ss.Principal, func(old vault.IdPSession) (vault.IdPSession, error) {
+				old.RefreshToken, old.IDToken, old.IDTokenExpires, old.Updated = ss.RefreshToken, ss.IDToken, ss.IDTokenExpires, ss.Updated
+				return old, nil
+			})
+			check("refresh IdP session of "+ss.Principal.Subject, err)
+		}
+	}
+
 	return map[vault.RecordKind]int{
 		vault.KindConnection: 4, vault.KindRetiredConnection: 1, vault.KindGrant: 3,
 		vault.KindOAuthClient: 2, vault.KindAuthCode: 2, vault.KindAppAccess: 2, vault.KindDelivery: 3,
 		vault.KindSpentAssertion: len(spentJTIs), vault.KindUpstreamClient: len(filledUpstream),
+		vault.KindIdPSession: len(filledSessions),
+	}
+}
+
+// filledSessions are the IdP sessions FillEveryKind leaves: alice's,
+// refreshed once since she signed in (version 2), and odd's, whose IdP
+// issued no refresh token.
+var filledSessions = []vault.IdPSession{
+	{Principal: alice, RefreshToken: "idp-rt-alice-refreshed", IDToken: "idp-idt-alice-refreshed",
+		IDTokenExpires: base.Add(2 * time.Hour), Created: base, Updated: base.Add(time.Hour), Version: 2},
+	{Principal: odd, IDToken: "idt-sign-in", IDTokenExpires: base.Add(time.Hour), Created: base, Updated: base, Version: 1},
+}
+
+// IdPSessionsKept fails unless s holds the IdP sessions FillEveryKind
+// left, each opening as its own person with its tokens, times and
+// version: people whose store was copied need not sign in again.
+func IdPSessionsKept(t *testing.T, s vault.Store) {
+	t.Helper()
+	for _, want := range filledSessions {
+		got, err := s.IdPSessions().GetIdPSession(t.Context(), want.Principal)
+		if err != nil || got.Principal != want.Principal || got.RefreshToken.Reveal() != want.RefreshToken.Reveal() ||
+			got.IDToken.Reveal() != want.IDToken.Reveal() || !got.IDTokenExpires.Equal(want.IDTokenExpires) ||
+			!got.Created.Equal(want.Created) || !got.Updated.Equal(want.Updated) || got.Version != want.Version {
+			t.Errorf("IdP session of %q after the copy: %+v, %v; want %+v", want.Principal.Subject, got, err, want)
+		}
+	}
+}
+
+// Importer is a store that imports what an Exporter exported (boltstore,
+// pgstore).
+type Importer interface {
+	ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error)
+}
+
+// MovedIdPSessionShut imports into dst, whose IdP sessions s serves, a
+// copy of alice's exported session (among recs) with the person in the
+// clear changed to another, and fails unless the copy is filed under that
+// person and does not open there while alice's still does: an import
+// opens nothing, and a session stays bound to the person it was sealed
+// for on the way.
+func MovedIdPSessionShut(t *testing.T, recs [][]byte, dst Importer, s vault.Store) {
+	t.Helper()
+	mlice := vault.Principal{Issuer: alice.Issuer, Subject: "mlice"}
+	var moved []byte
+	for _, rec := range recs {
+		if m := bytes.Replace(rec, []byte(`"sub":"alice"`), []byte(`"sub":"mlice"`), 1); !bytes.Equal(m, rec) {
+			moved = m
+		}
+	}
+	if moved == nil {
+		t.Fatalf("no exported IdP session of alice among %d", len(recs))
+	}
+	if added, skipped, err := dst.ImportRecords(t.Context(), vault.Records{Kind: vault.KindIdPSession, Recs: [][]byte{moved}}); err != nil || added != 1 || skipped != 0 {
+		t.Fatalf("import of a session moved to another person: %d added, %d skipped, %v", added, skipped, err)
+	}
+	if got, err := s.IdPSessions().GetIdPSession(t.Context(), mlice); !errors.Is(err, vault.ErrDecrypt) {
+		t.Errorf("alice's session moved to another person opens for them: %+v, %v; want ErrDecrypt", got, err)
+	}
+	if got, err := s.IdPSessions().GetIdPSession(t.Context(), alice); err != nil || got.RefreshToken.Reveal() != filledSessions[0].RefreshToken.Reveal() {
+		t.Errorf("alice's session after the moved copy: %+v, %v", got, err)
 	}
 }
 
@@ -145,8 +221,8 @@ func UpstreamClientsKept(t *testing.T, s vault.Store) {
 }
 
 // NothingInTheClear fails when a record s holds (as ExportRecords hands
-// it out: byte for byte as stored) contains a token, an API key or an
-// upstream client secret FillEveryKind stored.
+// it out: byte for byte as stored) contains a token, an API key, an
+// upstream client secret or an IdP session's token FillEveryKind stored.
 func NothingInTheClear(t *testing.T, s Exporter) {
 	t.Helper()
 	var secrets []string
@@ -159,6 +235,12 @@ func NothingInTheClear(t *testing.T, s Exporter) {
 		if c.ClientSecret != "" {
 			secrets = append(secrets, c.ClientSecret.Reveal())
 		}
+	}
+	for _, ss := range filledSessions {
+		if ss.RefreshToken != "" {
+			secrets = append(secrets, ss.RefreshToken.Reveal())
+		}
+		secrets = append(secrets, ss.IDToken.Reveal())
 	}
 	found := 0
 	for kind, recs := range Exported(t, s) {
@@ -212,7 +294,9 @@ func Exported(t *testing.T, s Exporter) map[vault.RecordKind][][]byte {
 
 // SameRecords fails unless a and b hold the same records, byte for byte,
 // in the same order; key canaries, which each store seals itself (with a
-// random nonce), by the key ids they name.
+// random nonce), by the key ids they name; IdP sessions, which each
+// backend keys its own way (bolt by a hash of the person, PostgreSQL by
+// the person), in any order.
 func SameRecords(t *testing.T, a, b Exporter) {
 	t.Helper()
 	ra, rb := Exported(t, a), Exported(t, b)
@@ -232,6 +316,9 @@ func SameRecords(t *testing.T, a, b Exporter) {
 	}
 	delete(ra, vault.KindKeyCanary)
 	delete(rb, vault.KindKeyCanary)
+	for _, r := range []map[vault.RecordKind][][]byte{ra, rb} {
+		slices.SortFunc(r[vault.KindIdPSession], bytes.Compare)
+	}
 	for k := range rb {
 		if _, ok := ra[k]; !ok {
 			t.Errorf("%s: %d records, and none in the other store", k, len(rb[k]))
