@@ -5,13 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"time"
 )
-
-// ErrAssertionSpent: SpendAssertion found the assertion spent before.
-var ErrAssertionSpent = errors.New("vault: assertion already spent")
 
 // AssertionLedger remembers the one-time assertions the broker accepted
 // (the jti of an ID-JAG redeemed at the authorization server) until they
@@ -44,15 +39,4 @@ func AssertionKey(iss, jti string) string {
 		h.Write([]byte(s))
 	}
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
-}
-
-// CheckAssertionKey reports whether key has the form of an AssertionKey.
-func CheckAssertionKey(key string) error {
-	if len(key) != 43 {
-		return fmt.Errorf("vault: assertion key must be 43 base64url characters, not %d", len(key))
-	}
-	if _, err := base64.RawURLEncoding.DecodeString(key); err != nil {
-		return fmt.Errorf("vault: assertion key is not base64url: %w", err)
-	}
-	return nil
 }

@@ -43,6 +43,9 @@ var (
 	// ErrTooManyClients: CreateOAuthClient refused a registration because
 	// the store already holds the maximum number of registered clients.
 	ErrTooManyClients = errors.New("vault: too many registered clients")
+	// The error of AssertionLedger.
+	// ErrAssertionSpent: SpendAssertion found the assertion spent before.
+	ErrAssertionSpent = errors.New("vault: assertion already spent")
 	// Envelope errors.
 	// ErrUnknownKey: the ciphertext names a key id the key ring does not hold.
 	ErrUnknownKey = errors.New("vault: unknown key id")

@@ -62,7 +62,7 @@ func Rekey(ctx context.Context, s Store, kr *Keyring, batch int) (int, error) {
 				return c, nil
 			})
 			switch {
-			case err == errSkip, IsNotFound(err):
+			case err == errSkip, errors.Is(err, ErrNotFound):
 			case err != nil:
 				return rewritten, fmt.Errorf("vault: rekey %s: %w", id, err)
 			case changed:
@@ -88,6 +88,3 @@ type skipError struct{}
 func (skipError) Error() string { return "vault: skip" }
 
 var errSkip error = skipError{}
-
-// IsNotFound reports whether err wraps ErrNotFound.
-func IsNotFound(err error) bool { return err != nil && errors.Is(err, ErrNotFound) }

@@ -2,11 +2,7 @@ package vault
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // UpstreamClient is a client the broker registered dynamically (RFC 7591)
@@ -41,8 +37,9 @@ type UpstreamClientStore interface {
 	// PutUpstreamClient stores c unless a registration under c.Key
 	// exists, and returns the stored one either way: of concurrent puts
 	// of one key, on one process or many sharing the store, the first
-	// wins and every caller gets it. A key CheckUpstreamClientKey refuses
-	// or a client without ClientID is an error and stores nothing.
+	// wins and every caller gets it. A key no backend can keep (empty,
+	// longer than 2048 bytes, not UTF-8 or holding a NUL) or a client
+	// without ClientID is an error and stores nothing.
 	PutUpstreamClient(ctx context.Context, c UpstreamClient) (UpstreamClient, error)
 	// DeleteUpstreamClient forgets the registration under key (the
 	// authorization server no longer knows it) when it is client clientID,
@@ -55,21 +52,4 @@ type UpstreamClientStore interface {
 	// client secret sealed with another, and returns how many it
 	// rewrote (Rekey calls it, so a key that is rotated out seals none).
 	ResealUpstreamClients(ctx context.Context) (int, error)
-}
-
-// MaxUpstreamClientKey is the longest UpstreamClient.Key a store keeps.
-const MaxUpstreamClientKey = 2048
-
-// CheckUpstreamClientKey refuses a key no backend can keep: empty, longer
-// than MaxUpstreamClientKey bytes, not UTF-8 or holding a NUL.
-func CheckUpstreamClientKey(key string) error {
-	switch {
-	case key == "":
-		return errors.New("vault: upstream client without key")
-	case len(key) > MaxUpstreamClientKey:
-		return fmt.Errorf("vault: upstream client key of %d bytes, more than %d", len(key), MaxUpstreamClientKey)
-	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:
-		return errors.New("vault: upstream client key is not UTF-8 text without NUL")
-	}
-	return nil
 }

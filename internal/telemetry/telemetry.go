@@ -290,7 +290,7 @@ func (r *Recorder) vaultOp(op string, err error, elapsed time.Duration) {
 	outcome := "ok"
 	switch {
 	case err == nil:
-	case vault.IsNotFound(err):
+	case errors.Is(err, vault.ErrNotFound):
 		outcome = "not_found"
 	case isConflict(err):
 		outcome = "conflict"

@@ -45,7 +45,7 @@ func (s *Store) Assertions() vault.AssertionLedger { return s }
 // insert are one write transaction (through the group commit, so it is
 // durable when this returns).
 func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Time) error {
-	if err := vault.CheckAssertionKey(key); err != nil {
+	if err := record.CheckAssertionKey(key); err != nil {
 		return err
 	}
 	if err := s.ready(ctx); err != nil {

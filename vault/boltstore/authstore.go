@@ -113,10 +113,7 @@ func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClien
 
 // UpdateOAuthClient implements vault.AuthStore.
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	return cas(ctx, s, bOAuthClients, id, "oauth client", func(rec []byte) (edit[vault.OAuthClient], error) {
-		nrec, _, nc, err := record.OAuthClients.Update(rec, fn)
-		return edit[vault.OAuthClient]{rec: nrec, out: nc}, err
-	}, nil)
+	return casKind(ctx, s, bOAuthClients, record.OAuthClients, id, fn, nil)
 }
 
 // DeleteOAuthClient implements vault.AuthStore.

@@ -51,6 +51,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
 )
 
@@ -108,7 +109,7 @@ type Store struct {
 	path       string
 	closed     atomic.Bool
 	group      *groupCommit
-	locker     *vault.LocalLocker // a bolt file belongs to one process
+	locker     *locallock.Locker // a bolt file belongs to one process
 }
 
 // Open opens (creating if needed) the database at path. It verifies kr
@@ -151,7 +152,7 @@ func Open(path string, kr *vault.Keyring, opts Options) (s *Store, err error) {
 		}
 	}
 	s = &Store{db: db, kr: kr, path: path, changes: opts.Changes, appChanges: opts.AppChanges, group: newGroupCommit(db, true),
-		locker: vault.NewLocalLocker()}
+		locker: locallock.New()}
 	if err := s.prepare(); err != nil {
 		closeQuietly(db)
 		return nil, err
@@ -392,30 +393,38 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	id := []byte(c.ID)
-	idx := connIndexKey(c.Principal, c.ID)
 	err = s.decide(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bConns)
-		if b.Get(id) != nil {
+		if tx.Bucket(bConns).Get([]byte(c.ID)) != nil {
 			return refuse(fmt.Errorf("boltstore: connection %s: %w", c.ID, vault.ErrExists))
 		}
-		ds, err := record.ChangeDeliveries(s.changes, nil, rec)
-		if err != nil {
-			return refuse(err)
-		}
-		if err := b.Put(id, rec); err != nil {
-			return err
-		}
-		if err := putDeliveries(tx, ds); err != nil {
-			return err
-		}
-		return tx.Bucket(bConnByPrinc).Put(idx, nil)
+		return s.writeConnection(tx, c.ID, c.Principal, nil, rec)
 	})
 	if err != nil {
 		return vault.Connection{}, err
 	}
 	c.SealedWith = s.kr.Primary()
 	return c, nil
+}
+
+// writeConnection stores rec as connection id's record in tx, over old
+// (nil for a new connection of p's, whose index entry it adds), with the
+// outbox deliveries of the change; a refusal of the deliveries is the
+// call's answer, and nothing is written.
+func (s *Store) writeConnection(tx *bolt.Tx, id string, p vault.Principal, old, rec []byte) error {
+	ds, err := record.ChangeDeliveries(s.changes, old, rec)
+	if err != nil {
+		return refuse(err)
+	}
+	if err := tx.Bucket(bConns).Put([]byte(id), rec); err != nil {
+		return err
+	}
+	if err := putDeliveries(tx, ds); err != nil {
+		return err
+	}
+	if old != nil {
+		return nil
+	}
+	return tx.Bucket(bConnByPrinc).Put(connIndexKey(p, id), nil)
 }
 
 // Import stores many new connections in one write transaction (one fsync),
@@ -509,29 +518,21 @@ func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault
 
 // UpdateConnection implements vault.Store: read, fn, write in one transaction.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
-	})
+	return s.rewriteConnection(ctx, id, record.UpdateRewrite(s.kr, id, fn))
 }
 
 // UpdateConnectionMeta implements vault.Store: the sealed tokens are
 // copied, never opened.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionMetaUpdate(rec, id, fn)
-	})
+	return s.rewriteConnection(ctx, id, record.MetaRewrite(id, fn))
 }
 
 // rewriteConnection replaces connection id's record with what rewrite
 // makes of it, writing the deliveries the change causes in the same
 // transaction.
-func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
+func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite record.Rewrite) (vault.Connection, error) {
 	return cas(ctx, s, bConns, id, "connection", func(rec []byte) (edit[vault.Connection], error) {
-		nrec, nc, err := rewrite(rec)
-		if err != nil {
-			return edit[vault.Connection]{}, err
-		}
-		ds, err := record.ChangeDeliveries(s.changes, rec, nrec)
+		nrec, nc, ds, err := rewrite.WithDeliveries(s.changes, rec)
 		return edit[vault.Connection]{rec: nrec, out: nc, ds: ds}, err
 	}, nil)
 }
@@ -589,6 +590,16 @@ func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string,
 	return out, nil
 }
 
+// casKind is cas for a kind of record stored whole: fn applied with k's
+// update rules (record.Kind.Update).
+func casKind[T any](ctx context.Context, s *Store, bucket []byte, k record.Kind[T], key string,
+	fn func(T) (T, error), index func(tx *bolt.Tx, old, new T) error) (T, error) {
+	return cas(ctx, s, bucket, key, k.Name, func(rec []byte) (edit[T], error) {
+		nrec, old, nv, err := k.Update(rec, fn)
+		return edit[T]{rec: nrec, old: old, out: nv}, err
+	}, index)
+}
+
 // DeleteConnection implements vault.Store.
 func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 	return s.deleteConnection(ctx, id, false)
@@ -601,14 +612,9 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 		return err
 	}
 	return s.decide(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bConns)
-		rec := b.Get([]byte(id))
-		if rec == nil {
-			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound))
-		}
-		meta, err := record.ConnectionMeta(rec)
+		rec, meta, err := connectionAt(tx, bConns, id, "connection")
 		if err != nil {
-			return refuse(err)
+			return err
 		}
 		ds, err := record.ChangeDeliveries(s.changes, rec, nil)
 		if err != nil {
@@ -625,11 +631,33 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 				return err
 			}
 		}
-		if err := tx.Bucket(bConnByPrinc).Delete(connIndexKey(meta.Principal, id)); err != nil {
-			return err
-		}
-		return b.Delete([]byte(id))
+		return dropConnection(tx, bConns, bConnByPrinc, meta.Principal, id)
 	})
+}
+
+// connectionAt reads connection id's record in bucket (bConns or
+// bRetired) inside tx, with its metadata; the record is valid only during
+// tx. ErrNotFound, naming the record as what, when there is none, and a
+// record that does not decode, are refusals.
+func connectionAt(tx *bolt.Tx, bucket []byte, id, what string) ([]byte, vault.Connection, error) {
+	rec := tx.Bucket(bucket).Get([]byte(id))
+	if rec == nil {
+		return nil, vault.Connection{}, refuse(fmt.Errorf("boltstore: %s %s: %w", what, id, vault.ErrNotFound))
+	}
+	meta, err := record.ConnectionMeta(rec)
+	if err != nil {
+		return nil, vault.Connection{}, refuse(err)
+	}
+	return rec, meta, nil
+}
+
+// dropConnection removes, inside tx, p's connection id from bucket and
+// its entry from that bucket's principal index.
+func dropConnection(tx *bolt.Tx, bucket, index []byte, p vault.Principal, id string) error {
+	if err := tx.Bucket(index).Delete(connIndexKey(p, id)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucket).Delete([]byte(id))
 }
 
 // AccountConnections implements vault.Store: a scan of every record's
@@ -830,10 +858,7 @@ func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
 // UpdateGrant implements vault.Store, keeping the indexes in step when
 // Created or Expires change.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	return cas(ctx, s, bGrants, id, "grant", func(rec []byte) (edit[vault.Grant], error) {
-		nrec, old, ng, err := record.Grants.Update(rec, fn)
-		return edit[vault.Grant]{rec: nrec, old: old, out: ng}, err
-	}, reindexGrant)
+	return casKind(ctx, s, bGrants, record.Grants, id, fn, reindexGrant)
 }
 
 // CountGrants implements vault.Store.
@@ -919,6 +944,24 @@ func grantsSince(tx *bolt.Tx, p vault.Principal, since time.Time, fn func(vault.
 	return nil
 }
 
+// dropGrant removes grant id inside tx, with its entry in the index
+// bucket idx (keyed by key): the one index its caller does not remove the
+// entry from itself. It reports whether there was a grant; a record that
+// does not decode leaves its entry.
+func dropGrant(tx *bolt.Tx, id, idx []byte, key func(vault.Grant) []byte) (bool, error) {
+	grants := tx.Bucket(bGrants)
+	rec := grants.Get(id)
+	if rec == nil {
+		return false, nil
+	}
+	if g, err := record.DecodeGrant(rec); err == nil {
+		if err := tx.Bucket(idx).Delete(key(g)); err != nil {
+			return false, err
+		}
+	}
+	return true, grants.Delete(id)
+}
+
 // DeleteExpiredGrants implements vault.Store: it walks the expiry index from
 // the oldest entry, a thousand grants per transaction.
 func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, error) {
@@ -932,22 +975,16 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 		n, removed := 0, 0
 		err := s.update(func(tx *bolt.Tx) error {
 			n, removed = 0, 0
-			grants, byPrin := tx.Bucket(bGrants), tx.Bucket(bGrantByPrin)
 			c := tx.Bucket(bGrantByExp).Cursor()
 			for k, _ := c.First(); k != nil && n < chunk; k, _ = c.First() {
 				if len(k) < timeKeyLen || bytes.Compare(k[:timeKeyLen], end) >= 0 {
 					break
 				}
-				id := bytes.Clone(k[timeKeyLen:])
-				if rec := grants.Get(id); rec != nil {
-					if g, err := record.DecodeGrant(rec); err == nil {
-						if err := byPrin.Delete(grantPrincipalKey(g)); err != nil {
-							return err
-						}
-					}
-					if err := grants.Delete(id); err != nil {
-						return err
-					}
+				dropped, err := dropGrant(tx, bytes.Clone(k[timeKeyLen:]), bGrantByPrin, grantPrincipalKey)
+				if err != nil {
+					return err
+				}
+				if dropped {
 					removed++
 				}
 				if err := c.Delete(); err != nil {

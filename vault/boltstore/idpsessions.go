@@ -72,11 +72,7 @@ func (s *Store) PutIdPSession(ctx context.Context, in vault.IdPSession) (vault.I
 
 // UpdateIdPSession implements vault.IdPSessionStore.
 func (s *Store) UpdateIdPSession(ctx context.Context, p vault.Principal, fn func(vault.IdPSession) (vault.IdPSession, error)) (vault.IdPSession, error) {
-	kind := record.IdPSessions(s.kr)
-	return cas(ctx, s, bSessions, sessionKey(p), "IdP session", func(rec []byte) (edit[vault.IdPSession], error) {
-		nrec, _, ns, err := kind.Update(rec, fn)
-		return edit[vault.IdPSession]{rec: nrec, out: ns}, err
-	}, nil)
+	return casKind(ctx, s, bSessions, record.IdPSessions(s.kr), sessionKey(p), fn, nil)
 }
 
 // DeleteIdPSession implements vault.IdPSessionStore.

@@ -238,7 +238,7 @@ func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error
 	err := s.update(func(tx *bolt.Tx) error {
 		n = 0
 		prefix := principalKey(p, timeKeyLen)
-		grants, byExp, byPrin := tx.Bucket(bGrants), tx.Bucket(bGrantByExp), tx.Bucket(bGrantByPrin)
+		byPrin := tx.Bucket(bGrantByPrin)
 		var keys [][]byte
 		c := byPrin.Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
@@ -251,20 +251,13 @@ func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error
 			if len(k) < len(prefix)+timeKeyLen {
 				continue
 			}
-			id := k[len(prefix)+timeKeyLen:]
-			rec := grants.Get(id)
-			if rec == nil {
-				continue
-			}
-			if g, err := record.DecodeGrant(rec); err == nil {
-				if err := byExp.Delete(grantExpiryKey(g)); err != nil {
-					return err
-				}
-			}
-			if err := grants.Delete(id); err != nil {
+			dropped, err := dropGrant(tx, k[len(prefix)+timeKeyLen:], bGrantByExp, grantExpiryKey)
+			if err != nil {
 				return err
 			}
-			n++
+			if dropped {
+				n++
+			}
 		}
 		return nil
 	})
@@ -306,18 +299,10 @@ func (s *Store) ForgetRetired(ctx context.Context, id string) error {
 		return err
 	}
 	return s.decide(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bRetired)
-		rec := b.Get([]byte(id))
-		if rec == nil {
-			return refuse(fmt.Errorf("boltstore: retired connection %s: %w", id, vault.ErrNotFound))
-		}
-		meta, err := record.ConnectionMeta(rec)
+		_, meta, err := connectionAt(tx, bRetired, id, "retired connection")
 		if err != nil {
-			return refuse(err)
-		}
-		if err := tx.Bucket(bRetiredByPrinc).Delete(connIndexKey(meta.Principal, id)); err != nil {
 			return err
 		}
-		return b.Delete([]byte(id))
+		return dropConnection(tx, bRetired, bRetiredByPrinc, meta.Principal, id)
 	})
 }

@@ -19,54 +19,29 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
-	target, created, newRec, err := record.ConnectTarget(s.kr, w)
+	t, err := record.ConnectTarget(s.kr, w)
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
-	id := []byte(target)
 	var (
 		outC vault.Connection
 		outG vault.Grant
 	)
 	err = s.decide(func(tx *bolt.Tx) error {
 		outC, outG = vault.Connection{}, vault.Grant{}
-		cb := tx.Bucket(bConns)
-		old := cb.Get(id)
-		rec := newRec
-		switch {
-		case w.Create != nil && old != nil:
-			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrExists))
-		case w.Create != nil:
-			outC = created
-			outC.SealedWith = s.kr.Primary()
-		case old == nil:
-			return refuse(fmt.Errorf("boltstore: connection %s: %w", id, vault.ErrNotFound))
-		default:
-			nrec, nc, err := record.ApplyConnectionRecordUpdate(s.kr, old, string(id), w.Update)
-			if err != nil {
-				return refuse(err)
-			}
-			rec, outC = nrec, nc
+		old := tx.Bucket(bConns).Get([]byte(t.ID))
+		rec, c, err := t.Onto(old)
+		if err != nil {
+			return refuse(err)
 		}
 		og, ng, ngrec, err := grantUpdate(tx, grantID, grant)
 		if err != nil {
 			return refuse(err)
 		}
-		ds, err := record.ChangeDeliveries(s.changes, old, rec)
-		if err != nil {
-			return refuse(err)
-		}
-		// Every expected failure is behind us: write both.
-		if err := cb.Put(id, rec); err != nil {
+		// Past the deliveries' check every expected failure is behind
+		// us: write both.
+		if err := s.writeConnection(tx, t.ID, t.Created.Principal, old, rec); err != nil {
 			return err
-		}
-		if err := putDeliveries(tx, ds); err != nil {
-			return err
-		}
-		if w.Create != nil {
-			if err := tx.Bucket(bConnByPrinc).Put(connIndexKey(created.Principal, created.ID), nil); err != nil {
-				return err
-			}
 		}
 		if err := tx.Bucket(bGrants).Put([]byte(grantID), ngrec); err != nil {
 			return err
@@ -74,7 +49,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		if err := reindexGrant(tx, og, ng); err != nil {
 			return err
 		}
-		outG = ng
+		outC, outG = c, ng
 		return nil
 	})
 	if err != nil {
@@ -99,22 +74,20 @@ func grantUpdate(tx *bolt.Tx, id string, fn func(vault.Grant) (vault.Grant, erro
 // Created or Expires (as UpdateGrant does).
 func reindexGrant(tx *bolt.Tx, old, ng vault.Grant) error {
 	if !old.Created.Equal(ng.Created) {
-		pb := tx.Bucket(bGrantByPrin)
-		if err := pb.Delete(grantPrincipalKey(old)); err != nil {
-			return err
-		}
-		if err := pb.Put(grantPrincipalKey(ng), nil); err != nil {
+		if err := moveKey(tx.Bucket(bGrantByPrin), grantPrincipalKey(old), grantPrincipalKey(ng)); err != nil {
 			return err
 		}
 	}
 	if !old.Expires.Equal(ng.Expires) {
-		eb := tx.Bucket(bGrantByExp)
-		if err := eb.Delete(grantExpiryKey(old)); err != nil {
-			return err
-		}
-		if err := eb.Put(grantExpiryKey(ng), nil); err != nil {
-			return err
-		}
+		return moveKey(tx.Bucket(bGrantByExp), grantExpiryKey(old), grantExpiryKey(ng))
 	}
 	return nil
+}
+
+// moveKey moves the index entry from to to in index b.
+func moveKey(b *bolt.Bucket, from, to []byte) error {
+	if err := b.Delete(from); err != nil {
+		return err
+	}
+	return b.Put(to, nil)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // Assertions implements vault.Store: the store is its own AssertionLedger.
@@ -13,19 +14,16 @@ func (s *Store) Assertions() vault.AssertionLedger { return s }
 
 // SpendAssertion implements vault.AssertionLedger under the write lock.
 func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Time) error {
-	if err := vault.CheckAssertionKey(key); err != nil {
+	if err := record.CheckAssertionKey(key); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	if _, ok := s.spent[key]; ok {
-		return fmt.Errorf("memstore: %w", vault.ErrAssertionSpent)
-	}
-	s.spent[key] = expires
-	return nil
+	return update(s, func() error {
+		if _, ok := s.spent[key]; ok {
+			return fmt.Errorf("memstore: %w", vault.ErrAssertionSpent)
+		}
+		s.spent[key] = expires
+		return nil
+	})
 }
 
 // DeleteSpentAssertions implements vault.AssertionLedger.

@@ -40,19 +40,16 @@ func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max 
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return vault.OAuthClient{}, err
-	}
-	if _, ok := s.auth.clients[c.ID]; ok {
-		return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", c.ID, vault.ErrExists)
-	}
-	if max > 0 && len(s.auth.clients) >= max {
-		return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", c.ID, vault.ErrTooManyClients)
-	}
-	s.auth.clients[c.ID] = b
-	return c, nil
+	return write(s, func() (vault.OAuthClient, error) {
+		if err := taken(s.auth.clients, c.ID, "oauth client "+c.ID); err != nil {
+			return vault.OAuthClient{}, err
+		}
+		if max > 0 && len(s.auth.clients) >= max {
+			return vault.OAuthClient{}, fmt.Errorf("memstore: oauth client %s: %w", c.ID, vault.ErrTooManyClients)
+		}
+		s.auth.clients[c.ID] = b
+		return c, nil
+	})
 }
 
 // GetOAuthClient implements vault.AuthStore.
@@ -62,10 +59,7 @@ func (s *Store) GetOAuthClient(ctx context.Context, id string) (vault.OAuthClien
 
 // UpdateOAuthClient implements vault.AuthStore.
 func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.OAuthClient) (vault.OAuthClient, error)) (vault.OAuthClient, error) {
-	return cas(s, s.auth.clients, id, "oauth client", func(rec []byte) (edit[vault.OAuthClient], error) {
-		nb, _, nc, err := record.OAuthClients.Update(rec, fn)
-		return edit[vault.OAuthClient]{rec: nb, out: nc}, err
-	})
+	return casKind(s, s.auth.clients, record.OAuthClients, id, fn)
 }
 
 // DeleteOAuthClient implements vault.AuthStore.
@@ -87,43 +81,37 @@ func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	if _, ok := s.auth.codes[c.Key]; ok {
-		return fmt.Errorf("memstore: authorization code: %w", vault.ErrExists)
-	}
-	s.auth.codes[c.Key] = b
-	return nil
+	return update(s, func() error {
+		if err := taken(s.auth.codes, c.Key, "authorization code"); err != nil {
+			return err
+		}
+		s.auth.codes[c.Key] = b
+		return nil
+	})
 }
 
 // RedeemAuthCode implements vault.AuthStore.
 func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return vault.AuthCode{}, err
-	}
-	b, ok := s.auth.codes[key]
-	if !ok {
-		return vault.AuthCode{}, fmt.Errorf("memstore: authorization code: %w", vault.ErrNotFound)
-	}
-	c, err := record.DecodeAuthCode(b)
-	if err != nil {
-		return vault.AuthCode{}, err
-	}
-	if c.Redeemed {
-		return c, fmt.Errorf("memstore: %w", vault.ErrCodeRedeemed)
-	}
-	c.Redeemed = true
-	nb, err := record.EncodeAuthCode(c)
-	if err != nil {
-		return vault.AuthCode{}, err
-	}
-	s.auth.codes[key] = nb
-	return c, nil
+	return write(s, func() (vault.AuthCode, error) {
+		b, ok := s.auth.codes[key]
+		if !ok {
+			return vault.AuthCode{}, fmt.Errorf("memstore: authorization code: %w", vault.ErrNotFound)
+		}
+		c, err := record.DecodeAuthCode(b)
+		if err != nil {
+			return vault.AuthCode{}, err
+		}
+		if c.Redeemed {
+			return c, fmt.Errorf("memstore: %w", vault.ErrCodeRedeemed)
+		}
+		c.Redeemed = true
+		nb, err := record.EncodeAuthCode(c)
+		if err != nil {
+			return vault.AuthCode{}, err
+		}
+		s.auth.codes[key] = nb
+		return c, nil
+	})
 }
 
 // DeleteExpiredAuthCodes implements vault.AuthStore.
@@ -144,22 +132,19 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return vault.AppAccess{}, err
-	}
-	k := appKey{a.Principal, a.ClientID}
-	if _, ok := s.auth.apps[a.ID]; ok {
-		return vault.AppAccess{}, fmt.Errorf("memstore: app access %s: %w", a.ID, vault.ErrExists)
-	}
-	if _, ok := s.auth.appByPC[k]; ok {
-		return vault.AppAccess{}, fmt.Errorf("memstore: app access for client %q: %w", a.ClientID, vault.ErrExists)
-	}
-	s.auth.apps[a.ID] = b
-	s.auth.appByPC[k] = a.ID
-	s.enqueue(ds)
-	return a, nil
+	return write(s, func() (vault.AppAccess, error) {
+		k := appKey{a.Principal, a.ClientID}
+		if err := taken(s.auth.apps, a.ID, "app access "+a.ID); err != nil {
+			return vault.AppAccess{}, err
+		}
+		if _, ok := s.auth.appByPC[k]; ok {
+			return vault.AppAccess{}, fmt.Errorf("memstore: app access for client %q: %w", a.ClientID, vault.ErrExists)
+		}
+		s.auth.apps[a.ID] = b
+		s.auth.appByPC[k] = a.ID
+		s.enqueue(ds)
+		return a, nil
+	})
 }
 
 // GetAppAccess implements vault.AuthStore.
@@ -174,48 +159,44 @@ func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLivenes
 
 // FindAppAccess implements vault.AuthStore.
 func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID string) (vault.AppAccess, error) {
-	s.mu.RLock()
-	err := s.check()
-	id, ok := s.auth.appByPC[appKey{p, clientID}]
-	b := s.auth.apps[id]
-	s.mu.RUnlock()
+	b, err := read(s, func() ([]byte, error) {
+		id, ok := s.auth.appByPC[appKey{p, clientID}]
+		if !ok {
+			return nil, fmt.Errorf("memstore: app access for client %q: %w", clientID, vault.ErrNotFound)
+		}
+		return s.auth.apps[id], nil
+	})
 	if err != nil {
 		return vault.AppAccess{}, err
-	}
-	if !ok {
-		return vault.AppAccess{}, fmt.Errorf("memstore: app access for client %q: %w", clientID, vault.ErrNotFound)
 	}
 	return record.DecodeAppAccess(b)
 }
 
 // ListAppAccess implements vault.AuthStore.
 func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.AppAccess, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var out []vault.AppAccess
-	for k, id := range s.auth.appByPC {
-		if k.p != p {
-			continue
+	return read(s, func() ([]vault.AppAccess, error) {
+		var out []vault.AppAccess
+		for k, id := range s.auth.appByPC {
+			if k.p != p {
+				continue
+			}
+			a, err := record.DecodeAppAccess(s.auth.apps[id])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, a)
 		}
-		a, err := record.DecodeAppAccess(s.auth.apps[id])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	slices.SortFunc(out, func(a, b vault.AppAccess) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
+		slices.SortFunc(out, func(a, b vault.AppAccess) int {
+			switch {
+			case a.ID < b.ID:
+				return -1
+			case a.ID > b.ID:
+				return 1
+			}
+			return 0
+		})
+		return out, nil
 	})
-	return out, nil
 }
 
 // UpdateAppAccess implements vault.AuthStore.
@@ -232,27 +213,24 @@ func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.Ap
 
 // DeleteAppAccess implements vault.AuthStore.
 func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	b, ok := s.auth.apps[id]
-	if !ok {
-		return fmt.Errorf("memstore: app access %s: %w", id, vault.ErrNotFound)
-	}
-	a, err := record.DecodeAppAccess(b)
-	if err != nil && !errors.Is(err, vault.ErrMalformed) {
-		return err
-	}
-	if err == nil {
-		ds, err := record.AppChangeDeliveries(s.appChanges, &a, nil)
-		if err != nil {
+	return update(s, func() error {
+		b, ok := s.auth.apps[id]
+		if !ok {
+			return fmt.Errorf("memstore: app access %s: %w", id, vault.ErrNotFound)
+		}
+		a, err := record.DecodeAppAccess(b)
+		if err != nil && !errors.Is(err, vault.ErrMalformed) {
 			return err
 		}
-		s.enqueue(ds)
-	}
-	delete(s.auth.apps, id)
-	delete(s.auth.appByPC, appKey{a.Principal, a.ClientID})
-	return nil
+		if err == nil {
+			ds, err := record.AppChangeDeliveries(s.appChanges, &a, nil)
+			if err != nil {
+				return err
+			}
+			s.enqueue(ds)
+		}
+		delete(s.auth.apps, id)
+		delete(s.auth.appByPC, appKey{a.Principal, a.ClientID})
+		return nil
+	})
 }

@@ -41,11 +41,7 @@ func (s *Store) PutIdPSession(ctx context.Context, in vault.IdPSession) (vault.I
 
 // UpdateIdPSession implements vault.IdPSessionStore.
 func (s *Store) UpdateIdPSession(ctx context.Context, p vault.Principal, fn func(vault.IdPSession) (vault.IdPSession, error)) (vault.IdPSession, error) {
-	kind := record.IdPSessions(s.kr)
-	return cas(s, s.sessions, sessionKey(p), "IdP session of", func(rec []byte) (edit[vault.IdPSession], error) {
-		nrec, _, out, err := kind.Update(rec, fn)
-		return edit[vault.IdPSession]{rec: nrec, out: out}, err
-	})
+	return casKind(s, s.sessions, record.IdPSessions(s.kr), sessionKey(p), fn)
 }
 
 // DeleteIdPSession implements vault.IdPSessionStore.

@@ -6,13 +6,15 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"iter"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
 )
 
@@ -22,7 +24,7 @@ type Store struct {
 	kr         *vault.Keyring
 	changes    vault.ChangeHook
 	appChanges vault.AppChangeHook
-	locker     *vault.LocalLocker // one process holds the store
+	locker     *locallock.Locker // one process holds the store
 
 	mu          sync.RWMutex // guards the fields below
 	closed      bool
@@ -54,7 +56,7 @@ func NewWith(kr *vault.Keyring, opts Options) *Store {
 	return &Store{
 		kr:          kr,
 		changes:     opts.Changes,
-		locker:      vault.NewLocalLocker(),
+		locker:      locallock.New(),
 		appChanges:  opts.AppChanges,
 		conns:       map[string][]byte{},
 		byPrincipal: map[vault.Principal]map[string]struct{}{},
@@ -90,89 +92,84 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return vault.Connection{}, err
-	}
-	if _, ok := s.conns[c.ID]; ok {
-		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", c.ID, vault.ErrExists)
-	}
-	ds, err := record.ChangeDeliveries(s.changes, nil, b)
-	if err != nil {
-		return vault.Connection{}, err
-	}
-	s.conns[c.ID] = b
-	s.enqueue(ds)
-	idx := s.byPrincipal[c.Principal]
+	return write(s, func() (vault.Connection, error) {
+		if err := taken(s.conns, c.ID, "connection "+c.ID); err != nil {
+			return vault.Connection{}, err
+		}
+		ds, err := record.ChangeDeliveries(s.changes, nil, b)
+		if err != nil {
+			return vault.Connection{}, err
+		}
+		s.conns[c.ID] = b
+		s.enqueue(ds)
+		s.index(c.Principal, c.ID)
+		c.SealedWith = s.kr.Primary()
+		return c, nil
+	})
+}
+
+// index adds connection id to p's; s.mu must be held.
+func (s *Store) index(p vault.Principal, id string) {
+	idx := s.byPrincipal[p]
 	if idx == nil {
 		idx = map[string]struct{}{}
-		s.byPrincipal[c.Principal] = idx
+		s.byPrincipal[p] = idx
 	}
-	idx[c.ID] = struct{}{}
-	c.SealedWith = s.kr.Primary()
-	return c, nil
+	idx[id] = struct{}{}
+}
+
+// taken is ErrExists, naming the record as name, when m (one of s's
+// maps) holds key; s.mu must be held.
+func taken[V any](m map[string]V, key, name string) error {
+	if _, ok := m[key]; ok {
+		return fmt.Errorf("memstore: %s: %w", name, vault.ErrExists)
+	}
+	return nil
 }
 
 // GetConnection implements vault.Store.
 func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection, error) {
-	s.mu.RLock()
-	err := s.check()
-	b, ok := s.conns[id]
-	s.mu.RUnlock()
-	if err != nil {
-		return vault.Connection{}, err
-	}
-	if !ok {
-		return vault.Connection{}, fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
-	}
-	return record.DecodeConnection(s.kr, b)
+	return get(s, s.conns, id, "connection", func(b []byte) (vault.Connection, error) {
+		return record.DecodeConnection(s.kr, b)
+	})
 }
 
 // ListConnections implements vault.Store.
 func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
-	s.mu.RLock()
-	if err := s.check(); err != nil {
-		s.mu.RUnlock()
+	recs, err := read(s, func() ([][]byte, error) { return inOrder(s.conns, maps.Keys(s.byPrincipal[p])), nil })
+	if err != nil {
 		return nil, err
 	}
-	recs := make([][]byte, 0, len(s.byPrincipal[p]))
-	ids := make([]string, 0, len(s.byPrincipal[p]))
-	for id := range s.byPrincipal[p] {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		recs = append(recs, s.conns[id])
-	}
-	s.mu.RUnlock()
 	return record.DecodePrincipalConnections(p, recs)
+}
+
+// inOrder returns the records of ids in recs (one of s's maps), ordered
+// by id; s.mu must be held.
+func inOrder(recs map[string][]byte, ids iter.Seq[string]) [][]byte {
+	sorted := slices.Sorted(ids)
+	out := make([][]byte, 0, len(sorted))
+	for _, id := range sorted {
+		out = append(out, recs[id])
+	}
+	return out
 }
 
 // UpdateConnection implements vault.Store.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
-	})
+	return s.rewriteConnection(id, record.UpdateRewrite(s.kr, id, fn))
 }
 
 // UpdateConnectionMeta implements vault.Store.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionMetaUpdate(rec, id, fn)
-	})
+	return s.rewriteConnection(id, record.MetaRewrite(id, fn))
 }
 
 // rewriteConnection replaces connection id's record with what rewrite
 // makes of it, with the deliveries the change causes.
-func (s *Store) rewriteConnection(id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
+func (s *Store) rewriteConnection(id string, rewrite record.Rewrite) (vault.Connection, error) {
 	return cas(s, s.conns, id, "connection", func(rec []byte) (edit[vault.Connection], error) {
-		nb, nc, err := rewrite(rec)
-		if err != nil {
-			return edit[vault.Connection]{}, err
-		}
-		ds, err := record.ChangeDeliveries(s.changes, rec, nb)
-		return edit[vault.Connection]{rec: nb, out: nc, ds: ds}, err
+		nrec, nc, ds, err := rewrite.WithDeliveries(s.changes, rec)
+		return edit[vault.Connection]{rec: nrec, out: nc, ds: ds}, err
 	})
 }
 
@@ -189,22 +186,28 @@ type edit[T any] struct {
 // error, or ErrNotFound when there is no record, is the call's answer,
 // and nothing is written.
 func cas[T any](s *Store, recs map[string][]byte, id, what string, change func(rec []byte) (edit[T], error)) (T, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return *new(T), err
-	}
-	b, ok := recs[id]
-	if !ok {
-		return *new(T), fmt.Errorf("memstore: %s %s: %w", what, id, vault.ErrNotFound)
-	}
-	e, err := change(b)
-	if err != nil {
-		return *new(T), err
-	}
-	recs[id] = e.rec
-	s.enqueue(e.ds)
-	return e.out, nil
+	return write(s, func() (T, error) {
+		b, ok := recs[id]
+		if !ok {
+			return *new(T), fmt.Errorf("memstore: %s %s: %w", what, id, vault.ErrNotFound)
+		}
+		e, err := change(b)
+		if err != nil {
+			return *new(T), err
+		}
+		recs[id] = e.rec
+		s.enqueue(e.ds)
+		return e.out, nil
+	})
+}
+
+// casKind is cas for a kind of record stored whole: fn applied with k's
+// update rules (record.Kind.Update).
+func casKind[T any](s *Store, recs map[string][]byte, k record.Kind[T], id string, fn func(T) (T, error)) (T, error) {
+	return cas(s, recs, id, k.Name, func(rec []byte) (edit[T], error) {
+		nrec, _, nv, err := k.Update(rec, fn)
+		return edit[T]{rec: nrec, out: nv}, err
+	})
 }
 
 // DeleteConnection implements vault.Store.
@@ -215,74 +218,57 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 // deleteConnection removes connection id, keeping its record among the
 // retired ones when retire is set.
 func (s *Store) deleteConnection(id string, retire bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	b, ok := s.conns[id]
-	if !ok {
-		return fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
-	}
-	meta, err := record.ConnectionMeta(b)
-	if err != nil {
-		return err
-	}
-	ds, err := record.ChangeDeliveries(s.changes, b, nil)
-	if err != nil {
-		return err
-	}
-	s.enqueue(ds)
-	if retire {
-		s.retired[id] = b
-	}
-	delete(s.conns, id)
-	delete(s.byPrincipal[meta.Principal], id)
-	if len(s.byPrincipal[meta.Principal]) == 0 {
-		delete(s.byPrincipal, meta.Principal)
-	}
-	return nil
+	return update(s, func() error {
+		b, ok := s.conns[id]
+		if !ok {
+			return fmt.Errorf("memstore: connection %s: %w", id, vault.ErrNotFound)
+		}
+		meta, err := record.ConnectionMeta(b)
+		if err != nil {
+			return err
+		}
+		ds, err := record.ChangeDeliveries(s.changes, b, nil)
+		if err != nil {
+			return err
+		}
+		s.enqueue(ds)
+		if retire {
+			s.retired[id] = b
+		}
+		delete(s.conns, id)
+		delete(s.byPrincipal[meta.Principal], id)
+		if len(s.byPrincipal[meta.Principal]) == 0 {
+			delete(s.byPrincipal, meta.Principal)
+		}
+		return nil
+	})
 }
 
 // AccountConnections implements vault.Store: a scan of every record's
 // metadata.
 func (s *Store) AccountConnections(ctx context.Context, provider, accountID string) ([]vault.Connection, error) {
-	s.mu.RLock()
-	if err := s.check(); err != nil {
-		s.mu.RUnlock()
+	recs, err := read(s, func() ([][]byte, error) { return inOrder(s.conns, maps.Keys(s.conns)), nil })
+	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, 0, len(s.conns))
-	for id := range s.conns {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	recs := make([][]byte, 0, len(ids))
-	for _, id := range ids {
-		recs = append(recs, s.conns[id])
-	}
-	s.mu.RUnlock()
 	return record.DecodeAccountConnections(provider, accountID, recs)
 }
 
 // ConnectionIDs implements vault.Store.
 func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var ids []string
-	for id := range s.conns {
-		if id > after {
-			ids = append(ids, id)
+	return read(s, func() ([]string, error) {
+		var ids []string
+		for id := range s.conns {
+			if id > after {
+				ids = append(ids, id)
+			}
 		}
-	}
-	slices.Sort(ids)
-	if limit > 0 && len(ids) > limit {
-		ids = ids[:limit]
-	}
-	return ids, nil
+		slices.Sort(ids)
+		if limit > 0 && len(ids) > limit {
+			ids = ids[:limit]
+		}
+		return ids, nil
+	})
 }
 
 // CreateGrant implements vault.Store.
@@ -297,25 +283,22 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 	if err != nil {
 		return vault.Grant{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return vault.Grant{}, err
-	}
-	if _, ok := s.grants[g.ID]; ok {
-		return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", g.ID, vault.ErrExists)
-	}
-	if lim.Enforced() {
-		created, open, err := s.countGrants(g.Principal, lim)
-		if err != nil {
+	return write(s, func() (vault.Grant, error) {
+		if err := taken(s.grants, g.ID, "grant "+g.ID); err != nil {
 			return vault.Grant{}, err
 		}
-		if err := lim.Check(created, open); err != nil {
-			return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", g.ID, err)
+		if lim.Enforced() {
+			created, open, err := s.countGrants(g.Principal, lim)
+			if err != nil {
+				return vault.Grant{}, err
+			}
+			if err := lim.Check(created, open); err != nil {
+				return vault.Grant{}, fmt.Errorf("memstore: grant %s: %w", g.ID, err)
+			}
 		}
-	}
-	s.grants[g.ID] = b
-	return g, nil
+		s.grants[g.ID] = b
+		return g, nil
+	})
 }
 
 // GetGrant implements vault.Store.
@@ -325,25 +308,22 @@ func (s *Store) GetGrant(ctx context.Context, id string) (vault.Grant, error) {
 
 // get decodes id's record in recs (one of s's maps) with decode.
 func get[T any](s *Store, recs map[string][]byte, id, what string, decode func([]byte) (T, error)) (T, error) {
-	s.mu.RLock()
-	err := s.check()
-	b, ok := recs[id]
-	s.mu.RUnlock()
+	b, err := read(s, func() ([]byte, error) {
+		b, ok := recs[id]
+		if !ok {
+			return nil, fmt.Errorf("memstore: %s %s: %w", what, id, vault.ErrNotFound)
+		}
+		return b, nil
+	})
 	if err != nil {
 		return *new(T), err
-	}
-	if !ok {
-		return *new(T), fmt.Errorf("memstore: %s %s: %w", what, id, vault.ErrNotFound)
 	}
 	return decode(b)
 }
 
 // UpdateGrant implements vault.Store.
 func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
-	return cas(s, s.grants, id, "grant", func(rec []byte) (edit[vault.Grant], error) {
-		nb, _, ng, err := record.Grants.Update(rec, fn)
-		return edit[vault.Grant]{rec: nb, out: ng}, err
-	})
+	return casKind(s, s.grants, record.Grants, id, fn)
 }
 
 // CountGrants implements vault.Store.
@@ -358,28 +338,25 @@ func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now t
 
 // ListGrants implements vault.Store.
 func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Time) ([]vault.Grant, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var out []vault.Grant
-	for _, b := range s.grants {
-		g, err := record.DecodeGrant(b)
-		if err != nil {
-			return nil, err
+	return read(s, func() ([]vault.Grant, error) {
+		var out []vault.Grant
+		for _, b := range s.grants {
+			g, err := record.DecodeGrant(b)
+			if err != nil {
+				return nil, err
+			}
+			if g.Principal == p && !g.Created.Before(since) {
+				out = append(out, g)
+			}
 		}
-		if g.Principal == p && !g.Created.Before(since) {
-			out = append(out, g)
-		}
-	}
-	slices.SortFunc(out, func(a, b vault.Grant) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
+		slices.SortFunc(out, func(a, b vault.Grant) int {
+			if c := a.Created.Compare(b.Created); c != 0 {
+				return c
+			}
+			return strings.Compare(a.ID, b.ID)
+		})
+		return out, nil
 	})
-	return out, nil
 }
 
 // countGrants counts p's grants in lim's window; s.mu must be held.
@@ -413,25 +390,40 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 
 // write runs f under the write lock, on an open store.
 func write[T any](s *Store, f func() (T, error)) (T, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return locked(s, s.mu.Lock, s.mu.Unlock, f)
+}
+
+// locked runs f between lock and unlock (of s.mu), on an open store.
+func locked[T any](s *Store, lock, unlock func(), f func() (T, error)) (T, error) {
+	lock()
+	defer unlock()
 	if err := s.check(); err != nil {
 		return *new(T), err
 	}
 	return f()
 }
 
+// update is write for f that answers only an error.
+func update(s *Store, f func() error) error {
+	_, err := write(s, func() (struct{}, error) { return struct{}{}, f() })
+	return err
+}
+
+// read runs f under the read lock, on an open store.
+func read[T any](s *Store, f func() (T, error)) (T, error) {
+	return locked(s, s.mu.RLock, s.mu.RUnlock, f)
+}
+
 // deleteKey removes key from m (one of the store's maps) under the write
 // lock; ErrNotFound, naming the record as name, when it is absent.
 func deleteKey[V any](s *Store, m map[string]V, key, name string) error {
-	_, err := write(s, func() (struct{}, error) {
+	return update(s, func() error {
 		if _, ok := m[key]; !ok {
-			return struct{}{}, fmt.Errorf("memstore: %s: %w", name, vault.ErrNotFound)
+			return fmt.Errorf("memstore: %s: %w", name, vault.ErrNotFound)
 		}
 		delete(m, key)
-		return struct{}{}, nil
+		return nil
 	})
-	return err
 }
 
 // deleteWhere removes, under the write lock, the entries of m (one of the

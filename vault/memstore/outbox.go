@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -19,44 +20,38 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) erro
 	if err := record.CheckDeliveries(ds); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	s.enqueue(ds)
-	return nil
+	return update(s, func() error {
+		s.enqueue(ds)
+		return nil
+	})
 }
 
 // ClaimDeliveries implements vault.Outbox under the write lock.
 func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]vault.Delivery, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var due []vault.Delivery
-	for _, d := range s.outbox {
-		if !d.Due.After(now) {
-			due = append(due, d)
+	return write(s, func() ([]vault.Delivery, error) {
+		var due []vault.Delivery
+		for _, d := range s.outbox {
+			if !d.Due.After(now) {
+				due = append(due, d)
+			}
 		}
-	}
-	slices.SortFunc(due, func(a, b vault.Delivery) int {
-		if c := a.Due.Compare(b.Due); c != 0 {
-			return c
+		slices.SortFunc(due, func(a, b vault.Delivery) int {
+			if c := a.Due.Compare(b.Due); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Key(), b.Key())
+		})
+		if limit > 0 && len(due) > limit {
+			due = due[:limit]
 		}
-		return strings.Compare(a.Key(), b.Key())
+		out := make([]vault.Delivery, 0, len(due))
+		for _, d := range due {
+			d.Due = now.Add(lease)
+			s.outbox[d.Key()] = d
+			out = append(out, d.Clone())
+		}
+		return out, nil
 	})
-	if limit > 0 && len(due) > limit {
-		due = due[:limit]
-	}
-	out := make([]vault.Delivery, 0, len(due))
-	for _, d := range due {
-		d.Due = now.Add(lease)
-		s.outbox[d.Key()] = d
-		out = append(out, d.Clone())
-	}
-	return out, nil
 }
 
 // FinishDelivery implements vault.Outbox.
@@ -66,18 +61,15 @@ func (s *Store) FinishDelivery(ctx context.Context, id, endpoint string) error {
 
 // RetryDelivery implements vault.Outbox.
 func (s *Store) RetryDelivery(ctx context.Context, d vault.Delivery) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(); err != nil {
-		return err
-	}
-	old, ok := s.outbox[d.Key()]
-	if !ok {
-		return fmt.Errorf("memstore: delivery %s to %s: %w", d.ID, d.Endpoint, vault.ErrNotFound)
-	}
-	old.Attempts, old.Due, old.LastError = d.Attempts, d.Due, d.LastError
-	s.outbox[d.Key()] = old
-	return nil
+	return update(s, func() error {
+		old, ok := s.outbox[d.Key()]
+		if !ok {
+			return fmt.Errorf("memstore: delivery %s to %s: %w", d.ID, d.Endpoint, vault.ErrNotFound)
+		}
+		old.Attempts, old.Due, old.LastError = d.Attempts, d.Due, d.LastError
+		s.outbox[d.Key()] = old
+		return nil
+	})
 }
 
 // OutboxDepth implements vault.Outbox.
@@ -102,29 +94,26 @@ func (s *Store) Admin() vault.AdminStore { return s }
 // ProviderConnections implements vault.AdminStore: a scan of every
 // record's metadata.
 func (s *Store) ProviderConnections(ctx context.Context, provider, after string, limit int) ([]vault.Connection, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	var out []vault.Connection
-	for id, b := range s.conns {
-		if id <= after {
-			continue
+	return read(s, func() ([]vault.Connection, error) {
+		var out []vault.Connection
+		for id, b := range s.conns {
+			if id <= after {
+				continue
+			}
+			m, err := record.ConnectionMeta(b)
+			if err != nil {
+				return nil, err
+			}
+			if m.Provider == provider {
+				out = append(out, m)
+			}
 		}
-		m, err := record.ConnectionMeta(b)
-		if err != nil {
-			return nil, err
+		slices.SortFunc(out, func(a, b vault.Connection) int { return strings.Compare(a.ID, b.ID) })
+		if limit > 0 && len(out) > limit {
+			out = out[:limit]
 		}
-		if m.Provider == provider {
-			out = append(out, m)
-		}
-	}
-	slices.SortFunc(out, func(a, b vault.Connection) int { return strings.Compare(a.ID, b.ID) })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
+		return out, nil
+	})
 }
 
 // DeleteGrants implements vault.AdminStore.
@@ -142,16 +131,10 @@ func (s *Store) RetireConnection(ctx context.Context, id string) error {
 
 // RetiredConnections implements vault.AdminStore.
 func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
-	s.mu.RLock()
-	if err := s.check(); err != nil {
-		s.mu.RUnlock()
+	recs, err := read(s, func() ([][]byte, error) { return inOrder(s.retired, maps.Keys(s.retired)), nil })
+	if err != nil {
 		return nil, err
 	}
-	var recs [][]byte
-	for _, b := range s.retired {
-		recs = append(recs, b)
-	}
-	s.mu.RUnlock()
 	var out []vault.Connection
 	for _, b := range recs {
 		m, err := record.ConnectionMeta(b)

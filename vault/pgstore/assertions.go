@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // Assertions implements vault.Store: the store is its own AssertionLedger.
@@ -17,7 +18,7 @@ const insertSpent = `INSERT INTO spent_assertions (key, expires_ns) VALUES ($1, 
 // CONFLICT DO NOTHING, so of concurrent spends on any replica exactly one
 // inserts the row.
 func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Time) error {
-	if err := vault.CheckAssertionKey(key); err != nil {
+	if err := record.CheckAssertionKey(key); err != nil {
 		return err
 	}
 	if err := s.ready(ctx); err != nil {

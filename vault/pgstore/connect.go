@@ -25,10 +25,11 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	if err := s.ready(ctx); err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
-	id, created, newRec, err := record.ConnectTarget(s.kr, w)
+	t, err := record.ConnectTarget(s.kr, w)
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
+	id := t.ID
 	if !storable(id) {
 		return vault.Connection{}, vault.Grant{}, fmt.Errorf("pgstore: connection %q: %w", id, vault.ErrNotFound)
 	}
@@ -43,12 +44,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	fail := func(err error) error { opErr = err; return errAbort }
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		outC, outG, opErr = vault.Connection{}, vault.Grant{}, nil
-		var grec []byte
-		var gversion int64
-		err := tx.QueryRow(ctx, "SELECT record, version FROM grants WHERE id = $1 FOR UPDATE", grantID).Scan(&grec, &gversion)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fail(fmt.Errorf("pgstore: grant %s: %w", grantID, vault.ErrNotFound))
-		}
+		grec, gversion, err := forUpdate(ctx, tx, fail, "grants", "grant", grantID)
 		if err != nil {
 			return err
 		}
@@ -69,7 +65,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		}
 
 		var old []byte
-		rec := newRec
+		rec := t.Rec
 		if w.Create != nil {
 			row, err := rowFromRecord(rec)
 			if err != nil {
@@ -82,15 +78,11 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 			if tag.RowsAffected() == 0 {
 				return fail(fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrExists))
 			}
-			outC = created
+			outC = t.Created
 			outC.SealedWith = s.kr.Primary()
 		} else {
 			var version int64
-			err := tx.QueryRow(ctx, "SELECT record, version FROM connections WHERE id = $1 FOR UPDATE", id).Scan(&old, &version)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fail(fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrNotFound))
-			}
-			if err != nil {
+			if old, version, err = forUpdate(ctx, tx, fail, "connections", "connection", id); err != nil {
 				return err
 			}
 			nrec, nc, err := record.ApplyConnectionRecordUpdate(s.kr, old, id, w.Update)
@@ -133,4 +125,15 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		return vault.Connection{}, vault.Grant{}, s.dbErr(fmt.Errorf("pgstore: connect %s: %w", id, err))
 	}
 	return outC, outG, nil
+}
+
+// forUpdate reads, in tx, the record and version of row id of table and
+// locks the row FOR UPDATE; what names the record in errors. No such row
+// is an expected failure, handed to fail.
+func forUpdate(ctx context.Context, tx pgx.Tx, fail func(error) error, table, what, id string) (rec []byte, version int64, err error) {
+	err = tx.QueryRow(ctx, "SELECT record, version FROM "+table+" WHERE id = $1 FOR UPDATE", id).Scan(&rec, &version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, fail(fmt.Errorf("pgstore: %s %s: %w", what, id, vault.ErrNotFound))
+	}
+	return rec, version, err
 }

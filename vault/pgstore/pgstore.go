@@ -46,6 +46,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
 )
 
@@ -73,9 +74,9 @@ type Store struct {
 	pool     *pgxpool.Pool // data
 	lockPool *pgxpool.Pool // sessions holding advisory locks, apart so they never starve writes
 	kr       *vault.Keyring
-	local    *vault.LocalLocker // queues this process's LockConnection callers
+	local    *locallock.Locker // queues this process's LockConnection callers
 	// grantLocal queues this process's limited grant creates per principal.
-	grantLocal *vault.LocalLocker
+	grantLocal *locallock.Locker
 	locksMu    sync.Mutex // guards locks
 	locks      map[*heldLock]struct{}
 	attempts   int
@@ -116,7 +117,7 @@ func Open(ctx context.Context, url string, kr *vault.Keyring, opts Options) (*St
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: vault.NewLocalLocker(), grantLocal: vault.NewLocalLocker(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts, changes: opts.Changes, appChanges: opts.AppChanges}
+	s := &Store{pool: pool, lockPool: lockPool, kr: kr, local: locallock.New(), grantLocal: locallock.New(), locks: map[*heldLock]struct{}{}, attempts: opts.MaxAttempts, changes: opts.Changes, appChanges: opts.AppChanges}
 	if err := s.prepare(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -559,23 +560,19 @@ func (s *Store) AccountConnections(ctx context.Context, provider, accountID stri
 // succeeds if the version is still the one read; on a lost race fn runs
 // again on the fresh record.
 func (s *Store) UpdateConnection(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionRecordUpdate(s.kr, rec, id, fn)
-	})
+	return s.rewriteConnection(ctx, id, record.UpdateRewrite(s.kr, id, fn))
 }
 
 // UpdateConnectionMeta implements vault.Store: the same compare-and-swap
 // as UpdateConnection, copying the sealed tokens instead of opening them.
 func (s *Store) UpdateConnectionMeta(ctx context.Context, id string, fn func(vault.Connection) (vault.Connection, error)) (vault.Connection, error) {
-	return s.rewriteConnection(ctx, id, func(rec []byte) ([]byte, vault.Connection, error) {
-		return record.ApplyConnectionMetaUpdate(rec, id, fn)
-	})
+	return s.rewriteConnection(ctx, id, record.MetaRewrite(id, fn))
 }
 
 // rewriteConnection replaces connection id's record with what rewrite
 // makes of it, writing the deliveries the change causes in the same
 // transaction.
-func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite func(rec []byte) ([]byte, vault.Connection, error)) (vault.Connection, error) {
+func (s *Store) rewriteConnection(ctx context.Context, id string, rewrite record.Rewrite) (vault.Connection, error) {
 	return cas(ctx, s, "connection", id, updateConn, s.connectionRecord, func(rec []byte, version int64) (vault.Connection, casWrite, error) {
 		nrec, nc, err := rewrite(rec)
 		if err != nil {

@@ -16,6 +16,13 @@ import (
 // be nil) inside the transaction of every change of a connection.
 type NewHookedStore func(t *testing.T, hook vault.ChangeHook) vault.Store
 
+// hooked is newStore's store with hook, closed when the test ends.
+func hooked[H any](t *testing.T, newStore func(*testing.T, H) vault.Store, hook H) vault.Store {
+	s := newStore(t, hook)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // RunOutbox is the conformance suite of the optional features every
 // backend of this repository has: the webhook outbox (vault.Outbox, with
 // deliveries written atomically with the change of a connection) and the
@@ -80,8 +87,7 @@ func types(t *testing.T, o vault.Outbox) []string {
 }
 
 func testChangesWriteDeliveries(t *testing.T, newStore NewHookedStore) {
-	s := newStore(t, recordingHook)
-	t.Cleanup(func() { _ = s.Close() })
+	s := hooked(t, newStore, recordingHook)
 	o := s.Outbox()
 	ctx := t.Context()
 	mustCreate(t, s, Conn("c1", alice, "github", "1"))
@@ -132,8 +138,7 @@ func testChangesWriteDeliveries(t *testing.T, newStore NewHookedStore) {
 		t.Fatalf("outbox holds %v, want %v", got, want)
 	}
 	// Without a hook nothing is written.
-	plain := newStore(t, nil)
-	t.Cleanup(func() { _ = plain.Close() })
+	plain := hooked(t, newStore, nil)
 	mustCreate(t, plain, Conn("c2", alice, "github", "2"))
 	if err := plain.DeleteConnection(ctx, "c2"); err != nil {
 		t.Fatal(err)
@@ -144,8 +149,7 @@ func testChangesWriteDeliveries(t *testing.T, newStore NewHookedStore) {
 }
 
 func testClaimLease(t *testing.T, newStore NewHookedStore) {
-	s := newStore(t, nil)
-	t.Cleanup(func() { _ = s.Close() })
+	s := hooked(t, newStore, nil)
 	o := s.Outbox()
 	ctx := t.Context()
 	var ds []vault.Delivery
@@ -210,8 +214,7 @@ func testClaimLease(t *testing.T, newStore NewHookedStore) {
 }
 
 func testConcurrentClaims(t *testing.T, newStore NewHookedStore) {
-	s := newStore(t, nil)
-	t.Cleanup(func() { _ = s.Close() })
+	s := hooked(t, newStore, nil)
 	o := s.Outbox()
 	ctx := t.Context()
 	const n = 200
@@ -256,8 +259,7 @@ func testConcurrentClaims(t *testing.T, newStore NewHookedStore) {
 }
 
 func testProviderConnections(t *testing.T, newStore NewHookedStore) {
-	s := newStore(t, nil)
-	t.Cleanup(func() { _ = s.Close() })
+	s := hooked(t, newStore, nil)
 	a := s.Admin()
 	bob := vault.Principal{Issuer: alice.Issuer, Subject: "bob"}
 	for i := range 7 {
@@ -296,8 +298,7 @@ func testProviderConnections(t *testing.T, newStore NewHookedStore) {
 }
 
 func testDeleteGrants(t *testing.T, newStore NewHookedStore) {
-	s := newStore(t, nil)
-	t.Cleanup(func() { _ = s.Close() })
+	s := hooked(t, newStore, nil)
 	a := s.Admin()
 	ctx := t.Context()
 	bob := vault.Principal{Issuer: alice.Issuer, Subject: "bob"}
@@ -329,8 +330,7 @@ func testDeleteGrants(t *testing.T, newStore NewHookedStore) {
 }
 
 func testRetire(t *testing.T, newStore NewHookedStore) {
-	s := newStore(t, recordingHook)
-	t.Cleanup(func() { _ = s.Close() })
+	s := hooked(t, newStore, recordingHook)
 	a := s.Admin()
 	o := s.Outbox()
 	ctx := t.Context()
@@ -419,8 +419,7 @@ func setApp(s vault.AuthStore, ctx context.Context, id string, change func(*vaul
 }
 
 func testAppChangesWriteDeliveries(t *testing.T, newStore NewAppHookedStore) {
-	st := newStore(t, appHook(nil))
-	t.Cleanup(func() { _ = st.Close() })
+	st := hooked(t, newStore, appHook(nil))
 	s := st.Auth()
 	ctx := t.Context()
 	if _, err := s.CreateAppAccess(ctx, appAccess("a1", alice, "c1")); err != nil {
@@ -444,8 +443,7 @@ func testAppChangesWriteDeliveries(t *testing.T, newStore NewAppHookedStore) {
 
 func testAppChangeNeedsDelivery(t *testing.T, newStore NewAppHookedStore) {
 	fail := false
-	st := newStore(t, appHook(&fail))
-	t.Cleanup(func() { _ = st.Close() })
+	st := hooked(t, newStore, appHook(&fail))
 	s := st.Auth()
 	ctx := t.Context()
 	if _, err := s.CreateAppAccess(ctx, appAccess("a1", alice, "c1")); err != nil {

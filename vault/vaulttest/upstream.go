@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/record"
 )
 
 // upstreamClient is a confidential registration at the authorization
@@ -211,7 +212,7 @@ func testUpstreamCompareAndDelete(t *testing.T, u upstreamBackend) {
 
 func testUpstreamRefusals(t *testing.T, u upstreamBackend) {
 	ctx := t.Context()
-	long := upstreamClient(strings.Repeat("x", vault.MaxUpstreamClientKey), "dcr-1", "s")
+	long := upstreamClient(strings.Repeat("x", record.MaxUpstreamClientKey), "dcr-1", "s")
 	nul := upstreamClient("https://as.example/\x00", "dcr-1", "s")
 	noID := upstreamClient("https://as.example", "", "s")
 	for name, c := range map[string]vault.UpstreamClient{"a key too long": long, "a NUL in the key": nul, "no client id": noID} {

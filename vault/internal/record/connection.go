@@ -331,18 +331,54 @@ func NewConnection(kr *vault.Keyring, c vault.Connection) (vault.Connection, []b
 	return c, rec, err
 }
 
-// ConnectTarget is the connection half of a GrantConnector.Connect: the id
-// of the connection w writes and, when w creates it, the new connection
-// (NewConnection) and its record. A write of nothing is an error.
-func ConnectTarget(kr *vault.Keyring, w vault.ConnectionWrite) (id string, created vault.Connection, rec []byte, err error) {
+// Target is the connection half of a GrantConnector.Connect: ID is the
+// connection the write names and, when it creates one, Created is the new
+// connection (NewConnection) and Rec its record.
+type Target struct {
+	ID      string
+	Created vault.Connection
+	Rec     []byte
+
+	kr *vault.Keyring
+	w  vault.ConnectionWrite
+}
+
+// ConnectTarget is the Target of w, sealed with kr's primary key. A write
+// of nothing is an error.
+func ConnectTarget(kr *vault.Keyring, w vault.ConnectionWrite) (Target, error) {
+	t := Target{kr: kr, w: w}
 	switch {
 	case w.Create != nil:
-		created, rec, err = NewConnection(kr, *w.Create)
-		return created.ID, created, rec, err
+		var err error
+		t.Created, t.Rec, err = NewConnection(kr, *w.Create)
+		t.ID = t.Created.ID
+		return t, err
 	case w.Update != nil:
-		return w.UpdateID, vault.Connection{}, nil, nil
+		t.ID = w.UpdateID
+		return t, nil
 	}
-	return "", vault.Connection{}, nil, errors.New("vault: connect: no connection to write")
+	return Target{}, errors.New("vault: connect: no connection to write")
+}
+
+// Onto is the write of t for a backend that read old, the record stored
+// under t.ID (nil when there is none): the record to store and the
+// connection to answer. A create is refused with ErrExists when there is
+// a record, and gives Rec and Created (sealed with the primary key); an
+// update is refused with ErrNotFound when there is none, and applies the
+// write's Update to old (ApplyConnectionRecordUpdate). An error leaves
+// nothing to store.
+func (t Target) Onto(old []byte) ([]byte, vault.Connection, error) {
+	switch {
+	case t.w.Create != nil && old != nil:
+		return nil, vault.Connection{}, fmt.Errorf("vault: connection %s: %w", t.ID, vault.ErrExists)
+	case t.w.Create != nil:
+		c := t.Created
+		c.SealedWith = t.kr.Primary()
+		return t.Rec, c, nil
+	case old == nil:
+		return nil, vault.Connection{}, fmt.Errorf("vault: connection %s: %w", t.ID, vault.ErrNotFound)
+	}
+	return ApplyConnectionRecordUpdate(t.kr, old, t.ID, t.w.Update)
 }
 
 // DecodePrincipalConnections decodes the metadata of the stored records a
@@ -441,6 +477,38 @@ func ApplyConnectionRecordUpdate(kr *vault.Keyring, rec []byte, id string, fn fu
 	}
 	nc.SealedWith = kr.Primary()
 	return nrec, nc, nil
+}
+
+// Rewrite makes of a connection's stored record the record to store and
+// the connection it holds: the change a backend's UpdateConnection or
+// UpdateConnectionMeta applies inside its compare-and-swap.
+type Rewrite func(rec []byte) ([]byte, vault.Connection, error)
+
+// UpdateRewrite is UpdateConnection's rewrite of connection id:
+// ApplyConnectionRecordUpdate with fn.
+func UpdateRewrite(kr *vault.Keyring, id string, fn func(vault.Connection) (vault.Connection, error)) Rewrite {
+	return func(rec []byte) ([]byte, vault.Connection, error) {
+		return ApplyConnectionRecordUpdate(kr, rec, id, fn)
+	}
+}
+
+// MetaRewrite is UpdateConnectionMeta's rewrite of connection id:
+// ApplyConnectionMetaUpdate with fn.
+func MetaRewrite(id string, fn func(vault.Connection) (vault.Connection, error)) Rewrite {
+	return func(rec []byte) ([]byte, vault.Connection, error) { return ApplyConnectionMetaUpdate(rec, id, fn) }
+}
+
+// WithDeliveries applies r to rec and adds the outbox deliveries hook
+// makes of the change (ChangeDeliveries). An error leaves nothing to
+// store.
+func (r Rewrite) WithDeliveries(hook vault.ChangeHook, rec []byte) (nrec []byte, c vault.Connection, ds []vault.Delivery, err error) {
+	if nrec, c, err = r(rec); err != nil {
+		return nil, vault.Connection{}, nil, err
+	}
+	if ds, err = ChangeDeliveries(hook, rec, nrec); err != nil {
+		return nil, vault.Connection{}, nil, err
+	}
+	return nrec, c, ds, nil
 }
 
 // Reseal seals the token set of the stored record rec again with kr's

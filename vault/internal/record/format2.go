@@ -223,6 +223,17 @@ func (r *reader) fail(format string, args ...any) {
 // uvarint reads a varint of field; part ("", " length", " nanoseconds")
 // says which of the field's varints it is, kept apart so that naming it
 // costs nothing unless it fails.
+// count reads the count of a list of field (items, at most max): zero,
+// and a failure, past max.
+func (r *reader) count(field, items string, max uint64) uint64 {
+	n := r.uvarint(field+" count", "")
+	if n > max {
+		r.fail("%d %s, more than the %d allowed", n, items, max)
+		return 0
+	}
+	return n
+}
+
 func (r *reader) uvarint(field, part string) uint64 {
 	if r.err != nil {
 		return 0
@@ -355,9 +366,7 @@ func decodeRecordV2(b []byte) (connRecord, error) {
 	c.Provider = rd.str("provider")
 	c.AccountID = rd.str("account_id")
 	c.AccountLogin = rd.str("account_login")
-	if n := rd.uvarint("scope count", ""); n > maxRecordScopes {
-		rd.fail("%d scopes, more than the %d allowed", n, maxRecordScopes)
-	} else if n > 0 && rd.err == nil {
+	if n := rd.count("scope", "scopes", maxRecordScopes); n > 0 && rd.err == nil {
 		c.Scopes = make([]string, n)
 		for i := range c.Scopes {
 			c.Scopes[i] = rd.str("scope")
@@ -442,9 +451,7 @@ func decodeTokensV2(pt []byte) (tokenPlain, error) {
 	tp.TokenType = rd.tok("token type")
 	tp.Expiry = rd.time("expiry")
 	tp.IDToken = rd.tok("id token")
-	if n := rd.uvarint("field count", ""); n > maxTokenFields {
-		rd.fail("%d fields, more than the %d allowed", n, maxTokenFields)
-	} else if n > 0 && rd.err == nil {
+	if n := rd.count("field", "fields", maxTokenFields); n > 0 && rd.err == nil {
 		tp.Fields = make(map[string]string, n)
 		prev := ""
 		for i := range n {

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"credbroker/vault"
 )
@@ -28,10 +30,28 @@ func upstreamClientAAD(r *upstreamClientRecord) []byte {
 	return boundAAD("credbroker/upstreamClient/v1", r.Key, r.ClientID)
 }
 
+// MaxUpstreamClientKey is the longest vault.UpstreamClient.Key a store
+// keeps.
+const MaxUpstreamClientKey = 2048
+
+// CheckUpstreamClientKey refuses a key no backend can keep: empty, longer
+// than MaxUpstreamClientKey bytes, not UTF-8 or holding a NUL.
+func CheckUpstreamClientKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("vault: upstream client without key")
+	case len(key) > MaxUpstreamClientKey:
+		return fmt.Errorf("vault: upstream client key of %d bytes, more than %d", len(key), MaxUpstreamClientKey)
+	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:
+		return errors.New("vault: upstream client key is not UTF-8 text without NUL")
+	}
+	return nil
+}
+
 // EncodeUpstreamClient renders c for storage, sealing its client secret
 // with kr's primary key.
 func EncodeUpstreamClient(kr *vault.Keyring, c vault.UpstreamClient) ([]byte, error) {
-	if err := vault.CheckUpstreamClientKey(c.Key); err != nil {
+	if err := CheckUpstreamClientKey(c.Key); err != nil {
 		return nil, err
 	}
 	if c.ClientID == "" {
@@ -54,7 +74,7 @@ func parseUpstreamClient(b []byte) (upstreamClientRecord, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := vault.CheckUpstreamClientKey(r.Key); err != nil {
+	if err := CheckUpstreamClientKey(r.Key); err != nil {
 		return r, fmt.Errorf("%w (%w)", err, vault.ErrMalformed)
 	}
 	if r.ClientID == "" {

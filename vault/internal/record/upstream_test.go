@@ -139,7 +139,7 @@ func TestUpstreamClientRefusals(t *testing.T) {
 		want string
 	}{
 		"no key":       {func(c *vault.UpstreamClient) { c.Key = "" }, "without key"},
-		"long key":     {func(c *vault.UpstreamClient) { c.Key = strings.Repeat("k", vault.MaxUpstreamClientKey+1) }, "more than 2048"},
+		"long key":     {func(c *vault.UpstreamClient) { c.Key = strings.Repeat("k", record.MaxUpstreamClientKey+1) }, "more than 2048"},
 		"NUL in key":   {func(c *vault.UpstreamClient) { c.Key = "a\x00b" }, "without NUL"},
 		"no client id": {func(c *vault.UpstreamClient) { c.ClientID = "" }, "without client id"},
 		"bad secret":   {func(c *vault.UpstreamClient) { c.ClientSecret = "\xff" }, "not valid UTF-8"},

@@ -1,4 +1,4 @@
-package vault_test
+package locallock_test
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"credbroker/vault"
+	"credbroker/vault/internal/locallock"
 )
 
-func TestLocalLocker(t *testing.T) {
-	l := vault.NewLocalLocker()
+func TestLocker(t *testing.T) {
+	l := locallock.New()
 	ctx := t.Context()
 	var inside, maxInside atomic.Int32
 	var wg sync.WaitGroup
