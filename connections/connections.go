@@ -185,6 +185,10 @@ const (
 	MissingScopes
 	// Pending: a connect request is open and not finished yet.
 	Pending
+	// Reregister: an upstream MCP server's authorization server no
+	// longer knows the broker's registration, so the connection's tokens
+	// are dead; the broker registers anew.
+	Reregister
 )
 
 // Reason is why the person must act.
@@ -211,6 +215,8 @@ func (r Reason) String() string {
 		return "the existing connection lacks the scopes " + strings.Join(r.Missing, " ")
 	case Pending:
 		return "the connect request is not finished yet"
+	case Reregister:
+		return "its authorization server no longer knows the broker's registration, so the account must be connected again (the broker registers anew)"
 	}
 	return "it is not connected yet"
 }
@@ -490,6 +496,11 @@ func (s *Service) start(ctx context.Context, req Request, p *provider.Provider, 
 // stored access (a Call failed with provider.ErrNeedsReconnect). It asks
 // for the scopes the connection held (and the defaults).
 func (s *Service) Reconnect(ctx context.Context, req Request) (Outcome, error) {
+	return s.reconnect(ctx, req, Reason{Kind: Reconnect})
+}
+
+// reconnect is Reconnect, saying why.
+func (s *Service) reconnect(ctx context.Context, req Request, why Reason) (Outcome, error) {
 	p, conns, err := s.connectionsTo(ctx, req)
 	if err != nil {
 		return nil, err
@@ -500,7 +511,7 @@ func (s *Service) Reconnect(ctx context.Context, req Request) (Outcome, error) {
 			dead = append(dead, c)
 		}
 	}
-	return s.start(ctx, req, p, s.keepGranted(p, dead, req.Account, p.DefaultScopes), Reason{Kind: Reconnect})
+	return s.start(ctx, req, p, s.keepGranted(p, dead, req.Account, p.DefaultScopes), why)
 }
 
 // ConnectURL is the browser link of connect request id.

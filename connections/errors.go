@@ -147,6 +147,8 @@ func Describe(err error, p *provider.Provider) string {
 		return kf.Error() + ". Nothing was sent to " + name + " and nothing was stored."
 	case errors.Is(err, provider.ErrNotAToken), errors.Is(err, ErrExportDisabled) && form:
 		return fmt.Sprintf("%s uses an API key, which is never handed out.", name)
+	case errors.Is(err, provider.ErrRegistrationDropped):
+		return fmt.Sprintf("%s no longer knows the broker's registration; connect again (the broker registers anew).", name)
 	case errors.Is(err, provider.ErrNeedsReconnect) && form:
 		return fmt.Sprintf("Your %s key was rejected (revoked or expired at %s); enter a new one.", name, name)
 	case errors.As(err, &re):
@@ -310,7 +312,7 @@ func Explain(err error, p *provider.Provider) Failure {
 		f.Class, f.Code = BadState, CodeInvalidState
 	case errors.As(err, &ae):
 		f.Class, f.Code, f.Accounts = NeedsConnection, CodeNotConnected, ae.Accounts
-	case errors.Is(err, provider.ErrNeedsReconnect):
+	case errors.Is(err, provider.ErrNeedsReconnect), errors.Is(err, provider.ErrRegistrationDropped):
 		f.Class, f.Code, f.Next = NeedsConnection, CodeNeedsReconnect, NextReconnect
 	case errors.Is(err, vault.ErrNotFound):
 		f.Class, f.Code, f.Next = NeedsConnection, CodeNotConnected, NextConnect

@@ -147,7 +147,8 @@ var ErrTooManyStepUps = errors.New("connections: the server asked for more scope
 // UpstreamRefused answers the upstream's refusal of a call Ready r ran:
 // after a second 401 (mcpup.ErrUnauthorized) or a token that could not be
 // had, the connection is marked needs_reconnect and a connect request
-// started (NeedsUser); after a 403 insufficient_scope (*mcpup.NeedScope),
+// started (NeedsUser; its reason Reregister when the token could not be had
+// because the server forgot the broker's registration); after a 403 insufficient_scope (*mcpup.NeedScope),
 // a connect request for the union of the held and the challenged scopes,
 // for the same connection to be upgraded. Any other error is returned as
 // it is.
@@ -164,7 +165,11 @@ func (s *Service) UpstreamRefused(ctx context.Context, req Request, r Ready, err
 	case errors.Is(err, mcpup.ErrNoToken):
 		again := req
 		again.Account = ""
-		return s.Reconnect(ctx, again)
+		why := Reason{Kind: Reconnect}
+		if errors.Is(err, provider.ErrRegistrationDropped) {
+			why.Kind = Reregister
+		}
+		return s.reconnect(ctx, again, why)
 	}
 	return nil, err
 }

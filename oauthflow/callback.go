@@ -109,6 +109,7 @@ func (f *Flow) callbackFailed(w http.ResponseWriter, r *http.Request, s *session
 		ie *connections.IssuerError
 		pe *connections.ProviderError
 		wd *provider.WrongDomainError
+		ue *provider.UpstreamError
 	)
 	ch := s.chrome()
 	switch {
@@ -145,6 +146,16 @@ func (f *Flow) callbackFailed(w http.ResponseWriter, r *http.Request, s *session
 		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: "Could not confirm your " + p.DisplayName + " account",
 			Message: p.DisplayName + " signed you in, but the broker could not confirm which account it was, so nothing was stored.",
 			Next:    "Open the link from your app again. If it keeps happening, tell your administrator."})
+	case errors.Is(err, provider.ErrRegistrationDropped):
+		f.log.Warn("upstream authorization server no longer knows the broker's registration", "provider", p.Name, "err", err.Error())
+		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: p.DisplayName + " no longer knows the broker's registration",
+			Message: p.DisplayName + " answered that it does not know the client the broker registered there, so the connection could not be finished. The broker has forgotten that registration and registers anew. Nothing was connected.",
+			Next:    "Open the link from your app again and approve once more: connect again."})
+	case errors.As(err, &ue) && ue.Kind == provider.UpstreamClientRefused:
+		f.log.Error("upstream authorization server refused the broker's configured client", "provider", p.Name, "err", err.Error())
+		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: p.DisplayName + " does not accept the broker's client",
+			Message: p.DisplayName + " refused the client the broker is configured with there, so the connection could not be finished. Nothing was connected.",
+			Next:    "Tell your administrator: the broker's configuration for " + p.DisplayName + " must be fixed before connecting can work."})
 	case errors.Is(err, provider.ErrProviderUnavailable):
 		f.log.Warn("provider code exchange failed", "provider", p.Name, "err", err.Error())
 		f.renderError(w, web.ErrorPage{Chrome: ch, Status: http.StatusBadGateway, Heading: p.DisplayName + " did not answer properly",

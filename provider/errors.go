@@ -22,6 +22,13 @@ var (
 	// ErrCodeRejected: the provider refused the authorization code
 	// (already used, expired, or not issued for this client).
 	ErrCodeRejected = errors.New("provider: the authorization code was refused")
+	// ErrRegistrationDropped: an upstream MCP server's authorization
+	// server answered invalid_client for the broker's dynamic registration
+	// (it no longer knows the client, RFC 6749 §5.2). The broker deleted
+	// that registration, so the next connect registers anew; the tokens
+	// issued to it went with it (a refresh that met it is also
+	// ErrNeedsReconnect).
+	ErrRegistrationDropped = errors.New("provider: the upstream authorization server no longer knows the broker's registration")
 	// ErrAccountUnknown: the provider issued tokens, but which account
 	// they belong to could not be established.
 	ErrAccountUnknown = errors.New("provider: the connected account could not be established")

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"credbroker/internal/egress"
+	"credbroker/internal/telemetry"
 	"credbroker/internal/untrusted"
 	"credbroker/provider/mcpup"
 	"credbroker/vault"
@@ -381,6 +382,7 @@ const (
 	UpstreamRegistrationFailed  = "registration_failed"  // dynamic registration failed
 	UpstreamRegistrationBackoff = "registration_backoff" // dynamic registration failed less than a minute ago; not tried
 	UpstreamBadEndpoint         = "bad_endpoint"         // the authorization endpoint is not a URL
+	UpstreamClientRefused       = "client_refused"       // the token endpoint answered invalid_client for a pre-registered client or the metadata document: an operator's to fix
 )
 
 func (e *UpstreamError) Error() string { return e.Provider + ": " + e.Reason }
@@ -759,6 +761,55 @@ func (k *Client) CheckUpstream(ctx context.Context, name string) (UpstreamCheck,
 	return out, err
 }
 
+// ForgetUpstreamClient deletes the broker's dynamic registration at mcp
+// entry name's authorization server (broker upstreams forget), and
+// returns what it deleted, its secret cleared. The issuer is discovered
+// unless given (the server may be unreachable, or have moved to another
+// authorization server). Errors: ErrUnknownProvider; a *NotMCPError for
+// another kind or an entry that takes no token; discovery's
+// *UpstreamError; vault.ErrNotFound when nothing is stored.
+func (k *Client) ForgetUpstreamClient(ctx context.Context, name, issuer string) (UpstreamClient, error) {
+	p, ok := k.opts.Providers.Lookup(name)
+	if !ok {
+		return UpstreamClient{}, fmt.Errorf("%w: %s", ErrUnknownProvider, name)
+	}
+	m, ok := p.Kind.(*MCP)
+	if !ok {
+		e := &NotMCPError{Name: name, Type: p.Kind.Type()}
+		if _, open := p.Kind.(*OpenMCP); open {
+			e.Type = "mcp with auth: none"
+		}
+		return UpstreamClient{}, e
+	}
+	if issuer == "" {
+		ua, err := m.discover(ctx, k, p)
+		if err != nil {
+			return UpstreamClient{}, err
+		}
+		issuer = ua.issuer
+	}
+	key := UpstreamClientKey(issuer, k.opts.RedirectURL(name))
+	c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key)
+	if err != nil {
+		return UpstreamClient{Key: key}, err
+	}
+	if err := k.opts.UpstreamClients.DeleteUpstreamClient(ctx, key, c.ClientID); err != nil {
+		return UpstreamClient{Key: key}, err
+	}
+	c.ClientSecret = ""
+	k.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventUpstreamRegistrationDropped, Provider: name, Client: c.ClientID,
+		Via: "cli", Outcome: "forgotten"})
+	return c, nil
+}
+
+// NotMCPError: the entry is not one the broker registers for: another
+// type, or type mcp with auth: none (Type "mcp (auth: none)").
+type NotMCPError struct{ Name, Type string }
+
+func (e *NotMCPError) Error() string {
+	return fmt.Sprintf("provider %s is of type %s: the broker keeps no registration for it (only for type: mcp with auth: oauth)", e.Name, e.Type)
+}
+
 // PrepareUpstream readies mcp entry name for a connect request: its
 // discovery (cached), and the broker's client at its authorization server,
 // registered dynamically when that is the method (once per issuer and
@@ -894,6 +945,9 @@ func (m *MCP) redeem(ctx context.Context, k *Client, p *Provider, redirectURL, c
 	conf.Scopes = a.Scopes
 	tok, err := conf.Exchange(k.TokenContext(ctx, p), code, oauth2.VerifierOption(a.Verifier), oauth2.SetAuthURLParam("resource", ua.resource))
 	if err != nil {
+		if cerr := m.clientRefused(ctx, k, p, ua, conf, "browser", err); cerr != nil {
+			return nil, cerr
+		}
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && re.ErrorCode == "invalid_grant" {
 			return nil, fmt.Errorf("%w: %s", ErrCodeRejected, DescribeTokenError(err))
@@ -931,7 +985,63 @@ func (m *MCP) refreshToken(ctx context.Context, k *Client, p *Provider, refreshT
 		cl.Transport = formParam{next: next, key: "resource", value: ua.resource}
 		ctx = context.WithValue(ctx, oauth2.HTTPClient, &cl)
 	}
-	return conf.TokenSource(ctx, &oauth2.Token{RefreshToken: refreshToken}).Token()
+	tok, err := conf.TokenSource(ctx, &oauth2.Token{RefreshToken: refreshToken}).Token()
+	if cerr := m.clientRefused(ctx, k, p, ua, conf, "background", err); cerr != nil {
+		return nil, cerr
+	}
+	return tok, err
+}
+
+// clientRefused answers a token request's err that is the token
+// endpoint's invalid_client (RFC 6749 §5.2: the authorization server does
+// not know, or does not accept, the broker's client conf names) with the
+// error to return instead; nil for any other err.
+//
+// A dynamic registration the server no longer knows is deleted from the
+// store, compare-and-delete (only that client: one another replica
+// registered since stays), and audited; the answer is
+// ErrRegistrationDropped, and the next connect registers anew (single
+// flight; after a failed registration, none within a minute). A
+// pre-registered client or the broker's metadata document is never
+// dropped: that is an operator's to fix, which the answer (a
+// *UpstreamError) and the log say. via is what asked: "browser" (a code
+// exchange) or "background" (a refresh).
+func (m *MCP) clientRefused(ctx context.Context, k *Client, p *Provider, ua *upstreamAuth, conf *oauth2.Config, via string, err error) error {
+	var re *oauth2.RetrieveError
+	if !errors.As(err, &re) || re.ErrorCode != "invalid_client" {
+		return nil
+	}
+	log := k.log.With("provider", p.Name, "issuer", ua.issuer, "client_id", conf.ClientID, "via", via)
+	method, merr := m.registration(k, p, ua)
+	if merr != nil {
+		return nil
+	}
+	if method != "dcr" {
+		reason := "its authorization server refused the broker's pre-registered client " + untrusted.Quote(conf.ClientID) +
+			" (invalid_client): the entry's client_id or client secret is wrong or no longer registered there; an operator must fix providers.yaml (the broker never registers anew in place of a configured client)"
+		if method == "cimd" {
+			reason = "its authorization server refused the broker's Client ID Metadata Document " + untrusted.Quote(conf.ClientID) +
+				" (invalid_client): an operator must check that the server can fetch it and that it lists " + untrusted.Quote(conf.RedirectURL)
+		}
+		log.Error("provider: the upstream's authorization server refused the broker's client; an operator must fix it", "registration", method, "err", DescribeTokenError(err))
+		ue := &UpstreamError{Provider: p.DisplayName, Kind: UpstreamClientRefused, Reason: reason, Err: err}
+		k.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventUpstreamError, Provider: p.Name, Client: conf.ClientID, Via: via,
+			Outcome: UpstreamClientRefused, Err: ue})
+		return ue
+	}
+	derr := k.opts.UpstreamClients.DeleteUpstreamClient(context.WithoutCancel(ctx), UpstreamClientKey(ua.issuer, conf.RedirectURL), conf.ClientID)
+	switch {
+	case derr == nil:
+		log.Warn("provider: the upstream's authorization server no longer knows the broker's registration (invalid_client); dropped, the next connect registers anew")
+		k.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventUpstreamRegistrationDropped, Provider: p.Name, Client: conf.ClientID,
+			Via: via, Outcome: "invalid_client"})
+	case errors.Is(derr, vault.ErrNotFound), errors.Is(derr, vault.ErrConflict):
+		log.Info("provider: the upstream's authorization server no longer knows a registration already dropped or replaced")
+	default:
+		log.Error("provider: dropping the registration the upstream's authorization server no longer knows failed", "err", derr)
+		return fmt.Errorf("%w: drop the registration at %s: %v", ErrProviderUnavailable, p.Name, derr)
+	}
+	return fmt.Errorf("%w: %s", ErrRegistrationDropped, p.Name)
 }
 
 func (m *MCP) expectsRefreshToken(scopes []string) bool {
@@ -1041,6 +1151,10 @@ type UpstreamClients interface {
 	// PutUpstreamClient stores c unless a registration under its key
 	// exists; the stored one is returned either way.
 	PutUpstreamClient(ctx context.Context, c UpstreamClient) (UpstreamClient, error)
+	// DeleteUpstreamClient deletes the registration under key if it is
+	// client clientID (any, when empty): vault.ErrNotFound when there is
+	// none, vault.ErrConflict when it is another client.
+	DeleteUpstreamClient(ctx context.Context, key, clientID string) error
 }
 
 var _ UpstreamClients = vault.UpstreamClientStore(nil)
@@ -1069,6 +1183,20 @@ func (s *memUpstreamClients) PutUpstreamClient(_ context.Context, c UpstreamClie
 	}
 	s.m[c.Key] = c
 	return c, nil
+}
+
+func (s *memUpstreamClients) DeleteUpstreamClient(_ context.Context, key, clientID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.m[key]
+	switch {
+	case !ok:
+		return vault.ErrNotFound
+	case clientID != "" && old.ClientID != clientID:
+		return vault.ErrConflict
+	}
+	delete(s.m, key)
+	return nil
 }
 
 // UpstreamTokens gives the gateway's upstream client (mcpup) the tokens

@@ -111,6 +111,11 @@ type upstreamAS struct {
 	// for the authenticated client, or the error code of a refusal. Its
 	// answers carry no refresh token.
 	jwtBearer func(client string, form url.Values) (sub, errCode string)
+	// refuseClient is a client the token endpoint refuses (invalid_client)
+	// though it knows it: a wrong secret, a metadata document it cannot
+	// fetch. tokenHook runs at each token request, before it is answered.
+	refuseClient string
+	tokenHook    func()
 }
 
 // rsaTestKey is one RSA key for every authorization server of the test
@@ -284,8 +289,11 @@ func (a *upstreamAS) token(w http.ResponseWriter, r *http.Request, rec asRequest
 		w.WriteHeader(http.StatusBadRequest)
 		fmt.Fprintf(w, `{"error":%q}`, code)
 	}
+	if a.tokenHook != nil {
+		a.tokenHook()
+	}
 	client := a.client(r, rec)
-	if client == "" {
+	if client == "" || client == a.refuseClient {
 		fail("invalid_client")
 		return
 	}
@@ -637,6 +645,14 @@ func (s *recordingClients) PutUpstreamClient(ctx context.Context, c UpstreamClie
 	s.puts = append(s.puts, c)
 	s.mu.Unlock()
 	return s.memUpstreamClients.PutUpstreamClient(ctx, c)
+}
+
+// with runs f on the stored registrations, as another replica sharing
+// the store would change them.
+func (s *recordingClients) with(f func(m map[string]UpstreamClient)) {
+	s.memUpstreamClients.mu.Lock()
+	defer s.memUpstreamClients.mu.Unlock()
+	f(s.memUpstreamClients.m)
 }
 
 func (s *recordingClients) counts() (gets, puts int) {

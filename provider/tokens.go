@@ -380,6 +380,14 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret,
 	}
 	tok, err := k.spend(ctx, r, p, cur, log)
 	if err != nil {
+		if errors.Is(err, ErrRegistrationDropped) {
+			// The tokens were issued to the client the server forgot.
+			c, merr := k.markNeedsReconnect(ctx, cur, log, reasonClientForgotten)
+			if errors.Is(merr, ErrNeedsReconnect) {
+				merr = fmt.Errorf("%w: %w", ErrNeedsReconnect, err)
+			}
+			return c, merr
+		}
 		if errors.Is(err, errGrantRefused) {
 			// Lost a race with another process that rotated the token?
 			if now, gerr := k.opts.Store.GetConnection(ctx, id); gerr == nil && now.Token.RefreshToken != cur.Token.RefreshToken {
@@ -447,7 +455,14 @@ func (k *Client) spend(ctx context.Context, r Refresher, p *Provider, cur vault.
 			}
 			return tok, nil
 		}
-		if errors.Is(err, ErrProviderUnavailable) {
+		var ue *UpstreamError
+		switch {
+		case errors.Is(err, ErrRegistrationDropped):
+			return nil, err // the server no longer knows the broker's client (mcp.go)
+		case errors.As(err, &ue) && ue.Kind == UpstreamClientRefused:
+			k.refreshFailed(ctx, p, cur, err) // an operator must fix the client
+			return nil, err
+		case errors.Is(err, ErrProviderUnavailable):
 			return nil, err // no configuration (discovery failed): nothing was sent
 		}
 		var re *oauth2.RetrieveError
@@ -586,8 +601,13 @@ func (k *Client) markNeedsReconnect(ctx context.Context, cur vault.Connection, l
 }
 
 // reasonInvalidGrant is markNeedsReconnect's reason when the provider
-// refused the refresh token.
-const reasonInvalidGrant = "the provider answered invalid_grant"
+// refused the refresh token; reasonClientForgotten when an upstream MCP
+// server's authorization server no longer knows the client it was issued
+// to (ErrRegistrationDropped).
+const (
+	reasonInvalidGrant    = "the provider answered invalid_grant"
+	reasonClientForgotten = "the upstream's authorization server no longer knows the broker's registration (invalid_client)"
+)
 
 // grantRefused reports whether a token endpoint error code means the
 // refresh token is dead: RFC 6749's invalid_grant, or GitHub's

@@ -388,8 +388,8 @@ func (u observedUpstream) PutUpstreamClient(ctx context.Context, c UpstreamClien
 	return observed(u.o, ctx, "put_upstream_client", func(ctx context.Context) (UpstreamClient, error) { return u.next.PutUpstreamClient(ctx, c) })
 }
 
-func (u observedUpstream) DeleteUpstreamClient(ctx context.Context, key string) error {
-	return observedErr(u.o, ctx, "delete_upstream_client", func(ctx context.Context) error { return u.next.DeleteUpstreamClient(ctx, key) })
+func (u observedUpstream) DeleteUpstreamClient(ctx context.Context, key, clientID string) error {
+	return observedErr(u.o, ctx, "delete_upstream_client", func(ctx context.Context) error { return u.next.DeleteUpstreamClient(ctx, key, clientID) })
 }
 
 func (u observedUpstream) ResealUpstreamClients(ctx context.Context) (int, error) {

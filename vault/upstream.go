@@ -42,8 +42,12 @@ type UpstreamClientStore interface {
 	// without ClientID is an error and stores nothing.
 	PutUpstreamClient(ctx context.Context, c UpstreamClient) (UpstreamClient, error)
 	// DeleteUpstreamClient forgets the registration under key (the
-	// authorization server no longer knows it). ErrNotFound if absent.
-	DeleteUpstreamClient(ctx context.Context, key string) error
+	// authorization server no longer knows it) when it is client clientID,
+	// whatever client it is when clientID is empty: compare-and-delete, so
+	// a caller that saw one client fail never deletes the one another
+	// replica registered since. ErrNotFound if absent, ErrConflict if the
+	// registration under key is another client (nothing is deleted).
+	DeleteUpstreamClient(ctx context.Context, key, clientID string) error
 	// ResealUpstreamClients seals again, with the primary key, every
 	// client secret sealed with another, and returns how many it
 	// rewrote (Rekey calls it, so a key that is rotated out seals none).

@@ -214,7 +214,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 	// The demo provider keeps its registrations in memory, so the
 	// broker's registration there from an earlier run (the store keeps
 	// it) names a client this run's demo provider never heard of.
-	err = store.UpstreamClients().DeleteUpstreamClient(ctx, provider.UpstreamClientKey(demo.Issuer(), base+"/oauth/demo-mcp/callback"))
+	err = store.UpstreamClients().DeleteUpstreamClient(ctx, provider.UpstreamClientKey(demo.Issuer(), base+"/oauth/demo-mcp/callback"), "")
 	if err != nil && !errors.Is(err, vault.ErrNotFound) {
 		ln.Close()
 		return fmt.Errorf("forget the demo MCP server's registration of an earlier run: %w", err)

@@ -174,3 +174,104 @@ func TestGatewayRegistrationSurvivesRestart(t *testing.T) {
 		fail("bob authorized as client %q after the restart; want the stored %q", got, client)
 	}
 }
+
+// TestGatewayRegistrationDropped: the upstream's authorization server
+// forgets the broker's dynamic registration (the demo provider deletes
+// it, with its tokens, as RFC 7592 §2.3 describes); the broker drops the
+// stored registration at the first invalid_client and the next connect
+// registers anew:
+//
+//   - alice's call after the server forgot the client: the upstream
+//     refuses her token, the forced refresh gets invalid_client, the
+//     connection needs reconnecting and the call asks her to connect,
+//     saying why; her connect registers anew and the retried call works;
+//   - bob's first connect, the server forgetting the client between its
+//     authorization and the broker's callback: the code exchange gets
+//     invalid_client and his page says the server no longer knows the
+//     broker's registration; opening the link again registers anew and
+//     connects.
+//
+// Before the fix the broker kept the dead client: alice's call ended in
+// a tool error for every call, and every connect was sent to the
+// server's authorization endpoint as a client it does not know.
+func TestGatewayRegistrationDropped(t *testing.T) {
+	testskip.Short(t, "end-to-end test")
+	ctx := testContext(t, 3*time.Minute)
+	s := newGWStack(t)
+	up := startDemoUpstream(t)
+	s.start(strings.ReplaceAll(notesProvidersYAML, "{{URL}}", up.mcp.URL()))
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\nbroker logs:\n%s", append(args, s.proc.logs.String())...)
+	}
+	registered := func(want int) string {
+		t.Helper()
+		regs := up.events("register", "")
+		if len(regs) != want {
+			fail("%d registrations at the upstream, want %d", len(regs), want)
+		}
+		return regs[want-1].Client
+	}
+	var asked atomic.Int64
+	connect := func(user string) func(ctx context.Context, link string) error {
+		return func(ctx context.Context, link string) error {
+			asked.Add(1)
+			_, err := s.browser().connect(ctx, link, user)
+			return err
+		}
+	}
+
+	alice := s.host(t, ctx, "alice", "notes", connect("alice"))
+	alice.call(t, ctx, "echo", map[string]any{"n": 1})
+	first := registered(1)
+
+	// The server forgets the client, and with it alice's tokens.
+	if !up.demo.ForgetClient(first) {
+		t.Fatalf("the demo provider does not know %s", first)
+	}
+	seen := len(s.seen.String())
+	alice.call(t, ctx, "echo", map[string]any{"n": 2})
+	if asked.Load() != 2 {
+		fail("alice was asked to connect %d times, want 2 (once more after the server forgot the client)", asked.Load())
+	}
+	second := registered(2)
+	if second == first {
+		fail("registered anew as the forgotten client %s", first)
+	}
+	if !strings.Contains(s.seen.String()[seen:], "no longer knows the broker's registration") {
+		fail("the call's connect request does not say the server forgot the broker's registration:\n%s", s.seen.String()[seen:])
+	}
+	if logs := s.proc.logs.String(); !strings.Contains(logs, `"event":"upstream_registration_dropped"`) || !strings.Contains(logs, `"client":"`+first+`"`) {
+		fail("no upstream_registration_dropped audit event naming %s", first)
+	}
+
+	// bob's connect: the server forgets the client right before the
+	// broker's callback gets the code.
+	var forgot atomic.Bool
+	var page string
+	bob := s.host(t, ctx, "bob", "notes", func(ctx context.Context, link string) error {
+		b := s.browser()
+		inner := b.c.CheckRedirect
+		b.c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+			if strings.HasSuffix(req.URL.Path, "/oauth/notes/callback") && forgot.CompareAndSwap(false, true) {
+				up.demo.ForgetClient(second)
+			}
+			return inner(req, via)
+		}
+		_, err := b.connect(ctx, link, "bob")
+		if err == nil {
+			return errors.New("connected though the server forgot the client before the callback")
+		}
+		page = err.Error()
+		// The person opens the link again.
+		_, err = b.connect(ctx, link, "bob")
+		return err
+	})
+	bob.call(t, ctx, "echo", map[string]any{"n": 3})
+	if !strings.Contains(page, "Notes no longer knows the broker") || !strings.Contains(page, "HTTP 502") {
+		fail("bob's first attempt ended on %s; want the page saying Notes no longer knows the broker's registration", page)
+	}
+	if third := registered(3); third == second || third == first {
+		fail("bob's second attempt registered as %s (forgotten: %s, %s)", third, first, second)
+	}
+}

@@ -172,30 +172,9 @@ func runKeysStatus(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	var s interface {
-		KeyUsage(context.Context) (map[string]int, error)
-		Close() error
-	}
-	if isPostgresStore(f.store) {
-		ss, err := parseStore(f.store)
-		if err != nil {
-			return fmt.Errorf("--store: %w", err)
-		}
-		ps, err := openPostgres(ss.Postgres, kr)
-		if err != nil {
-			return err
-		}
-		s = ps
-	} else {
-		path, err := existingStore(f.store)
-		if err != nil {
-			return err
-		}
-		bs, err := openBolt(path, kr)
-		if err != nil {
-			return err
-		}
-		s = bs
+	s, err := openExistingStore(f.store, kr)
+	if err != nil {
+		return err
 	}
 	defer s.Close()
 	usage, err := s.KeyUsage(ctx)

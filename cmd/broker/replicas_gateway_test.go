@@ -20,6 +20,7 @@ import (
 	"credbroker/internal/demoprovider"
 	"credbroker/internal/logbuf"
 	"credbroker/internal/testskip"
+	"credbroker/provider"
 	"credbroker/vault"
 )
 
@@ -311,4 +312,79 @@ func unauthorized(reqs []demomcp.Request) int {
 		}
 	}
 	return n
+}
+
+// TestGatewayReplicasRegistrationDropped: two replicas on one PostgreSQL
+// database, the demo MCP server as the upstream of /mcp/u/demo-mcp. Alice
+// connects through replica a (one registration, stored); the demo
+// provider forgets that client; alice's call through replica b meets
+// invalid_client at the forced refresh, b deletes the registration in the
+// database and asks alice to connect, and her connect through b registers
+// anew; replica a then uses the new registration, with no link and no
+// further registration.
+func TestGatewayReplicasRegistrationDropped(t *testing.T) {
+	testskip.Short(t, "multi-process test")
+	s := newReplicaStackOpts(t, []string{"alice"}, replicaOptions{args: []string{"--upstream-allow-private"}})
+	ctx := testContext(t, 3*time.Minute)
+	public := s.lb.srv.URL
+	lbURL, _ := url.Parse(public)
+	endpoint := public + "/mcp/u/demo-mcp"
+	bearer, _, err := s.idp.MintAccessToken("alice", endpoint, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := func(replica string) *gwHost {
+		br := &gwBrowser{c: s.browserOn(replica)}
+		hc := &http.Client{Timeout: time.Minute, Transport: bearerTransport{bearer, pinTransport{host: lbURL.Host, replica: replica, next: s.lb.srv.Client().Transport}}}
+		h := newGWHost(t, ctx, endpoint, public, hc, func(ctx context.Context, link string) error {
+			_, err := br.connect(ctx, link, "alice")
+			return err
+		})
+		t.Cleanup(func() { h.cs.Close() })
+		return h
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\nreplica a:\n%s\nreplica b:\n%s", append(args, grepLines(s.a.logs.String(), "{"), grepLines(s.b.logs.String(), "{"))...)
+	}
+	registrations := func() []string {
+		var ids []string
+		for _, e := range s.demo.Events() {
+			if e.Kind == "register" && e.Status < 300 {
+				ids = append(ids, e.Client)
+			}
+		}
+		return ids
+	}
+	key := provider.UpstreamClientKey(s.demo.Issuer(), public+"/oauth/demo-mcp/callback")
+	stored := func() string {
+		c, err := s.store.UpstreamClients().GetUpstreamClient(ctx, key)
+		if err != nil {
+			return err.Error()
+		}
+		return c.ClientID
+	}
+
+	hA := host("a")
+	hA.call(t, ctx, "echo", map[string]any{"text": "one"})
+	regs := registrations()
+	if len(regs) != 1 || stored() != regs[0] || hA.asked() != 1 {
+		fail("after the connect through a: registrations %v, stored %q, %d links", regs, stored(), hA.asked())
+	}
+	if !s.demo.ForgetClient(regs[0]) {
+		t.Fatalf("the demo provider does not know %s", regs[0])
+	}
+	hB := host("b")
+	hB.call(t, ctx, "echo", map[string]any{"text": "two"})
+	regs = registrations()
+	if len(regs) != 2 || regs[1] == regs[0] || stored() != regs[1] || hB.asked() != 1 {
+		fail("after the call through b: registrations %v, stored %q, %d links on b; want a second registration, stored, after one link", regs, stored(), hB.asked())
+	}
+	if !strings.Contains(s.b.logs.String(), `"event":"upstream_registration_dropped"`) {
+		fail("replica b recorded no upstream_registration_dropped")
+	}
+	hA.call(t, ctx, "echo", map[string]any{"text": "three"})
+	if n := len(registrations()); n != 2 || hA.asked() != 1 {
+		fail("replica a after the new registration: %d registrations, %d links; want 2 and no new link", n, hA.asked())
+	}
 }

@@ -45,7 +45,8 @@ commands:
   keys status    how many records each key seals (when an old key can be removed)
   migrate        copy every record of a bolt store into PostgreSQL, or back (--from STORE --to STORE)
   admin          connections | offboard | provider disable (docs/OPERATIONS.md)
-  upstreams      check [PROVIDER]: discovery and registration of type: mcp entries, storing nothing
+  upstreams      check [PROVIDER]: discovery and registration of type: mcp entries, storing nothing;
+                 forget PROVIDER: delete the stored dynamic registration at its authorization server
   version        print the version, commit and build date
 `
 

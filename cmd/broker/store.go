@@ -117,6 +117,38 @@ func soleWriter(s vault.Store) bool {
 	return ok
 }
 
+// keyedStore is a store as opened by a command that works on existing
+// data: both backends count records by sealing key.
+type keyedStore interface {
+	vault.Store
+	KeyUsage(ctx context.Context) (map[string]int, error)
+}
+
+// openExistingStore opens the store a --store value names for a command
+// that never creates one: a bolt file must exist.
+func openExistingStore(spec string, kr *vault.Keyring) (keyedStore, error) {
+	if isPostgresStore(spec) {
+		ss, err := parseStore(spec)
+		if err != nil {
+			return nil, fmt.Errorf("--store: %w", err)
+		}
+		ps, err := openPostgres(ss.Postgres, kr)
+		if err != nil {
+			return nil, err
+		}
+		return ps, nil
+	}
+	path, err := existingStore(spec)
+	if err != nil {
+		return nil, err
+	}
+	bs, err := openBolt(path, kr)
+	if err != nil {
+		return nil, err
+	}
+	return bs, nil
+}
+
 func openPostgres(conn string, kr *vault.Keyring) (*pgstore.Store, error) {
 	return openPostgresWith(conn, kr, pgstore.Options{})
 }

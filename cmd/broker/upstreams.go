@@ -15,9 +15,11 @@ import (
 
 	"credbroker/internal/buildinfo"
 	"credbroker/internal/egress"
+	"credbroker/internal/telemetry"
 	"credbroker/provider"
 	"credbroker/provider/mcpup"
 	"credbroker/vault"
+	"credbroker/vault/boltstore"
 	"credbroker/vault/memstore"
 )
 
@@ -109,35 +111,82 @@ func (c *upstreamConfig) httpClients() (auth, mcp *http.Client, err error) {
 }
 
 const upstreamsUsage = `usage: broker upstreams check [PROVIDER] [--providers FILE] [--public-url URL] [--upstream-allow-private]
+       broker upstreams forget PROVIDER [--store STORE] [--keys-file F] [--upstream-issuer URL] [--providers FILE] [--public-url URL] [--upstream-allow-private]
 
-Checks each type: mcp entry (or only PROVIDER): its protected-resource and
-authorization-server metadata, how the broker would register there, the
+check: checks each type: mcp entry (or only PROVIDER): its protected-resource
+and authorization-server metadata, how the broker would register there, the
 scopes a connect asks for, and the protocol era the server speaks. It
 registers nothing and stores nothing.
+
+forget: deletes the broker's dynamic registration (RFC 7591) at PROVIDER's
+authorization server from the store, so the next connect registers anew;
+it prints the client id and issuer it deleted, never a secret. The issuer
+is discovered from the server's metadata unless --upstream-issuer names it.
+A bolt store must not be in use by a running broker.
 `
 
-// runUpstreams is `broker upstreams check`.
+// runUpstreams is `broker upstreams check` and `broker upstreams forget`.
 func runUpstreams(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprint(stderr, upstreamsUsage)
-		return usageError{"want: broker upstreams check [PROVIDER]"}
+	switch {
+	case len(args) > 0 && args[0] == "check":
+		return runUpstreamsCheck(ctx, args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "forget":
+		return runUpstreamsForget(ctx, args[1:], stdout, stderr)
 	}
+	fmt.Fprint(stderr, upstreamsUsage)
+	return usageError{"want: broker upstreams check [PROVIDER] or broker upstreams forget PROVIDER"}
+}
+
+// upstreamFlags are the flags of both upstreams commands: the egress
+// policy, the catalogue, the public URL.
+type upstreamFlags struct {
+	uc              upstreamConfig
+	file, publicURL string
+}
+
+func (f *upstreamFlags) register(fs *flag.FlagSet) {
+	f.uc.flags(fs)
+	fs.StringVar(&f.file, "providers", envOr("BROKER_PROVIDERS", "providers.yaml"), "provider catalogue")
+	fs.StringVar(&f.publicURL, "public-url", envOr("BROKER_PUBLIC_URL", "http://127.0.0.1:8080"), "the broker's external base URL (names its redirect URI and metadata document)")
+}
+
+// load checks the flags and loads the catalogue.
+func (f *upstreamFlags) load() (*provider.Registry, error) {
+	if errs := f.uc.validate(); len(errs) > 0 {
+		return nil, usageError{errors.Join(errs...).Error()}
+	}
+	return provider.LoadProviders(f.file, os.Getenv)
+}
+
+// client is a provider client of reg for the upstreams commands on store,
+// its audit events to audit (nil: none).
+func (f *upstreamFlags) client(reg *provider.Registry, store vault.Store, audit io.Writer) (*provider.Client, error) {
+	authHTTP, _, err := f.uc.httpClients()
+	if err != nil {
+		return nil, err
+	}
+	opts := provider.Options{Store: store, Providers: reg, HTTPClient: outboundClient(), UpstreamHTTPClient: authHTTP,
+		UpstreamClients: store.UpstreamClients(), BrokerURL: f.publicURL, ClientMetadataURL: f.uc.metadataURL(f.publicURL),
+		Logger: slog.New(slog.DiscardHandler)}
+	if audit != nil {
+		opts.Telemetry = telemetry.New(telemetry.Options{Providers: reg.Names(), Audit: newLogger(audit, "text", slog.LevelInfo)})
+	}
+	return provider.New(opts)
+}
+
+// runUpstreamsCheck is `broker upstreams check`.
+func runUpstreamsCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("upstreams check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var uc upstreamConfig
-	uc.flags(fs)
-	file := fs.String("providers", envOr("BROKER_PROVIDERS", "providers.yaml"), "provider catalogue")
-	publicURL := fs.String("public-url", envOr("BROKER_PUBLIC_URL", "http://127.0.0.1:8080"), "the broker's external base URL (names its redirect URI and metadata document)")
-	if err := fs.Parse(args[1:]); err != nil {
+	var f upstreamFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
 	if fs.NArg() > 1 {
 		return usageError{fmt.Sprintf("upstreams check: unexpected argument %q", fs.Arg(1))}
 	}
-	if errs := uc.validate(); len(errs) > 0 {
-		return usageError{errors.Join(errs...).Error()}
-	}
-	reg, err := provider.LoadProviders(*file, os.Getenv)
+	reg, err := f.load()
 	if err != nil {
 		return err
 	}
@@ -150,11 +199,11 @@ func runUpstreams(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if len(names) == 0 {
 		if fs.NArg() == 1 {
-			return fmt.Errorf("%s has no type: mcp provider %q", *file, fs.Arg(0))
+			return fmt.Errorf("%s has no type: mcp provider %q", f.file, fs.Arg(0))
 		}
-		return fmt.Errorf("%s has no type: mcp providers", *file)
+		return fmt.Errorf("%s has no type: mcp providers", f.file)
 	}
-	authHTTP, mcpHTTP, err := uc.httpClients()
+	_, mcpHTTP, err := f.uc.httpClients()
 	if err != nil {
 		return err
 	}
@@ -164,9 +213,7 @@ func runUpstreams(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	client, err := provider.New(provider.Options{Store: memstore.New(kr), Providers: reg, HTTPClient: outboundClient(),
-		UpstreamHTTPClient: authHTTP, BrokerURL: *publicURL, ClientMetadataURL: uc.metadataURL(*publicURL),
-		Logger: slog.New(slog.DiscardHandler)})
+	client, err := f.client(reg, memstore.New(kr), nil)
 	if err != nil {
 		return err
 	}
@@ -218,4 +265,73 @@ func upstreamEra(ctx context.Context, pool *mcpup.Pool, n string, c provider.Ups
 		return "error: " + err.Error()
 	}
 	return era
+}
+
+// runUpstreamsForget is `broker upstreams forget PROVIDER`: it deletes
+// the stored dynamic registration at the provider's authorization server
+// (the server forgot it, or it must be made anew), printing what it
+// deleted and never a secret.
+func runUpstreamsForget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("upstreams forget", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f upstreamFlags
+	f.register(fs)
+	var k keyFlags
+	fs.StringVar(&k.keysFile, "keys-file", os.Getenv("BROKER_KEYS_FILE"), "file with the encryption keys (or env BROKER_KEYS)")
+	fs.StringVar(&k.store, "store", envOr("BROKER_STORE", "bolt:./data/broker.db"), "store: bolt:PATH (or a plain path) or a postgres:// URL")
+	issuer := fs.String("upstream-issuer", "", "the authorization server's issuer, exactly as `broker upstreams check` prints it (default: discovered from the server's metadata)")
+	// PROVIDER may come before the flags or after them.
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	name := fs.Arg(0)
+	if err := fs.Parse(fs.Args()[min(1, fs.NArg()):]); err != nil {
+		return usageError{err.Error()}
+	}
+	switch {
+	case name == "":
+		return usageError{"upstreams forget: name the provider whose registration to delete"}
+	case fs.NArg() > 0:
+		return usageError{fmt.Sprintf("upstreams forget: unexpected argument %q", fs.Arg(0))}
+	}
+	reg, err := f.load()
+	if err != nil {
+		return err
+	}
+	if _, ok := reg.Lookup(name); !ok {
+		return fmt.Errorf("%s has no provider %q (its providers: %s)", f.file, name, strings.Join(reg.Names(), ", "))
+	}
+	kr, err := loadKeys(k.keysFile)
+	if err != nil {
+		return err
+	}
+	store, err := openExistingStore(k.store, kr)
+	if errors.Is(err, boltstore.ErrLocked) {
+		return fmt.Errorf("%w\nA running broker holds this bolt file (a bolt store belongs to one process): stop it, run the command, and start it again", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	client, err := f.client(reg, store, stderr)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := client.ForgetUpstreamClient(cctx, name, *issuer)
+	var ue *provider.UpstreamError
+	switch {
+	case errors.Is(err, vault.ErrNotFound):
+		at, redirect, _ := strings.Cut(c.Key, " ")
+		return fmt.Errorf("no registration of the broker is stored for %s: none at issuer %s for redirect URI %s; nothing was deleted", name, at, redirect)
+	case errors.As(err, &ue):
+		return fmt.Errorf("%w; name the issuer with --upstream-issuer to delete its registration without discovery", err)
+	case err != nil:
+		return err
+	}
+	at, redirect, _ := strings.Cut(c.Key, " ")
+	fmt.Fprintf(stdout, "deleted the registration of %s: client_id %s at issuer %s (redirect URI %s, registered %s); the next connect registers anew\n",
+		name, c.ClientID, at, redirect, c.Created.UTC().Format(time.RFC3339))
+	return nil
 }

@@ -290,3 +290,36 @@ func (p *Provider) metadata(w http.ResponseWriter, _ *http.Request) {
 		AuthorizationResponseIssParameter:      true,
 	})
 }
+
+// ForgetClient deletes registered client id, as an authorization server
+// does when a registration is deleted or expires (RFC 7592 section 2.3:
+// the client id and secret stop working, and the server SHOULD invalidate
+// the client's grants and tokens): its tokens are revoked, its pending
+// authorizations and codes dropped, and a token request as it is answered
+// invalid_client. The configured client is never forgotten; false when id
+// is not a registered client.
+func (p *Provider) ForgetClient(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.clients[id]
+	if !ok || id == p.opts.ClientID {
+		return false
+	}
+	delete(p.clients, id)
+	for _, t := range p.tokens {
+		if t.clientID == id {
+			t.revoked = true
+		}
+	}
+	for k, a := range p.pending {
+		if a.client == c {
+			delete(p.pending, k)
+		}
+	}
+	for k, g := range p.codes {
+		if g.req.client == c {
+			delete(p.codes, k)
+		}
+	}
+	return true
+}

@@ -25,11 +25,19 @@ const (
 	EventAppAuthorized    = "app_authorized"         // a person approved an app (OAuth client) at the broker's authorization server
 	EventAppRemoved       = "app_removed"            // a person removed an app's access (all its tokens revoked)
 	EventTokenReplay      = "token_replay"           // a spent refresh token or a redeemed code was presented again; its tokens were revoked
+
+	// EventUpstreamRegistrationDropped: the broker's dynamic registration
+	// at an upstream MCP server's authorization server was deleted: that
+	// server no longer knows it (invalid_client at its token endpoint), or
+	// an operator ran broker upstreams forget. The next connect registers
+	// anew. Client is the dropped client id, Outcome why.
+	EventUpstreamRegistrationDropped = "upstream_registration_dropped"
 )
 
 var knownEvents = []string{EventConnect, EventDisconnect, EventRevoke, EventRefreshFailed,
 	EventNeedsReconnect, EventIdentityMismatch, EventKeyRotation, EventTokenExport,
-	EventAppAuthorized, EventAppRemoved, EventTokenReplay, EventStepUp, EventToolsChanged, EventUpstreamError}
+	EventAppAuthorized, EventAppRemoved, EventTokenReplay, EventStepUp, EventToolsChanged, EventUpstreamError,
+	EventUpstreamRegistrationDropped}
 
 // Event is one audit record. It has no field for secret material: tokens,
 // codes, cookies and client secrets have no place in it.

@@ -123,13 +123,26 @@ func (s *Store) DeleteOAuthClient(ctx context.Context, id string) error {
 
 // deleteKey removes key from bucket, ErrNotFound when absent.
 func (s *Store) deleteKey(ctx context.Context, bucket []byte, key, what string) error {
+	return s.deleteKeyIf(ctx, bucket, key, what, nil)
+}
+
+// deleteKeyIf is deleteKey running before (if set) on the stored record
+// first, in the same transaction: it may refuse (refuse: the answer, and
+// nothing is deleted) or write what goes with the delete.
+func (s *Store) deleteKeyIf(ctx context.Context, bucket []byte, key, what string, before func(tx *bolt.Tx, old []byte) error) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	return s.decide(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
-		if b.Get([]byte(key)) == nil {
+		old := b.Get([]byte(key))
+		if old == nil {
 			return refuse(fmt.Errorf("boltstore: %s %s: %w", what, key, vault.ErrNotFound))
+		}
+		if before != nil {
+			if err := before(tx, old); err != nil {
+				return err
+			}
 		}
 		return b.Delete([]byte(key))
 	})
@@ -349,27 +362,18 @@ func (s *Store) UpdateAppAccess(ctx context.Context, id string, fn func(vault.Ap
 
 // DeleteAppAccess implements vault.AuthStore.
 func (s *Store) DeleteAppAccess(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	return s.decide(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bOAuthApps)
-		rec := b.Get([]byte(id))
-		if rec == nil {
-			return refuse(fmt.Errorf("boltstore: app access %s: %w", id, vault.ErrNotFound))
+	return s.deleteKeyIf(ctx, bOAuthApps, id, "app access", func(tx *bolt.Tx, rec []byte) error {
+		a, err := record.DecodeAppAccess(rec)
+		if err != nil {
+			return nil
 		}
-		if a, err := record.DecodeAppAccess(rec); err == nil {
-			ds, err := record.AppChangeDeliveries(s.appChanges, &a, nil)
-			if err != nil {
-				return refuse(err)
-			}
-			if err := putDeliveries(tx, ds); err != nil {
-				return err
-			}
-			if err := tx.Bucket(bOAuthAppByClient).Delete(appClientKey(a.Principal, a.ClientID)); err != nil {
-				return err
-			}
+		ds, err := record.AppChangeDeliveries(s.appChanges, &a, nil)
+		if err != nil {
+			return refuse(err)
 		}
-		return b.Delete([]byte(id))
+		if err := putDeliveries(tx, ds); err != nil {
+			return err
+		}
+		return tx.Bucket(bOAuthAppByClient).Delete(appClientKey(a.Principal, a.ClientID))
 	})
 }

@@ -52,9 +52,15 @@ func (s *Store) PutUpstreamClient(ctx context.Context, c vault.UpstreamClient) (
 	return record.DecodeUpstreamClient(s.kr, stored)
 }
 
-// DeleteUpstreamClient implements vault.UpstreamClientStore.
-func (s *Store) DeleteUpstreamClient(ctx context.Context, key string) error {
-	return s.deleteKey(ctx, bUpstream, key, "upstream client")
+// DeleteUpstreamClient implements vault.UpstreamClientStore: the compare
+// and the delete are one write transaction.
+func (s *Store) DeleteUpstreamClient(ctx context.Context, key, clientID string) error {
+	return s.deleteKeyIf(ctx, bUpstream, key, "upstream client", func(_ *bolt.Tx, old []byte) error {
+		if err := record.UpstreamClientDeletable(old, clientID); err != nil {
+			return refuse(fmt.Errorf("boltstore: delete upstream client: %w", err))
+		}
+		return nil
+	})
 }
 
 // ResealUpstreamClients implements vault.UpstreamClientStore in one write

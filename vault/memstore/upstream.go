@@ -39,9 +39,21 @@ func (s *Store) PutUpstreamClient(ctx context.Context, c vault.UpstreamClient) (
 	return record.DecodeUpstreamClient(s.kr, stored)
 }
 
-// DeleteUpstreamClient implements vault.UpstreamClientStore.
-func (s *Store) DeleteUpstreamClient(ctx context.Context, key string) error {
-	return deleteKey(s, s.upstream, key, fmt.Sprintf("upstream client %q", key))
+// DeleteUpstreamClient implements vault.UpstreamClientStore under the
+// write lock.
+func (s *Store) DeleteUpstreamClient(ctx context.Context, key, clientID string) error {
+	_, err := write(s, func() (struct{}, error) {
+		old, ok := s.upstream[key]
+		if !ok {
+			return struct{}{}, fmt.Errorf("memstore: upstream client %q: %w", key, vault.ErrNotFound)
+		}
+		if err := record.UpstreamClientDeletable(old, clientID); err != nil {
+			return struct{}{}, fmt.Errorf("memstore: delete upstream client: %w", err)
+		}
+		delete(s.upstream, key)
+		return struct{}{}, nil
+	})
+	return err
 }
 
 // ResealUpstreamClients implements vault.UpstreamClientStore under the

@@ -67,9 +67,28 @@ func (s *Store) PutUpstreamClient(ctx context.Context, c vault.UpstreamClient) (
 	return vault.UpstreamClient{}, fmt.Errorf("pgstore: put upstream client %q: deleted under every attempt: %w", c.Key, vault.ErrConflict)
 }
 
-// DeleteUpstreamClient implements vault.UpstreamClientStore.
-func (s *Store) DeleteUpstreamClient(ctx context.Context, key string) error {
-	return s.deleteRow(ctx, "upstream_clients", "key", key, "upstream client")
+// DeleteUpstreamClient implements vault.UpstreamClientStore: the record
+// read is the version the DELETE compares, so a registration rewritten
+// meanwhile (re-sealed, or deleted and made anew by another replica) is
+// looked at again, never deleted unseen.
+func (s *Store) DeleteUpstreamClient(ctx context.Context, key, clientID string) error {
+	for range 3 {
+		rec, err := s.getUpstream(ctx, key)
+		if err != nil {
+			return err
+		}
+		if err := record.UpstreamClientDeletable(rec, clientID); err != nil {
+			return fmt.Errorf("pgstore: delete upstream client: %w", err)
+		}
+		tag, err := s.pool.Exec(ctx, "DELETE FROM upstream_clients WHERE key = $1 AND record = $2", key, rec)
+		if err != nil {
+			return s.dbErr(fmt.Errorf("pgstore: delete upstream client %q: %w", key, err))
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+	}
+	return fmt.Errorf("pgstore: delete upstream client %q: rewritten under every attempt: %w", key, vault.ErrConflict)
 }
 
 // ResealUpstreamClients implements vault.UpstreamClientStore in one

@@ -34,6 +34,7 @@ func RunUpstreamClients(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"FirstPutWins", testUpstreamFirstPutWins},
 		{"ConcurrentPutsOneRegistration", testUpstreamConcurrentPuts},
 		{"Delete", testUpstreamDelete},
+		{"CompareAndDelete", testUpstreamCompareAndDelete},
 		{"RefusedPutStoresNothing", testUpstreamRefusals},
 		{"Closed", testUpstreamClosed},
 	})
@@ -96,19 +97,27 @@ func sealingKey(t *testing.T, u upstreamBackend) string {
 	if err != nil || c.SealedWith == "" {
 		t.Fatalf("a put of a confidential client: %+v, %v; want a sealing key named", c, err)
 	}
-	if err := u.DeleteUpstreamClient(t.Context(), c.Key); err != nil {
+	if err := u.DeleteUpstreamClient(t.Context(), c.Key, c.ClientID); err != nil {
 		t.Fatal(err)
 	}
 	return c.SealedWith
 }
 
-func testUpstreamFirstPutWins(t *testing.T, u upstreamBackend) {
-	ctx := t.Context()
-	primary := sealingKey(t, u)
-	first := upstreamClient("https://as.example", "dcr-1", "dcr-secret-1")
-	if _, err := u.PutUpstreamClient(ctx, first); err != nil {
+// putFirst stores the registration dcr-1 at https://as.example and
+// returns it with the primary key of u.
+func putFirst(t *testing.T, u upstreamBackend) (first vault.UpstreamClient, primary string) {
+	t.Helper()
+	primary = sealingKey(t, u)
+	first = upstreamClient("https://as.example", "dcr-1", "dcr-secret-1")
+	if _, err := u.PutUpstreamClient(t.Context(), first); err != nil {
 		t.Fatal(err)
 	}
+	return first, primary
+}
+
+func testUpstreamFirstPutWins(t *testing.T, u upstreamBackend) {
+	ctx := t.Context()
+	first, primary := putFirst(t, u)
 	second := upstreamClient("https://as.example", "dcr-2", "")
 	got, err := u.PutUpstreamClient(ctx, second)
 	if err != nil {
@@ -154,12 +163,14 @@ func testUpstreamDelete(t *testing.T, u upstreamBackend) {
 			t.Fatal(err)
 		}
 	}
-	if err := u.DeleteUpstreamClient(ctx, c.Key); err != nil {
+	if err := u.DeleteUpstreamClient(ctx, c.Key, ""); err != nil {
 		t.Fatal(err)
 	}
 	_, err := u.GetUpstreamClient(ctx, c.Key)
 	wantErr(t, "get after delete", err, vault.ErrNotFound)
-	wantErr(t, "delete twice", u.DeleteUpstreamClient(ctx, c.Key), vault.ErrNotFound)
+	wantErr(t, "delete twice", u.DeleteUpstreamClient(ctx, c.Key, ""), vault.ErrNotFound)
+	wantErr(t, "delete twice, naming the client", u.DeleteUpstreamClient(ctx, c.Key, c.ClientID), vault.ErrNotFound)
+	wantErr(t, "delete of a key no store keeps", u.DeleteUpstreamClient(ctx, "a\x00b", ""), vault.ErrNotFound)
 	if got, err := u.GetUpstreamClient(ctx, other.Key); err != nil || got.ClientID != other.ClientID {
 		t.Fatalf("another registration after a delete: %+v, %v", got, err)
 	}
@@ -168,6 +179,35 @@ func testUpstreamDelete(t *testing.T, u upstreamBackend) {
 	if got, err := u.PutUpstreamClient(ctx, again); err != nil || got.ClientID != "dcr-2" {
 		t.Fatalf("put after delete: %+v, %v", got, err)
 	}
+}
+
+// testUpstreamCompareAndDelete: a delete naming a client deletes that
+// client only. One replica saw dcr-1 refused and deletes it, another
+// registered dcr-2 meanwhile: a late delete of dcr-1 leaves dcr-2.
+func testUpstreamCompareAndDelete(t *testing.T, u upstreamBackend) {
+	ctx := t.Context()
+	first, primary := putFirst(t, u)
+	if err := u.DeleteUpstreamClient(ctx, first.Key, "dcr-1"); err != nil {
+		t.Fatalf("delete of the stored client: %v", err)
+	}
+	second := upstreamClient("https://as.example", "dcr-2", "dcr-secret-2")
+	if _, err := u.PutUpstreamClient(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "a late delete of the client replaced since", u.DeleteUpstreamClient(ctx, first.Key, "dcr-1"), vault.ErrConflict)
+	got, err := u.GetUpstreamClient(ctx, second.Key)
+	if err != nil {
+		t.Fatalf("the registration made since, after a late delete of another: %v", err)
+	}
+	sameUpstream(t, "the registration made since", got, second, primary)
+	// Concurrent deletes of one client: one deletes it, the others find
+	// nothing.
+	const n = 8
+	if deleted := concurrently(t, n, vault.ErrNotFound, func(int) error { return u.DeleteUpstreamClient(ctx, second.Key, "dcr-2") }); deleted != 1 {
+		t.Fatalf("%d of %d concurrent deletes of one client succeeded, want 1", deleted, n)
+	}
+	_, err = u.GetUpstreamClient(ctx, second.Key)
+	wantErr(t, "get after the concurrent deletes", err, vault.ErrNotFound)
 }
 
 func testUpstreamRefusals(t *testing.T, u upstreamBackend) {
@@ -194,7 +234,7 @@ func testUpstreamClosed(t *testing.T, u upstreamBackend) {
 	for name, call := range map[string]func() error{
 		"GetUpstreamClient":     func() error { _, err := u.GetUpstreamClient(ctx, c.Key); return err },
 		"PutUpstreamClient":     func() error { _, err := u.PutUpstreamClient(ctx, c); return err },
-		"DeleteUpstreamClient":  func() error { return u.DeleteUpstreamClient(ctx, c.Key) },
+		"DeleteUpstreamClient":  func() error { return u.DeleteUpstreamClient(ctx, c.Key, c.ClientID) },
 		"ResealUpstreamClients": func() error { _, err := u.ResealUpstreamClients(ctx); return err },
 	} {
 		t.Run(name, func(t *testing.T) { wantErr(t, name, call(), vault.ErrClosed) })

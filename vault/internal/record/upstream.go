@@ -119,6 +119,25 @@ func UpstreamClientMeta(b []byte) (key, sealedWith string, err error) {
 	return r.Key, sealedWith, nil
 }
 
+// UpstreamClientDeletable is the rule of a compare-and-delete of the
+// stored registration b (vault.UpstreamClientStore.DeleteUpstreamClient):
+// nil when clientID is empty (whatever b holds) or b's client id, else
+// an error wrapping vault.ErrConflict (a registration made since the one
+// the caller saw).
+func UpstreamClientDeletable(b []byte, clientID string) error {
+	if clientID == "" {
+		return nil
+	}
+	r, err := parseUpstreamClient(b)
+	switch {
+	case err != nil:
+		return err
+	case r.ClientID != clientID:
+		return fmt.Errorf("vault: upstream client %q is another client than %q: %w", r.Key, clientID, vault.ErrConflict)
+	}
+	return nil
+}
+
 // ResealUpstreamClient seals a stored registration's secret again with
 // kr's primary key; changed is false (and rec nil) when there is nothing
 // to do: no secret, or sealed with the primary already.
