@@ -749,9 +749,10 @@ func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
 var errNothingToDo = errors.New("boltstore: nothing to do")
 
 // FullySealed reports whether a completed rotation recorded that every
-// connection (and upstream client secret) is sealed with the current
-// primary key. Open clears that mark
-// whenever it sees a different primary, so a true answer stays true for as
+// connection, upstream client secret and IdP session is sealed with the
+// current primary key. Open clears that mark whenever it sees a different
+// primary, and an import that adds records clears it too (they travel
+// sealed with whatever key sealed them), so a true answer stays true for as
 // long as this process (whose writes all use the primary) holds the file.
 func (s *Store) FullySealed() bool {
 	mark := false

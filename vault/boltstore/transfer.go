@@ -155,6 +155,11 @@ func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, ski
 			}
 			added++
 		}
+		if added > 0 {
+			// What came in may be sealed with another key of the ring: the
+			// next start's re-seal pass must look (FullySealed).
+			return tx.Bucket(bMeta).Delete(keySealedAll)
+		}
 		return nil
 	})
 	if err != nil {

@@ -138,3 +138,28 @@ func TestImportRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestImportClearsFullySealed: records imported into a file marked fully
+// sealed may be sealed with another key of the ring, so an import that adds
+// any clears the mark and the next start's re-seal pass looks at them; one
+// that adds nothing keeps it.
+func TestImportClearsFullySealed(t *testing.T) {
+	kr := newKeyring(t)
+	src := openStore(t, filepath.Join(t.TempDir(), "src.db"), kr)
+	vaulttest.FillEveryKind(t, src)
+	dst := openStore(t, filepath.Join(t.TempDir(), "dst.db"), kr)
+	if err := dst.MarkFullySealed(); err != nil || !dst.FullySealed() {
+		t.Fatalf("marked: FullySealed %v, %v", dst.FullySealed(), err)
+	}
+	copyAll(t, src, dst)
+	if dst.FullySealed() {
+		t.Fatal("FullySealed after an import that added records")
+	}
+	if err := dst.MarkFullySealed(); err != nil {
+		t.Fatal(err)
+	}
+	copyAll(t, src, dst) // everything is there already: nothing added
+	if !dst.FullySealed() {
+		t.Fatal("an import that added nothing cleared the mark")
+	}
+}

@@ -1005,7 +1005,8 @@ func (s *Store) FullySealed() bool {
 	defer cancel()
 	var other bool
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM connections WHERE sealed_with <> $1)
-		OR EXISTS (SELECT 1 FROM upstream_clients WHERE sealed_with NOT IN ('', $1))`, s.kr.Primary()).Scan(&other)
+		OR EXISTS (SELECT 1 FROM upstream_clients WHERE sealed_with NOT IN ('', $1))
+		OR EXISTS (SELECT 1 FROM idp_sessions WHERE sealed_with <> $1)`, s.kr.Primary()).Scan(&other)
 	return err == nil && !other
 }
 

@@ -496,3 +496,35 @@ func TestAppOutboxConformance(t *testing.T) {
 		return s
 	})
 }
+
+// TestFullySealedCountsIdPSessions: a replica skips the start-up re-seal
+// pass only when nothing is sealed with another key, IdP sessions included
+// (they are sealed like connections, and broker migrate brings them over
+// sealed with the key of the source).
+func TestFullySealedCountsIdPSessions(t *testing.T) {
+	url := pgtest.Shared(t).Schema(t)
+	oldKR := newKeyring(t)
+	s := open(t, url, oldKR)
+	alice := vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
+	if _, err := s.IdPSessions().PutIdPSession(t.Context(), vault.IdPSession{Principal: alice, RefreshToken: "rt", IDToken: "idt",
+		Created: time.Now(), Updated: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.FullySealed() {
+		t.Fatal("FullySealed false with everything on the primary")
+	}
+	newKR, err := oldKR.WithNewPrimary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := open(t, url, newKR)
+	if s2.FullySealed() {
+		t.Fatal("FullySealed with an IdP session sealed with the old key")
+	}
+	if _, err := vault.Rekey(t.Context(), s2, newKR, 10); err != nil {
+		t.Fatal(err)
+	}
+	if !s2.FullySealed() {
+		t.Fatal("FullySealed false after the re-seal")
+	}
+}
