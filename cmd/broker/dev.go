@@ -106,16 +106,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // one they hold, to see what dev mode does when it is in use).
 func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, defaultSidecar string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "loopback address to listen on (port 0 picks a free port)")
 	dataDir := fs.String("data", "./data", "directory for the database and the development keys")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	sidecarAddr := fs.String("sidecar-addr", defaultSidecar, "loopback address of the sidecar API for co-located MCP servers (off: none); when the default is in use, dev mode runs without it")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("dev: unexpected argument %q", fs.Arg(0))}
+	if err := parseFlags(fs, args, stderr, 0); err != nil {
+		return err
 	}
 	explicitSidecar := false
 	fs.Visit(func(f *flag.Flag) { explicitSidecar = explicitSidecar || f.Name == "sidecar-addr" })

@@ -37,13 +37,8 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func runKeysGenerate(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("keys generate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("keys generate: unexpected argument %q", fs.Arg(0))}
+	if err := parseFlags(flag.NewFlagSet("keys generate", flag.ContinueOnError), args, stderr, 0); err != nil {
+		return err
 	}
 	fmt.Fprintln(stdout, vault.GenerateKey())
 	return nil
@@ -57,16 +52,9 @@ type keyFlags struct {
 
 func (k *keyFlags) parse(name string, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&k.keysFile, "keys-file", os.Getenv("BROKER_KEYS_FILE"), "file with the encryption keys (or env BROKER_KEYS)")
 	fs.StringVar(&k.store, "store", envOr("BROKER_STORE", "bolt:./data/broker.db"), "store: bolt:PATH (or a plain path)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("%s: unexpected argument %q", name, fs.Arg(0))}
-	}
-	return nil
+	return parseFlags(fs, args, stderr, 0)
 }
 
 // loadKeys reads the key ring from BROKER_KEYS or file.

@@ -327,3 +327,36 @@ func TestKeysStatusPostgres(t *testing.T) {
 		}
 	}
 }
+
+// TestUnexpectedArguments: every subcommand that takes no argument besides
+// its flags (upstreams check takes one) refuses one more with a usage
+// error naming the subcommand, and runs nothing.
+func TestUnexpectedArguments(t *testing.T) {
+	clearKeyEnv(t)
+	for _, args := range [][]string{
+		{"serve", "x"},
+		{"dev", "--addr", "127.0.0.1:0", "x"},
+		{"version", "x"},
+		{"keys", "generate", "x"},
+		{"keys", "status", "x"},
+		{"keys", "rotate", "x"},
+		{"upstreams", "check", "p", "x"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			name := strings.Join(args[:len(args)-1], " ")
+			if args[0] == "upstreams" {
+				name = "upstreams check"
+			} else if args[0] == "dev" {
+				name = "dev"
+			}
+			stdout, _, err := runCmd(t, args...)
+			want := name + `: unexpected argument "x"`
+			if err == nil || err.Error() != want || exitCode(err) != 2 {
+				t.Fatalf("err = %v (exit %d), want %q (exit 2)", err, exitCode(err), want)
+			}
+			if stdout != "" {
+				t.Fatalf("a refused command wrote %q", stdout)
+			}
+		})
+	}
+}

@@ -27,6 +27,21 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// parseFlags parses a subcommand's args into fs, whose flags are defined,
+// writing its errors and usage to stderr, and allows at most maxArgs
+// arguments besides the flags: what is wrong is a usageError naming the
+// subcommand.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, maxArgs int) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > maxArgs {
+		return usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(maxArgs))}
+	}
+	return nil
+}
+
 func exitCode(err error) int {
 	var u usageError
 	if errors.As(err, &u) {
@@ -83,14 +98,10 @@ func dispatch(ctx context.Context, prefix, usage string, cmds map[string]command
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var cfg serveConfig
 	cfg.flags(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("serve: unexpected argument %q", fs.Arg(0))}
+	if err := parseFlags(fs, args, stderr, 0); err != nil {
+		return err
 	}
 	cfg.KeysEnv = os.Getenv("BROKER_KEYS")
 	cfg.ClientSecret = os.Getenv("BROKER_CLIENT_SECRET")

@@ -177,14 +177,10 @@ func (f *upstreamFlags) client(reg *provider.Registry, store vault.Store, audit 
 // runUpstreamsCheck is `broker upstreams check`.
 func runUpstreamsCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("upstreams check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var f upstreamFlags
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 1 {
-		return usageError{fmt.Sprintf("upstreams check: unexpected argument %q", fs.Arg(1))}
+	if err := parseFlags(fs, args, stderr, 1); err != nil {
+		return err
 	}
 	reg, err := f.load()
 	if err != nil {

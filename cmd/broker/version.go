@@ -14,13 +14,9 @@ import (
 // `broker version --json` for scripts (the same object /healthz carries).
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("version: unexpected argument %q", fs.Arg(0))}
+	if err := parseFlags(fs, args, stderr, 0); err != nil {
+		return err
 	}
 	bi := buildinfo.Get()
 	if *asJSON {
