@@ -129,6 +129,22 @@ func (p *pgServer) statementCounts() (statementCounts, error) {
 	return out, err
 }
 
+// counted runs run and, on PostgreSQL with pg_stat_statements, gives its
+// result the statements the server ran meanwhile.
+func (st *stack) counted(run func() loadResult) loadResult {
+	var before statementCounts
+	if st.kind == storePostgres && st.pg.stmts {
+		before, _ = st.pg.statementCounts()
+	}
+	r := run()
+	if before != nil {
+		if after, err := st.pg.statementCounts(); err == nil {
+			r.stmts = after.sub(before)
+		}
+	}
+	return r
+}
+
 // sub returns the calls made between snapshot o and c.
 func (c statementCounts) sub(o statementCounts) statementCounts {
 	d := statementCounts{}
