@@ -403,11 +403,10 @@ func (s *Service) Ensure(ctx context.Context, req Request) (Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	all, err := s.listed(ctx, req.Principal) // the hot path: the listing cache
+	conns, err := s.listedTo(ctx, req.Principal, p.Name) // the hot path: the listing cache
 	if err != nil {
 		return nil, err
 	}
-	conns := byProvider(all, p.Name)
 	if c, why := best(p, conns, scopes); c == nil {
 		return s.start(ctx, req, p, s.keepGranted(p, conns, req.Account, scopes), why)
 	} else {
@@ -652,13 +651,22 @@ func (s *Service) named(ctx context.Context, req Request, p *provider.Provider, 
 // Pick chooses the connection a provider call runs as: Connected; NeedsUser
 // when nothing usable is connected (a connect request is started when
 // req.CanAsk); Ambiguous when several accounts qualify and none is named;
-// *AccountError when the named account is not connected.
+// *AccountError when the named account is not connected. Like Ensure it
+// is the hot path and reads the listing cache (listed): a change made on
+// another replica is seen within ListBound, and until then the call
+// that uses the connection reads it afresh (Call: a connection deleted
+// meanwhile is vault.ErrNotFound, one marked needs_reconnect
+// provider.ErrNeedsReconnect).
 func (s *Service) Pick(ctx context.Context, req Request) (Outcome, error) {
-	p, conns, err := s.connectionsTo(ctx, req)
+	p, err := s.provider(req.Provider)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.gatewayOnly(p); err != nil {
+		return nil, err
+	}
+	conns, err := s.listedTo(ctx, req.Principal, p.Name)
+	if err != nil {
 		return nil, err
 	}
 	var match, active []vault.Connection

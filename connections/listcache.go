@@ -33,10 +33,19 @@ func (s *Service) Follow(ctx context.Context) error {
 	return s.opts.Watch.WatchConnections(ctx, s.listing.Watcher())
 }
 
-// listed is p's connections for the hot path (Ensure): from the listing
-// cache when it can be trusted, else from the store (List). Every path
-// that writes (disconnect, offboarding, saving a connection) reads the
-// store through List instead.
+// listedTo is listed's connections to provider, ordered by account name.
+func (s *Service) listedTo(ctx context.Context, p vault.Principal, provider string) ([]vault.Connection, error) {
+	all, err := s.listed(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return byProvider(all, provider), nil
+}
+
+// listed is p's connections for the hot path (Ensure, and Pick for a
+// provider call): from the listing cache when it can be trusted, else
+// from the store (List). Every path that writes (disconnect, offboarding,
+// saving a connection, a reconnect) reads the store through List instead.
 func (s *Service) listed(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
 	if s.listing == nil {
 		return s.List(ctx, p)

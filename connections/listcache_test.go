@@ -2,6 +2,7 @@ package connections_test
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -306,4 +307,102 @@ func TestListingSoleWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("none")
+}
+
+// storeOps counts the store operations that reach the store, by name
+// (vault.Observe).
+type storeOps struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (o *storeOps) Begin(ctx context.Context, op string) context.Context {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n[op]++
+	return ctx
+}
+func (o *storeOps) End(context.Context, string, time.Duration, error) {}
+
+// take returns the counts since the last take.
+func (o *storeOps) take() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.n
+	o.n = map[string]int{}
+	return n
+}
+
+// TestPerformReadsOnlyItsToken: a provider call (Perform) on a warm
+// listing cache reads the store once, for the token it uses: the
+// connection is picked from the cache and its last use is not written
+// again within the minute. When the cached listing is behind the store
+// (a change another replica made within ListBound; here written behind
+// the announcing store's back), the call still reads the connection
+// afresh: one marked needs_reconnect asks the person to reconnect, and
+// one deleted is picked again from the store, asking the person to
+// connect instead of failing.
+func TestPerformReadsOnlyItsToken(t *testing.T) {
+	r := newRig(t)
+	c := r.connect("demo", "1001")
+	ops := &storeOps{n: map[string]int{}}
+	var late connections.LateWrites
+	store := vault.Observe(vault.Announced(r.store, &late), ops)
+	client, err := provider.New(provider.Options{Store: store, Providers: r.client.Providers(), Now: r.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := r.opts
+	opts.Store, opts.Client, opts.SoleWriter, opts.Grants = store, client, true, nil
+	conns, err := connections.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.Set(conns)
+	ctx := context.Background()
+	api := provider.APIRequest{Method: "GET", Path: "/user"}
+	perform := func() connections.Outcome {
+		t.Helper()
+		o, err := conns.Perform(ctx, r.req("demo"), api, connections.Continuation{})
+		if err != nil {
+			t.Fatalf("Perform: %v", err)
+		}
+		return o
+	}
+	// The first call records the last use (a write, which drops the
+	// listing); the one after it fills the cache.
+	for range 2 {
+		if o, ok := perform().(connections.Response); !ok || o.Resp.Status != http.StatusOK {
+			t.Fatalf("Perform = %#v", o)
+		}
+	}
+	ops.take()
+	for range 3 {
+		if o, ok := perform().(connections.Response); !ok || o.Conn.ID != c.ID {
+			t.Fatalf("Perform = %#v", o)
+		}
+		if got := ops.take(); len(got) != 1 || got["get_connection"] != 1 {
+			t.Fatalf("a call on a warm cache reached the store with %v, want get_connection once", got)
+		}
+	}
+
+	if _, err := r.store.UpdateConnectionMeta(ctx, c.ID, func(old vault.Connection) (vault.Connection, error) {
+		old.Status = vault.StatusNeedsReconnect
+		return old, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := perform().(connections.NeedsUser); !ok || o.Why.Kind != connections.Reconnect || o.Grant == nil {
+		t.Fatalf("Perform with needs_reconnect behind the cache = %#v, want NeedsUser (reconnect) with a connect request", o)
+	}
+	if err := r.store.DeleteConnection(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	ops.take()
+	if o, ok := perform().(connections.NeedsUser); !ok || o.Why.Kind != connections.NotConnected || o.Grant == nil {
+		t.Fatalf("Perform with the connection deleted behind the cache = %#v, want NeedsUser (not connected) with a connect request", o)
+	}
+	if got := ops.take(); got["list_connections"] != 1 {
+		t.Fatalf("after the deleted connection the call read the listing %d times, want once from the store", got["list_connections"])
+	}
 }
