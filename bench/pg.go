@@ -162,6 +162,13 @@ func (c statementCounts) add(o statementCounts) {
 	}
 }
 
+// heartbeat is the statement each replica's change feeds send five times
+// a second whatever the load (pgstore's watch), not a call's.
+const heartbeat = "SELECT pg_notify($1, $2)"
+
+// work is total without the feeds' heartbeats.
+func (c statementCounts) work() int64 { return c.total() - c[heartbeat] }
+
 func (c statementCounts) total() int64 {
 	var t int64
 	for _, n := range c {
