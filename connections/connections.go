@@ -611,14 +611,19 @@ func (s *Service) settled(ctx context.Context, req Request, p *provider.Provider
 	switch g.State {
 	case vault.GrantCompleted:
 		s.opts.Telemetry.Elicitation(telemetry.ElicitationCompleted)
-		conns, err := s.providerConnections(ctx, req.Principal, p.Name)
-		if err != nil {
-			return nil, true, err
-		}
-		for _, c := range conns {
-			if c.ID == g.ConnectionID {
-				o, err := s.named(ctx, req, p, c)
-				return o, true, err
+		// From the listing cache (a miss fills it for the person's next
+		// call); a connection made on another replica that the cache has
+		// not seen yet is looked for in the store.
+		for _, list := range []func(context.Context, vault.Principal, string) ([]vault.Connection, error){s.listedTo, s.providerConnections} {
+			conns, err := list(ctx, req.Principal, p.Name)
+			if err != nil {
+				return nil, true, err
+			}
+			for _, c := range conns {
+				if c.ID == g.ConnectionID {
+					o, err := s.named(ctx, req, p, c)
+					return o, true, err
+				}
 			}
 		}
 		return nil, true, ErrConnectionGone

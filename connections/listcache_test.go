@@ -406,3 +406,68 @@ func TestPerformReadsOnlyItsToken(t *testing.T) {
 		t.Fatalf("after the deleted connection the call read the listing %d times, want once from the store", got["list_connections"])
 	}
 }
+
+// TestResumeReadsTheListingCache: the retry that finds its connect
+// request completed takes the connection from the listing cache, filling
+// it, so the person's next call reads no listing; a connection the cache
+// has not seen (made on another replica within ListBound; here behind the
+// announcing store's back) is found in the store.
+func TestResumeReadsTheListingCache(t *testing.T) {
+	r := newRig(t)
+	ops := &storeOps{n: map[string]int{}}
+	var late connections.LateWrites
+	store := vault.Observe(vault.Announced(r.store, &late), ops)
+	opts := r.opts
+	opts.Store, opts.SoleWriter, opts.Grants = store, true, nil
+	conns, err := connections.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.Set(conns)
+	ctx := context.Background()
+	asked := func(prov string) *vault.Grant {
+		t.Helper()
+		o, err := conns.Ensure(ctx, r.req(prov))
+		need, ok := o.(connections.NeedsUser)
+		if err != nil || !ok || need.Grant == nil {
+			t.Fatalf("Ensure(%s) = %#v, %v; want NeedsUser with a connect request", prov, o, err)
+		}
+		return need.Grant
+	}
+	resume := func(prov string, g *vault.Grant) {
+		t.Helper()
+		o, err := conns.Resume(ctx, r.req(prov), g.ID, connections.Accept)
+		if c, ok := o.(connections.Connected); err != nil || !ok || c.Conn.Provider != prov {
+			t.Fatalf("Resume(%s) = %#v, %v; want Connected", prov, o, err)
+		}
+	}
+
+	g := asked("demo")
+	tok := r.oauth.CodeFlow(t, "1001", g.Scopes)
+	p, _ := conns.Providers().Lookup("demo")
+	if _, err := conns.Save(ctx, alice, *g, p, provider.Exchanged{Account: provider.Account{ID: "1001", Login: "alice-demo"},
+		Scopes: g.Scopes, Token: provider.TokenSet(tok)}); err != nil {
+		t.Fatal(err)
+	}
+	resume("demo", g)
+	ops.take()
+	if got := stateOf(t, conns, alice, "demo"); got != "connected" {
+		t.Fatalf("Ensure after the retry: %q", got)
+	}
+	if n := ops.take()["list_connections"]; n != 0 {
+		t.Fatalf("the call after the retry read the listing %d times, want none (cached by the retry)", n)
+	}
+
+	g = asked("plain") // the listing is cached again
+	if _, err := r.store.CreateConnection(ctx, vault.Connection{ID: "c-plain", Principal: alice, Provider: "plain", AccountID: "1001",
+		Scopes: []string{"profile"}, Status: vault.StatusActive, Token: vault.TokenSet{AccessToken: "at-secret"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.grants.Approve(ctx, g.ID, alice); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.grants.Complete(ctx, g.ID, alice, "c-plain"); err != nil {
+		t.Fatal(err)
+	}
+	resume("plain", g)
+}
