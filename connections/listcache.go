@@ -43,9 +43,10 @@ func (s *Service) listedTo(ctx context.Context, p vault.Principal, provider stri
 }
 
 // listed is p's connections for the hot path (Ensure, Pick for a provider
-// call, and the retry of a completed connect request): from the listing cache when it can be trusted, else
-// from the store (List). Every path that writes (disconnect, offboarding,
-// saving a connection, a reconnect) reads the store through List instead.
+// call, and the retry of a completed connect request): from the listing
+// cache when it can be trusted, else from the store (List). Every path
+// that writes (disconnect, offboarding, saving a connection, a reconnect)
+// reads the store through List instead.
 func (s *Service) listed(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
 	if s.listing == nil {
 		return s.List(ctx, p)

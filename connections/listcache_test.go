@@ -265,15 +265,7 @@ func TestListingFailsClosed(t *testing.T) {
 func TestListingSoleWriter(t *testing.T) {
 	r := newRig(t)
 	reads := &listReads{}
-	var late connections.LateWrites
-	store := vault.Observe(vault.Announced(r.store, &late), reads)
-	opts := r.opts
-	opts.Store, opts.SoleWriter, opts.Grants = store, true, nil
-	conns, err := connections.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	late.Set(conns)
+	conns, store := soleWriter(t, r, reads, false)
 	ctx := context.Background()
 	state := func() string { return stateOf(t, conns, alice, "demo") }
 	expect := func(want string) {
@@ -346,19 +338,7 @@ func TestPerformReadsOnlyItsToken(t *testing.T) {
 	r := newRig(t)
 	c := r.connect("demo", "1001")
 	ops := &storeOps{n: map[string]int{}}
-	var late connections.LateWrites
-	store := vault.Observe(vault.Announced(r.store, &late), ops)
-	client, err := provider.New(provider.Options{Store: store, Providers: r.client.Providers(), Now: r.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := r.opts
-	opts.Store, opts.Client, opts.SoleWriter, opts.Grants = store, client, true, nil
-	conns, err := connections.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	late.Set(conns)
+	conns, _ := soleWriter(t, r, ops, true)
 	ctx := context.Background()
 	api := provider.APIRequest{Method: "GET", Path: "/user"}
 	perform := func() connections.Outcome {
@@ -415,15 +395,7 @@ func TestPerformReadsOnlyItsToken(t *testing.T) {
 func TestResumeReadsTheListingCache(t *testing.T) {
 	r := newRig(t)
 	ops := &storeOps{n: map[string]int{}}
-	var late connections.LateWrites
-	store := vault.Observe(vault.Announced(r.store, &late), ops)
-	opts := r.opts
-	opts.Store, opts.SoleWriter, opts.Grants = store, true, nil
-	conns, err := connections.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	late.Set(conns)
+	conns, _ := soleWriter(t, r, ops, false)
 	ctx := context.Background()
 	asked := func(prov string) *vault.Grant {
 		t.Helper()
@@ -470,4 +442,29 @@ func TestResumeReadsTheListingCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	resume("plain", g)
+}
+
+// soleWriter is r's connections core as serve builds it on a bolt file:
+// the store announced to the listing cache (the process its only writer),
+// observed by obs, and that store. With ownClient its provider client
+// reads through the same store, so obs sees the token reads too.
+func soleWriter(t *testing.T, r *rig, obs vault.Observer, ownClient bool) (*connections.Service, vault.Store) {
+	t.Helper()
+	var late connections.LateWrites
+	store := vault.Observe(vault.Announced(r.store, &late), obs)
+	opts := r.opts
+	opts.Store, opts.SoleWriter, opts.Grants = store, true, nil
+	if ownClient {
+		client, err := provider.New(provider.Options{Store: store, Providers: r.client.Providers(), Now: r.clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Client = client
+	}
+	conns, err := connections.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.Set(conns)
+	return conns, store
 }

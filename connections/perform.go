@@ -65,9 +65,9 @@ func (s *Service) Perform(ctx context.Context, req Request, api provider.APIRequ
 			continue
 		case errors.Is(err, provider.ErrNeedsReconnect):
 			s.log.Info("connections: connection needs reconnecting; asking the person", "provider", c.Provider.Name, "connection", c.Conn.ID, "via", req.Via)
-			again := req
-			again.Account = ""
-			return s.Reconnect(ctx, again)
+			anyAccount := req
+			anyAccount.Account = ""
+			return s.Reconnect(ctx, anyAccount)
 		case err != nil:
 			return nil, err
 		}
