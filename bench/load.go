@@ -166,17 +166,13 @@ func (st *stack) load(cfg config, levels []int) error {
 	body := callBody(1, "github", "")
 	server := func(url string, auth []string, counted bool) func(c int, w, d time.Duration) loadResult {
 		return func(c int, w, d time.Duration) loadResult {
-			var before statementCounts
-			if counted && pg && st.pg.stmts {
-				before, _ = st.pg.statementCounts()
+			run := func() loadResult {
+				return hammerWith(func() *http.Request { return st.newRequest(url, auth, body) }, c, w, d, sample)
 			}
-			r := hammerWith(func() *http.Request { return st.newRequest(url, auth, body) }, c, w, d, sample)
-			if before != nil {
-				if after, err := st.pg.statementCounts(); err == nil {
-					r.stmts = after.sub(before)
-				}
+			if counted {
+				return st.counted(run)
 			}
-			return r
+			return run()
 		}
 	}
 	type row struct {

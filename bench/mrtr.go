@@ -151,11 +151,12 @@ func (st *stack) mrtr(cfg config) error {
 		}
 		return conn.ID, nil
 	}
-	// cleanup deletes a block's connections on the plain store: not
+	// cleanup deletes a block's connections on the plain store (its
+	// deletes announced to the listing cache on bolt: st.writes): not
 	// through the commit counter, outside every timed or counted span.
 	cleanup := func(ids []string) error {
 		for _, id := range ids {
-			if err := st.store.DeleteConnection(ctx, id); err != nil {
+			if err := st.writes.DeleteConnection(ctx, id); err != nil {
 				return err
 			}
 		}

@@ -129,6 +129,22 @@ func (p *pgServer) statementCounts() (statementCounts, error) {
 	return out, err
 }
 
+// counted runs run and, on PostgreSQL with pg_stat_statements, gives its
+// result the statements the server ran meanwhile.
+func (st *stack) counted(run func() loadResult) loadResult {
+	var before statementCounts
+	if st.kind == storePostgres && st.pg.stmts {
+		before, _ = st.pg.statementCounts()
+	}
+	r := run()
+	if before != nil {
+		if after, err := st.pg.statementCounts(); err == nil {
+			r.stmts = after.sub(before)
+		}
+	}
+	return r
+}
+
 // sub returns the calls made between snapshot o and c.
 func (c statementCounts) sub(o statementCounts) statementCounts {
 	d := statementCounts{}
@@ -145,6 +161,13 @@ func (c statementCounts) add(o statementCounts) {
 		c[q] += n
 	}
 }
+
+// heartbeat is the statement each replica's change feeds send five times
+// a second whatever the load (pgstore's watch), not a call's.
+const heartbeat = "SELECT pg_notify($1, $2)"
+
+// work is total without the feeds' heartbeats.
+func (c statementCounts) work() int64 { return c.total() - c[heartbeat] }
 
 func (c statementCounts) total() int64 {
 	var t int64

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"time"
 )
@@ -48,7 +50,9 @@ func (st *stack) providerOverhead(cfg config) error {
 	}
 	// The profile covers all three paths.
 	r := alternate(cfg.duration, cfg.warmup,
-		func(w, d time.Duration) loadResult { return hammerWith(brokerReq, 1, w, d, nil) },
+		func(w, d time.Duration) loadResult {
+			return st.counted(func() loadResult { return hammerWith(brokerReq, 1, w, d, nil) })
+		},
 		func(w, d time.Duration) loadResult { return hammerWith(directReq, 1, w, d, nil) },
 		func(w, d time.Duration) loadResult { return hammerWith(proxyReq, 1, w, d, nil) })
 	if err := stopProfile(); err != nil {
@@ -61,6 +65,19 @@ func (st *stack) providerOverhead(cfg config) error {
 	fmt.Printf("\nadded at p50: %s ms; the bare forwarder adds %s ms (a second HTTP hop, one JSON decode and encode), so the broker's own work adds %s ms\n",
 		ms(added), ms(floor), ms(added-floor))
 	st.sum.add(storeTitle(st.kind)+", provider_request: added p50 ms", fmt.Sprintf("%s (bare forwarder %s)", ms(added), ms(floor)), "≤ 0.1", added <= 100*time.Microsecond && br.errors == 0)
+	if st.kind != storePostgres || !st.pg.stmts {
+		return nil
+	}
+	if br.stmts == nil || br.all == 0 {
+		return errors.New("provider_request: no statement counts")
+	}
+	// The token read is the one statement a call needs: the connection it
+	// picks comes from the listing cache, its last use is written at most
+	// once a minute (which the figure, to two decimals, absorbs).
+	per := math.Round(float64(br.stmts.work())/float64(br.all)*100) / 100
+	fmt.Printf("\nStatements of provider_request (pg_stat_statements over every answered call of its slices, warm-up included; %d calls; the target leaves out the change feeds' heartbeats, `%s`, five a second per feed):\n", br.all, heartbeat)
+	br.stmts.print(br.all, "call")
+	st.sum.add(storeTitle(st.kind)+", provider_request: SQL statements per call", fmt.Sprintf("%.2f", per), fmt.Sprintf("≤ %.0f", maxStatements), per <= maxStatements)
 	return nil
 }
 

@@ -51,27 +51,31 @@ type stack struct {
 	aliceAuth map[string][]string // Authorization header by mode
 	bobAuth   map[string][]string
 	store     vault.Store // the plain store
-	bolt      *boltstore.Store
-	pg        *pgServer
-	dbURL     string // PostgreSQL: the broker's database (its own schema)
-	keys      *vault.Keyring
-	srv       map[string]*mcpapi.Server // by mode
-	handler   map[string]http.Handler   // by mode, and the floor's (floorName): what each listener serves
-	grants    *binding.Service
-	conns     *connections.Service
-	apps      *apps.Service      // the default mode's apps core (token-family liveness)
-	verify    bearer.Verifier    // the default mode's bearer check
-	reg       *provider.Registry // the providers the broker serves
-	idpIss    string             // the IdP's issuer
-	log       *slog.Logger
-	people    []mrtrPerson   // who the MRTR round trips are for, in turns
-	counter   *commitCounter // durable commits through the broker's store
-	apiURL    string         // the fake provider API
-	proxyURL  string         // provider_request's floor: a bare forwarder
-	gw        *gwUpstreams   // the gateway's upstreams (nil: not measured)
-	gwRoutes  map[string]gwRoute
-	sum       *summary
-	closers   []func()
+	// writes is the plain store for the bench's own writes once the
+	// broker runs: on bolt announced to the broker's listing cache, as
+	// every write in serve's process is; never counted.
+	writes   vault.Store
+	bolt     *boltstore.Store
+	pg       *pgServer
+	dbURL    string // PostgreSQL: the broker's database (its own schema)
+	keys     *vault.Keyring
+	srv      map[string]*mcpapi.Server // by mode
+	handler  map[string]http.Handler   // by mode, and the floor's (floorName): what each listener serves
+	grants   *binding.Service
+	conns    *connections.Service
+	apps     *apps.Service      // the default mode's apps core (token-family liveness)
+	verify   bearer.Verifier    // the default mode's bearer check
+	reg      *provider.Registry // the providers the broker serves
+	idpIss   string             // the IdP's issuer
+	log      *slog.Logger
+	people   []mrtrPerson   // who the MRTR round trips are for, in turns
+	counter  *commitCounter // durable commits through the broker's store
+	apiURL   string         // the fake provider API
+	proxyURL string         // provider_request's floor: a bare forwarder
+	gw       *gwUpstreams   // the gateway's upstreams (nil: not measured)
+	gwRoutes map[string]gwRoute
+	sum      *summary
+	closers  []func()
 }
 
 // MCP authorization modes (--mcp-auth), the default first.
@@ -235,8 +239,10 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 		store = twoStepStore{store}
 	}
 	var listed connections.LateWrites // as serve: a bolt file's writes reach the listing cache
+	st.writes = st.store
 	if kind == storeBolt {
 		store = vault.Announced(store, &listed)
+		st.writes = vault.Announced(st.store, &listed)
 	}
 	store = vault.Observe(store, tracing.StoreObserver(tp), rec.StoreObserver(), st.counter)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}

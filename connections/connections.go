@@ -625,14 +625,19 @@ func (s *Service) settled(ctx context.Context, req Request, p *provider.Provider
 	switch g.State {
 	case vault.GrantCompleted:
 		s.opts.Telemetry.Elicitation(telemetry.ElicitationCompleted)
-		conns, err := s.providerConnections(ctx, req.Principal, p.Name)
-		if err != nil {
-			return nil, true, err
-		}
-		for _, c := range conns {
-			if c.ID == g.ConnectionID {
-				o, err := s.named(ctx, req, p, c)
-				return o, true, err
+		// From the listing cache (a miss fills it for the person's next
+		// call); a connection made on another replica that the cache has
+		// not seen yet is looked for in the store.
+		for _, list := range []func(context.Context, vault.Principal, string) ([]vault.Connection, error){s.listedTo, s.providerConnections} {
+			conns, err := list(ctx, req.Principal, p.Name)
+			if err != nil {
+				return nil, true, err
+			}
+			for _, c := range conns {
+				if c.ID == g.ConnectionID {
+					o, err := s.named(ctx, req, p, c)
+					return o, true, err
+				}
 			}
 		}
 		return nil, true, ErrConnectionGone
@@ -665,13 +670,22 @@ func (s *Service) named(ctx context.Context, req Request, p *provider.Provider, 
 // Pick chooses the connection a provider call runs as: Connected; NeedsUser
 // when nothing usable is connected (a connect request is started when
 // req.CanAsk); Ambiguous when several accounts qualify and none is named;
-// *AccountError when the named account is not connected.
+// *AccountError when the named account is not connected. Like Ensure it
+// is the hot path and reads the listing cache (listed): a change made on
+// another replica is seen within ListBound, and until then the call
+// that uses the connection reads it afresh (Call: a connection deleted
+// meanwhile is vault.ErrNotFound, one marked needs_reconnect
+// provider.ErrNeedsReconnect).
 func (s *Service) Pick(ctx context.Context, req Request) (Outcome, error) {
-	p, conns, err := s.connectionsTo(ctx, req)
+	p, err := s.provider(req.Provider)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.gatewayOnly(p); err != nil {
+		return nil, err
+	}
+	conns, err := s.listedTo(ctx, req.Principal, p.Name)
+	if err != nil {
 		return nil, err
 	}
 	var match, active []vault.Connection

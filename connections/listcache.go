@@ -33,12 +33,29 @@ func (s *Service) Follow(ctx context.Context) error {
 	return s.opts.Watch.WatchConnections(ctx, s.listing.Watcher())
 }
 
-// listed is p's connections for the hot path (Ensure): from the listing
+// listedTo is p's connections to provider, ordered by account name, from
+// listed: each a clone the caller owns (Pick and the retry of a completed
+// connect request hand them on; Ensure filters the cache's slice in place
+// instead, and clones only the connection it answers).
+func (s *Service) listedTo(ctx context.Context, p vault.Principal, provider string) ([]vault.Connection, error) {
+	all, err := s.listed(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := ofPersonTo(nil, all, p, provider)
+	for i := range out {
+		out[i] = out[i].Clone()
+	}
+	return out, nil
+}
+
+// listed is p's connections for the hot path (Ensure, Pick for a provider
+// call, and the retry of a completed connect request): from the listing
 // cache when it can be trusted, else from the store (List). The slice and
 // the connections' slices are the cache's: the caller only reads them
-// (Ensure keeps p's to one provider in a slice of its own and clones the
-// connection it answers). Every path that writes (disconnect, offboarding,
-// saving a connection) reads the store through List instead.
+// (listedTo clones what it hands on). Every path that writes (disconnect,
+// offboarding, saving a connection, a reconnect) reads the store through
+// List instead.
 func (s *Service) listed(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
 	if s.listing == nil {
 		return s.List(ctx, p)

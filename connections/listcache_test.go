@@ -2,6 +2,7 @@ package connections_test
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -264,15 +265,7 @@ func TestListingFailsClosed(t *testing.T) {
 func TestListingSoleWriter(t *testing.T) {
 	r := newRig(t)
 	reads := &listReads{}
-	var late connections.LateWrites
-	store := vault.Observe(vault.Announced(r.store, &late), reads)
-	opts := r.opts
-	opts.Store, opts.SoleWriter, opts.Grants = store, true, nil
-	conns, err := connections.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	late.Set(conns)
+	conns, store := soleWriter(t, r, reads, false)
 	ctx := context.Background()
 	state := func() string { return stateOf(t, conns, alice, "demo") }
 	expect := func(want string) {
@@ -306,4 +299,172 @@ func TestListingSoleWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("none")
+}
+
+// storeOps counts the store operations that reach the store, by name
+// (vault.Observe).
+type storeOps struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (o *storeOps) Begin(ctx context.Context, op string) context.Context {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n[op]++
+	return ctx
+}
+func (o *storeOps) End(context.Context, string, time.Duration, error) {}
+
+// take returns the counts since the last take.
+func (o *storeOps) take() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.n
+	o.n = map[string]int{}
+	return n
+}
+
+// TestPerformReadsOnlyItsToken: a provider call (Perform) on a warm
+// listing cache reads the store once, for the token it uses: the
+// connection is picked from the cache and its last use is not written
+// again within the minute. When the cached listing is behind the store
+// (a change another replica made within ListBound; here written behind
+// the announcing store's back), the call still reads the connection
+// afresh: one marked needs_reconnect asks the person to reconnect, and
+// one deleted is picked again from the store, asking the person to
+// connect instead of failing.
+func TestPerformReadsOnlyItsToken(t *testing.T) {
+	r := newRig(t)
+	c := r.connect("demo", "1001")
+	ops := &storeOps{n: map[string]int{}}
+	conns, _ := soleWriter(t, r, ops, true)
+	ctx := context.Background()
+	api := provider.APIRequest{Method: "GET", Path: "/user"}
+	perform := func() connections.Outcome {
+		t.Helper()
+		o, err := conns.Perform(ctx, r.req("demo"), api, connections.Continuation{})
+		if err != nil {
+			t.Fatalf("Perform: %v", err)
+		}
+		return o
+	}
+	// The first call records the last use (a write, which drops the
+	// listing); the one after it fills the cache.
+	for range 2 {
+		if o, ok := perform().(connections.Response); !ok || o.Resp.Status != http.StatusOK {
+			t.Fatalf("Perform = %#v", o)
+		}
+	}
+	ops.take()
+	for range 3 {
+		if o, ok := perform().(connections.Response); !ok || o.Conn.ID != c.ID {
+			t.Fatalf("Perform = %#v", o)
+		}
+		if got := ops.take(); len(got) != 1 || got["get_connection"] != 1 {
+			t.Fatalf("a call on a warm cache reached the store with %v, want get_connection once", got)
+		}
+	}
+
+	if _, err := r.store.UpdateConnectionMeta(ctx, c.ID, func(old vault.Connection) (vault.Connection, error) {
+		old.Status = vault.StatusNeedsReconnect
+		return old, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := perform().(connections.NeedsUser); !ok || o.Why.Kind != connections.Reconnect || o.Grant == nil {
+		t.Fatalf("Perform with needs_reconnect behind the cache = %#v, want NeedsUser (reconnect) with a connect request", o)
+	}
+	if err := r.store.DeleteConnection(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	ops.take()
+	if o, ok := perform().(connections.NeedsUser); !ok || o.Why.Kind != connections.NotConnected || o.Grant == nil {
+		t.Fatalf("Perform with the connection deleted behind the cache = %#v, want NeedsUser (not connected) with a connect request", o)
+	}
+	if got := ops.take(); got["list_connections"] != 1 {
+		t.Fatalf("after the deleted connection the call read the listing %d times, want once from the store", got["list_connections"])
+	}
+}
+
+// TestResumeReadsTheListingCache: the retry that finds its connect
+// request completed takes the connection from the listing cache, filling
+// it, so the person's next call reads no listing; a connection the cache
+// has not seen (made on another replica within ListBound; here behind the
+// announcing store's back) is found in the store.
+func TestResumeReadsTheListingCache(t *testing.T) {
+	r := newRig(t)
+	ops := &storeOps{n: map[string]int{}}
+	conns, _ := soleWriter(t, r, ops, false)
+	ctx := context.Background()
+	asked := func(prov string) *vault.Grant {
+		t.Helper()
+		o, err := conns.Ensure(ctx, r.req(prov))
+		need, ok := o.(connections.NeedsUser)
+		if err != nil || !ok || need.Grant == nil {
+			t.Fatalf("Ensure(%s) = %#v, %v; want NeedsUser with a connect request", prov, o, err)
+		}
+		return need.Grant
+	}
+	resume := func(prov string, g *vault.Grant) {
+		t.Helper()
+		o, err := conns.Resume(ctx, r.req(prov), g.ID, connections.Accept)
+		if c, ok := o.(connections.Connected); err != nil || !ok || c.Conn.Provider != prov {
+			t.Fatalf("Resume(%s) = %#v, %v; want Connected", prov, o, err)
+		}
+	}
+
+	g := asked("demo")
+	tok := r.oauth.CodeFlow(t, "1001", g.Scopes)
+	p, _ := conns.Providers().Lookup("demo")
+	if _, err := conns.Save(ctx, alice, *g, p, provider.Exchanged{Account: provider.Account{ID: "1001", Login: "alice-demo"},
+		Scopes: g.Scopes, Token: provider.TokenSet(tok)}); err != nil {
+		t.Fatal(err)
+	}
+	resume("demo", g)
+	ops.take()
+	if got := stateOf(t, conns, alice, "demo"); got != "connected" {
+		t.Fatalf("Ensure after the retry: %q", got)
+	}
+	if n := ops.take()["list_connections"]; n != 0 {
+		t.Fatalf("the call after the retry read the listing %d times, want none (cached by the retry)", n)
+	}
+
+	g = asked("plain") // the listing is cached again
+	if _, err := r.store.CreateConnection(ctx, vault.Connection{ID: "c-plain", Principal: alice, Provider: "plain", AccountID: "1001",
+		Scopes: []string{"profile"}, Status: vault.StatusActive, Token: vault.TokenSet{AccessToken: "at-secret"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.grants.Approve(ctx, g.ID, alice); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.grants.Complete(ctx, g.ID, alice, "c-plain"); err != nil {
+		t.Fatal(err)
+	}
+	resume("plain", g)
+}
+
+// soleWriter is r's connections core as serve builds it on a bolt file:
+// the store announced to the listing cache (the process its only writer),
+// observed by obs, and that store. With ownClient its provider client
+// reads through the same store, so obs sees the token reads too.
+func soleWriter(t *testing.T, r *rig, obs vault.Observer, ownClient bool) (*connections.Service, vault.Store) {
+	t.Helper()
+	var late connections.LateWrites
+	store := vault.Observe(vault.Announced(r.store, &late), obs)
+	opts := r.opts
+	opts.Store, opts.SoleWriter, opts.Grants = store, true, nil
+	if ownClient {
+		client, err := provider.New(provider.Options{Store: store, Providers: r.client.Providers(), Now: r.clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Client = client
+	}
+	conns, err := connections.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.Set(conns)
+	return conns, store
 }

@@ -41,37 +41,50 @@ func (Response) outcome() {}
 // (Reconnect). It answers Response, NeedsUser, Ambiguous, Declined or
 // Cancelled; errors are Call's and Pick's, and a *ChoiceError for an
 // account choice that names no usable account.
+//
+// Pick answers from the listing cache, which sees a change made on another
+// replica within ListBound: a connection picked there that was deleted
+// meanwhile (Call: vault.ErrNotFound) is picked again, once, from the
+// store. One marked needs_reconnect meanwhile is read as such by Call
+// (provider.ErrNeedsReconnect) and leads to Reconnect, as one marked by
+// the call itself does.
 func (s *Service) Perform(ctx context.Context, req Request, api provider.APIRequest, cont Continuation) (Outcome, error) {
-	var (
-		o   Outcome
-		err error
-	)
+	for again := cont == (Continuation{}); ; again = false {
+		o, err := s.continued(ctx, req, cont)
+		if err != nil {
+			return nil, err
+		}
+		c, ok := o.(Connected)
+		if !ok {
+			return o, nil
+		}
+		resp, err := s.Call(ctx, c.Conn, api)
+		switch {
+		case again && errors.Is(err, vault.ErrNotFound):
+			s.changed(req.Principal) // the listing was behind: read the store
+			continue
+		case errors.Is(err, provider.ErrNeedsReconnect):
+			s.log.Info("connections: connection needs reconnecting; asking the person", "provider", c.Provider.Name, "connection", c.Conn.ID, "via", req.Via)
+			anyAccount := req
+			anyAccount.Account = ""
+			return s.Reconnect(ctx, anyAccount)
+		case err != nil:
+			return nil, err
+		}
+		return Response{Conn: c.Conn, Provider: c.Provider, Resp: resp}, nil
+	}
+}
+
+// continued is the connection a call runs as: Pick's, or the outcome of
+// the continuation cont.
+func (s *Service) continued(ctx context.Context, req Request, cont Continuation) (Outcome, error) {
 	switch {
 	case cont.Choosing:
-		o, err = s.chosen(ctx, req, cont)
+		return s.chosen(ctx, req, cont)
 	case cont.Grant != "":
-		o, err = s.Resume(ctx, req, cont.Grant, cont.Answer)
-	default:
-		o, err = s.Pick(ctx, req)
+		return s.Resume(ctx, req, cont.Grant, cont.Answer)
 	}
-	if err != nil {
-		return nil, err
-	}
-	c, ok := o.(Connected)
-	if !ok {
-		return o, nil
-	}
-	resp, err := s.Call(ctx, c.Conn, api)
-	if errors.Is(err, provider.ErrNeedsReconnect) {
-		s.log.Info("connections: connection needs reconnecting; asking the person", "provider", c.Provider.Name, "connection", c.Conn.ID, "via", req.Via)
-		again := req
-		again.Account = ""
-		return s.Reconnect(ctx, again)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return Response{Conn: c.Conn, Provider: c.Provider, Resp: resp}, nil
+	return s.Pick(ctx, req)
 }
 
 // chosen continues after the person was asked which account to use.
