@@ -42,10 +42,10 @@ const (
 	// it everyone would sign in at the target of a migration again
 	// before an enterprise-managed connection works for them.
 	KindIdPSession
-)
 
-// LastKind is the last RecordKind: kinds run from KindKeyCanary to it.
-const LastKind = KindIdPSession
+	// LastKind is the last RecordKind: kinds run from KindKeyCanary to it.
+	LastKind = KindIdPSession
+)
 
 var recordKindNames = [...]string{
 	KindKeyCanary:         "key canaries",
