@@ -17,7 +17,7 @@ const ListBound = replicache.Bound
 
 // listing is the per-replica cache of each person's connection listing
 // (ListConnections: metadata and nothing decrypted, never a token), keyed
-// and grouped by vault.PrincipalKey.
+// and grouped by vault.Principal.Key.
 type listing = replicache.Cache[[]vault.Connection]
 
 // Follow keeps the listing cache in step with the changes every replica
@@ -60,7 +60,7 @@ func (s *Service) listed(ctx context.Context, p vault.Principal) ([]vault.Connec
 	if s.listing == nil {
 		return s.List(ctx, p)
 	}
-	key := vault.PrincipalKey(p)
+	key := p.Key()
 	cached, _, epoch, ok := s.listing.Get(key)
 	if ok {
 		return cached, nil
@@ -91,7 +91,7 @@ func (s *Service) ChangedAll() {
 // connections (the other replicas learn it through their feeds).
 func (s *Service) changed(p vault.Principal) {
 	if s.listing != nil {
-		s.listing.Drop(vault.PrincipalKey(p))
+		s.listing.Drop(p.Key())
 	}
 }
 

@@ -104,7 +104,7 @@ func newReplica(t *testing.T, url string, kr *vault.Keyring) *replica {
 }
 
 // person has a NUL and a non-ASCII letter: the trigger's key and
-// vault.PrincipalKey must agree on every byte.
+// vault.Principal.Key must agree on every byte.
 var person = vault.Principal{Issuer: "https://idp.test/é", Subject: "al\x00ice"}
 
 // personConn is person's GitHub connection id, covering the default scope.

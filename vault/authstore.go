@@ -186,7 +186,7 @@ type AppWatch interface {
 	// own; it calls w's functions from one goroutine, in order.
 	WatchApps(ctx context.Context, w AppWatcher) error
 	// WatchConnections is WatchApps for connections: w.Changed is called
-	// with the PrincipalKey of the person whose connection was created,
+	// with the Principal.Key of the person whose connection was created,
 	// updated or deleted, after the change committed.
 	WatchConnections(ctx context.Context, w AppWatcher) error
 }

@@ -29,7 +29,7 @@ func TestPrincipalSame(t *testing.T) {
 	}
 }
 
-// TestPrincipalKeyUnchanged: PrincipalKey is what pgstore's connections
+// TestPrincipalKeyUnchanged: Principal.Key is what pgstore's connections
 // trigger computes, so its one-buffer form must give the streamed hash's
 // bytes, for short and long (past the stack buffer) principals, NUL and
 // non-ASCII bytes included.
@@ -49,11 +49,11 @@ func TestPrincipalKeyUnchanged(t *testing.T) {
 		{Issuer: strings.Repeat("i", 300), Subject: "s"},
 		{Issuer: "https://idp.example", Subject: strings.Repeat("s", 1000)},
 	} {
-		if got, want := PrincipalKey(p), streamed(p); got != want {
-			t.Errorf("PrincipalKey(%q) = %s, want %s", p, got, want)
+		if got, want := p.Key(), streamed(p); got != want {
+			t.Errorf("Key(%q) = %s, want %s", p, got, want)
 		}
 	}
-	if got := testing.AllocsPerRun(100, func() { PrincipalKey(Principal{Issuer: "https://idp.example", Subject: "alice"}) }); got > 1 {
-		t.Errorf("PrincipalKey allocates %v times, want 1 (its string)", got)
+	if got := testing.AllocsPerRun(100, func() { Principal{Issuer: "https://idp.example", Subject: "alice"}.Key() }); got > 1 {
+		t.Errorf("Key allocates %v times, want 1 (its string)", got)
 	}
 }

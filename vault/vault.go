@@ -30,7 +30,7 @@ func (p Principal) Same(q Principal) bool {
 	return iss&sub == 1 && p.Issuer != "" && p.Subject != ""
 }
 
-// PrincipalKey is how a person's connection changes are announced
+// Key is how a person's connection changes are announced
 // (AppWatch.WatchConnections): hex SHA-256 of the issuer's length as four
 // big-endian bytes, the issuer and the subject. pgstore's connections
 // trigger computes the same.
@@ -38,7 +38,7 @@ func (p Principal) Same(q Principal) bool {
 // Every call on the MCP hot path computes it (the listing cache's key), so
 // it hashes one buffer on the stack (for usual lengths) and allocates only
 // the string it returns.
-func PrincipalKey(p Principal) string {
+func (p Principal) Key() string {
 	var buf [256]byte
 	b := binary.BigEndian.AppendUint32(buf[:0], uint32(len(p.Issuer)))
 	b = append(append(b, p.Issuer...), p.Subject...)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"credbroker/internal/transfer"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 )
@@ -35,14 +36,14 @@ canaries.
 // migrationEnd is a store a migration copies from or into (boltstore and
 // pgstore).
 type migrationEnd interface {
-	ExportRecords(ctx context.Context, batch int, put func(vault.Records) error) error
-	ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error)
+	ExportRecords(ctx context.Context, batch int, put func(transfer.Records) error) error
+	ImportRecords(ctx context.Context, rs transfer.Records) (added, skipped int, err error)
 	Close() error
 }
 
 // migrateCounts is what one migration did: records added and already
 // present, by kind.
-type migrateCounts map[vault.RecordKind][2]int
+type migrateCounts map[transfer.RecordKind][2]int
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
@@ -97,8 +98,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer target.Close()
 	start := time.Now()
 	n, err := migrate(ctx, source, target, *batch)
-	for k := vault.KindKeyCanary; k <= vault.LastKind; k++ {
-		if k == vault.KindKeyCanary {
+	for k := transfer.KindKeyCanary; k <= transfer.LastKind; k++ {
+		if k == transfer.KindKeyCanary {
 			fmt.Fprintf(stdout, "%s: %d added\n", k, n[k][0])
 			continue
 		}
@@ -150,7 +151,7 @@ func openMigrationEnd(ss storeSpec, kr *vault.Keyring) (migrationEnd, error) {
 // records as stored.
 func migrate(ctx context.Context, src, dst migrationEnd, batch int) (migrateCounts, error) {
 	n := migrateCounts{}
-	err := src.ExportRecords(ctx, batch, func(rs vault.Records) error {
+	err := src.ExportRecords(ctx, batch, func(rs transfer.Records) error {
 		added, skipped, err := dst.ImportRecords(ctx, rs)
 		c := n[rs.Kind]
 		n[rs.Kind] = [2]int{c[0] + added, c[1] + skipped}

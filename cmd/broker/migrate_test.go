@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/internal/transfer"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/pgstore"
@@ -198,8 +199,8 @@ func TestMigrateRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := vaulttest.FillEveryKind(t, s)
-	want[vault.KindConnection]++
-	want[vault.KindIdPSession]++
+	want[transfer.KindConnection]++
+	want[transfer.KindIdPSession]++
 	s.Close()
 
 	report := func(copied bool) []string {

@@ -7,6 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"credbroker/internal/transfer"
 	"credbroker/vault"
 	"credbroker/vault/internal/record"
 )
@@ -15,32 +16,32 @@ import (
 // keys of bucket that start with prefix, their values the records unless
 // record makes each from its key and value.
 var exported = []struct {
-	kind   vault.RecordKind
+	kind   transfer.RecordKind
 	bucket []byte
 	prefix []byte
 	record func(k, v []byte) ([]byte, error)
 }{
-	{vault.KindKeyCanary, bMeta, canaryPrefix, nil},
-	{vault.KindConnection, bConns, nil, nil},
-	{vault.KindRetiredConnection, bRetired, nil, nil},
-	{vault.KindGrant, bGrants, nil, nil},
-	{vault.KindOAuthClient, bOAuthClients, nil, nil},
-	{vault.KindAuthCode, bOAuthCodes, nil, nil},
-	{vault.KindAppAccess, bOAuthApps, nil, nil},
-	{vault.KindDelivery, bOutbox, nil, nil},
-	{vault.KindSpentAssertion, bSpent, nil, spentRecord},
-	{vault.KindUpstreamClient, bUpstream, nil, nil},
-	{vault.KindIdPSession, bSessions, nil, nil},
+	{transfer.KindKeyCanary, bMeta, canaryPrefix, nil},
+	{transfer.KindConnection, bConns, nil, nil},
+	{transfer.KindRetiredConnection, bRetired, nil, nil},
+	{transfer.KindGrant, bGrants, nil, nil},
+	{transfer.KindOAuthClient, bOAuthClients, nil, nil},
+	{transfer.KindAuthCode, bOAuthCodes, nil, nil},
+	{transfer.KindAppAccess, bOAuthApps, nil, nil},
+	{transfer.KindDelivery, bOutbox, nil, nil},
+	{transfer.KindSpentAssertion, bSpent, nil, spentRecord},
+	{transfer.KindUpstreamClient, bUpstream, nil, nil},
+	{transfer.KindIdPSession, bSessions, nil, nil},
 }
 
 // ExportRecords hands every stored record to put, exactly as stored (a
 // spent assertion's made from its key and expiry), kind by kind in the
-// order of vault.RecordKind and in key order within a kind (IdP sessions
+// order of transfer.RecordKind and in key order within a kind (IdP sessions
 // by the hash of the person their key is), at most batch records at a
 // time (0 means 1000). Each batch is read in a read transaction of its
 // own and put runs after it ends, so put may write anywhere. Index
 // entries are not exported: ImportRecords makes them again.
-func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Records) error) error {
+func (s *Store) ExportRecords(ctx context.Context, batch int, put func(transfer.Records) error) error {
 	if batch <= 0 {
 		batch = 1000
 	}
@@ -84,7 +85,7 @@ func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Rec
 			if len(recs) == 0 {
 				break
 			}
-			if err := put(vault.Records{Kind: e.kind, Recs: recs}); err != nil {
+			if err := put(transfer.Records{Kind: e.kind, Recs: recs}); err != nil {
 				return err
 			}
 		}
@@ -118,7 +119,7 @@ type indexEntry struct {
 // is filed under the person its record names, to whom its tokens are
 // sealed. Imports run no ChangeHook: deliveries come as records of their
 // own.
-func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error) {
+func (s *Store) ImportRecords(ctx context.Context, rs transfer.Records) (added, skipped int, err error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, 0, err
 	}
@@ -169,9 +170,9 @@ func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, ski
 }
 
 // importItem decodes one exported record of kind and says where it goes.
-func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) {
+func (s *Store) importItem(kind transfer.RecordKind, rec []byte) (imported, error) {
 	switch kind {
-	case vault.KindKeyCanary:
+	case transfer.KindKeyCanary:
 		id, err := vault.EnvelopeKeyID(rec)
 		if err != nil {
 			return imported{}, fmt.Errorf("a key canary: %w", err)
@@ -182,7 +183,7 @@ func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) 
 			}
 		}
 		return imported{bucket: bMeta, key: append(bytes.Clone(canaryPrefix), id...), rec: rec}, nil
-	case vault.KindConnection, vault.KindRetiredConnection:
+	case transfer.KindConnection, transfer.KindRetiredConnection:
 		m, err := record.ConnectionMeta(rec)
 		if err != nil {
 			return imported{}, err
@@ -191,12 +192,12 @@ func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) 
 			return imported{}, fmt.Errorf("connection %s: sealed with key %s, which the key ring lacks: %w", m.ID, m.SealedWith, vault.ErrUnknownKey)
 		}
 		bucket, idx := bConns, bConnByPrinc
-		if kind == vault.KindRetiredConnection {
+		if kind == transfer.KindRetiredConnection {
 			bucket, idx = bRetired, bRetiredByPrinc
 		}
 		return imported{bucket: bucket, key: []byte(m.ID), rec: rec,
 			index: []indexEntry{{bucket: idx, key: connIndexKey(m.Principal, m.ID)}}}, nil
-	case vault.KindGrant:
+	case transfer.KindGrant:
 		g, err := record.DecodeGrant(rec)
 		if err != nil {
 			return imported{}, err
@@ -205,19 +206,19 @@ func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) 
 			{bucket: bGrantByPrin, key: grantPrincipalKey(g)},
 			{bucket: bGrantByExp, key: grantExpiryKey(g)},
 		}}, nil
-	case vault.KindOAuthClient:
+	case transfer.KindOAuthClient:
 		c, err := record.DecodeOAuthClient(rec)
 		if err != nil {
 			return imported{}, err
 		}
 		return imported{bucket: bOAuthClients, key: []byte(c.ID), rec: rec}, nil
-	case vault.KindAuthCode:
+	case transfer.KindAuthCode:
 		c, err := record.DecodeAuthCode(rec)
 		if err != nil {
 			return imported{}, err
 		}
 		return imported{bucket: bOAuthCodes, key: []byte(c.Key), rec: rec}, nil
-	case vault.KindAppAccess:
+	case transfer.KindAppAccess:
 		a, err := record.DecodeAppAccess(rec)
 		if err != nil {
 			return imported{}, err
@@ -225,7 +226,7 @@ func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) 
 		return imported{bucket: bOAuthApps, key: []byte(a.ID), rec: rec, index: []indexEntry{
 			{bucket: bOAuthAppByClient, key: appClientKey(a.Principal, a.ClientID), val: []byte(a.ID), unique: true},
 		}}, nil
-	case vault.KindDelivery:
+	case transfer.KindDelivery:
 		d, err := record.DecodeDelivery(rec)
 		if err != nil {
 			return imported{}, err
@@ -233,13 +234,13 @@ func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) 
 		return imported{bucket: bOutbox, key: outboxKey(d.ID, d.Endpoint), rec: rec, index: []indexEntry{
 			{bucket: bOutboxDue, key: dueKey(d)},
 		}}, nil
-	case vault.KindSpentAssertion:
+	case transfer.KindSpentAssertion:
 		key, exp, err := record.DecodeSpentAssertion(rec)
 		if err != nil {
 			return imported{}, err
 		}
 		return imported{bucket: bSpent, key: []byte(key), rec: spentValue(exp)}, nil
-	case vault.KindUpstreamClient:
+	case transfer.KindUpstreamClient:
 		key, sealed, err := record.UpstreamClientMeta(rec)
 		if err != nil {
 			return imported{}, err
@@ -248,7 +249,7 @@ func (s *Store) importItem(kind vault.RecordKind, rec []byte) (imported, error) 
 			return imported{}, fmt.Errorf("upstream client %q: sealed with key %s, which the key ring lacks: %w", key, sealed, vault.ErrUnknownKey)
 		}
 		return imported{bucket: bUpstream, key: []byte(key), rec: rec}, nil
-	case vault.KindIdPSession:
+	case transfer.KindIdPSession:
 		m, err := record.IdPSessionMeta(rec)
 		if err != nil {
 			return imported{}, err

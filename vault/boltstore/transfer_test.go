@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/internal/transfer"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/vaulttest"
@@ -16,10 +17,10 @@ import (
 
 // copyAll exports src into dst, a few records per call, and counts what
 // dst added and skipped by kind.
-func copyAll(t *testing.T, src, dst *boltstore.Store) map[vault.RecordKind][2]int {
+func copyAll(t *testing.T, src, dst *boltstore.Store) map[transfer.RecordKind][2]int {
 	t.Helper()
-	n := map[vault.RecordKind][2]int{}
-	err := src.ExportRecords(t.Context(), 2, func(rs vault.Records) error {
+	n := map[transfer.RecordKind][2]int{}
+	err := src.ExportRecords(t.Context(), 2, func(rs transfer.Records) error {
 		if len(rs.Recs) > 2 {
 			t.Errorf("%s: a batch of %d, more than asked", rs.Kind, len(rs.Recs))
 		}
@@ -49,8 +50,8 @@ func TestExportImportEveryKind(t *testing.T) {
 			t.Errorf("%s: added and skipped %v, want [%d 0]", k, n[k], w)
 		}
 	}
-	if n[vault.KindKeyCanary] != [2]int{0, 1} {
-		t.Errorf("key canaries: added and skipped %v; the target has its own", n[vault.KindKeyCanary])
+	if n[transfer.KindKeyCanary] != [2]int{0, 1} {
+		t.Errorf("key canaries: added and skipped %v; the target has its own", n[transfer.KindKeyCanary])
 	}
 	vaulttest.SameRecords(t, src, dst)
 
@@ -81,7 +82,7 @@ func TestExportImportEveryKind(t *testing.T) {
 		}
 	}
 	vaulttest.SameRecords(t, src, dst)
-	vaulttest.MovedIdPSessionShut(t, vaulttest.Exported(t, src)[vault.KindIdPSession], dst, dst)
+	vaulttest.MovedIdPSessionShut(t, vaulttest.Exported(t, src)[transfer.KindIdPSession], dst, dst)
 }
 
 // TestImportRefusals: an import that cannot be served by the target
@@ -101,23 +102,23 @@ func TestImportRefusals(t *testing.T) {
 	tests := []struct {
 		name string
 		dst  *boltstore.Store
-		rs   vault.Records
+		rs   transfer.Records
 		want error
 		say  string
 	}{
-		{"connection sealed with a key the target lacks", dst, vault.Records{Kind: vault.KindConnection, Recs: all[vault.KindConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
-		{"retired connection too", dst, vault.Records{Kind: vault.KindRetiredConnection, Recs: all[vault.KindRetiredConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
-		{"canary of another key with the same id", impostor, vault.Records{Kind: vault.KindKeyCanary, Recs: all[vault.KindKeyCanary]}, boltstore.ErrWrongKey, "does not match the one the source was written with"},
-		{"a grant that is not one", dst, vault.Records{Kind: vault.KindGrant, Recs: append(slices.Clone(all[vault.KindGrant]), []byte(`{"v":9}`))}, nil, "grant record version 9"},
-		{"a spent assertion whose key is no assertion key", dst, vault.Records{Kind: vault.KindSpentAssertion,
-			Recs: append(slices.Clone(all[vault.KindSpentAssertion]), []byte(`{"v":1,"key":"jti-1","expires_ns":1}`))}, nil, "assertion key must be 43"},
-		{"upstream client secret sealed with a key the target lacks", dst, vault.Records{Kind: vault.KindUpstreamClient, Recs: all[vault.KindUpstreamClient]}, vault.ErrUnknownKey, "which the key ring lacks"},
-		{"an upstream client without client id", dst, vault.Records{Kind: vault.KindUpstreamClient,
+		{"connection sealed with a key the target lacks", dst, transfer.Records{Kind: transfer.KindConnection, Recs: all[transfer.KindConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"retired connection too", dst, transfer.Records{Kind: transfer.KindRetiredConnection, Recs: all[transfer.KindRetiredConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"canary of another key with the same id", impostor, transfer.Records{Kind: transfer.KindKeyCanary, Recs: all[transfer.KindKeyCanary]}, boltstore.ErrWrongKey, "does not match the one the source was written with"},
+		{"a grant that is not one", dst, transfer.Records{Kind: transfer.KindGrant, Recs: append(slices.Clone(all[transfer.KindGrant]), []byte(`{"v":9}`))}, nil, "grant record version 9"},
+		{"a spent assertion whose key is no assertion key", dst, transfer.Records{Kind: transfer.KindSpentAssertion,
+			Recs: append(slices.Clone(all[transfer.KindSpentAssertion]), []byte(`{"v":1,"key":"jti-1","expires_ns":1}`))}, nil, "assertion key must be 43"},
+		{"upstream client secret sealed with a key the target lacks", dst, transfer.Records{Kind: transfer.KindUpstreamClient, Recs: all[transfer.KindUpstreamClient]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"an upstream client without client id", dst, transfer.Records{Kind: transfer.KindUpstreamClient,
 			Recs: [][]byte{[]byte(`{"v":1,"key":"https://as.example https://broker.example/cb"}`)}}, vault.ErrMalformed, "without client id"},
-		{"IdP session sealed with a key the target lacks", dst, vault.Records{Kind: vault.KindIdPSession, Recs: all[vault.KindIdPSession]}, vault.ErrUnknownKey, "which the key ring lacks"},
-		{"an IdP session without a person", dst, vault.Records{Kind: vault.KindIdPSession,
+		{"IdP session sealed with a key the target lacks", dst, transfer.Records{Kind: transfer.KindIdPSession, Recs: all[transfer.KindIdPSession]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"an IdP session without a person", dst, transfer.Records{Kind: transfer.KindIdPSession,
 			Recs: [][]byte{[]byte(`{"v":1,"iss":"https://idp.example","sub":"","tokens":""}`)}}, nil, "IdP session record without a person"},
-		{"a record of no kind", dst, vault.Records{Kind: 99, Recs: all[vault.KindGrant]}, nil, "unknown record kind 99"},
+		{"a record of no kind", dst, transfer.Records{Kind: 99, Recs: all[transfer.KindGrant]}, nil, "unknown record kind 99"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,7 +131,7 @@ func TestImportRefusals(t *testing.T) {
 				t.Fatalf("a refused import reports %d added, %d skipped", added, skipped)
 			}
 			after := vaulttest.Exported(t, tt.dst)
-			for k := range vault.LastKind + 1 {
+			for k := range transfer.LastKind + 1 {
 				if !slices.EqualFunc(before[k], after[k], bytes.Equal) {
 					t.Fatalf("a refused import changed the %s", k)
 				}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/internal/transfer"
 	"credbroker/vault"
 	"credbroker/vault/internal/record"
 	"credbroker/vault/pgstore"
@@ -79,7 +80,7 @@ func openFixture(b *testing.B) *pgstore.Store {
 			}
 			recs = append(recs, rec)
 			if len(recs) == cap(recs) || i == n-1 {
-				if _, _, fixtureErr = s.ImportRecords(context.Background(), vault.Records{Kind: vault.KindConnection, Recs: recs}); fixtureErr != nil {
+				if _, _, fixtureErr = s.ImportRecords(context.Background(), transfer.Records{Kind: transfer.KindConnection, Recs: recs}); fixtureErr != nil {
 					return
 				}
 				recs = recs[:0]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"credbroker/internal/transfer"
 	"credbroker/vault"
 	"credbroker/vault/internal/record"
 	"credbroker/vault/pgstore"
@@ -334,7 +335,7 @@ func TestSweepOnEveryReplica(t *testing.T) {
 		}
 		batch = append(batch, rec)
 	}
-	if added, _, err := stores[0].ImportRecords(ctx, vault.Records{Kind: vault.KindGrant, Recs: batch}); err != nil || added != expired+live {
+	if added, _, err := stores[0].ImportRecords(ctx, transfer.Records{Kind: transfer.KindGrant, Recs: batch}); err != nil || added != expired+live {
 		t.Fatalf("import: %d, %v", added, err)
 	}
 	var total atomic.Int64

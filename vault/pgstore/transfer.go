@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"credbroker/internal/transfer"
 	"credbroker/vault"
 	"credbroker/vault/internal/record"
 )
@@ -22,23 +23,23 @@ type exportRow struct {
 // selects up to its last parameter's rows after the key in the others, in
 // key order, and row makes each row's record.
 var exported = []struct {
-	kind  vault.RecordKind
+	kind  transfer.RecordKind
 	query string
 	start []any
 	row   pgx.RowToFunc[exportRow]
 }{
-	{vault.KindKeyCanary, "SELECT key_id, canary FROM key_canaries WHERE key_id > $1 ORDER BY key_id LIMIT $2", []any{""}, keyAndRecord},
-	{vault.KindConnection, "SELECT id, record FROM connections WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
-	{vault.KindRetiredConnection, "SELECT id, record FROM retired_connections WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
-	{vault.KindGrant, "SELECT id, record FROM grants WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
-	{vault.KindOAuthClient, "SELECT id, record FROM oauth_clients WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
-	{vault.KindAuthCode, "SELECT key, record, redeemed FROM oauth_codes WHERE key > $1 ORDER BY key LIMIT $2", []any{""}, codeRow},
-	{vault.KindAppAccess, "SELECT id, record FROM oauth_apps WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
-	{vault.KindDelivery, `SELECT id, endpoint, type, created_ns, due_ns, attempts, last_error, payload FROM outbox
+	{transfer.KindKeyCanary, "SELECT key_id, canary FROM key_canaries WHERE key_id > $1 ORDER BY key_id LIMIT $2", []any{""}, keyAndRecord},
+	{transfer.KindConnection, "SELECT id, record FROM connections WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
+	{transfer.KindRetiredConnection, "SELECT id, record FROM retired_connections WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
+	{transfer.KindGrant, "SELECT id, record FROM grants WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
+	{transfer.KindOAuthClient, "SELECT id, record FROM oauth_clients WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
+	{transfer.KindAuthCode, "SELECT key, record, redeemed FROM oauth_codes WHERE key > $1 ORDER BY key LIMIT $2", []any{""}, codeRow},
+	{transfer.KindAppAccess, "SELECT id, record FROM oauth_apps WHERE id > $1 ORDER BY id LIMIT $2", []any{""}, keyAndRecord},
+	{transfer.KindDelivery, `SELECT id, endpoint, type, created_ns, due_ns, attempts, last_error, payload FROM outbox
 		WHERE (id, endpoint) > ($1, $2) ORDER BY id, endpoint LIMIT $3`, []any{"", ""}, deliveryRow},
-	{vault.KindSpentAssertion, "SELECT key, expires_ns FROM spent_assertions WHERE key > $1 ORDER BY key LIMIT $2", []any{""}, spentRow},
-	{vault.KindUpstreamClient, "SELECT key, record FROM upstream_clients WHERE key > $1 ORDER BY key LIMIT $2", []any{""}, keyAndRecord},
-	{vault.KindIdPSession, "SELECT iss, sub, record FROM idp_sessions WHERE (iss, sub) > ($1, $2) ORDER BY iss, sub LIMIT $3",
+	{transfer.KindSpentAssertion, "SELECT key, expires_ns FROM spent_assertions WHERE key > $1 ORDER BY key LIMIT $2", []any{""}, spentRow},
+	{transfer.KindUpstreamClient, "SELECT key, record FROM upstream_clients WHERE key > $1 ORDER BY key LIMIT $2", []any{""}, keyAndRecord},
+	{transfer.KindIdPSession, "SELECT iss, sub, record FROM idp_sessions WHERE (iss, sub) > ($1, $2) ORDER BY iss, sub LIMIT $3",
 		[]any{[]byte{}, []byte{}}, keyAndRecord}, // not nil: a nil []byte is NULL, and nothing is > NULL
 }
 
@@ -108,13 +109,13 @@ func spentRow(row pgx.CollectableRow) (exportRow, error) {
 }
 
 // ExportRecords hands every stored record to put, kind by kind in the
-// order of vault.RecordKind and in key order within a kind (IdP sessions
+// order of transfer.RecordKind and in key order within a kind (IdP sessions
 // by person), at most batch records at a time (0 means 1000): the record
 // columns as they are (an authorization code's record with the redeemed
 // column's state, a delivery's and a spent assertion's made from their
 // columns). Each page is its own query, so export a store no broker is
 // writing to.
-func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Records) error) error {
+func (s *Store) ExportRecords(ctx context.Context, batch int, put func(transfer.Records) error) error {
 	if batch <= 0 {
 		batch = 1000
 	}
@@ -139,7 +140,7 @@ func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Rec
 			for i, r := range page {
 				recs[i] = r.rec
 			}
-			if err := put(vault.Records{Kind: e.kind, Recs: recs}); err != nil {
+			if err := put(transfer.Records{Kind: e.kind, Recs: recs}); err != nil {
 				return err
 			}
 			after = page[len(page)-1].key
@@ -160,7 +161,7 @@ func (s *Store) ExportRecords(ctx context.Context, batch int, put func(vault.Rec
 // lacks), and nothing of the call is stored. An IdP session's row is the
 // person its record names, to whom its tokens are sealed. Imports run no
 // ChangeHook: deliveries come as records of their own.
-func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error) {
+func (s *Store) ImportRecords(ctx context.Context, rs transfer.Records) (added, skipped int, err error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, 0, err
 	}
@@ -177,9 +178,9 @@ func (s *Store) ImportRecords(ctx context.Context, rs vault.Records) (added, ski
 
 // importRow decodes one exported record of kind and returns the insert
 // that stores it unless its key is taken.
-func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, error) {
+func (s *Store) importRow(kind transfer.RecordKind, rec []byte) (string, []any, error) {
 	switch kind {
-	case vault.KindKeyCanary:
+	case transfer.KindKeyCanary:
 		id, err := vault.EnvelopeKeyID(rec)
 		if err != nil {
 			return "", nil, fmt.Errorf("a key canary: %w", err)
@@ -190,7 +191,7 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 			}
 		}
 		return "INSERT INTO key_canaries (key_id, canary) VALUES ($1, $2) ON CONFLICT (key_id) DO NOTHING", []any{id, rec}, nil
-	case vault.KindConnection, vault.KindRetiredConnection:
+	case transfer.KindConnection, transfer.KindRetiredConnection:
 		row, err := rowFromRecord(rec)
 		if err != nil {
 			return "", nil, err
@@ -199,33 +200,33 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 		if !s.kr.Has(m.SealedWith) {
 			return "", nil, fmt.Errorf("connection %s: sealed with key %s, which the key ring lacks: %w", m.ID, m.SealedWith, vault.ErrUnknownKey)
 		}
-		if kind == vault.KindRetiredConnection {
+		if kind == transfer.KindRetiredConnection {
 			return `INSERT INTO retired_connections (id, iss, sub, record) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING`,
 				[]any{m.ID, []byte(m.Principal.Issuer), []byte(m.Principal.Subject), rec}, nil
 		}
 		return insertConn, row.args(), nil
-	case vault.KindGrant:
+	case transfer.KindGrant:
 		return importWhole(rec, insertGrant, record.DecodeGrant, s.grantArgs)
-	case vault.KindOAuthClient:
+	case transfer.KindOAuthClient:
 		return importWhole(rec, insertClient, record.DecodeOAuthClient, s.clientArgs)
-	case vault.KindAuthCode:
+	case transfer.KindAuthCode:
 		return importWhole(rec, `INSERT INTO oauth_codes (key, expires_ns, redeemed, record) VALUES ($1, $2, $3, $4) ON CONFLICT (key) DO NOTHING`,
 			record.DecodeAuthCode, importedCodeArgs)
-	case vault.KindAppAccess:
+	case transfer.KindAppAccess:
 		return importWhole(rec, insertApp, record.DecodeAppAccess, s.appArgs)
-	case vault.KindDelivery:
+	case transfer.KindDelivery:
 		d, err := record.DecodeDelivery(rec)
 		if err != nil {
 			return "", nil, err
 		}
 		return insertDelivery, deliveryArgs(d), nil
-	case vault.KindSpentAssertion:
+	case transfer.KindSpentAssertion:
 		key, exp, err := record.DecodeSpentAssertion(rec)
 		if err != nil {
 			return "", nil, err
 		}
 		return insertSpent, []any{key, nanos(exp)}, nil
-	case vault.KindUpstreamClient:
+	case transfer.KindUpstreamClient:
 		key, sealed, err := record.UpstreamClientMeta(rec)
 		if err != nil {
 			return "", nil, err
@@ -234,7 +235,7 @@ func (s *Store) importRow(kind vault.RecordKind, rec []byte) (string, []any, err
 			return "", nil, fmt.Errorf("upstream client %q: sealed with key %s, which the key ring lacks: %w", key, sealed, vault.ErrUnknownKey)
 		}
 		return insertUpstream, []any{key, sealed, rec}, nil
-	case vault.KindIdPSession:
+	case transfer.KindIdPSession:
 		m, err := record.IdPSessionMeta(rec)
 		if err != nil {
 			return "", nil, err

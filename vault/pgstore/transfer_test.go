@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"credbroker/internal/transfer"
 	"credbroker/vault"
 	"credbroker/vault/boltstore"
 	"credbroker/vault/pgstore/pgtest"
@@ -19,10 +20,10 @@ type transferEnd interface {
 
 // copyAll exports src into dst, a few records per call, and counts what
 // dst added and skipped by kind.
-func copyAll(t *testing.T, src, dst transferEnd) map[vault.RecordKind][2]int {
+func copyAll(t *testing.T, src, dst transferEnd) map[transfer.RecordKind][2]int {
 	t.Helper()
-	n := map[vault.RecordKind][2]int{}
-	err := src.ExportRecords(t.Context(), 2, func(rs vault.Records) error {
+	n := map[transfer.RecordKind][2]int{}
+	err := src.ExportRecords(t.Context(), 2, func(rs transfer.Records) error {
 		added, skipped, err := dst.ImportRecords(t.Context(), rs)
 		c := n[rs.Kind]
 		n[rs.Kind] = [2]int{c[0] + added, c[1] + skipped}
@@ -83,7 +84,7 @@ func TestExportImportEveryKind(t *testing.T) {
 			t.Errorf("second copy, %s: added and skipped %v, want [0 %d]", k, again[k], w)
 		}
 	}
-	vaulttest.MovedIdPSessionShut(t, vaulttest.Exported(t, src)[vault.KindIdPSession], dst, dst)
+	vaulttest.MovedIdPSessionShut(t, vaulttest.Exported(t, src)[transfer.KindIdPSession], dst, dst)
 }
 
 // TestImportRefusals: an import the target cannot serve stores nothing
@@ -97,22 +98,22 @@ func TestImportRefusals(t *testing.T) {
 	dst := open(t, srv.Schema(t), other)
 	tests := []struct {
 		name string
-		rs   vault.Records
+		rs   transfer.Records
 		want error
 		say  string
 	}{
-		{"connection sealed with a key the target lacks", vault.Records{Kind: vault.KindConnection, Recs: all[vault.KindConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
-		{"retired connection too", vault.Records{Kind: vault.KindRetiredConnection, Recs: all[vault.KindRetiredConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
-		{"a delivery that is not one", vault.Records{Kind: vault.KindDelivery, Recs: append(all[vault.KindDelivery], []byte(`{"v":1}`))}, vault.ErrMalformed, "delivery needs an id"},
-		{"a spent assertion that is not one", vault.Records{Kind: vault.KindSpentAssertion,
-			Recs: append(all[vault.KindSpentAssertion], []byte(`{"v":2,"key":"jti-1"}`))}, vault.ErrMalformed, "spent assertion record version 2"},
-		{"upstream client secret sealed with a key the target lacks", vault.Records{Kind: vault.KindUpstreamClient, Recs: all[vault.KindUpstreamClient]}, vault.ErrUnknownKey, "which the key ring lacks"},
-		{"an upstream client without client id", vault.Records{Kind: vault.KindUpstreamClient,
+		{"connection sealed with a key the target lacks", transfer.Records{Kind: transfer.KindConnection, Recs: all[transfer.KindConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"retired connection too", transfer.Records{Kind: transfer.KindRetiredConnection, Recs: all[transfer.KindRetiredConnection]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"a delivery that is not one", transfer.Records{Kind: transfer.KindDelivery, Recs: append(all[transfer.KindDelivery], []byte(`{"v":1}`))}, vault.ErrMalformed, "delivery needs an id"},
+		{"a spent assertion that is not one", transfer.Records{Kind: transfer.KindSpentAssertion,
+			Recs: append(all[transfer.KindSpentAssertion], []byte(`{"v":2,"key":"jti-1"}`))}, vault.ErrMalformed, "spent assertion record version 2"},
+		{"upstream client secret sealed with a key the target lacks", transfer.Records{Kind: transfer.KindUpstreamClient, Recs: all[transfer.KindUpstreamClient]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"an upstream client without client id", transfer.Records{Kind: transfer.KindUpstreamClient,
 			Recs: [][]byte{[]byte(`{"v":1,"key":"https://as.example https://broker.example/cb"}`)}}, vault.ErrMalformed, "without client id"},
-		{"IdP session sealed with a key the target lacks", vault.Records{Kind: vault.KindIdPSession, Recs: all[vault.KindIdPSession]}, vault.ErrUnknownKey, "which the key ring lacks"},
-		{"an IdP session without a person", vault.Records{Kind: vault.KindIdPSession,
+		{"IdP session sealed with a key the target lacks", transfer.Records{Kind: transfer.KindIdPSession, Recs: all[transfer.KindIdPSession]}, vault.ErrUnknownKey, "which the key ring lacks"},
+		{"an IdP session without a person", transfer.Records{Kind: transfer.KindIdPSession,
 			Recs: [][]byte{[]byte(`{"v":1,"iss":"https://idp.example","sub":"","tokens":""}`)}}, nil, "IdP session record without a person"},
-		{"a record of no kind", vault.Records{Kind: 99, Recs: all[vault.KindGrant]}, nil, "unknown record kind 99"},
+		{"a record of no kind", transfer.Records{Kind: 99, Recs: all[transfer.KindGrant]}, nil, "unknown record kind 99"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,7 +128,7 @@ func TestImportRefusals(t *testing.T) {
 	}
 	got := vaulttest.Exported(t, dst)
 	for k, recs := range got {
-		if k != vault.KindKeyCanary && len(recs) > 0 {
+		if k != transfer.KindKeyCanary && len(recs) > 0 {
 			t.Fatalf("refused imports stored %d %s", len(recs), k)
 		}
 	}

@@ -52,7 +52,7 @@ func (s *Store) WatchApps(ctx context.Context, w vault.AppWatcher) error {
 }
 
 // WatchConnections implements vault.AppWatch as WatchApps does, on
-// connections' channel: Changed gets the vault.PrincipalKey of the person
+// connections' channel: Changed gets the vault.Principal.Key of the person
 // whose connection changed.
 func (s *Store) WatchConnections(ctx context.Context, w vault.AppWatcher) error {
 	return s.watch(ctx, connectionsChannel, w)

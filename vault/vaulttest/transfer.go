@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/internal/transfer"
 	"credbroker/vault"
 )
 
-// FillEveryKind stores records of every vault.RecordKind in s through its
+// FillEveryKind stores records of every transfer.RecordKind in s through its
 // API, for tests that move a store's contents (broker migrate): OAuth and
 // API-key connections of two people (one with bytes some databases
 // mangle) in both statuses, one of them retired; grants in three states;
@@ -23,7 +24,7 @@ import (
 // refreshed since its sign-in, one without a refresh token
 // (IdPSessionsKept checks them). Key canaries are the store's own. It
 // returns how many records of each kind it stored.
-func FillEveryKind(t *testing.T, s vault.Store) map[vault.RecordKind]int {
+func FillEveryKind(t *testing.T, s vault.Store) map[transfer.RecordKind]int {
 	t.Helper()
 	ctx := t.Context()
 	auth, out, adm := s.Auth(), s.Outbox(), s.Admin()
@@ -133,11 +134,11 @@ func FillEveryKind(t *testing.T, s vault.Store) map[vault.RecordKind]int {
 		}
 	}
 
-	return map[vault.RecordKind]int{
-		vault.KindConnection: 4, vault.KindRetiredConnection: 1, vault.KindGrant: 3,
-		vault.KindOAuthClient: 2, vault.KindAuthCode: 2, vault.KindAppAccess: 2, vault.KindDelivery: 3,
-		vault.KindSpentAssertion: len(spentJTIs), vault.KindUpstreamClient: len(filledUpstream),
-		vault.KindIdPSession: len(filledSessions),
+	return map[transfer.RecordKind]int{
+		transfer.KindConnection: 4, transfer.KindRetiredConnection: 1, transfer.KindGrant: 3,
+		transfer.KindOAuthClient: 2, transfer.KindAuthCode: 2, transfer.KindAppAccess: 2, transfer.KindDelivery: 3,
+		transfer.KindSpentAssertion: len(spentJTIs), transfer.KindUpstreamClient: len(filledUpstream),
+		transfer.KindIdPSession: len(filledSessions),
 	}
 }
 
@@ -168,7 +169,7 @@ func IdPSessionsKept(t *testing.T, s vault.Store) {
 // Importer is a store that imports what an Exporter exported (boltstore,
 // pgstore).
 type Importer interface {
-	ImportRecords(ctx context.Context, rs vault.Records) (added, skipped int, err error)
+	ImportRecords(ctx context.Context, rs transfer.Records) (added, skipped int, err error)
 }
 
 // MovedIdPSessionShut imports into dst, whose IdP sessions s serves, a
@@ -189,7 +190,7 @@ func MovedIdPSessionShut(t *testing.T, recs [][]byte, dst Importer, s vault.Stor
 	if moved == nil {
 		t.Fatalf("no exported IdP session of alice among %d", len(recs))
 	}
-	if added, skipped, err := dst.ImportRecords(t.Context(), vault.Records{Kind: vault.KindIdPSession, Recs: [][]byte{moved}}); err != nil || added != 1 || skipped != 0 {
+	if added, skipped, err := dst.ImportRecords(t.Context(), transfer.Records{Kind: transfer.KindIdPSession, Recs: [][]byte{moved}}); err != nil || added != 1 || skipped != 0 {
 		t.Fatalf("import of a session moved to another person: %d added, %d skipped, %v", added, skipped, err)
 	}
 	if got, err := s.IdPSessions().GetIdPSession(t.Context(), mlice); !errors.Is(err, vault.ErrDecrypt) {
@@ -275,14 +276,14 @@ func StillSpent(t *testing.T, s vault.Store) {
 
 // Exporter is a store that exports its records (boltstore, pgstore).
 type Exporter interface {
-	ExportRecords(ctx context.Context, batch int, put func(vault.Records) error) error
+	ExportRecords(ctx context.Context, batch int, put func(transfer.Records) error) error
 }
 
 // Exported returns every record s exports, by kind, in export order.
-func Exported(t *testing.T, s Exporter) map[vault.RecordKind][][]byte {
+func Exported(t *testing.T, s Exporter) map[transfer.RecordKind][][]byte {
 	t.Helper()
-	all := map[vault.RecordKind][][]byte{}
-	err := s.ExportRecords(t.Context(), 3, func(rs vault.Records) error {
+	all := map[transfer.RecordKind][][]byte{}
+	err := s.ExportRecords(t.Context(), 3, func(rs transfer.Records) error {
 		all[rs.Kind] = append(all[rs.Kind], rs.Recs...)
 		return nil
 	})
@@ -311,13 +312,13 @@ func SameRecords(t *testing.T, a, b Exporter) {
 		}
 		return ids
 	}
-	if ia, ib := keyIDs(ra[vault.KindKeyCanary]), keyIDs(rb[vault.KindKeyCanary]); !slices.Equal(ia, ib) {
+	if ia, ib := keyIDs(ra[transfer.KindKeyCanary]), keyIDs(rb[transfer.KindKeyCanary]); !slices.Equal(ia, ib) {
 		t.Errorf("key canaries for %q and %q", ia, ib)
 	}
-	delete(ra, vault.KindKeyCanary)
-	delete(rb, vault.KindKeyCanary)
-	for _, r := range []map[vault.RecordKind][][]byte{ra, rb} {
-		slices.SortFunc(r[vault.KindIdPSession], bytes.Compare)
+	delete(ra, transfer.KindKeyCanary)
+	delete(rb, transfer.KindKeyCanary)
+	for _, r := range []map[transfer.RecordKind][][]byte{ra, rb} {
+		slices.SortFunc(r[transfer.KindIdPSession], bytes.Compare)
 	}
 	for k := range rb {
 		if _, ok := ra[k]; !ok {

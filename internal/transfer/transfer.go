@@ -1,4 +1,8 @@
-package vault
+// Package transfer names the kinds of records the persistent vault
+// backends (bbolt, PostgreSQL) export and import as stored: what `broker
+// migrate` moves between them. Only the backends, vaulttest and the
+// broker's migrate command use it; it is not part of vault's API.
+package transfer
 
 import "strconv"
 
@@ -17,20 +21,20 @@ const (
 	// KindConnection: a connection, its token set sealed.
 	KindConnection
 	// KindRetiredConnection: a connection offboarding deleted before its
-	// tokens were revoked (AdminStore.RetireConnection), kept to retry.
+	// tokens were revoked (vault.AdminStore's RetireConnection), kept to retry.
 	KindRetiredConnection
 	// KindGrant: a connect request.
 	KindGrant
 	// KindOAuthClient: a client registered at the authorization server.
 	KindOAuthClient
-	// KindAuthCode: an authorization code, under its SecretKey.
+	// KindAuthCode: an authorization code, under its vault.SecretKey.
 	KindAuthCode
 	// KindAppAccess: a person's consent to an app, with its token families.
 	KindAppAccess
 	// KindDelivery: a webhook delivery in the outbox.
 	KindDelivery
 	// KindSpentAssertion: a spent one-time assertion (an ID-JAG's jti,
-	// as an AssertionKey) and when it expires: without it the target of
+	// as a vault.AssertionKey) and when it expires: without it the target of
 	// a migration would accept the assertion again.
 	KindSpentAssertion
 	// KindUpstreamClient: the broker's registration at an upstream MCP
@@ -42,10 +46,10 @@ const (
 	// it everyone would sign in at the target of a migration again
 	// before an enterprise-managed connection works for them.
 	KindIdPSession
-)
 
-// LastKind is the last RecordKind: kinds run from KindKeyCanary to it.
-const LastKind = KindIdPSession
+	// LastKind is the last RecordKind: kinds run from KindKeyCanary to it.
+	LastKind = KindIdPSession
+)
 
 var recordKindNames = [...]string{
 	KindKeyCanary:         "key canaries",
