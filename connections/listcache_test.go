@@ -31,10 +31,11 @@ func (l *listReads) End(context.Context, string, time.Duration, error) {}
 // store the replicas share, its listing cache following the store's feed
 // through feed (which can be cut).
 type replica struct {
-	store *pgstore.Store
-	conns *connections.Service
-	reads *listReads
-	feed  *cuttableFeed
+	store  *pgstore.Store // the store as another process writes it
+	writes vault.Store    // the store as this replica's own parts write it
+	conns  *connections.Service
+	reads  *listReads
+	feed   *cuttableFeed
 }
 
 // cuttableFeed passes the store's connection changes on until cut, then
@@ -42,12 +43,15 @@ type replica struct {
 type cuttableFeed struct {
 	vault.AppWatch
 	cut atomic.Bool
+	// held passes the heartbeats on but not the changes: the cache stays
+	// trusted while it hears of no other write.
+	held atomic.Bool
 }
 
 func (f *cuttableFeed) WatchConnections(ctx context.Context, w vault.AppWatcher) error {
 	return f.AppWatch.WatchConnections(ctx, vault.AppWatcher{
 		Changed: func(k string) {
-			if !f.cut.Load() {
+			if !f.cut.Load() && !f.held.Load() {
 				w.Changed(k)
 			}
 		},
@@ -83,7 +87,11 @@ func newReplica(t *testing.T, url string, kr *vault.Keyring) *replica {
 		t.Fatal(err)
 	}
 	r := &replica{store: s, reads: &listReads{}, feed: &cuttableFeed{AppWatch: s.AppWatch()}}
-	observed := vault.Observe(s, r.reads)
+	// As serve wires it: this process's own writes of a connection, the
+	// provider client's included, reach its listing cache at once.
+	var late connections.LateWrites
+	r.writes = vault.Announced(s, &late)
+	observed := vault.Observe(r.writes, r.reads)
 	client, err := provider.New(provider.Options{Store: observed, Providers: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +100,7 @@ func newReplica(t *testing.T, url string, kr *vault.Keyring) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
+	late.Set(r.conns)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -254,6 +263,34 @@ func TestListingFailsClosed(t *testing.T) {
 	b.state(t)
 	if b.reads.n.Load() == before {
 		t.Fatal("with its feed silent, b answered from its cache")
+	}
+}
+
+// TestListingSeesOwnWritesAtOnce: on PostgreSQL, a write of a connection
+// made by this replica's own parts outside the connections core (the
+// provider client marking it needs_reconnect after invalid_grant, a
+// refresh) is seen by the replica's next Ensure at once, not when its own
+// notification comes back: here the feed passes heartbeats but no change,
+// so only the announcement can tell the cache.
+func TestListingSeesOwnWritesAtOnce(t *testing.T) {
+	testskip.Short(t, "PostgreSQL")
+	url := pgtest.Shared(t).Schema(t)
+	kr, _ := vault.ParseKeys(vault.GenerateKey())
+	a := newReplica(t, url, kr)
+	ctx := context.Background()
+	if _, err := a.writes.CreateConnection(ctx, personConn("conn-1")); err != nil {
+		t.Fatal(err)
+	}
+	a.cached(t, "connected")
+	a.feed.held.Store(true)
+	if _, err := a.writes.UpdateConnection(ctx, "conn-1", func(c vault.Connection) (vault.Connection, error) {
+		c.Status = vault.StatusNeedsReconnect
+		return c, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.state(t); got != "reconnect" {
+		t.Fatalf("right after its own write, Ensure says %q, want reconnect", got)
 	}
 }
 

@@ -119,10 +119,15 @@ type mounted struct {
 func mount(ctx context.Context, mux *http.ServeMux, d brokerDeps) (mounted, error) {
 	plainStore := d.Store
 	sole := soleWriter(plainStore)
+	// Every write of a connection in this process drops the person's
+	// cached listing before its caller goes on. On a sole writer that is
+	// what keeps the cache true; with other replicas (PostgreSQL) their
+	// writes come through the feed, and this covers the writes of this
+	// process that do not pass through the connections core (the provider
+	// client's refreshes and needs_reconnect), which the gateway's token
+	// reuse relies on (docs/SECURITY.md 12a).
 	var listed connections.LateWrites // the connections core, once built
-	if sole {
-		d.Store = vault.Announced(d.Store, &listed)
-	}
+	d.Store = vault.Announced(d.Store, &listed)
 	d.Store = observeStore(d.Store, d.Telemetry, d.Tracing)
 	grants := binding.New(d.Store, binding.Options{TTL: d.GrantTTL})
 	authHTTP, mcpHTTP, err := d.Upstreams.httpClients()
