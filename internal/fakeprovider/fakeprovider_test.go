@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -324,6 +325,69 @@ func TestGitHubDeny(t *testing.T) {
 	}
 	if c := g.Counts(); c.Deny != 1 || c.Approve != 0 {
 		t.Fatalf("counts %+v", c)
+	}
+}
+
+// TestConsentRefusals: each fake answers a refusal on its consent page
+// with the parameters its provider documents (GitHub's description and
+// error_uri, Google's error and state alone), and a form without a
+// decision with its own error page.
+func TestConsentRefusals(t *testing.T) {
+	github := fakeprovider.NewGitHub(t, fakeprovider.Options{})
+	google := fakeprovider.NewGoogle(t, fakeprovider.Options{})
+	ghcfg := githubConfig(github)
+	gcfg := oauth2.Config{ClientID: google.ClientID(), RedirectURL: callback, Scopes: []string{"openid"},
+		Endpoint: oauth2.Endpoint{AuthURL: google.Issuer() + "/o/oauth2/v2/auth"}}
+	tests := []struct {
+		name       string
+		authURL    string
+		counts     func() fakeprovider.Counts
+		deniedKeys []string
+		choose     string
+	}{
+		{"GitHub", ghcfg.AuthCodeURL("st"), github.Counts,
+			[]string{"error", "error_description", "error_uri", "state"}, "Choose Authorize or Cancel."},
+		{"Google", gcfg.AuthCodeURL("st"), google.Counts, []string{"error", "state"}, "Choose Allow or Cancel."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := consent(t, tt.authURL, "deny")
+			var keys []string
+			for k := range q {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			if !slices.Equal(keys, tt.deniedKeys) || q.Get("error") != "access_denied" || q.Get("state") != "st" {
+				t.Errorf("refusal redirect %v, want the keys %v", q, tt.deniedKeys)
+			}
+			if c := tt.counts(); c.Deny != 1 || c.Approve != 0 {
+				t.Errorf("counts %+v", c)
+			}
+
+			resp, err := noFollow.Get(tt.authURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			m := requestField.FindSubmatch(body)
+			if m == nil {
+				t.Fatalf("no request field in %s", body)
+			}
+			resp, err = noFollow.PostForm(resp.Request.URL.ResolveReference(&url.URL{Path: resp.Request.URL.Path}).String(),
+				url.Values{"request": {string(m[1])}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(body, []byte(tt.choose)) {
+				t.Errorf("no decision: %d %s, want 400 saying %q", resp.StatusCode, body, tt.choose)
+			}
+			if c := tt.counts(); c.Deny != 1 || c.Approve != 0 {
+				t.Errorf("no decision counted: %+v", c)
+			}
+		})
 	}
 }
 
