@@ -36,6 +36,15 @@ var requestField = regexp.MustCompile(`name="request" value="([^"]+)"`)
 // decision; it returns the redirect to the client's callback.
 func consent(t *testing.T, authURL, decision string) url.Values {
 	t.Helper()
+	resp := submitConsent(t, authURL, url.Values{"decision": {decision}})
+	resp.Body.Close()
+	return redirectQuery(t, resp)
+}
+
+// submitConsent GETs the authorize URL, checks the button contract and
+// posts form with the page's request id; the caller closes the answer.
+func submitConsent(t *testing.T, authURL string, form url.Values) *http.Response {
+	t.Helper()
 	resp, err := noFollow.Get(authURL)
 	if err != nil {
 		t.Fatal(err)
@@ -57,13 +66,16 @@ func consent(t *testing.T, authURL, decision string) url.Values {
 		t.Fatal("consent page: script or no CSP")
 	}
 	m := requestField.FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("consent page without request id: %s", body)
+	}
+	form.Set("request", string(m[1]))
 	action := resp.Request.URL.ResolveReference(&url.URL{Path: resp.Request.URL.Path})
-	resp, err = noFollow.PostForm(action.String(), url.Values{"request": {string(m[1])}, "decision": {decision}})
+	resp, err = noFollow.PostForm(action.String(), form)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	return redirectQuery(t, resp)
+	return resp
 }
 
 func redirectQuery(t *testing.T, resp *http.Response) url.Values {
@@ -364,22 +376,8 @@ func TestConsentRefusals(t *testing.T) {
 				t.Errorf("counts %+v", c)
 			}
 
-			resp, err := noFollow.Get(tt.authURL)
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp := submitConsent(t, tt.authURL, url.Values{})
 			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			m := requestField.FindSubmatch(body)
-			if m == nil {
-				t.Fatalf("no request field in %s", body)
-			}
-			resp, err = noFollow.PostForm(resp.Request.URL.ResolveReference(&url.URL{Path: resp.Request.URL.Path}).String(),
-				url.Values{"request": {string(m[1])}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ = io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(body, []byte(tt.choose)) {
 				t.Errorf("no decision: %d %s, want 400 saying %q", resp.StatusCode, body, tt.choose)
