@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"credbroker/internal/buffered"
 	"credbroker/provider"
 	"credbroker/vault"
 
@@ -98,13 +98,13 @@ func (st *stack) mrtr(cfg config) error {
 	var ms runtime.MemStats
 	mallocs := func() uint64 { runtime.ReadMemStats(&ms); return ms.Mallocs }
 	do := func(mode string, who mrtrPerson, body []byte) ([]byte, error) {
-		rr := &recorder{h: http.Header{}}
+		rr := buffered.NewResponse()
 		req := st.newRequest(st.endpoint(mode), who.auth[mode], body)
 		st.srv[mode].ServeHTTP(rr, req)
-		if rr.status != 200 {
-			return nil, fmt.Errorf("HTTP %d: %s", rr.status, rr.body.Bytes())
+		if rr.Status != 200 {
+			return nil, fmt.Errorf("HTTP %d: %s", rr.Status, rr.Body.Bytes())
 		}
-		return rr.body.Bytes(), nil
+		return rr.Body.Bytes(), nil
 	}
 	turn := 0 // people take turns: no one has more than one round trip more than another
 	round := func(mode string, i int) (string, error) {

@@ -8,6 +8,8 @@ import (
 	"math"
 	"net/http"
 	"time"
+
+	"credbroker/internal/buffered"
 )
 
 // providerOverhead compares GET /user through provider_request (default
@@ -93,10 +95,10 @@ func (st *stack) opens() error {
 		do := func() error {
 			r := st.newRequest(st.endpoint(modeBroker), st.bobAuth[modeBroker], body)
 			r.Header.Set("Mcp-Name", tool)
-			rr := &recorder{h: http.Header{}}
+			rr := buffered.NewResponse()
 			st.srv[modeBroker].ServeHTTP(rr, r)
-			if rr.status != 200 || bytes.Contains(rr.body.Bytes(), []byte(`"isError":true`)) {
-				return fmt.Errorf("%s: HTTP %d %s", tool, rr.status, rr.body.Bytes())
+			if rr.Status != 200 || bytes.Contains(rr.Body.Bytes(), []byte(`"isError":true`)) {
+				return fmt.Errorf("%s: HTTP %d %s", tool, rr.Status, rr.Body.Bytes())
 			}
 			return nil
 		}
@@ -123,24 +125,4 @@ func (st *stack) opens() error {
 	st.sum.add(storeTitle(st.kind)+", list_connections, 5 connections: opens per call", fmt.Sprintf("%.2f", list), "0", list == 0)
 	st.sum.add(storeTitle(st.kind)+", provider_request: opens per call", fmt.Sprintf("%.2f", req), "1", req == 1)
 	return nil
-}
-
-// recorder is a minimal http.ResponseWriter for in-process calls.
-type recorder struct {
-	h      http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.h }
-func (r *recorder) WriteHeader(s int) {
-	if r.status == 0 {
-		r.status = s
-	}
-}
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = 200
-	}
-	return r.body.Write(b)
 }

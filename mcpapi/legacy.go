@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"credbroker/internal/bearer"
+	"credbroker/internal/buffered"
 	"credbroker/internal/outage"
 	"credbroker/internal/telemetry"
 	"credbroker/vault"
@@ -85,27 +86,6 @@ func (s *Server) legacyTool(fn toolFunc) mcp.ToolHandler {
 	}
 }
 
-// bufferedResponse captures the SDK handler's answer so that plain-text
-// errors can be rewritten as JSON-RPC errors.
-type bufferedResponse struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (b *bufferedResponse) Header() http.Header { return b.header }
-func (b *bufferedResponse) WriteHeader(status int) {
-	if b.status == 0 {
-		b.status = status
-	}
-}
-func (b *bufferedResponse) Write(p []byte) (int, error) {
-	if b.status == 0 {
-		b.status = http.StatusOK
-	}
-	return b.body.Write(p)
-}
-
 // legacyMethods are the requests the broker serves to 2025-11-25 clients.
 var legacyMethods = map[string]bool{"initialize": true, "ping": true, "tools/list": true, "tools/call": true}
 
@@ -118,7 +98,9 @@ func (s *Server) serveLegacy(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
-	buf := &bufferedResponse{header: make(http.Header)}
+	// buf captures the SDK handler's answer so that plain-text errors can be
+	// rewritten as JSON-RPC errors.
+	buf := buffered.NewResponse()
 	if msg.Method == "initialize" {
 		var ip struct {
 			Capabilities *mcp.ClientCapabilities `json:"capabilities"`
@@ -133,42 +115,42 @@ func (s *Server) serveLegacy(w http.ResponseWriter, r *http.Request, body []byte
 			if ip.ClientInfo != nil {
 				ls.ClientName = clientName(ip.ClientInfo)
 			}
-			buf.header.Set("Mcp-Session-Id", sealSession(s.opts.StateKeys, ls))
+			buf.Header().Set("Mcp-Session-Id", sealSession(s.opts.StateKeys, ls))
 		}
 	}
 	s.legacy.ServeHTTP(buf, r)
-	if buf.status == 0 {
-		buf.status = http.StatusOK
+	if buf.Status == 0 {
+		buf.Status = http.StatusOK
 	}
-	if buf.status >= 400 && !isJSONType(buf.header.Get("Content-Type")) {
-		text := strings.TrimSpace(buf.body.String())
+	if buf.Status >= 400 && !isJSONType(buf.Header().Get("Content-Type")) {
+		text := strings.TrimSpace(buf.Body.String())
 		if len(text) > 200 {
 			text = text[:200]
 		}
 		code := int64(codeInvalidRequest)
-		switch buf.status {
+		switch buf.Status {
 		case http.StatusNotFound:
 			code = codeMethodNotFound
 		case http.StatusInternalServerError:
 			code = codeInternal
 		}
-		if allow := buf.header.Get("Allow"); allow != "" {
+		if allow := buf.Header().Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		writeRPCError(w, buf.status, validOrNull(msg.ID), code, text, nil)
+		writeRPCError(w, buf.Status, validOrNull(msg.ID), code, text, nil)
 		return
 	}
-	note(w, func(o *observedWriter) { o.outcome = legacyOutcome(buf.body.Bytes()) })
-	if buf.status == http.StatusOK && isUnavailableAnswer(buf.body.Bytes()) {
+	note(w, func(o *observedWriter) { o.outcome = legacyOutcome(buf.Body.Bytes()) })
+	if buf.Status == http.StatusOK && isUnavailableAnswer(buf.Body.Bytes()) {
 		// A storage outage is a 503 in this era too (the SDK writes
 		// JSON-RPC errors with 200).
-		buf.status = http.StatusServiceUnavailable
+		buf.Status = http.StatusServiceUnavailable
 		note(w, func(o *observedWriter) { o.outcome = telemetry.OutcomeUnavailable })
-		outage.SetRetryAfter(buf.header)
+		outage.SetRetryAfter(buf.Header())
 	}
-	for k, v := range buf.header {
+	for k, v := range buf.Header() {
 		w.Header()[k] = v
 	}
-	w.WriteHeader(buf.status)
-	w.Write(buf.body.Bytes())
+	w.WriteHeader(buf.Status)
+	w.Write(buf.Body.Bytes())
 }

@@ -691,45 +691,49 @@ func (c *entryCheck) scopeTables(p *Provider, s scopeSpec) {
 	if len(s.ScopeAliases) > 0 {
 		p.ScopeAliases = map[string]string{}
 	}
-	for _, sc := range sortedKeys(s.ScopeAliases) {
-		if !validScope(sc) {
-			c.fail("scope_aliases", "scope_aliases: %q is not a valid scope token", sc)
-			continue
+	c.scopeTable("scope_aliases", s.ScopeAliases, func(sc, alias string) {
+		switch {
+		case !validScope(alias):
+			c.fail("scope_aliases", "scope_aliases: %s: alias %q is not a valid scope token", sc, alias)
+		case alias == sc:
+			c.fail("scope_aliases", "scope_aliases: %s is given as its own alias", sc)
+		case s.ScopeAliases[alias] != nil:
+			c.fail("scope_aliases", "scope_aliases: %q is both a scope with aliases and an alias of %s", alias, sc)
+		case p.ScopeAliases[alias] != "":
+			c.fail("scope_aliases", "scope_aliases: %q is an alias of both %s and %s", alias, p.ScopeAliases[alias], sc)
+		default:
+			p.ScopeAliases[alias] = sc
 		}
-		for _, alias := range s.ScopeAliases[sc] {
-			switch {
-			case !validScope(alias):
-				c.fail("scope_aliases", "scope_aliases: %s: alias %q is not a valid scope token", sc, alias)
-			case alias == sc:
-				c.fail("scope_aliases", "scope_aliases: %s is given as its own alias", sc)
-			case s.ScopeAliases[alias] != nil:
-				c.fail("scope_aliases", "scope_aliases: %q is both a scope with aliases and an alias of %s", alias, sc)
-			case p.ScopeAliases[alias] != "":
-				c.fail("scope_aliases", "scope_aliases: %q is an alias of both %s and %s", alias, p.ScopeAliases[alias], sc)
-			default:
-				p.ScopeAliases[alias] = sc
-			}
-		}
-	}
+	})
 	if len(s.ScopeImplies) > 0 {
 		p.ScopeImplies = map[string][]string{}
 	}
-	for _, sc := range sortedKeys(s.ScopeImplies) {
+	c.scopeTable("scope_implies", s.ScopeImplies, func(sc, in string) {
+		switch {
+		case !validScope(in):
+			c.fail("scope_implies", "scope_implies: %s: %q is not a valid scope token", sc, in)
+		case in == sc:
+			c.fail("scope_implies", "scope_implies: %s is given as implying itself", sc)
+		case p.ScopeAliases[in] != "" || p.ScopeAliases[sc] != "":
+			c.fail("scope_implies", "scope_implies: %s: name scopes by their catalogue names, not by aliases", sc)
+		default:
+			p.ScopeImplies[sc] = append(p.ScopeImplies[sc], in)
+		}
+	})
+}
+
+// scopeTable walks a table of scope_aliases or scope_implies (scope →
+// scope tokens) in key order: a key that is not a valid scope token is
+// reported under field and its list passed over; every token listed under
+// a valid key goes to check.
+func (c *entryCheck) scopeTable(field string, table map[string][]string, check func(sc, tok string)) {
+	for _, sc := range sortedKeys(table) {
 		if !validScope(sc) {
-			c.fail("scope_implies", "scope_implies: %q is not a valid scope token", sc)
+			c.fail(field, "%s: %q is not a valid scope token", field, sc)
 			continue
 		}
-		for _, in := range s.ScopeImplies[sc] {
-			switch {
-			case !validScope(in):
-				c.fail("scope_implies", "scope_implies: %s: %q is not a valid scope token", sc, in)
-			case in == sc:
-				c.fail("scope_implies", "scope_implies: %s is given as implying itself", sc)
-			case p.ScopeAliases[in] != "" || p.ScopeAliases[sc] != "":
-				c.fail("scope_implies", "scope_implies: %s: name scopes by their catalogue names, not by aliases", sc)
-			default:
-				p.ScopeImplies[sc] = append(p.ScopeImplies[sc], in)
-			}
+		for _, tok := range table[sc] {
+			check(sc, tok)
 		}
 	}
 }

@@ -471,9 +471,13 @@ func (c *core) takePending(id string) (pendingAuth, bool) {
 	return *p, true
 }
 
-// readDecision reads a consent form's POST and takes the pending request it
-// answers, or writes the provider's error page and reports false.
-func (c *core) readDecision(w http.ResponseWriter, r *http.Request, provider string) (pendingAuth, bool) {
+// readApproval reads a consent form's POST and returns the pending
+// request the person approved. Otherwise it writes the answer and reports
+// false: a refusal is recorded and redirected back with access_denied, the
+// state and the provider's own denied parameters; an unreadable form, an
+// unknown request or no decision (choose: the words for it) gets the
+// provider's error page.
+func (c *core) readApproval(w http.ResponseWriter, r *http.Request, provider, choose string, denied url.Values) (pendingAuth, bool) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	if err := r.ParseForm(); err != nil {
 		errorPage(w, http.StatusBadRequest, provider, "The form could not be read.")
@@ -484,7 +488,20 @@ func (c *core) readDecision(w http.ResponseWriter, r *http.Request, provider str
 		errorPage(w, http.StatusBadRequest, provider, "This authorization request is unknown or was already answered.")
 		return pendingAuth{}, false
 	}
-	return p, true
+	switch r.PostForm.Get("decision") {
+	case "approve":
+		return p, true
+	case "deny":
+		c.recordLocked(Event{Kind: "deny", Method: r.Method, Path: r.URL.Path, Status: http.StatusFound, Error: "access_denied"})
+		params := url.Values{"error": {"access_denied"}, "state": {p.state}}
+		for k, v := range denied {
+			params[k] = v
+		}
+		http.Redirect(w, r, authorizeRedirect(p.redirectURI, params), http.StatusFound)
+	default:
+		errorPage(w, http.StatusBadRequest, provider, choose)
+	}
+	return pendingAuth{}, false
 }
 
 // issueCode creates a single-use code for an approved request. Both

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,15 @@ var requestField = regexp.MustCompile(`name="request" value="([^"]+)"`)
 // decision; it returns the redirect to the client's callback.
 func consent(t *testing.T, authURL, decision string) url.Values {
 	t.Helper()
+	resp := submitConsent(t, authURL, url.Values{"decision": {decision}})
+	resp.Body.Close()
+	return redirectQuery(t, resp)
+}
+
+// submitConsent GETs the authorize URL, checks the button contract and
+// posts form with the page's request id; the caller closes the answer.
+func submitConsent(t *testing.T, authURL string, form url.Values) *http.Response {
+	t.Helper()
 	resp, err := noFollow.Get(authURL)
 	if err != nil {
 		t.Fatal(err)
@@ -56,13 +66,16 @@ func consent(t *testing.T, authURL, decision string) url.Values {
 		t.Fatal("consent page: script or no CSP")
 	}
 	m := requestField.FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("consent page without request id: %s", body)
+	}
+	form.Set("request", string(m[1]))
 	action := resp.Request.URL.ResolveReference(&url.URL{Path: resp.Request.URL.Path})
-	resp, err = noFollow.PostForm(action.String(), url.Values{"request": {string(m[1])}, "decision": {decision}})
+	resp, err = noFollow.PostForm(action.String(), form)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	return redirectQuery(t, resp)
+	return resp
 }
 
 func redirectQuery(t *testing.T, resp *http.Response) url.Values {
@@ -324,6 +337,55 @@ func TestGitHubDeny(t *testing.T) {
 	}
 	if c := g.Counts(); c.Deny != 1 || c.Approve != 0 {
 		t.Fatalf("counts %+v", c)
+	}
+}
+
+// TestConsentRefusals: each fake answers a refusal on its consent page
+// with the parameters its provider documents (GitHub's description and
+// error_uri, Google's error and state alone), and a form without a
+// decision with its own error page.
+func TestConsentRefusals(t *testing.T) {
+	github := fakeprovider.NewGitHub(t, fakeprovider.Options{})
+	google := fakeprovider.NewGoogle(t, fakeprovider.Options{})
+	ghcfg := githubConfig(github)
+	gcfg := oauth2.Config{ClientID: google.ClientID(), RedirectURL: callback, Scopes: []string{"openid"},
+		Endpoint: oauth2.Endpoint{AuthURL: google.Issuer() + "/o/oauth2/v2/auth"}}
+	tests := []struct {
+		name       string
+		authURL    string
+		counts     func() fakeprovider.Counts
+		deniedKeys []string
+		choose     string
+	}{
+		{"GitHub", ghcfg.AuthCodeURL("st"), github.Counts,
+			[]string{"error", "error_description", "error_uri", "state"}, "Choose Authorize or Cancel."},
+		{"Google", gcfg.AuthCodeURL("st"), google.Counts, []string{"error", "state"}, "Choose Allow or Cancel."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := consent(t, tt.authURL, "deny")
+			var keys []string
+			for k := range q {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			if !slices.Equal(keys, tt.deniedKeys) || q.Get("error") != "access_denied" || q.Get("state") != "st" {
+				t.Errorf("refusal redirect %v, want the keys %v", q, tt.deniedKeys)
+			}
+			if c := tt.counts(); c.Deny != 1 || c.Approve != 0 {
+				t.Errorf("counts %+v", c)
+			}
+
+			resp := submitConsent(t, tt.authURL, url.Values{})
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(body, []byte(tt.choose)) {
+				t.Errorf("no decision: %d %s, want 400 saying %q", resp.StatusCode, body, tt.choose)
+			}
+			if c := tt.counts(); c.Deny != 1 || c.Approve != 0 {
+				t.Errorf("no decision counted: %+v", c)
+			}
+		})
 	}
 }
 

@@ -159,23 +159,12 @@ func (g *GitHub) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *GitHub) decide(w http.ResponseWriter, r *http.Request) {
-	p, ok := g.readDecision(w, r, "GitHub")
-	if !ok {
-		return
-	}
-	switch r.PostForm.Get("decision") {
-	case "approve":
+	p, ok := g.readApproval(w, r, "GitHub", "Choose Authorize or Cancel.", url.Values{
+		"error_description": {"The user has denied your application access."},
+		"error_uri":         {githubOAuthErrorsURL},
+	})
+	if ok {
 		g.approve(w, r, p)
-	case "deny":
-		g.recordLocked(Event{Kind: "deny", Method: r.Method, Path: r.URL.Path, Status: http.StatusFound, Error: "access_denied"})
-		http.Redirect(w, r, authorizeRedirect(p.redirectURI, url.Values{
-			"error":             {"access_denied"},
-			"error_description": {"The user has denied your application access."},
-			"error_uri":         {githubOAuthErrorsURL},
-			"state":             {p.state},
-		}), http.StatusFound)
-	default:
-		errorPage(w, http.StatusBadRequest, "GitHub", "Choose Authorize or Cancel.")
 	}
 }
 

@@ -330,31 +330,22 @@ func (g *Google) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Google) decide(w http.ResponseWriter, r *http.Request) {
-	p, ok := g.readDecision(w, r, "Google")
+	p, ok := g.readApproval(w, r, "Google", "Choose Allow or Cancel.", nil)
 	if !ok {
 		return
 	}
-	switch r.PostForm.Get("decision") {
-	case "approve":
-		requested := strings.Fields(p.scope)
-		if granular(requested) {
-			// Sign-in scopes come as a block; the others only when
-			// checked.
-			var granted []string
-			for _, s := range requested {
-				if googleSignIn(s) || slices.Contains(r.PostForm["scope"], s) {
-					granted = append(granted, s)
-				}
+	requested := strings.Fields(p.scope)
+	if granular(requested) {
+		// Sign-in scopes come as a block; the others only when checked.
+		var granted []string
+		for _, s := range requested {
+			if googleSignIn(s) || slices.Contains(r.PostForm["scope"], s) {
+				granted = append(granted, s)
 			}
-			p.scope = strings.Join(granted, " ")
 		}
-		g.approve(w, r, p)
-	case "deny":
-		g.recordLocked(Event{Kind: "deny", Method: r.Method, Path: r.URL.Path, Status: http.StatusFound, Error: "access_denied"})
-		http.Redirect(w, r, authorizeRedirect(p.redirectURI, url.Values{"error": {"access_denied"}, "state": {p.state}}), http.StatusFound)
-	default:
-		errorPage(w, http.StatusBadRequest, "Google", "Choose Allow or Cancel.")
+		p.scope = strings.Join(granted, " ")
 	}
+	g.approve(w, r, p)
 }
 
 func (g *Google) approve(w http.ResponseWriter, r *http.Request, p pendingAuth) {

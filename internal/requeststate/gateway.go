@@ -3,7 +3,6 @@ package requeststate
 import (
 	"bytes"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"time"
@@ -82,7 +81,7 @@ func SealGateway(keys *vault.Keyring, st Gateway) (string, error) {
 		return "", err
 	}
 	pt = append(append(pt, 0), st.Upstream...)
-	sealed := base64.RawURLEncoding.EncodeToString(keys.Seal(pt, []byte(gatewayAAD)))
+	sealed := seal(keys, pt, gatewayAAD)
 	if len(sealed) > maxGatewaySealed {
 		// Long names (a resource URI) with a long upstream state: a state
 		// OpenGateway would refuse is not handed out.
@@ -104,7 +103,6 @@ func OpenGateway(keys *vault.Keyring, sealed string, want Gateway, now time.Time
 	if !ok || json.Unmarshal(header, &w) != nil || w.V != gatewayVersion {
 		return Gateway{}, ErrInvalid
 	}
-	eq := func(a, b string) int { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) }
 	same := eq(w.Issuer, want.Principal.Issuer) & eq(w.Subject, want.Principal.Subject) & eq(w.Provider, want.Provider) &
 		eq(w.Method, want.Method) & eq(w.Name, want.Name) & subtle.ConstantTimeCompare(w.ArgDigest, want.ArgDigest)
 	exp := time.Unix(w.Expires, 0)

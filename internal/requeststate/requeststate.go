@@ -71,7 +71,7 @@ func Seal(keys *vault.Keyring, st State) string {
 			panic("requeststate: marshal: " + err.Error())
 		}
 	}
-	return base64.RawURLEncoding.EncodeToString(keys.Seal(pt, []byte(aad)))
+	return seal(keys, pt, aad)
 }
 
 // Open authenticates and decrypts sealed and checks that it was issued to
@@ -92,9 +92,7 @@ func Open(keys *vault.Keyring, sealed string, p vault.Principal, operation strin
 	if w.V != 1 {
 		return State{}, ErrInvalid
 	}
-	same := subtle.ConstantTimeCompare([]byte(w.Issuer), []byte(p.Issuer)) &
-		subtle.ConstantTimeCompare([]byte(w.Subject), []byte(p.Subject)) &
-		subtle.ConstantTimeCompare([]byte(w.Tool), []byte(operation)) &
+	same := eq(w.Issuer, p.Issuer) & eq(w.Subject, p.Subject) & eq(w.Tool, operation) &
 		subtle.ConstantTimeCompare(w.ArgDigest, digest)
 	exp := time.Unix(w.Expires, 0)
 	if same != 1 || !now.Before(exp) || w.GrantID == "" {
@@ -102,6 +100,16 @@ func Open(keys *vault.Keyring, sealed string, p vault.Principal, operation strin
 	}
 	return State{Principal: p, Operation: w.Tool, ArgDigest: w.ArgDigest, Ref: w.GrantID, Expires: exp}, nil
 }
+
+// seal encrypts and authenticates pt under additional data ad, base64url
+// as unseal reads it.
+func seal(keys *vault.Keyring, pt []byte, ad string) string {
+	return base64.RawURLEncoding.EncodeToString(keys.Seal(pt, []byte(ad)))
+}
+
+// eq compares a field of an opened state with what the caller wants, in
+// constant time: 1 when they are equal, else 0.
+func eq(a, b string) int { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) }
 
 // unseal authenticates and decrypts sealed (base64url, at most maxLen
 // characters) under additional data ad.
