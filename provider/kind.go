@@ -183,6 +183,7 @@ func (k *Client) Exchange(ctx context.Context, p *Provider, pr vault.Principal, 
 	}
 	tok, err := step.redeem(ctx, k, p, redirectURL, code, a)
 	if err != nil {
+		k.auditDropped(ctx, err, pr, "")
 		return Exchanged{}, err
 	}
 	lookup, ok := p.Kind.(AccountLookup)

@@ -999,8 +999,9 @@ func (m *MCP) refreshToken(ctx context.Context, k *Client, p *Provider, refreshT
 //
 // A dynamic registration the server no longer knows is deleted from the
 // store, compare-and-delete (only that client: one another replica
-// registered since stays), and audited; the answer is
-// ErrRegistrationDropped, and the next connect registers anew (single
+// registered since stays); the answer is ErrRegistrationDropped (a
+// *registrationDropped, which Exchange and the refresh audit naming the
+// person), and the next connect registers anew (single
 // flight; after a failed registration, none within a minute). A
 // pre-registered client or the broker's metadata document is never
 // dropped: that is an operator's to fix, which the answer (a
@@ -1033,15 +1034,43 @@ func (m *MCP) clientRefused(ctx context.Context, k *Client, p *Provider, ua *ups
 	switch {
 	case derr == nil:
 		log.Warn("provider: the upstream's authorization server no longer knows the broker's registration (invalid_client); dropped, the next connect registers anew")
-		k.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventUpstreamRegistrationDropped, Provider: p.Name, Client: conf.ClientID,
-			Via: via, Outcome: "invalid_client"})
+		return &registrationDropped{provider: p.Name, client: conf.ClientID, via: via, dropped: true}
 	case errors.Is(derr, vault.ErrNotFound), errors.Is(derr, vault.ErrConflict):
 		log.Info("provider: the upstream's authorization server no longer knows a registration already dropped or replaced")
 	default:
 		log.Error("provider: dropping the registration the upstream's authorization server no longer knows failed", "err", derr)
 		return fmt.Errorf("%w: drop the registration at %s: %v", ErrProviderUnavailable, p.Name, derr)
 	}
-	return fmt.Errorf("%w: %s", ErrRegistrationDropped, p.Name)
+	return &registrationDropped{provider: p.Name, client: conf.ClientID, via: via}
+}
+
+// registrationDropped is ErrRegistrationDropped with what its audit event
+// names. clientRefused, which met it, does not know whose exchange or
+// refresh it was; the Client's caller that does records the event
+// (auditDropped), once, and only when this process deleted the
+// registration (dropped).
+type registrationDropped struct {
+	provider, client, via string
+	dropped               bool
+}
+
+func (e *registrationDropped) Error() string {
+	return ErrRegistrationDropped.Error() + ": " + e.provider
+}
+
+func (e *registrationDropped) Unwrap() error { return ErrRegistrationDropped }
+
+// auditDropped records upstream_registration_dropped for err when it is a
+// registration this process dropped: the person pr whose code exchange or
+// refresh (of connection, when there is one) met the server's
+// invalid_client, the provider and the forgotten client.
+func (k *Client) auditDropped(ctx context.Context, err error, pr vault.Principal, connection string) {
+	var d *registrationDropped
+	if !errors.As(err, &d) || !d.dropped {
+		return
+	}
+	k.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventUpstreamRegistrationDropped, Principal: pr, Provider: d.provider,
+		Connection: connection, Client: d.client, Via: d.via, Outcome: "invalid_client"})
 }
 
 func (m *MCP) expectsRefreshToken(scopes []string) bool {

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/url"
@@ -77,9 +78,7 @@ func TestMCPRegistrationDroppedOnInvalidClient(t *testing.T) {
 	if c, err := r.store.GetConnection(ctx, "conn-1"); err != nil || c.Status != vault.StatusNeedsReconnect {
 		t.Fatalf("the connection after the refresh: %v, %v; want needs_reconnect", c.Status, err)
 	}
-	if !strings.Contains(audit.String(), `"event":"upstream_registration_dropped"`) || !strings.Contains(audit.String(), `"client":"`+first+`"`) {
-		t.Fatalf("no upstream_registration_dropped audit event naming %s:\n%s", first, audit.String())
-	}
+	droppedFor(t, audit.String(), alice, "conn-1", first, "background")
 	// The next connect registers anew, and its connection refreshes.
 	r.connect(k, alice, "conn-2", nil)
 	second := stored()
@@ -100,6 +99,7 @@ func TestMCPRegistrationDroppedOnInvalidClient(t *testing.T) {
 	if got := stored(); got != "" {
 		t.Fatalf("the forgotten client %s is still stored (%q)", second, got)
 	}
+	droppedFor(t, audit.String(), bob, "", second, "browser")
 	a, code = r.authorize(k, nil)
 	u, _ := url.Parse(a.URL)
 	third := u.Query().Get("client_id")
@@ -183,5 +183,34 @@ func TestMCPClientRefusedNeverDropped(t *testing.T) {
 				t.Fatalf("audit: %s; want upstream_error client_refused and no drop", audit.String())
 			}
 		})
+	}
+}
+
+// droppedFor fails unless the audit log holds exactly one
+// upstream_registration_dropped event for client, and that event names
+// the person pr whose refresh (of connection) or code exchange met the
+// server's invalid_client, and what asked (via).
+func droppedFor(t *testing.T, audit string, pr vault.Principal, connection, client, via string) {
+	t.Helper()
+	var found []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(audit), "\n") {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if e["event"] == "upstream_registration_dropped" && e["client"] == client {
+			found = append(found, e)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d upstream_registration_dropped events naming %s, want 1:\n%s", len(found), client, audit)
+	}
+	e := found[0]
+	who, _ := e["principal"].(map[string]any)
+	if who["iss"] != pr.Issuer || who["sub"] != pr.Subject {
+		t.Fatalf("upstream_registration_dropped for %s names principal %v, want %s %s:\n%s", client, e["principal"], pr.Issuer, pr.Subject, audit)
+	}
+	if conn, _ := e["connection"].(string); conn != connection || e["via"] != via || e["provider"] != "linear" {
+		t.Fatalf("upstream_registration_dropped for %s: connection %v, via %v, provider %v; want %q, %q, linear", client, e["connection"], e["via"], e["provider"], connection, via)
 	}
 }

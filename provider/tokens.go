@@ -381,6 +381,7 @@ func (k *Client) refreshOnce(ctx context.Context, id string, stale vault.Secret,
 	tok, err := k.spend(ctx, r, p, cur, log)
 	if err != nil {
 		if errors.Is(err, ErrRegistrationDropped) {
+			k.auditDropped(ctx, err, cur.Principal, cur.ID)
 			// The tokens were issued to the client the server forgot.
 			c, merr := k.markNeedsReconnect(ctx, cur, log, reasonClientForgotten)
 			if errors.Is(merr, ErrNeedsReconnect) {
