@@ -598,14 +598,7 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 // deleteConnection removes connection id, keeping its record among the
 // retired ones when retire is set.
 func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) error {
-	if err := s.open.Ready(ctx); err != nil {
-		return err
-	}
-	return s.decide(func(tx *bolt.Tx) error {
-		rec, meta, err := connectionAt(tx, bConns, id, "connection")
-		if err != nil {
-			return err
-		}
+	return s.dropConnection(ctx, bConns, bConnByPrinc, "connection", id, func(tx *bolt.Tx, rec []byte, meta vault.Connection) error {
 		ds, err := record.ChangeDeliveries(s.changes, rec, nil)
 		if err != nil {
 			return refuse(err)
@@ -621,33 +614,39 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 				return err
 			}
 		}
-		return dropConnection(tx, bConns, bConnByPrinc, meta.Principal, id)
+		return nil
 	})
 }
 
-// connectionAt reads connection id's record in bucket (bConns or
-// bRetired) inside tx, with its metadata; the record is valid only during
-// tx. ErrNotFound, naming the record as what, when there is none, and a
-// record that does not decode, are refusals.
-func connectionAt(tx *bolt.Tx, bucket []byte, id, what string) ([]byte, vault.Connection, error) {
-	rec := tx.Bucket(bucket).Get([]byte(id))
-	if rec == nil {
-		return nil, vault.Connection{}, refuse(fmt.Errorf("boltstore: %s %s: %w", what, id, vault.ErrNotFound))
-	}
-	meta, err := record.ConnectionMeta(rec)
-	if err != nil {
-		return nil, vault.Connection{}, refuse(err)
-	}
-	return rec, meta, nil
-}
-
-// dropConnection removes, inside tx, p's connection id from bucket and
-// its entry from that bucket's principal index.
-func dropConnection(tx *bolt.Tx, bucket, index []byte, p vault.Principal, id string) error {
-	if err := tx.Bucket(index).Delete(connIndexKey(p, id)); err != nil {
+// dropConnection removes connection id from bucket (bConns or bRetired)
+// and its entry from that bucket's principal index, in one write
+// transaction that first runs also (when set) on the record and its
+// metadata; the record is valid only during tx. ErrNotFound, naming the
+// record as what, when there is none, and a record that does not decode,
+// are refusals.
+func (s *Store) dropConnection(ctx context.Context, bucket, index []byte, what, id string, also func(tx *bolt.Tx, rec []byte, meta vault.Connection) error) error {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
-	return tx.Bucket(bucket).Delete([]byte(id))
+	return s.decide(func(tx *bolt.Tx) error {
+		rec := tx.Bucket(bucket).Get([]byte(id))
+		if rec == nil {
+			return refuse(fmt.Errorf("boltstore: %s %s: %w", what, id, vault.ErrNotFound))
+		}
+		meta, err := record.ConnectionMeta(rec)
+		if err != nil {
+			return refuse(err)
+		}
+		if also != nil {
+			if err := also(tx, rec, meta); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket(index).Delete(connIndexKey(meta.Principal, id)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucket).Delete([]byte(id))
+	})
 }
 
 // AccountConnections implements vault.Store: a scan of every record's

@@ -292,14 +292,5 @@ func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]va
 
 // ForgetRetired implements vault.AdminStore.
 func (s *Store) ForgetRetired(ctx context.Context, id string) error {
-	if err := s.open.Ready(ctx); err != nil {
-		return err
-	}
-	return s.decide(func(tx *bolt.Tx) error {
-		_, meta, err := connectionAt(tx, bRetired, id, "retired connection")
-		if err != nil {
-			return err
-		}
-		return dropConnection(tx, bRetired, bRetiredByPrinc, meta.Principal, id)
-	})
+	return s.dropConnection(ctx, bRetired, bRetiredByPrinc, "retired connection", id, nil)
 }
