@@ -50,6 +50,12 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 	})
 }
 
+// NewHandles returns two handles of type S (an assertion ledger, a store
+// of IdP sessions) on one fresh, empty store: two processes sharing it
+// where the backend can have them (PostgreSQL: two pools), else the same
+// store twice.
+type NewHandles[S any] func(t *testing.T) (a, b S)
+
 // subtest is one test of a conformance suite on S, a store as the suite
 // sees it.
 type subtest[S any] struct {
