@@ -48,7 +48,7 @@ func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Tim
 	if err := record.CheckAssertionKey(key); err != nil {
 		return err
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	val := spentValue(expires)

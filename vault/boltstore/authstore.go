@@ -57,7 +57,7 @@ func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max 
 // fresh is Kind.New on a ready store: the copy of v a create stores, and
 // its record.
 func fresh[T any](ctx context.Context, s *Store, k record.Kind[T], v T) (T, []byte, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return *new(T), nil, err
 	}
 	return k.New(v)
@@ -83,7 +83,7 @@ func getKind[T any](ctx context.Context, s *Store, bucket []byte, k record.Kind[
 // decode; what names the kind of record in errors.
 func getDecoded[T any](ctx context.Context, s *Store, bucket []byte, what, id string, decode func([]byte) (T, error)) (T, error) {
 	var zero T
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return zero, err
 	}
 	rec, err := s.get(bucket, id)
@@ -130,7 +130,7 @@ func (s *Store) deleteKey(ctx context.Context, bucket []byte, key, what string) 
 // first, in the same transaction: it may refuse (refuse: the answer, and
 // nothing is deleted) or write what goes with the delete.
 func (s *Store) deleteKeyIf(ctx context.Context, bucket []byte, key, what string, before func(tx *bolt.Tx, old []byte) error) error {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	return s.decide(func(tx *bolt.Tx) error {
@@ -152,7 +152,7 @@ func (s *Store) deleteKeyIf(ctx context.Context, bucket []byte, key, what string
 // transaction, and returns how many. The buckets it is used on are small
 // (codes live a minute; registered clients are capped).
 func (s *Store) deleteWhere(ctx context.Context, bucket []byte, drop func(rec []byte) (bool, error)) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, err
 	}
 	n := 0
@@ -191,7 +191,7 @@ func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time
 
 // CreateAuthCode implements vault.AuthStore.
 func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	rec, err := record.EncodeAuthCode(c)
@@ -210,7 +210,7 @@ func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
 // RedeemAuthCode implements vault.AuthStore: read, check and mark happen in
 // one write transaction, so one redemption wins.
 func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return vault.AuthCode{}, err
 	}
 	var (
@@ -299,7 +299,7 @@ func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLivenes
 
 // FindAppAccess implements vault.AuthStore.
 func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID string) (vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return vault.AppAccess{}, err
 	}
 	var rec []byte
@@ -321,7 +321,7 @@ func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID s
 // ListAppAccess implements vault.AuthStore: a prefix seek on the
 // per-person index.
 func (s *Store) ListAppAccess(ctx context.Context, p vault.Principal) ([]vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	var recs [][]byte

@@ -44,13 +44,13 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/gate"
 	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
 )
@@ -107,7 +107,7 @@ type Store struct {
 	changes    vault.ChangeHook
 	appChanges vault.AppChangeHook
 	path       string
-	closed     atomic.Bool
+	open       gate.Gate
 	group      *groupCommit
 	locker     *locallock.Locker // a bolt file belongs to one process
 }
@@ -282,13 +282,6 @@ func (s *Store) Path() string { return s.path }
 // DB exposes the underlying bbolt handle for consistency checks and tools.
 func (s *Store) DB() *bolt.DB { return s.db }
 
-func (s *Store) ready(ctx context.Context) error {
-	if s.closed.Load() {
-		return vault.ErrClosed
-	}
-	return ctx.Err()
-}
-
 // tx runs fn in a transaction through run (a bolt method or the group
 // commit) and sorts out what went wrong: fn's own error is returned as it
 // is; bbolt's "not open" is vault.ErrClosed (a Close raced the call); a
@@ -386,10 +379,7 @@ func grantExpiryKey(g vault.Grant) []byte {
 
 // CreateConnection implements vault.Store.
 func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Connection{}, err
-	}
-	c, rec, err := record.NewConnection(s.kr, c)
+	c, rec, err := s.open.NewConnection(ctx, s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -431,7 +421,7 @@ func (s *Store) writeConnection(tx *bolt.Tx, id string, p vault.Principal, old, 
 // for migrations and fixtures. It fails with vault.ErrExists, storing
 // nothing, when any id is taken.
 func (s *Store) Import(ctx context.Context, conns []vault.Connection) error {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	type item struct{ id, rec, idx []byte }
@@ -463,7 +453,7 @@ func (s *Store) Import(ctx context.Context, conns []vault.Connection) error {
 
 // GetConnection implements vault.Store.
 func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return vault.Connection{}, err
 	}
 	var c vault.Connection
@@ -489,7 +479,7 @@ func (s *Store) GetConnection(ctx context.Context, id string) (vault.Connection,
 
 // ListConnections implements vault.Store: a prefix seek on the principal index.
 func (s *Store) ListConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	prefix := principalKey(p, 0)
@@ -553,7 +543,7 @@ type edit[T any] struct {
 // is no record, is the call's answer, and nothing is written.
 func cas[T any](ctx context.Context, s *Store, bucket []byte, key, what string,
 	change func(rec []byte) (edit[T], error), index func(tx *bolt.Tx, old, new T) error) (T, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return *new(T), err
 	}
 	var out T
@@ -608,14 +598,7 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 // deleteConnection removes connection id, keeping its record among the
 // retired ones when retire is set.
 func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	return s.decide(func(tx *bolt.Tx) error {
-		rec, meta, err := connectionAt(tx, bConns, id, "connection")
-		if err != nil {
-			return err
-		}
+	return s.dropConnection(ctx, bConns, bConnByPrinc, "connection", id, func(tx *bolt.Tx, rec []byte, meta vault.Connection) error {
 		ds, err := record.ChangeDeliveries(s.changes, rec, nil)
 		if err != nil {
 			return refuse(err)
@@ -631,40 +614,46 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 				return err
 			}
 		}
-		return dropConnection(tx, bConns, bConnByPrinc, meta.Principal, id)
+		return nil
 	})
 }
 
-// connectionAt reads connection id's record in bucket (bConns or
-// bRetired) inside tx, with its metadata; the record is valid only during
-// tx. ErrNotFound, naming the record as what, when there is none, and a
-// record that does not decode, are refusals.
-func connectionAt(tx *bolt.Tx, bucket []byte, id, what string) ([]byte, vault.Connection, error) {
-	rec := tx.Bucket(bucket).Get([]byte(id))
-	if rec == nil {
-		return nil, vault.Connection{}, refuse(fmt.Errorf("boltstore: %s %s: %w", what, id, vault.ErrNotFound))
-	}
-	meta, err := record.ConnectionMeta(rec)
-	if err != nil {
-		return nil, vault.Connection{}, refuse(err)
-	}
-	return rec, meta, nil
-}
-
-// dropConnection removes, inside tx, p's connection id from bucket and
-// its entry from that bucket's principal index.
-func dropConnection(tx *bolt.Tx, bucket, index []byte, p vault.Principal, id string) error {
-	if err := tx.Bucket(index).Delete(connIndexKey(p, id)); err != nil {
+// dropConnection removes connection id from bucket (bConns or bRetired)
+// and its entry from that bucket's principal index, in one write
+// transaction that first runs also (when set) on the record and its
+// metadata; the record is valid only during tx. ErrNotFound, naming the
+// record as what, when there is none, and a record that does not decode,
+// are refusals.
+func (s *Store) dropConnection(ctx context.Context, bucket, index []byte, what, id string, also func(tx *bolt.Tx, rec []byte, meta vault.Connection) error) error {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
-	return tx.Bucket(bucket).Delete([]byte(id))
+	return s.decide(func(tx *bolt.Tx) error {
+		rec := tx.Bucket(bucket).Get([]byte(id))
+		if rec == nil {
+			return refuse(fmt.Errorf("boltstore: %s %s: %w", what, id, vault.ErrNotFound))
+		}
+		meta, err := record.ConnectionMeta(rec)
+		if err != nil {
+			return refuse(err)
+		}
+		if also != nil {
+			if err := also(tx, rec, meta); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket(index).Delete(connIndexKey(meta.Principal, id)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucket).Delete([]byte(id))
+	})
 }
 
 // AccountConnections implements vault.Store: a scan of every record's
 // metadata in one read transaction (it runs on a disconnect, not on the
 // hot path, so the file keeps no index for it).
 func (s *Store) AccountConnections(ctx context.Context, provider, accountID string) ([]vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	var out []vault.Connection
@@ -686,7 +675,7 @@ func (s *Store) AccountConnections(ctx context.Context, provider, accountID stri
 
 // ConnectionIDs implements vault.Store.
 func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	var ids []string
@@ -706,7 +695,7 @@ func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]s
 
 // Reseal implements vault.Resealer: one transaction for the whole batch.
 func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, err
 	}
 	primary := s.kr.Primary()
@@ -767,7 +756,7 @@ func (s *Store) FullySealed() bool {
 // secret is sealed with the primary key; call it after vault.Rekey
 // finished without error.
 func (s *Store) MarkFullySealed() error {
-	if s.closed.Load() {
+	if s.open.Closed() {
 		return vault.ErrClosed
 	}
 	return s.update(func(tx *bolt.Tx) error {
@@ -779,7 +768,7 @@ func (s *Store) MarkFullySealed() error {
 // tokens, and upstream client secrets and IdP sessions by theirs, so
 // operators know when an old key seals nothing and can go.
 func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	usage := map[string]int{}
@@ -864,7 +853,7 @@ func (s *Store) UpdateGrant(ctx context.Context, id string, fn func(vault.Grant)
 
 // CountGrants implements vault.Store.
 func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now time.Time) (created, open int, err error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, 0, err
 	}
 	err = s.view(func(tx *bolt.Tx) error {
@@ -880,7 +869,7 @@ func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now t
 // ListGrants implements vault.Store: the same seek on the principal index
 // as countGrants.
 func (s *Store) ListGrants(ctx context.Context, p vault.Principal, since time.Time) ([]vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	var out []vault.Grant
@@ -970,7 +959,7 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 	end := timeKey(nil, now)
 	total := 0
 	for {
-		if err := s.ready(ctx); err != nil {
+		if err := s.open.Ready(ctx); err != nil {
 			return total, err
 		}
 		n, removed := 0, 0
@@ -1007,7 +996,7 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 
 // Close implements vault.Store. It is safe to call more than once.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
+	if s.open.Close() {
 		return nil
 	}
 	return s.db.Close()

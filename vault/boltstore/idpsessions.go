@@ -31,7 +31,7 @@ func sessionKey(p vault.Principal) string {
 
 // GetIdPSession implements vault.IdPSessionStore.
 func (s *Store) GetIdPSession(ctx context.Context, p vault.Principal) (vault.IdPSession, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return vault.IdPSession{}, err
 	}
 	var rec []byte
@@ -50,7 +50,7 @@ func (s *Store) GetIdPSession(ctx context.Context, p vault.Principal) (vault.IdP
 
 // PutIdPSession implements vault.IdPSessionStore: one batched write.
 func (s *Store) PutIdPSession(ctx context.Context, in vault.IdPSession) (vault.IdPSession, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return vault.IdPSession{}, err
 	}
 	key := []byte(sessionKey(in.Principal))

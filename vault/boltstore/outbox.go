@@ -60,10 +60,7 @@ func putDeliveries(tx *bolt.Tx, ds []vault.Delivery) error {
 
 // EnqueueDeliveries implements vault.Outbox.
 func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	if err := record.CheckDeliveries(ds); err != nil {
+	if err := s.open.CheckDeliveries(ctx, ds); err != nil {
 		return err
 	}
 	return s.batch(func(tx *bolt.Tx) error { return putDeliveries(tx, ds) })
@@ -73,7 +70,7 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) erro
 // its start, moving each claimed delivery's index entry to its lease end,
 // in one write transaction.
 func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]vault.Delivery, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	end := timeKey(nil, now)
@@ -125,7 +122,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, limit int, l
 // rewriteDelivery applies fn to the stored delivery (nil result: delete
 // it), keeping the due index in step.
 func (s *Store) rewriteDelivery(ctx context.Context, id, endpoint string, fn func(vault.Delivery) *vault.Delivery) error {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	return s.decide(func(tx *bolt.Tx) error {
@@ -173,7 +170,7 @@ func (s *Store) RetryDelivery(ctx context.Context, d vault.Delivery) error {
 // OutboxDepth implements vault.Outbox: a walk of the outbox (it is short
 // unless an endpoint has been down for long).
 func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, time.Time{}, err
 	}
 	var (
@@ -203,7 +200,7 @@ func (s *Store) Admin() vault.AdminStore { return s }
 // ProviderConnections implements vault.AdminStore: a walk of the
 // connections from after, decoding metadata only.
 func (s *Store) ProviderConnections(ctx context.Context, provider, after string, limit int) ([]vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	var out []vault.Connection
@@ -231,7 +228,7 @@ func (s *Store) ProviderConnections(ctx context.Context, provider, after string,
 // DeleteGrants implements vault.AdminStore: a seek on the principal
 // index, removing every index entry with the grant.
 func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, err
 	}
 	n := 0
@@ -271,7 +268,7 @@ func (s *Store) RetireConnection(ctx context.Context, id string) error {
 
 // RetiredConnections implements vault.AdminStore.
 func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	prefix := principalKey(p, 0)
@@ -295,14 +292,5 @@ func (s *Store) RetiredConnections(ctx context.Context, p vault.Principal) ([]va
 
 // ForgetRetired implements vault.AdminStore.
 func (s *Store) ForgetRetired(ctx context.Context, id string) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	return s.decide(func(tx *bolt.Tx) error {
-		_, meta, err := connectionAt(tx, bRetired, id, "retired connection")
-		if err != nil {
-			return err
-		}
-		return dropConnection(tx, bRetired, bRetiredByPrinc, meta.Principal, id)
-	})
+	return s.dropConnection(ctx, bRetired, bRetiredByPrinc, "retired connection", id, nil)
 }

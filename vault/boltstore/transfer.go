@@ -48,7 +48,7 @@ func (s *Store) ExportRecords(ctx context.Context, batch int, put func(transfer.
 	for _, e := range exported {
 		var after []byte
 		for {
-			if err := s.ready(ctx); err != nil {
+			if err := s.open.Ready(ctx); err != nil {
 				return err
 			}
 			var recs [][]byte
@@ -120,7 +120,7 @@ type indexEntry struct {
 // sealed. Imports run no ChangeHook: deliveries come as records of their
 // own.
 func (s *Store) ImportRecords(ctx context.Context, rs transfer.Records) (added, skipped int, err error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, 0, err
 	}
 	items := make([]imported, 0, len(rs.Recs))

@@ -16,10 +16,7 @@ func (s *Store) Connector() vault.GrantConnector { return s }
 // Connect implements vault.GrantConnector: the connection write and the
 // grant update share one batched write transaction, so one fsync.
 func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Connection{}, vault.Grant{}, err
-	}
-	t, err := record.ConnectTarget(s.kr, w)
+	t, err := s.open.ConnectTarget(ctx, s.kr, w)
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}

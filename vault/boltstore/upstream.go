@@ -33,7 +33,7 @@ func (s *Store) PutUpstreamClient(ctx context.Context, c vault.UpstreamClient) (
 	if err != nil {
 		return vault.UpstreamClient{}, err
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return vault.UpstreamClient{}, err
 	}
 	var stored []byte
@@ -80,7 +80,7 @@ func (s *Store) ResealUpstreamClients(ctx context.Context) (int, error) {
 // that reseal seals again with the primary key (changed), and returns how
 // many; what names them in errors.
 func (s *Store) resealBucket(ctx context.Context, bucket []byte, what string, reseal func(k, v []byte) ([]byte, bool, error)) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, err
 	}
 	n := 0

@@ -21,7 +21,7 @@ func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Tim
 	if err := record.CheckAssertionKey(key); err != nil {
 		return err
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, insertSpent, key, nanos(expires))
@@ -36,7 +36,7 @@ func (s *Store) SpendAssertion(ctx context.Context, key string, expires time.Tim
 
 // DeleteSpentAssertions implements vault.AssertionLedger.
 func (s *Store) DeleteSpentAssertions(ctx context.Context, before time.Time) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, err
 	}
 	tag, err := s.pool.Exec(ctx, `DELETE FROM spent_assertions WHERE expires_ns < $1`, nanos(before))

@@ -76,7 +76,7 @@ func (s *Store) UpdateOAuthClient(ctx context.Context, id string, fn func(vault.
 
 // deleteRow deletes the row of table whose column equals key.
 func (s *Store) deleteRow(ctx context.Context, table, column, key, what string) error {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	if !storable(key) {
@@ -99,7 +99,7 @@ func (s *Store) DeleteOAuthClient(ctx context.Context, id string) error {
 
 // DeleteUnusedOAuthClients implements vault.AuthStore.
 func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time.Time) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, err
 	}
 	tag, err := s.pool.Exec(ctx, "DELETE FROM oauth_clients WHERE NOT used AND created_ns < $1", nanos(createdBefore))
@@ -111,7 +111,7 @@ func (s *Store) DeleteUnusedOAuthClients(ctx context.Context, createdBefore time
 
 // CreateAuthCode implements vault.AuthStore.
 func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	c.Redeemed = false // the redeemed column is authoritative
@@ -129,7 +129,7 @@ func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
 // RedeemAuthCode implements vault.AuthStore: one conditional UPDATE marks
 // the code, so exactly one of concurrent redemptions on any replica wins.
 func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return vault.AuthCode{}, err
 	}
 	if !storable(key) {
@@ -158,7 +158,7 @@ func (s *Store) RedeemAuthCode(ctx context.Context, key string) (vault.AuthCode,
 
 // DeleteExpiredAuthCodes implements vault.AuthStore.
 func (s *Store) DeleteExpiredAuthCodes(ctx context.Context, before time.Time) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, err
 	}
 	tag, err := s.pool.Exec(ctx, "DELETE FROM oauth_codes WHERE expires_ns < $1", nanos(before))
@@ -220,7 +220,7 @@ func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLivenes
 
 // FindAppAccess implements vault.AuthStore.
 func (s *Store) FindAppAccess(ctx context.Context, p vault.Principal, clientID string) (vault.AppAccess, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return vault.AppAccess{}, err
 	}
 	if !storable(clientID) {

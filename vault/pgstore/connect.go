@@ -22,10 +22,7 @@ var errAbort = errors.New("pgstore: connect aborted")
 // row (and an updated connection's) is locked FOR UPDATE, so a racing
 // completion waits and then sees the grant completed.
 func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Connection{}, vault.Grant{}, err
-	}
-	t, err := record.ConnectTarget(s.kr, w)
+	t, err := s.open.ConnectTarget(ctx, s.kr, w)
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}

@@ -17,7 +17,7 @@ func (s *Store) IdPSessions() vault.IdPSessionStore { return s }
 
 // readSession returns p's stored record and its version (nil when none).
 func (s *Store) readSession(ctx context.Context, p vault.Principal) ([]byte, int64, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, 0, err
 	}
 	var rec []byte
@@ -122,7 +122,7 @@ func (s *Store) UpdateIdPSession(ctx context.Context, p vault.Principal, fn func
 
 // DeleteIdPSession implements vault.IdPSessionStore.
 func (s *Store) DeleteIdPSession(ctx context.Context, p vault.Principal) error {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, "DELETE FROM idp_sessions WHERE iss = $1 AND sub = $2", []byte(p.Issuer), []byte(p.Subject))

@@ -88,7 +88,7 @@ func (s *Store) deleteConnection(ctx context.Context, id string, retire bool) er
 // record (its deliveries, …). An error from then rolls the deletion back
 // and is the answer; ErrNotFound when there was no row.
 func (s *Store) deleteReturning(ctx context.Context, what, id, del string, then func(rec []byte, b *pgx.Batch) error) error {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	if !storable(id) {
@@ -126,10 +126,7 @@ func (s *Store) deleteReturning(ctx context.Context, what, id, del string, then 
 
 // EnqueueDeliveries implements vault.Outbox.
 func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	if err := record.CheckDeliveries(ds); err != nil {
+	if err := s.open.CheckDeliveries(ctx, ds); err != nil {
 		return err
 	}
 	if len(ds) == 0 {
@@ -148,7 +145,7 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []vault.Delivery) erro
 // same moment take disjoint rows without waiting for each other, and
 // their due time moves to the end of the claim before the lock is let go.
 func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]vault.Delivery, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	var lim *int64
@@ -187,7 +184,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, limit int, l
 
 // FinishDelivery implements vault.Outbox.
 func (s *Store) FinishDelivery(ctx context.Context, id, endpoint string) error {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	if !storable(id) || !storable(endpoint) {
@@ -205,7 +202,7 @@ func (s *Store) FinishDelivery(ctx context.Context, id, endpoint string) error {
 
 // RetryDelivery implements vault.Outbox.
 func (s *Store) RetryDelivery(ctx context.Context, d vault.Delivery) error {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return err
 	}
 	if !storable(d.ID) || !storable(d.Endpoint) {
@@ -224,7 +221,7 @@ func (s *Store) RetryDelivery(ctx context.Context, d vault.Delivery) error {
 
 // OutboxDepth implements vault.Outbox.
 func (s *Store) OutboxDepth(ctx context.Context) (int, time.Time, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, time.Time{}, err
 	}
 	var (
@@ -246,7 +243,7 @@ func (s *Store) Admin() vault.AdminStore { return s }
 // ProviderConnections implements vault.AdminStore through the (provider,
 // id) index.
 func (s *Store) ProviderConnections(ctx context.Context, provider, after string, limit int) ([]vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	if !storable(after) {
@@ -272,7 +269,7 @@ func (s *Store) ProviderConnections(ctx context.Context, provider, after string,
 
 // DeleteGrants implements vault.AdminStore.
 func (s *Store) DeleteGrants(ctx context.Context, p vault.Principal) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, err
 	}
 	tag, err := s.pool.Exec(ctx, "DELETE FROM grants WHERE iss = $1 AND sub = $2", []byte(p.Issuer), []byte(p.Subject))

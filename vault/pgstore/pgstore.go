@@ -36,7 +36,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -46,6 +45,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/gate"
 	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
 )
@@ -82,7 +82,7 @@ type Store struct {
 	attempts   int
 	changes    vault.ChangeHook
 	appChanges vault.AppChangeHook
-	closed     atomic.Bool
+	open       gate.Gate
 }
 
 // Open connects to the database at url (postgres://… or a libpq key=value
@@ -211,13 +211,6 @@ func (s *Store) where() string {
 // Pool exposes the data pool for tools and tests.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-func (s *Store) ready(ctx context.Context) error {
-	if s.closed.Load() {
-		return vault.ErrClosed
-	}
-	return ctx.Err()
-}
-
 // dbErr is every database error's way out: a pool closed under a
 // running call is ErrClosed, a database that cannot be reached or cannot
 // serve now is vault.ErrUnavailable (the cause kept for the log).
@@ -225,7 +218,7 @@ func (s *Store) dbErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case s.closed.Load():
+	case s.open.Closed():
 		return fmt.Errorf("%w (%v)", vault.ErrClosed, err)
 	case unreachable(err):
 		return vault.UnavailableError("postgres "+s.where(), err)
@@ -354,10 +347,7 @@ func rowFromRecord(rec []byte) (connRow, error) {
 
 // CreateConnection implements vault.Store.
 func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault.Connection, error) {
-	if err := s.ready(ctx); err != nil {
-		return vault.Connection{}, err
-	}
-	c, rec, err := record.NewConnection(s.kr, c)
+	c, rec, err := s.open.NewConnection(ctx, s.kr, c)
 	if err != nil {
 		return vault.Connection{}, err
 	}
@@ -456,7 +446,7 @@ func (s *Store) insertRow(ctx context.Context, name, insert string, args []any, 
 // (SELECT record, version … WHERE id = $1) finds for id. what names the
 // kind of record in errors.
 func (s *Store) readRecord(ctx context.Context, what, query, id string) ([]byte, int64, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, 0, err
 	}
 	if !storable(id) {
@@ -483,7 +473,7 @@ func (s *Store) scanRecord(row pgx.Row, what, name string) ([]byte, int64, error
 // fresh is the value a create stores on a ready store (Kind.Fresh) and
 // the arguments of its INSERT.
 func fresh[T any](ctx context.Context, s *Store, k record.Kind[T], v T, args func(T) ([]any, error)) (T, []any, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return *new(T), nil, err
 	}
 	v = k.Fresh(v)
@@ -494,7 +484,7 @@ func fresh[T any](ctx context.Context, s *Store, k record.Kind[T], v T, args fun
 // queryColumn runs query (a SELECT of one column) and collects the
 // column of every row; what names the query in errors.
 func queryColumn[T any](ctx context.Context, s *Store, what, query string, args ...any) ([]T, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, query, args...)
@@ -662,7 +652,7 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) error {
 
 // ConnectionIDs implements vault.Store.
 func (s *Store) ConnectionIDs(ctx context.Context, after string, limit int) ([]string, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	if !storable(after) {
@@ -691,7 +681,7 @@ func (s *Store) Reseal(ctx context.Context, ids []string) (int, error) {
 // was none to make. It returns how many it queued; what names the records
 // in errors.
 func (s *Store) resealRows(ctx context.Context, what, query string, args []any, reseal func(b *pgx.Batch, rec []byte) (bool, error)) (int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, err
 	}
 	n := 0
@@ -729,7 +719,7 @@ func (s *Store) resealRows(ctx context.Context, what, query string, args []any, 
 // KeyUsage counts connections by the id of the key that sealed their
 // tokens, and upstream client secrets and IdP sessions by theirs.
 func (s *Store) KeyUsage(ctx context.Context) (map[string]int, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT sealed_with, count(*) FROM
@@ -842,7 +832,7 @@ const countGrantsSQL = `SELECT count(*),
 
 // CountGrants implements vault.Store with one index range scan.
 func (s *Store) CountGrants(ctx context.Context, p vault.Principal, since, now time.Time) (created, open int, err error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, 0, err
 	}
 	err = s.pool.QueryRow(ctx, countGrantsSQL,
@@ -871,7 +861,7 @@ func (s *Store) DeleteExpiredGrants(ctx context.Context, now time.Time) (int, er
 	const chunk = 1000
 	total := 0
 	for {
-		if err := s.ready(ctx); err != nil {
+		if err := s.open.Ready(ctx); err != nil {
 			return total, err
 		}
 		tag, err := s.pool.Exec(ctx, `DELETE FROM grants WHERE id IN (
@@ -903,7 +893,7 @@ func (s *Store) Locker() vault.Locker { return s }
 // advisory lock on a connection from a pool reserved for locks. If the
 // replica dies, PostgreSQL ends the session and the lock with it.
 func (s *Store) LockConnection(ctx context.Context, id string) (func(), error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return nil, err
 	}
 	unlockLocal, err := s.local.LockConnection(ctx, id)
@@ -966,7 +956,7 @@ func discardConn(c *pgx.Conn) {
 
 // Close implements vault.Store. It is safe to call more than once.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
+	if s.open.Close() {
 		return nil
 	}
 	// End the sessions of locks still held, so the pool does not wait for
@@ -998,7 +988,7 @@ func (s *Store) Resealer() vault.Resealer { return s }
 // secret is sealed with the primary key (scans of the sealed_with
 // columns), so a starting replica can skip the re-encryption pass. On error it answers false: the pass then runs.
 func (s *Store) FullySealed() bool {
-	if s.closed.Load() {
+	if s.open.Closed() {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

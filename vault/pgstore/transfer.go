@@ -122,7 +122,7 @@ func (s *Store) ExportRecords(ctx context.Context, batch int, put func(transfer.
 	for _, e := range exported {
 		after := e.start
 		for {
-			if err := s.ready(ctx); err != nil {
+			if err := s.open.Ready(ctx); err != nil {
 				return err
 			}
 			rows, err := s.pool.Query(ctx, e.query, append(after[:len(after):len(after)], batch)...)
@@ -162,7 +162,7 @@ func (s *Store) ExportRecords(ctx context.Context, batch int, put func(transfer.
 // person its record names, to whom its tokens are sealed. Imports run no
 // ChangeHook: deliveries come as records of their own.
 func (s *Store) ImportRecords(ctx context.Context, rs transfer.Records) (added, skipped int, err error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.open.Ready(ctx); err != nil {
 		return 0, 0, err
 	}
 	batch := &pgx.Batch{}

@@ -47,7 +47,7 @@ func (s *Store) PutUpstreamClient(ctx context.Context, c vault.UpstreamClient) (
 	// A registration deleted between a refused insert and the read that
 	// follows leaves the key free again: insert once more.
 	for range 3 {
-		if err := s.ready(ctx); err != nil {
+		if err := s.open.Ready(ctx); err != nil {
 			return vault.UpstreamClient{}, err
 		}
 		tag, err := s.pool.Exec(ctx, insertUpstream, c.Key, sealed, rec)

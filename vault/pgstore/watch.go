@@ -65,7 +65,7 @@ func (s *Store) watch(ctx context.Context, channel string, w vault.AppWatcher) e
 		start := time.Now()
 		err := s.watchOnce(ctx, channel, w)
 		w.Lost()
-		if ctx.Err() != nil || s.closed.Load() {
+		if ctx.Err() != nil || s.open.Closed() {
 			return nil
 		}
 		if time.Since(start) > time.Minute {

@@ -8,16 +8,11 @@ import (
 	"credbroker/vault"
 )
 
-// NewLedgers returns two handles on one fresh, empty assertion ledger: two
-// processes sharing the store where the backend can have them (PostgreSQL:
-// two pools), else the same store twice.
-type NewLedgers func(t *testing.T) (a, b vault.AssertionLedger)
-
 // RunAssertions is the conformance suite of vault.AssertionLedger: an
 // assertion is spent once, across handles and under concurrency; a
 // refused or malformed spend stores nothing; expired records are
 // collected and only they.
-func RunAssertions(t *testing.T, newLedgers NewLedgers) {
+func RunAssertions(t *testing.T, newLedgers NewHandles[vault.AssertionLedger]) {
 	t.Run("SpendOnce", func(t *testing.T) {
 		a, b := newLedgers(t)
 		k := vault.AssertionKey("https://idp.example", "jti-1")

@@ -9,18 +9,13 @@ import (
 	"credbroker/vault"
 )
 
-// NewIdPSessions returns two handles on one fresh, empty store of IdP
-// sessions: two processes sharing it where the backend can have them
-// (PostgreSQL: two pools), else the same store twice.
-type NewIdPSessions func(t *testing.T) (a, b vault.IdPSessionStore)
-
 // RunIdPSessions is the conformance suite of vault.IdPSessionStore: a
 // session round-trips with its tokens; a sign-in replaces it (Created
 // kept, version one up); updates are compare-and-swaps that refuse a
 // stale version or another person, change nothing when they fail and
 // lose nothing under concurrency across handles; people whose issuer and
 // subject run into each other stay apart; a deleted session is gone.
-func RunIdPSessions(t *testing.T, newStores NewIdPSessions) {
+func RunIdPSessions(t *testing.T, newStores NewHandles[vault.IdPSessionStore]) {
 	alice := vault.Principal{Issuer: "https://idp.example", Subject: "alice"}
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	session := func(p vault.Principal, rt string) vault.IdPSession {

@@ -50,6 +50,12 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 	})
 }
 
+// NewHandles returns two handles of type S (an assertion ledger, a store
+// of IdP sessions) on one fresh, empty store: two processes sharing it
+// where the backend can have them (PostgreSQL: two pools), else the same
+// store twice.
+type NewHandles[S any] func(t *testing.T) (a, b S)
+
 // subtest is one test of a conformance suite on S, a store as the suite
 // sees it.
 type subtest[S any] struct {
@@ -153,6 +159,22 @@ func mustGet(t *testing.T, s vault.Store, id string) vault.Connection {
 		t.Fatalf("GetConnection(%s): %v", id, err)
 	}
 	return got
+}
+
+// listedIDs returns the ids of cs, the answer of a listing (what, in
+// errors), and reports each that carries token material: a listing is
+// metadata only, nothing is decrypted for it, and each record's tokens
+// open where they are used.
+func listedIDs(t *testing.T, what string, cs []vault.Connection) []string {
+	t.Helper()
+	var ids []string
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+		if !c.Token.IsZero() {
+			t.Errorf("%s %s: tokens were decrypted for a listing", what, c.ID)
+		}
+	}
+	return ids
 }
 
 func wantErr(t *testing.T, what string, err, want error) {
@@ -459,13 +481,7 @@ func testAccountConnections(t *testing.T, s vault.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for _, c := range got {
-		ids = append(ids, c.ID)
-		if !c.Token.IsZero() {
-			t.Errorf("%s: AccountConnections returned token material", c.ID)
-		}
-	}
+	ids := listedIDs(t, "AccountConnections", got)
 	if !slices.Equal(ids, []string{"ac1", "ac2"}) {
 		t.Fatalf("AccountConnections(github, 42) = %v, want [ac1 ac2]", ids)
 	}
@@ -596,14 +612,8 @@ func testSeveralAccounts(t *testing.T, s vault.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
+	ids := listedIDs(t, "list", list)
 	for _, c := range list {
-		ids = append(ids, c.ID)
-		// Listing is metadata only: nothing is decrypted for a listing,
-		// and each record's tokens open where they are used.
-		if !c.Token.IsZero() {
-			t.Errorf("list %s: tokens were decrypted for a listing", c.ID)
-		}
 		if c.SealedWith == "" || c.Version != 1 || c.AccountID != "acct-"+c.ID && c.AccountID != "acct-go" {
 			t.Errorf("list %s: metadata incomplete: sealed with %q, v%d, account %q", c.ID, c.SealedWith, c.Version, c.AccountID)
 		}
