@@ -20,7 +20,7 @@ import (
 // Options configures a Service.
 type Options struct {
 	// Store keeps the app access records. Give it the store's
-	// AppChangeHook (webhook.Publisher.AppHook) so app.authorized and
+	// ChangeHook[AppAccess] (webhook.Publisher.AppHook) so app.authorized and
 	// app.removed are written with the change.
 	Store  vault.AuthStore
 	Policy Policy

@@ -95,17 +95,17 @@ type Options struct {
 	NoSync bool
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries written in the change's transaction.
-	Changes vault.ChangeHook
+	Changes vault.ChangeHook[vault.Connection]
 	// AppChanges, when set, does the same for app access records.
-	AppChanges vault.AppChangeHook
+	AppChanges vault.ChangeHook[vault.AppAccess]
 }
 
 // Store is a vault.Store on a bbolt file.
 type Store struct {
 	db         *bolt.DB
 	kr         *vault.Keyring
-	changes    vault.ChangeHook
-	appChanges vault.AppChangeHook
+	changes    vault.ChangeHook[vault.Connection]
+	appChanges vault.ChangeHook[vault.AppAccess]
 	path       string
 	open       gate.Gate
 	group      *groupCommit

@@ -64,9 +64,9 @@ type Options struct {
 	MaxAttempts int
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries written in the change's transaction.
-	Changes vault.ChangeHook
+	Changes vault.ChangeHook[vault.Connection]
 	// AppChanges, when set, does the same for app access records.
-	AppChanges vault.AppChangeHook
+	AppChanges vault.ChangeHook[vault.AppAccess]
 }
 
 // Store is a vault.Store on PostgreSQL.
@@ -80,8 +80,8 @@ type Store struct {
 	locksMu    sync.Mutex // guards locks
 	locks      map[*heldLock]struct{}
 	attempts   int
-	changes    vault.ChangeHook
-	appChanges vault.AppChangeHook
+	changes    vault.ChangeHook[vault.Connection]
+	appChanges vault.ChangeHook[vault.AppAccess]
 	open       gate.Gate
 }
 

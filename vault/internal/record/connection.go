@@ -501,7 +501,7 @@ func MetaRewrite(id string, fn func(vault.Connection) (vault.Connection, error))
 // WithDeliveries applies r to rec and adds the outbox deliveries hook
 // makes of the change (ChangeDeliveries). An error leaves nothing to
 // store.
-func (r Rewrite) WithDeliveries(hook vault.ChangeHook, rec []byte) (nrec []byte, c vault.Connection, ds []vault.Delivery, err error) {
+func (r Rewrite) WithDeliveries(hook vault.ChangeHook[vault.Connection], rec []byte) (nrec []byte, c vault.Connection, ds []vault.Delivery, err error) {
 	if nrec, c, err = r(rec); err != nil {
 		return nil, vault.Connection{}, nil, err
 	}
