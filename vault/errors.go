@@ -3,6 +3,8 @@ package vault
 import (
 	"errors"
 	"fmt"
+
+	"credbroker/vault/internal/envelope"
 )
 
 // Errors, matched with errors.Is: the sentinels every Store returns
@@ -53,7 +55,7 @@ var (
 	// ciphertext moved to another record).
 	ErrDecrypt = errors.New("vault: decryption failed (wrong key, tampered data or ciphertext moved between records)")
 	// ErrMalformed: the envelope is too short or has an unknown version.
-	ErrMalformed = errors.New("vault: malformed ciphertext envelope")
+	ErrMalformed = envelope.ErrMalformed
 	// ErrNoKeys: no keys were configured.
 	ErrNoKeys = errors.New("vault: no encryption keys configured")
 )

@@ -50,6 +50,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 	"credbroker/vault/internal/gate"
 	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
@@ -234,7 +235,7 @@ func (s *Store) checkLayout(tx *bolt.Tx, write bool) (need bool, err error) {
 		if !s.kr.Has(id) {
 			continue
 		}
-		kid, err := vault.EnvelopeKeyID(v)
+		kid, err := envelope.KeyID(v)
 		if err != nil || kid != id {
 			return false, fmt.Errorf("database %s: %w (canary of key %s is malformed)", s.path, ErrCorrupt, id)
 		}

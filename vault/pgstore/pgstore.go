@@ -45,6 +45,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 	"credbroker/vault/internal/gate"
 	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
@@ -172,7 +173,7 @@ func (s *Store) checkCanaries(ctx context.Context) (missing []string, err error)
 		if !s.kr.Has(id) {
 			return nil
 		}
-		if kid, err := vault.EnvelopeKeyID(ct); err != nil || kid != id {
+		if kid, err := envelope.KeyID(ct); err != nil || kid != id {
 			return fmt.Errorf("postgres %s: canary of key %s is malformed", s.where(), id)
 		}
 		if _, _, err := s.kr.Open(ct, canaryAAD(id)); err != nil {

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 )
 
 // connRecord is the stored form of a Connection: metadata in the clear,
@@ -248,7 +249,7 @@ func ConnectionMeta(b []byte) (vault.Connection, error) {
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	kid, err := vault.EnvelopeKeyID(r.Tokens)
+	kid, err := envelope.KeyID(r.Tokens)
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
