@@ -147,22 +147,6 @@ type TokenFamily struct {
 	Via string
 }
 
-// AppLiveness is the part of an AppAccess that says whose it is and which
-// token families it holds until when: what checking an access token
-// needs (AuthStore.GetAppLiveness).
-type AppLiveness struct {
-	ID        string
-	Principal Principal
-	ClientID  string
-	Families  []FamilyEnd
-}
-
-// FamilyEnd is a token family's id and absolute end.
-type FamilyEnd struct {
-	ID      string
-	Expires time.Time
-}
-
 // AppWatcher is told about changes of app access records made by any
 // process sharing the store (AppWatch).
 type AppWatcher struct {
@@ -249,10 +233,13 @@ type AuthStore interface {
 	CreateAppAccess(ctx context.Context, a AppAccess) (AppAccess, error)
 	// GetAppAccess returns a record by id. ErrNotFound if absent.
 	GetAppAccess(ctx context.Context, id string) (AppAccess, error)
-	// GetAppLiveness returns what checking a token family needs of a
-	// record, decoding nothing else (no scopes, no refresh token hashes).
+	// GetAppLiveness returns what checking an access token needs of a
+	// record: whose it is (ID, Principal, ClientID) and which token
+	// families it holds until when (each family's ID and Expires). Nothing
+	// else is decoded or set (no consent, no scopes, no refresh token
+	// hashes), as ListConnections leaves a connection's Token empty.
 	// ErrNotFound if absent.
-	GetAppLiveness(ctx context.Context, id string) (AppLiveness, error)
+	GetAppLiveness(ctx context.Context, id string) (AppAccess, error)
 	// FindAppAccess returns p's record for clientID. ErrNotFound if absent.
 	FindAppAccess(ctx context.Context, p Principal, clientID string) (AppAccess, error)
 	// ListAppAccess returns p's records ordered by id.

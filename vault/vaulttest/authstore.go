@@ -438,7 +438,8 @@ func testAuthClosed(t *testing.T, s authBackend) {
 }
 
 // testAppLiveness: GetAppLiveness gives the record's person, client and
-// families with their ends, and nothing of a missing record.
+// families with their ends, nothing else of it, and nothing of a missing
+// record.
 func testAppLiveness(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	a := appAccess("a1", odd, "https://claude.example/client.json")
@@ -454,8 +455,8 @@ func testAppLiveness(t *testing.T, s authBackend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := vault.AppLiveness{ID: "a1", Principal: odd, ClientID: a.ClientID,
-		Families: []vault.FamilyEnd{{ID: "f1", Expires: base.Add(time.Hour)}, {ID: "f2", Expires: base.Add(2 * time.Hour)}}}
+	want := vault.AppAccess{ID: "a1", Principal: odd, ClientID: a.ClientID,
+		Families: []vault.TokenFamily{{ID: "f1", Expires: base.Add(time.Hour)}, {ID: "f2", Expires: base.Add(2 * time.Hour)}}}
 	sameJSON(t, "liveness", got, want)
 	if _, err := s.GetAppLiveness(ctx, "nope"); !errors.Is(err, vault.ErrNotFound) {
 		t.Fatalf("liveness of a missing record: %v, want ErrNotFound", err)
