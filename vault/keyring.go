@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 
@@ -119,24 +118,6 @@ func ParseKeys(text string) (*Keyring, error) {
 		keys = append(keys, raw)
 	}
 	return NewKeyring(ids, keys)
-}
-
-// LoadKeyring reads keys from the value of BROKER_KEYS (env) or, when env is
-// empty, from file. Neither set → ErrNoKeys.
-func LoadKeyring(env, file string) (*Keyring, error) {
-	switch {
-	case env != "" && file != "":
-		return nil, errors.New("vault: keys given both in BROKER_KEYS and --keys-file; use one")
-	case env != "":
-		return ParseKeys(env)
-	case file != "":
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("vault: read keys file: %w", err)
-		}
-		return ParseKeys(string(b))
-	}
-	return nil, ErrNoKeys
 }
 
 // GenerateKey returns a new random key line "id:base64key".
