@@ -142,8 +142,9 @@ type TokenFamily struct {
 	// family.
 	Spent []string
 	// Via says how the family was granted when not by the person's consent
-	// in the browser: FamilyViaIDJAG for an ID-JAG the organisation's IdP
-	// issued (enterprise-managed authorization); empty otherwise.
+	// in the browser, in the apps core's words (apps.ViaIDJAG: an ID-JAG
+	// the organisation's IdP issued); empty otherwise. The store keeps it
+	// as it is.
 	Via string
 }
 
@@ -174,9 +175,6 @@ type AppWatch interface {
 	// updated or deleted, after the change committed.
 	WatchConnections(ctx context.Context, w AppWatcher) error
 }
-
-// FamilyViaIDJAG marks a token family granted by redeeming an ID-JAG.
-const FamilyViaIDJAG = "id-jag"
 
 // Clone returns a deep copy of f.
 func (f TokenFamily) Clone() TokenFamily {

@@ -285,7 +285,7 @@ func testAppAccessCRUD(t *testing.T, s authBackend) {
 		RefreshHash: vault.SecretKey("rt-2"), Refreshed: base.Add(time.Minute), Spent: []string{vault.SecretKey("rt-1")},
 	}
 	// A family granted by an ID-JAG keeps its mark.
-	org := vault.TokenFamily{ID: "f2", Resource: "https://broker.example/mcp", Created: base, Expires: base.Add(time.Hour), Via: vault.FamilyViaIDJAG}
+	org := vault.TokenFamily{ID: "f2", Resource: "https://broker.example/mcp", Created: base, Expires: base.Add(time.Hour), Via: "id-jag"}
 	upd, err := s.UpdateAppAccess(ctx, "a1", func(a vault.AppAccess) (vault.AppAccess, error) {
 		a.Families = append(a.Families, fam, org)
 		a.LastUsed = base.Add(time.Minute)
@@ -300,7 +300,7 @@ func testAppAccessCRUD(t *testing.T, s authBackend) {
 	if f, ok := read.Family("f1"); !ok || f.RefreshHash != fam.RefreshHash {
 		t.Fatalf("Family(f1) = %+v, %v", f, ok)
 	}
-	if f, ok := read.Family("f2"); !ok || f.Via != vault.FamilyViaIDJAG {
+	if f, ok := read.Family("f2"); !ok || f.Via != "id-jag" {
 		t.Fatalf("Family(f2) = %+v, %v: the ID-JAG mark was lost", f, ok)
 	}
 
@@ -446,7 +446,7 @@ func testAppLiveness(t *testing.T, s authBackend) {
 	a.Families = []vault.TokenFamily{
 		{ID: "f1", Scopes: []string{"mcp"}, Resource: "https://broker/mcp", Created: base, Expires: base.Add(time.Hour),
 			RefreshHash: "h3", Refreshed: base, Spent: []string{"h1", "h2"}},
-		{ID: "f2", Created: base, Expires: base.Add(2 * time.Hour), Via: vault.FamilyViaIDJAG},
+		{ID: "f2", Created: base, Expires: base.Add(2 * time.Hour), Via: "id-jag"},
 	}
 	if _, err := s.CreateAppAccess(ctx, a); err != nil {
 		t.Fatal(err)
