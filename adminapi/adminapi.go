@@ -170,7 +170,7 @@ func (s *Server) admin(h adminHandler) http.Handler {
 		}
 		info, err := s.opts.Verify(r.Context(), raw)
 		if err != nil {
-			if vault.Unavailable(err) {
+			if errors.Is(err, vault.ErrUnavailable) {
 				s.unavailable(w, "verify a token", err)
 				return
 			}
@@ -405,7 +405,7 @@ func (s *Server) disable(w http.ResponseWriter, r *http.Request, admin connectio
 // internal answers a request whose action failed: a storage outage as
 // every door answers it (unavailable), anything else 500.
 func (s *Server) internal(w http.ResponseWriter, what string, err error) {
-	if vault.Unavailable(err) {
+	if errors.Is(err, vault.ErrUnavailable) {
 		s.unavailable(w, what, err)
 		return
 	}

@@ -20,7 +20,7 @@ import (
 // Options configures a Service.
 type Options struct {
 	// Store keeps the app access records. Give it the store's
-	// AppChangeHook (webhook.Publisher.AppHook) so app.authorized and
+	// ChangeHook[AppAccess] (webhook.Publisher.AppHook) so app.authorized and
 	// app.removed are written with the change.
 	Store  vault.AuthStore
 	Policy Policy
@@ -293,9 +293,15 @@ type App struct {
 	// Active reports whether the app holds a token that still works.
 	Active bool
 	// ByOrganisation reports that the organisation's IdP let the app in
-	// (an ID-JAG redeemed for it), rather than only the person's consent.
+	// (an ID-JAG redeemed for it: a family whose Via is ViaIDJAG), rather
+	// than only the person's consent.
 	ByOrganisation bool
 }
+
+// ViaIDJAG is vault.TokenFamily.Via for a family granted by redeeming an
+// ID-JAG the organisation's IdP issued (enterprise-managed
+// authorization): such an app is listed as let in by the organisation.
+const ViaIDJAG = "id-jag"
 
 // builtIn prefixes the client ids of clients built into the broker
 // (broker dev's token client).
@@ -328,7 +334,7 @@ func (s *Service) List(ctx context.Context, p vault.Principal) ([]App, error) {
 		out = append(out, App{ID: a.ID, ClientID: a.ClientID, Name: a.ClientName, VerifiedDomain: VerifiedDomain(a.ClientID),
 			Authorized: a.Updated, LastUsed: a.LastUsed,
 			Active:         slices.ContainsFunc(a.Families, func(f vault.TokenFamily) bool { return s.policy.Live(f, now) }),
-			ByOrganisation: slices.ContainsFunc(a.Families, func(f vault.TokenFamily) bool { return f.Via == vault.FamilyViaIDJAG })})
+			ByOrganisation: slices.ContainsFunc(a.Families, func(f vault.TokenFamily) bool { return f.Via == ViaIDJAG })})
 	}
 	return out, nil
 }

@@ -259,7 +259,7 @@ type countingStore struct {
 	reads atomic.Int64
 }
 
-func (c *countingStore) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
+func (c *countingStore) GetAppLiveness(ctx context.Context, id string) (vault.AppAccess, error) {
 	c.reads.Add(1)
 	return c.AuthStore.GetAppLiveness(ctx, id)
 }

@@ -24,8 +24,8 @@
 // # Events in the change's transaction
 //
 // app.authorized and app.removed are not queued by this package: the
-// store's vault.AppChangeHook (webhook.Publisher.AppChanges, wired by
-// cmd/broker) turns the change of the record into its deliveries inside
+// store's vault.ChangeHook[vault.AppAccess] (webhook.Publisher.AppChanges,
+// wired by cmd/broker) turns the change of the record into its deliveries inside
 // the transaction that writes it, as connection events are. A change
 // whose deliveries cannot be written is not applied.
 //

@@ -139,7 +139,7 @@
 // between iat and exp, scopes the broker offers, and a jti never redeemed
 // before on any replica (vault.AssertionLedger, the last check, so a refusal
 // stores nothing). The answer is an access token without a refresh token,
-// for a token family marked vault.FamilyViaIDJAG ("let in by the
+// for a token family marked apps.ViaIDJAG ("let in by the
 // organisation" on the Apps page); no consent is recorded. Every refusal is
 // an RFC 6749 error, an idjag_refused audit event and a count in
 // credbroker_idjag_grants_total; metadata advertises the grant type and the

@@ -17,6 +17,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 
+	"credbroker/apps"
 	"credbroker/internal/telemetry"
 	"credbroker/vault"
 )
@@ -545,7 +546,7 @@ func (s *Server) redeemIDJAG(ctx context.Context, c *client, form url.Values) (t
 func (s *Server) issueForIDJAG(ctx context.Context, c *client, a acceptedJAG, scopes []string) (tokenResponse, *oauthError) {
 	now := s.now()
 	fam := vault.TokenFamily{ID: randomID(16), Scopes: scopes, Resource: a.resource, Created: now,
-		Expires: now.Add(s.policy.AccessTokenTTL), Via: vault.FamilyViaIDJAG}
+		Expires: now.Add(s.policy.AccessTokenTTL), Via: apps.ViaIDJAG}
 	// No consent is recorded: the organisation let the app in, and the
 	// browser's /authorize still asks the person.
 	app, err := s.apps.AddFamilyWithoutConsent(ctx, a.principal, c.ID, c.displayName(), fam)

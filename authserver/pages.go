@@ -1,6 +1,7 @@
 package authserver
 
 import (
+	"errors"
 	"net/http"
 
 	"credbroker/internal/telemetry"
@@ -63,7 +64,7 @@ func (s *Server) renderError(w http.ResponseWriter, p web.ErrorPage) {
 
 // fail logs err with a reference and renders a generic error page.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, p Person, what string, err error) {
-	if vault.Unavailable(err) {
+	if errors.Is(err, vault.ErrUnavailable) {
 		s.opts.Telemetry.StoreUnavailable(telemetry.DoorPage)
 		s.kit.Unavailable(w, r, chromeOf(p), what, "Go back to your app and sign in again in a few seconds.", err)
 		return

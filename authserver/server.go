@@ -358,7 +358,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *oauthError) {
-	if vault.Unavailable(e.Err) {
+	if errors.Is(e.Err, vault.ErrUnavailable) {
 		// The storage outage, whatever the step: retryable.
 		s.opts.Telemetry.StoreUnavailable(telemetry.DoorAuthServer)
 		outage.SetRetryAfter(w.Header())

@@ -111,7 +111,7 @@ func (s *Service) connectByAssertion(ctx context.Context, req Request, p *provid
 		// The server's metadata is unusable: the connect link's path
 		// (upstreamUsable) says so and records it, as for auth: oauth.
 		return nil, "", nil
-	case vault.Unavailable(err):
+	case errors.Is(err, vault.ErrUnavailable):
 		return nil, "", err // the door answers a storage outage
 	case err != nil:
 		s.log.Warn("connections: connecting by ID-JAG failed; asking the person", "provider", p.Name, "err", err)

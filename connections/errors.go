@@ -133,7 +133,7 @@ func Describe(err error, p *provider.Provider) string {
 	var kf *provider.KeyFormatError
 	var ue *provider.UninspectableError
 	switch {
-	case vault.Unavailable(err):
+	case errors.Is(err, vault.ErrUnavailable):
 		return outage.Message
 	case isA[*UnknownProviderError](err), isA[*ScopeError](err), isA[*AccountError](err), isA[*KeyAccountError](err),
 		isA[*ChoiceError](err), isA[*GatewayOnlyError](err), isA[*NotAGatewayError](err), isA[*provider.UpstreamError](err),
@@ -290,7 +290,7 @@ func Explain(err error, p *provider.Provider) Failure {
 	var ae *AccountError
 	var ce *ChoiceError
 	switch {
-	case vault.Unavailable(err):
+	case errors.Is(err, vault.ErrUnavailable):
 		// First: whatever else the error says, the store could not be used.
 		f.Class, f.Code = StorageUnavailable, CodeStorageUnavailable
 	case isA[*UnknownProviderError](err), isA[*NotAGatewayError](err):

@@ -79,7 +79,7 @@ func (s *Server) verifyFailed(w http.ResponseWriter, body []byte, err error) {
 	}
 	_ = json.Unmarshal(body, &msg)
 	id := validOrNull(msg.ID)
-	if vault.Unavailable(err) {
+	if errors.Is(err, vault.ErrUnavailable) {
 		s.storageUnavailable(w, id, err)
 		return
 	}

@@ -341,7 +341,7 @@ func (g *gateway) request(c *gwCall, canAsk bool) connections.Request {
 // it from knowing (nil otherwise): never answered as "not connected".
 func (g *gateway) quietly(ctx context.Context, c *gwCall) (r connections.Ready, ok bool, down error) {
 	o, err := g.s.opts.Connections.Upstream(ctx, g.request(c, false), "", connections.NoAnswer)
-	if vault.Unavailable(err) {
+	if errors.Is(err, vault.ErrUnavailable) {
 		return r, false, err
 	}
 	r, ok = o.(connections.Ready)
@@ -1055,7 +1055,7 @@ func (g *gateway) relay(ctx context.Context, c *gwCall, r connections.Ready, op 
 // upstream's refusal (reconnect, step up) as the connections layer
 // decides it, a relayed JSON-RPC error, or a tool error.
 func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready, err error) {
-	if vault.Unavailable(err) { // the connection's token could not be read
+	if errors.Is(err, vault.ErrUnavailable) { // the connection's token could not be read
 		g.failed(w, c, err)
 		return
 	}

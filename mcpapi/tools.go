@@ -521,7 +521,7 @@ func (s *Server) disconnectAccount(ctx context.Context, c *callContext) outcome 
 	}
 	name := d.Provider.DisplayName
 	out := disconnectOutput{Provider: d.Provider.Name, Account: connections.AccountName(d.Conn), Revocation: string(d.Revocation), Deleted: err == nil}
-	if vault.Unavailable(err) {
+	if errors.Is(err, vault.ErrUnavailable) {
 		// Revoked (or not) at the provider, not deleted: a retry finishes.
 		return s.failed(err, in.Provider, toolDisconnect)
 	}

@@ -2,6 +2,7 @@ package oauthflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -289,7 +290,7 @@ func (f *Flow) securityEvent(r *http.Request, event string, s *session, attrs ..
 
 // fail logs err and renders a generic error page.
 func (f *Flow) fail(w http.ResponseWriter, r *http.Request, s *session, status int, what string, err error) {
-	if vault.Unavailable(err) {
+	if errors.Is(err, vault.ErrUnavailable) {
 		// The storage outage: retryable, and nothing of the step was kept,
 		// so a connect link works again as it is.
 		f.opts.Telemetry.StoreUnavailable(telemetry.DoorPage)

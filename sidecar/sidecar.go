@@ -259,7 +259,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	info, err := s.opts.Verify(r.Context(), raw)
 	if err != nil || info.Principal.Issuer == "" || info.Principal.Subject == "" {
-		if vault.Unavailable(err) {
+		if errors.Is(err, vault.ErrUnavailable) {
 			s.storageUnavailable(w, log, err)
 			return
 		}

@@ -142,25 +142,10 @@ type TokenFamily struct {
 	// family.
 	Spent []string
 	// Via says how the family was granted when not by the person's consent
-	// in the browser: FamilyViaIDJAG for an ID-JAG the organisation's IdP
-	// issued (enterprise-managed authorization); empty otherwise.
+	// in the browser, in the apps core's words (apps.ViaIDJAG: an ID-JAG
+	// the organisation's IdP issued); empty otherwise. The store keeps it
+	// as it is.
 	Via string
-}
-
-// AppLiveness is the part of an AppAccess that says whose it is and which
-// token families it holds until when: what checking an access token
-// needs (AuthStore.GetAppLiveness).
-type AppLiveness struct {
-	ID        string
-	Principal Principal
-	ClientID  string
-	Families  []FamilyEnd
-}
-
-// FamilyEnd is a token family's id and absolute end.
-type FamilyEnd struct {
-	ID      string
-	Expires time.Time
 }
 
 // AppWatcher is told about changes of app access records made by any
@@ -190,9 +175,6 @@ type AppWatch interface {
 	// updated or deleted, after the change committed.
 	WatchConnections(ctx context.Context, w AppWatcher) error
 }
-
-// FamilyViaIDJAG marks a token family granted by redeeming an ID-JAG.
-const FamilyViaIDJAG = "id-jag"
 
 // Clone returns a deep copy of f.
 func (f TokenFamily) Clone() TokenFamily {
@@ -249,10 +231,13 @@ type AuthStore interface {
 	CreateAppAccess(ctx context.Context, a AppAccess) (AppAccess, error)
 	// GetAppAccess returns a record by id. ErrNotFound if absent.
 	GetAppAccess(ctx context.Context, id string) (AppAccess, error)
-	// GetAppLiveness returns what checking a token family needs of a
-	// record, decoding nothing else (no scopes, no refresh token hashes).
+	// GetAppLiveness returns what checking an access token needs of a
+	// record: whose it is (ID, Principal, ClientID) and which token
+	// families it holds until when (each family's ID and Expires). Nothing
+	// else is decoded or set (no consent, no scopes, no refresh token
+	// hashes), as ListConnections leaves a connection's Token empty.
 	// ErrNotFound if absent.
-	GetAppLiveness(ctx context.Context, id string) (AppLiveness, error)
+	GetAppLiveness(ctx context.Context, id string) (AppAccess, error)
 	// FindAppAccess returns p's record for clientID. ErrNotFound if absent.
 	FindAppAccess(ctx context.Context, p Principal, clientID string) (AppAccess, error)
 	// ListAppAccess returns p's records ordered by id.

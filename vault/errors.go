@@ -3,6 +3,8 @@ package vault
 import (
 	"errors"
 	"fmt"
+
+	"credbroker/vault/internal/envelope"
 )
 
 // Errors, matched with errors.Is: the sentinels every Store returns
@@ -23,7 +25,8 @@ var (
 	// its connection-level and I/O failures with it, keeping the cause in
 	// the message (for the operator's log: never shown to a client), so
 	// that each front door can answer an outage as one: a retryable 503
-	// (Unavailable tests for it).
+	// (errors.Is(err, ErrUnavailable) tests for it; UnavailableError
+	// builds one).
 	ErrUnavailable = errors.New("vault: storage unavailable")
 	// ErrTooManyOpenGrants: CreateGrantLimited refused a grant because its
 	// principal already holds GrantLimits.MaxOpen open grants.
@@ -53,14 +56,10 @@ var (
 	// ciphertext moved to another record).
 	ErrDecrypt = errors.New("vault: decryption failed (wrong key, tampered data or ciphertext moved between records)")
 	// ErrMalformed: the envelope is too short or has an unknown version.
-	ErrMalformed = errors.New("vault: malformed ciphertext envelope")
+	ErrMalformed = envelope.ErrMalformed
 	// ErrNoKeys: no keys were configured.
 	ErrNoKeys = errors.New("vault: no encryption keys configured")
 )
-
-// Unavailable reports whether err is (or wraps) ErrUnavailable: the
-// storage could not be used, and the same call may succeed later.
-func Unavailable(err error) bool { return err != nil && errors.Is(err, ErrUnavailable) }
 
 // UnavailableError wraps cause, a backend's failure to reach or write its
 // storage, with ErrUnavailable; where names the storage (a file, a

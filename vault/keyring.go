@@ -12,16 +12,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
+
+	"credbroker/vault/internal/envelope"
 )
 
-const (
-	envelopeV1 = 0x01
-	keySize    = 32
-	maxKeyID   = 32
-)
+const keySize = 32
 
 type ringKey struct {
 	id   string
@@ -32,8 +29,9 @@ type ringKey struct {
 // Keyring holds 256-bit keys by id. The first key is the primary: it seals
 // everything new. The others only open what they sealed earlier.
 //
-// Envelope (version 1): 0x01 | len(id) | id | 12-byte random nonce |
-// AES-256-GCM ciphertext and tag, with caller-supplied additional data.
+// Envelope (version 1, vault/internal/envelope): 0x01 | len(id) | id |
+// 12-byte random nonce | AES-256-GCM ciphertext and tag, with
+// caller-supplied additional data.
 type Keyring struct {
 	keys []*ringKey
 	byID map[string]*ringKey
@@ -80,8 +78,8 @@ func NewKeyring(ids []string, keys [][]byte) (*Keyring, error) {
 }
 
 func validKeyID(id string) error {
-	if id == "" || len(id) > maxKeyID {
-		return fmt.Errorf("vault: key id %q must be 1 to %d characters", id, maxKeyID)
+	if id == "" || len(id) > envelope.MaxKeyID {
+		return fmt.Errorf("vault: key id %q must be 1 to %d characters", id, envelope.MaxKeyID)
 	}
 	for _, r := range id {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
@@ -120,24 +118,6 @@ func ParseKeys(text string) (*Keyring, error) {
 		keys = append(keys, raw)
 	}
 	return NewKeyring(ids, keys)
-}
-
-// LoadKeyring reads keys from the value of BROKER_KEYS (env) or, when env is
-// empty, from file. Neither set → ErrNoKeys.
-func LoadKeyring(env, file string) (*Keyring, error) {
-	switch {
-	case env != "" && file != "":
-		return nil, errors.New("vault: keys given both in BROKER_KEYS and --keys-file; use one")
-	case env != "":
-		return ParseKeys(env)
-	case file != "":
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("vault: read keys file: %w", err)
-		}
-		return ParseKeys(string(b))
-	}
-	return nil, ErrNoKeys
 }
 
 // GenerateKey returns a new random key line "id:base64key".
@@ -191,8 +171,7 @@ func (kr *Keyring) Seal(plaintext, aad []byte) []byte {
 	k := kr.keys[0]
 	ns := k.aead.NonceSize()
 	out := make([]byte, 0, 2+len(k.id)+ns+len(plaintext)+k.aead.Overhead())
-	out = append(out, envelopeV1, byte(len(k.id)))
-	out = append(out, k.id...)
+	out = envelope.AppendHeader(out, k.id)
 	nonce := out[len(out) : len(out)+ns]
 	if _, err := rand.Read(nonce); err != nil {
 		panic("vault: crypto/rand failed: " + err.Error())
@@ -218,31 +197,19 @@ func (kr *Keyring) Has(id string) bool {
 	return ok
 }
 
-// EnvelopeKeyID returns the key id named by an envelope, without opening it.
-func EnvelopeKeyID(ct []byte) (string, error) {
-	if len(ct) < 2 || ct[0] != envelopeV1 {
-		return "", ErrMalformed
-	}
-	n := int(ct[1])
-	if n == 0 || n > maxKeyID || len(ct) < 2+n {
-		return "", ErrMalformed
-	}
-	return string(ct[2 : 2+n]), nil
-}
-
 // Open authenticates and decrypts an envelope made by Seal with the same aad.
 // It returns the plaintext and the id of the key that opened it.
 func (kr *Keyring) Open(ct, aad []byte) ([]byte, string, error) {
-	if len(ct) < 2 || ct[0] != envelopeV1 || ct[1] == 0 || int(ct[1]) > maxKeyID || len(ct) < 2+int(ct[1]) {
-		return nil, "", ErrMalformed // EnvelopeKeyID's checks
+	kid, rest, err := envelope.Split(ct)
+	if err != nil {
+		return nil, "", err
 	}
-	k, ok := kr.byID[string(ct[2:2+int(ct[1])])] // no copy of the id for the lookup
+	k, ok := kr.byID[string(kid)] // no copy of the id for the lookup
 	if !ok {
-		id := string(ct[2 : 2+int(ct[1])])
+		id := string(kid)
 		return nil, id, fmt.Errorf("%w %q (the key ring holds %s)", ErrUnknownKey, id, strings.Join(kr.IDs(), ", "))
 	}
 	id := k.id
-	rest := ct[2+len(id):]
 	ns := k.aead.NonceSize()
 	if len(rest) < ns+k.aead.Overhead() {
 		return nil, id, ErrMalformed

@@ -246,8 +246,8 @@ func (a observedAuth) GetAppAccess(ctx context.Context, id string) (AppAccess, e
 	return observed(a.o, ctx, "get_app_access", func(ctx context.Context) (AppAccess, error) { return a.next.GetAppAccess(ctx, id) })
 }
 
-func (a observedAuth) GetAppLiveness(ctx context.Context, id string) (AppLiveness, error) {
-	return observed(a.o, ctx, "get_app_liveness", func(ctx context.Context) (AppLiveness, error) { return a.next.GetAppLiveness(ctx, id) })
+func (a observedAuth) GetAppLiveness(ctx context.Context, id string) (AppAccess, error) {
+	return observed(a.o, ctx, "get_app_liveness", func(ctx context.Context) (AppAccess, error) { return a.next.GetAppLiveness(ctx, id) })
 }
 
 func (a observedAuth) FindAppAccess(ctx context.Context, p Principal, clientID string) (AppAccess, error) {

@@ -40,22 +40,17 @@ func (d Delivery) Clone() Delivery {
 	return d
 }
 
-// ChangeHook says which deliveries a change of a connection causes. A
+// ChangeHook says which deliveries a change of a record causes: of a
+// connection (ChangeHook[Connection]) or of one of the authorization
+// server's app access records (ChangeHook[AppAccess], AuthStore). A
 // backend given one calls it inside the transaction that writes the
-// change and stores what it returns in the outbox in that same
-// transaction, so a committed change always has its events and a change
-// that is rolled back has none. before is nil for a created connection,
-// after is nil for a deleted one; both are metadata only (no token). It
-// must be pure: no I/O, no side effects (a backend may call it again when
-// it retries a transaction).
-type ChangeHook func(before, after *Connection) []Delivery
-
-// AppChangeHook is ChangeHook for the authorization server's app access
-// records (AuthStore): a backend given one calls it inside the
-// transaction that creates, updates or deletes a record and stores what
-// it returns in that same transaction. before is nil for a created
-// record, after is nil for a deleted one. It must be pure, as ChangeHook.
-type AppChangeHook func(before, after *AppAccess) []Delivery
+// change (a create, an update, a delete) and stores what it returns in
+// the outbox in that same transaction, so a committed change always has
+// its events and a change that is rolled back has none. before is nil for
+// a created record, after is nil for a deleted one; a connection's are
+// metadata only (no token). It must be pure: no I/O, no side effects (a
+// backend may call it again when it retries a transaction).
+type ChangeHook[R Connection | AppAccess] func(before, after *R) []Delivery
 
 // Outbox is the durable queue of webhook deliveries, the Store feature
 // that Store.Outbox returns. Deliveries are handed out at least once: a

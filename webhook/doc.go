@@ -17,8 +17,8 @@
 //
 // # Delivery
 //
-// Publisher.Changes is the store's vault.ChangeHook: the deliveries of a
-// change (one per event and interested endpoint) are written in the
+// Publisher.Changes is the store's vault.ChangeHook[vault.Connection]: the
+// deliveries of a change (one per event and interested endpoint) are written in the
 // change's own transaction, so a crash between the commit and the send
 // loses nothing. Events no change carries (refresh_failed) are enqueued
 // with Publisher.Publish. The Dispatcher claims due deliveries (replicas

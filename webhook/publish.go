@@ -97,8 +97,8 @@ func (p *Publisher) Deliveries(typ string, data any) ([]vault.Delivery, error) {
 	return ds, nil
 }
 
-// Changes is the vault.ChangeHook that turns changes of connections into
-// events: a new connection is connection.created, a deleted one
+// Changes is the vault.ChangeHook[vault.Connection] that turns changes of
+// connections into events: a new connection is connection.created, a deleted one
 // connection.deleted, one marked needs_reconnect
 // connection.needs_reconnect and one active again after that
 // connection.reconnected. Other changes (a refresh, a recorded use) are
@@ -133,17 +133,17 @@ func (p *Publisher) changeDeliveries(typ string, data any) []vault.Delivery {
 	return ds
 }
 
-// Hook returns p.Changes as a vault.ChangeHook, or nil when p publishes
-// nothing (so stores skip the work).
-func (p *Publisher) Hook() vault.ChangeHook {
+// Hook returns p.Changes as a vault.ChangeHook[vault.Connection], or nil
+// when p publishes nothing (so stores skip the work).
+func (p *Publisher) Hook() vault.ChangeHook[vault.Connection] {
 	if !p.publishes() {
 		return nil
 	}
 	return p.Changes
 }
 
-// AppChanges is the vault.AppChangeHook that turns changes of app access
-// records (the authorization server's, package apps) into events: a
+// AppChanges is the vault.ChangeHook[vault.AppAccess] that turns changes of
+// app access records (the authorization server's, package apps) into events: a
 // record removed is app.removed; a record created holding a consent, or
 // whose consent was given again (Updated, "when consent was last given",
 // moved on), is app.authorized. A consent is a redirect URI with its
@@ -160,9 +160,9 @@ func (p *Publisher) AppChanges(before, after *vault.AppAccess) []vault.Delivery 
 	return nil
 }
 
-// AppHook returns p.AppChanges as a vault.AppChangeHook, or nil when p
-// publishes nothing.
-func (p *Publisher) AppHook() vault.AppChangeHook {
+// AppHook returns p.AppChanges as a vault.ChangeHook[vault.AppAccess], or
+// nil when p publishes nothing.
+func (p *Publisher) AppHook() vault.ChangeHook[vault.AppAccess] {
 	if !p.publishes() {
 		return nil
 	}

@@ -87,7 +87,7 @@ func (c *adminCommand) open(stderr io.Writer) (*adminEnv, error) {
 	if keysEnv != "" && c.KeysFile != "" {
 		return nil, errors.New("keys given both in BROKER_KEYS and --keys-file; use one")
 	}
-	kr, err := vault.LoadKeyring(keysEnv, c.KeysFile)
+	kr, err := loadKeyring(keysEnv, c.KeysFile)
 	if err != nil {
 		return nil, err
 	}

@@ -87,7 +87,7 @@ func (rd *readiness) checkStore(ctx context.Context) error {
 		switch {
 		case errors.Is(err, vault.ErrClosed):
 			return errors.New("store is closed")
-		case vault.Unavailable(err):
+		case errors.Is(err, vault.ErrUnavailable):
 			return errors.New("store unavailable (database down or unreachable; see the log)")
 		}
 		return errors.New("store read failed")

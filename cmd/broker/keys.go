@@ -63,7 +63,25 @@ func loadKeys(file string) (*vault.Keyring, error) {
 	if env == "" && file == "" {
 		return nil, errNoKeys
 	}
-	return vault.LoadKeyring(env, file)
+	return loadKeyring(env, file)
+}
+
+// loadKeyring reads the key ring from the value of BROKER_KEYS (env) or,
+// when env is empty, from --keys-file (file). Neither set → vault.ErrNoKeys.
+func loadKeyring(env, file string) (*vault.Keyring, error) {
+	switch {
+	case env != "" && file != "":
+		return nil, errors.New("vault: keys given both in BROKER_KEYS and --keys-file; use one")
+	case env != "":
+		return vault.ParseKeys(env)
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("vault: read keys file: %w", err)
+		}
+		return vault.ParseKeys(string(b))
+	}
+	return nil, vault.ErrNoKeys
 }
 
 // existingStore resolves a --store value and insists the file exists: key
@@ -95,7 +113,7 @@ func runKeysRotate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if os.Getenv("BROKER_KEYS") != "" {
 		return errors.New("keys given both in BROKER_KEYS and --keys-file; use one")
 	}
-	kr, err := vault.LoadKeyring("", f.keysFile)
+	kr, err := loadKeyring("", f.keysFile)
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ func seedStore(t *testing.T, path string, kr *vault.Keyring, n int) {
 // records decrypt and are sealed with the ring's primary key.
 func checkSealed(t *testing.T, path, keysFile string, n int) *vault.Keyring {
 	t.Helper()
-	kr, err := vault.LoadKeyring("", keysFile)
+	kr, err := loadKeyring("", keysFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestKeysRotateWhileBrokerRuns(t *testing.T) {
 	}
 
 	// The broker restarts with the new key file and re-encrypts in the background.
-	kr, err := vault.LoadKeyring("", keysFile)
+	kr, err := loadKeyring("", keysFile)
 	if err != nil {
 		t.Fatal(err)
 	}

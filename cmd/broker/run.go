@@ -122,7 +122,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var keys *vault.Keyring
 	if cfg.KeysEnv != "" || cfg.KeysFile != "" {
-		kr, err := vault.LoadKeyring(cfg.KeysEnv, cfg.KeysFile)
+		kr, err := loadKeyring(cfg.KeysEnv, cfg.KeysFile)
 		if err != nil {
 			problems = append(problems, err)
 		}

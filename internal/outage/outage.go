@@ -3,8 +3,8 @@
 // database is down or restarting, the disk is full): HTTP 503 with
 // Retry-After, and the same words everywhere, in the door's own format
 // (a JSON-RPC error, the sidecar's error body, an OAuth error, a page).
-// Whether an error is such an outage is vault's to say (vault.Unavailable);
-// the cause goes to the operator's log only.
+// Whether an error is such an outage is vault's to say (errors.Is with
+// vault.ErrUnavailable); the cause goes to the operator's log only.
 package outage
 
 import (

@@ -296,7 +296,7 @@ func (r *Recorder) vaultOp(op string, err error, elapsed time.Duration) {
 		outcome = "conflict"
 	case errors.Is(err, vault.ErrTooManyOpenGrants), errors.Is(err, vault.ErrTooManyRecentGrants):
 		outcome = "limited" // a person's limit refused a grant: not a store failure
-	case vault.Unavailable(err):
+	case errors.Is(err, vault.ErrUnavailable):
 		outcome = "unavailable" // the database is down, the disk full
 	default:
 		outcome = "error"

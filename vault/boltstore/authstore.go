@@ -293,7 +293,7 @@ func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, e
 }
 
 // GetAppLiveness implements vault.AuthStore.
-func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
+func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppAccess, error) {
 	return getDecoded(ctx, s, bOAuthApps, "app access", id, record.DecodeAppLiveness)
 }
 

@@ -50,6 +50,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 	"credbroker/vault/internal/gate"
 	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
@@ -95,17 +96,17 @@ type Options struct {
 	NoSync bool
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries written in the change's transaction.
-	Changes vault.ChangeHook
+	Changes vault.ChangeHook[vault.Connection]
 	// AppChanges, when set, does the same for app access records.
-	AppChanges vault.AppChangeHook
+	AppChanges vault.ChangeHook[vault.AppAccess]
 }
 
 // Store is a vault.Store on a bbolt file.
 type Store struct {
 	db         *bolt.DB
 	kr         *vault.Keyring
-	changes    vault.ChangeHook
-	appChanges vault.AppChangeHook
+	changes    vault.ChangeHook[vault.Connection]
+	appChanges vault.ChangeHook[vault.AppAccess]
 	path       string
 	open       gate.Gate
 	group      *groupCommit
@@ -234,7 +235,7 @@ func (s *Store) checkLayout(tx *bolt.Tx, write bool) (need bool, err error) {
 		if !s.kr.Has(id) {
 			continue
 		}
-		kid, err := vault.EnvelopeKeyID(v)
+		kid, err := envelope.KeyID(v)
 		if err != nil || kid != id {
 			return false, fmt.Errorf("database %s: %w (canary of key %s is malformed)", s.path, ErrCorrupt, id)
 		}

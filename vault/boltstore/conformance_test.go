@@ -44,7 +44,7 @@ func TestAuthConformance(t *testing.T) {
 
 func TestOutboxConformance(t *testing.T) {
 	kr := newKeyring(t)
-	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
+	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook[vault.Connection]) vault.Store {
 		s, err := boltstore.Open(filepath.Join(t.TempDir(), "vault.db"), kr, boltstore.Options{Changes: hook})
 		if err != nil {
 			t.Fatal(err)
@@ -64,7 +64,7 @@ func TestAssertionConformance(t *testing.T) {
 
 func TestAppOutboxConformance(t *testing.T) {
 	kr := newKeyring(t)
-	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.ChangeHook[vault.AppAccess]) vault.Store {
 		s, err := boltstore.Open(filepath.Join(t.TempDir(), "vault.db"), kr, boltstore.Options{AppChanges: hook})
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package boltstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -59,7 +60,7 @@ func TestFullDisk(t *testing.T) {
 	switch {
 	case full == nil:
 		t.Fatal("2000 writes on a full disk all succeeded")
-	case !vault.Unavailable(full):
+	case !errors.Is(full, vault.ErrUnavailable):
 		t.Fatalf("a write on a full disk: %v, want vault.ErrUnavailable", full)
 	case !strings.Contains(full.Error(), "no space left on device") || !strings.Contains(full.Error(), path):
 		t.Fatalf("the error names neither the file nor the cause: %v", full)

@@ -9,6 +9,7 @@ import (
 
 	"credbroker/internal/transfer"
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 	"credbroker/vault/internal/record"
 )
 
@@ -173,7 +174,7 @@ func (s *Store) ImportRecords(ctx context.Context, rs transfer.Records) (added, 
 func (s *Store) importItem(kind transfer.RecordKind, rec []byte) (imported, error) {
 	switch kind {
 	case transfer.KindKeyCanary:
-		id, err := vault.EnvelopeKeyID(rec)
+		id, err := envelope.KeyID(rec)
 		if err != nil {
 			return imported{}, fmt.Errorf("a key canary: %w", err)
 		}

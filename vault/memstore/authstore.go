@@ -153,7 +153,7 @@ func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, e
 }
 
 // GetAppLiveness implements vault.AuthStore.
-func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
+func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppAccess, error) {
 	return get(s, s.auth.apps, id, "app access", record.DecodeAppLiveness)
 }
 

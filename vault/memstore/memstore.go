@@ -22,8 +22,8 @@ import (
 // re-seal and the feed of app changes: it is its own sub-stores.
 type Store struct {
 	kr         *vault.Keyring
-	changes    vault.ChangeHook
-	appChanges vault.AppChangeHook
+	changes    vault.ChangeHook[vault.Connection]
+	appChanges vault.ChangeHook[vault.AppAccess]
 	locker     *locallock.Locker // one process holds the store
 
 	mu          sync.RWMutex // guards the fields below
@@ -46,9 +46,9 @@ func New(kr *vault.Keyring) *Store { return NewWith(kr, Options{}) }
 type Options struct {
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries, atomically with the change.
-	Changes vault.ChangeHook
+	Changes vault.ChangeHook[vault.Connection]
 	// AppChanges, when set, does the same for app access records.
-	AppChanges vault.AppChangeHook
+	AppChanges vault.ChangeHook[vault.AppAccess]
 }
 
 // NewWith returns an empty store sealing tokens with kr, with opts.

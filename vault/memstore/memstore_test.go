@@ -32,7 +32,7 @@ func TestOutboxConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
+	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook[vault.Connection]) vault.Store {
 		return memstore.NewWith(kr, memstore.Options{Changes: hook})
 	})
 }
@@ -53,7 +53,7 @@ func TestAppOutboxConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.ChangeHook[vault.AppAccess]) vault.Store {
 		return memstore.NewWith(kr, memstore.Options{AppChanges: hook})
 	})
 }
@@ -84,10 +84,10 @@ func TestObservedConformance(t *testing.T) {
 	observe := func(s vault.Store) vault.Store { return vault.Observe(s, counting{&n}) }
 	vaulttest.Run(t, func(t *testing.T) vault.Store { return observe(memstore.New(kr)) })
 	vaulttest.RunAuth(t, func(t *testing.T) vault.Store { return observe(memstore.New(kr)) })
-	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
+	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook[vault.Connection]) vault.Store {
 		return observe(memstore.NewWith(kr, memstore.Options{Changes: hook}))
 	})
-	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.ChangeHook[vault.AppAccess]) vault.Store {
 		return observe(memstore.NewWith(kr, memstore.Options{AppChanges: hook}))
 	})
 	vaulttest.RunUpstreamClients(t, func(t *testing.T) vault.Store { return observe(memstore.New(kr)) })

@@ -206,10 +206,10 @@ func (s *Store) GetAppAccess(ctx context.Context, id string) (vault.AppAccess, e
 }
 
 // GetAppLiveness implements vault.AuthStore.
-func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppLiveness, error) {
+func (s *Store) GetAppLiveness(ctx context.Context, id string) (vault.AppAccess, error) {
 	rec, _, err := s.readRecord(ctx, "app access", "SELECT record, version FROM oauth_apps WHERE id = $1", id)
 	if err != nil {
-		return vault.AppLiveness{}, err
+		return vault.AppAccess{}, err
 	}
 	l, err := record.DecodeAppLiveness(rec)
 	if err == nil && l.ID != id {

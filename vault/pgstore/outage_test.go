@@ -121,7 +121,7 @@ func TestUnavailableWhileDown(t *testing.T) {
 						enoughOnce.Do(func() { close(enough) })
 					}
 					mu.Unlock()
-				case vault.Unavailable(err):
+				case errors.Is(err, vault.ErrUnavailable):
 					downOnce.Do(func() { close(down) })
 					select { // the database is down: this writer waits for it
 					case <-back:
@@ -149,7 +149,7 @@ func TestUnavailableWhileDown(t *testing.T) {
 	}
 	for name, op := range ops {
 		err := op(ctx)
-		if !vault.Unavailable(err) {
+		if !errors.Is(err, vault.ErrUnavailable) {
 			t.Errorf("%s while PostgreSQL is down: %v, want vault.ErrUnavailable", name, err)
 			continue
 		}
@@ -169,7 +169,7 @@ func TestUnavailableWhileDown(t *testing.T) {
 		failed := ""
 		for name, op := range ops {
 			if err := op(ctx); err != nil {
-				if !vault.Unavailable(err) {
+				if !errors.Is(err, vault.ErrUnavailable) {
 					t.Fatalf("%s after the restart: %v", name, err)
 				}
 				failed = name + ": " + err.Error()

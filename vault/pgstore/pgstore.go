@@ -45,6 +45,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 	"credbroker/vault/internal/gate"
 	"credbroker/vault/internal/locallock"
 	"credbroker/vault/internal/record"
@@ -64,9 +65,9 @@ type Options struct {
 	MaxAttempts int
 	// Changes, when set, turns changes of connections into outbox
 	// deliveries written in the change's transaction.
-	Changes vault.ChangeHook
+	Changes vault.ChangeHook[vault.Connection]
 	// AppChanges, when set, does the same for app access records.
-	AppChanges vault.AppChangeHook
+	AppChanges vault.ChangeHook[vault.AppAccess]
 }
 
 // Store is a vault.Store on PostgreSQL.
@@ -80,8 +81,8 @@ type Store struct {
 	locksMu    sync.Mutex // guards locks
 	locks      map[*heldLock]struct{}
 	attempts   int
-	changes    vault.ChangeHook
-	appChanges vault.AppChangeHook
+	changes    vault.ChangeHook[vault.Connection]
+	appChanges vault.ChangeHook[vault.AppAccess]
 	open       gate.Gate
 }
 
@@ -172,7 +173,7 @@ func (s *Store) checkCanaries(ctx context.Context) (missing []string, err error)
 		if !s.kr.Has(id) {
 			return nil
 		}
-		if kid, err := vault.EnvelopeKeyID(ct); err != nil || kid != id {
+		if kid, err := envelope.KeyID(ct); err != nil || kid != id {
 			return fmt.Errorf("postgres %s: canary of key %s is malformed", s.where(), id)
 		}
 		if _, _, err := s.kr.Open(ct, canaryAAD(id)); err != nil {

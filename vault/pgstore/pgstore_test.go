@@ -475,7 +475,7 @@ func TestGrantLimitsAcrossReplicas(t *testing.T) {
 func TestOutboxConformance(t *testing.T) {
 	srv := pgtest.Shared(t)
 	kr := newKeyring(t)
-	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook) vault.Store {
+	vaulttest.RunOutbox(t, func(t *testing.T, hook vault.ChangeHook[vault.Connection]) vault.Store {
 		s, err := pgstore.Open(t.Context(), srv.Schema(t), kr, pgstore.Options{Changes: hook})
 		if err != nil {
 			t.Fatal(err)
@@ -488,7 +488,7 @@ func TestOutboxConformance(t *testing.T) {
 func TestAppOutboxConformance(t *testing.T) {
 	srv := pgtest.Shared(t)
 	kr := newKeyring(t)
-	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.AppChangeHook) vault.Store {
+	vaulttest.RunAppOutbox(t, func(t *testing.T, hook vault.ChangeHook[vault.AppAccess]) vault.Store {
 		s, err := pgstore.Open(t.Context(), srv.Schema(t), kr, pgstore.Options{AppChanges: hook})
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"credbroker/internal/transfer"
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 	"credbroker/vault/internal/record"
 )
 
@@ -181,7 +182,7 @@ func (s *Store) ImportRecords(ctx context.Context, rs transfer.Records) (added, 
 func (s *Store) importRow(kind transfer.RecordKind, rec []byte) (string, []any, error) {
 	switch kind {
 	case transfer.KindKeyCanary:
-		id, err := vault.EnvelopeKeyID(rec)
+		id, err := envelope.KeyID(rec)
 		if err != nil {
 			return "", nil, fmt.Errorf("a key canary: %w", err)
 		}

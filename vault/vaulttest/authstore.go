@@ -285,7 +285,7 @@ func testAppAccessCRUD(t *testing.T, s authBackend) {
 		RefreshHash: vault.SecretKey("rt-2"), Refreshed: base.Add(time.Minute), Spent: []string{vault.SecretKey("rt-1")},
 	}
 	// A family granted by an ID-JAG keeps its mark.
-	org := vault.TokenFamily{ID: "f2", Resource: "https://broker.example/mcp", Created: base, Expires: base.Add(time.Hour), Via: vault.FamilyViaIDJAG}
+	org := vault.TokenFamily{ID: "f2", Resource: "https://broker.example/mcp", Created: base, Expires: base.Add(time.Hour), Via: "id-jag"}
 	upd, err := s.UpdateAppAccess(ctx, "a1", func(a vault.AppAccess) (vault.AppAccess, error) {
 		a.Families = append(a.Families, fam, org)
 		a.LastUsed = base.Add(time.Minute)
@@ -300,7 +300,7 @@ func testAppAccessCRUD(t *testing.T, s authBackend) {
 	if f, ok := read.Family("f1"); !ok || f.RefreshHash != fam.RefreshHash {
 		t.Fatalf("Family(f1) = %+v, %v", f, ok)
 	}
-	if f, ok := read.Family("f2"); !ok || f.Via != vault.FamilyViaIDJAG {
+	if f, ok := read.Family("f2"); !ok || f.Via != "id-jag" {
 		t.Fatalf("Family(f2) = %+v, %v: the ID-JAG mark was lost", f, ok)
 	}
 
@@ -438,14 +438,15 @@ func testAuthClosed(t *testing.T, s authBackend) {
 }
 
 // testAppLiveness: GetAppLiveness gives the record's person, client and
-// families with their ends, and nothing of a missing record.
+// families with their ends, nothing else of it, and nothing of a missing
+// record.
 func testAppLiveness(t *testing.T, s authBackend) {
 	ctx := t.Context()
 	a := appAccess("a1", odd, "https://claude.example/client.json")
 	a.Families = []vault.TokenFamily{
 		{ID: "f1", Scopes: []string{"mcp"}, Resource: "https://broker/mcp", Created: base, Expires: base.Add(time.Hour),
 			RefreshHash: "h3", Refreshed: base, Spent: []string{"h1", "h2"}},
-		{ID: "f2", Created: base, Expires: base.Add(2 * time.Hour), Via: vault.FamilyViaIDJAG},
+		{ID: "f2", Created: base, Expires: base.Add(2 * time.Hour), Via: "id-jag"},
 	}
 	if _, err := s.CreateAppAccess(ctx, a); err != nil {
 		t.Fatal(err)
@@ -454,8 +455,8 @@ func testAppLiveness(t *testing.T, s authBackend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := vault.AppLiveness{ID: "a1", Principal: odd, ClientID: a.ClientID,
-		Families: []vault.FamilyEnd{{ID: "f1", Expires: base.Add(time.Hour)}, {ID: "f2", Expires: base.Add(2 * time.Hour)}}}
+	want := vault.AppAccess{ID: "a1", Principal: odd, ClientID: a.ClientID,
+		Families: []vault.TokenFamily{{ID: "f1", Expires: base.Add(time.Hour)}, {ID: "f2", Expires: base.Add(2 * time.Hour)}}}
 	sameJSON(t, "liveness", got, want)
 	if _, err := s.GetAppLiveness(ctx, "nope"); !errors.Is(err, vault.ErrNotFound) {
 		t.Fatalf("liveness of a missing record: %v, want ErrNotFound", err)

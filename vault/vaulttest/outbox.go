@@ -14,7 +14,7 @@ import (
 
 // NewHookedStore returns a fresh, empty store that calls hook (which may
 // be nil) inside the transaction of every change of a connection.
-type NewHookedStore func(t *testing.T, hook vault.ChangeHook) vault.Store
+type NewHookedStore func(t *testing.T, hook vault.ChangeHook[vault.Connection]) vault.Store
 
 // hooked is newStore's store with hook, closed when the test ends.
 func hooked[H any](t *testing.T, newStore func(*testing.T, H) vault.Store, hook H) vault.Store {
@@ -377,7 +377,7 @@ func testRetire(t *testing.T, newStore NewHookedStore) {
 // NewAppHookedStore returns a fresh, empty store that calls hook (which
 // may be nil) inside the transaction of every change of an app access
 // record.
-type NewAppHookedStore func(t *testing.T, hook vault.AppChangeHook) vault.Store
+type NewAppHookedStore func(t *testing.T, hook vault.ChangeHook[vault.AppAccess]) vault.Store
 
 // RunAppOutbox is the conformance suite of the app access records'
 // deliveries: written with the change in its transaction, and a change
@@ -390,7 +390,7 @@ func RunAppOutbox(t *testing.T, newStore NewAppHookedStore) {
 // appHook names every change of an app access record it sees: created,
 // deleted, or updated with the consent's time moved on; other updates
 // give nothing. With fail set it returns a delivery no outbox stores.
-func appHook(fail *bool) vault.AppChangeHook {
+func appHook(fail *bool) vault.ChangeHook[vault.AppAccess] {
 	return func(before, after *vault.AppAccess) []vault.Delivery {
 		a, kind := after, "app.created"
 		if after == nil {

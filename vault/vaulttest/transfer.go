@@ -10,6 +10,7 @@ import (
 
 	"credbroker/internal/transfer"
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 )
 
 // FillEveryKind stores records of every transfer.RecordKind in s through its
@@ -304,7 +305,7 @@ func SameRecords(t *testing.T, a, b Exporter) {
 	keyIDs := func(canaries [][]byte) []string {
 		var ids []string
 		for _, c := range canaries {
-			id, err := vault.EnvelopeKeyID(c)
+			id, err := envelope.KeyID(c)
 			if err != nil {
 				t.Fatalf("a key canary: %v", err)
 			}

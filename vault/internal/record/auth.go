@@ -201,8 +201,8 @@ func DecodeAppAccess(b []byte) (vault.AppAccess, error) {
 	return a, nil
 }
 
-// appLivenessRecord is the part of appAccessRecord that AppLiveness
-// needs: decoding into it skips the rest (scopes, refresh token hashes).
+// appLivenessRecord is the part of appAccessRecord that GetAppLiveness
+// gives: decoding into it skips the rest (scopes, refresh token hashes).
 type appLivenessRecord struct {
 	V        int    `json:"v"`
 	ID       string `json:"id"`
@@ -216,17 +216,18 @@ type appLivenessRecord struct {
 }
 
 // DecodeAppLiveness parses what checking a token family needs from a
-// stored app access record.
-func DecodeAppLiveness(b []byte) (vault.AppLiveness, error) {
+// stored app access record (AuthStore.GetAppLiveness): the record's
+// identity and its families' ids and ends, nothing else.
+func DecodeAppLiveness(b []byte) (vault.AppAccess, error) {
 	r, err := decodeV1(b, "app access", func(r *appLivenessRecord) (int, string) { return r.V, r.ID })
 	if err != nil {
-		return vault.AppLiveness{}, err
+		return vault.AppAccess{}, err
 	}
-	l := vault.AppLiveness{ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject}, ClientID: r.ClientID}
+	l := vault.AppAccess{ID: r.ID, Principal: vault.Principal{Issuer: r.Issuer, Subject: r.Subject}, ClientID: r.ClientID}
 	if len(r.Families) > 0 {
-		l.Families = make([]vault.FamilyEnd, len(r.Families))
+		l.Families = make([]vault.TokenFamily, len(r.Families))
 		for i, f := range r.Families {
-			l.Families[i] = vault.FamilyEnd{ID: f.ID, Expires: f.Expires}
+			l.Families[i] = vault.TokenFamily{ID: f.ID, Expires: f.Expires}
 		}
 	}
 	return l, nil

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 )
 
 // connRecord is the stored form of a Connection: metadata in the clear,
@@ -248,7 +249,7 @@ func ConnectionMeta(b []byte) (vault.Connection, error) {
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	kid, err := vault.EnvelopeKeyID(r.Tokens)
+	kid, err := envelope.KeyID(r.Tokens)
 	if err != nil {
 		return vault.Connection{}, fmt.Errorf("vault: connection %s: %w", r.ID, err)
 	}
@@ -501,7 +502,7 @@ func MetaRewrite(id string, fn func(vault.Connection) (vault.Connection, error))
 // WithDeliveries applies r to rec and adds the outbox deliveries hook
 // makes of the change (ChangeDeliveries). An error leaves nothing to
 // store.
-func (r Rewrite) WithDeliveries(hook vault.ChangeHook, rec []byte) (nrec []byte, c vault.Connection, ds []vault.Delivery, err error) {
+func (r Rewrite) WithDeliveries(hook vault.ChangeHook[vault.Connection], rec []byte) (nrec []byte, c vault.Connection, ds []vault.Delivery, err error) {
 	if nrec, c, err = r(rec); err != nil {
 		return nil, vault.Connection{}, nil, err
 	}

@@ -12,7 +12,7 @@ import (
 // ChangeDeliveries runs hook on a change of a stored connection record:
 // oldRec is nil for a create, newRec nil for a delete. Backends call it
 // inside the transaction that writes the change. A nil hook gives nothing.
-func ChangeDeliveries(hook vault.ChangeHook, oldRec, newRec []byte) ([]vault.Delivery, error) {
+func ChangeDeliveries(hook vault.ChangeHook[vault.Connection], oldRec, newRec []byte) ([]vault.Delivery, error) {
 	if hook == nil {
 		return nil, nil
 	}
@@ -43,7 +43,7 @@ func ChangeDeliveries(hook vault.ChangeHook, oldRec, newRec []byte) ([]vault.Del
 // returns. Backends call it inside the transaction that writes the change,
 // so a delivery no outbox can store fails the change. A nil hook gives
 // nothing.
-func AppChangeDeliveries(hook vault.AppChangeHook, before, after *vault.AppAccess) ([]vault.Delivery, error) {
+func AppChangeDeliveries(hook vault.ChangeHook[vault.AppAccess], before, after *vault.AppAccess) ([]vault.Delivery, error) {
 	if hook == nil {
 		return nil, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 )
 
 // sessionRecord is the stored form of an IdPSession: the person and the
@@ -141,7 +142,7 @@ func IdPSessionSealedWith(b []byte) (string, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return "", fmt.Errorf("vault: decode IdP session: %w", err)
 	}
-	return vault.EnvelopeKeyID(r.Tokens)
+	return envelope.KeyID(r.Tokens)
 }
 
 // ResealIdPSession seals a stored session's tokens again with kr's

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"credbroker/vault"
+	"credbroker/vault/internal/envelope"
 )
 
 // upstreamClientRecord is the stored form of a vault.UpstreamClient: the
@@ -112,7 +113,7 @@ func UpstreamClientMeta(b []byte) (key, sealedWith string, err error) {
 		return "", "", err
 	}
 	if r.Secret != nil {
-		if sealedWith, err = vault.EnvelopeKeyID(r.Secret); err != nil {
+		if sealedWith, err = envelope.KeyID(r.Secret); err != nil {
 			return "", "", fmt.Errorf("vault: upstream client %q: %w", r.Key, err)
 		}
 	}
