@@ -108,7 +108,7 @@ func appendJSONString[T ~string | ~[]byte](b []byte, s T) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if jsonVerbatim[c] {
 				i++
 				continue
 			}
@@ -153,6 +153,15 @@ func appendJSONString[T ~string | ~[]byte](b []byte, s T) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// jsonVerbatim marks the ASCII bytes appendJSONString copies as they are:
+// one lookup a byte on its hot loop instead of six comparisons.
+var jsonVerbatim = func() (t [utf8.RuneSelf]bool) {
+	for c := range t {
+		t[c] = c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
 
 // appendJSONStrings appends ss as a JSON array of strings.
 func appendJSONStrings(b []byte, ss []string) []byte {
