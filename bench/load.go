@@ -88,13 +88,7 @@ func hammerWith(newReq func() *http.Request, c int, warmup, d time.Duration, sam
 			own := make([]time.Duration, 0, 1<<16)
 			for !stop.Load() {
 				t0 := time.Now()
-				resp, err := client.Do(newReq())
-				ok := err == nil
-				if ok {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					ok = err == nil && resp.StatusCode == 200
-				}
+				ok := roundTrip(client, newReq())
 				el := time.Since(t0)
 				if ok {
 					answered.Add(1)
@@ -135,6 +129,18 @@ func hammerWith(newReq func() *http.Request, c int, warmup, d time.Duration, sam
 	out := loadResult{}
 	out.merge(loadResult{n: len(all), all: int(answered.Load()), errors: r.errors, elapsed: el, lats: all, srvCPU: srv})
 	return out
+}
+
+// roundTrip sends req with client and reads the answer to its end: ok
+// when it came, whole, with status 200.
+func roundTrip(client *http.Client, req *http.Request) bool {
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return err == nil && resp.StatusCode == http.StatusOK
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d.Microseconds())/1000) }

@@ -44,7 +44,7 @@ type endpoint struct {
 // reach): then nothing is written and failed is why, so the caller can
 // answer with the request's id.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, ep *endpoint) (info bearer.TokenInfo, ok bool, failed error) {
-	raw, err := bearer.FromHeader(r.Header.Values("Authorization"))
+	raw, err := bearer.FromHeader(r.Header["Authorization"])
 	switch {
 	case errors.Is(err, bearer.ErrMissing):
 		s.challenge(w, ep, http.StatusUnauthorized, "", "missing bearer token")

@@ -2,6 +2,7 @@ package mcpapi
 
 import (
 	"encoding/json"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,21 +31,23 @@ func (s *Server) encodeToolResult(res *mcp.CallToolResult) (b []byte, ok bool) {
 	default:
 		return nil, false
 	}
-	return s.appendComplete(make([]byte, 0, s.completeSize(tc.Text, raw)), tc.Text, raw, res.IsError), true
+	return appendComplete(make([]byte, 0, s.completeSize(len(tc.Text), raw)), s.implJSON, tc.Text, raw, res.IsError), true
 }
 
-// completeSize is about what appendComplete appends for text and raw.
-func (s *Server) completeSize(text string, raw []byte) int {
-	return 128 + len(s.implJSON) + 2*len(text) + len(raw)
+// completeSize is about what appendComplete appends for a text of textLen
+// bytes and raw.
+func (s *Server) completeSize(textLen int, raw []byte) int {
+	return 128 + len(s.implJSON) + 2*textLen + len(raw)
 }
 
 // appendComplete appends a complete tool result with resultType and
-// serverInfo, one text content (text) and the structured content raw
-// (compact JSON as json.Marshal writes it; none when empty), as
-// encodeToolResult describes.
-func (s *Server) appendComplete(b []byte, text string, raw []byte, isError bool) []byte {
+// serverInfo (implJSON), one text content (text) and the structured
+// content raw (compact JSON as json.Marshal writes it; none when empty),
+// as encodeToolResult describes. text may be the bytes of raw itself (a
+// result built by complete()), read without a string copy.
+func appendComplete[T ~string | ~[]byte](b, implJSON []byte, text T, raw []byte, isError bool) []byte {
 	b = append(b, `{"resultType":"complete","_meta":{"`+mcp.MetaKeyServerInfo+`":`...)
-	b = append(b, s.implJSON...)
+	b = append(b, implJSON...)
 	b = append(b, `},"content":[{"type":"text","text":`...)
 	b = appendJSONString(b, text)
 	b = append(b, "}]"...)
@@ -97,14 +100,15 @@ func (s *Server) encodeInputRequired(in *inputRequired) (b []byte, ok bool) {
 // string with HTML escaping (its default): \" and \\, the short escapes
 // \b \f \n \r \t, \u00XX (lower-case hex) for other controls and < > &,
 // \ufffd for each invalid UTF-8 byte, \u2028 and \u2029; everything else
-// verbatim (TestAppendJSONString, FuzzAppendJSONString).
-func appendJSONString(b []byte, s string) []byte {
+// verbatim (TestAppendJSONString, FuzzAppendJSONString). s is a string or
+// the bytes of one.
+func appendJSONString[T ~string | ~[]byte](b []byte, s T) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if jsonVerbatim[c] {
 				i++
 				continue
 			}
@@ -129,7 +133,9 @@ func appendJSONString(b []byte, s string) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		// At most one rune's bytes: converting them from []byte copies
+		// them on the stack.
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
 		switch {
 		case r == utf8.RuneError && size == 1:
 			b = append(b, s[start:i]...)
@@ -148,6 +154,15 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// jsonVerbatim marks the ASCII bytes appendJSONString copies as they are:
+// one lookup a byte on its hot loop instead of six comparisons.
+var jsonVerbatim = func() (t [utf8.RuneSelf]bool) {
+	for c := range t {
+		t[c] = c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // appendJSONStrings appends ss as a JSON array of strings.
 func appendJSONStrings(b []byte, ss []string) []byte {
 	b = append(b, '[')
@@ -160,10 +175,10 @@ func appendJSONStrings(b []byte, ss []string) []byte {
 	return append(b, ']')
 }
 
-// encodeConnectOutput is json.Marshal(o), byte for byte, without
+// encodeConnectOutput appends json.Marshal(o) to b, byte for byte, without
 // reflection; ok is false when a time cannot be encoded (Marshal would
 // fail too) (TestEncodeConnectOutput, FuzzEncodeConnectOutput).
-func encodeConnectOutput(o connectOutput) (b []byte, ok bool) {
+func encodeConnectOutput(b []byte, o *connectOutput) (_ []byte, ok bool) {
 	n := 64 + len(o.Message)
 	if v := o.Connection; v != nil { // room for it all: one allocation
 		n += 256 + len(v.ID) + len(v.Provider) + len(v.Account) + len(v.Note)
@@ -173,7 +188,7 @@ func encodeConnectOutput(o connectOutput) (b []byte, ok bool) {
 			}
 		}
 	}
-	b = make([]byte, 0, n)
+	b = slices.Grow(b, n)
 	b = append(b, `{"status":`...)
 	b = appendJSONString(b, o.Status)
 	b = append(b, `,"message":`...)

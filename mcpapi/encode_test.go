@@ -156,6 +156,9 @@ func checkAppendJSONString(t testing.TB, s string) {
 	if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
 		t.Fatalf("appendJSONString(%q) = %s, json.Marshal %s", s, got[1:], want)
 	}
+	if got := appendJSONString([]byte("x"), []byte(s)); string(got) != "x"+string(want) {
+		t.Fatalf("appendJSONString([]byte(%q)) = %s, json.Marshal %s", s, got[1:], want)
+	}
 }
 
 func TestAppendJSONString(t *testing.T) {
@@ -179,7 +182,7 @@ func FuzzAppendJSONString(f *testing.F) {
 func checkConnectOutput(t testing.TB, o connectOutput) {
 	t.Helper()
 	want, err := json.Marshal(o)
-	got, ok := encodeConnectOutput(o)
+	got, ok := encodeConnectOutput([]byte("x")[:0], &o)
 	if ok != (err == nil) {
 		t.Fatalf("encodeConnectOutput ok=%v, json.Marshal err=%v: %+v", ok, err, o)
 	}

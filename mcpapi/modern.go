@@ -2,12 +2,14 @@ package mcpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -109,7 +111,7 @@ func (s *Server) modernChecks(w http.ResponseWriter, r *http.Request, msg *rpcMe
 			mcp.UnsupportedProtocolVersionData{Supported: supportedVersions, Requested: version})
 		return capsInfo{}, false
 	}
-	if m := r.Header.Get("Mcp-Method"); m != msg.Method {
+	if m := canonical(r.Header, "Mcp-Method"); m != msg.Method {
 		text := "Header mismatch: the Mcp-Method header is required"
 		if m != "" {
 			text = fmt.Sprintf("Header mismatch: Mcp-Method header %s does not match method %s", quote(m), quote(msg.Method))
@@ -117,7 +119,7 @@ func (s *Server) modernChecks(w http.ResponseWriter, r *http.Request, msg *rpcMe
 		writeRPCError(w, http.StatusBadRequest, id, codeHeaderMismatch, text, nil)
 		return capsInfo{}, false
 	}
-	if !acceptsJSONAndSSE(r.Header.Values("Accept")) {
+	if !acceptsJSONAndSSE(r.Header["Accept"]) {
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidRequest, "The Accept header must list application/json and text/event-stream", nil)
 		return capsInfo{}, false
 	}
@@ -139,7 +141,9 @@ func (s *Server) modernChecks(w http.ResponseWriter, r *http.Request, msg *rpcMe
 	return cc, true
 }
 
-func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMessage, p *modernParams, header string, info bearer.TokenInfo) {
+// serveModern serves a 2026-07-28 request; ctx is the request's (r's own
+// context, traced), info its verified bearer token.
+func (s *Server) serveModern(ctx context.Context, w http.ResponseWriter, r *http.Request, msg *rpcMessage, p *modernParams, header string, info bearer.TokenInfo) {
 	id := msg.ID
 	cc, ok := s.modernChecks(w, r, msg, &p.Meta, header)
 	if !ok {
@@ -155,7 +159,7 @@ func (s *Server) serveModern(w http.ResponseWriter, r *http.Request, msg *rpcMes
 		}
 		writeRPCResult(w, id, s.toolsListJSON)
 	case "tools/call":
-		s.serveModernCall(w, r, id, p, cc, info)
+		s.serveModernCall(ctx, w, r, id, p, cc, info)
 	default:
 		writeRPCError(w, http.StatusNotFound, id, codeMethodNotFound, "Method not found: "+quote(msg.Method), nil)
 	}
@@ -180,10 +184,11 @@ func paramsProblem(params json.RawMessage, err error) string {
 	return "params must be a JSON object"
 }
 
-func (s *Server) serveModernCall(w http.ResponseWriter, r *http.Request, id json.RawMessage, p *modernParams, cc capsInfo, info bearer.TokenInfo) {
-	nameHeader, ok := decodeHeaderValue(r.Header.Get("Mcp-Name"))
+func (s *Server) serveModernCall(ctx context.Context, w http.ResponseWriter, r *http.Request, id json.RawMessage, p *modernParams, cc capsInfo, info bearer.TokenInfo) {
+	rawName := canonical(r.Header, "Mcp-Name")
+	nameHeader, ok := decodeHeaderValue(rawName)
 	switch {
-	case r.Header.Get("Mcp-Name") == "":
+	case rawName == "":
 		writeRPCError(w, http.StatusBadRequest, id, codeHeaderMismatch, "Header mismatch: the Mcp-Name header is required for tools/call", nil)
 		return
 	case !ok || nameHeader != p.Name:
@@ -208,7 +213,7 @@ func (s *Server) serveModernCall(w http.ResponseWriter, r *http.Request, id json
 	if p.Meta.ClientInfo != nil {
 		c.clientName = clientName(p.Meta.ClientInfo)
 	}
-	s.writeOutcome(w, id, tool(r.Context(), c))
+	s.writeOutcome(w, id, tool(ctx, c))
 }
 
 // clientName is the client's self-asserted name (untrusted): its title or
@@ -258,9 +263,14 @@ func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outco
 		}
 		writeRPCResult(w, id, b)
 	case o.structured != nil:
-		text := string(o.structured)
-		b := rpcResultStart(id, s.completeSize(text, o.structured))
-		writeRPCAnswer(w, s.appendComplete(b, text, o.structured, o.isError))
+		// The text content is the structured content's own bytes.
+		buf := answerBufs.Get().(*[]byte)
+		b := appendComplete(appendResultStart((*buf)[:0], id), s.implJSON, o.structured, o.structured, o.isError)
+		writeRPCAnswer(w, b)
+		putAnswerBuf(buf, b)
+		if o.buf != nil {
+			putAnswerBuf(o.buf, o.structured)
+		}
 	default:
 		if b, ok := s.encodeToolResult(o.result); ok {
 			writeRPCResult(w, id, b)
@@ -275,4 +285,20 @@ func (s *Server) writeOutcome(w http.ResponseWriter, id json.RawMessage, o outco
 		}
 		writeRPCResult(w, id, withResultType("complete", b))
 	}
+}
+
+// answerBufs holds the buffers connected answers are built in: the
+// ResponseWriter copies what it is written (an io.Writer never keeps p),
+// so each buffer is used again rather than a new one allocated, and
+// collected, for every call.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// putAnswerBuf returns buf to answerBufs, grown to b, unless it grew past
+// what answers usually need.
+func putAnswerBuf(buf *[]byte, b []byte) {
+	if cap(b) > 64<<10 {
+		return
+	}
+	*buf = b[:0]
+	answerBufs.Put(buf)
 }

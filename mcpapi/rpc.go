@@ -96,7 +96,11 @@ func writeRPCResult(w http.ResponseWriter, id json.RawMessage, result []byte) {
 // rpcResultStart begins a result answer to id, with room for n bytes of
 // result: {"jsonrpc":"2.0","id":<id>,"result":
 func rpcResultStart(id json.RawMessage, n int) []byte {
-	b := make([]byte, 0, n+len(id)+40)
+	return appendResultStart(make([]byte, 0, n+len(id)+40), id)
+}
+
+// appendResultStart appends the start of a result answer to id to b.
+func appendResultStart(b []byte, id json.RawMessage) []byte {
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, id...)
 	return append(b, `,"result":`...)

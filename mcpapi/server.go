@@ -367,13 +367,15 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	note(w, func(o *observedWriter) { o.method, o.tool = msg.Method, p.Name })
-	header := r.Header.Get("Mcp-Protocol-Version")
-	ctx := withPrincipal(s.traceStart(r.Context(), w, p.Meta.TraceParent, p.Meta.TraceState), info.Principal)
+	header := canonical(r.Header, "Mcp-Protocol-Version")
+	ctx := s.traceStart(r.Context(), w, p.Meta.TraceParent, p.Meta.TraceState)
 	switch chooseEra(w, &msg, metaV, header) {
 	case eraLegacy:
-		s.serveLegacy(w, r.WithContext(ctx), body, &msg, info)
+		// The SDK's handler learns the principal from the context.
+		s.serveLegacy(w, r.WithContext(withPrincipal(ctx, info.Principal)), body, &msg, info)
 	case eraModern:
-		s.serveModern(w, r.WithContext(ctx), &msg, &p, header, info)
+		// The modern path hands info on itself: no copy of r for ctx.
+		s.serveModern(ctx, w, r, &msg, &p, header, info)
 	}
 }
 
@@ -381,11 +383,11 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 // Content-Type, the bearer token (for ep's resource), the body (capped,
 // no batch). On failure it writes the answer and ok is false.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (info bearer.TokenInfo, body []byte, ok bool) {
-	if !s.originAllowed(r.Header.Get("Origin")) {
+	if !s.originAllowed(canonical(r.Header, "Origin")) {
 		writeRPCError(w, http.StatusForbidden, nil, codeInvalidRequest, "Forbidden: Origin not allowed", nil)
 		return info, nil, false
 	}
-	if ct := r.Header.Get("Content-Type"); ct == "" || !isJSONType(ct) {
+	if ct := canonical(r.Header, "Content-Type"); ct == "" || !isJSONType(ct) {
 		writeRPCError(w, http.StatusUnsupportedMediaType, nil, codeInvalidRequest, "Content-Type must be application/json", nil)
 		return info, nil, false
 	}
@@ -398,7 +400,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (in
 	if !ok {
 		return info, nil, false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := readBody(w, r, s.opts.MaxBodyBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -414,6 +416,21 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (in
 		return info, nil, false
 	}
 	return info, body, true
+}
+
+// readBody reads r's body, at most max bytes (more: an
+// *http.MaxBytesError). A body whose length the request declares, within
+// max, is read into a buffer of that size (net/http ends it there).
+func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, max)
+	if n := r.ContentLength; n > 0 && n <= max {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(rd, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(rd)
 }
 
 // era is how a request is served.
@@ -455,6 +472,16 @@ func chooseEra(w http.ResponseWriter, msg *rpcMessage, metaV *string, header str
 		return eraRefused
 	}
 	return eraLegacy
+}
+
+// canonical is h.Get(key) for a key in canonical form, as net/http
+// stores the headers it parsed, without canonicalizing key on every call
+// (Get does; Values too, which a key in canonical form indexes directly).
+func canonical(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 func validOrNull(id json.RawMessage) json.RawMessage {

@@ -51,8 +51,12 @@ type outcome struct {
 	// them for the others).
 	structured []byte
 	isError    bool
-	input      *inputRequired
-	rpcErr     *rpcError
+	// buf, when set, is the answerBufs buffer structured was built in:
+	// writeOutcome returns it once the answer is written (the legacy
+	// era's result keeps structured, and leaves buf to the collector).
+	buf    *[]byte
+	input  *inputRequired
+	rpcErr *rpcError
 }
 
 // toolResult is the tool's result as the SDK's value (nil for input and
@@ -231,19 +235,25 @@ func (s *Server) toolFuncs() map[string]toolFunc {
 // complete builds a successful result with structured content and its JSON
 // text form.
 func complete(structured any) outcome {
-	var b []byte
 	if co, ok := structured.(connectOutput); ok {
-		b, ok = encodeConnectOutput(co)
-		if !ok {
-			return internalError()
-		}
-	} else {
-		var err error
-		if b, err = json.Marshal(structured); err != nil {
-			return internalError()
-		}
+		return completeConnect(&co)
+	}
+	b, err := json.Marshal(structured)
+	if err != nil {
+		return internalError()
 	}
 	return outcome{structured: b}
+}
+
+// completeConnect is complete for connect_account's output, encoded in a
+// buffer of answerBufs that the outcome hands back once written.
+func completeConnect(co *connectOutput) outcome {
+	buf := answerBufs.Get().(*[]byte)
+	b, ok := encodeConnectOutput((*buf)[:0], co)
+	if !ok {
+		return internalError()
+	}
+	return outcome{structured: b, buf: buf}
 }
 
 // toolError is a tool failure the model can read and act on (isError).
@@ -395,7 +405,7 @@ func (s *Server) connectAccount(ctx context.Context, c *callContext) outcome {
 			msg += fmt.Sprintf(" %s gave no refresh token, so this connection stops working when its access token expires; the user can then remove the app's access in their %s settings and connect again.",
 				o.Provider.DisplayName, o.Provider.DisplayName)
 		}
-		return complete(connectOutput{Status: "connected", Message: msg, Connection: &v})
+		return completeConnect(&connectOutput{Status: "connected", Message: msg, Connection: &v})
 	case connections.Declined:
 		return declined(o)
 	case connections.Cancelled:
