@@ -16,7 +16,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/oauth2"
 
 	"credbroker/internal/plainjson"
 	"credbroker/internal/sse"
@@ -214,16 +213,9 @@ func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, w *wire, par
 		}
 		req.Header["Mcp-Protocol-Version"], req.Header["Mcp-Name"] = []string{era}, []string{params.Name}
 		if auth != nil {
-			// The session's token source: the token is noted among the
+			// As on the session's requests: the token is noted among the
 			// session's secrets, which its answers are redacted of.
-			tok, err := tokenSource{ctx: ctx, h: auth}.Token()
-			var re *oauth2.RetrieveError
-			switch {
-			case err == nil:
-				req.Header["Authorization"] = []string{"Bearer " + tok.AccessToken}
-			case errors.As(err, &re) && re.ErrorCode == "invalid_grant":
-				// As the go-sdk: sent without, for the 401 to refresh.
-			default:
+			if err := auth.put(ctx, req.Header); err != nil {
 				return nil, nil, fmt.Errorf("mcpup: sending tools/call: %w: %w", errRejected, err)
 			}
 		}
