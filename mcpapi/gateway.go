@@ -858,9 +858,18 @@ func (g *gateway) upstreamMeta(c *gwCall) mcp.Meta {
 }
 
 // upstreamCaps are the capabilities the upstream may rely on: the host's,
-// within what the entry relays.
+// within what the entry relays. When that is all the host declared (the
+// usual call), they are the memo's members themselves, which nobody
+// changes: they are only encoded.
 func (g *gateway) upstreamCaps(c *gwCall) map[string]json.RawMessage {
 	host := g.hostCaps.get(c.rawCaps, capsMembers)
+	within := host != nil
+	for k := range host {
+		within = within && slices.Contains(c.up.InputRequests, k)
+	}
+	if within {
+		return host
+	}
 	out := make(map[string]json.RawMessage, len(c.up.InputRequests))
 	for _, k := range c.up.InputRequests {
 		if v, ok := host[k]; ok {

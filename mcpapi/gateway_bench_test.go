@@ -143,7 +143,8 @@ func newOpenUpstream(t testing.TB) string {
 }
 
 // fixedAnswer is the go-sdk everything-server's answer to test_simple_text
-// (an event stream), its id to be filled in.
+// (an event stream), its id to be filled in. It is sent as that server
+// sends it: the event flushed as a chunk, the stream's end after it.
 const fixedAnswer = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"_meta\":{\"io.modelcontextprotocol/serverInfo\":" +
 	"{\"name\":\"mcp-conformance-test-server\",\"version\":\"1.0.0\"}},\"content\":[{\"type\":\"text\",\"text\":" +
 	"\"This is a simple text response for testing.\"}],\"resultType\":\"complete\"}}\n\n"
@@ -162,6 +163,7 @@ func newFixedUpstream(t testing.TB) string {
 		if json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" {
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprintf(w, fixedAnswer, msg.ID)
+			w.(http.Flusher).Flush()
 			return
 		}
 		req, _ := http.NewRequestWithContext(r.Context(), r.Method, sdk, bytes.NewReader(body))

@@ -1,6 +1,8 @@
 package egress_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -410,6 +412,32 @@ func TestResponseCap(t *testing.T) {
 				t.Fatalf("the cap is not sticky: %v", again)
 			}
 		}
+	}
+}
+
+// TestNoCompression: a request asks for no compression (Go's transport
+// would add Accept-Encoding: gzip and decompress), and an answer
+// compressed anyway is handed over as it came: no decoder runs on what an
+// untrusted server sends, and a cap counts the bytes it sent.
+func TestNoCompression(t *testing.T) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	io.WriteString(zw, strings.Repeat("z", 1000))
+	zw.Close()
+	gz := buf.Bytes()
+	var asked atomic.Value
+	srv := newTLSServer(t, func(w http.ResponseWriter, r *http.Request) {
+		asked.Store(r.Header.Values("Accept-Encoding"))
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Write(gz)
+	})
+	c := client(t, egress.Options{AllowPrivate: true, TLSConfig: srvTLS(srv), MaxResponseBytes: int64(len(gz))})
+	body, err := get(c, srv.URL)
+	if err != nil || !bytes.Equal([]byte(body), gz) {
+		t.Fatalf("%d bytes (%v), want the %d bytes sent", len(body), err, len(gz))
+	}
+	if v := asked.Load().([]string); len(v) != 0 {
+		t.Fatalf("Accept-Encoding %q sent", v)
 	}
 }
 

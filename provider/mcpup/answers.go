@@ -84,15 +84,20 @@ func (s *secrets) current() *redact.Set {
 	return s.set
 }
 
-// answers is a session's RoundTripper: it puts a call's Mcp-Param headers
-// on it (WithParamHeaders), sends nothing more in an exchange answered 403
-// insufficient_scope, notes a 401 (in refused, and after a forced refresh
-// in the request's recorder), and hands the go-sdk the upstream's answer
-// redacted of the session's secrets, its progress routed.
+// answers is a session's RoundTripper: it puts the connection's token
+// (auth) and a call's Mcp-Param headers (WithParamHeaders) on it, sends
+// nothing more in an exchange answered 403 insufficient_scope, notes a
+// 401 (in refused, and after a forced refresh in the request's recorder),
+// and hands the go-sdk the upstream's answer redacted of the session's
+// secrets, its progress routed.
 type answers struct {
 	next    http.RoundTripper
 	secrets *secrets // nil for a server that takes no token
-	pool    *Pool
+	// auth puts the token on each request, at the version the request's
+	// caller listed (Target.Version): nil for a server that takes no
+	// token, and for the pool's own exchange, which puts it on itself.
+	auth *oauthHandler
+	pool *Pool
 	// noProgress: the pool's own exchange, whose calls ask for no
 	// progress (direct), so an event stream is only redacted, and handed
 	// on as it is when there is nothing to redact it of.
@@ -113,10 +118,22 @@ func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, ns
 		}
 	}
-	if h, ok := req.Context().Value(paramHeadersKey{}).(map[string]string); ok && req.Header.Get("Mcp-Method") == "tools/call" {
-		req = req.Clone(req.Context())
+	h, _ := req.Context().Value(paramHeadersKey{}).(map[string]string)
+	if h != nil && req.Header.Get("Mcp-Method") != "tools/call" {
+		h = nil
+	}
+	if h != nil || a.auth != nil {
+		req = req.Clone(req.Context()) // the caller's request is left as it is
 		for k, v := range h {
 			req.Header.Set(k, v)
+		}
+		if a.auth != nil {
+			if err := a.auth.put(req.Context(), req.Header); err != nil {
+				if req.Body != nil {
+					req.Body.Close()
+				}
+				return nil, err
+			}
 		}
 	}
 	resp, err := a.next.RoundTrip(req)

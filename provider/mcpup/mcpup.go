@@ -84,10 +84,11 @@ type Target struct {
 	// Tokens, while that token was read at this version and is usable
 	// (Token.Version, Token.Until). A refresh or a replacement writes a
 	// new version, so the listing, once it shows the write, makes the
-	// session ask again; until then a 401 forces a refresh as always. Only
-	// the pool's own exchange (direct.go) knows the version: the go-sdk's
-	// session asks its token source on a context of its own, so it asks
-	// every time.
+	// session ask again; until then a 401 forces a refresh as always. The
+	// rule is the same on the pool's own exchange (direct.go) and on the
+	// go-sdk's session (a 2025-11-25 upstream's, and every request that is
+	// not a relayed call): the token goes on each request where the
+	// request's context says which version the caller listed (answers).
 	Version uint64
 }
 
@@ -381,7 +382,7 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 	if t.Conn != "" {
 		ans.secrets = &secrets{}
 		w.auth = &oauthHandler{tokens: p.opts.Tokens, conn: t.Conn, secrets: ans.secrets, now: p.opts.Now}
-		tr.OAuthHandler = w.auth
+		tr.OAuthHandler, ans.auth = w.auth, w.auth
 	}
 	hc.Transport = ans
 	opts := &mcp.ClientOptions{
@@ -419,7 +420,7 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 	own := hc
 	if changed == nil {
 		quiet := ans
-		quiet.noProgress = true
+		quiet.noProgress, quiet.auth = true, nil // it puts the token on itself
 		own.Transport = quiet
 	}
 	w.hc = &own
@@ -504,11 +505,15 @@ func sessionSurvives(err error) bool {
 	return errors.As(err, &we) || errors.As(err, &ns) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// oauthHandler puts the connection's token on every request, and notes
-// each token it hands out in the session's secrets. The token it last got
-// is handed out again, without asking Tokens, to a request whose caller's
-// listing shows the connection at the version it was read at, while it is
-// usable (Target.Version): the session holds it anyway (its secrets).
+// oauthHandler gives the connection's token for every request (put), and
+// notes each token it hands out in the session's secrets. The token it
+// last got is handed out again, without asking Tokens, to a request whose
+// caller's listing shows the connection at the version it was read at,
+// while it is usable (Target.Version): the session holds it anyway (its
+// secrets). It is the go-sdk's OAuthHandler for its 401s and 403s, but it
+// gives the go-sdk no token source: the go-sdk asks one on the session's
+// context, which does not say what the request's caller listed, so the
+// session's transport (answers) puts the token on instead.
 type oauthHandler struct {
 	tokens  Tokens
 	conn    string
@@ -556,23 +561,35 @@ func (h *oauthHandler) forget() {
 	h.last = Token{}
 }
 
+// put puts the token for a request on ctx in header, as the go-sdk
+// would (a refresh the authorization server answered invalid_grant sends
+// none, for the upstream's 401 to force the refresh that says the
+// connection must be made again), and notes what it put in the request's
+// recorder (the token Authorize refreshes when the go-sdk's request is
+// refused: the go-sdk sees only its own copy of the request).
+func (h *oauthHandler) put(ctx context.Context, header http.Header) error {
+	tok, err := h.token(ctx)
+	var re *oauth2.RetrieveError
+	if err != nil && !(errors.As(err, &re) && re.ErrorCode == "invalid_grant") {
+		return err
+	}
+	if err == nil {
+		header["Authorization"] = []string{"Bearer " + tok.Access}
+	}
+	if rec, ok := ctx.Value(recorderKey{}).(*recorder); ok {
+		rec.mu.Lock()
+		rec.sent = tok.Access
+		rec.mu.Unlock()
+	}
+	return nil
+}
+
 var _ auth.OAuthHandler = (*oauthHandler)(nil)
 
-func (h *oauthHandler) TokenSource(ctx context.Context) (oauth2.TokenSource, error) {
-	return tokenSource{ctx: ctx, h: h}, nil
-}
-
-type tokenSource struct {
-	ctx context.Context
-	h   *oauthHandler
-}
-
-func (s tokenSource) Token() (*oauth2.Token, error) {
-	tok, err := s.h.token(s.ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &oauth2.Token{AccessToken: tok.Access, TokenType: "Bearer"}, nil
+// TokenSource gives the go-sdk none: the session's transport puts the
+// token on (see oauthHandler).
+func (h *oauthHandler) TokenSource(context.Context) (oauth2.TokenSource, error) {
+	return nil, nil
 }
 
 // Authorize answers a 401 with one forced refresh (the transport then
@@ -610,6 +627,10 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 		return ErrUnauthorized
 	}
 	stale, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	if stale == "" {
+		// The go-sdk's request: the token went on the transport's copy.
+		stale = rec.sent
+	}
 	h.forget()
 	fresh, err := h.tokens.ForceRefresh(ctx, h.conn, stale)
 	if err != nil {
@@ -633,6 +654,8 @@ type recorder struct {
 	version uint64
 
 	mu sync.Mutex // guards the fields below
+	// sent is the access token the exchange's last request carried.
+	sent string
 	// refreshed: a forced refresh gave a new token; refreshErr: it failed.
 	refreshed  bool
 	refreshErr error

@@ -701,12 +701,12 @@ func TestUnauthorizedRefreshesOnce(t *testing.T) {
 // new version (another replica refreshed), its end of use, or no version
 // asks again. A token refreshed elsewhere but not yet listed is used
 // stale until the upstream refuses it: the 401's forced refresh gets the
-// stored token, refreshing nothing more, and the next calls use it. (The
-// pool's own exchange: the go-sdk's session asks its token source on a
-// context of its own, without the request's version, so it asks every
-// time.)
+// stored token, refreshing nothing more, and the next calls use it. The
+// same on every way a call goes: the pool's own exchange, and the go-sdk's
+// session of either era (whose token source would be asked on the
+// session's context, which does not carry the request's version).
 func TestTokenAtListedVersion(t *testing.T) {
-	for _, w := range []way{{false, viaDirect}} {
+	for _, w := range ways {
 		t.Run(w.String(), func(t *testing.T) {
 			u := newUpstream(t, w.legacy)
 			u.setTokens("tok-1")
