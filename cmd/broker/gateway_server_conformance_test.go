@@ -45,7 +45,6 @@ var gatewayServerVersions = []struct{ version, flag string }{
 // stale and fails the test.
 func TestGatewayConformanceServer(t *testing.T) {
 	testskip.Short(t, "conformance suite")
-	t.Parallel()
 	root, _ := filepath.Abs("../..")
 	node, suite := conformanceSuite(t, root)
 	var versions []string
