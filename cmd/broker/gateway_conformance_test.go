@@ -131,6 +131,7 @@ type gatewayScenarioResult struct {
 // check that passes or is no longer reported is stale and fails the test.
 func TestGatewayConformanceClient(t *testing.T) {
 	testskip.Short(t, "conformance suite")
+	t.Parallel()
 	root, _ := filepath.Abs("../..")
 	node, suite := conformanceSuite(t, root)
 	versions := []string{gatewayClientVersion}

@@ -394,6 +394,7 @@ func runBroker(t *testing.T, env []string, args ...string) (string, string, erro
 // completing it, with the audit log and the events checked.
 func TestOperations(t *testing.T) {
 	testskip.Short(t, "multi-process test")
+	t.Parallel()
 	s := newOpsServe(t, demoprovider.Options{}, nil)
 	iss := s.idp.Issuer()
 	listPath := "/admin/v1/connections?" + url.Values{"iss": {iss}, "sub": {"alice"}}.Encode()
@@ -688,6 +689,7 @@ func TestKeepAlive(t *testing.T) {
 // webhook-id and counts), sharing the work.
 func TestWebhooksReplicas(t *testing.T) {
 	testskip.Short(t, "multi-process test")
+	t.Parallel()
 	secret := newWebhookSecret()
 	hooks := newHookReceiver(t, secret)
 	hooks.delay = 5 * time.Millisecond

@@ -48,6 +48,7 @@ import (
 //   - no upstream token reaches a host, the browser or a replica's log.
 func TestGatewayReplicas(t *testing.T) {
 	testskip.Short(t, "multi-process test")
+	t.Parallel()
 	var skew atomic.Int64 // the authorization server's clock, ahead of ours
 	// While hold is set, a refresh request waits at the authorization
 	// server until the channel gate points to is closed.
@@ -324,6 +325,7 @@ func unauthorized(reqs []demomcp.Request) int {
 // further registration.
 func TestGatewayReplicasRegistrationDropped(t *testing.T) {
 	testskip.Short(t, "multi-process test")
+	t.Parallel()
 	s := newReplicaStackOpts(t, []string{"alice"}, replicaOptions{args: []string{"--upstream-allow-private"}})
 	ctx := testContext(t, 3*time.Minute)
 	public := s.lb.srv.URL

@@ -427,6 +427,7 @@ func (s *replicaStack) browserOn(replica string) *http.Client {
 // TestReplicas runs two broker processes on one PostgreSQL database.
 func TestReplicas(t *testing.T) {
 	testskip.Short(t, "multi-process test")
+	t.Parallel()
 	users := []string{"alice"}
 	for i := range 40 {
 		users = append(users, fmt.Sprintf("u%02d", i))

@@ -37,6 +37,7 @@ func TestVersionStamped(t *testing.T) {
 // toolchain recorded (debug.ReadBuildInfo: vcs.revision, vcs.time and the
 // pseudo-version).
 func TestVersionFromVCS(t *testing.T) {
+	t.Parallel()
 	const commitDate = "2026-11-30T02:22:10Z"
 	git, err := exec.LookPath("git")
 	if err != nil {

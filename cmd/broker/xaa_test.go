@@ -203,6 +203,7 @@ func TestEnterpriseManagedAuthorizationDev(t *testing.T) {
 // jti is then refused on replica b.
 func TestEnterpriseManagedAuthorizationReplicas(t *testing.T) {
 	testskip.Short(t, "multi-process and Node test")
+	t.Parallel()
 	s := newReplicaStackWith(t, []string{"alice"}, []string{"--mcp-auth", "broker", "--idjag", "any"}, nil)
 	public := s.lb.srv.URL
 	reg, _ := json.Marshal(map[string]any{"redirect_uris": []string{"http://127.0.0.1/callback"}, "token_endpoint_auth_method": "client_secret_basic",
