@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8080
 # Time each fuzz target gets in `make test` (make fuzz FUZZTIME=1m for longer).
 FUZZTIME ?= 5s
 
-.PHONY: run test deps build vet fmt-check tidy-check unit fuzz bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
+.PHONY: run test deps build vet fmt-check tidy-check unit fuzz norace fuzz-norace bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
 .PHONY: oidcprovider-deps tsupstream-deps server-everything-deps inspector-deps
 .PHONY: image image-rootfs
 
@@ -92,6 +92,16 @@ unit:
 fuzz:
 	@FUZZTIME=$(FUZZTIME) .ci/fuzz
 
+# The tests that mean nothing under -race, which makes sync.Pool drop what
+# it is given at random: the allocation bounds of the hot path, in files
+# built with `//go:build !race`. They run after the fuzzing, beside the
+# unit run, so they cost make test no wall time.
+norace:
+	$(GO) test -count=1 -run 'Allocations$$' ./mcpapi/
+
+fuzz-norace:
+	@$(MAKE) --no-print-directory -j1 fuzz norace
+
 # The MCP conformance suite runs on Node 22, both pinned by
 # testdata/conformance/package-lock.json (it names no registry host: npm
 # fetches from the registry it is configured with) and installed with
@@ -171,7 +181,7 @@ sidecar-ts-deps: conformance-deps
 # unit and fuzz run side by side (the tests must pass on a busy machine);
 # each one's output is shown whole when it ends.
 test: deps fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps oidcprovider-deps tsupstream-deps server-everything-deps inspector-deps
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit fuzz
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit fuzz-norace
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,
