@@ -48,9 +48,15 @@ func TestMetadata(t *testing.T) {
 				"scopes_supported":                               []any{"broker", "offline_access"},
 				"client_id_metadata_document_supported":          true,
 				"authorization_response_iss_parameter_supported": true,
+				"response_modes_supported":                       []any{"query"},
+				"token_endpoint_auth_methods_supported":          []any{"none", "client_secret_basic", "client_secret_post"},
+				"revocation_endpoint_auth_methods_supported":     []any{"none", "client_secret_basic", "client_secret_post"},
 			}
 			if open {
 				want["registration_endpoint"] = base + "/register"
+			}
+			if len(m) != len(want) {
+				t.Errorf("metadata %v: %d keys, want %d", m, len(m), len(want))
 			}
 			for k, v := range want {
 				if fmt.Sprint(m[k]) != fmt.Sprint(v) {

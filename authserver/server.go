@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"go.opentelemetry.io/otel/trace"
 
 	"credbroker/apps"
@@ -260,29 +261,17 @@ func (s *Server) Register(site *web.Site) {
 	}
 }
 
-// asMetadata is the RFC 8414 document.
+// asMetadata is the RFC 8414 document: the go-sdk's type (the one the
+// broker reads upstream ones with), and the ID-JAG profiles it has no
+// field for.
 type asMetadata struct {
-	Issuer                                     string   `json:"issuer"`
-	AuthorizationEndpoint                      string   `json:"authorization_endpoint"`
-	TokenEndpoint                              string   `json:"token_endpoint"`
-	RegistrationEndpoint                       string   `json:"registration_endpoint,omitempty"`
-	RevocationEndpoint                         string   `json:"revocation_endpoint"`
-	JWKSURI                                    string   `json:"jwks_uri"`
-	ScopesSupported                            []string `json:"scopes_supported"`
-	ResponseTypesSupported                     []string `json:"response_types_supported"`
-	ResponseModesSupported                     []string `json:"response_modes_supported"`
-	GrantTypesSupported                        []string `json:"grant_types_supported"`
-	TokenEndpointAuthMethodsSupported          []string `json:"token_endpoint_auth_methods_supported"`
-	RevocationEndpointAuthMethodsSupported     []string `json:"revocation_endpoint_auth_methods_supported"`
-	CodeChallengeMethodsSupported              []string `json:"code_challenge_methods_supported"`
-	AuthorizationGrantProfilesSupported        []string `json:"authorization_grant_profiles_supported,omitempty"`
-	AuthorizationResponseIssParameterSupported bool     `json:"authorization_response_iss_parameter_supported"`
-	ClientIDMetadataDocumentSupported          bool     `json:"client_id_metadata_document_supported"`
+	oauthex.AuthServerMeta
+	AuthorizationGrantProfilesSupported []string `json:"authorization_grant_profiles_supported,omitempty"`
 }
 
 func (s *Server) serverMetadata() asMetadata {
 	base := s.opts.PublicURL
-	m := asMetadata{
+	m := asMetadata{AuthServerMeta: oauthex.AuthServerMeta{
 		Issuer: base, AuthorizationEndpoint: base + "/authorize", TokenEndpoint: base + "/token",
 		RevocationEndpoint: base + "/revoke", JWKSURI: base + "/.well-known/jwks.json",
 		ScopesSupported: s.scopes, ResponseTypesSupported: []string{"code"}, ResponseModesSupported: []string{"query"},
@@ -292,7 +281,7 @@ func (s *Server) serverMetadata() asMetadata {
 		CodeChallengeMethodsSupported:              []string{"S256"},
 		AuthorizationResponseIssParameterSupported: true,
 		ClientIDMetadataDocumentSupported:          true,
-	}
+	}}
 	if s.opts.Registration {
 		m.RegistrationEndpoint = base + "/register"
 	}

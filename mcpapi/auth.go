@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
 	"credbroker/internal/bearer"
 	"credbroker/internal/outage"
 	"credbroker/vault"
@@ -102,15 +104,6 @@ func (s *Server) challenge(w http.ResponseWriter, ep *endpoint, status int, errC
 	writeRPCError(w, status, nil, codeInvalidRequest, msg, nil)
 }
 
-// protectedResourceMetadata is the RFC 9728 document.
-type protectedResourceMetadata struct {
-	Resource               string   `json:"resource"`
-	AuthorizationServers   []string `json:"authorization_servers"`
-	ScopesSupported        []string `json:"scopes_supported,omitempty"`
-	BearerMethodsSupported []string `json:"bearer_methods_supported"`
-	ResourceName           string   `json:"resource_name,omitempty"`
-}
-
 func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 	writeMetadata(w, s.main.metadataJSON)
 }
@@ -122,9 +115,10 @@ func writeMetadata(w http.ResponseWriter, doc []byte) {
 	w.Write(doc)
 }
 
-// newEndpoint describes the protected resource at resource.
+// newEndpoint describes the protected resource at resource (its RFC 9728
+// document).
 func (s *Server) newEndpoint(resource, metadataURL string, verify bearer.Verifier) (*endpoint, error) {
-	md := protectedResourceMetadata{
+	md := oauthex.ProtectedResourceMetadata{
 		Resource: resource, AuthorizationServers: s.opts.AuthorizationServers,
 		BearerMethodsSupported: []string{"header"}, ResourceName: "credbroker",
 	}

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 )
 
 func TestBearerValidation(t *testing.T) {
@@ -105,13 +108,14 @@ func TestProtectedResourceMetadata(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			var md protectedResourceMetadata
+			var md oauthex.ProtectedResourceMetadata
 			b, _ := io.ReadAll(resp.Body)
 			if err := json.Unmarshal(b, &md); err != nil {
 				t.Fatal(err)
 			}
 			if md.Resource != resource || len(md.AuthorizationServers) != 1 || md.AuthorizationServers[0] != h.iss.srv.URL ||
-				len(md.ScopesSupported) != 1 || md.ScopesSupported[0] != "broker" {
+				len(md.ScopesSupported) != 1 || md.ScopesSupported[0] != "broker" ||
+				!slices.Equal(md.BearerMethodsSupported, []string{"header"}) || md.ResourceName != "credbroker" {
 				t.Fatalf("metadata %s", b)
 			}
 		})

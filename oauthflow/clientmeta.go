@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
 	"credbroker/provider"
 )
 
@@ -14,15 +16,12 @@ import (
 const ClientMetadataPath = "/oauth/client-metadata.json"
 
 // clientMetadata is the document (draft-ietf-oauth-client-id-metadata-
-// document: client_id is the document's own URL; a public client).
+// document: client_id is the document's own URL; a public client): its
+// client_id and the RFC 7591 client metadata, of the type the broker
+// registers with where an authorization server takes dynamic registration.
 type clientMetadata struct {
-	ClientID                string   `json:"client_id"`
-	ClientName              string   `json:"client_name"`
-	ClientURI               string   `json:"client_uri"`
-	RedirectURIs            []string `json:"redirect_uris"`
-	GrantTypes              []string `json:"grant_types"`
-	ResponseTypes           []string `json:"response_types"`
-	TokenEndpointAuthMethod string   `json:"token_endpoint_auth_method"`
+	ClientID string `json:"client_id"`
+	oauthex.ClientRegistrationMetadata
 }
 
 // handleClientMetadata is GET /oauth/client-metadata.json. It is served
@@ -35,9 +34,10 @@ func (f *Flow) handleClientMetadata(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	doc := clientMetadata{ClientID: self, ClientName: "credbroker", ClientURI: f.opts.PublicURL,
+	doc := clientMetadata{ClientID: self, ClientRegistrationMetadata: oauthex.ClientRegistrationMetadata{
+		ClientName: "credbroker", ClientURI: f.opts.PublicURL,
 		RedirectURIs: []string{}, GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},
-		TokenEndpointAuthMethod: "none"}
+		TokenEndpointAuthMethod: "none"}}
 	for _, name := range f.providers.Names() {
 		p, _ := f.providers.Lookup(name)
 		if _, ok := p.Kind.(provider.RedirectStep); ok {

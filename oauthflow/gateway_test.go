@@ -3,6 +3,7 @@ package oauthflow
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -113,6 +114,11 @@ func TestClientMetadataDocument(t *testing.T) {
 		strings.Join(toStrings(doc["redirect_uris"]), " ") != "https://broker.example.com/oauth/demo-mcp/callback" ||
 		w.Header().Get("Cache-Control") != "public, max-age=300" {
 		t.Fatalf("document %v, headers %v", doc, w.Header())
+	}
+	if keys := slices.Sorted(maps.Keys(doc)); !slices.Equal(keys, []string{"client_id", "client_name", "client_uri", "grant_types",
+		"redirect_uris", "response_types", "token_endpoint_auth_method"}) || doc["client_name"] != "credbroker" ||
+		doc["client_uri"] != "https://broker.example.com" {
+		t.Fatalf("document %v", doc)
 	}
 	for _, f := range []*Flow{h.flow, flow("https://broker.example.com", "https://elsewhere.example.com/cimd.json")} {
 		if w := get(f); w.Code != http.StatusNotFound {

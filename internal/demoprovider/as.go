@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
 	"credbroker/internal/loopback"
 )
 
@@ -257,38 +259,31 @@ func sameResource(sent []string, granted string) bool {
 	return len(sent) == 0 || len(sent) == 1 && sent[0] != "" && sent[0] == granted
 }
 
-// serverMetadata is the RFC 8414 authorization server metadata.
+// serverMetadata is the RFC 8414 authorization server metadata: the
+// go-sdk's type (the one the broker reads it with), without the jwks_uri
+// that type always writes: this server signs nothing.
 type serverMetadata struct {
-	Issuer                                 string   `json:"issuer"`
-	AuthorizationEndpoint                  string   `json:"authorization_endpoint"`
-	TokenEndpoint                          string   `json:"token_endpoint"`
-	RegistrationEndpoint                   string   `json:"registration_endpoint"`
-	RevocationEndpoint                     string   `json:"revocation_endpoint"`
-	ResponseTypesSupported                 []string `json:"response_types_supported"`
-	GrantTypesSupported                    []string `json:"grant_types_supported"`
-	CodeChallengeMethodsSupported          []string `json:"code_challenge_methods_supported"`
-	TokenEndpointAuthMethodsSupported      []string `json:"token_endpoint_auth_methods_supported"`
-	RevocationEndpointAuthMethodsSupported []string `json:"revocation_endpoint_auth_methods_supported"`
-	AuthorizationResponseIssParameter      bool     `json:"authorization_response_iss_parameter_supported"`
+	oauthex.AuthServerMeta
+	JWKSURI string `json:"jwks_uri,omitempty"`
 }
 
 // metadata is GET /.well-known/oauth-authorization-server<path>.
 func (p *Provider) metadata(w http.ResponseWriter, _ *http.Request) {
 	methods := []string{authBasic, authPost, authNone}
 	w.Header().Set("Access-Control-Allow-Origin", "*") // public, for browser-based clients
-	writeJSON(w, http.StatusOK, serverMetadata{
-		Issuer:                                 p.Issuer(),
-		AuthorizationEndpoint:                  p.AuthURL(),
-		TokenEndpoint:                          p.TokenURL(),
-		RegistrationEndpoint:                   p.RegisterURL(),
-		RevocationEndpoint:                     p.RevokeURL(),
-		ResponseTypesSupported:                 []string{"code"},
-		GrantTypesSupported:                    []string{"authorization_code", "refresh_token"},
-		CodeChallengeMethodsSupported:          []string{"S256"},
-		TokenEndpointAuthMethodsSupported:      methods,
-		RevocationEndpointAuthMethodsSupported: methods,
-		AuthorizationResponseIssParameter:      true,
-	})
+	writeJSON(w, http.StatusOK, serverMetadata{AuthServerMeta: oauthex.AuthServerMeta{
+		Issuer:                                     p.Issuer(),
+		AuthorizationEndpoint:                      p.AuthURL(),
+		TokenEndpoint:                              p.TokenURL(),
+		RegistrationEndpoint:                       p.RegisterURL(),
+		RevocationEndpoint:                         p.RevokeURL(),
+		ResponseTypesSupported:                     []string{"code"},
+		GrantTypesSupported:                        []string{"authorization_code", "refresh_token"},
+		CodeChallengeMethodsSupported:              []string{"S256"},
+		TokenEndpointAuthMethodsSupported:          methods,
+		RevocationEndpointAuthMethodsSupported:     methods,
+		AuthorizationResponseIssParameterSupported: true,
+	}})
 }
 
 // ForgetClient deletes registered client id, as an authorization server

@@ -141,6 +141,20 @@ func TestMetadata(t *testing.T) {
 		!slices.Contains(asm.TokenEndpointAuthMethodsSupported, "none") || asm.ClientIDMetadataDocumentSupported {
 		t.Fatalf("metadata %+v", asm)
 	}
+	// This server signs nothing: the document names no key set (not even
+	// an empty jwks_uri, which the go-sdk's type would write).
+	resp, err := http.Get(e.p.MetadataURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc map[string]json.RawMessage
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if jwks, ok := doc["jwks_uri"]; ok {
+		t.Errorf("metadata has jwks_uri %s", jwks)
+	}
 }
 
 // TestDynamicRegistration: public and confidential clients register, go

@@ -3,7 +3,8 @@
 // in requeststate, requests in mcpapi, upstream answers in mcpup): reading
 // a string that encoding/json would return verbatim, reading a small
 // non-negative integer, passing over any value as encoding/json's scanner
-// checks it, and writing a string that encoding/json would write verbatim.
+// checks it, and writing a string that encoding/json would write verbatim;
+// and Reader, which walks a compact text with them.
 // Each fast path hands anything these refuse to encoding/json, so they
 // only ever decide "simple enough", never what a value means.
 package plainjson
@@ -240,4 +241,84 @@ func skipString(b []byte, i int) (int, bool) {
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// Reader walks a compact JSON text (no space between tokens, as
+// json.Marshal writes it) with the readers above. The decoders of what
+// the broker itself wrote (vault's grant records, the request state's
+// plaintext, the canonical check of tool arguments) are built on it.
+type Reader struct {
+	B []byte
+	I int // where the next token starts
+}
+
+// Byte consumes c when it comes next.
+func (r *Reader) Byte(c byte) bool {
+	if r.I < len(r.B) && r.B[r.I] == c {
+		r.I++
+		return true
+	}
+	return false
+}
+
+// String reads the string that comes next as String does; its contents
+// are B[start:end].
+func (r *Reader) String() (start, end int, ok bool) {
+	if start, end, ok = String(r.B, r.I); ok {
+		r.I = end + 1
+	}
+	return start, end, ok
+}
+
+// Int reads the integer that comes next as Int does.
+func (r *Reader) Int() (n int64, ok bool) {
+	n, next, ok := Int(r.B, r.I)
+	if ok {
+		r.I = next
+	}
+	return n, ok
+}
+
+// Number passes over the number that comes next (Number).
+func (r *Reader) Number() bool {
+	end, ok := Number(r.B, r.I)
+	if ok {
+		r.I = end
+	}
+	return ok
+}
+
+// Literal consumes lit (true, false or null) when it comes next.
+func (r *Reader) Literal(lit string) bool {
+	if len(r.B)-r.I < len(lit) || string(r.B[r.I:r.I+len(lit)]) != lit {
+		return false
+	}
+	r.I += len(lit)
+	return true
+}
+
+// Object reads an object that runs to the end of B: '{', members
+// "key":value separated by ',', '}'. member is called for each, with the
+// key as String reads it (B[start:end]) and positioned at the value,
+// which it must consume. Anything else, bytes after the object
+// included, is not ok.
+func (r *Reader) Object(member func(start, end int) bool) bool {
+	if !r.Byte('{') {
+		return false
+	}
+	if !r.Byte('}') {
+		for {
+			start, end, ok := r.String()
+			if !ok || !r.Byte(':') || !member(start, end) {
+				return false
+			}
+			if r.Byte('}') {
+				break
+			}
+			if !r.Byte(',') {
+				return false
+			}
+		}
+	}
+	return r.I == len(r.B)
 }

@@ -170,3 +170,76 @@ func FuzzValueEnd(f *testing.F) {
 	}
 	f.Fuzz(checkValueEnd)
 }
+
+// TestReaderObject: Object reads a compact object that runs to the end of
+// the text, handing each member's key and value to member, and refuses
+// space, a missing separator, a refused member and trailing bytes.
+func TestReaderObject(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		ok   bool
+		keys string // the keys member saw, joined by "|"
+	}{
+		{`{}`, true, ""},
+		{`{"a":1}`, true, "a"},
+		{`{"a":1,"b":"x","c":2}`, true, "a|b|c"},
+		{`{}x`, false, ""},
+		{`{"a":1}}`, false, "a"},
+		{`{"a":1,}`, false, "a"},
+		{`{"a" :1}`, false, ""},
+		{`{"a":1 }`, false, "a"},
+		{` {}`, false, ""},
+		{`{"a":1"b":2}`, false, "a"},
+		{`{"a\n":1}`, false, ""},
+		{`{"refused":1,"b":2}`, false, "refused"},
+		{`{"a":1`, false, "a"},
+		{``, false, ""},
+		{`[]`, false, ""},
+	} {
+		r := Reader{B: []byte(tc.in)}
+		var keys []string
+		ok := r.Object(func(start, end int) bool {
+			key := string(r.B[start:end])
+			keys = append(keys, key)
+			if key == "refused" {
+				return false
+			}
+			if r.B[r.I] == '"' {
+				_, _, ok := r.String()
+				return ok
+			}
+			_, ok := r.Int()
+			return ok
+		})
+		if ok != tc.ok || strings.Join(keys, "|") != tc.keys {
+			t.Errorf("Object(%q) = %v, keys %q; want %v, keys %q", tc.in, ok, strings.Join(keys, "|"), tc.ok, tc.keys)
+		}
+	}
+}
+
+// TestReaderTokens: each reader consumes what it reads and nothing when it
+// refuses.
+func TestReaderTokens(t *testing.T) {
+	r := Reader{B: []byte(`x"ab"12-1.5e3truenul`)}
+	if r.Byte('y') || r.I != 0 || !r.Byte('x') || r.I != 1 {
+		t.Fatalf("Byte: at %d", r.I)
+	}
+	if start, end, ok := r.String(); !ok || string(r.B[start:end]) != "ab" || r.I != 5 {
+		t.Fatalf("String = %d, %d, %v at %d", start, end, ok, r.I)
+	}
+	if n, ok := r.Int(); !ok || n != 12 || r.I != 7 {
+		t.Fatalf("Int = %d, %v at %d", n, ok, r.I)
+	}
+	if _, ok := r.Int(); ok || r.I != 7 {
+		t.Fatalf("Int of -1.5e3 ok at %d", r.I)
+	}
+	if !r.Number() || r.I != 13 {
+		t.Fatalf("Number: at %d", r.I)
+	}
+	if r.Literal("false") || !r.Literal("true") || r.I != 17 {
+		t.Fatalf("Literal true: at %d", r.I)
+	}
+	if r.Literal("null") || r.I != 17 {
+		t.Fatalf("Literal null of nul: at %d", r.I)
+	}
+}

@@ -16,27 +16,23 @@ import (
 // Marshal writes as written, valid. Anything else is false, and the
 // caller re-encodes (TestIsCanonical, FuzzCanonical).
 func isCanonical(b []byte) bool {
-	c := canonScan{b: b}
-	return c.value(0) && c.i == len(b)
+	c := canonScan{plainjson.Reader{B: b}}
+	return c.value(0) && c.I == len(b)
 }
 
 // maxCanonDepth bounds the nesting checked; deeper input is re-encoded.
 const maxCanonDepth = 64
 
-type canonScan struct {
-	b []byte
-	i int
-}
+type canonScan struct{ plainjson.Reader }
 
 func (c *canonScan) value(depth int) bool {
-	if depth > maxCanonDepth || c.i >= len(c.b) {
+	if depth > maxCanonDepth || c.I >= len(c.B) {
 		return false
 	}
-	switch ch := c.b[c.i]; {
+	switch ch := c.B[c.I]; {
 	case ch == '{':
-		c.i++
-		if c.i < len(c.b) && c.b[c.i] == '}' {
-			c.i++
+		c.I++
+		if c.Byte('}') {
 			return true
 		}
 		var prev []byte
@@ -46,11 +42,7 @@ func (c *canonScan) value(depth int) bool {
 				return false
 			}
 			prev = key
-			if c.i >= len(c.b) || c.b[c.i] != ':' {
-				return false
-			}
-			c.i++
-			if !c.value(depth + 1) {
+			if !c.Byte(':') || !c.value(depth+1) {
 				return false
 			}
 			if done, ok := c.next('}'); done || !ok {
@@ -58,9 +50,8 @@ func (c *canonScan) value(depth int) bool {
 			}
 		}
 	case ch == '[':
-		c.i++
-		if c.i < len(c.b) && c.b[c.i] == ']' {
-			c.i++
+		c.I++
+		if c.Byte(']') {
 			return true
 		}
 		for {
@@ -75,13 +66,13 @@ func (c *canonScan) value(depth int) bool {
 		_, ok := c.str()
 		return ok
 	case ch == '-' || ch >= '0' && ch <= '9':
-		return c.number()
+		return c.Number()
 	case ch == 't':
-		return c.literal("true")
+		return c.Literal("true")
 	case ch == 'f':
-		return c.literal("false")
+		return c.Literal("false")
 	case ch == 'n':
-		return c.literal("null")
+		return c.Literal("null")
 	}
 	return false
 }
@@ -89,32 +80,31 @@ func (c *canonScan) value(depth int) bool {
 // next passes over what follows a member or element: close (done) or a
 // comma; anything else is not ok.
 func (c *canonScan) next(close byte) (done, ok bool) {
-	if c.i >= len(c.b) || c.b[c.i] != close && c.b[c.i] != ',' {
-		return false, false
+	if c.Byte(close) {
+		return true, true
 	}
-	c.i++
-	return c.b[c.i-1] == close, true
+	return false, c.Byte(',')
 }
 
 // str reads a string that Marshal would write back byte for byte and
 // returns its contents.
 func (c *canonScan) str() ([]byte, bool) {
-	if c.i >= len(c.b) || c.b[c.i] != '"' {
+	if c.I >= len(c.B) || c.B[c.I] != '"' {
 		return nil, false
 	}
-	start := c.i + 1
-	for j := start; j < len(c.b); {
-		ch := c.b[j]
+	start := c.I + 1
+	for j := start; j < len(c.B); {
+		ch := c.B[j]
 		switch {
 		case ch == '"':
-			c.i = j + 1
-			return c.b[start:j], true
+			c.I = j + 1
+			return c.B[start:j], true
 		case ch < 0x20, ch == '\\', ch == '<', ch == '>', ch == '&':
 			return nil, false
 		case ch < utf8.RuneSelf:
 			j++
 		default:
-			r, size := utf8.DecodeRune(c.b[j:])
+			r, size := utf8.DecodeRune(c.B[j:])
 			if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
 				return nil, false
 			}
@@ -122,20 +112,4 @@ func (c *canonScan) str() ([]byte, bool) {
 		}
 	}
 	return nil, false
-}
-
-func (c *canonScan) literal(lit string) bool {
-	if !bytes.HasPrefix(c.b[c.i:], []byte(lit)) {
-		return false
-	}
-	c.i += len(lit)
-	return true
-}
-
-func (c *canonScan) number() bool {
-	end, ok := plainjson.Number(c.b, c.i)
-	if ok {
-		c.i = end
-	}
-	return ok
 }

@@ -42,26 +42,17 @@ func encodeWire(w *wire) (b []byte, ok bool) {
 // v and exp non-negative integers of at most 18 digits. On anything else
 // ok is false and Open uses json.Unmarshal, so what opens is unchanged
 // (TestWireCodecMatchesJSON, FuzzDecodeWire).
-func decodeWire(b []byte, w *wire) (ok bool) {
-	d := wireScan{b: b}
-	if !d.byte('{') {
-		return false
-	}
-	if d.byte('}') {
-		return d.i == len(b)
-	}
+func decodeWire(b []byte, w *wire) bool {
+	d := wireScan{plainjson.Reader{B: b}}
 	var seen uint8
-	for {
-		key, ok := d.str()
-		if !ok || !d.byte(':') {
-			return false
-		}
+	return d.Object(func(start, end int) bool {
 		var bit uint8
-		switch string(key) {
+		var ok bool
+		switch string(b[start:end]) {
 		case "v":
 			bit = 1 << 0
 			var n int64
-			ok = d.int(&n)
+			n, ok = d.Int()
 			w.V = int(n)
 		case "iss":
 			bit, ok = 1<<1, d.string(&w.Issuer)
@@ -74,70 +65,39 @@ func decodeWire(b []byte, w *wire) (ok bool) {
 		case "grant":
 			bit, ok = 1<<5, d.string(&w.GrantID)
 		case "exp":
-			bit, ok = 1<<6, d.int(&w.Expires)
+			bit = 1 << 6
+			w.Expires, ok = d.Int()
 		}
 		if !ok || bit == 0 || seen&bit != 0 {
 			return false
 		}
 		seen |= bit
-		if d.byte('}') {
-			return d.i == len(b)
-		}
-		if !d.byte(',') {
-			return false
-		}
-	}
-}
-
-type wireScan struct {
-	b []byte
-	i int
-}
-
-func (d *wireScan) byte(c byte) bool {
-	if d.i < len(d.b) && d.b[d.i] == c {
-		d.i++
 		return true
-	}
-	return false
+	})
 }
 
-func (d *wireScan) str() ([]byte, bool) {
-	start, end, ok := plainjson.String(d.b, d.i)
-	if !ok {
-		return nil, false
-	}
-	d.i = end + 1
-	return d.b[start:end], true
-}
+// wireScan reads the values of the plaintext's members.
+type wireScan struct{ plainjson.Reader }
 
 func (d *wireScan) string(out *string) bool {
-	s, ok := d.str()
+	start, end, ok := d.String()
 	if ok {
-		*out = string(s)
+		*out = string(d.B[start:end])
 	}
 	return ok
 }
 
 // bytes decodes a base64 string as encoding/json decodes into []byte.
 func (d *wireScan) bytes(out *[]byte) bool {
-	s, ok := d.str()
+	start, end, ok := d.String()
 	if !ok {
 		return false
 	}
-	b := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
-	n, err := base64.StdEncoding.Decode(b, s)
+	b := make([]byte, base64.StdEncoding.DecodedLen(end-start))
+	n, err := base64.StdEncoding.Decode(b, d.B[start:end])
 	if err != nil {
 		return false
 	}
 	*out = b[:n]
 	return true
-}
-
-func (d *wireScan) int(out *int64) bool {
-	n, next, ok := plainjson.Int(d.b, d.i)
-	if ok {
-		d.i, *out = next, n
-	}
-	return ok
 }

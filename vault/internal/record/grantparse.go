@@ -19,35 +19,17 @@ import (
 //
 // The strings decoded share one copy of the record (a grant holds seven or
 // more of them).
-func decodeGrantRecord(b []byte, r *grantRecord) (ok bool) {
-	d := grantScan{b: b, s: string(b)}
-	if !d.byte('{') {
-		return false
-	}
-	if d.byte('}') {
-		return d.i == len(b)
-	}
+func decodeGrantRecord(b []byte, r *grantRecord) bool {
+	d := grantScan{Reader: plainjson.Reader{B: b}, s: string(b)}
 	var seen uint32
-	for {
-		start, end, ok := d.str()
-		if !ok || !d.byte(':') {
-			return false
-		}
+	return d.Object(func(start, end int) bool {
 		bit, field := grantField(d.s[start:end])
 		if field == nil || seen&bit != 0 {
 			return false
 		}
 		seen |= bit
-		if !field(&d, r) {
-			return false
-		}
-		if d.byte('}') {
-			return d.i == len(b)
-		}
-		if !d.byte(',') {
-			return false
-		}
-	}
+		return field(&d, r)
+	})
 }
 
 type grantFieldFunc func(d *grantScan, r *grantRecord) bool
@@ -96,30 +78,12 @@ func grantField(key string) (uint32, grantFieldFunc) {
 }
 
 type grantScan struct {
-	b []byte
-	s string // b as a string, which decoded strings slice
-	i int
-}
-
-func (d *grantScan) byte(c byte) bool {
-	if d.i < len(d.b) && d.b[d.i] == c {
-		d.i++
-		return true
-	}
-	return false
-}
-
-// str reads a string without escapes or controls, in valid UTF-8 (what
-// encoding/json returns verbatim), and returns its contents.
-func (d *grantScan) str() (start, end int, ok bool) {
-	if start, end, ok = plainjson.String(d.b, d.i); ok {
-		d.i = end + 1
-	}
-	return start, end, ok
+	plainjson.Reader
+	s string // B as a string, which decoded strings slice
 }
 
 func (d *grantScan) string(out *string) bool {
-	start, end, ok := d.str()
+	start, end, ok := d.String()
 	if ok {
 		*out = d.s[start:end]
 	}
@@ -127,21 +91,21 @@ func (d *grantScan) string(out *string) bool {
 }
 
 func (d *grantScan) strings(out *[]string) bool {
-	if !d.byte('[') {
+	if !d.Byte('[') {
 		return false
 	}
 	list := []string{}
-	if !d.byte(']') {
+	if !d.Byte(']') {
 		for {
 			var s string
 			if !d.string(&s) {
 				return false
 			}
 			list = append(list, s)
-			if d.byte(']') {
+			if d.Byte(']') {
 				break
 			}
-			if !d.byte(',') {
+			if !d.Byte(',') {
 				return false
 			}
 		}
@@ -153,12 +117,12 @@ func (d *grantScan) strings(out *[]string) bool {
 // time decodes the quoted value as encoding/json does: with
 // time.Time.UnmarshalJSON on the literal.
 func (d *grantScan) time(out *time.Time) bool {
-	start := d.i
-	if _, _, ok := d.str(); !ok {
+	start := d.I
+	if _, _, ok := d.String(); !ok {
 		return false
 	}
 	var t time.Time
-	if t.UnmarshalJSON(d.b[start:d.i]) != nil {
+	if t.UnmarshalJSON(d.B[start:d.I]) != nil {
 		return false
 	}
 	*out = t
@@ -168,9 +132,9 @@ func (d *grantScan) time(out *time.Time) bool {
 // int reads 0 or [1-9][0-9]{0,17}: no sign, fraction, exponent or
 // overflow to consider.
 func (d *grantScan) int(out *int) bool {
-	n, next, ok := plainjson.Int(d.b, d.i)
+	n, ok := d.Int()
 	if ok {
-		d.i, *out = next, int(n)
+		*out = int(n)
 	}
 	return ok
 }
