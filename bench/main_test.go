@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -149,5 +151,38 @@ func TestCheckLine(t *testing.T) {
 		if err := checkLine(tc.l); (err != nil) != tc.fail {
 			t.Errorf("%+v: %v, want failure %v", tc.l, err, tc.fail)
 		}
+	}
+}
+
+// TestCallWaitsTimesOnlyTheCallsWhileOn: provider_request's breakdown
+// counts the token reads (get_connection, no other operation) and the
+// upstream round trips made while on, and nothing else.
+func TestCallWaitsTimesOnlyTheCallsWhileOn(t *testing.T) {
+	w := &callWaits{}
+	api := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer api.Close()
+	client := &http.Client{Transport: w.timed(http.DefaultTransport)}
+	get := func() {
+		resp, err := client.Get(api.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	ctx := t.Context()
+	w.End(ctx, "get_connection", time.Hour, nil) // off: not counted
+	get()
+	w.on.Store(true)
+	w.End(ctx, "list_connections", time.Hour, nil) // another operation
+	for _, d := range []time.Duration{3, 1, 2} {
+		w.End(ctx, "get_connection", d*time.Millisecond, nil)
+	}
+	get()
+	if read, upstream := w.p50s(); read != 2*time.Millisecond || upstream <= 0 || upstream >= time.Hour || len(w.upstream) != 1 {
+		t.Errorf("p50s = %v, %v over %d upstream calls; want 2ms and the one call made while on", read, upstream, len(w.upstream))
+	}
+	w.reset()
+	if read, upstream := w.p50s(); read != 0 || upstream != 0 {
+		t.Errorf("after reset: %v, %v", read, upstream)
 	}
 }

@@ -70,6 +70,7 @@ type stack struct {
 	log      *slog.Logger
 	people   []mrtrPerson   // who the MRTR round trips are for, in turns
 	counter  *commitCounter // durable commits through the broker's store
+	waits    *callWaits     // provider_request's token read and upstream call
 	apiURL   string         // the fake provider API
 	proxyURL string         // provider_request's floor: a bare forwarder
 	gw       *gwUpstreams   // the gateway's upstreams (nil: not measured)
@@ -228,6 +229,7 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 		}
 	}
 	st.counter = &commitCounter{}
+	st.waits = &callWaits{}
 	tp, err := st.startTracing(ctx, cfg.tracing)
 	if err != nil {
 		return nil, err
@@ -244,8 +246,8 @@ func newStack(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams) (_ *s
 		store = vault.Announced(store, &listed)
 		st.writes = vault.Announced(st.store, &listed)
 	}
-	store = vault.Observe(store, tracing.StoreObserver(tp), rec.StoreObserver(), st.counter)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	store = vault.Observe(store, tracing.StoreObserver(tp), rec.StoreObserver(), st.counter, st.waits)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: st.waits.timed(&http.Transport{MaxIdleConnsPerHost: 64})}
 
 	// The fake provider API: answers GET /user for the seeded token.
 	apiLn, apiURL, err := listen()

@@ -190,3 +190,44 @@ func BenchmarkListOnePrincipal(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGetOverBareQuery sets GetConnection next to the bare read of
+// the same row through the same pool (what it adds: the decoding, the
+// decryption, the checks), in turns so that the machine's load hits both
+// alike, back to back and after the caller slept (a round trip that
+// starts from an idle process, as a call that waited on the network
+// does): the p50 of each.
+func BenchmarkGetOverBareQuery(b *testing.B) {
+	s := openFixture(b)
+	id := benchID(0)
+	bare := func(ctx context.Context) error {
+		var rec []byte
+		var version int64
+		return s.Pool().QueryRow(ctx, "SELECT record, version FROM connections WHERE id = $1", id).Scan(&rec, &version)
+	}
+	get := func(ctx context.Context) error { _, err := s.GetConnection(ctx, id); return err }
+	for _, idle := range []time.Duration{0, time.Millisecond} {
+		b.Run(fmt.Sprintf("idle=%v", idle), func(b *testing.B) {
+			ctx := context.Background()
+			var durs [2][]time.Duration
+			i := 0
+			for b.Loop() {
+				if idle > 0 {
+					b.StopTimer()
+					time.Sleep(idle)
+					b.StartTimer()
+				}
+				read := [2]func(context.Context) error{bare, get}[i%2]
+				t0 := time.Now()
+				err := read(ctx)
+				durs[i%2] = append(durs[i%2], time.Since(t0))
+				if err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(percentile(durs[0], 0.50), "bare-p50-ns")
+			b.ReportMetric(percentile(durs[1], 0.50), "get-p50-ns")
+		})
+	}
+}
