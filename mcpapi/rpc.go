@@ -129,7 +129,23 @@ func writeAnswer(w http.ResponseWriter, b []byte, flush bool) {
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
 	if flush {
-		_ = http.NewResponseController(w).Flush()
+		flushWriter(w)
+	}
+}
+
+// flushWriter flushes w, or the first writer it wraps that flushes
+// (http.ResponseController's search, without allocating one).
+func flushWriter(w http.ResponseWriter) {
+	for {
+		switch v := w.(type) {
+		case http.Flusher:
+			v.Flush()
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return
+		}
 	}
 }
 
