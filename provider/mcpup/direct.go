@@ -532,7 +532,7 @@ func scanMembers(b []byte) (members, bool) {
 		if !ok {
 			return nil, false
 		}
-		key := string(b[start:end])
+		key := memberName(b[start:end])
 		if _, dup := m[key]; dup {
 			return nil, false
 		}
@@ -553,6 +553,24 @@ func scanMembers(b []byte) (members, bool) {
 			return nil, false
 		}
 	}
+}
+
+// memberName is the member name b as a string: one of decodeMessage's
+// names without allocating it.
+func memberName(b []byte) string {
+	switch string(b) {
+	case "jsonrpc":
+		return "jsonrpc"
+	case "id":
+		return "id"
+	case "method":
+		return "method"
+	case "result":
+		return "result"
+	case "error":
+		return "error"
+	}
+	return string(b)
 }
 
 // answer is msg's result as the answer to the request id: its error
