@@ -66,8 +66,9 @@ type ToolResult struct {
 // Finish ends the exchange once its answer was used: what an event
 // stream sends after the answer (its end, so the connection carries the
 // next request) is read in the background from then on, not while the
-// caller writes its own answer. Call it once, after writing; a result
-// with nothing left to read (a JSON answer, the go-sdk's) does nothing.
+// caller writes its own answer. Call it once, after writing (until then
+// the stream's connection carries nothing else); a result with nothing
+// left to read (a JSON answer, the go-sdk's) does nothing.
 func (r ToolResult) Finish() {
 	if r.finish != nil {
 		r.finish()
@@ -329,7 +330,7 @@ const drainTimeout = 5 * time.Second
 // first unhooks the request from the call: false when the call ended
 // meanwhile). On failure the body is closed and the caller ends the
 // request.
-func readCallAnswer(resp *http.Response, id, maxBytes int64, detach func() bool, end context.CancelFunc) (res json.RawMessage, finish func(), err error) {
+func readCallAnswer(resp *http.Response, id, maxBytes int64, detach func() bool, end context.CancelFunc) (json.RawMessage, func(), error) {
 	if err := answered(resp, maxBytes); err != nil {
 		resp.Body.Close()
 		return nil, nil, err
