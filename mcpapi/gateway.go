@@ -702,6 +702,11 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	if progressToken != "" {
 		meta["progressToken"] = progressToken
 	}
+	// The upstream's exchange ends once the host's answer was written
+	// (flushRPCResult): reading what the upstream sends after
+	// its answer does not compete with writing the host's.
+	var tr mcpup.ToolResult
+	defer func() { tr.Finish() }()
 	res, _, err := g.relay(ctx, c, r, func(ctx context.Context, cs *mcp.ClientSession) (any, error) {
 		responses := g.upstreamResponses(c)
 		if relink {
@@ -723,7 +728,8 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 				return cs.ReadResource(ctx, &p)
 			})
 		}
-		tr, err := g.s.opts.Upstreams.CallTool(ctx, cs, r.Target, &mcp.CallToolParams{Meta: meta, Name: c.params.Name, Arguments: c.callArgs(),
+		var err error
+		tr, err = g.s.opts.Upstreams.CallTool(ctx, cs, r.Target, &mcp.CallToolParams{Meta: meta, Name: c.params.Name, Arguments: c.callArgs(),
 			InputResponses: responses, RequestState: upstreamState}, c.up.MaxResultBytes+maxAnswerOverhead)
 		if err != nil {
 			return nil, err
@@ -740,7 +746,9 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		}
 		return
 	}
-	g.writeResult(w, c, res)
+	if b, ok := g.encodeResult(w, c, res); ok {
+		flushRPCResult(w, c.id, b)
+	}
 }
 
 // upstreamInput relays an upstream's input_required to the host: verbatim,

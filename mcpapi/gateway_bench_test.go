@@ -36,7 +36,7 @@ import (
 // work.
 func BenchmarkGatewayCall(b *testing.B) {
 	open := newOpenUpstream(b)
-	fixed := newFixedUpstream(b)
+	fixed := newFixedUpstream(b, nil)
 	var hh *harness
 	var up *testUpstream
 	h := newHarnessExtra(b, func(h *harness, _ string) string {
@@ -150,8 +150,10 @@ const fixedAnswer = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"resu
 	"\"This is a simple text response for testing.\"}],\"resultType\":\"complete\"}}\n\n"
 
 // newFixedUpstream serves a stateless go-sdk server for everything but
-// tools/call, which a bare handler answers with fixedAnswer.
-func newFixedUpstream(t testing.TB) string {
+// tools/call, which a bare handler answers with fixedAnswer; then, unless
+// it is nil, hold runs before the stream ends (an upstream holding its
+// stream open after the answer).
+func newFixedUpstream(t testing.TB, hold func()) string {
 	sdk := newOpenUpstream(t)
 	proxy := &http.Client{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -164,6 +166,9 @@ func newFixedUpstream(t testing.TB) string {
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprintf(w, fixedAnswer, msg.ID)
 			w.(http.Flusher).Flush()
+			if hold != nil {
+				hold()
+			}
 			return
 		}
 		req, _ := http.NewRequestWithContext(r.Context(), r.Method, sdk, bytes.NewReader(body))

@@ -751,6 +751,48 @@ func (st *listenStream) next() decodedMessage {
 // the limit and the setting an operator can raise (mcp.max_result_bytes
 // of the entry) that relays none of it, to either era, and the endpoint
 // answers the next call.
+// TestGatewayHeldStream: an upstream that keeps its event stream open
+// after the answer does not hold up the host's answer (sized, so nothing
+// waits for its end); once the streams end, the calls go on.
+func TestGatewayHeldStream(t *testing.T) {
+	release := make(chan struct{})
+	held := newFixedUpstream(t, func() {
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	var hh *harness
+	g := newHarnessExtra(t, func(h *harness, _ string) string {
+		hh = h
+		return `  held:
+    type: mcp
+    mcp: {url: ` + held + `, auth: none}
+`
+	}, func(o *Options) { o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens()}) })
+	call := func(id int) {
+		t.Helper()
+		hd := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"Authorization":        "Bearer " + g.iss.token(t, tokenSpec{sub: "alice", aud: publicURL + "/mcp/u/held", exp: g.clock.Now().Add(time.Hour)}),
+			"MCP-Protocol-Version": versionModern, "Mcp-Method": "tools/call", "Mcp-Name": "test_simple_text"}
+		start := time.Now()
+		r := g.do(rawCall{path: "/mcp/u/held", headers: hd, body: modernBody(id, "tools/call", urlCaps, map[string]any{"name": "test_simple_text", "arguments": map[string]any{}})})
+		if d := time.Since(start); d > 10*time.Second {
+			t.Fatalf("call %d answered after %v, with the upstream's stream", id, d)
+		}
+		if d := decode(t, r.body); r.status != http.StatusOK || d.Error != nil || textOf(d) != "This is a simple text response for testing." {
+			t.Fatalf("call %d: HTTP %d %s", id, r.status, r.body)
+		}
+		if r.header.Get("Content-Length") != fmt.Sprint(len(r.body)) {
+			t.Errorf("call %d: Content-Length %q for %d bytes", id, r.header.Get("Content-Length"), len(r.body))
+		}
+	}
+	call(1)
+	call(2) // while the first call's stream is still open
+	close(release)
+	call(3)
+}
+
 func TestGatewayLimits(t *testing.T) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "big", Version: "1"}, &mcp.ServerOptions{PageSize: 2000})
 	for i := range 1001 {

@@ -108,11 +108,45 @@ func appendResultStart(b []byte, id json.RawMessage) []byte {
 
 // writeRPCAnswer ends a result answer begun by rpcResultStart and writes
 // it, 200.
-func writeRPCAnswer(w http.ResponseWriter, b []byte) {
+func writeRPCAnswer(w http.ResponseWriter, b []byte) { writeAnswer(w, b, false) }
+
+// flushRPCResult is writeRPCResult, sized and flushed: the host has its
+// answer before the handler's remaining work (releasing the call, ending
+// the upstream's exchange, telemetry) runs.
+func flushRPCResult(w http.ResponseWriter, id json.RawMessage, result []byte) {
+	writeAnswer(w, append(rpcResultStart(id, len(result)), result...), true)
+}
+
+// writeAnswer ends a result answer begun by rpcResultStart and writes it,
+// 200; flush: with its Content-Length, and flushed.
+func writeAnswer(w http.ResponseWriter, b []byte, flush bool) {
 	b = append(b, "}\n"...)
-	setJSONHeaders(w.Header())
+	h := w.Header()
+	setJSONHeaders(h)
+	if flush {
+		h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	}
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
+	if flush {
+		flushWriter(w)
+	}
+}
+
+// flushWriter flushes w, or the first writer it wraps that flushes
+// (http.ResponseController's search, without allocating one).
+func flushWriter(w http.ResponseWriter) {
+	for {
+		switch v := w.(type) {
+		case http.Flusher:
+			v.Flush()
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return
+		}
+	}
 }
 
 // The values of every JSON answer's two headers, shared by every answer

@@ -55,10 +55,24 @@ var ErrTooLarge = errors.New("mcpup: the upstream's answer is larger than the br
 // ToolResult is the answer of a relayed tools/call: Decoded by the
 // go-sdk, or Raw, the JSON-RPC result as the upstream sent it (the pool's
 // own exchange), for the caller to decode (mcp.CallToolResult's
-// UnmarshalJSON reads it as the go-sdk would).
+// UnmarshalJSON reads it as the go-sdk would). The caller calls Finish
+// once it has answered its own caller.
 type ToolResult struct {
 	Decoded *mcp.CallToolResult
 	Raw     json.RawMessage
+	finish  func()
+}
+
+// Finish ends the exchange once its answer was used: what an event
+// stream sends after the answer (its end, so the connection carries the
+// next request) is read in the background from then on, not while the
+// caller writes its own answer. Call it once, after writing (until then
+// the stream's connection carries nothing else); a result with nothing
+// left to read (a JSON answer, the go-sdk's) does nothing.
+func (r ToolResult) Finish() {
+	if r.finish != nil {
+		r.finish()
+	}
 }
 
 // errRejected is the go-sdk transport's error for a request that did not
@@ -79,8 +93,8 @@ func (p *Pool) CallTool(ctx context.Context, cs *mcp.ClientSession, t Target, pa
 		res, err := cs.CallTool(ctx, params)
 		return ToolResult{Decoded: res}, err
 	}
-	raw, err := p.exchange(ctx, cs, w, params, maxBytes)
-	return ToolResult{Raw: raw}, err
+	raw, finish, err := p.exchange(ctx, cs, w, params, maxBytes)
+	return ToolResult{Raw: raw, finish: finish}, err
 }
 
 // ListTools is cs.ListTools, noting the tools that carry x-mcp-header
@@ -170,8 +184,9 @@ type callRequest struct {
 	Params  *mcp.CallToolParams `json:"params"`
 }
 
-// exchange makes the call and returns its result (see above).
-func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, w *wire, params *mcp.CallToolParams, maxBytes int64) (json.RawMessage, error) {
+// exchange makes the call and returns its result (see above), and what
+// ends it (ToolResult.Finish: nil when nothing is left).
+func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, w *wire, params *mcp.CallToolParams, maxBytes int64) (json.RawMessage, func(), error) {
 	era := Era(cs)
 	id := p.ids.Add(1)
 	payload, ok := p.appendCall(make([]byte, 0, 512), id, era, params)
@@ -191,7 +206,7 @@ func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, w *wire, par
 		enc := json.NewEncoder(&body)
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(callRequest{JSONRPC: "2.0", ID: id, Method: "tools/call", Params: &call}); err != nil {
-			return nil, fmt.Errorf("mcpup: encode tools/call: %w", err)
+			return nil, nil, fmt.Errorf("mcpup: encode tools/call: %w", err)
 		}
 		payload = bytes.TrimSuffix(body.Bytes(), []byte("\n"))
 	}
@@ -225,12 +240,12 @@ func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, w *wire, par
 		}
 		return req, resp, err
 	}
-	fail := func(err error) (json.RawMessage, error) {
+	fail := func(err error) (json.RawMessage, func(), error) {
 		done()
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	req, resp, err := send()
 	if err != nil {
@@ -244,11 +259,11 @@ func (p *Pool) exchange(ctx context.Context, cs *mcp.ClientSession, w *wire, par
 			return fail(err)
 		}
 	}
-	res, err := readCallAnswer(resp, id, maxBytes, stop, cancel)
+	res, finish, err := readCallAnswer(resp, id, maxBytes, stop, cancel)
 	if err != nil {
 		return fail(err)
 	}
-	return res, nil
+	return res, finish, nil
 }
 
 // appendCall appends the request of the usual relayed call (its _meta
@@ -310,35 +325,36 @@ const drainTimeout = 5 * time.Second
 
 // readCallAnswer reads the answer to request id from resp, each message at
 // most maxBytes. On success the request is ended: at once for a JSON
-// answer; for an event stream, once what follows the answer is read, in
-// the background (detach first unhooks the request from the call: false
-// when the call ended meanwhile). On failure the body is closed and the
-// caller ends the request.
-func readCallAnswer(resp *http.Response, id, maxBytes int64, detach func() bool, end context.CancelFunc) (json.RawMessage, error) {
+// answer (finish is nil); for an event stream, once what follows the
+// answer is read, in the background from when finish is called (detach
+// first unhooks the request from the call: false when the call ended
+// meanwhile). On failure the body is closed and the caller ends the
+// request.
+func readCallAnswer(resp *http.Response, id, maxBytes int64, detach func() bool, end context.CancelFunc) (json.RawMessage, func(), error) {
 	if err := answered(resp, maxBytes); err != nil {
 		resp.Body.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	switch mediaType(resp.Header.Get("Content-Type")) {
 	case "application/json":
 		b, err := readLimited(resp.Body, maxBytes)
 		resp.Body.Close()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		msg, err := decodeMessage(b)
 		switch {
 		case err != nil:
-			return nil, err
+			return nil, nil, err
 		case msg.request:
-			return nil, errors.New("mcpup: tools/call: the upstream answered with a request")
+			return nil, nil, errors.New("mcpup: tools/call: the upstream answered with a request")
 		}
 		res, err := msg.answer(id)
 		if err == nil {
 			detach()
 			end()
 		}
-		return res, err
+		return res, nil, err
 	case "text/event-stream":
 		events := readers.Get().(*sse.Reader)
 		events.Reset(resp.Body, maxBytes)
@@ -359,12 +375,12 @@ func readCallAnswer(resp *http.Response, id, maxBytes int64, detach func() bool,
 			}
 			if err != nil {
 				closeBody()
-				return nil, err
+				return nil, nil, err
 			}
 			msg, err := decodeMessage(data)
 			if err != nil {
 				closeBody()
-				return nil, err
+				return nil, nil, err
 			}
 			if msg.request {
 				// A notification (no progress was asked for; logging is
@@ -374,26 +390,27 @@ func readCallAnswer(resp *http.Response, id, maxBytes int64, detach func() bool,
 			res, err := msg.answer(id)
 			if err != nil {
 				closeBody()
-				return nil, err
+				return nil, nil, err
 			}
 			if !detach() {
 				closeBody()
-				return nil, context.Canceled
+				return nil, nil, context.Canceled
 			}
-			go func() {
-				// What follows the answer, to the stream's end, so the
-				// connection carries the next request.
-				t := time.AfterFunc(drainTimeout, end)
-				drain(resp.Body, 1<<20)
-				t.Stop()
-				closeBody()
-				end()
-			}()
-			return res, nil
+			return res, func() {
+				go func() {
+					// What follows the answer, to the stream's end, so
+					// the connection carries the next request.
+					t := time.AfterFunc(drainTimeout, end)
+					drain(resp.Body, 1<<20)
+					t.Stop()
+					closeBody()
+					end()
+				}()
+			}, nil
 		}
 	}
 	resp.Body.Close()
-	return nil, fmt.Errorf("mcpup: tools/call: unsupported content type %q", resp.Header.Get("Content-Type"))
+	return nil, nil, fmt.Errorf("mcpup: tools/call: unsupported content type %q", resp.Header.Get("Content-Type"))
 }
 
 // drain reads body to its end, at most limit bytes, from the body itself
@@ -516,7 +533,7 @@ func scanMembers(b []byte) (members, bool) {
 		if !ok {
 			return nil, false
 		}
-		key := string(b[start:end])
+		key := memberName(b[start:end])
 		if _, dup := m[key]; dup {
 			return nil, false
 		}
@@ -537,6 +554,24 @@ func scanMembers(b []byte) (members, bool) {
 			return nil, false
 		}
 	}
+}
+
+// memberName is the member name b as a string: one of decodeMessage's
+// names without allocating it.
+func memberName(b []byte) string {
+	switch string(b) {
+	case "jsonrpc":
+		return "jsonrpc"
+	case "id":
+		return "id"
+	case "method":
+		return "method"
+	case "result":
+		return "result"
+	case "error":
+		return "error"
+	}
+	return string(b)
 }
 
 // answer is msg's result as the answer to the request id: its error

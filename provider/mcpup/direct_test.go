@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,6 +200,7 @@ func TestDirectCallAnswers(t *testing.T) {
 						if err != nil {
 							return nil, err
 						}
+						defer tr.Finish()
 						if tr.Raw == nil {
 							return nil, errors.New("not the pool's own exchange")
 						}
@@ -260,6 +262,7 @@ func TestDirectCallTakesWhatItCan(t *testing.T) {
 		tr, _, err := Do(ctx, p, target, func(ctx context.Context, cs *mcp.ClientSession) (ToolResult, error) {
 			return p.CallTool(ctx, cs, target, params, 1<<20)
 		})
+		tr.Finish()
 		if err != nil || (tr.Raw == nil) == (tr.Decoded == nil) {
 			t.Fatalf("%s: %+v, %v", params.Name, tr, err)
 		}
@@ -318,6 +321,69 @@ func TestDirectCallTakesWhatItCan(t *testing.T) {
 		n := 0
 		p.wires.Range(func(any, any) bool { n++; return true })
 		return n == 0
+	})
+}
+
+// TestDirectCallFinish: an event stream's answer comes back as soon as
+// its event is read, however long the upstream keeps the stream open;
+// what follows the answer is read only once the caller finishes the
+// result (until then the connection carries no other call), and then to
+// the stream's end, so the connection carries the next call.
+func TestDirectCallFinish(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var conns []string // each call's connection, as the upstream saw it
+	url, _ := fakeCalls(t, func(w http.ResponseWriter, r *http.Request, id string) {
+		mu.Lock()
+		first := len(conns) == 0
+		conns = append(conns, r.RemoteAddr)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":"+id+",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"fine\"}]}}\n\n")
+		w.(http.Flusher).Flush()
+		if first {
+			select { // the stream held open after the answer
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
+		}
+	})
+	p := newPool(t, Options{})
+	target := Target{Provider: "up", URL: url}
+	call := func() (ToolResult, string) {
+		t.Helper()
+		tr, _, err := Do(context.Background(), p, target, func(ctx context.Context, cs *mcp.ClientSession) (ToolResult, error) {
+			return p.CallTool(ctx, cs, target, &mcp.CallToolParams{Meta: hostCaps(), Name: "echo"}, 1<<20)
+		})
+		if err != nil || !bytes.Contains(tr.Raw, []byte(`"fine"`)) {
+			t.Fatalf("%s, %v", tr.Raw, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return tr, conns[len(conns)-1]
+	}
+	start := time.Now()
+	first, conn1 := call()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the answer came after %v, with the stream's end", d)
+	}
+	close(release)
+	// The stream's end is on the wire now; time for it to be read, were
+	// it read before the result is finished.
+	time.Sleep(100 * time.Millisecond)
+	second, conn2 := call()
+	if conn2 == conn1 {
+		t.Errorf("a call went over the connection of a result not yet finished (%s)", conn1)
+	}
+	first.Finish()
+	second.Finish()
+	var seen []string
+	waitFor(t, "a call over a finished call's connection", func() bool {
+		tr, conn := call()
+		tr.Finish()
+		reused := conn == conn1 || conn == conn2 || slices.Contains(seen, conn)
+		seen = append(seen, conn)
+		return reused
 	})
 }
 

@@ -311,6 +311,7 @@ func callVia(ctx context.Context, p *Pool, t Target, v via, params *mcp.CallTool
 		if err != nil {
 			return nil, err
 		}
+		defer tr.Finish()
 		if tr.Raw == nil {
 			return nil, errors.New("the call went through the session, not the pool's own exchange")
 		}
