@@ -39,7 +39,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 		return vault.Connection{}, vault.Grant{}, fmt.Errorf("pgstore: grant %q: %w", grantID, vault.ErrNotFound)
 	}
 	if w.Create != nil {
-		return s.connectCreate(ctx, t, grantID, grant)
+		return s.connectCreate(ctx, t, grantID, w.Known, grant)
 	}
 	var (
 		outC  vault.Connection
@@ -116,8 +116,9 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 // connectCreate is Connect for a new connection, t: cas on the grant,
 // whose write (connectCreateSQL, with the change's deliveries) inserts the
 // connection only when the grant's swap lands. The connection's id taken
-// fails the statement, so the grant is not completed then.
-func (s *Store) connectCreate(ctx context.Context, t record.Target, grantID string, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
+// fails the statement, so the grant is not completed then. The grant the
+// caller knows (known, when it is grant grantID) is cas's first read.
+func (s *Store) connectCreate(ctx context.Context, t record.Target, grantID string, known *vault.Grant, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
 	row, err := rowFromRecord(t.Rec)
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
@@ -126,8 +127,19 @@ func (s *Store) connectCreate(ctx context.Context, t record.Target, grantID stri
 	if err != nil {
 		return vault.Connection{}, vault.Grant{}, err
 	}
-	g, err := cas(ctx, s, "grant", grantID, connectCreateSQL, s.getGrant, func(og vault.Grant, _ int64) (vault.Grant, casWrite, error) {
+	useKnown := known != nil && known.ID == grantID // the caller's copy goes first, once
+	g, err := cas(ctx, s, "grant", grantID, connectCreateSQL, func(ctx context.Context, id string) (vault.Grant, int64, error) {
+		if useKnown {
+			return *known, int64(known.Version), nil
+		}
+		return s.getGrant(ctx, id)
+	}, func(og vault.Grant, _ int64) (vault.Grant, casWrite, error) {
+		fromKnown := useKnown
+		useKnown = false
 		ng, err := record.Grants.Apply(og, grant)
+		if err != nil && fromKnown {
+			return vault.Grant{}, casWrite{}, errStaleKnown // the refusal is the stored grant's to make
+		}
 		if err != nil {
 			return vault.Grant{}, casWrite{}, err
 		}
@@ -137,6 +149,9 @@ func (s *Store) connectCreate(ctx context.Context, t record.Target, grantID stri
 		}
 		return ng, casWrite{args: append(row.args(), updateGrantArgs(gargs)...), ds: ds}, nil
 	})
+	if errors.Is(err, errStaleKnown) {
+		return s.connectCreate(ctx, t, grantID, nil, grant)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == uniqueViolation && pe.TableName == "connections" {
 		return vault.Connection{}, vault.Grant{}, fmt.Errorf("pgstore: connection %s: %w", t.ID, vault.ErrExists)
@@ -148,6 +163,10 @@ func (s *Store) connectCreate(ctx context.Context, t record.Target, grantID stri
 	c.SealedWith = s.kr.Primary()
 	return c, g, nil
 }
+
+// errStaleKnown: the grant function refused the caller's copy of the
+// grant, which the store's may have moved past.
+var errStaleKnown = errors.New("pgstore: the known grant was refused")
 
 // uniqueViolation is PostgreSQL's SQLSTATE for a key already taken.
 const uniqueViolation = "23505"

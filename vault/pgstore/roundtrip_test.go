@@ -70,7 +70,8 @@ func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchE
 // lock and one statement that counts and inserts, sent together in one
 // trip (an implicit transaction: no begin, no commit); the callback's
 // Connect of a new connection is the grant's read and one statement that
-// swaps the grant and inserts the connection.
+// swaps the grant and inserts the connection, or that statement alone
+// when the caller passes the grant it read (ConnectionWrite.Known).
 func TestMRTRWriteStatements(t *testing.T) {
 	srv := pgtest.Shared(t)
 	log := &statementLog{}
@@ -100,14 +101,30 @@ func TestMRTRWriteStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("CreateGrantLimited", 2, 1)
+	complete := func(id string) func(vault.Grant) (vault.Grant, error) {
+		return func(g vault.Grant) (vault.Grant, error) {
+			g.State, g.ConnectionID = vault.GrantCompleted, id
+			return g, nil
+		}
+	}
 	c := vaulttest.Conn("c1", alice, "github", "1")
-	if _, _, err := s.Connect(ctx, vault.ConnectionWrite{Create: &c}, "g1", func(g vault.Grant) (vault.Grant, error) {
-		g.State, g.ConnectionID = vault.GrantCompleted, "c1"
-		return g, nil
-	}); err != nil {
+	if _, _, err := s.Connect(ctx, vault.ConnectionWrite{Create: &c}, "g1", complete("c1")); err != nil {
 		t.Fatal(err)
 	}
 	check("Connect", 2, 2)
+
+	// With the grant as the callback read it, Connect does not read it again.
+	g2, err := s.CreateGrant(ctx, vault.Grant{ID: "g2", Principal: alice, Provider: "github",
+		Created: now, Expires: now.Add(10 * time.Minute), State: vault.GrantPending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+	c = vaulttest.Conn("c2", alice, "github", "2")
+	if _, _, err := s.Connect(ctx, vault.ConnectionWrite{Create: &c, Known: &g2}, "g2", complete("c2")); err != nil {
+		t.Fatal(err)
+	}
+	check("Connect with the known grant", 1, 1)
 }
 
 // TestConnectOnceAcrossReplicas: callbacks racing on several replicas to
