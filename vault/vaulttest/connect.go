@@ -24,25 +24,34 @@ func completeFn(id string) func(vault.Grant) (vault.Grant, error) {
 
 var errClosed = errors.New("vaulttest: grant not approved")
 
-// testGrantConnector: vault.GrantConnector.Connect writes the connection
-// and the grant together or not at all, and a grant completes once however
-// many callbacks race. Stores without it (callers then write twice) pass.
-func testGrantConnector(t *testing.T, s vault.Store) {
+// connectorOf returns s's GrantConnector (nil, logged, when it has none)
+// and a maker of approved grants of alice, each as stored.
+func connectorOf(t *testing.T, s vault.Store) (vault.GrantConnector, func(id string) vault.Grant) {
 	gc := s.Connector()
 	if gc == nil {
 		t.Log("the store has no vault.GrantConnector")
-		return
 	}
-	ctx := t.Context()
-	approved := func(id string) vault.Grant {
+	return gc, func(id string) vault.Grant {
 		t.Helper()
 		g := grant(id, alice, base, base.Add(10*time.Minute))
 		g.State = vault.GrantApproved
-		if _, err := s.CreateGrant(ctx, g); err != nil {
+		g, err := s.CreateGrant(t.Context(), g)
+		if err != nil {
 			t.Fatal(err)
 		}
 		return g
 	}
+}
+
+// testGrantConnector: vault.GrantConnector.Connect writes the connection
+// and the grant together or not at all, and a grant completes once however
+// many callbacks race. Stores without it (callers then write twice) pass.
+func testGrantConnector(t *testing.T, s vault.Store) {
+	gc, approved := connectorOf(t, s)
+	if gc == nil {
+		return
+	}
+	ctx := t.Context()
 	unchanged := func(id string, version uint64) {
 		t.Helper()
 		g, err := s.GetGrant(ctx, id)
@@ -171,22 +180,11 @@ func testGrantConnector(t *testing.T, s vault.Store) {
 // completes a grant closed meanwhile, and its refusal by the grant
 // function is not the answer when the stored grant is accepted.
 func testConnectKnownGrant(t *testing.T, s vault.Store) {
-	gc := s.Connector()
+	gc, approved := connectorOf(t, s)
 	if gc == nil {
-		t.Log("the store has no vault.GrantConnector")
 		return
 	}
 	ctx := t.Context()
-	approved := func(id string) vault.Grant {
-		t.Helper()
-		g := grant(id, alice, base, base.Add(10*time.Minute))
-		g.State = vault.GrantApproved
-		g, err := s.CreateGrant(ctx, g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
 	round := func(id string) {
 		t.Helper()
 		if _, err := s.UpdateGrant(ctx, id, func(g vault.Grant) (vault.Grant, error) { g.Rounds++; return g, nil }); err != nil {
