@@ -990,6 +990,7 @@ func (s *Service) Save(ctx context.Context, pr vault.Principal, g vault.Grant, p
 	if err != nil {
 		return vault.Connection{}, err
 	}
+	w.Known = &g // read by the caller: the store may complete it without reading it again
 	var conn vault.Connection
 	defer s.changed(pr) // whatever came of it, read afresh
 	gc := s.opts.Store.Connector()

@@ -9,6 +9,12 @@ type ConnectionWrite struct {
 	Create   *Connection
 	UpdateID string
 	Update   func(Connection) (Connection, error)
+	// Known, when set, is the grant as the caller last read it. A store
+	// may apply the grant function to it and swap on its version first,
+	// reading the grant only when that swap finds it changed; a Known of
+	// another id is ignored. Either way the function's result lands only
+	// on the version it was applied to.
+	Known *Grant
 }
 
 // GrantConnector is the Store feature (Store.Connector, which may be nil)

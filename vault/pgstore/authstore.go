@@ -26,32 +26,37 @@ func (s *Store) clientArgs(c vault.OAuthClient) ([]any, error) {
 const insertClient = `INSERT INTO oauth_clients (id, created_ns, used, version, record)
 	VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING`
 
-// CreateOAuthClient implements vault.AuthStore. Under a cap, the count and
-// the insert run in one transaction holding an advisory lock, so
+// CreateOAuthClient implements vault.AuthStore. Under a cap, one
+// statement counts the clients and inserts only under the cap, after an
+// advisory lock taken in the same implicit transaction (capRule), so
 // concurrent registrations on any replica cannot pass the cap together.
 func (s *Store) CreateOAuthClient(ctx context.Context, c vault.OAuthClient, max int) (vault.OAuthClient, error) {
 	c, args, err := fresh(ctx, s, record.OAuthClients, c, s.clientArgs)
 	if err != nil {
 		return vault.OAuthClient{}, err
 	}
-	var capped func(pgx.Tx) (error, error)
+	insert, capped := insertClient, (*capRule)(nil)
 	if max > 0 {
-		capped = func(tx pgx.Tx) (error, error) {
-			var n int
-			if err := tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM oauth_clients LIMIT $1) c", max).Scan(&n); err != nil {
-				return nil, err
-			}
+		insert, args = insertClientCapped, append(args, max)
+		capped = &capRule{lock: clientsLockKey, refuse: func(n, _ int) error {
 			if n >= max {
-				return vault.ErrTooManyClients, nil
+				return vault.ErrTooManyClients
 			}
-			return nil, nil
-		}
+			return nil
+		}}
 	}
-	if err := s.insertRow(ctx, "oauth client "+c.ID, insertClient, args, nil, clientsLockKey, capped); err != nil {
+	if err := s.insertRow(ctx, "oauth client "+c.ID, insert, args, nil, capped); err != nil {
 		return vault.OAuthClient{}, err
 	}
 	return c, nil
 }
+
+// insertClientCapped is CreateOAuthClient's capped insert: insertClient's
+// row ($1 to $5) only while fewer than $6 clients are registered.
+const insertClientCapped = `WITH n (clients) AS (SELECT count(*) FROM (SELECT 1 FROM oauth_clients LIMIT $6) c),
+	ins AS (INSERT INTO oauth_clients (id, created_ns, used, version, record)
+		SELECT $1, $2, $3, $4, $5 FROM n WHERE n.clients < $6 ON CONFLICT (id) DO NOTHING RETURNING 1)
+	SELECT clients, 0, EXISTS (SELECT 1 FROM ins) FROM n`
 
 func (s *Store) getClient(ctx context.Context, id string) (vault.OAuthClient, int64, error) {
 	return getRecord(ctx, s, record.OAuthClients, "SELECT record, version FROM oauth_clients WHERE id = $1", id)
@@ -123,7 +128,7 @@ func (s *Store) CreateAuthCode(ctx context.Context, c vault.AuthCode) error {
 		return err
 	}
 	return s.insertRow(ctx, "authorization code", `INSERT INTO oauth_codes (key, expires_ns, redeemed, record)
-		VALUES ($1, $2, false, $3) ON CONFLICT (key) DO NOTHING`, []any{c.Key, nanos(c.Expires), rec}, nil, 0, nil)
+		VALUES ($1, $2, false, $3) ON CONFLICT (key) DO NOTHING`, []any{c.Key, nanos(c.Expires), rec}, nil, nil)
 }
 
 // RedeemAuthCode implements vault.AuthStore: one conditional UPDATE marks
@@ -189,7 +194,7 @@ func (s *Store) CreateAppAccess(ctx context.Context, a vault.AppAccess) (vault.A
 	if err != nil {
 		return vault.AppAccess{}, err
 	}
-	if err := s.insertRow(ctx, fmt.Sprintf("app access %s for client %q", a.ID, a.ClientID), insertApp, args, ds, 0, nil); err != nil {
+	if err := s.insertRow(ctx, fmt.Sprintf("app access %s for client %q", a.ID, a.ClientID), insertApp, args, ds, nil); err != nil {
 		return vault.AppAccess{}, err
 	}
 	return a, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"credbroker/vault"
 	"credbroker/vault/internal/record"
@@ -18,8 +19,12 @@ func (s *Store) Connector() vault.GrantConnector { return s }
 // which opErr carries.
 var errAbort = errors.New("pgstore: connect aborted")
 
-// Connect implements vault.GrantConnector in one transaction: the grant's
-// row (and an updated connection's) is locked FOR UPDATE, so a racing
+// Connect implements vault.GrantConnector, atomically. A new connection
+// is one statement (connectCreate): the grant's compare-and-swap and the
+// connection's insert, which happens only when the swap landed; a racing
+// completion's swap then finds another version, and its rerun sees the
+// grant completed. An update of a connection runs in one transaction
+// that locks the grant's row and the connection's FOR UPDATE, so a racing
 // completion waits and then sees the grant completed.
 func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID string, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
 	t, err := s.open.ConnectTarget(ctx, s.kr, w)
@@ -32,6 +37,9 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	}
 	if !storable(grantID) {
 		return vault.Connection{}, vault.Grant{}, fmt.Errorf("pgstore: grant %q: %w", grantID, vault.ErrNotFound)
+	}
+	if w.Create != nil {
+		return s.connectCreate(ctx, t, grantID, w.Known, grant)
 	}
 	var (
 		outC  vault.Connection
@@ -61,42 +69,23 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 			return fail(err)
 		}
 
-		var old []byte
-		rec := t.Rec
-		if w.Create != nil {
-			row, err := rowFromRecord(rec)
-			if err != nil {
-				return fail(err)
-			}
-			tag, err := tx.Exec(ctx, insertConn, row.args()...)
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 0 {
-				return fail(fmt.Errorf("pgstore: connection %s: %w", id, vault.ErrExists))
-			}
-			outC = t.Created
-			outC.SealedWith = s.kr.Primary()
-		} else {
-			var version int64
-			if old, version, err = forUpdate(ctx, tx, fail, "connections", "connection", id); err != nil {
-				return err
-			}
-			nrec, nc, err := record.ApplyConnectionRecordUpdate(s.kr, old, id, w.Update)
-			if err != nil {
-				return fail(err)
-			}
-			if int64(nc.Version) != version+1 {
-				return fail(fmt.Errorf("pgstore: connection %s: record version %d, column says %d: %w", id, nc.Version-1, version, vault.ErrMalformed))
-			}
-			row, err := rowFromRecord(nrec)
-			if err != nil {
-				return fail(err)
-			}
-			if _, err := tx.Exec(ctx, updateConn, append(updateConnArgs(row), version)...); err != nil {
-				return err
-			}
-			rec, outC = nrec, nc
+		old, version, err := forUpdate(ctx, tx, fail, "connections", "connection", id)
+		if err != nil {
+			return err
+		}
+		rec, nc, err := record.ApplyConnectionRecordUpdate(s.kr, old, id, w.Update)
+		if err != nil {
+			return fail(err)
+		}
+		if int64(nc.Version) != version+1 {
+			return fail(fmt.Errorf("pgstore: connection %s: record version %d, column says %d: %w", id, nc.Version-1, version, vault.ErrMalformed))
+		}
+		row, err := rowFromRecord(rec)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := tx.Exec(ctx, updateConn, append(updateConnArgs(row), version)...); err != nil {
+			return err
 		}
 		ds, err := record.ChangeDeliveries(s.changes, old, rec)
 		if err != nil {
@@ -112,7 +101,7 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 				return err
 			}
 		}
-		outG = ng
+		outC, outG = nc, ng
 		return nil
 	})
 	switch {
@@ -123,6 +112,74 @@ func (s *Store) Connect(ctx context.Context, w vault.ConnectionWrite, grantID st
 	}
 	return outC, outG, nil
 }
+
+// connectCreate is Connect for a new connection, t: cas on the grant,
+// whose write (connectCreateSQL, with the change's deliveries) inserts the
+// connection only when the grant's swap lands. The connection's id taken
+// fails the statement, so the grant is not completed then. The grant the
+// caller knows (known, when it is grant grantID) is cas's first read.
+func (s *Store) connectCreate(ctx context.Context, t record.Target, grantID string, known *vault.Grant, grant func(vault.Grant) (vault.Grant, error)) (vault.Connection, vault.Grant, error) {
+	row, err := rowFromRecord(t.Rec)
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	ds, err := record.ChangeDeliveries(s.changes, nil, t.Rec)
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	useKnown := known != nil && known.ID == grantID // the caller's copy goes first, once
+	g, err := cas(ctx, s, "grant", grantID, connectCreateSQL, func(ctx context.Context, id string) (vault.Grant, int64, error) {
+		if useKnown {
+			return *known, int64(known.Version), nil
+		}
+		return s.getGrant(ctx, id)
+	}, func(og vault.Grant, _ int64) (vault.Grant, casWrite, error) {
+		fromKnown := useKnown
+		useKnown = false
+		ng, err := record.Grants.Apply(og, grant)
+		if err != nil && fromKnown {
+			return vault.Grant{}, casWrite{}, errStaleKnown // the refusal is the stored grant's to make
+		}
+		if err != nil {
+			return vault.Grant{}, casWrite{}, err
+		}
+		gargs, err := s.grantArgs(ng)
+		if err != nil {
+			return vault.Grant{}, casWrite{}, err
+		}
+		return ng, casWrite{args: append(row.args(), updateGrantArgs(gargs)...), ds: ds}, nil
+	})
+	if errors.Is(err, errStaleKnown) {
+		return s.connectCreate(ctx, t, grantID, nil, grant)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == uniqueViolation && pe.TableName == "connections" {
+		return vault.Connection{}, vault.Grant{}, fmt.Errorf("pgstore: connection %s: %w", t.ID, vault.ErrExists)
+	}
+	if err != nil {
+		return vault.Connection{}, vault.Grant{}, err
+	}
+	c := t.Created
+	c.SealedWith = s.kr.Primary()
+	return c, g, nil
+}
+
+// errStaleKnown: the grant function refused the caller's copy of the
+// grant, which the store's may have moved past.
+var errStaleKnown = errors.New("pgstore: the known grant was refused")
+
+// uniqueViolation is PostgreSQL's SQLSTATE for a key already taken.
+const uniqueViolation = "23505"
+
+// connectCreateSQL is connectCreate's write: updateGrant's swap with its
+// parameters moved after the connection's ($15 to $22, the version read
+// last), then insertConn's row, without ON CONFLICT, from the swapped
+// row only.
+const connectCreateSQL = `WITH g AS (UPDATE grants SET provider = $16, state = $17, created_ns = $18,
+	expires_ns = $19, version = $20, record = $21
+	WHERE id = $15 AND version = $22 RETURNING 1)
+	INSERT INTO ` + connColumns + `
+	SELECT ` + connValues + ` FROM g`
 
 // forUpdate reads, in tx, the record and version of row id of table and
 // locks the row FOR UPDATE; what names the record in errors. No such row

@@ -68,6 +68,9 @@ type Options struct {
 	Changes vault.ChangeHook[vault.Connection]
 	// AppChanges, when set, does the same for app access records.
 	AppChanges vault.ChangeHook[vault.AppAccess]
+	// Tracer, when set, observes the data pool's statements (a
+	// pgx.BatchTracer too: each statement of a batch).
+	Tracer pgx.QueryTracer
 }
 
 // Store is a vault.Store on PostgreSQL.
@@ -101,6 +104,7 @@ func Open(ctx context.Context, url string, kr *vault.Keyring, opts Options) (*St
 	} else if !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = 16
 	}
+	cfg.ConnConfig.Tracer = opts.Tracer
 	lockCfg := cfg.Copy()
 	lockCfg.MaxConns = opts.LockConns
 	if lockCfg.MaxConns <= 0 {
@@ -307,10 +311,17 @@ func (r connRow) args() []any {
 		m.SealedWith, int64(m.Version), r.rec}
 }
 
-const insertConn = `INSERT INTO connections (id, iss, sub, provider, account_id, account_login, status,
-	created, updated, last_used, last_refreshed, sealed_with, version, record)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+const insertConn = `INSERT INTO ` + connColumns + `
+	VALUES (` + connValues + `)
 	ON CONFLICT (id) DO NOTHING`
+
+// connColumns and connValues are the columns of a connection's row and the
+// parameters of connRow.args in their order.
+const (
+	connColumns = `connections (id, iss, sub, provider, account_id, account_login, status,
+	created, updated, last_used, last_refreshed, sealed_with, version, record)`
+	connValues = `$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14`
+)
 
 // updateConn rewrites a connection's row if its version is still the one
 // read; updateConnArgs gives its arguments but that version, the last.
@@ -360,7 +371,7 @@ func (s *Store) CreateConnection(ctx context.Context, c vault.Connection) (vault
 	if err != nil {
 		return vault.Connection{}, err
 	}
-	if err := s.insertRow(ctx, "connection "+c.ID, insertConn, row.args(), ds, 0, nil); err != nil {
+	if err := s.insertRow(ctx, "connection "+c.ID, insertConn, row.args(), ds, nil); err != nil {
 		return vault.Connection{}, err
 	}
 	c.SealedWith = s.kr.Primary()
@@ -395,12 +406,9 @@ func (s *Store) connectionRecord(ctx context.Context, id string) ([]byte, int64,
 // insertRow stores a new row: insert is an INSERT … ON CONFLICT DO NOTHING
 // with args, and ErrExists answers a taken key. ds, the deliveries of the
 // change, are written in the insert's transaction, and only when it
-// inserted the row. With check, the insert runs in a transaction that
-// first takes the transaction-level advisory lock lock, and check (a
-// count, under the lock) may refuse it: its refusal (its first result) is
-// the answer, and nothing is written (the commit only releases the lock).
+// inserted the row. With a cap, insert is a capped insert (capRule).
 // name names the row in errors ("grant g1").
-func (s *Store) insertRow(ctx context.Context, name, insert string, args []any, ds []vault.Delivery, lock int64, check func(pgx.Tx) (refused, err error)) error {
+func (s *Store) insertRow(ctx context.Context, name, insert string, args []any, ds []vault.Delivery, capped *capRule) error {
 	var refused error
 	run := func(db interface {
 		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
@@ -412,21 +420,30 @@ func (s *Store) insertRow(ctx context.Context, name, insert string, args []any, 
 		return err
 	}
 	var err error
-	if check == nil && len(ds) == 0 {
+	switch {
+	case capped != nil && len(ds) > 0:
+		return fmt.Errorf("pgstore: create %s: a capped create cannot carry deliveries", name)
+	case capped != nil:
+		b := &pgx.Batch{}
+		b.Queue("SELECT pg_advisory_xact_lock($1)", capped.lock)
+		b.Queue(insert, args...).QueryRow(func(row pgx.Row) error {
+			var n, m int
+			var inserted bool
+			if err := row.Scan(&n, &m, &inserted); err != nil {
+				return err
+			}
+			if refused = capped.refuse(n, m); refused == nil && !inserted {
+				refused = vault.ErrExists
+			}
+			return nil
+		})
+		err = s.pool.SendBatch(ctx, b).Close()
+	case len(ds) == 0:
 		err = run(s.pool)
-	} else {
+	default:
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			refused = nil
-			if check != nil {
-				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock); err != nil {
-					return err
-				}
-				var err error
-				if refused, err = check(tx); refused != nil || err != nil {
-					return err
-				}
-			}
-			if err := run(tx); err != nil || refused != nil || len(ds) == 0 {
+			if err := run(tx); err != nil || refused != nil {
 				return err
 			}
 			b := &pgx.Batch{}
@@ -441,6 +458,19 @@ func (s *Store) insertRow(ctx context.Context, name, insert string, args []any, 
 		return fmt.Errorf("pgstore: %s: %w", name, refused)
 	}
 	return nil
+}
+
+// capRule is a create under a cap. Its insert is one statement that
+// counts the rows the cap is on, inserts only under the cap, and returns
+// one row: two counts and whether it inserted; refuse judges the counts
+// as the statement did (its refusal is the answer, and nothing was
+// inserted then). The statement runs after the transaction-level advisory
+// lock lock is taken, in one implicit transaction sent as one batch (one
+// Sync, one round trip): its snapshot, taken after the lock, sees every
+// create committed by the lock's earlier holders on any replica.
+type capRule struct {
+	lock   int64
+	refuse func(n, m int) error
 }
 
 // readRecord reads the record and the version column of the row query
@@ -764,11 +794,12 @@ func (s *Store) CreateGrant(ctx context.Context, g vault.Grant) (vault.Grant, er
 	return s.CreateGrantLimited(ctx, g, vault.GrantLimits{})
 }
 
-// CreateGrantLimited implements vault.Store. With limits, the count and the
-// insert run in one transaction that first takes a transaction-level
-// advisory lock on the principal, so creates for one person are serialised
-// across every replica: each count (a new snapshot, taken after the lock)
-// sees every grant committed by the holders before it. Waiters in this
+// CreateGrantLimited implements vault.Store. With limits, one statement
+// counts the principal's grants and inserts the grant only under the
+// limits, after a transaction-level advisory lock on the principal taken
+// in the same implicit transaction and round trip (capRule), so creates
+// for one person are serialised across every replica: each count sees
+// every grant committed by the holders before it. Waiters in this
 // process queue on an in-process lock first, so one person's burst holds
 // at most one pooled connection per replica.
 func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault.GrantLimits) (vault.Grant, error) {
@@ -776,8 +807,7 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 	if err != nil {
 		return vault.Grant{}, err
 	}
-	var limited func(pgx.Tx) (error, error)
-	var lock int64
+	insert, capped := insertGrant, (*capRule)(nil)
 	if lim.Enforced() {
 		name := grantLockName(g.Principal)
 		unlock, err := s.grantLocal.LockConnection(ctx, name)
@@ -785,21 +815,27 @@ func (s *Store) CreateGrantLimited(ctx context.Context, g vault.Grant, lim vault
 			return vault.Grant{}, err
 		}
 		defer unlock()
-		lock = lockKey(name)
-		limited = func(tx pgx.Tx) (error, error) {
-			var created, open int
-			if err := tx.QueryRow(ctx, countGrantsSQL, []byte(g.Principal.Issuer), []byte(g.Principal.Subject),
-				nanos(lim.Since), nanos(lim.Now)).Scan(&created, &open); err != nil {
-				return nil, err
-			}
-			return lim.Check(created, open), nil
-		}
+		insert = insertGrantCapped
+		args = append([]any{[]byte(g.Principal.Issuer), []byte(g.Principal.Subject), nanos(lim.Since), nanos(lim.Now),
+			int64(lim.MaxOpen), int64(lim.MaxCreated)}, args...)
+		capped = &capRule{lock: lockKey(name), refuse: func(created, open int) error { return lim.Check(created, open) }}
 	}
-	if err := s.insertRow(ctx, "grant "+g.ID, insertGrant, args, nil, lock, limited); err != nil {
+	if err := s.insertRow(ctx, "grant "+g.ID, insert, args, nil, capped); err != nil {
 		return vault.Grant{}, err
 	}
 	return g, nil
 }
+
+// insertGrantCapped is CreateGrantLimited's capped insert: countGrantsSQL
+// ($1 to $4), then insertGrant's row ($7 to $15) only while the open
+// grants are fewer than $5 and the created ones fewer than $6 (a limit
+// of 0 or less is none), as GrantLimits.Check rules.
+const insertGrantCapped = `WITH n (created, open) AS (` + countGrantsSQL + `),
+	ins AS (INSERT INTO grants (id, iss, sub, provider, state, created_ns, expires_ns, version, record)
+		SELECT $7, $8, $9, $10, $11, $12, $13, $14, $15 FROM n
+		WHERE ($5 <= 0 OR n.open < $5) AND ($6 <= 0 OR n.created < $6)
+		ON CONFLICT (id) DO NOTHING RETURNING 1)
+	SELECT created, open, EXISTS (SELECT 1 FROM ins) FROM n`
 
 // grantLockName names the lock that serialises p's grant creation. The
 // lengths keep principals whose issuer and subject split one string

@@ -24,25 +24,34 @@ func completeFn(id string) func(vault.Grant) (vault.Grant, error) {
 
 var errClosed = errors.New("vaulttest: grant not approved")
 
-// testGrantConnector: vault.GrantConnector.Connect writes the connection
-// and the grant together or not at all, and a grant completes once however
-// many callbacks race. Stores without it (callers then write twice) pass.
-func testGrantConnector(t *testing.T, s vault.Store) {
+// connectorOf returns s's GrantConnector (nil, logged, when it has none)
+// and a maker of approved grants of alice, each as stored.
+func connectorOf(t *testing.T, s vault.Store) (vault.GrantConnector, func(id string) vault.Grant) {
 	gc := s.Connector()
 	if gc == nil {
 		t.Log("the store has no vault.GrantConnector")
-		return
 	}
-	ctx := t.Context()
-	approved := func(id string) vault.Grant {
+	return gc, func(id string) vault.Grant {
 		t.Helper()
 		g := grant(id, alice, base, base.Add(10*time.Minute))
 		g.State = vault.GrantApproved
-		if _, err := s.CreateGrant(ctx, g); err != nil {
+		g, err := s.CreateGrant(t.Context(), g)
+		if err != nil {
 			t.Fatal(err)
 		}
 		return g
 	}
+}
+
+// testGrantConnector: vault.GrantConnector.Connect writes the connection
+// and the grant together or not at all, and a grant completes once however
+// many callbacks race. Stores without it (callers then write twice) pass.
+func testGrantConnector(t *testing.T, s vault.Store) {
+	gc, approved := connectorOf(t, s)
+	if gc == nil {
+		return
+	}
+	ctx := t.Context()
 	unchanged := func(id string, version uint64) {
 		t.Helper()
 		g, err := s.GetGrant(ctx, id)
@@ -163,6 +172,74 @@ func testGrantConnector(t *testing.T, s vault.Store) {
 	if won != 1 || google != 1 {
 		t.Fatalf("%d completions, %d connections stored; want 1 and 1", won, google)
 	}
+}
+
+// testConnectKnownGrant: a ConnectionWrite's Known grant is only a
+// hint. A current copy completes the grant; a stale one never overwrites
+// what changed since (the grant function runs on the stored grant), never
+// completes a grant closed meanwhile, and its refusal by the grant
+// function is not the answer when the stored grant is accepted.
+func testConnectKnownGrant(t *testing.T, s vault.Store) {
+	gc, approved := connectorOf(t, s)
+	if gc == nil {
+		return
+	}
+	ctx := t.Context()
+	round := func(id string) {
+		t.Helper()
+		if _, err := s.UpdateGrant(ctx, id, func(g vault.Grant) (vault.Grant, error) { g.Rounds++; return g, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	connect := func(id, grantID string, known vault.Grant, fn func(vault.Grant) (vault.Grant, error)) (vault.Grant, error) {
+		c := Conn(id, alice, "github", id)
+		_, g, err := gc.Connect(ctx, vault.ConnectionWrite{Create: &c, Known: &known}, grantID, fn)
+		return g, err
+	}
+
+	// Current: completed, once.
+	k1 := approved("k1")
+	if g, err := connect("kc1", "k1", k1, completeFn("kc1")); err != nil || g.State != vault.GrantCompleted || g.Version != 2 {
+		t.Fatalf("current copy: %+v, %v", g, err)
+	}
+	if _, err := connect("kc1b", "k1", k1, completeFn("kc1b")); !errors.Is(err, errClosed) {
+		t.Fatalf("replay with the copy read before the completion: %v, want the grant closed", err)
+	}
+
+	// Stale (a retry counted since): what changed is kept.
+	k2 := approved("k2")
+	round("k2")
+	g, err := connect("kc2", "k2", k2, completeFn("kc2"))
+	if err != nil || g.State != vault.GrantCompleted || g.Rounds != 1 || g.Version != 3 {
+		t.Fatalf("stale copy: %+v, %v; want completed at version 3 with the round counted", g, err)
+	}
+	if got, err := s.GetGrant(ctx, "k2"); err != nil || got.Rounds != 1 || got.ConnectionID != "kc2" {
+		t.Fatalf("stored after a stale copy: %+v, %v", got, err)
+	}
+
+	// The grant function refuses the stale copy but accepts the stored grant.
+	k3 := approved("k3")
+	round("k3")
+	g, err = connect("kc3", "k3", k3, func(g vault.Grant) (vault.Grant, error) {
+		if g.Rounds == 0 {
+			return g, errClosed
+		}
+		return completeFn("kc3")(g)
+	})
+	if err != nil || g.ConnectionID != "kc3" {
+		t.Fatalf("refusal of a stale copy was the answer: %+v, %v", g, err)
+	}
+
+	// A copy of another grant is ignored.
+	approved("k4")
+	if g, err := connect("kc4", "k4", k3, completeFn("kc4")); err != nil || g.ID != "k4" || g.ConnectionID != "kc4" {
+		t.Fatalf("copy of another grant: %+v, %v", g, err)
+	}
+	for _, id := range []string{"kc1", "kc2", "kc3", "kc4"} {
+		mustGet(t, s, id)
+	}
+	_, err = s.GetConnection(ctx, "kc1b")
+	wantErr(t, "connection of the replay", err, vault.ErrNotFound)
 }
 
 // testConnectWritesDeliveries: Connect writes the connection's outbox

@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) vault.Store) {
 		{"ConcurrentCreateSameID", testConcurrentCreateSameID},
 		{"ConcurrentCreateAndList", testConcurrentCreateAndList},
 		{"GrantConnector", testGrantConnector},
+		{"ConnectKnownGrant", testConnectKnownGrant},
 		{"Locker", testLocker},
 	})
 }
