@@ -445,7 +445,7 @@ func (st *stack) gatewayRows(cfg config, rt gwRoute) error {
 	fmt.Println("| c | path | req/s | p50 ms | p99 ms | p50 ÷ direct's | req/s ÷ direct | p99 ÷ direct's | process CPU µs/call |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	what := "gateway " + rt.title
-	for _, c := range []int{1, 16} {
+	for _, c := range cfg.levels {
 		before, err := st.relayed(rt.provider, "tools/call")
 		if err != nil {
 			return err

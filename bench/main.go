@@ -97,6 +97,7 @@ type config struct {
 	duration, warmup                            time.Duration
 	mrtrN, vaultN, revocations                  int
 	twoSteps, tracing                           bool
+	levels                                      []int // -c, parsed
 }
 
 func (c config) runs(part string) bool {
@@ -145,6 +146,7 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
+	cfg.levels = levels
 	fmt.Printf("credbroker bench: %s, GOMAXPROCS=%d, %s, stores %s, load average at start: %s\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), runtime.GOARCH, strings.Join(kinds, ", "), loadavg())
 	dir, err := os.MkdirTemp("", "credbroker-bench-")
