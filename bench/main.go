@@ -75,7 +75,7 @@ func main() {
 	flag.StringVar(&cfg.stores, "store", "bolt,postgres", "stores to run on, in order: bolt, postgres (a throwaway server the bench starts from the local PostgreSQL binaries, or CREDBROKER_TEST_POSTGRES)")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time per server and concurrency")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up per server and concurrency")
-	flag.StringVar(&cfg.concs, "c", "1,16", "concurrencies")
+	flag.StringVar(&cfg.concs, "c", "1,16", "concurrencies of the load and gateway rows")
 	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write CPU profiles, per store (FILE.bolt, FILE.postgres): the default path alone at c=16 for -duration after the load rows, the provider_request run (+ \".provider\"), the MRTR run with its floor (+ \".mrtr\")")
 	flag.IntVar(&cfg.mrtrN, "mrtr", 1000, "MRTR round trips to time per mode (0 skips)")
 	flag.IntVar(&cfg.vaultN, "vault-conns", 1_000_000, "connections in the vault fixture (0 skips)")

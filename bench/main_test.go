@@ -35,7 +35,9 @@ func TestTargetsTableChecksEveryRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.close)
-	cfg := config{only: "load,gateway,revocation", duration: time.Second, concs: "16", revocations: 10}
+	// The load rows at c=16 (runStore's levels); the gateway's at both of
+	// its targets' concurrencies (-c's levels in a run).
+	cfg := config{only: "load,gateway,revocation", duration: time.Second, concs: "16", revocations: 10, levels: []int{1, 16}}
 	sum := &summary{}
 	for _, kind := range []string{storeBolt, storePostgres} {
 		if err := runStore(cfg, kind, t.TempDir(), pg, gw, []int{16}, sum); err != nil {
