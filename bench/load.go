@@ -163,7 +163,8 @@ var loadTargets = map[string]loadTarget{
 // maxStatements is the goal for SQL statements per call on a warm cache.
 const maxStatements = 1.0
 
-func (st *stack) load(cfg config, levels []int) error {
+func (st *stack) load(cfg config) error {
+	levels := cfg.levels
 	pg := st.kind == storePostgres
 	var sample func() time.Duration
 	if pg && st.pg.cpu() >= 0 {

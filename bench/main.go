@@ -178,7 +178,7 @@ func run(cfg config) error {
 				fmt.Printf("\nPostgreSQL %s started in %s (throwaway, fsync on, synchronous_commit on, TCP on loopback, pg_stat_statements loaded)\n",
 					pg.version, time.Since(t0).Round(10*time.Millisecond))
 			}
-			if err := runStore(cfg, kind, dir, pg, gw, levels, sum); err != nil {
+			if err := runStore(cfg, kind, dir, pg, gw, sum); err != nil {
 				return fmt.Errorf("%s: %w", kind, err)
 			}
 		}
@@ -195,7 +195,7 @@ func run(cfg config) error {
 }
 
 // runStore builds one broker on the store kind and runs the measures on it.
-func runStore(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams, levels []int, sum *summary) error {
+func runStore(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams, sum *summary) error {
 	st, err := newStack(cfg, kind, dir, pg, gw)
 	if err != nil {
 		return err
@@ -203,7 +203,7 @@ func runStore(cfg config, kind, dir string, pg *pgServer, gw *gwUpstreams, level
 	defer st.close()
 	st.sum = sum
 	if cfg.runs("load") {
-		if err := st.load(cfg, levels); err != nil {
+		if err := st.load(cfg); err != nil {
 			return err
 		}
 	}
