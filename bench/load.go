@@ -164,7 +164,6 @@ var loadTargets = map[string]loadTarget{
 const maxStatements = 1.0
 
 func (st *stack) load(cfg config) error {
-	levels := cfg.levels
 	pg := st.kind == storePostgres
 	var sample func() time.Duration
 	if pg && st.pg.cpu() >= 0 {
@@ -206,7 +205,7 @@ func (st *stack) load(cfg config) error {
 	fmt.Println(sep)
 	tg := loadTargets[st.kind]
 	perCall := map[string]map[int]loadResult{modeBroker: {}, modeIssuer: {}}
-	for _, c := range levels {
+	for _, c := range cfg.levels {
 		runs := make([]func(w, d time.Duration) loadResult, len(rows))
 		for i, r := range rows {
 			runs[i] = func(w, d time.Duration) loadResult { return r.run(c, w, d) }
@@ -261,7 +260,7 @@ func (st *stack) load(cfg config) error {
 	if pg {
 		fmt.Printf("\nfloor + one SQL round trip is the floor plus `SELECT record FROM connections WHERE id = $1` (the raw record, not decoded) through its own pool of 16 on the broker's database. Server CPU: every PostgreSQL process, from /proc, over the measured windows. SQL statements per request: pg_stat_statements' calls over every answered request of the server's slices (BEGIN and COMMIT count; the pool's empty `-- ping` does not)\n")
 		for _, m := range modes {
-			c := levels[len(levels)-1]
+			c := cfg.levels[len(cfg.levels)-1]
 			if r, ok := perCall[m][c]; ok && r.stmts != nil && r.all > 0 {
 				fmt.Printf("\nStatements of the %s at c=%d (%d requests):\n", pathName(m), c, r.all)
 				r.stmts.print(r.all, "request")

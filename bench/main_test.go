@@ -35,8 +35,8 @@ func TestTargetsTableChecksEveryRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.close)
-	// -c 1,16: the gateway's targets are at both.
-	cfg := config{only: "load,gateway,revocation", duration: time.Second, concs: "1,16", revocations: 10, levels: []int{1, 16}}
+	// -c 1,16 (levels, as run parses it): the gateway's targets are at both.
+	cfg := config{only: "load,gateway,revocation", duration: time.Second, revocations: 10, levels: []int{1, 16}}
 	sum := &summary{}
 	for _, kind := range []string{storeBolt, storePostgres} {
 		if err := runStore(cfg, kind, t.TempDir(), pg, gw, sum); err != nil {
