@@ -5,8 +5,10 @@ GO ?= go
 DATA ?= ./data
 # make run ADDR=127.0.0.1:8181 when port 8080 is taken (loopback only).
 ADDR ?= 127.0.0.1:8080
-# Time each fuzz target gets in `make test` (make fuzz FUZZTIME=1m for longer).
+# Time and workers each fuzz target gets in `make test` (make fuzz
+# FUZZTIME=1m FUZZWORKERS=2 for longer, on both cores).
 FUZZTIME ?= 5s
+FUZZWORKERS ?= 1
 
 .PHONY: run test deps build vet fmt-check tidy-check unit fuzz norace fuzz-norace bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
 .PHONY: oidcprovider-deps tsupstream-deps server-everything-deps inspector-deps
@@ -90,7 +92,7 @@ unit:
 
 # Each fuzz target for FUZZTIME; a crasher's input lands in testdata/fuzz.
 fuzz:
-	@FUZZTIME=$(FUZZTIME) .ci/fuzz
+	@FUZZTIME=$(FUZZTIME) FUZZWORKERS=$(FUZZWORKERS) .ci/fuzz
 
 # The tests that mean nothing under -race, which makes sync.Pool drop what
 # it is given at random: the allocation bounds of the hot path, in files
