@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"credbroker/internal/demoprovider"
 	"credbroker/provider"
@@ -391,6 +392,14 @@ func replaceKeyAttemptsLimited(t *testing.T, open func(testing.TB, *vault.Keyrin
 	conn := h.connections("alice")[0]
 	replace := h.srv.URL + "/connections/" + conn.ID + "/key"
 	wrong, bobKey := "demo_"+strings.Repeat("A", 43), h.demo.APIKey("bob-demo")
+	// The count is per window of binding's TTL (10 minutes), aligned to
+	// the clock: 20 posts that straddle a window's end would get two
+	// windows' allowance. With less than a minute left, the clock moves
+	// to 30 s into the next window.
+	const window = 10 * time.Minute
+	if now := h.clock.Now(); now.Truncate(window).Add(window).Sub(now) < time.Minute {
+		h.clock.Advance(now.Truncate(window).Add(window + 30*time.Second).Sub(now))
+	}
 	calls := h.keysAPICalls()
 	pages := make([]page, 20)
 	var wg sync.WaitGroup
