@@ -252,38 +252,15 @@ func (d *fastDecoder) plainString() ([]byte, bool) {
 func (d *fastDecoder) str(out *string) bool {
 	s, ok := d.plainString()
 	if ok {
-		*out = intern(s)
+		*out = plainjson.Intern(s, interned)
 	}
 	return ok
 }
 
-// intern is string(b), without a copy for the values most requests carry
-// (the JSON-RPC version, methods, tool names, protocol versions).
-func intern(b []byte) string {
-	switch string(b) {
-	case "2.0":
-		return "2.0"
-	case "tools/call":
-		return "tools/call"
-	case "tools/list":
-		return "tools/list"
-	case "server/discover":
-		return "server/discover"
-	case toolConnect:
-		return toolConnect
-	case toolList:
-		return toolList
-	case toolRequest:
-		return toolRequest
-	case toolDisconnect:
-		return toolDisconnect
-	case versionModern:
-		return versionModern
-	case versionLegacy:
-		return versionLegacy
-	}
-	return string(b)
-}
+// interned are the values most requests carry (the JSON-RPC version,
+// methods, tool names, protocol versions), kept as strings without a copy
+// (plainjson.Intern).
+var interned = []string{"2.0", "tools/call", "tools/list", "server/discover", toolConnect, toolList, toolRequest, toolDisconnect, versionModern, versionLegacy}
 
 func (d *fastDecoder) notNull() bool {
 	return d.i < len(d.b) && d.b[d.i] != 'n'

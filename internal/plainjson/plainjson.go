@@ -122,6 +122,18 @@ func AppendString(b []byte, s string) ([]byte, bool) {
 	return append(b, '"'), true
 }
 
+// Intern is string(b), without a copy when b is one of known: a fast
+// path's usual names and values, kept as strings without allocating one
+// per message.
+func Intern(b []byte, known []string) string {
+	for _, k := range known {
+		if string(b) == k {
+			return k
+		}
+	}
+	return string(b)
+}
+
 // MaxDepth bounds the nesting ValueEnd passes over; deeper input is refused
 // (and a fast path falls back).
 const MaxDepth = 200

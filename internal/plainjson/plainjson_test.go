@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // samples cover every class the functions decide on: plain ASCII, valid
@@ -241,5 +242,28 @@ func TestReaderTokens(t *testing.T) {
 	}
 	if r.Literal("null") || r.I != 17 {
 		t.Fatalf("Literal null of nul: at %d", r.I)
+	}
+}
+
+// TestIntern: a known value comes back as the known string itself (no
+// copy, no allocation); anything else as a copy of b.
+func TestIntern(t *testing.T) {
+	known := []string{"jsonrpc", "tools/call", ""}
+	for _, k := range known {
+		b := []byte(k)
+		got := Intern(b, known)
+		if got != k || len(k) > 0 && unsafe.StringData(got) != unsafe.StringData(k) {
+			t.Errorf("Intern(%q) = %q, not the known string itself", k, got)
+		}
+	}
+	b := []byte("tools/lisT")
+	got := Intern(b, known)
+	b[0] = 'X'
+	if got != "tools/lisT" {
+		t.Errorf("Intern of an unknown value = %q, want a copy of it", got)
+	}
+	in := []byte("tools/call")
+	if n := testing.AllocsPerRun(100, func() { _ = Intern(in, known) }); n != 0 {
+		t.Errorf("Intern of a known value allocates %.0f times", n)
 	}
 }

@@ -533,7 +533,7 @@ func scanMembers(b []byte) (members, bool) {
 		if !ok {
 			return nil, false
 		}
-		key := memberName(b[start:end])
+		key := plainjson.Intern(b[start:end], memberNames)
 		if _, dup := m[key]; dup {
 			return nil, false
 		}
@@ -556,23 +556,9 @@ func scanMembers(b []byte) (members, bool) {
 	}
 }
 
-// memberName is the member name b as a string: one of decodeMessage's
-// names without allocating it.
-func memberName(b []byte) string {
-	switch string(b) {
-	case "jsonrpc":
-		return "jsonrpc"
-	case "id":
-		return "id"
-	case "method":
-		return "method"
-	case "result":
-		return "result"
-	case "error":
-		return "error"
-	}
-	return string(b)
-}
+// memberNames are decodeMessage's member names, kept without allocating
+// them (plainjson.Intern).
+var memberNames = []string{"jsonrpc", "id", "method", "result", "error"}
 
 // answer is msg's result as the answer to the request id: its error
 // (wrapped) or its result.
