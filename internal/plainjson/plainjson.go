@@ -3,8 +3,9 @@
 // in requeststate, requests in mcpapi, upstream answers in mcpup): reading
 // a string that encoding/json would return verbatim, reading a small
 // non-negative integer, passing over any value as encoding/json's scanner
-// checks it, and writing a string that encoding/json would write verbatim;
-// and Reader, which walks a compact text with them.
+// checks it, writing a string that encoding/json would write verbatim, and
+// keeping a fast path's usual strings without a copy (Intern); and Reader,
+// which walks a compact text with them.
 // Each fast path hands anything these refuse to encoding/json, so they
 // only ever decide "simple enough", never what a value means.
 package plainjson
