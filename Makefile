@@ -10,7 +10,7 @@ ADDR ?= 127.0.0.1:8080
 FUZZTIME ?= 5s
 FUZZWORKERS ?= 1
 
-.PHONY: run test deps build vet fmt-check tidy-check unit fuzz norace fuzz-norace bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
+.PHONY: run test deps build vet unit-after-npm fmt-check tidy-check unit fuzz norace fuzz-norace bench bench-vault clean conformance-deps conformance sidecar-ts-deps mcpclient-deps
 .PHONY: oidcprovider-deps tsupstream-deps server-everything-deps inspector-deps
 .PHONY: image image-rootfs
 
@@ -190,14 +190,18 @@ sidecar-ts-deps: conformance-deps
 		cd $(SIDECAR_TS_DIR) && PATH="$(CURDIR)/$(CONFORMANCE_DIR)/node_modules/node-linux-$(NODE_ARCH)/bin:$$PATH" npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
-# The checks and the Node peers' installs run side by side (vet is CPU,
-# npm mostly waits on the registry); then unit and fuzz run side by side
-# (the tests must pass on a busy machine). Each one's output is shown
-# whole when it ends.
-PREPARE := fmt-check tidy-check vet conformance-deps sidecar-ts-deps mcpclient-deps oidcprovider-deps tsupstream-deps server-everything-deps inspector-deps
+# make test: the checks first (a gofmt or vet problem is reported within
+# seconds); then the fuzzing starts, beside the Node peers' installs (npm
+# mostly waits on the registry) and then beside the unit run, which starts
+# once the installs are done (the tests must pass on a busy machine). Each
+# step's output is shown whole when it ends.
+NPM_DEPS := conformance-deps sidecar-ts-deps mcpclient-deps oidcprovider-deps tsupstream-deps server-everything-deps inspector-deps
 test: deps
-	$(MAKE) --no-print-directory -j4 --output-sync=target $(PREPARE)
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit fuzz-norace
+	$(MAKE) --no-print-directory -j3 --output-sync=target fmt-check tidy-check vet
+	$(MAKE) --no-print-directory -j4 --output-sync=target unit-after-npm fuzz-norace
+
+unit-after-npm: $(NPM_DEPS)
+	@$(MAKE) --no-print-directory unit
 
 # The load run (broker vs a bare net/http baseline, MRTR round trip, vault at
 # 1M connections); loopback only, about two minutes. BENCH_FLAGS adds flags,
