@@ -36,7 +36,7 @@ func TestTargetsTableChecksEveryRow(t *testing.T) {
 	}
 	t.Cleanup(gw.close)
 	// -c 1,16 (levels, as run parses it): the gateway's targets are at both.
-	cfg := config{only: "load,gateway,revocation", duration: time.Second, revocations: 10, levels: []int{1, 16}}
+	cfg := config{only: "load,gateway,revocation", duration: 500 * time.Millisecond, revocations: 10, levels: []int{1, 16}}
 	sum := &summary{}
 	for _, kind := range []string{storeBolt, storePostgres} {
 		if err := runStore(cfg, kind, t.TempDir(), pg, gw, sum); err != nil {
