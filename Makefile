@@ -90,8 +90,8 @@ deps:
 #
 # The unit run is CPU-bound (both cores busy throughout, the fuzzing
 # beside it), so it is given less to do, not more order: -ldflags=-w
-# leaves DWARF out of each linked test binary (about a second of linking
-# each; stack traces of failures and race reports come from the symbol
+# leaves DWARF out of each linked test binary (about half a CPU-second of
+# linking each; stack traces of failures and race reports come from the symbol
 # table, which stays), and GOGC=400 makes the race-instrumented tests,
 # their broker subprocesses and the linker collect a quarter as often
 # (20 % less CPU for mcpapi, oauthflow and connections; no test asserts
