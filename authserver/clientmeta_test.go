@@ -2,10 +2,13 @@ package authserver
 
 import (
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+
+	"credbroker/internal/egress"
 )
 
 func TestCheckClientIDURL(t *testing.T) {
@@ -81,7 +84,12 @@ func TestRedirectRules(t *testing.T) {
 	}
 }
 
+// TestSpecialUseAddresses: the metadata client's dialer is egress's, so
+// an address is refused exactly when egress.IsSpecialUse says so, and a
+// fetch from one is refused with egress.ErrSpecialAddress before anything
+// is dialled (nothing listens on these addresses; nothing is reached).
 func TestSpecialUseAddresses(t *testing.T) {
+	client := newMetadataClient(false, nil)
 	for _, tc := range []struct {
 		addr    string
 		special bool
@@ -91,10 +99,23 @@ func TestSpecialUseAddresses(t *testing.T) {
 		{"255.255.255.255", true}, {"192.0.2.1", true},
 		{"::1", true}, {"fe80::1", true}, {"fc00::1", true}, {"::", true}, {"::ffff:127.0.0.1", true}, {"::ffff:10.0.0.1", true},
 		{"64:ff9b::7f00:1", true}, {"2001:db8::1", true}, {"2002:7f00:1::", true},
+		{"3fff::1", true}, {"::8.8.8.8", true}, {"5f00::1", true}, {"4000::1", true},
 		{"93.184.215.14", false}, {"8.8.8.8", false}, {"2606:4700::1111", false}, {"::ffff:8.8.8.8", false},
 	} {
-		if got := specialUse(netip.MustParseAddr(tc.addr)); got != tc.special {
+		a := netip.MustParseAddr(tc.addr)
+		if got := egress.IsSpecialUse(a); got != tc.special {
 			t.Errorf("%s: special %v, want %v", tc.addr, got, tc.special)
+		}
+		if !tc.special {
+			continue
+		}
+		u := "https://" + netip.AddrPortFrom(a, 443).String() + "/client.json"
+		resp, err := client.Get(u)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if !errors.Is(err, egress.ErrSpecialAddress) {
+			t.Errorf("%s: fetch %v, want egress.ErrSpecialAddress", u, err)
 		}
 	}
 }

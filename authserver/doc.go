@@ -33,10 +33,12 @@
 // Valid documents are cached per Cache-Control (default five minutes, at
 // most a day; errors and invalid documents never), and a recently valid
 // one stands in while the client's site is unreachable. The fetch is a
-// server-side request forgery vector: the dialer checks every address it
-// is about to connect to, after DNS, against the special-use ranges of
-// RFC 6890 (loopback, private, link-local, CGNAT, documentation, …) and
-// refuses them unless Options.AllowPrivateMetadata is set; no proxy is used.
+// server-side request forgery vector: its dialer is internal/egress's
+// (egress.NewDialer), which checks every address the host resolves to, and
+// the address it connects to, against egress's special-use ranges of
+// RFC 6890 and successors (loopback, private, link-local, CGNAT,
+// documentation, …) and refuses them unless Options.AllowPrivateMetadata
+// is set; no proxy is used.
 //
 // Any other client_id is a client registered here (RFC 7591): registration
 // is open unless turned off, capped in number (atomically, in the store),

@@ -9,22 +9,24 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"credbroker/internal/egress"
 )
 
 // Fetching Client ID Metadata Documents: the client_id URL comes from
 // whoever opens the authorize endpoint, so the fetch is a server-side
-// request forgery vector. Every address the dialer is about to connect to
-// (after DNS, for every attempt) is checked against the special-use ranges
-// of RFC 6890 and refused unless AllowPrivateMetadata is set; no proxy is
-// used (it would connect on our behalf to anything); redirects are not
-// followed; the answer must be 200 with a JSON type and at most
-// maxDocumentBytes; only valid documents are cached, within bounds.
+// request forgery vector. The dialer is internal/egress's (egress.NewDialer,
+// the broker's one dial-time check): the host is resolved and every
+// address it resolves to, and the address each socket connects to, is
+// checked against egress's special-use ranges (egress.IsSpecialUse) and
+// refused unless AllowPrivateMetadata is set. No proxy is used (it would
+// connect on our behalf to anything); redirects are not followed; the
+// answer must be 200 with a JSON type and at most maxDocumentBytes; only
+// valid documents are cached, within bounds.
 
 const (
 	maxDocumentBytes = 5 << 10 // the draft recommends 5 KB
@@ -37,10 +39,6 @@ const (
 	maxCachedDoc = 1000
 )
 
-// errSpecialAddress: the metadata URL resolved to an address the broker
-// will not connect to.
-var errSpecialAddress = errors.New("the address is a loopback, private, link-local or other special-use address")
-
 // FetchError is why a Client ID Metadata Document could not be used; its
 // message is written for the person on the error page and the client.
 type FetchError struct {
@@ -51,57 +49,11 @@ type FetchError struct {
 func (e *FetchError) Error() string { return e.Reason }
 func (e *FetchError) Unwrap() error { return e.Err }
 
-// specialPrefixes are the RFC 6890 special-use ranges (and successors)
-// that netip's predicates do not already cover.
-var specialPrefixes = func() []netip.Prefix {
-	var ps []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "198.18.0.0/15",
-		"198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4", "255.255.255.255/32",
-		"64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32", "2002::/16", "fec0::/10",
-	} {
-		ps = append(ps, netip.MustParsePrefix(s))
-	}
-	return ps
-}()
-
-// specialUse reports whether a is an address a metadata fetch must not
-// reach: anything but public unicast.
-func specialUse(a netip.Addr) bool {
-	a = a.Unmap()
-	if !a.IsValid() || !a.IsGlobalUnicast() || a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() ||
-		a.IsMulticast() || a.IsUnspecified() || a.IsInterfaceLocalMulticast() {
-		return true
-	}
-	for _, p := range specialPrefixes {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
 // newMetadataClient returns the HTTP client of metadata fetches.
 func newMetadataClient(allowPrivate bool, tlsConfig *tls.Config) *http.Client {
-	d := &net.Dialer{
-		Timeout: fetchTimeout,
-		Control: func(network, address string, _ syscall.RawConn) error {
-			if allowPrivate {
-				return nil
-			}
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return fmt.Errorf("%w (%v)", errSpecialAddress, err)
-			}
-			if specialUse(ap.Addr()) {
-				return errSpecialAddress
-			}
-			return nil
-		},
-	}
 	tr := &http.Transport{
 		Proxy:                  nil,
-		DialContext:            d.DialContext,
+		DialContext:            egress.NewDialer(egress.Options{AllowPrivate: allowPrivate, DialTimeout: fetchTimeout}),
 		TLSClientConfig:        tlsConfig,
 		TLSHandshakeTimeout:    fetchTimeout,
 		ResponseHeaderTimeout:  fetchTimeout,
@@ -206,7 +158,8 @@ func (c *metadataCache) fetch(clientID string, f *flight) {
 // transient reports whether a fetch error is the network's, not the
 // document's or the address policy's.
 func transient(err error) bool {
-	if errors.Is(err, errSpecialAddress) {
+	var refused *egress.RefusedError
+	if errors.As(err, &refused) {
 		return false
 	}
 	var ne net.Error
@@ -243,7 +196,7 @@ func (c *metadataCache) fetchOnce(ctx context.Context, clientID string) (Metadat
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.client.Do(req)
 	if err != nil {
-		if errors.Is(err, errSpecialAddress) {
+		if errors.Is(err, egress.ErrSpecialAddress) {
 			return Metadata{}, 0, &FetchError{Reason: "the client's metadata document is at a loopback, private or other special-use address, which this broker does not fetch from", Err: err}
 		}
 		return Metadata{}, 0, &FetchError{Reason: "the client's metadata document could not be fetched", Err: err}

@@ -6,7 +6,39 @@ import (
 	"net"
 	"net/netip"
 	"syscall"
+	"time"
 )
+
+// NewDialer returns the dial-time check of a transport applying opts, as
+// an http.Transport's DialContext, for a client that builds its own
+// transport: the host is resolved (Options.Resolver), every address it
+// resolves to is checked against the special-use ranges unless
+// AllowPrivate is set, only checked addresses are dialled (within
+// DialTimeout, default 10 seconds), and the address a socket connects to
+// is checked once more. Only those three options apply. The caller's
+// transport must use no proxy (its Proxy nil), and the checks before
+// dialling (scheme, allowed hosts) and at redirects are the caller's.
+// A refusal is a *RefusedError wrapping ErrSpecialAddress.
+func NewDialer(opts Options) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return newDialer(policy{allowPrivate: opts.AllowPrivate}, opts).dialContext
+}
+
+// newDialer returns the dialer of policy p with opts' resolver and dial
+// timeout.
+func newDialer(p policy, opts Options) *dialer {
+	d := &dialer{policy: p, resolve: opts.Resolver}
+	d.net.Timeout = durationOr(opts.DialTimeout, defaultDialTimeout)
+	d.net.KeepAlive = 30 * time.Second
+	if !p.allowPrivate {
+		d.net.Control = controlAddress
+	}
+	if d.resolve == nil {
+		d.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	return d
+}
 
 // dialer resolves, checks and connects.
 type dialer struct {

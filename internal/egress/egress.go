@@ -24,6 +24,11 @@
 //     user info) or a body (a token request's code, refresh token or
 //     client secret; an MCP message) follows no redirect at all.
 //
+// NewDialer is check 2 alone, for a client that keeps its own
+// http.Transport (the authorization server's fetch of Client ID Metadata
+// Documents, which checks the scheme and refuses redirects itself): the
+// same ranges, the same dial.
+//
 // No proxy is ever used: a proxy would connect on the broker's behalf to
 // anything. Every refusal is a *RefusedError wrapping one of the
 // sentinels, so callers branch with errors.Is; its message names the host
@@ -43,7 +48,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -204,17 +208,7 @@ func NewTransport(opts Options) (*Transport, error) {
 	if opts.MaxResponseBytes < 0 {
 		return nil, errors.New("egress: MaxResponseBytes must not be negative")
 	}
-	d := &dialer{policy: p, resolve: opts.Resolver}
-	d.net.Timeout = durationOr(opts.DialTimeout, defaultDialTimeout)
-	d.net.KeepAlive = 30 * time.Second
-	if !p.allowPrivate {
-		d.net.Control = controlAddress
-	}
-	if d.resolve == nil {
-		d.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		}
-	}
+	d := newDialer(p, opts)
 	var tc *tls.Config
 	if opts.TLSConfig != nil {
 		tc = opts.TLSConfig.Clone()

@@ -207,6 +207,39 @@ func TestResolvedNamesRefusedAfterDNS(t *testing.T) {
 	}
 }
 
+// TestNewDialer: the dialer alone, in a transport of the caller's, refuses
+// what a client of New refuses at dial time (an address literal, a name
+// with any special-use answer) without connecting, and with AllowPrivate
+// reaches the server.
+func TestNewDialer(t *testing.T) {
+	srv := newTLSServer(t, nil)
+	dns := newFakeDNS(map[string][]string{
+		"loopback.example.com": {"127.0.0.1"},
+		"mixed.example.com":    {"93.184.216.34", "192.168.1.1"},
+	})
+	viaDialer := func(opts egress.Options) *http.Client {
+		tr := &http.Transport{Proxy: nil, DialContext: egress.NewDialer(opts), TLSClientConfig: srvTLS(srv)}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr}
+	}
+	strict := viaDialer(egress.Options{Resolver: dns.resolve})
+	for _, u := range []string{srv.URL + "/x", "https://loopback.example.com:" + srv.port + "/", "https://mixed.example.com:" + srv.port + "/"} {
+		_, err := get(strict, u)
+		if re := wantRefused(t, err, egress.ErrSpecialAddress); !re.Addr.IsValid() || re.Range == "" {
+			t.Fatalf("%s: refusal %+v", u, re)
+		}
+	}
+	if n := srv.conns.Load(); n != 0 {
+		t.Fatalf("the server accepted %d connections", n)
+	}
+	open := viaDialer(egress.Options{AllowPrivate: true, Resolver: dns.resolve})
+	for _, u := range []string{srv.URL + "/x", "https://loopback.example.com:" + srv.port + "/"} {
+		if body, err := get(open, u); err != nil || body != "ok" {
+			t.Fatalf("AllowPrivate %s: %q, %v", u, body, err)
+		}
+	}
+}
+
 // TestAllowedHosts: https only, exact host (case-insensitive), the port as
 // given; everything else is refused before any lookup or connection.
 func TestAllowedHosts(t *testing.T) {
