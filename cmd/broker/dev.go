@@ -220,7 +220,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		ln.Close()
 		return fmt.Errorf("demo MCP server: %w", err)
 	}
-	providers, err := provider.ParseProviders("dev providers",
+	cat, err := parseCatalogue("dev providers",
 		[]byte(devProviders(base)),
 		func(k string) string {
 			if k == "DEMO_CLIENT_SECRET" {
@@ -231,6 +231,13 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 	if err != nil {
 		ln.Close()
 		return err
+	}
+	providers := cat.reg
+	// The gateway reaches the demo MCP server on this listener only.
+	upstreams := upstreamConfig{AllowPrivate: true, AllowedHosts: []string{ln.Addr().String()}, MaxCallTimeout: provider.MaxCallTimeout}
+	if problems := upstreams.checkProviders(cat, base); len(problems) > 0 {
+		ln.Close()
+		return fmt.Errorf("configuration has problems:\n%w", errors.Join(problems...))
 	}
 
 	tp, stopTracing, err := startTracing(ctx, log)
@@ -275,8 +282,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 			Clients: []authserver.StaticClient{{ID: devHostClientID, Secret: devHostSecret, Name: "Development MCP host",
 				RedirectURIs: []string{"http://127.0.0.1/callback"}}},
 		},
-		// The gateway reaches the demo MCP server on this listener only.
-		Upstreams: upstreamConfig{AllowPrivate: true, AllowedHosts: []string{ln.Addr().String()}, MaxCallTimeout: provider.MaxCallTimeout},
+		Upstreams: upstreams,
 	})
 	if err != nil {
 		stopServing()

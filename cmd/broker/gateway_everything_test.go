@@ -535,6 +535,8 @@ func (g *everythingGateway) token(t *testing.T, user string) string {
 type evHost struct {
 	endpoint, token string
 	caps            map[string]any
+	// hc sends its requests (nil: http.DefaultClient).
+	hc *http.Client
 }
 
 func (g *everythingGateway) host(t *testing.T, user string, caps map[string]any) *evHost {
@@ -631,12 +633,17 @@ func (h *evHost) postErr(ctx context.Context, method string, params map[string]a
 	if uri, ok := params["uri"].(string); ok {
 		req.Header.Set("Mcp-Name", uri)
 	}
-	return readAnswer(req, onEvent)
+	return readAnswer(h.hc, req, onEvent)
 }
 
-func readAnswer(req *http.Request, onEvent func(gwEvent)) *gwAnswer {
+// readAnswer sends req with hc (nil: http.DefaultClient) and reads its
+// answer.
+func readAnswer(hc *http.Client, req *http.Request, onEvent func(gwEvent)) *gwAnswer {
 	a := &gwAnswer{}
-	resp, err := http.DefaultClient.Do(req)
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		a.err = err
 		return a
@@ -704,7 +711,7 @@ func (g *everythingGateway) legacyHost(t *testing.T, user string, urlElicitation
 	if urlElicitation {
 		caps["elicitation"] = map[string]any{"url": map[string]any{}}
 	}
-	h.init = readAnswer(h.request("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": caps,
+	h.init = readAnswer(nil, h.request("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": caps,
 		"clientInfo": map[string]any{"name": "everything-test-legacy-host", "version": "1"}}), nil)
 	h.session = h.init.header.Get("Mcp-Session-Id")
 	if h.session == "" || h.init.err != nil {
@@ -729,7 +736,7 @@ func (h *legacyGWHost) request(method string, params map[string]any) *http.Reque
 // call is a tools/call; it returns the response message.
 func (h *legacyGWHost) call(t *testing.T, tool string, args map[string]any) json.RawMessage {
 	t.Helper()
-	a := readAnswer(h.request("tools/call", map[string]any{"name": tool, "arguments": args}), nil)
+	a := readAnswer(nil, h.request("tools/call", map[string]any{"name": tool, "arguments": args}), nil)
 	if a.err != nil {
 		t.Fatalf("legacy tools/call %s: %v", tool, a.err)
 	}

@@ -16,7 +16,6 @@ import (
 	"credbroker/internal/buildinfo"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
-	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/web"
 	"credbroker/webhook"
@@ -128,12 +127,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		keys = kr
 	}
-	providers, err := provider.LoadProviders(cfg.ProvidersFile, os.Getenv)
+	cat, err := loadCatalogue(cfg.ProvidersFile, os.Getenv)
 	if err != nil {
 		problems = append(problems, err)
 	}
+	providers := cat.reg
 	if providers != nil {
-		problems = append(problems, cfg.Upstreams.checkProviders(providers)...)
+		problems = append(problems, cfg.Upstreams.checkProviders(cat, cfg.PublicURL)...)
 	}
 	sc := cfg.sidecar()
 	var sidecarNames []string

@@ -70,11 +70,12 @@ func (c *upstreamConfig) metadataURL(publicURL string) string {
 	return strings.TrimSuffix(publicURL, "/") + "/oauth/client-metadata.json"
 }
 
-// checkProviders reports the type: mcp entries the flags do not allow.
-func (c *upstreamConfig) checkProviders(reg *provider.Registry) []error {
+// checkProviders reports the type: mcp entries the flags do not allow,
+// publicURL being the broker's (--public-url).
+func (c *upstreamConfig) checkProviders(cat catalogue, publicURL string) []error {
 	var errs []error
-	for _, name := range reg.Names() {
-		p, _ := reg.Lookup(name)
+	for _, name := range cat.reg.Names() {
+		p, _ := cat.reg.Lookup(name)
 		g, ok := p.Kind.(provider.Gateway)
 		if !ok {
 			continue
@@ -86,8 +87,38 @@ func (c *upstreamConfig) checkProviders(reg *provider.Registry) []error {
 		if up.CallTimeout > c.MaxCallTimeout {
 			errs = append(errs, fmt.Errorf("provider %s: mcp.call_timeout %s is over --upstream-max-call-timeout %s", name, up.CallTimeout, c.MaxCallTimeout))
 		}
+		if err := c.checkRegistration(cat, name, publicURL); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errs
+}
+
+// checkRegistration reports entry name's mcp.registration when the flags
+// make it impossible, so the broker refuses to start rather than fail each
+// connect at discovery: cimd needs the broker's Client ID Metadata
+// Document at an https URL (the provider package uses it at no other),
+// and --client-metadata-url, or <public-url>/oauth/client-metadata.json
+// without it, may be http. auto is never refused: it passes over the
+// document when its URL is not https.
+func (c *upstreamConfig) checkRegistration(cat catalogue, name, publicURL string) error {
+	p, _ := cat.reg.Lookup(name)
+	m, ok := p.Kind.(*provider.MCP)
+	if !ok || m.Registration != "cimd" {
+		return nil
+	}
+	doc := c.metadataURL(publicURL)
+	if strings.HasPrefix(doc, "https://") || checkBaseURL(doc) != nil {
+		// No URL at all is a problem of --public-url's or
+		// --client-metadata-url's, reported as such.
+		return nil
+	}
+	from := ""
+	if c.ClientMetadataURL == "" {
+		from = ", from --public-url"
+	}
+	return fmt.Errorf("%s: %s: registration cimd needs an https client metadata URL (--client-metadata-url is %s%s); give the broker an https --public-url or --client-metadata-url, or another mcp.registration (auto skips the document when it is not https)",
+		cat.at(name, "mcp", "registration"), name, doc, from)
 }
 
 // httpClients are the egress clients: auth for authorization servers
@@ -151,11 +182,11 @@ func (f *upstreamFlags) register(fs *flag.FlagSet) {
 }
 
 // load checks the flags and loads the catalogue.
-func (f *upstreamFlags) load() (*provider.Registry, error) {
+func (f *upstreamFlags) load() (catalogue, error) {
 	if errs := f.uc.validate(); len(errs) > 0 {
-		return nil, usageError{errors.Join(errs...).Error()}
+		return catalogue{}, usageError{errors.Join(errs...).Error()}
 	}
-	return provider.LoadProviders(f.file, os.Getenv)
+	return loadCatalogue(f.file, os.Getenv)
 }
 
 // client is a provider client of reg for the upstreams commands on store,
@@ -182,15 +213,20 @@ func runUpstreamsCheck(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err := parseFlags(fs, args, stderr, 1); err != nil {
 		return err
 	}
-	reg, err := f.load()
+	cat, err := f.load()
 	if err != nil {
 		return err
 	}
+	reg := cat.reg
 	var names []string
+	var problems []error
 	for _, n := range reg.Names() {
 		p, _ := reg.Lookup(n)
 		if _, ok := p.Kind.(provider.Gateway); ok && (fs.NArg() == 0 || fs.Arg(0) == n) {
 			names = append(names, n)
+			if err := f.uc.checkRegistration(cat, n, f.publicURL); err != nil {
+				problems = append(problems, err)
+			}
 		}
 	}
 	if len(names) == 0 {
@@ -198,6 +234,10 @@ func runUpstreamsCheck(ctx context.Context, args []string, stdout, stderr io.Wri
 			return fmt.Errorf("%s has no type: mcp provider %q", f.file, fs.Arg(0))
 		}
 		return fmt.Errorf("%s has no type: mcp providers", f.file)
+	}
+	if len(problems) > 0 {
+		// serve would refuse to start: nothing to check.
+		return fmt.Errorf("configuration has problems:\n%w", errors.Join(problems...))
 	}
 	_, mcpHTTP, err := f.uc.httpClients()
 	if err != nil {
@@ -290,10 +330,11 @@ func runUpstreamsForget(ctx context.Context, args []string, stdout, stderr io.Wr
 	case fs.NArg() > 0:
 		return usageError{fmt.Sprintf("upstreams forget: unexpected argument %q", fs.Arg(0))}
 	}
-	reg, err := f.load()
+	cat, err := f.load()
 	if err != nil {
 		return err
 	}
+	reg := cat.reg
 	if _, ok := reg.Lookup(name); !ok {
 		return fmt.Errorf("%s has no provider %q (its providers: %s)", f.file, name, strings.Join(reg.Names(), ", "))
 	}
