@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -462,20 +463,26 @@ func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCal
 	// their ttl): a copy is changed, never it.
 	res := *up
 	res.Tools = g.sanitizeTools(ctx, c, r, up.Tools)
-	ttl := res.TTLMs
-	if ttl <= 0 || ttl > maxToolsListTTL {
-		ttl = maxToolsListTTL
+	// The host may keep the list as long as the upstream allows, at most
+	// maxToolsListTTL (0, the go-sdk's default and a 2025-11-25 server's
+	// only value, says ask again each time). This replica keeps it for
+	// that long too, or maxToolsListTTL when the upstream gave none: the
+	// cache key changes with the connection and its grant, and a
+	// list_changed the broker hears empties it.
+	ttl := min(max(res.TTLMs, 0), maxToolsListTTL)
+	keep := ttl
+	if keep == 0 {
+		keep = maxToolsListTTL
 	}
 	res.Meta, res.Cacheable = g.s.serverMeta(), mcp.Cacheable{TTLMs: ttl, CacheScope: "private"}
 	b, ok := g.encodeResult(w, c, &res)
 	if !ok {
 		return cachedTools{}, false, nil
 	}
-	e := cachedTools{body: b, until: g.s.opts.Now().Add(time.Duration(ttl) * time.Millisecond), bindings: map[string][]paramBinding{}}
+	e := cachedTools{body: b, until: g.s.opts.Now().Add(time.Duration(keep) * time.Millisecond),
+		bindings: make(map[string][]paramBinding, len(res.Tools)), whole: res.NextCursor == ""}
 	for _, t := range res.Tools {
-		if bs := toolParamBindings(t.InputSchema); len(bs) > 0 {
-			e.bindings[t.Name] = bs
-		}
+		e.bindings[t.Name] = toolParamBindings(t.InputSchema)
 	}
 	if first {
 		g.cacheToolsList(key, e)
@@ -483,14 +490,14 @@ func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCal
 	return e, true, nil
 }
 
-// paramBindings are the x-mcp-header bindings of the upstream's tools as
-// c's person sees them (its first page of tools, listed for the purpose
-// when the cache holds none); nil when the list cannot be had.
-func (g *gateway) paramBindings(ctx context.Context, c *gwCall, r connections.Ready) map[string][]paramBinding {
+// listedTools is the first page of the upstream's tools as c's person
+// sees them (listed for the purpose when the cache holds none); ok is
+// false when the list cannot be had.
+func (g *gateway) listedTools(ctx context.Context, c *gwCall, r connections.Ready) (page cachedTools, ok bool) {
 	lc := *c
 	lc.method, lc.params = "tools/list", gwParams{Meta: c.params.Meta}
-	page, _, _ := g.toolsPage(ctx, nil, &lc, r)
-	return page.bindings
+	page, _, err := g.toolsPage(ctx, nil, &lc, r)
+	return page, err == nil && page.bindings != nil
 }
 
 // The tools/list cache: per replica, per person, connection and grant
@@ -506,8 +513,12 @@ type toolsKey struct {
 type cachedTools struct {
 	body  []byte
 	until time.Time
-	// bindings are the listed tools' x-mcp-header bindings, by tool.
+	// bindings are the listed tools' x-mcp-header bindings, by tool: a
+	// key for every tool listed, nil when it binds none.
 	bindings map[string][]paramBinding
+	// whole: the page is the whole list (no nextCursor), so a name it
+	// lacks is no tool of the upstream's that the host may call.
+	whole bool
 }
 
 // maxCachedLists bounds the cache; beyond it the cache starts over.
@@ -671,19 +682,26 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		g.connected(w, c, r)
 		return
 	}
-	if c.method == "tools/call" && !c.up.Tools.Allowed(c.params.Name) {
-		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: unknown tool "+quote(c.params.Name), nil)
-		return
-	}
-	if c.method == "tools/call" && c.modern {
-		// SEP-2243: the host's Mcp-Param headers must say what the body
-		// says; the upstream's are written from the body.
-		want, problem := checkParamHeaders(c.header, c.params.Arguments, g.paramBindings(ctx, c, r)[c.params.Name])
-		if problem != "" {
-			writeRPCError(w, http.StatusBadRequest, c.id, codeHeaderMismatch, "Header mismatch: "+problem, nil)
+	if c.method == "tools/call" {
+		// A tool the entry denies, or one the person's list does not
+		// have (never listed, or dropped as the upstream's tools were
+		// sanitised), is not called. A list that cannot be had, or has
+		// more pages, leaves the upstream to decide.
+		page, listed := g.listedTools(ctx, c, r)
+		if _, known := page.bindings[c.params.Name]; !c.up.Tools.Allowed(c.params.Name) || listed && page.whole && !known {
+			writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: unknown tool "+quote(c.params.Name), nil)
 			return
 		}
-		ctx = mcpup.WithParamHeaders(ctx, want)
+		if c.modern {
+			// SEP-2243: the host's Mcp-Param headers must say what the
+			// body says; the upstream's are written from the body.
+			want, problem := checkParamHeaders(c.header, c.params.Arguments, page.bindings[c.params.Name])
+			if problem != "" {
+				writeRPCError(w, http.StatusBadRequest, c.id, codeHeaderMismatch, "Header mismatch: "+problem, nil)
+				return
+			}
+			ctx = mcpup.WithParamHeaders(ctx, want)
+		}
 	}
 	release, busy := g.admitCall(c)
 	if busy != "" {
@@ -769,7 +787,7 @@ func (g *gateway) upstreamInput(w http.ResponseWriter, c *gwCall, r connections.
 		}
 	}
 	st, err := requeststate.SealGateway(g.s.opts.StateKeys, requeststate.Gateway{Principal: c.principal, Provider: c.p.Name, Method: c.method,
-		Name: c.callName(), ArgDigest: digest, Conn: r.Conn.ID, Upstream: in.state, Expires: g.s.opts.Now().Add(g.s.opts.StateTTL)})
+		Name: c.callName(), ArgDigest: digest, Conn: r.Conn.ID, Upstream: in.state, Expires: g.s.opts.Now().Add(g.stateTTL())})
 	if err != nil {
 		g.toolError(w, c, fmt.Sprintf("%s answered with a continuation larger than the broker relays (%d bytes at most). Nothing was done.", c.p.DisplayName, requeststate.MaxUpstreamState))
 		return
@@ -1000,7 +1018,7 @@ func (g *gateway) askToConnect(w http.ResponseWriter, c *gwCall, n connections.N
 	}
 	msg := n.Message()
 	st, err := requeststate.SealGateway(s.opts.StateKeys, requeststate.Gateway{Principal: c.principal, Provider: c.p.Name, Method: c.method,
-		Name: c.callName(), ArgDigest: digest, Grant: n.Grant.ID, Expires: n.Until(s.opts.Now(), s.opts.StateTTL)})
+		Name: c.callName(), ArgDigest: digest, Grant: n.Grant.ID, Expires: n.Until(s.opts.Now(), g.stateTTL())})
 	if err != nil {
 		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
 		return
@@ -1102,9 +1120,7 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 	// An error the upstream answered is relayed; the transport's own
 	// rejection (its code -32005) is a failure to reach it.
 	if errors.As(err, &re) && re.Code != transportRejected {
-		if len(re.Message) > maxUpstreamError {
-			re.Message = untrusted.Clip(re.Message, maxUpstreamError)
-		}
+		re.Message = untrusted.ClipBytes(re.Message, maxUpstreamError)
 		if re.Code == mcp.CodeURLElicitationRequired && !c.modern {
 			writeRPCErrorValue(w, http.StatusOK, c.id, legacyURLElicitation(re))
 			return
@@ -1127,7 +1143,8 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 		return
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		g.toolError(w, c, fmt.Sprintf("%s did not answer within %s. Nothing is known of the call's outcome; check before calling again.", c.p.DisplayName, c.up.CallTimeout))
+		g.toolError(w, c, fmt.Sprintf("%s did not answer within %s s. Nothing is known of the call's outcome; check before calling again.",
+			c.p.DisplayName, strconv.FormatFloat(c.up.CallTimeout.Seconds(), 'f', -1, 64)))
 		return
 	}
 	g.s.log.Warn("mcpapi: upstream request failed", "provider", c.p.Name, "method", c.method, "err", err.Error())
@@ -1188,7 +1205,7 @@ func legacyURLElicitation(re *rpcError) *rpcError {
 		}
 	}
 	b, _ := json.Marshal(data)
-	return &rpcError{Code: re.Code, Message: untrusted.Clip(re.Message, maxUpstreamError), Data: b}
+	return &rpcError{Code: re.Code, Message: untrusted.ClipBytes(re.Message, maxUpstreamError), Data: b}
 }
 
 func safeElicitURL(raw string) bool {
@@ -1370,6 +1387,15 @@ func privately[T any](r *T, cache func(*T) *mcp.Cacheable) *T {
 	return &v
 }
 
+// maxGatewayStateTTL bounds a gateway state's life whatever --state-ttl
+// says: it carries an upstream's own requestState, which the broker
+// cannot read, so a host holds it at most ten minutes (docs/SECURITY.md
+// invariant 17).
+const maxGatewayStateTTL = 10 * time.Minute
+
+// stateTTL is how long a gateway state the broker seals now stays valid.
+func (g *gateway) stateTTL() time.Duration { return min(g.s.opts.StateTTL, maxGatewayStateTTL) }
+
 // admitCall applies the per-person limits: at most maxInFlight calls at
 // once and maxPerMinute a minute for one provider. release ends the call;
 // busy is the refusal ("" when admitted).
@@ -1393,8 +1419,8 @@ func (g *gateway) admitCall(c *gwCall) (release func(), busy string) {
 	case l.inFlight >= maxInFlight:
 		return nil, fmt.Sprintf("Too many calls to %s are running for this person (%d at most); retry when one has finished.", c.p.DisplayName, maxInFlight)
 	case l.count >= maxPerMinute:
-		wait := time.Minute - now.Sub(l.window)
-		return nil, fmt.Sprintf("Too many calls to %s this minute (%d at most); retry in %d s.", c.p.DisplayName, maxPerMinute, int(wait.Seconds())+1)
+		wait := (time.Minute - now.Sub(l.window) + time.Second - 1) / time.Second
+		return nil, fmt.Sprintf("Too many calls to %s this minute (%d at most); retry in %d s.", c.p.DisplayName, maxPerMinute, wait)
 	}
 	l.inFlight++
 	l.count++

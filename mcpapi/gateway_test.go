@@ -40,13 +40,17 @@ func newGatewayHarness(t *testing.T, mods ...harnessOpt) *gatewayHarness {
 func newGatewayHarnessWith(t *testing.T, mcpSettings []string, mods ...harnessOpt) *gatewayHarness {
 	t.Helper()
 	up := newTestUpstream(t)
+	settings := append([]string{"url: " + up.url(), "tools: {deny: [hidden]}"}, mcpSettings...)
+	if !slices.ContainsFunc(mcpSettings, func(s string) bool { return strings.HasPrefix(s, "call_timeout:") }) {
+		settings = append(settings, "call_timeout: 5s")
+	}
 	var hh *harness
 	h := newHarnessExtra(t, func(h *harness, _ string) string {
 		hh = h
 		return `  up:
     display_name: Upstream
     type: mcp
-    mcp: {url: ` + up.url() + `, call_timeout: 5s, tools: {deny: [hidden]}` + strings.Join(append([]string{""}, mcpSettings...), ", ") + `}
+    mcp: {` + strings.Join(settings, ", ") + `}
 `
 	}, append([]harnessOpt{func(o *Options) {
 		o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens(),
@@ -85,15 +89,21 @@ func (g *gatewayHarness) gwBearer(sub string) string {
 // with tokens the upstream issued for scopes.
 func (g *gatewayHarness) connectUp(id string, scopes ...string) vault.Connection {
 	g.t.Helper()
+	return g.connectUpAs("alice", id, scopes...)
+}
+
+// connectUpAs is connectUp for the person sub.
+func (g *gatewayHarness) connectUpAs(sub, id string, scopes ...string) vault.Connection {
+	g.t.Helper()
 	ctx := context.Background()
-	alice := g.principal("alice")
-	gr, err := g.grants.Authorize(ctx, id, alice)
+	pr := g.principal(sub)
+	gr, err := g.grants.Authorize(ctx, id, pr)
 	if err != nil {
 		g.t.Fatal(err)
 	}
 	at, rt := g.up.grant(scopes...)
 	p, _ := g.conns.Providers().Lookup("up")
-	c, err := g.conns.Save(ctx, alice, gr, p, provider.Exchanged{Account: provider.Account{ID: "up-alice", Login: "alice@up"},
+	c, err := g.conns.Save(ctx, pr, gr, p, provider.Exchanged{Account: provider.Account{ID: "up-" + sub, Login: sub + "@up"},
 		Scopes: scopes, Token: vault.TokenSet{AccessToken: vault.Secret(at), RefreshToken: vault.Secret(rt), TokenType: "Bearer", Expiry: g.clock.Now().Add(time.Hour)}})
 	if err != nil {
 		g.t.Fatal(err)
@@ -158,9 +168,10 @@ func TestGatewayRelay(t *testing.T) {
 	if got := textOf(d); got != `echo {"x":1}` || d.Result["resultType"] != "complete" {
 		t.Fatalf("relayed retry = %+v", d)
 	}
-	// Connected: the upstream's tools, private, ttl capped.
+	// Connected: the upstream's tools, private, with the upstream's ttl
+	// (0: ask again each time; TestGatewayToolsListTTL has the others).
 	d = g.gwCall("alice", urlCaps, "tools/list", "", nil)
-	if names := toolNames(t, d); !slices.Equal(names, []string{"admin", "ask", "echo", "link", "route", "slow"}) || d.Result["ttlMs"] != float64(maxToolsListTTL) || d.Result["cacheScope"] != "private" {
+	if names := toolNames(t, d); !slices.Equal(names, []string{"admin", "ask", "echo", "link", "route", "slow"}) || d.Result["ttlMs"] != float64(0) || d.Result["cacheScope"] != "private" {
 		t.Fatalf("connected tools/list = %v %+v", names, d.Result)
 	}
 	// The placeholder says connected.

@@ -71,12 +71,22 @@ type testUpstream struct {
 	// intercept, when set, answers every request (a server or
 	// authorization server misbehaving), next being the usual answers.
 	intercept func(w http.ResponseWriter, r *http.Request, next http.Handler)
+	// listTTL is the ttlMs of its tools/list results (0, the go-sdk's
+	// default, unless a test changes it).
+	listTTL int
 }
 
 func newTestUpstream(t testing.TB) *testUpstream {
 	u := &testUpstream{t: t, tokens: map[string][]string{}, refresh: map[string][]string{}, methods: map[string]int{}, caps: map[string]json.RawMessage{}}
 	server := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, &mcp.ServerOptions{
 		Instructions: "Upstream instructions\u202e with a bidi override and \u200b a zero-width space.",
+		SetCacheable: func(_ context.Context, req mcp.Request, c *mcp.Cacheable) {
+			if _, ok := req.(*mcp.ListToolsRequest); ok {
+				u.mu.Lock()
+				c.TTLMs = u.listTTL
+				u.mu.Unlock()
+			}
+		},
 	})
 	server.AddTool(&mcp.Tool{Name: "echo", Description: "Echo the arguments.", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {

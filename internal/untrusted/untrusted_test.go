@@ -49,3 +49,33 @@ func FuzzClip(f *testing.F) {
 		}
 	})
 }
+
+// TestClipBytes: at most n bytes with the ellipsis, cut on a rune
+// boundary, valid UTF-8 whatever came in.
+func TestClipBytes(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"", 3, ""},
+		{"abc", 3, "abc"},
+		{"abcdef", 5, "ab…"},
+		{"ééé", 6, "ééé"},
+		{"éééé", 6, "é…"},   // 3 bytes left for text: one é and half the next
+		{"日本語日本語", 7, "日…"}, // 3-byte runes
+		{"abcdef", 3, "…"},
+		{"abcdef", 2, ""},
+		{"a\xffb", 5, "a\uFFFDb"},
+	}
+	for _, tt := range tests {
+		got := ClipBytes(tt.in, tt.n)
+		if got != tt.want || len(got) > max(tt.n, len(tt.in)) || !utf8.ValidString(got) {
+			t.Errorf("ClipBytes(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+		}
+	}
+	long := strings.Repeat("𝄞", 1000) // 4 bytes each
+	if got := ClipBytes(long, 1024); len(got) > 1024 || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Errorf("ClipBytes of 4,000 bytes to 1,024: %d bytes", len(got))
+	}
+}
