@@ -662,6 +662,12 @@ func TestGatewayListChanged(t *testing.T) {
 // for prompts hears no prompt change.
 func TestGatewayUpstreamListChanged(t *testing.T) {
 	g := newGatewayHarness(t)
+	// The upstream says its lists stay fresh for ten minutes: a change it
+	// announces must still show at once (the go-sdk's client keeps a
+	// list that long on the session that fetched it).
+	g.up.mu.Lock()
+	g.up.listTTL = 600_000
+	g.up.mu.Unlock()
 	noArgs := func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 		return &mcp.GetPromptResult{}, nil
 	}
@@ -692,9 +698,23 @@ func TestGatewayUpstreamListChanged(t *testing.T) {
 	if after := toolNames(t, g.gwCall("alice", urlCaps, "tools/list", "", nil)); len(after) != len(before)+1 || !slices.Contains(after, "late") {
 		t.Fatalf("tools/list after the change: %v (before: %v)", after, before)
 	}
+	promptNames := func() []string {
+		d := g.gwCall("alice", urlCaps, "prompts/list", "", nil)
+		var names []string
+		for _, p := range d.Result["prompts"].([]any) {
+			names = append(names, p.(map[string]any)["name"].(string))
+		}
+		return names
+	}
+	if names := promptNames(); !slices.Equal(names, []string{"first"}) {
+		t.Fatalf("prompts before the change: %v", names)
+	}
 	g.up.server.AddPrompt(&mcp.Prompt{Name: "second"}, noArgs)
 	if m := all.next(); m.Method != "notifications/prompts/list_changed" {
 		t.Fatalf("after a prompt was added: %+v", m)
+	}
+	if names := promptNames(); !slices.Equal(names, []string{"first", "second"}) {
+		t.Fatalf("prompts after the change: %v", names)
 	}
 	g.srv.EndStreams()
 	for _, st := range []*listenStream{all, toolsOnly} {

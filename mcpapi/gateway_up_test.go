@@ -71,8 +71,8 @@ type testUpstream struct {
 	// intercept, when set, answers every request (a server or
 	// authorization server misbehaving), next being the usual answers.
 	intercept func(w http.ResponseWriter, r *http.Request, next http.Handler)
-	// listTTL is the ttlMs of its tools/list results (0, the go-sdk's
-	// default, unless a test changes it).
+	// listTTL is the ttlMs of its tools, prompts and resources lists (0,
+	// the go-sdk's default, unless a test changes it).
 	listTTL int
 }
 
@@ -81,7 +81,8 @@ func newTestUpstream(t testing.TB) *testUpstream {
 	server := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, &mcp.ServerOptions{
 		Instructions: "Upstream instructions\u202e with a bidi override and \u200b a zero-width space.",
 		SetCacheable: func(_ context.Context, req mcp.Request, c *mcp.Cacheable) {
-			if _, ok := req.(*mcp.ListToolsRequest); ok {
+			switch req.(type) {
+			case *mcp.ListToolsRequest, *mcp.ListPromptsRequest, *mcp.ListResourcesRequest:
 				u.mu.Lock()
 				c.TTLMs = u.listTTL
 				u.mu.Unlock()

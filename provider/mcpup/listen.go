@@ -40,7 +40,11 @@ func (p *Pool) Listen(ctx context.Context, t Target, changed func(method string)
 	p.listens[key] = stop
 	p.mu.Unlock()
 	acked := make(chan struct{})
-	cs, err := p.connect(ctx, t, changed, acked)
+	heard := func(method string) {
+		p.listsChanged(t)
+		changed(method)
+	}
+	cs, err := p.connect(ctx, t, heard, acked)
 	if err != nil {
 		p.endListen(key)
 		return err

@@ -176,6 +176,10 @@ type Pool struct {
 	closed   bool
 	// listens end the Listen sessions (Close).
 	listens map[*int]context.CancelFunc
+	// retired are sessions replaced because their lists changed, each
+	// closed by its timer (Options.IdleTimeout later: a request in flight
+	// on it has ended by then) or by Close.
+	retired map[*entry]*time.Timer
 }
 
 type entry struct {
@@ -329,6 +333,11 @@ func (p *Pool) Close() {
 		el.Value.(*entry).cancel() // an opening in progress gives up
 		p.removeLocked(el)
 	}
+	for e, t := range p.retired {
+		t.Stop()
+		p.closeLocked(e)
+	}
+	clear(p.retired)
 	p.mu.Unlock()
 	p.closing.Wait()
 }
@@ -346,6 +355,11 @@ func (p *Pool) removeLocked(el *list.Element) {
 	if p.sessions[e.key] == el {
 		delete(p.sessions, e.key)
 	}
+	p.closeLocked(e)
+}
+
+// closeLocked closes e's session once it is open (or given up).
+func (p *Pool) closeLocked(e *entry) {
 	p.closing.Go(func() {
 		<-e.ready
 		if e.cs != nil {
@@ -353,6 +367,44 @@ func (p *Pool) removeLocked(el *list.Element) {
 			p.wires.Delete(e.cs)
 		}
 		e.cancel()
+	})
+}
+
+// listsChanged replaces t's session when it speaks 2026-07-28: the
+// go-sdk's client keeps that session's lists (tools, prompts, resources)
+// for the ttlMs the upstream gave them and does not hear the change,
+// which came on a Listen session, so the next list would be the one
+// before it. The next request opens a new session; the old one is
+// retired, not closed, since requests may be in flight on it. A
+// 2025-11-25 session keeps no lists.
+func (p *Pool) listsChanged(t Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	el, ok := p.sessions[t.key()]
+	if !ok || p.closed {
+		return
+	}
+	e := el.Value.(*entry)
+	select {
+	case <-e.ready:
+	default:
+		return // being opened: it lists nothing before the change
+	}
+	if e.cs == nil || Era(e.cs) < "2026-07-28" {
+		return
+	}
+	p.lru.Remove(el)
+	delete(p.sessions, e.key)
+	if p.retired == nil {
+		p.retired = map[*entry]*time.Timer{}
+	}
+	p.retired[e] = time.AfterFunc(p.opts.IdleTimeout, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if _, ok := p.retired[e]; ok {
+			delete(p.retired, e)
+			p.closeLocked(e)
+		}
 	})
 }
 
