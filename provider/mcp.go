@@ -417,8 +417,25 @@ func (ua *upstreamAuth) defaultScopes() []string {
 type upstreamState struct {
 	mu   sync.Mutex // guards the fields below
 	auth *upstreamAuth
-	// regFailed is when a dynamic registration last failed.
-	regFailed time.Time
+}
+
+// registrationState is a Client's memory of its dynamic registrations at
+// one authorization server (issuer), whichever entries use it: one at a
+// time, and none within registrationBackoff of one that failed.
+type registrationState struct {
+	mu     sync.Mutex // held while registering; guards failed
+	failed time.Time
+}
+
+func (k *Client) registration(issuer string) *registrationState {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.registrations[issuer]
+	if st == nil {
+		st = &registrationState{}
+		k.registrations[issuer] = st
+	}
+	return st
 }
 
 func (k *Client) upstream(name string) *upstreamState {
@@ -829,8 +846,9 @@ func (k *Client) PrepareUpstream(ctx context.Context, name string) error {
 }
 
 // register registers the broker dynamically (RFC 7591), once per
-// issuer and redirect URI; after an attempt that failed, none is made
-// within a minute.
+// issuer and redirect URI, one registration at a time per issuer; after
+// an attempt at an issuer failed, none is made there within a minute,
+// for any entry.
 func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstreamAuth, redirectURL string) (UpstreamClient, error) {
 	key := UpstreamClientKey(ua.issuer, redirectURL)
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
@@ -838,13 +856,13 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	} else if !errors.Is(err, vault.ErrNotFound) {
 		return UpstreamClient{}, fmt.Errorf("%w: upstream client %s: %v", ErrProviderUnavailable, p.Name, err)
 	}
-	st := k.upstream(p.Name)
+	st := k.registration(ua.issuer)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
 		return c, nil // registered by another caller meanwhile
 	}
-	if k.opts.Now().Sub(st.regFailed) < registrationBackoff {
+	if k.opts.Now().Sub(st.failed) < registrationBackoff {
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Kind: UpstreamRegistrationBackoff, Reason: "dynamic registration failed a moment ago; try again in a minute"}
 	}
 	method := "none"
@@ -856,7 +874,7 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker", ApplicationType: "web"}
 	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.opts.UpstreamHTTPClient))
 	if err != nil {
-		st.regFailed = k.opts.Now()
+		st.failed = k.opts.Now()
 		k.opts.Telemetry.Upstream(p.Name, "registration", "", "failed", 0)
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Kind: UpstreamRegistrationFailed,
 			Reason: "dynamic registration at its authorization server failed (" + untrusted.Clip(err.Error(), 200) + "); the broker tries again after a minute", Err: err}

@@ -309,13 +309,17 @@ func TestMCPRegistrationOnce(t *testing.T) {
 }
 
 // TestMCPRegistrationBackoff: after a failed registration the broker
-// tries again only after a minute; a registration that worked does not
-// hold back the next one (another redirect URI).
+// tries again at that authorization server only after a minute, for any
+// entry using it; a registration that worked does not hold back the next
+// one (another redirect URI).
 func TestMCPRegistrationBackoff(t *testing.T) {
 	r := newMCPRig(t, "127.0.0.1")
-	reg := r.registry("", "")
+	// wiki is a second entry on the same server, so on the same
+	// authorization server, with its own callback.
+	reg := r.registry("", "  wiki:\n    type: mcp\n    display_name: Wiki\n    mcp:\n      url: "+r.up.url+"\n")
 	k := r.client(reg, nil)
 	p, _ := reg.Lookup("linear")
+	wiki, _ := reg.Lookup("wiki")
 	r.as.with(func() { r.as.regFail = 1 })
 	try := func(redirect string) error {
 		_, err := k.AuthRequest(context.Background(), p, []string{"issues:read"}, redirect)
@@ -329,6 +333,10 @@ func TestMCPRegistrationBackoff(t *testing.T) {
 	ue = upstreamError(t, try(mcpRedirect))
 	if !strings.Contains(ue.Reason, "try again in a minute") || ue.Kind != UpstreamRegistrationBackoff || len(r.as.requests("/register")) != 1 {
 		t.Fatalf("within the minute: %q, %d registration requests", ue.Reason, len(r.as.requests("/register")))
+	}
+	_, err := k.AuthRequest(context.Background(), wiki, nil, "https://broker.test/oauth/wiki/callback")
+	if ue, ok := errors.AsType[*UpstreamError](err); !ok || ue.Kind != UpstreamRegistrationBackoff || ue.Provider != "Wiki" || len(r.as.requests("/register")) != 1 {
+		t.Fatalf("another entry on the same authorization server within the minute: %v, %d registration requests", err, len(r.as.requests("/register")))
 	}
 	r.clock.Advance(2 * time.Second)
 	if err := try(mcpRedirect); err != nil || len(r.as.requests("/register")) != 2 {

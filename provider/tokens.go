@@ -123,6 +123,8 @@ type Client struct {
 	flights    map[string]*flight
 	discovered map[string]*oidc.Provider
 	upstreams  map[string]*upstreamState
+	// registrations are by issuer.
+	registrations map[string]*registrationState
 }
 
 // flight is one refresh in progress; waiters block on done. stale is the
@@ -202,7 +204,8 @@ func New(opts Options) (*Client, error) {
 	}
 	k := &Client{opts: opts, log: log, locker: opts.Store.Locker(), tracer: tracing.Tracer(opts.Tracing),
 		apiHTTP: apiHTTP, apiClients: map[*APIBase]*http.Client{},
-		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}, upstreams: map[string]*upstreamState{}}
+		flights: map[string]*flight{}, discovered: map[string]*oidc.Provider{}, upstreams: map[string]*upstreamState{},
+		registrations: map[string]*registrationState{}}
 	for _, name := range opts.Providers.Names() {
 		p, _ := opts.Providers.Lookup(name)
 		for i := range p.APIBases {
