@@ -157,9 +157,13 @@ func audiences(aud any) []string {
 	return nil
 }
 
-// needWrite answers 403 insufficient_scope to a tools/call of add_note
-// whose token lacks mcp:write.
+// needWrite sends a tools/call of add_note through the go-sdk's own
+// bearer check with Scopes mcp:read and mcp:write: a token without
+// mcp:write gets its 403, a Bearer challenge naming both scopes (and no
+// error parameter), which the broker steps up on.
 func (u *oidcMCP) needWrite(next http.Handler) http.Handler {
+	write := auth.RequireBearerToken(u.verify, &auth.RequireBearerTokenOptions{ResourceMetadataURL: u.metadataURL,
+		Scopes: []string{oidcScopeRead, oidcScopeWrite}})(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if err != nil {
@@ -174,9 +178,8 @@ func (u *oidcMCP) needWrite(next http.Handler) http.Handler {
 			} `json:"params"`
 		}
 		_ = json.Unmarshal(body, &msg)
-		if ti := auth.TokenInfoFromContext(r.Context()); msg.Method == "tools/call" && msg.Params.Name == "add_note" && !slices.Contains(ti.Scopes, oidcScopeWrite) {
-			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope="%s %s", resource_metadata=%q`, oidcScopeRead, oidcScopeWrite, u.metadataURL))
-			http.Error(w, `{"error":"insufficient_scope"}`, http.StatusForbidden)
+		if msg.Method == "tools/call" && msg.Params.Name == "add_note" {
+			write.ServeHTTP(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -656,7 +656,7 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 		ns := &NeedScope{}
 		if cs, err := oauthex.ParseWWWAuthenticate(resp.Header.Values("WWW-Authenticate")); err == nil {
 			for _, c := range cs {
-				if c.Scheme == "bearer" && c.Params["error"] == "insufficient_scope" {
+				if insufficientScope(c.Scheme, c.Params) {
 					ns.Scopes = strings.Fields(c.Params["scope"])
 					rec.mu.Lock()
 					rec.needScope = ns
@@ -693,6 +693,18 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 	h.remember(fresh)
 	rec.refreshed = true
 	return nil
+}
+
+// insufficientScope reports whether a 403's challenge asks for more
+// scopes: RFC 6750's error="insufficient_scope", or a Bearer challenge
+// naming scope with no error at all, which is what the go-sdk's own
+// auth.RequireBearerToken answers when a token lacks one of its Scopes.
+func insufficientScope(scheme string, params map[string]string) bool {
+	if scheme != "bearer" {
+		return false
+	}
+	e, named := params["error"]
+	return e == "insufficient_scope" || !named && params["scope"] != ""
 }
 
 // recorder follows one request's exchanges (a call, or opening a
