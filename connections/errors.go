@@ -141,6 +141,8 @@ func Describe(err error, p *provider.Provider) string {
 		return err.Error()
 	case errors.Is(err, ErrTooManyStepUps):
 		return fmt.Sprintf("%s kept asking for more permissions; no new connect request was started. Try again later.", name)
+	case errors.Is(err, ErrScopesHeld):
+		return fmt.Sprintf("%s refused the call (HTTP 403) although the connected account already grants every permission it named; connecting again would not help. Ask %s's administrator about this account's access.", name, name)
 	case errors.As(err, &kr):
 		return fmt.Sprintf("The key was refused by %s (%d). Nothing was stored.", name, kr.Status)
 	case errors.As(err, &kf):
@@ -297,7 +299,7 @@ func Explain(err error, p *provider.Provider) Failure {
 		f.Class, f.Code = NotFound, CodeUnknownProvider
 	case isA[*GatewayOnlyError](err):
 		f.Class, f.Code = BadRequest, CodeRequestRefused
-	case errors.Is(err, ErrTooManyStepUps):
+	case errors.Is(err, ErrTooManyStepUps), errors.Is(err, ErrScopesHeld):
 		f.Class, f.Code = Refused, CodeRefused
 	case isA[*ScopeError](err), isA[*provider.KeyFormatError](err), isA[*provider.KeyRefusedError](err), isA[*NoBrowserStepError](err):
 		f.Class, f.Code = BadRequest, CodeInvalidRequest

@@ -144,6 +144,11 @@ func (s *Service) upstreamFailed(ctx context.Context, pr vault.Principal, p *pro
 // ErrTooManyStepUps: the upstream keeps asking for more scopes.
 var ErrTooManyStepUps = errors.New("connections: the server asked for more scopes too often")
 
+// ErrScopesHeld: the upstream refused a call (403) naming scopes the
+// connection already holds, so connecting again would ask for the same
+// ones; the refusal is the server's, not a step-up.
+var ErrScopesHeld = errors.New("connections: the server refused the call though the connection holds the scopes it named")
+
 // UpstreamRefused answers the upstream's refusal of a call Ready r ran:
 // after a second 401 (mcpup.ErrUnauthorized) or a token that could not be
 // had, the connection is marked needs_reconnect and a connect request
@@ -180,14 +185,19 @@ const maxStepUps = 3
 
 // StepUp starts a connect request for the union of the scopes Ready r's
 // connection holds and those the upstream challenged (always a new
-// request: the consent page names the added scopes).
+// request: the consent page names the added scopes); ErrScopesHeld when
+// the challenge names no scope the connection lacks.
 func (s *Service) StepUp(ctx context.Context, req Request, r Ready, challenged []string) (Outcome, error) {
 	p := r.Provider
 	scopes := p.UnionScopes(r.Conn.Scopes, challenged)
+	missing := p.MissingScopes(r.Conn.Scopes, scopes)
+	if len(missing) == 0 {
+		return nil, ErrScopesHeld
+	}
 	if !s.stepUps.allow(req.Principal, p.Name, scopes, s.opts.Now()) {
 		return nil, ErrTooManyStepUps
 	}
-	why := Reason{Kind: MissingScopes, Missing: p.MissingScopes(r.Conn.Scopes, scopes)}
+	why := Reason{Kind: MissingScopes, Missing: missing}
 	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventStepUp, Principal: req.Principal, Provider: p.Name,
 		Account: AccountName(r.Conn), Connection: r.Conn.ID, Via: req.Via, Outcome: strings.Join(why.Missing, " ")})
 	up := req

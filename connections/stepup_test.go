@@ -215,3 +215,31 @@ func TestStepUpWindowSlides(t *testing.T) {
 	stepUpOpens(t, r, req, ready, repos, profileRepos, repos)
 	stepUpRefused(t, r, req, ready, repos)
 }
+
+// TestStepUpNothingMissing: a challenge naming only scopes the connection
+// holds (a server answering 403 for a reason of its own, with its scopes
+// in the challenge) opens no connect request, whose consent would ask for
+// the same scopes: ErrScopesHeld, explained as the server's refusal,
+// nothing stored or audited, and no step-up counted.
+func TestStepUpNothingMissing(t *testing.T) {
+	r := newRig(t)
+	ready := heldReady(t, r, "demo")
+	req := r.req("demo")
+	before, audited := grantIDs(t, r, req.Principal), stepUpsAudited(r)
+	for _, challenged := range [][]string{{"profile"}, nil} {
+		o, err := r.conns.StepUp(context.Background(), req, ready, challenged)
+		if !errors.Is(err, connections.ErrScopesHeld) || o != nil {
+			t.Fatalf("StepUp(%v) over a connection holding profile = %#v, %v; want ErrScopesHeld", challenged, o, err)
+		}
+		if f := connections.Explain(err, ready.Provider); f.Class != connections.Refused || !strings.Contains(f.Message, "already grants every permission it named") {
+			t.Errorf("explained as %+v", f)
+		}
+	}
+	if after := grantIDs(t, r, req.Principal); !slices.Equal(after, before) || stepUpsAudited(r) != audited {
+		t.Fatalf("stored %v (before %v), %d step_up events (before %d)", after, before, stepUpsAudited(r), audited)
+	}
+	// Not counted: three real step-ups for the set are still allowed.
+	for range 3 {
+		stepUpOpens(t, r, req, ready, repos, profileRepos, repos)
+	}
+}
