@@ -77,6 +77,9 @@ type gateway struct {
 	toolHash  map[string][32]byte
 	listeners map[listenKey]map[*listener]bool
 	tools     map[toolsKey]cachedTools
+	// toolsEpoch counts forgetTools per person and provider: a list
+	// fetched before it is not cached after it.
+	toolsEpoch map[limitKey]uint64
 
 	// hostCaps are hosts' clientCapabilities objects as members.
 	hostCaps bytesMemo[map[string]json.RawMessage]
@@ -426,7 +429,7 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 			Tools: []*mcp.Tool{placeholder(c.p)}})
 		return
 	}
-	page, ok, err := g.toolsPage(ctx, w, c, r)
+	page, ok, err := g.toolsPage(ctx, w, c, r, false)
 	switch {
 	case err != nil:
 		g.relayFailed(ctx, w, c, r, err)
@@ -437,18 +440,20 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 
 // toolsPage returns the page of the upstream's tools c asks for,
 // sanitised and encoded in c's era: a first page from the cache while it
-// is fresh, else relayed (and then cached with its tools' x-mcp-header
-// bindings). A relay that failed is err; an answer that cannot be relayed
-// (too large) was answered on w instead (when w is not nil) and ok is
-// false.
-func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready) (cachedTools, bool, error) {
+// is fresh (unless relist), else relayed (and then cached with its
+// tools' x-mcp-header bindings). A relay that failed is err; an answer
+// that cannot be relayed (too large) was answered on w instead (when w is
+// not nil) and ok is false.
+func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready, relist bool) (cachedTools, bool, error) {
 	first := c.params.Cursor == nil
 	key := toolsKey{principal: c.principal, conn: r.Conn.ID, gen: toolsGeneration(r.Conn), modern: c.modern, provider: c.p.Name}
-	if first {
+	if first && !relist {
 		if e, ok := g.cachedToolsList(key); ok {
+			e.cached = true
 			return e, true, nil
 		}
 	}
+	epoch := g.toolsEpochOf(c.principal, c.p.Name)
 	params := &mcp.ListToolsParams{Meta: g.upstreamMeta(c)}
 	if !first {
 		params.Cursor = *c.params.Cursor
@@ -485,19 +490,50 @@ func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCal
 		e.bindings[t.Name] = toolParamBindings(t.InputSchema)
 	}
 	if first {
-		g.cacheToolsList(key, e)
+		g.cacheToolsList(key, e, epoch)
 	}
 	return e, true, nil
 }
 
+// toolsEpochOf is how often pr's lists of provider were forgotten.
+func (g *gateway) toolsEpochOf(pr vault.Principal, provider string) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.toolsEpoch[limitKey{pr, provider}]
+}
+
 // listedTools is the first page of the upstream's tools as c's person
-// sees them (listed for the purpose when the cache holds none); ok is
-// false when the list cannot be had.
-func (g *gateway) listedTools(ctx context.Context, c *gwCall, r connections.Ready) (page cachedTools, ok bool) {
+// sees them (listed for the purpose when the cache holds none, or
+// relist); ok is false when the list cannot be had.
+func (g *gateway) listedTools(ctx context.Context, c *gwCall, r connections.Ready, relist bool) (page cachedTools, ok bool) {
 	lc := *c
 	lc.method, lc.params = "tools/list", gwParams{Meta: c.params.Meta}
-	page, _, err := g.toolsPage(ctx, nil, &lc, r)
+	page, _, err := g.toolsPage(ctx, nil, &lc, r, relist)
 	return page, err == nil && page.bindings != nil
+}
+
+// callable is the first page of the person's tools and whether c's tool
+// may be called: it is on that page, or the page cannot tell (the list
+// could not be had, or it has more pages). A name missing from a cached
+// page is looked for once more in a list fetched now: the upstream may
+// have added the tool since, and the host may have seen it listed by
+// another replica.
+func (g *gateway) callable(ctx context.Context, c *gwCall, r connections.Ready) (cachedTools, bool) {
+	page, listed := g.listedTools(ctx, c, r, false)
+	if _, known := page.bindings[c.params.Name]; known || !listed || !page.whole {
+		return page, true
+	}
+	if page.cached {
+		return g.callableNow(ctx, c, r)
+	}
+	return page, false
+}
+
+// callableNow is callable on a list fetched now.
+func (g *gateway) callableNow(ctx context.Context, c *gwCall, r connections.Ready) (cachedTools, bool) {
+	page, listed := g.listedTools(ctx, c, r, true)
+	_, known := page.bindings[c.params.Name]
+	return page, known || !listed || !page.whole
 }
 
 // The tools/list cache: per replica, per person, connection and grant
@@ -519,6 +555,8 @@ type cachedTools struct {
 	// whole: the page is the whole list (no nextCursor), so a name it
 	// lacks is no tool of the upstream's that the host may call.
 	whole bool
+	// cached: this copy came from the cache (set on the copy returned).
+	cached bool
 }
 
 // maxCachedLists bounds the cache; beyond it the cache starts over.
@@ -546,9 +584,15 @@ func (g *gateway) cachedToolsList(k toolsKey) (cachedTools, bool) {
 	return e, true
 }
 
-func (g *gateway) cacheToolsList(k toolsKey, e cachedTools) {
+// cacheToolsList caches e under k unless the person's lists of the
+// provider were forgotten since epoch (toolsEpochOf) was read: e may be
+// the list before the change.
+func (g *gateway) cacheToolsList(k toolsKey, e cachedTools, epoch uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.toolsEpoch[limitKey{k.principal, k.provider}] != epoch {
+		return
+	}
 	if g.tools == nil || len(g.tools) >= maxCachedLists {
 		g.tools = map[toolsKey]cachedTools{}
 	}
@@ -560,6 +604,12 @@ func (g *gateway) cacheToolsList(k toolsKey, e cachedTools) {
 func (g *gateway) forgetTools(pr vault.Principal, provider string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.toolsEpoch == nil || len(g.toolsEpoch) > maxCachedLists {
+		// Starting over cannot let a stale fill in: the epochs only
+		// grow, and a fill compares equality.
+		g.toolsEpoch = map[limitKey]uint64{}
+	}
+	g.toolsEpoch[limitKey{pr, provider}]++
 	for k := range g.tools {
 		if k.principal == pr && k.provider == provider {
 			delete(g.tools, k)
@@ -682,14 +732,27 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		g.connected(w, c, r)
 		return
 	}
+	unknown := func() {
+		writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: unknown tool "+quote(c.params.Name), nil)
+	}
+	if c.method == "tools/call" && !c.up.Tools.Allowed(c.params.Name) {
+		unknown()
+		return
+	}
+	release, busy := g.admitCall(c)
+	if busy != "" {
+		g.toolError(w, c, busy)
+		return
+	}
+	defer release()
 	if c.method == "tools/call" {
-		// A tool the entry denies, or one the person's list does not
-		// have (never listed, or dropped as the upstream's tools were
-		// sanitised), is not called. A list that cannot be had, or has
-		// more pages, leaves the upstream to decide.
-		page, listed := g.listedTools(ctx, c, r)
-		if _, known := page.bindings[c.params.Name]; !c.up.Tools.Allowed(c.params.Name) || listed && page.whole && !known {
-			writeRPCError(w, g.errStatus(c), c.id, codeInvalidParams, "Invalid params: unknown tool "+quote(c.params.Name), nil)
+		// A tool the person's list does not have (never listed, or
+		// dropped as the upstream's tools were sanitised) is not called.
+		// The list is had within the call's admission: a list the call
+		// needs is one more upstream request.
+		page, ok := g.callable(ctx, c, r)
+		if !ok {
+			unknown()
 			return
 		}
 		if c.modern {
@@ -703,12 +766,6 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 			ctx = mcpup.WithParamHeaders(ctx, want)
 		}
 	}
-	release, busy := g.admitCall(c)
-	if busy != "" {
-		g.toolError(w, c, busy)
-		return
-	}
-	defer release()
 	upstreamState, relink := "", st.Upstream == relinkState
 	if st.Grant == "" && !relink {
 		upstreamState = st.Upstream

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"credbroker/vault"
+
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -39,8 +41,8 @@ func (u *testUpstream) upstreamCalls() int {
 // not have is refused with -32602 in both eras and never reaches the
 // upstream: a name the upstream never listed, a tool the entry denies
 // (though the upstream has it) and one dropped as the list was sanitised
-// (a schema over 64 KiB). A tool the upstream adds is callable once the
-// cached list it was missing from has expired.
+// (a schema over 64 KiB), each looked for in a list fetched again. A
+// tool the upstream added after the list was cached is callable at once.
 func TestGatewayUnknownTool(t *testing.T) {
 	g, _ := connectedGateway(t, "tools")
 	noop := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -70,15 +72,22 @@ func TestGatewayUnknownTool(t *testing.T) {
 	if d := g.legacyCall("alice", "echo"); textOf(d) != "echo {}" {
 		t.Fatalf("legacy echo: %+v %+v", d.Result, d.Error)
 	}
-	// A tool added upstream: unknown while the list without it is cached
-	// (the upstream said nothing changed), callable once it has expired.
+	// A tool added upstream after the list was cached (the host may have
+	// seen it listed by another replica): the name missing from the
+	// cached list, the list is fetched again once, and the call goes on.
 	g.up.server.AddTool(&mcp.Tool{Name: "fresh", InputSchema: json.RawMessage(`{"type":"object"}`)}, noop)
-	if d := g.gwCall("alice", urlCaps, "tools/call", "fresh", map[string]any{"arguments": map[string]any{}}); d.Error == nil {
-		t.Fatalf("fresh, before the cached list expired: %+v", d.Result)
+	lists := func() int {
+		g.up.mu.Lock()
+		defer g.up.mu.Unlock()
+		return g.up.methods["tools/list"]
 	}
-	g.clock.Advance(time.Duration(maxToolsListTTL)*time.Millisecond + time.Second)
-	if d := g.gwCall("alice", urlCaps, "tools/call", "fresh", map[string]any{"arguments": map[string]any{}}); textOf(d) != "ran" {
-		t.Fatalf("fresh, after the cached list expired: %+v %+v", d.Result, d.Error)
+	n := lists()
+	if d := g.gwCall("alice", urlCaps, "tools/call", "fresh", map[string]any{"arguments": map[string]any{}}); textOf(d) != "ran" || lists() != n+1 {
+		t.Fatalf("fresh, added after the list was cached: %+v %+v, %d upstream lists (want %d)", d.Result, d.Error, lists(), n+1)
+	}
+	// The new list is cached: a listed tool's call lists nothing.
+	if d := g.gwCall("alice", urlCaps, "tools/call", "fresh", map[string]any{"arguments": map[string]any{}}); textOf(d) != "ran" || lists() != n+1 {
+		t.Fatalf("fresh again: %+v, %d upstream lists (want %d)", d.Result, lists(), n+1)
 	}
 }
 
@@ -268,5 +277,67 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 	d2 = call("echo")
 	if want := "Upstream could not be reached or did not answer as an MCP server. Try again later."; d2.Result["isError"] != true || textOf(d2) != want {
 		t.Fatalf("an HTML answer: %+v %+v, want the tool error %q", d2.Result, d2.Error, want)
+	}
+}
+
+// TestGatewayStateLivesTenMinutes: a gateway state carrying an
+// upstream's own requestState is valid ten minutes at most, even when
+// --state-ttl allows an hour: within them its retry is relayed, after
+// them it gets the one -32602.
+func TestGatewayStateLivesTenMinutes(t *testing.T) {
+	g := newGatewayHarness(t, func(o *Options) { o.StateTTL = time.Hour })
+	d := g.gwCall("alice", urlCaps, "tools/call", "echo", map[string]any{"arguments": map[string]any{}})
+	_, link, _ := elicitation(t, d)
+	g.connectUp(grantIDOf(t, link), "tools")
+	const caps = `{"elicitation":{"form":{},"url":{}}}`
+	ask := func() string {
+		t.Helper()
+		d := g.gwCall("alice", caps, "tools/call", "ask", map[string]any{"arguments": map[string]any{}})
+		st, _ := d.Result["requestState"].(string)
+		if d.Result["resultType"] != "input_required" || st == "" {
+			t.Fatalf("ask = %+v", d)
+		}
+		return st
+	}
+	retry := func(st string) decoded {
+		return g.gwCall("alice", caps, "tools/call", "ask", map[string]any{"arguments": map[string]any{},
+			"requestState": st, "inputResponses": map[string]any{"colour": map[string]any{"action": "accept", "content": map[string]any{"colour": "blue"}}}})
+	}
+	st := ask()
+	g.clock.Advance(10*time.Minute - time.Second)
+	if d := retry(st); textOf(d) != "you said blue" {
+		t.Fatalf("the retry after 9 min 59 s: %+v %+v", d.Result, d.Error)
+	}
+	st = ask()
+	g.clock.Advance(10*time.Minute + time.Second)
+	if d := retry(st); d.Error == nil || d.Error.Code != codeInvalidParams || d.Error.Message != invalidState {
+		t.Fatalf("the retry after 10 min 1 s: %+v %+v, want -32602 %q", d.Result, d.Error, invalidState)
+	}
+}
+
+// TestToolsListNotCachedAcrossAChange: a tools list fetched before the
+// person's lists were forgotten (an upstream's list change heard
+// meanwhile) is not cached after it: it may be the list before the
+// change.
+func TestToolsListNotCachedAcrossAChange(t *testing.T) {
+	g := &gateway{}
+	pr := vault.Principal{Issuer: "https://idp.test", Subject: "alice"}
+	k := toolsKey{principal: pr, provider: "up", conn: "c1"}
+	epoch := g.toolsEpochOf(pr, "up")
+	g.forgetTools(pr, "up")
+	g.cacheToolsList(k, cachedTools{body: []byte("old")}, epoch)
+	if _, ok := g.tools[k]; ok {
+		t.Fatal("a list fetched before the change was cached after it")
+	}
+	g.cacheToolsList(k, cachedTools{body: []byte("new")}, g.toolsEpochOf(pr, "up"))
+	if e, ok := g.tools[k]; !ok || string(e.body) != "new" {
+		t.Fatal("a list fetched after the change was not cached")
+	}
+	// Another person's change leaves this one's fill alone.
+	epoch = g.toolsEpochOf(pr, "up")
+	g.forgetTools(vault.Principal{Issuer: pr.Issuer, Subject: "bob"}, "up")
+	g.cacheToolsList(k, cachedTools{body: []byte("newer")}, epoch)
+	if e := g.tools[k]; string(e.body) != "newer" {
+		t.Fatal("bob's change kept alice's list out of the cache")
 	}
 }

@@ -375,8 +375,10 @@ func (p *Pool) closeLocked(e *entry) {
 // for the ttlMs the upstream gave them and does not hear the change,
 // which came on a Listen session, so the next list would be the one
 // before it. The next request opens a new session; the old one is
-// retired, not closed, since requests may be in flight on it. A
-// 2025-11-25 session keeps no lists.
+// retired, not closed, since requests may be in flight on it (closed
+// after IdleTimeout, which is no shorter than the longest call when left
+// at its default, provider.MaxCallTimeout; at most MaxSessions are kept
+// so). A 2025-11-25 session keeps no lists.
 func (p *Pool) listsChanged(t Target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -395,6 +397,12 @@ func (p *Pool) listsChanged(t Target) {
 	}
 	p.lru.Remove(el)
 	delete(p.sessions, e.key)
+	if len(p.retired) >= p.opts.MaxSessions {
+		// An upstream announcing changes without end keeps no more
+		// sessions than the pool holds: this one closes now.
+		p.closeLocked(e)
+		return
+	}
 	if p.retired == nil {
 		p.retired = map[*entry]*time.Timer{}
 	}
