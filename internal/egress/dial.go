@@ -77,13 +77,33 @@ func (d *dialer) dialContext(ctx context.Context, network, address string) (net.
 	if d.connect != nil {
 		connect = d.connect
 	}
-	var first error
+	var tries []netip.Addr
 	for _, a := range addrs {
 		a = a.Unmap()
 		if network == "tcp4" && !a.Is4() || network == "tcp6" && !a.Is6() {
 			continue
 		}
-		c, err := connect(ctx, network, net.JoinHostPort(a.String(), port))
+		tries = append(tries, a)
+	}
+	// The dial's time is shared among the addresses, as net.Dialer
+	// shares it (each gets what is left divided by the addresses left,
+	// at least 2 s): an address that drops packets leaves time to try
+	// the next.
+	deadline := time.Time{}
+	if d.net.Timeout > 0 {
+		deadline = time.Now().Add(d.net.Timeout)
+	}
+	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
+		deadline = dl
+	}
+	var first error
+	for i, a := range tries {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if !deadline.IsZero() {
+			actx, cancel = context.WithDeadline(ctx, partialDeadline(time.Now(), deadline, len(tries)-i))
+		}
+		c, err := connect(actx, network, net.JoinHostPort(a.String(), port))
+		cancel()
 		if err == nil {
 			return c, nil
 		}
@@ -99,6 +119,21 @@ func (d *dialer) dialContext(ctx context.Context, network, address string) (net.
 	}
 	return nil, first
 }
+
+// partialDeadline is the deadline of one of left addresses still to try
+// before deadline: an equal share of what is left, at least
+// minAddressTime (all of it when less is left).
+func partialDeadline(now, deadline time.Time, left int) time.Time {
+	remaining := deadline.Sub(now)
+	share := remaining / time.Duration(left)
+	if share < minAddressTime {
+		share = min(minAddressTime, remaining)
+	}
+	return now.Add(share)
+}
+
+// minAddressTime is the least time an address is given (net's own).
+const minAddressTime = 2 * time.Second
 
 // controlAddress checks the address a socket is about to connect to: the
 // last word, whatever resolved it.
