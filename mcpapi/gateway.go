@@ -77,9 +77,9 @@ type gateway struct {
 	toolHash  map[string][32]byte
 	listeners map[listenKey]map[*listener]bool
 	tools     map[toolsKey]cachedTools
-	// toolsEpoch counts forgetTools per person and provider: a list
-	// fetched before it is not cached after it.
-	toolsEpoch map[limitKey]uint64
+	// toolsEpoch counts forgetTools calls: a list fetched before one is
+	// not cached after it.
+	toolsEpoch uint64
 
 	// hostCaps are hosts' clientCapabilities objects as members.
 	hostCaps bytesMemo[map[string]json.RawMessage]
@@ -453,7 +453,7 @@ func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCal
 			return e, true, nil
 		}
 	}
-	epoch := g.toolsEpochOf(c.principal, c.p.Name)
+	epoch := g.toolsEpochNow()
 	params := &mcp.ListToolsParams{Meta: g.upstreamMeta(c)}
 	if !first {
 		params.Cursor = *c.params.Cursor
@@ -495,11 +495,11 @@ func (g *gateway) toolsPage(ctx context.Context, w http.ResponseWriter, c *gwCal
 	return e, true, nil
 }
 
-// toolsEpochOf is how often pr's lists of provider were forgotten.
-func (g *gateway) toolsEpochOf(pr vault.Principal, provider string) uint64 {
+// toolsEpochNow is how often lists were forgotten.
+func (g *gateway) toolsEpochNow() uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.toolsEpoch[limitKey{pr, provider}]
+	return g.toolsEpoch
 }
 
 // listedTools is the first page of the upstream's tools as c's person
@@ -523,15 +523,10 @@ func (g *gateway) callable(ctx context.Context, c *gwCall, r connections.Ready) 
 	if _, known := page.bindings[c.params.Name]; known || !listed || !page.whole {
 		return page, true
 	}
-	if page.cached {
-		return g.callableNow(ctx, c, r)
+	if !page.cached {
+		return page, false
 	}
-	return page, false
-}
-
-// callableNow is callable on a list fetched now.
-func (g *gateway) callableNow(ctx context.Context, c *gwCall, r connections.Ready) (cachedTools, bool) {
-	page, listed := g.listedTools(ctx, c, r, true)
+	page, listed = g.listedTools(ctx, c, r, true)
 	_, known := page.bindings[c.params.Name]
 	return page, known || !listed || !page.whole
 }
@@ -584,13 +579,14 @@ func (g *gateway) cachedToolsList(k toolsKey) (cachedTools, bool) {
 	return e, true
 }
 
-// cacheToolsList caches e under k unless the person's lists of the
-// provider were forgotten since epoch (toolsEpochOf) was read: e may be
-// the list before the change.
+// cacheToolsList caches e under k unless lists were forgotten since
+// epoch (toolsEpochNow) was read: e may be the list before a change. One
+// counter for everyone: a change is rare, and a list left uncached is
+// only fetched again.
 func (g *gateway) cacheToolsList(k toolsKey, e cachedTools, epoch uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.toolsEpoch[limitKey{k.principal, k.provider}] != epoch {
+	if g.toolsEpoch != epoch {
 		return
 	}
 	if g.tools == nil || len(g.tools) >= maxCachedLists {
@@ -604,12 +600,7 @@ func (g *gateway) cacheToolsList(k toolsKey, e cachedTools, epoch uint64) {
 func (g *gateway) forgetTools(pr vault.Principal, provider string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.toolsEpoch == nil || len(g.toolsEpoch) > maxCachedLists {
-		// Starting over cannot let a stale fill in: the epochs only
-		// grow, and a fill compares equality.
-		g.toolsEpoch = map[limitKey]uint64{}
-	}
-	g.toolsEpoch[limitKey{pr, provider}]++
+	g.toolsEpoch++
 	for k := range g.tools {
 		if k.principal == pr && k.provider == provider {
 			delete(g.tools, k)
