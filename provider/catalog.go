@@ -173,6 +173,27 @@ func (p *Provider) ScopeAllowed(s string) bool {
 type Registry struct {
 	byName map[string]*Provider
 	names  []string
+	// file names the document in messages; entries are its entries'
+	// mapping nodes and lines (At).
+	file    string
+	entries map[string]*entryCheck
+}
+
+// At is "file:line" of the key at path (mapping keys, such as "mcp",
+// "registration") in entry name's mapping, or of its deepest ancestor
+// there (the entry's own line at least), as the catalogue's problems
+// name places: for a problem found only where an entry meets the flags.
+// It is the file alone for a name the catalogue does not have.
+func (r *Registry) At(name string, path ...string) string {
+	c, ok := r.entries[name]
+	if !ok {
+		return r.file
+	}
+	steps := make([]any, len(path))
+	for i, k := range path {
+		steps[i] = k
+	}
+	return fmt.Sprintf("%s:%d", r.file, c.lineOf(steps...))
 }
 
 // Lookup returns the provider named name.
@@ -259,7 +280,7 @@ func ParseProviders(name string, data []byte, getenv func(string) string) (*Regi
 	if len(file.Providers) == 0 && len(probs) == 0 {
 		addf(max(1, doc.Line), "no providers: want a top-level \"providers:\" map with at least one entry")
 	}
-	reg := &Registry{byName: map[string]*Provider{}}
+	reg := &Registry{byName: map[string]*Provider{}, file: name, entries: map[string]*entryCheck{}}
 	for pname := range file.Providers {
 		pn := mapValue(provNodes, pname)
 		c := &entryCheck{name: pname, node: pn, line: keyLine(provNodes, pname), file: name, addf: addf, getenv: getenv, probs: &probs}
@@ -271,6 +292,7 @@ func ParseProviders(name string, data []byte, getenv func(string) string) (*Regi
 		if p != nil && !c.bad && pn != nil {
 			reg.byName[pname] = p
 			reg.names = append(reg.names, pname)
+			reg.entries[pname] = &entryCheck{node: pn, line: c.line}
 		}
 	}
 	if len(probs) > 0 {

@@ -220,7 +220,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		ln.Close()
 		return fmt.Errorf("demo MCP server: %w", err)
 	}
-	cat, err := parseCatalogue("dev providers",
+	providers, err := provider.ParseProviders("dev providers",
 		[]byte(devProviders(base)),
 		func(k string) string {
 			if k == "DEMO_CLIENT_SECRET" {
@@ -232,10 +232,9 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 		ln.Close()
 		return err
 	}
-	providers := cat.reg
 	// The gateway reaches the demo MCP server on this listener only.
 	upstreams := upstreamConfig{AllowPrivate: true, AllowedHosts: []string{ln.Addr().String()}, MaxCallTimeout: provider.MaxCallTimeout}
-	if problems := upstreams.checkProviders(cat, base); len(problems) > 0 {
+	if problems := upstreams.checkProviders(providers, base); len(problems) > 0 {
 		ln.Close()
 		return fmt.Errorf("configuration has problems:\n%w", errors.Join(problems...))
 	}

@@ -16,6 +16,7 @@ import (
 	"credbroker/internal/buildinfo"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/tracing"
+	"credbroker/provider"
 	"credbroker/vault"
 	"credbroker/web"
 	"credbroker/webhook"
@@ -127,13 +128,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		keys = kr
 	}
-	cat, err := loadCatalogue(cfg.ProvidersFile, os.Getenv)
+	providers, err := provider.LoadProviders(cfg.ProvidersFile, os.Getenv)
 	if err != nil {
 		problems = append(problems, err)
 	}
-	providers := cat.reg
 	if providers != nil {
-		problems = append(problems, cfg.Upstreams.checkProviders(cat, cfg.PublicURL)...)
+		problems = append(problems, cfg.Upstreams.checkProviders(providers, cfg.PublicURL)...)
 	}
 	sc := cfg.sidecar()
 	var sidecarNames []string

@@ -72,10 +72,10 @@ func (c *upstreamConfig) metadataURL(publicURL string) string {
 
 // checkProviders reports the type: mcp entries the flags do not allow,
 // publicURL being the broker's (--public-url).
-func (c *upstreamConfig) checkProviders(cat catalogue, publicURL string) []error {
+func (c *upstreamConfig) checkProviders(reg *provider.Registry, publicURL string) []error {
 	var errs []error
-	for _, name := range cat.reg.Names() {
-		p, _ := cat.reg.Lookup(name)
+	for _, name := range reg.Names() {
+		p, _ := reg.Lookup(name)
 		g, ok := p.Kind.(provider.Gateway)
 		if !ok {
 			continue
@@ -87,7 +87,7 @@ func (c *upstreamConfig) checkProviders(cat catalogue, publicURL string) []error
 		if up.CallTimeout > c.MaxCallTimeout {
 			errs = append(errs, fmt.Errorf("provider %s: mcp.call_timeout %s is over --upstream-max-call-timeout %s", name, up.CallTimeout, c.MaxCallTimeout))
 		}
-		if err := c.checkRegistration(cat, name, publicURL); err != nil {
+		if err := c.checkRegistration(reg, name, publicURL); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -101,8 +101,8 @@ func (c *upstreamConfig) checkProviders(cat catalogue, publicURL string) []error
 // and --client-metadata-url, or <public-url>/oauth/client-metadata.json
 // without it, may be http. auto is never refused: it passes over the
 // document when its URL is not https.
-func (c *upstreamConfig) checkRegistration(cat catalogue, name, publicURL string) error {
-	p, _ := cat.reg.Lookup(name)
+func (c *upstreamConfig) checkRegistration(reg *provider.Registry, name, publicURL string) error {
+	p, _ := reg.Lookup(name)
 	m, ok := p.Kind.(*provider.MCP)
 	if !ok || m.Registration != "cimd" {
 		return nil
@@ -118,7 +118,7 @@ func (c *upstreamConfig) checkRegistration(cat catalogue, name, publicURL string
 		from = ", from --public-url"
 	}
 	return fmt.Errorf("%s: %s: registration cimd needs an https client metadata URL (--client-metadata-url is %s%s); give the broker an https --public-url or --client-metadata-url, or another mcp.registration (auto skips the document when it is not https)",
-		cat.at(name, "mcp", "registration"), name, doc, from)
+		reg.At(name, "mcp", "registration"), name, doc, from)
 }
 
 // httpClients are the egress clients: auth for authorization servers
@@ -182,11 +182,11 @@ func (f *upstreamFlags) register(fs *flag.FlagSet) {
 }
 
 // load checks the flags and loads the catalogue.
-func (f *upstreamFlags) load() (catalogue, error) {
+func (f *upstreamFlags) load() (*provider.Registry, error) {
 	if errs := f.uc.validate(); len(errs) > 0 {
-		return catalogue{}, usageError{errors.Join(errs...).Error()}
+		return nil, usageError{errors.Join(errs...).Error()}
 	}
-	return loadCatalogue(f.file, os.Getenv)
+	return provider.LoadProviders(f.file, os.Getenv)
 }
 
 // client is a provider client of reg for the upstreams commands on store,
@@ -213,18 +213,17 @@ func runUpstreamsCheck(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err := parseFlags(fs, args, stderr, 1); err != nil {
 		return err
 	}
-	cat, err := f.load()
+	reg, err := f.load()
 	if err != nil {
 		return err
 	}
-	reg := cat.reg
 	var names []string
 	var problems []error
 	for _, n := range reg.Names() {
 		p, _ := reg.Lookup(n)
 		if _, ok := p.Kind.(provider.Gateway); ok && (fs.NArg() == 0 || fs.Arg(0) == n) {
 			names = append(names, n)
-			if err := f.uc.checkRegistration(cat, n, f.publicURL); err != nil {
+			if err := f.uc.checkRegistration(reg, n, f.publicURL); err != nil {
 				problems = append(problems, err)
 			}
 		}
@@ -330,11 +329,10 @@ func runUpstreamsForget(ctx context.Context, args []string, stdout, stderr io.Wr
 	case fs.NArg() > 0:
 		return usageError{fmt.Sprintf("upstreams forget: unexpected argument %q", fs.Arg(0))}
 	}
-	cat, err := f.load()
+	reg, err := f.load()
 	if err != nil {
 		return err
 	}
-	reg := cat.reg
 	if _, ok := reg.Lookup(name); !ok {
 		return fmt.Errorf("%s has no provider %q (its providers: %s)", f.file, name, strings.Join(reg.Names(), ", "))
 	}

@@ -120,12 +120,12 @@ func TestCIMDNeedsHTTPSMetadataURL(t *testing.T) {
 
 	t.Run("broker dev's catalogue", func(t *testing.T) {
 		const base = "http://127.0.0.1:8080"
-		cat, err := parseCatalogue("dev providers", []byte(devProviders(base)), func(string) string { return "demo-secret" })
+		reg, err := provider.ParseProviders("dev providers", []byte(devProviders(base)), func(string) string { return "demo-secret" })
 		if err != nil {
 			t.Fatal(err)
 		}
 		uc := upstreamConfig{AllowPrivate: true, MaxCallTimeout: provider.MaxCallTimeout}
-		if problems := uc.checkProviders(cat, base); len(problems) != 0 {
+		if problems := uc.checkProviders(reg, base); len(problems) != 0 {
 			t.Fatalf("broker dev's own catalogue: %v", problems)
 		}
 	})
