@@ -194,12 +194,15 @@ func (s *Service) StepUp(ctx context.Context, req Request, r Ready, challenged [
 	if len(missing) == 0 {
 		return nil, ErrScopesHeld
 	}
+	why := Reason{Kind: MissingScopes, Missing: missing}
+	ev := telemetry.Event{Kind: telemetry.EventStepUp, Principal: req.Principal, Provider: p.Name,
+		Account: AccountName(r.Conn), Connection: r.Conn.ID, Via: req.Via, Outcome: strings.Join(why.Missing, " ")}
 	if !s.stepUps.allow(req.Principal, p.Name, scopes, s.opts.Now()) {
+		ev.Kind = telemetry.EventStepUpRefused
+		s.opts.Telemetry.Audit(ctx, ev)
 		return nil, ErrTooManyStepUps
 	}
-	why := Reason{Kind: MissingScopes, Missing: missing}
-	s.opts.Telemetry.Audit(ctx, telemetry.Event{Kind: telemetry.EventStepUp, Principal: req.Principal, Provider: p.Name,
-		Account: AccountName(r.Conn), Connection: r.Conn.ID, Via: req.Via, Outcome: strings.Join(why.Missing, " ")})
+	s.opts.Telemetry.Audit(ctx, ev)
 	up := req
 	up.ReuseOpen = false
 	return s.start(ctx, up, p, scopes, why)

@@ -56,10 +56,11 @@ func stepUpOpens(t *testing.T, r *rig, req connections.Request, ready connection
 }
 
 // stepUpRefused runs StepUp and checks that it is refused with
-// ErrTooManyStepUps, storing no connect request and auditing no step-up.
+// ErrTooManyStepUps, storing no connect request and auditing no step-up
+// but one refused step-up naming the scopes it would have added.
 func stepUpRefused(t *testing.T, r *rig, req connections.Request, ready connections.Ready, challenged []string) {
 	t.Helper()
-	before, audited := grantIDs(t, r, req.Principal), stepUpsAudited(r)
+	before, audited, refused := grantIDs(t, r, req.Principal), stepUpsAudited(r), stepUpsRefused(r)
 	o, err := r.conns.StepUp(context.Background(), req, ready, challenged)
 	if !errors.Is(err, connections.ErrTooManyStepUps) || o != nil {
 		t.Fatalf("StepUp(%v) for %s at %s = %#v, %v; want ErrTooManyStepUps", challenged, req.Principal.Subject, ready.Provider.Name, o, err)
@@ -68,7 +69,20 @@ func stepUpRefused(t *testing.T, r *rig, req connections.Request, ready connecti
 		t.Errorf("a refused step-up stored connect requests: %v, before %v", after, before)
 	}
 	if n := stepUpsAudited(r); n != audited {
-		t.Errorf("a refused step-up was audited: %d step_up events, before %d", n, audited)
+		t.Errorf("a refused step-up was audited as one: %d step_up events, before %d", n, audited)
+	}
+	if n := stepUpsRefused(r); n != refused+1 {
+		t.Errorf("%d step_up_refused events, before %d; want one more", n, refused)
+	}
+	missing := ready.Provider.MissingScopes(ready.Conn.Scopes, ready.Provider.UnionScopes(ready.Conn.Scopes, challenged))
+	want := "outcome=" + strings.Join(missing, " ")
+	if len(missing) > 1 {
+		want = `outcome="` + strings.Join(missing, " ") + `"`
+	}
+	lines := strings.Split(strings.TrimSpace(r.audit.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "event=step_up_refused ") || !strings.Contains(last+" ", want+" ") ||
+		!strings.Contains(last, "principal.sub="+req.Principal.Subject+" ") || !strings.Contains(last, "connection="+ready.Conn.ID+" ") {
+		t.Errorf("the refused step-up's audit event %q does not name the person, the connection and the scopes %v", last, missing)
 	}
 }
 
@@ -87,6 +101,8 @@ func grantIDs(t *testing.T, r *rig, pr vault.Principal) []string {
 }
 
 func stepUpsAudited(r *rig) int { return strings.Count(r.audit.String(), "event=step_up ") }
+
+func stepUpsRefused(r *rig) int { return strings.Count(r.audit.String(), "event=step_up_refused ") }
 
 // heldReady connects alice to provider p (its default scope, profile) and
 // returns what a relayed call would have run with.
@@ -225,7 +241,7 @@ func TestStepUpNothingMissing(t *testing.T) {
 	r := newRig(t)
 	ready := heldReady(t, r, "demo")
 	req := r.req("demo")
-	before, audited := grantIDs(t, r, req.Principal), stepUpsAudited(r)
+	before, audited, refused := grantIDs(t, r, req.Principal), stepUpsAudited(r), stepUpsRefused(r)
 	for _, challenged := range [][]string{{"profile"}, nil} {
 		o, err := r.conns.StepUp(context.Background(), req, ready, challenged)
 		if !errors.Is(err, connections.ErrScopesHeld) || o != nil {
@@ -235,8 +251,8 @@ func TestStepUpNothingMissing(t *testing.T) {
 			t.Errorf("explained as %+v", f)
 		}
 	}
-	if after := grantIDs(t, r, req.Principal); !slices.Equal(after, before) || stepUpsAudited(r) != audited {
-		t.Fatalf("stored %v (before %v), %d step_up events (before %d)", after, before, stepUpsAudited(r), audited)
+	if after := grantIDs(t, r, req.Principal); !slices.Equal(after, before) || stepUpsAudited(r) != audited || stepUpsRefused(r) != refused {
+		t.Fatalf("stored %v (before %v), %d step_up and %d step_up_refused events (before %d and %d)", after, before, stepUpsAudited(r), stepUpsRefused(r), audited, refused)
 	}
 	// Not counted: three real step-ups for the set are still allowed.
 	for range 3 {

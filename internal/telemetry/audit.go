@@ -18,6 +18,7 @@ const (
 	EventIdentityMismatch = "identity_mismatch"      // a connect link was opened by another principal
 	EventConnectDeclined  = "connect_declined"       // a person declined a connect request (on a page, at the provider, or in their client)
 	EventStepUp           = "step_up"                // an upstream MCP server asked for more scopes; a connect request for them was started
+	EventStepUpRefused    = "step_up_refused"        // an upstream MCP server asked for more scopes too often; no connect request was started
 	EventToolsChanged     = "upstream_tools_changed" // an upstream MCP server's tool list changed
 	EventUpstreamError    = "upstream_error"         // an upstream MCP server's authorization cannot be used (discovery or registration failed; Outcome is the kind)
 	EventKeyRotation      = "key_rotation"           // records were re-sealed with a new primary key
@@ -36,7 +37,7 @@ const (
 
 var knownEvents = []string{EventConnect, EventDisconnect, EventRevoke, EventRefreshFailed,
 	EventNeedsReconnect, EventIdentityMismatch, EventKeyRotation, EventTokenExport,
-	EventAppAuthorized, EventAppRemoved, EventTokenReplay, EventStepUp, EventToolsChanged, EventUpstreamError,
+	EventAppAuthorized, EventAppRemoved, EventTokenReplay, EventStepUp, EventStepUpRefused, EventToolsChanged, EventUpstreamError,
 	EventUpstreamRegistrationDropped}
 
 // Event is one audit record. It has no field for secret material: tokens,

@@ -321,7 +321,7 @@ func (r *Recorder) Audit(ctx context.Context, e Event) {
 	switch e.Kind {
 	case EventIdentityMismatch:
 		level = slog.LevelWarn
-	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay, EventIDJAGRefused, EventUpstreamIDJAGRefused, EventUpstreamRegistrationDropped:
+	case EventRefreshFailed, EventNeedsReconnect, EventTokenReplay, EventIDJAGRefused, EventUpstreamIDJAGRefused, EventUpstreamRegistrationDropped, EventStepUpRefused:
 		level = slog.LevelWarn
 	}
 	if e.Err != nil && level < slog.LevelWarn {
