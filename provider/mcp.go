@@ -425,17 +425,35 @@ type upstreamState struct {
 type registrationState struct {
 	mu     sync.Mutex // held while registering; guards failed
 	failed time.Time
+	users  int // callers holding the state; guarded by Client.mu
 }
 
-func (k *Client) registration(issuer string) *registrationState {
+// registration returns issuer's state, held by the caller until done.
+// Only issuers in use or within registrationBackoff of a failure are
+// kept: the others are forgotten whenever a new issuer is added, so the
+// map does not grow with every issuer servers have named.
+func (k *Client) registration(issuer string) (st *registrationState, done func()) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	st := k.registrations[issuer]
+	st = k.registrations[issuer]
 	if st == nil {
+		now := k.opts.Now()
+		for other, o := range k.registrations {
+			// users 0: nobody holds o.mu, and the last holder's
+			// write of failed happened before its done (k.mu).
+			if o.users == 0 && now.Sub(o.failed) >= registrationBackoff {
+				delete(k.registrations, other)
+			}
+		}
 		st = &registrationState{}
 		k.registrations[issuer] = st
 	}
-	return st
+	st.users++
+	return st, func() {
+		k.mu.Lock()
+		st.users--
+		k.mu.Unlock()
+	}
 }
 
 func (k *Client) upstream(name string) *upstreamState {
@@ -856,7 +874,8 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	} else if !errors.Is(err, vault.ErrNotFound) {
 		return UpstreamClient{}, fmt.Errorf("%w: upstream client %s: %v", ErrProviderUnavailable, p.Name, err)
 	}
-	st := k.registration(ua.issuer)
+	st, done := k.registration(ua.issuer)
+	defer done()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
