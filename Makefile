@@ -106,11 +106,12 @@ fuzz:
 
 # The tests that mean nothing under -race, which makes sync.Pool drop what
 # it is given at random: the allocation bounds of the hot path, in files
-# built with `//go:build !race`; and the upstream pool's soak at its full
-# 10,000 calls (the race detector's run makes 2,000; this one takes about
-# 10 CPU-seconds). They run after the fuzzing, beside the unit run.
+# built with `//go:build !race`; and the soaks at their full 10,000 calls,
+# the upstream pool's and the gateway's (the race detector's run makes 2,000
+# and 1,000; these take about 10 and 15 CPU-seconds). They run after the
+# fuzzing, beside the unit run.
 norace:
-	$(GO) test -count=1 -run 'Allocations$$|^TestSoak$$' ./mcpapi/ ./provider/mcpup/
+	$(GO) test -count=1 -run 'Allocations$$|^Test(Gateway)?Soak$$' ./mcpapi/ ./provider/mcpup/
 
 fuzz-norace:
 	@$(MAKE) --no-print-directory -j1 fuzz norace
