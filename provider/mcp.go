@@ -471,12 +471,56 @@ func (k *Client) upstream(name string) *upstreamState {
 // the allowed hosts.
 func (m *MCP) hostAllowed(raw string) bool {
 	u, err := url.Parse(raw)
-	if err != nil {
-		return false
-	}
+	return err == nil && m.hostAllowedName(u.Hostname())
+}
+
+func (m *MCP) hostAllowedName(host string) bool {
 	own, _ := url.Parse(m.up.URL)
-	h := strings.ToLower(u.Hostname())
+	h := strings.ToLower(host)
 	return h == strings.ToLower(own.Hostname()) || slices.Contains(m.AllowedHosts, h)
+}
+
+// HostNotAllowedError: a request for an mcp entry to a host the entry
+// does not allow, refused before it was sent.
+type HostNotAllowedError struct{ Host string }
+
+func (e *HostNotAllowedError) Error() string {
+	return "provider: " + e.Host + " is neither mcp.url's host nor in mcp.allowed_hosts"
+}
+
+// hostGate sends an mcp entry's requests only to the hosts it allows:
+// mcp.url's, mcp.allowed_hosts and its account.url's (the operator's
+// own). Every request made for the entry's authorization (metadata,
+// keys, registration, tokens, revocation, each redirect followed) goes
+// through it, whatever URLs a server's metadata or challenge names.
+type hostGate struct {
+	m       *MCP
+	account string // account.url's host, "" when none
+	next    http.RoundTripper
+}
+
+func (g hostGate) RoundTrip(r *http.Request) (*http.Response, error) {
+	if h := r.URL.Hostname(); !g.m.hostAllowedName(h) && (g.account == "" || !strings.EqualFold(h, g.account)) {
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, &HostNotAllowedError{Host: h}
+	}
+	return g.next.RoundTrip(r)
+}
+
+// gated is a copy of c whose requests pass m's hostGate.
+func (m *MCP) gated(c *http.Client) *http.Client {
+	g := hostGate{m: m, next: c.Transport}
+	if g.next == nil {
+		g.next = http.DefaultTransport
+	}
+	if u, err := url.Parse(m.AccountURL); err == nil && m.AccountURL != "" {
+		g.account = u.Hostname()
+	}
+	cc := *c
+	cc.Transport = g
+	return &cc
 }
 
 // discover finds the server's authorization server, cached for an hour.
@@ -491,7 +535,7 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 		k.opts.Telemetry.Upstream(p.Name, "discovery", "", "failed", 0)
 		return nil, &UpstreamError{Provider: p.DisplayName, Kind: kind, Reason: reason, Err: err}
 	}
-	client := NoRedirectClient(k.opts.UpstreamHTTPClient)
+	client := NoRedirectClient(k.httpFor(p))
 	var prm *oauthex.ProtectedResourceMetadata
 	var other, refused, refusedKind string
 	places, challenged := prmURLs(ctx, client, m.up.URL)
@@ -619,10 +663,13 @@ func (e *redirectError) Error() string {
 func refusalReason(err error) (kind, reason string) {
 	var rd *redirectError
 	var re *egress.RefusedError
+	var hn *HostNotAllowedError
 	switch {
 	case errors.As(err, &rd):
 		return UpstreamRedirect, "at " + untrusted.Quote(rd.host) + " answered with a redirect (HTTP " + strconv.Itoa(rd.status) +
 			"), which the broker does not follow; set mcp.url to the server's canonical URL"
+	case errors.As(err, &hn):
+		return UpstreamHostNotAllowed, "is on " + untrusted.Quote(hn.Host) + ", a host the entry does not allow: list it in mcp.allowed_hosts to trust it"
 	case errors.As(err, &re) && errors.Is(re, egress.ErrSpecialAddress):
 		return UpstreamPrivateAddress, "could not be fetched: " + re.Addr.String() + " is " + re.Range +
 			": start the broker with --upstream-allow-private to reach servers on private addresses"
@@ -891,7 +938,7 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	meta := &oauthex.ClientRegistrationMetadata{RedirectURIs: []string{redirectURL}, TokenEndpointAuthMethod: method,
 		GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},
 		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker", ApplicationType: "web"}
-	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.opts.UpstreamHTTPClient))
+	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.httpFor(p)))
 	if err != nil {
 		st.failed = k.opts.Now()
 		k.opts.Telemetry.Upstream(p.Name, "registration", "", "failed", 0)
@@ -1012,7 +1059,7 @@ func (m *MCP) refreshToken(ctx context.Context, k *Client, p *Provider, refreshT
 		// request's transport adds resource.
 		base, _ := ctx.Value(oauth2.HTTPClient).(*http.Client)
 		if base == nil {
-			base = NoRedirectClient(k.opts.UpstreamHTTPClient)
+			base = NoRedirectClient(k.httpFor(p))
 		}
 		cl := *base
 		next := cl.Transport

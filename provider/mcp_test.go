@@ -76,6 +76,10 @@ func TestMCPDiscoveryRefusals(t *testing.T) {
 		{name: "another host allowed, an endpoint on a third", kind: UpstreamHostNotAllowed, asHost: "localhost", mcpLines: "      allowed_hosts: [localhost]\n",
 			setup: func(r *mcpRig) { r.as.set("token_endpoint", "https://tokens.example.com/token") },
 			want:  `endpoint "https://tokens.example.com/token" is on a host that is not allowed`},
+		{name: "metadata named by the challenge on another host", kind: UpstreamHostNotAllowed, setup: func(r *mcpRig) {
+			r.up.docs = map[string]any{challengePRM: r.up.prm(r.as.base)}
+			r.up.challenge = strings.Replace(r.up.srv.URL, "127.0.0.1", "localhost", 1) + challengePRM
+		}, want: `its protected-resource metadata is on "localhost", a host the entry does not allow: list it in mcp.allowed_hosts to trust it`},
 		{name: "an endpoint not https", kind: UpstreamHostNotAllowed, setup: func(r *mcpRig) {
 			r.as.set("revocation_endpoint", "http://mcp.example.com/revoke")
 		}, want: `endpoint "http://mcp.example.com/revoke" is on a host that is not allowed (list it in mcp.allowed_hosts) or not https`},

@@ -468,9 +468,13 @@ func (k *Client) TokenContext(ctx context.Context, p *Provider) context.Context 
 }
 
 // httpFor is the client for p's token, account and revocation requests:
-// the upstream (egress) client for an MCP server the broker relays to.
+// the upstream (egress) client for an MCP server the broker relays to,
+// which sends an mcp entry's requests only to the hosts it allows.
 func (k *Client) httpFor(p *Provider) *http.Client {
-	if _, ok := p.Kind.(Gateway); ok {
+	switch kind := p.Kind.(type) {
+	case *MCP:
+		return kind.gated(k.opts.UpstreamHTTPClient)
+	case Gateway:
 		return k.opts.UpstreamHTTPClient
 	}
 	return k.opts.HTTPClient
