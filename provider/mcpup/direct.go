@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"credbroker/internal/egress"
 	"credbroker/internal/plainjson"
 	"credbroker/internal/sse"
 )
@@ -461,14 +462,15 @@ func answered(resp *http.Response, maxBytes int64) error {
 	return fmt.Errorf("mcpup: tools/call: %s", http.StatusText(resp.StatusCode))
 }
 
-// readLimited reads r whole, at most limit bytes.
+// readLimited reads r whole, at most limit bytes (egress.ReadAll, its
+// refusal as this package's ErrTooLarge).
 func readLimited(r io.Reader, limit int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	b, err := egress.ReadAll(r, limit)
 	switch {
+	case errors.Is(err, egress.ErrTooLarge):
+		return nil, ErrTooLarge
 	case err != nil:
 		return nil, fmt.Errorf("mcpup: tools/call: reading the answer: %w", err)
-	case int64(len(b)) > limit:
-		return nil, ErrTooLarge
 	}
 	return b, nil
 }

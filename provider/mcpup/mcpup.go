@@ -180,6 +180,9 @@ type Pool struct {
 	// closed by its timer (Options.IdleTimeout later: a request in flight
 	// on it has ended by then) or by Close.
 	retired map[*entry]*time.Timer
+	// sweep closes idle sessions when nobody uses the pool (nil: no
+	// session held).
+	sweep *time.Timer
 }
 
 type entry struct {
@@ -256,6 +259,9 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 	p.sessions[e.key] = p.lru.PushFront(e)
 	for p.lru.Len() > p.opts.MaxSessions {
 		p.removeLocked(p.lru.Back())
+	}
+	if p.sweep == nil {
+		p.sweep = time.AfterFunc(p.opts.IdleTimeout, p.sweepIdle)
 	}
 	p.mu.Unlock()
 	e.cs, e.err = p.connect(cctx, t, nil, nil)
@@ -338,6 +344,10 @@ func (p *Pool) Close() {
 		p.closeLocked(e)
 	}
 	clear(p.retired)
+	if p.sweep != nil {
+		p.sweep.Stop()
+		p.sweep = nil
+	}
 	p.mu.Unlock()
 	p.closing.Wait()
 }
@@ -414,6 +424,26 @@ func (p *Pool) listsChanged(t Target) {
 			p.closeLocked(e)
 		}
 	})
+}
+
+// sweepIdle closes the sessions idle longer than IdleTimeout without
+// waiting for the pool's next use (a quiet broker would otherwise keep
+// 2025-11-25 sessions open at their servers), then runs again when the
+// oldest session left would be idle that long.
+func (p *Pool) sweepIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.sweep == nil {
+		return
+	}
+	p.expireLocked()
+	el := p.lru.Back()
+	if el == nil {
+		p.sweep = nil
+		return
+	}
+	next := el.Value.(*entry).used.Add(p.opts.IdleTimeout).Sub(p.opts.Now())
+	p.sweep.Reset(max(next, time.Second))
 }
 
 // expireLocked closes the sessions idle longer than IdleTimeout.

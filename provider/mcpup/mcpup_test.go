@@ -1053,3 +1053,46 @@ func TestProbe(t *testing.T) {
 		t.Fatalf("Probe of a closed port = %v, want an error that is not ErrTokenRequired", err)
 	}
 }
+
+// TestPoolSweepsIdleSessions: a session idle for IdleTimeout is closed
+// (a 2025-11-25 server is sent its DELETE) though nobody uses the pool
+// again, and one not idle that long is kept until it is; once none is
+// left the sweep stops, and a new session starts it again. The pool's
+// clock is the test's, so what is idle does not depend on the machine's
+// speed; the sweep's timer runs in real time.
+func TestPoolSweepsIdleSessions(t *testing.T) {
+	u := newUpstream(t, true)
+	clock := &testClock{}
+	clock.ns.Store(time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC).UnixNano())
+	idle := 200 * time.Millisecond
+	p := newPool(t, Options{IdleTimeout: idle, Now: clock.Now})
+	ctx := context.Background()
+	a, err := p.Session(ctx, Target{Provider: "a", URL: u.url()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(idle / 2)
+	b, err := p.Session(ctx, Target{Provider: "b", URL: u.url()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(idle / 2) // a idle for IdleTimeout, b for half of it
+	waitFor(t, "a's idle session to be closed with no use of the pool", func() bool { return u.deleted(a.ID()) })
+	if u.deleted(b.ID()) || p.Len() != 1 {
+		t.Fatalf("b, idle half as long, closed %v; %d sessions held, want 1", u.deleted(b.ID()), p.Len())
+	}
+	clock.Advance(idle / 2)
+	waitFor(t, "b's session to be closed once idle", func() bool { return u.deleted(b.ID()) && p.Len() == 0 })
+	p.mu.Lock()
+	running := p.sweep != nil
+	p.mu.Unlock()
+	if running {
+		t.Fatal("the sweep still runs with no session held")
+	}
+	c, err := p.Session(ctx, Target{Provider: "c", URL: u.url()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(idle)
+	waitFor(t, "a session opened after the sweep stopped to be closed once idle", func() bool { return u.deleted(c.ID()) })
+}
