@@ -40,9 +40,8 @@ func (r *Reader) Reset(rd io.Reader, limit int64) {
 // stream it returns io.EOF; a stream that fails to read, an event over
 // the limit (ErrTooLarge) or a malformed line end it with an error.
 func (r *Reader) Next() ([]byte, error) {
-	var data []byte
-	// other: the event is named, other than message (the last name counts).
-	other, hasData, size := false, false, int64(0)
+	var ev Event
+	size := int64(0)
 	for {
 		line, err := r.line(r.limit - size)
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -51,33 +50,65 @@ func (r *Reader) Next() ([]byte, error) {
 		size += int64(len(line))
 		eof := errors.Is(err, io.EOF)
 		if line = bytes.TrimRight(line, "\r\n"); len(line) > 0 {
-			key, value, ok := bytes.Cut(line, []byte{':'})
-			if !ok {
+			if !ev.Line(line) {
 				return nil, errors.New("sse: a malformed line in the event stream (neither a field nor a comment)")
-			}
-			switch string(key) {
-			case "event":
-				v := bytes.TrimSpace(value)
-				other = len(v) > 0 && string(v) != "message"
-			case "data":
-				if hasData {
-					data = append(data, '\n')
-				}
-				data, hasData = append(data, bytes.TrimSpace(value)...), true
 			}
 			if !eof {
 				continue
 			}
 		}
 		// The event ends here.
-		if len(data) > 0 && !other {
+		if data := ev.End(); data != nil {
 			return data, nil
 		}
 		if eof {
 			return nil, io.EOF
 		}
-		data, other, hasData, size = data[:0], false, false, 0
+		size = 0
 	}
+}
+
+// Event gathers one event from its lines, as Reader does; a reader that
+// passes a stream on as it reads it (the gateway's answers, to route
+// their progress) uses it too, so that both read events alike.
+type Event struct {
+	data []byte
+	// other: the event is named, other than message (the last name
+	// counts).
+	other, hasData bool
+}
+
+// Line reads one line of the event, without its line end, and not
+// blank (a blank line ends the event: End): false when the line is
+// malformed (neither a field nor a comment).
+func (e *Event) Line(line []byte) bool {
+	key, value, ok := bytes.Cut(line, []byte{':'})
+	if !ok {
+		return false
+	}
+	switch string(key) {
+	case "event":
+		v := bytes.TrimSpace(value)
+		e.other = len(v) > 0 && string(v) != "message"
+	case "data":
+		if e.hasData {
+			e.data = append(e.data, '\n')
+		}
+		e.data, e.hasData = append(e.data, bytes.TrimSpace(value)...), true
+	}
+	return true
+}
+
+// End ends the event and starts the next: the data of a message event,
+// valid until the next Line, or nil for an event named otherwise or
+// without data.
+func (e *Event) End() []byte {
+	data, other := e.data, e.other
+	e.data, e.other, e.hasData = e.data[:0], false, false
+	if len(data) == 0 || other {
+		return nil
+	}
+	return data
 }
 
 // line reads one line of at most budget bytes, valid until the next read

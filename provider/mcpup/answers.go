@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"credbroker/internal/sse"
 	"credbroker/provider/redact"
 )
 
@@ -182,14 +182,7 @@ type answerBody struct {
 	spare   []byte
 	out     []byte // ready to be read
 	err     error
-	event   sseEvent
-}
-
-// sseEvent is the event being read (its data lines joined).
-type sseEvent struct {
-	name string
-	data []byte
-	some bool
+	event   sse.Event // the event being read
 }
 
 func (b *answerBody) Read(p []byte) (int, error) {
@@ -266,24 +259,15 @@ func (b *answerBody) emit(lines []byte) {
 	}
 }
 
-// field reads one line of an event stream (the fields the go-sdk reads).
+// field reads one line of an event stream, as the exchange's own reader
+// does (internal/sse): a blank line ends the event, whose data is routed
+// when it is a progress notification. A malformed line is passed on as
+// it is: the go-sdk's client ends the stream on it, with nothing to route.
 func (b *answerBody) field(line []byte) {
-	switch {
-	case len(line) == 0:
-		ev := b.event
-		b.event = sseEvent{name: "", data: ev.data[:0]}
-		if ev.some && (ev.name == "" || ev.name == "message") {
-			b.pool.progressEvent(ev.data)
-		}
-	case bytes.HasPrefix(line, []byte("data:")):
-		v := bytes.TrimPrefix(line[len("data:"):], []byte(" "))
-		if b.event.some {
-			b.event.data = append(b.event.data, '\n')
-		}
-		b.event.data = append(b.event.data, v...)
-		b.event.some = true
-	case bytes.HasPrefix(line, []byte("event:")):
-		b.event.name = strings.TrimPrefix(string(line[len("event:"):]), " ")
+	if len(line) > 0 {
+		b.event.Line(line)
+	} else if data := b.event.End(); data != nil {
+		b.pool.progressEvent(data)
 	}
 }
 
