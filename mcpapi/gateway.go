@@ -55,6 +55,7 @@ const (
 	maxPerMinute     = 600
 	maxToolSchema    = 64 << 10
 	maxDescription   = 4 << 10
+	maxTitle         = 200
 	maxInstructions  = 8 << 10
 	maxUpstreamError = 1 << 10
 	maxToolsListTTL  = 300_000 // ms
@@ -74,7 +75,7 @@ type gateway struct {
 	mu        sync.Mutex // guards the fields below
 	endpoints map[string]*endpoint
 	limits    map[limitKey]*limiter
-	toolHash  map[string][32]byte
+	toolHash  map[toolHashKey][32]byte
 	listeners map[listenKey]map[*listener]bool
 	tools     map[toolsKey]cachedTools
 	// toolsEpoch counts forgetTools calls: a list fetched before one is
@@ -86,7 +87,7 @@ type gateway struct {
 }
 
 func newGateway(s *Server) *gateway {
-	return &gateway{s: s, endpoints: map[string]*endpoint{}, limits: map[limitKey]*limiter{}, toolHash: map[string][32]byte{}}
+	return &gateway{s: s, endpoints: map[string]*endpoint{}, limits: map[limitKey]*limiter{}, toolHash: map[toolHashKey][32]byte{}}
 }
 
 // register mounts the gateway's routes.
@@ -643,7 +644,55 @@ func (g *gateway) list(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		g.relayFailed(ctx, w, c, r, err)
 		return
 	}
-	g.writeResult(w, c, res)
+	g.writeResult(w, c, sanitizeListed(res))
+}
+
+// sanitizeListed is a relayed list of prompts, resources or resource
+// templates with their titles and descriptions cleaned and capped as
+// tools' are: copies, since the go-sdk hands out the lists it keeps
+// cached. Other results are returned as they are.
+func sanitizeListed(res any) any {
+	switch r := res.(type) {
+	case *mcp.ListPromptsResult:
+		v := *r
+		v.Prompts = cleaned(r.Prompts, func(p *mcp.Prompt) {
+			p.Title, p.Description = sanitizeText(p.Title, maxTitle), sanitizeText(p.Description, maxDescription)
+			p.Arguments = cleaned(p.Arguments, func(a *mcp.PromptArgument) {
+				a.Title, a.Description = sanitizeText(a.Title, maxTitle), sanitizeText(a.Description, maxDescription)
+			})
+		})
+		return &v
+	case *mcp.ListResourcesResult:
+		v := *r
+		v.Resources = cleaned(r.Resources, func(x *mcp.Resource) {
+			x.Title, x.Description = sanitizeText(x.Title, maxTitle), sanitizeText(x.Description, maxDescription)
+		})
+		return &v
+	case *mcp.ListResourceTemplatesResult:
+		v := *r
+		v.ResourceTemplates = cleaned(r.ResourceTemplates, func(x *mcp.ResourceTemplate) {
+			x.Title, x.Description = sanitizeText(x.Title, maxTitle), sanitizeText(x.Description, maxDescription)
+		})
+		return &v
+	}
+	return res
+}
+
+// cleaned is a copy of list (nil elements dropped) whose elements are
+// copies that clean changed.
+func cleaned[T any](list []*T, clean func(*T)) []*T {
+	if list == nil {
+		return nil
+	}
+	out := make([]*T, 0, len(list))
+	for _, x := range list {
+		if x != nil {
+			x = new(*x)
+			clean(x)
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // decodeInto decodes the host's params into p (its _meta dropped: the
@@ -1517,13 +1566,13 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 		seen[t.Name] = true
 		t = new(*t) // a copy: the upstream's list may be the session's cache
 		t.Description = sanitizeText(t.Description, maxDescription)
-		t.Title = sanitizeText(t.Title, 200)
+		t.Title = sanitizeText(t.Title, maxTitle)
 		if t.Annotations != nil {
 			a := *t.Annotations
-			a.Title = sanitizeText(a.Title, 200)
+			a.Title = sanitizeText(a.Title, maxTitle)
 			t.Annotations = &a
 		}
-		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", t.Name, in, t.Description)
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00", t.Name, in, outSchema, t.Description)
 		out = append(out, t)
 	}
 	if dropped > 0 {
@@ -1535,7 +1584,13 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	}
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
-	key := r.Target.Provider + "/" + r.Target.Conn + "/" + c.principal.Issuer + "\x00" + c.principal.Subject
+	// Each page is compared with the same page (the same cursor) as last
+	// listed: the pages of one list differ from each other, so one hash
+	// for all of them would report a change at every listing.
+	key := toolHashKey{principal: c.principal, provider: r.Target.Provider, conn: r.Target.Conn}
+	if c.params.Cursor != nil {
+		key.cursor = sha256.Sum256([]byte(*c.params.Cursor)) // digested: the host chooses its length
+	}
 	g.mu.Lock()
 	prev, had := g.toolHash[key]
 	if len(g.toolHash) > 100000 {
@@ -1550,8 +1605,20 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	return out
 }
 
-// sanitizeText removes control, bidirectional-formatting and zero-width
-// characters from upstream text (newlines and tabs kept) and caps it.
+// toolHashKey names one page of a person's tools at a connection, by the
+// digest of its cursor (zero for the first page).
+type toolHashKey struct {
+	principal      vault.Principal
+	provider, conn string
+	cursor         [32]byte
+}
+
+// sanitizeText removes from upstream text what a reader does not see but
+// a model reads, or what reorders what the reader sees: control
+// characters (newlines and tabs kept) and format characters (category
+// Cf: bidirectional controls, zero-width characters, soft hyphens, the
+// tag characters that spell out invisible text, …, with the unassigned
+// rest of the tag block); then it caps the text at limit bytes.
 func sanitizeText(s string, limit int) string {
 	if s == "" {
 		return s
@@ -1561,7 +1628,7 @@ func sanitizeText(s string, limit int) string {
 		switch {
 		case r == '\n' || r == '\t':
 			return r
-		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r), r == '\u200B', r == '\u200C', r == '\u200D', r == '\u2060', r == '\uFEFF':
+		case unicode.IsControl(r), unicode.Is(unicode.Cf, r), r >= 0xE0000 && r <= 0xE007F:
 			return -1
 		}
 		return r
