@@ -785,6 +785,10 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		return
 	}
 	defer release()
+	// The call's time covers the session and the list it may need first:
+	// an upstream that does not answer those answers within it too.
+	ctx, cancel := context.WithTimeout(ctx, c.up.CallTimeout)
+	defer cancel()
 	if c.method == "tools/call" {
 		// A tool the person's list does not have (never listed, or
 		// dropped as the upstream's tools were sanitised) is not called.

@@ -146,6 +146,9 @@ type Options struct {
 	// ListenWait bounds how long Listen waits for a server's answers
 	// (default 5 seconds).
 	ListenWait time.Duration
+	// OpenTimeout bounds a session's opening (the era probe: discover,
+	// else initialize), whoever waits for it (default 1 minute).
+	OpenTimeout time.Duration
 	// Version is the broker's version, in clientInfo.
 	Version string
 	Logger  *slog.Logger
@@ -209,6 +212,9 @@ func New(opts Options) *Pool {
 	if opts.ListenWait <= 0 {
 		opts.ListenWait = 5 * time.Second
 	}
+	if opts.OpenTimeout <= 0 {
+		opts.OpenTimeout = time.Minute
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -264,10 +270,38 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 		p.sweep = time.AfterFunc(p.opts.IdleTimeout, p.sweepIdle)
 	}
 	p.mu.Unlock()
-	e.cs, e.err = p.connect(cctx, t, nil, nil)
-	close(e.ready)
+	// The opening goes on without its caller, who waits for it only as
+	// long as ctx lets it (a server that never answers its discover or
+	// initialize must not hold the caller past its deadline); it is given
+	// up after OpenTimeout whoever waits.
+	var state atomic.Int32 // opening, then opened or abandoned
+	const opening, opened, abandoned = 0, 1, 2
+	giveUp := time.AfterFunc(p.opts.OpenTimeout, func() {
+		if state.CompareAndSwap(opening, abandoned) {
+			cancel()
+		}
+	})
+	go func() {
+		cs, err := p.connect(cctx, t, nil, nil)
+		giveUp.Stop()
+		if !state.CompareAndSwap(opening, opened) {
+			if cs != nil {
+				cs.Close()
+			}
+			cs, err = nil, fmt.Errorf("mcpup: %s did not answer the session's opening within %s", t.URL, p.opts.OpenTimeout)
+		}
+		e.cs, e.err = cs, err
+		close(e.ready)
+		if err != nil {
+			p.drop(t, e)
+		}
+	}()
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	if e.err != nil {
-		p.drop(t, e)
 		return nil, e.err
 	}
 	return e.cs, nil

@@ -1096,3 +1096,51 @@ func TestPoolSweepsIdleSessions(t *testing.T) {
 	clock.Advance(idle)
 	waitFor(t, "a session opened after the sweep stopped to be closed once idle", func() bool { return u.deleted(c.ID()) })
 }
+
+// TestSessionOpeningBounded: a server that takes the connection and never
+// answers the session's opening (discover) holds no caller past its
+// deadline, a second caller waiting for the same opening included; the
+// opening is given up after OpenTimeout though nobody waits any more, and
+// the next caller starts a new one.
+func TestSessionOpeningBounded(t *testing.T) {
+	var requests atomic.Int64
+	release := make(chan struct{})
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(func() { close(release); silent.Close() })
+	p := newPool(t, Options{OpenTimeout: 500 * time.Millisecond})
+	target := Target{Provider: "silent", URL: silent.URL + "/mcp"}
+	call := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := p.Session(ctx, target)
+		return err
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- call() }()
+	}
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a caller of the silent server got %v, want its deadline", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a caller waited for the silent server past its deadline")
+		}
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("%d openings for two callers at once, want 1", n)
+	}
+	waitFor(t, "the abandoned opening to be dropped", func() bool { return p.Len() == 0 })
+	if err := call(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the next caller got %v", err)
+	}
+	waitFor(t, "a new opening", func() bool { return requests.Load() == 2 })
+}
