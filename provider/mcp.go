@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +23,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"go.yaml.in/yaml/v3"
 	"golang.org/x/oauth2"
 
 	"credbroker/internal/egress"
@@ -70,7 +74,10 @@ type Upstream struct {
 	// Open: auth none; calls carry no token and need no connection.
 	Open bool
 	// CallTimeout bounds one relayed call; MaxResultBytes its answer.
+	// CallTimeoutSet: the entry sets call_timeout (else CallTimeout is
+	// the default, which Registry.LimitCallTimeouts may lower).
 	CallTimeout    time.Duration
+	CallTimeoutSet bool
 	MaxResultBytes int64
 	// Tools filters the server's tools by name.
 	Tools ToolFilter
@@ -80,6 +87,25 @@ type Upstream struct {
 	// RelayInstructions: the server's instructions reach the host
 	// (sanitised and capped); else they are dropped.
 	RelayInstructions bool
+}
+
+// LimitCallTimeouts lowers to max the call timeout of every mcp entry that
+// sets none (the default, 120 s, may be over an operator's maximum, which
+// such an entry does not ask to exceed). An entry that sets one over max
+// is the caller's to refuse. It is called once, before r is shared.
+func (r *Registry) LimitCallTimeouts(max time.Duration) {
+	for _, p := range r.byName {
+		var up *Upstream
+		switch k := p.Kind.(type) {
+		case *MCP:
+			up = &k.up
+		case *OpenMCP:
+			up = &k.up
+		}
+		if up != nil && !up.CallTimeoutSet && up.CallTimeout > max {
+			up.CallTimeout = max
+		}
+	}
 }
 
 // Gateway is a kind whose provider is an MCP server the broker relays to
@@ -187,40 +213,25 @@ var mcpKind = defineKind(TypeMCP, func(key, _ string) string {
 	return fmt.Sprintf("%s is not used by type %q (the broker relays MCP requests to mcp.url)", key, TypeMCP)
 }, buildMCP)
 
-// buildMCP validates an mcp entry.
+// buildMCP validates an mcp entry. Every value is checked whatever
+// mcp.auth says (so that changing auth never reveals a problem that was
+// there all along); with auth: none, each key that only concerns the
+// server's authorization is a problem of its own (openMCPProblems).
 func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 	if s.MCP == nil {
 		c.failAt(nil, "mcp (url, auth, …) is required for type %q", TypeMCP)
 		return c.newProvider(s.entrySpec, &OpenMCP{})
 	}
 	up := c.upstream(s.MCP)
-	if s.MCP.Auth == "none" {
-		up.Open = true
-		p := c.newProvider(s.entrySpec, &OpenMCP{mcpUpstream{up}})
-		for _, k := range []string{"client_id", "client_secret", "client_secret_file", "default_scopes", "allowed_scopes", "account", "keep_alive"} {
-			if keyLine(c.node, k) > 0 {
-				c.fail(k, "%s means nothing with mcp.auth: none (the server takes no token)", k)
-			}
-		}
-		return p
-	}
 	m := &MCP{mcpUpstream: mcpUpstream{up}, Registration: s.MCP.Registration, AllowedHosts: s.MCP.AllowedHosts,
 		OfflineAccess: s.MCP.OfflineAccess, ResourceOnRefresh: true, Enterprise: s.MCP.Auth == "enterprise"}
-	p := c.newProvider(s.entrySpec, m)
 	if s.MCP.ResourceOnRefresh != nil {
 		m.ResourceOnRefresh = *s.MCP.ResourceOnRefresh
 	}
 	switch m.Registration {
 	case "":
 		m.Registration = "auto"
-	case "dcr":
-		if m.Enterprise {
-			// The IdP names the broker's client at the server in the
-			// ID-JAG (client_id): it can know a pre-registered id or a
-			// metadata document URL, never one registered on the fly.
-			c.failAt(at("mcp", "registration"), "mcp.registration dcr cannot be used with mcp.auth enterprise: the IdP must name the broker's client id at the server in each ID-JAG, and a dynamically registered id is known to the broker only; use static (client_id) or cimd")
-		}
-	case "auto", "static", "cimd":
+	case "auto", "static", "cimd", "dcr":
 	default:
 		c.failAt(at("mcp", "registration"), "mcp.registration %q: want auto, static, cimd or dcr", m.Registration)
 	}
@@ -232,8 +243,8 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 		c.failAt(at("mcp", "offline_access"), "mcp.offline_access %q: want auto, always or never", m.OfflineAccess)
 	}
 	for i, h := range m.AllowedHosts {
-		if h == "" || strings.ContainsAny(h, "/:@ ") || strings.ToLower(h) != h {
-			c.failAt(at("mcp", "allowed_hosts", i), "mcp.allowed_hosts[%d] %q: want a lowercase host name", i, h)
+		if why, bad := allowedHostProblem(h); bad {
+			c.failAt(at("mcp", "allowed_hosts", i), "mcp.allowed_hosts[%d] %q: want a lowercase host name%s", i, h, why)
 		}
 	}
 	if s.ClientID != "" {
@@ -241,12 +252,6 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 	}
 	secret, secretGiven := c.clientSecret(s.ClientSecret, s.ClientSecretFile)
 	m.ClientSecret = secret
-	if secretGiven && s.ClientID == "" {
-		c.fail("client_secret", "a client secret needs client_id (a pre-registered client)")
-	}
-	if m.Registration == "static" && s.ClientID == "" {
-		c.failAt(at("mcp", "registration"), "mcp.registration static needs client_id (the client registered at the server's authorization server)")
-	}
 	if a := s.Account; a != nil {
 		m.AccountURL = c.url("account", a.URL, true)
 		m.AccountIDField, m.AccountLoginField = a.IDField, a.LoginField
@@ -257,9 +262,159 @@ func buildMCP(c *entryCheck, s *mcpSpec) *Provider {
 			m.AccountLoginField = a.IDField
 		}
 	}
+	if s.MCP.Auth == "none" {
+		// The scopes and keep-alive are checked on a provider of no use.
+		c.scopes(&Provider{}, s.scopeSpec)
+		c.keepAlive(&Provider{}, s.KeepAlive, s.KeepAliveRefresh)
+		c.openMCPProblems()
+		up.Open = true
+		return c.newProvider(s.entrySpec, &OpenMCP{mcpUpstream{up}})
+	}
+	p := c.newProvider(s.entrySpec, m)
+	switch m.Registration {
+	case "dcr", "cimd":
+		if m.Registration == "dcr" && m.Enterprise {
+			// The IdP names the broker's client at the server in the
+			// ID-JAG (client_id): it can know a pre-registered id or a
+			// metadata document URL, never one registered on the fly.
+			c.failAt(at("mcp", "registration"), "mcp.registration dcr cannot be used with mcp.auth enterprise: the IdP must name the broker's client id at the server in each ID-JAG, and a dynamically registered id is known to the broker only; use static (client_id) or cimd")
+		}
+		// The broker's client there is the one it registers, or its
+		// metadata document: a configured client would be ignored.
+		how := "the broker registers itself dynamically"
+		if m.Registration == "cimd" {
+			how = "the broker is known by its metadata document's URL (--client-metadata-url)"
+		}
+		for _, k := range []string{"client_id", "client_secret", "client_secret_file"} {
+			if keyLine(c.node, k) > 0 {
+				c.fail(k, "%s is only for a pre-registered client (mcp.registration static, or auto): with mcp.registration %s %s and never uses it; remove %s or set mcp.registration static",
+					k, m.Registration, how, k)
+			}
+		}
+	default:
+		if secretGiven && s.ClientID == "" {
+			c.fail("client_secret", "a client secret needs client_id (a pre-registered client)")
+		}
+		if m.Registration == "static" && s.ClientID == "" {
+			c.failAt(at("mcp", "registration"), "mcp.registration static needs client_id (the client registered at the server's authorization server)")
+		}
+	}
 	c.scopes(p, s.scopeSpec)
 	c.keepAlive(p, s.KeepAlive, s.KeepAliveRefresh)
 	return p
+}
+
+// Keys an entry with mcp.auth: none may set: those of the relay. Every
+// other key of an mcp entry concerns the server's authorization (the
+// broker's client, scopes, the account, tokens), which such a server does
+// not have.
+var (
+	openEntryKeys = []string{"type", "display_name", "mcp"}
+	openMCPKeys   = []string{"url", "auth", "call_timeout", "max_result_bytes", "tools", "input_requests", "instructions"}
+)
+
+// openMCPProblems reports each key of an mcp.auth: none entry that only an
+// authorized server's entry uses, at its line: set, it would be silently
+// ignored. Keys of another kind and unknown keys were reported already.
+func (c *entryCheck) openMCPProblems() {
+	own := yamlKeys(reflect.TypeFor[mcpSpec]())
+	for _, key := range entryKeys(c.node) {
+		if !slices.Contains(openEntryKeys, key.Value) && slices.Contains(own, key.Value) {
+			c.bad = true
+			c.addf(key.Line, "%s: %s means nothing with mcp.auth: none (the server takes no token)", c.name, key.Value)
+		}
+	}
+	sec := mapValue(c.node, "mcp")
+	if sec != nil && sec.Kind == yaml.AliasNode {
+		sec = sec.Alias
+	}
+	if sec == nil || sec.Kind != yaml.MappingNode {
+		return
+	}
+	for _, key := range entryKeys(sec) {
+		if _, known := fieldOf(reflect.TypeFor[mcpSection](), key.Value); !known || slices.Contains(openMCPKeys, key.Value) {
+			continue
+		}
+		why := "the server takes no token"
+		if key.Value == "allowed_hosts" {
+			why = "the server takes no token, so the broker asks no authorization server; calls go to mcp.url's host only"
+		}
+		c.bad = true
+		c.addf(key.Line, "%s: mcp.%s means nothing with mcp.auth: none (%s)", c.name, key.Value, why)
+	}
+}
+
+// allowedHostProblem says why h is not a plain lower-case host name, as
+// mcp.allowed_hosts wants (compared exactly with the host of each URL the
+// authorization server's metadata names, whatever its port): bad, and the
+// rest of the problem (with the name to write, when there is one).
+func allowedHostProblem(h string) (why string, bad bool) {
+	if plainHost(h) {
+		return "", false
+	}
+	write := ""
+	if s := hostOf(h); s != h && plainHost(s) {
+		write = ": write " + strconv.Quote(s)
+	}
+	_, port, portErr := net.SplitHostPort(h)
+	switch {
+	case h == "":
+		return "", true
+	case strings.Contains(h, "*"):
+		return ": a wildcard never matches (hosts are compared exactly); list each host the authorization server uses", true
+	case strings.Contains(h, "://"):
+		return ", not a URL" + write, true
+	case strings.Contains(h, "@"):
+		return ", without userinfo" + write, true
+	case strings.ContainsAny(h, "/?#"):
+		return ", without a path" + write, true
+	case portErr == nil || port != "":
+		return ", without a port (any port of the host is allowed)" + write, true
+	case write != "":
+		return write, true
+	}
+	return " (letters, digits, '-' and '.', or an IP address)", true
+}
+
+// hostOf is the host name h names, as best it can be told: without a
+// scheme, userinfo, path or port, in lower case.
+func hostOf(h string) string {
+	if _, rest, ok := strings.Cut(h, "://"); ok {
+		h = rest
+	}
+	if i := strings.IndexAny(h, "/?#"); i >= 0 {
+		h = h[:i]
+	}
+	if i := strings.LastIndex(h, "@"); i >= 0 {
+		h = h[i+1:]
+	}
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	return strings.ToLower(h)
+}
+
+// plainHost reports whether h is a lower-case DNS name (labels of a-z,
+// 0-9 and '-', not at either end) or an IP address as Go writes it: what
+// url.URL.Hostname of an https URL can be equal to.
+func plainHost(h string) bool {
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Zone() == "" && a.String() == h
+	}
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // upstream checks the mcp section's relay settings.
@@ -291,7 +446,7 @@ func (c *entryCheck) upstream(s *mcpSection) Upstream {
 		case d > MaxCallTimeout:
 			c.failAt(at("mcp", "call_timeout"), "mcp.call_timeout %s is over the maximum %s", s.CallTimeout, MaxCallTimeout)
 		default:
-			up.CallTimeout = d
+			up.CallTimeout, up.CallTimeoutSet = d, true
 		}
 	}
 	if s.MaxResultBytes != "" {
@@ -305,7 +460,7 @@ func (c *entryCheck) upstream(s *mcpSection) Upstream {
 	if t := s.Tools; t != nil {
 		for key, pats := range map[string][]string{"allow": t.Allow, "deny": t.Deny} {
 			for i, p := range pats {
-				if _, err := path.Match(p, ""); err != nil || p == "" {
+				if !toolPattern(p) {
 					c.failAt(at("mcp", "tools", key, i), "mcp.tools.%s[%d] %q: not a name pattern (letters, digits, _ . - and * ? [...] globs)", key, i, p)
 				}
 			}
@@ -331,6 +486,32 @@ func (c *entryCheck) upstream(s *mcpSection) Upstream {
 		c.failAt(at("mcp", "instructions"), "mcp.instructions %q: want relay or drop", s.Instructions)
 	}
 	return up
+}
+
+// toolPattern reports whether p is a pattern of tool names (path.Match
+// syntax): tool names' characters (letters, digits, _ . -), * and ?, and
+// [...] classes of those characters, ranges and a leading ^. Anything else
+// (a space, a slash, an escape) could never match a tool the gateway
+// lists, whose names are [A-Za-z0-9_.-]{1,128}.
+func toolPattern(p string) bool {
+	if _, err := path.Match(p, ""); err != nil || p == "" {
+		return false
+	}
+	class := false // within [...]
+	for i := 0; i < len(p); i++ {
+		switch b := p[i]; {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '_', b == '.', b == '-':
+		case !class && (b == '*' || b == '?'):
+		case !class && b == '[':
+			class = true
+		case class && b == '^' && p[i-1] == '[':
+		case class && b == ']':
+			class = false
+		default:
+			return false
+		}
+	}
+	return !class
 }
 
 // ParseSize reads a byte size: a number with an optional unit (B, KiB,
@@ -531,8 +712,11 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 	if st.auth != nil && k.opts.Now().Sub(st.auth.at) < upstreamMetadataTTL {
 		return st.auth, nil
 	}
+	// Recorded as one upstream request (method "discovery"), timed from
+	// the first request to the verdict.
+	start := time.Now()
 	fail := func(kind, reason string, err error) (*upstreamAuth, error) {
-		k.opts.Telemetry.Upstream(p.Name, "discovery", "", "failed", 0)
+		k.opts.Telemetry.Upstream(p.Name, "discovery", "", telemetry.UpstreamFailed, time.Since(start))
 		return nil, &UpstreamError{Provider: p.DisplayName, Kind: kind, Reason: reason, Err: err}
 	}
 	client := NoRedirectClient(k.httpFor(p))
@@ -593,6 +777,7 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 		}
 	}
 	st.auth = &upstreamAuth{issuer: issuer, meta: asm, resource: prm.Resource, challenged: challenged, scopes: prm.ScopesSupported, at: k.opts.Now()}
+	k.opts.Telemetry.Upstream(p.Name, "discovery", "", telemetry.UpstreamOK, time.Since(start))
 	return st.auth, nil
 }
 
@@ -913,7 +1098,8 @@ func (k *Client) PrepareUpstream(ctx context.Context, name string) error {
 // register registers the broker dynamically (RFC 7591), once per
 // issuer and redirect URI, one registration at a time per issuer; after
 // an attempt at an issuer failed, none is made there within a minute,
-// for any entry.
+// for any entry. Each attempt is recorded as an upstream request (method
+// "registration"), ok or failed.
 func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstreamAuth, redirectURL string) (UpstreamClient, error) {
 	key := UpstreamClientKey(ua.issuer, redirectURL)
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
@@ -928,7 +1114,8 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	if c, err := k.opts.UpstreamClients.GetUpstreamClient(ctx, key); err == nil {
 		return c, nil // registered by another caller meanwhile
 	}
-	if k.opts.Now().Sub(st.failed) < registrationBackoff {
+	now := k.opts.Now()
+	if now.Sub(st.failed) < registrationBackoff {
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Kind: UpstreamRegistrationBackoff, Reason: "dynamic registration failed a moment ago; try again in a minute"}
 	}
 	method := "none"
@@ -938,13 +1125,15 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	meta := &oauthex.ClientRegistrationMetadata{RedirectURIs: []string{redirectURL}, TokenEndpointAuthMethod: method,
 		GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},
 		ClientName: "credbroker", ClientURI: k.opts.BrokerURL, SoftwareID: "credbroker", ApplicationType: "web"}
+	start := time.Now()
 	resp, err := oauthex.RegisterClient(ctx, ua.meta.RegistrationEndpoint, meta, NoRedirectClient(k.httpFor(p)))
 	if err != nil {
-		st.failed = k.opts.Now()
-		k.opts.Telemetry.Upstream(p.Name, "registration", "", "failed", 0)
+		st.failed = now
+		k.opts.Telemetry.Upstream(p.Name, "registration", "", telemetry.UpstreamFailed, time.Since(start))
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Kind: UpstreamRegistrationFailed,
 			Reason: "dynamic registration at its authorization server failed (" + untrusted.Clip(err.Error(), 200) + "); the broker tries again after a minute", Err: err}
 	}
+	k.opts.Telemetry.Upstream(p.Name, "registration", "", telemetry.UpstreamOK, time.Since(start))
 	got := UpstreamClient{Key: key, ClientID: resp.ClientID, ClientSecret: vault.Secret(resp.ClientSecret), AuthMethod: method, Created: k.opts.Now()}
 	if got.ClientSecret == "" {
 		got.AuthMethod = "none"

@@ -212,14 +212,14 @@ func TestMCPRegistrationOrder(t *testing.T) {
 			wantClient: "dcr-client-", wantRegistrations: 1},
 		{name: "auto: no document support", want: "dcr", wantClient: "dcr-client-", wantRegistrations: 1},
 		{name: "static", mcpLines: "      registration: static\n", entry: static, cimd: true, want: "static", wantClient: "static-client"},
-		{name: "cimd with a client_id", mcpLines: "      registration: cimd\n", entry: static, cimd: true, want: "cimd", wantClient: mcpClientMeta},
-		{name: "dcr with a client_id and document support", mcpLines: "      registration: dcr\n", entry: static, cimd: true, want: "dcr",
+		{name: "cimd", mcpLines: "      registration: cimd\n", cimd: true, want: "cimd", wantClient: mcpClientMeta},
+		{name: "dcr with document support", mcpLines: "      registration: dcr\n", cimd: true, want: "dcr",
 			wantClient: "dcr-client-", wantRegistrations: 1},
 		{name: "cimd unsupported", mcpLines: "      registration: cimd\n",
 			wantErr: "registration cimd needs an authorization server that supports Client ID Metadata Documents and an https --client-metadata-url"},
 		{name: "cimd with an http document", mcpLines: "      registration: cimd\n", cimd: true, metadataURL: "http://127.0.0.1:8080/m.json",
 			wantErr: "registration cimd needs"},
-		{name: "dcr without an endpoint", mcpLines: "      registration: dcr\n", entry: static,
+		{name: "dcr without an endpoint", mcpLines: "      registration: dcr\n",
 			wantErr: "offers no way to register"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

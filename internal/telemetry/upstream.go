@@ -45,8 +45,13 @@ func newUpstreamMetrics(reg *prometheus.Registry) *upstreamMetrics {
 	return m
 }
 
-// Upstream records one request to an upstream MCP server (elapsed zero:
-// not timed, such as a discovery that failed before any request).
+// Upstream records one request to an upstream MCP server: a relayed
+// JSON-RPC method, or "discovery" or "registration" (the broker as the
+// server's OAuth client; each recorded ok or failed). era is the
+// upstream's protocol version, "" when there is none (discovery,
+// registration, no session opened), recorded as "none"; versions other
+// than 2026-07-28 and 2025-11-25, and outcomes other than the Upstream*
+// ones, are recorded as "other". elapsed zero: not timed.
 func (r *Recorder) Upstream(provider, method, era, outcome string, elapsed time.Duration) {
 	if r == nil {
 		return
