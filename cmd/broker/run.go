@@ -160,6 +160,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(problems) > 0 {
 		return fmt.Errorf("configuration has problems:\n%w", errors.Join(problems...))
 	}
+	// Entries that set no call_timeout get at most the operator's maximum.
+	providers.LimitCallTimeouts(cfg.Upstreams.MaxCallTimeout)
 	if cfg.CheckConfig {
 		fmt.Fprintf(stdout, "configuration OK: %d provider(s): %s\n", len(providers.Names()), strings.Join(providers.Names(), ", "))
 		return nil

@@ -45,13 +45,13 @@ func (c *upstreamConfig) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.AllowPrivate, "upstream-allow-private", false, "let the gateway reach upstream MCP servers and their authorization servers on loopback, private and other special-use addresses (and plain http on loopback)")
 	fs.BoolVar(&c.AllowUnauthenticated, "upstream-allow-unauthenticated", false, "allow type: mcp entries with auth: none (servers that take no token: every signed-in person may use them)")
 	fs.StringVar(&c.ClientMetadataURL, "client-metadata-url", os.Getenv("BROKER_CLIENT_METADATA_URL"), "the broker's Client ID Metadata Document, its client_id at upstream authorization servers that support them; must be https (default <public-url>/oauth/client-metadata.json)")
-	fs.DurationVar(&c.MaxCallTimeout, "upstream-max-call-timeout", provider.MaxCallTimeout, "the longest call_timeout a type: mcp entry may set")
+	fs.DurationVar(&c.MaxCallTimeout, "upstream-max-call-timeout", provider.MaxCallTimeout, "the longest mcp.call_timeout a type: mcp entry may set, from 1s to 10m")
 }
 
 // validate reports the flags' problems.
 func (c *upstreamConfig) validate() []error {
 	var errs []error
-	if c.MaxCallTimeout < time.Second || c.MaxCallTimeout > provider.MaxCallTimeout {
+	if !c.maxCallTimeoutValid() {
 		errs = append(errs, fmt.Errorf("--upstream-max-call-timeout %s: must be between 1s and %s", c.MaxCallTimeout, provider.MaxCallTimeout))
 	}
 	if c.ClientMetadataURL != "" {
@@ -60,6 +60,12 @@ func (c *upstreamConfig) validate() []error {
 		}
 	}
 	return errs
+}
+
+// maxCallTimeoutValid reports whether --upstream-max-call-timeout is in
+// its range, 1s to provider.MaxCallTimeout.
+func (c *upstreamConfig) maxCallTimeoutValid() bool {
+	return c.MaxCallTimeout >= time.Second && c.MaxCallTimeout <= provider.MaxCallTimeout
 }
 
 // metadataURL is the Client ID Metadata Document URL for publicURL.
@@ -71,25 +77,42 @@ func (c *upstreamConfig) metadataURL(publicURL string) string {
 }
 
 // checkProviders reports the type: mcp entries the flags do not allow,
-// publicURL being the broker's (--public-url).
+// publicURL being the broker's (--public-url): what `broker serve`, `broker
+// dev` and `broker upstreams check` refuse to start with.
 func (c *upstreamConfig) checkProviders(reg *provider.Registry, publicURL string) []error {
 	var errs []error
 	for _, name := range reg.Names() {
-		p, _ := reg.Lookup(name)
-		g, ok := p.Kind.(provider.Gateway)
-		if !ok {
-			continue
-		}
-		up := g.Upstream()
-		if up.Open && !c.AllowUnauthenticated {
-			errs = append(errs, fmt.Errorf("provider %s: auth: none relays every signed-in person's calls to %s with no account of theirs; start the broker with --upstream-allow-unauthenticated to allow it", name, up.URL))
-		}
-		if up.CallTimeout > c.MaxCallTimeout {
-			errs = append(errs, fmt.Errorf("provider %s: mcp.call_timeout %s is over --upstream-max-call-timeout %s", name, up.CallTimeout, c.MaxCallTimeout))
-		}
-		if err := c.checkRegistration(reg, name, publicURL); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, c.checkProvider(reg, name, publicURL)...)
+	}
+	return errs
+}
+
+// checkProvider reports entry name's problems with the flags (none for an
+// entry of another type).
+func (c *upstreamConfig) checkProvider(reg *provider.Registry, name, publicURL string) []error {
+	p, ok := reg.Lookup(name)
+	if !ok {
+		return nil
+	}
+	g, ok := p.Kind.(provider.Gateway)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	up := g.Upstream()
+	if up.Open && !c.AllowUnauthenticated {
+		errs = append(errs, fmt.Errorf("provider %s: auth: none relays every signed-in person's calls to %s with no account of theirs; start the broker with --upstream-allow-unauthenticated to allow it", name, up.URL))
+	}
+	if c.maxCallTimeoutValid() && up.CallTimeout > c.MaxCallTimeout && up.CallTimeoutSet {
+		// An entry that sets none has the default, which the maximum
+		// lowers rather than refuses (Registry.LimitCallTimeouts, once
+		// the checks pass). A maximum out of its range is a problem of
+		// the flag's, reported as such.
+		errs = append(errs, fmt.Errorf("%s: %s: mcp.call_timeout %s is over --upstream-max-call-timeout %s; lower mcp.call_timeout or raise --upstream-max-call-timeout",
+			reg.At(name, "mcp", "call_timeout"), name, up.CallTimeout, c.MaxCallTimeout))
+	}
+	if err := c.checkRegistration(reg, name, publicURL); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }
@@ -142,12 +165,15 @@ func (c *upstreamConfig) httpClients() (auth, mcp *http.Client, err error) {
 }
 
 const upstreamsUsage = `usage: broker upstreams check [PROVIDER] [--providers FILE] [--public-url URL] [--upstream-allow-private]
+                                [--upstream-allow-unauthenticated] [--client-metadata-url URL] [--upstream-max-call-timeout D]
        broker upstreams forget PROVIDER [--store STORE] [--keys-file F] [--upstream-issuer URL] [--providers FILE] [--public-url URL] [--upstream-allow-private]
 
 check: checks each type: mcp entry (or only PROVIDER): its protected-resource
 and authorization-server metadata, how the broker would register there, the
 scopes a connect asks for, and the protocol era the server speaks. It
-registers nothing and stores nothing.
+registers nothing and stores nothing. It refuses, as serve does, entries
+the flags do not allow (give it serve's flags), and exits 1 when any
+entry's check found a problem, once every entry is printed.
 
 forget: deletes the broker's dynamic registration (RFC 7591) at PROVIDER's
 authorization server from the store, so the next connect registers anew;
@@ -223,9 +249,8 @@ func runUpstreamsCheck(ctx context.Context, args []string, stdout, stderr io.Wri
 		p, _ := reg.Lookup(n)
 		if _, ok := p.Kind.(provider.Gateway); ok && (fs.NArg() == 0 || fs.Arg(0) == n) {
 			names = append(names, n)
-			if err := f.uc.checkRegistration(reg, n, f.publicURL); err != nil {
-				problems = append(problems, err)
-			}
+			// What serve refuses to start with, this refuses to check.
+			problems = append(problems, f.uc.checkProvider(reg, n, f.publicURL)...)
 		}
 	}
 	if len(names) == 0 {
@@ -260,10 +285,14 @@ func runUpstreamsCheck(ctx context.Context, args []string, stdout, stderr io.Wri
 	for _, n := range names {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		c, err := client.CheckUpstream(cctx, n)
-		era := upstreamEra(cctx, pool, n, c)
+		era, eraErr := upstreamEra(cctx, pool, n, c)
 		cancel()
-		if err != nil {
+		if err != nil || eraErr != nil {
+			// Every entry is checked and printed; any problem fails the
+			// command.
 			failed++
+		}
+		if err != nil {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t%s\n", n, c.URL, "error: "+err.Error(), era)
 			continue
 		}
@@ -290,16 +319,17 @@ func runUpstreamsCheck(ctx context.Context, args []string, stdout, stderr io.Wri
 
 // upstreamEra probes the protocol version of provider n's server without
 // a token: an OAuth-protected server usually refuses that, which is
-// reported as such.
-func upstreamEra(ctx context.Context, pool *mcpup.Pool, n string, c provider.UpstreamCheck) string {
+// reported as such. It returns the ERA column, and the probe's error when
+// that is a problem (the column then says it).
+func upstreamEra(ctx context.Context, pool *mcpup.Pool, n string, c provider.UpstreamCheck) (string, error) {
 	era, err := pool.Probe(ctx, mcpup.Target{Provider: n, URL: c.URL})
 	switch {
 	case errors.Is(err, mcpup.ErrTokenRequired) && !c.Open:
-		return "(needs a connection to tell)"
+		return "(needs a connection to tell)", nil
 	case err != nil:
-		return "error: " + err.Error()
+		return "error: " + err.Error(), err
 	}
-	return era
+	return era, nil
 }
 
 // runUpstreamsForget is `broker upstreams forget PROVIDER`: it deletes
