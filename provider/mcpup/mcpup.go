@@ -549,6 +549,18 @@ func (p *Pool) connect(ctx context.Context, t Target, changed func(method string
 	}
 	w.hc = &own
 	client := mcp.NewClient(p.impl, opts)
+	// Nor does it serve a pushed sampling request or a roots listing,
+	// which the go-sdk's client would answer itself (its own error for
+	// sampling, an empty list for roots): the era table's -32601.
+	client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			switch method {
+			case "sampling/createMessage", "roots/list":
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the broker relays no pushed " + method}
+			}
+			return next(ctx, method, req)
+		}
+	})
 	if acked != nil {
 		var once sync.Once
 		client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
