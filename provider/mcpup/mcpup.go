@@ -291,10 +291,10 @@ func (p *Pool) Session(ctx context.Context, t Target) (*mcp.ClientSession, error
 			cs, err = nil, fmt.Errorf("mcpup: %s did not answer the session's opening within %s", t.URL, p.opts.OpenTimeout)
 		}
 		e.cs, e.err = cs, err
-		close(e.ready)
 		if err != nil {
-			p.drop(t, e)
+			p.drop(t, e) // before the callers hear of it: gone when they look
 		}
+		close(e.ready)
 	}()
 	select {
 	case <-e.ready:
