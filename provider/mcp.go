@@ -1461,46 +1461,6 @@ type UpstreamClients interface {
 
 var _ UpstreamClients = vault.UpstreamClientStore(nil)
 
-// memUpstreamClients keeps registrations in memory (one process, tests).
-type memUpstreamClients struct {
-	mu sync.Mutex
-	m  map[string]UpstreamClient
-}
-
-func (s *memUpstreamClients) GetUpstreamClient(_ context.Context, key string) (UpstreamClient, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.m[key]
-	if !ok {
-		return UpstreamClient{}, vault.ErrNotFound
-	}
-	return c, nil
-}
-
-func (s *memUpstreamClients) PutUpstreamClient(_ context.Context, c UpstreamClient) (UpstreamClient, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if old, ok := s.m[c.Key]; ok {
-		return old, nil
-	}
-	s.m[c.Key] = c
-	return c, nil
-}
-
-func (s *memUpstreamClients) DeleteUpstreamClient(_ context.Context, key, clientID string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, ok := s.m[key]
-	switch {
-	case !ok:
-		return vault.ErrNotFound
-	case clientID != "" && old.ClientID != clientID:
-		return vault.ErrConflict
-	}
-	delete(s.m, key)
-	return nil
-}
-
 // UpstreamTokens gives the gateway's upstream client (mcpup) the tokens
 // of connections to upstream MCP servers, refreshed as Token refreshes
 // them; the client puts the access token on its requests only, and

@@ -674,3 +674,44 @@ func upstreamError(t *testing.T, err error) *UpstreamError {
 	}
 	return ue
 }
+
+// memUpstreamClients keeps registrations in a map the rig can change as
+// another replica would (recordingClients).
+type memUpstreamClients struct {
+	mu sync.Mutex
+	m  map[string]UpstreamClient
+}
+
+func (s *memUpstreamClients) GetUpstreamClient(_ context.Context, key string) (UpstreamClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.m[key]
+	if !ok {
+		return UpstreamClient{}, vault.ErrNotFound
+	}
+	return c, nil
+}
+
+func (s *memUpstreamClients) PutUpstreamClient(_ context.Context, c UpstreamClient) (UpstreamClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.m[c.Key]; ok {
+		return old, nil
+	}
+	s.m[c.Key] = c
+	return c, nil
+}
+
+func (s *memUpstreamClients) DeleteUpstreamClient(_ context.Context, key, clientID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.m[key]
+	switch {
+	case !ok:
+		return vault.ErrNotFound
+	case clientID != "" && old.ClientID != clientID:
+		return vault.ErrConflict
+	}
+	delete(s.m, key)
+	return nil
+}

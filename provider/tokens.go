@@ -66,9 +66,9 @@ type Options struct {
 	// HTTPClient).
 	UpstreamHTTPClient *http.Client
 	// UpstreamClients keeps the clients the broker registers at upstream
-	// MCP servers' authorization servers (default: in this process only;
-	// the broker gives its store's, vault.Store.UpstreamClients, so a
-	// registration survives restarts and replicas share it).
+	// MCP servers' authorization servers (default: Store's own,
+	// vault.Store.UpstreamClients, so a registration survives restarts
+	// and replicas share it).
 	UpstreamClients UpstreamClients
 	// ClientMetadataURL is the broker's Client ID Metadata Document (an
 	// https URL: upstream servers that support it identify the broker by
@@ -192,7 +192,7 @@ func New(opts Options) (*Client, error) {
 		opts.SaveTimeout = 10 * time.Second
 	}
 	if opts.UpstreamClients == nil {
-		opts.UpstreamClients = &memUpstreamClients{m: map[string]UpstreamClient{}}
+		opts.UpstreamClients = opts.Store.UpstreamClients()
 	}
 	if opts.RedirectURL == nil {
 		base := strings.TrimRight(opts.BrokerURL, "/")
