@@ -14,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"credbroker/internal/egress"
 	"credbroker/internal/telemetry"
 	"credbroker/internal/untrusted"
 	"credbroker/provider/redact"
@@ -223,7 +224,7 @@ func (a *APIKey) verify(ctx context.Context, k *Client, p *Provider, raw map[str
 		return Exchanged{}, err
 	}
 	defer resp.Body.Close()
-	answer, err := readLimited(resp.Body, maxAccountBody)
+	answer, err := egress.ReadAll(resp.Body, maxAccountBody)
 	switch {
 	case resp.StatusCode >= 500:
 		return Exchanged{}, fmt.Errorf("%w: %s verify request: HTTP %d", ErrProviderUnavailable, p.Name, resp.StatusCode)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
+	"credbroker/internal/egress"
 	"credbroker/internal/untrusted"
 	"credbroker/vault"
 )
@@ -135,7 +135,7 @@ func (o *OAuth) lookupAccount(ctx context.Context, k *Client, p *Provider, _ vau
 		return Account{}, fmt.Errorf("account endpoint: %s", describeRefreshErr(err))
 	}
 	defer resp.Body.Close()
-	body, err := readLimited(resp.Body, maxAccountBody)
+	body, err := egress.ReadAll(resp.Body, maxAccountBody)
 	if err != nil {
 		return Account{}, fmt.Errorf("account endpoint: %w", err)
 	}
@@ -203,16 +203,4 @@ func FirstNonEmpty(ss ...string) string {
 // equalToken compares two secrets in constant time; empty never matches.
 func equalToken(a, b string) bool {
 	return a != "" && b != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
-}
-
-// readLimited reads at most n bytes of r.
-func readLimited(r io.Reader, n int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, n+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > n {
-		return nil, fmt.Errorf("response larger than %d bytes", n)
-	}
-	return b, nil
 }

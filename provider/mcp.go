@@ -888,7 +888,7 @@ func fetchJSON[T any](ctx context.Context, client *http.Client, u string) (*T, e
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
-	b, err := readLimited(resp.Body, maxMetadataBytes)
+	b, err := egress.ReadAll(resp.Body, maxMetadataBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"credbroker/internal/egress"
 	"credbroker/vault"
 )
 
@@ -178,7 +179,7 @@ func (k *Client) sendRevocation(req *http.Request, p *Provider, gone func(status
 		return NotConfirmed, fmt.Errorf("provider: revoke %s: %s", p.Name, describeRefreshErr(err))
 	}
 	defer resp.Body.Close()
-	body, _ := readLimited(resp.Body, 64<<10)
+	body, _ := egress.ReadAll(resp.Body, 64<<10)
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return Revoked, nil
 	}
