@@ -942,9 +942,14 @@ func (m *MCP) client(ctx context.Context, k *Client, p *Provider, ua *upstreamAu
 	case err != nil:
 		return UpstreamClient{}, err
 	case method == "static":
-		auth := "client_secret_basic"
-		if m.ClientSecret == "" {
+		// A confidential client authenticates as the server takes it:
+		// HTTP Basic, RFC 8414's default, unless it lists only the form.
+		auth, methods := "client_secret_basic", ua.meta.TokenEndpointAuthMethodsSupported
+		switch {
+		case m.ClientSecret == "":
 			auth = "none"
+		case len(methods) > 0 && !slices.Contains(methods, auth) && slices.Contains(methods, "client_secret_post"):
+			auth = "client_secret_post"
 		}
 		return UpstreamClient{ClientID: m.ClientID, ClientSecret: m.ClientSecret, AuthMethod: auth}, nil
 	case method == "cimd":
@@ -1118,9 +1123,14 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	if now.Sub(st.failed) < registrationBackoff {
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Kind: UpstreamRegistrationBackoff, Reason: "dynamic registration failed a moment ago; try again in a minute"}
 	}
-	method := "none"
-	if slices.Contains(ua.meta.TokenEndpointAuthMethodsSupported, "client_secret_basic") {
+	// A confidential client when the server takes one (Basic, else the
+	// form when it takes no public client), else a public one.
+	method, ms := "none", ua.meta.TokenEndpointAuthMethodsSupported
+	switch {
+	case slices.Contains(ms, "client_secret_basic"):
 		method = "client_secret_basic"
+	case len(ms) > 0 && !slices.Contains(ms, "none") && slices.Contains(ms, "client_secret_post"):
+		method = "client_secret_post"
 	}
 	meta := &oauthex.ClientRegistrationMetadata{RedirectURIs: []string{redirectURL}, TokenEndpointAuthMethod: method,
 		GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},

@@ -265,11 +265,24 @@ func (a *upstreamAS) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 // client authenticates the token request's client: its id, or "" when
-// the client is unknown or its secret wrong.
+// the client is unknown, its secret wrong, or it authenticated in a way
+// the metadata's token_endpoint_auth_methods_supported does not list
+// (RFC 8414 §2: the methods this server supports; client_secret_basic
+// when the list is absent). The caller holds a.mu.
 func (a *upstreamAS) client(r *http.Request, rec asRequest) string {
-	id, secret := rec.BasicUser, rec.BasicPass
+	id, secret, used := rec.BasicUser, rec.BasicPass, "client_secret_basic"
 	if id == "" {
-		id, secret = r.PostForm.Get("client_id"), r.PostForm.Get("client_secret")
+		id, secret, used = r.PostForm.Get("client_id"), r.PostForm.Get("client_secret"), "client_secret_post"
+		if !r.PostForm.Has("client_secret") {
+			used = "none"
+		}
+	}
+	methods, listed := a.meta["token_endpoint_auth_methods_supported"].([]string)
+	if !listed {
+		methods = []string{"client_secret_basic"}
+	}
+	if !slices.Contains(methods, used) && used != "none" {
+		return ""
 	}
 	want, ok := a.clients[id]
 	switch {
@@ -402,7 +415,7 @@ func (a *upstreamAS) register(w http.ResponseWriter, r *http.Request) {
 	}
 	a.n++
 	id, secret := fmt.Sprintf("dcr-client-%d", a.n), ""
-	if m.AuthMethod == "client_secret_basic" {
+	if m.AuthMethod == "client_secret_basic" || m.AuthMethod == "client_secret_post" {
 		secret = fmt.Sprintf("dcr-secret-%d", a.n)
 	}
 	a.clients[id] = secret
