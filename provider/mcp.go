@@ -1179,11 +1179,15 @@ func (m *MCP) config(ctx context.Context, k *Client, p *Provider, redirectURL st
 		Endpoint: oauth2.Endpoint{AuthURL: ua.meta.AuthorizationEndpoint, TokenURL: ua.meta.TokenEndpoint, AuthStyle: style}}, ua, nil
 }
 
-// requestScopes asks for offline access as the entry says.
+// requestScopes asks for offline access as the entry says: always adds
+// it, never takes it out (whoever named it).
 func (m *MCP) requestScopes(scopes []string) []string {
 	scopes = slices.Clone(scopes)
-	if m.OfflineAccess == "always" && !slices.Contains(scopes, oidc.ScopeOfflineAccess) {
+	switch {
+	case m.OfflineAccess == "always" && !slices.Contains(scopes, oidc.ScopeOfflineAccess):
 		scopes = append(scopes, oidc.ScopeOfflineAccess)
+	case m.OfflineAccess == "never":
+		scopes = slices.DeleteFunc(scopes, func(s string) bool { return s == oidc.ScopeOfflineAccess })
 	}
 	return scopes
 }
@@ -1199,6 +1203,9 @@ func (m *MCP) authRequest(ctx context.Context, k *Client, p *Provider, scopes []
 	if m.OfflineAccess == "auto" && slices.Contains(ua.meta.ScopesSupported, oidc.ScopeOfflineAccess) && !slices.Contains(scopes, oidc.ScopeOfflineAccess) {
 		scopes = append(slices.Clone(scopes), oidc.ScopeOfflineAccess)
 	}
+	// The server's own suggestions (its challenge, scopes_supported) are
+	// held to the entry's choice too.
+	scopes = m.requestScopes(scopes)
 	endpoint, err := url.Parse(conf.Endpoint.AuthURL)
 	if err != nil {
 		return AuthRequest{}, &UpstreamError{Provider: p.DisplayName, Kind: UpstreamBadEndpoint, Reason: "its authorization endpoint is not a URL"}
