@@ -426,8 +426,7 @@ func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCal
 		return
 	}
 	if !ok {
-		g.writeResult(w, c, &mcp.ListToolsResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{TTLMs: 0, CacheScope: "private"},
-			Tools: []*mcp.Tool{placeholder(c.p)}})
+		g.unconnectedList(w, c)
 		return
 	}
 	page, ok, err := g.toolsPage(ctx, w, c, r, false)
@@ -505,12 +504,13 @@ func (g *gateway) toolsEpochNow() uint64 {
 
 // listedTools is the first page of the upstream's tools as c's person
 // sees them (listed for the purpose when the cache holds none, or
-// relist); ok is false when the list cannot be had.
-func (g *gateway) listedTools(ctx context.Context, c *gwCall, r connections.Ready, relist bool) (page cachedTools, ok bool) {
+// relist); ok is false when the list cannot be had, err the relay's
+// failure when it failed.
+func (g *gateway) listedTools(ctx context.Context, c *gwCall, r connections.Ready, relist bool) (page cachedTools, ok bool, err error) {
 	lc := *c
 	lc.method, lc.params = "tools/list", gwParams{Meta: c.params.Meta}
-	page, _, err := g.toolsPage(ctx, nil, &lc, r, relist)
-	return page, err == nil && page.bindings != nil
+	page, _, err = g.toolsPage(ctx, nil, &lc, r, relist)
+	return page, err == nil && page.bindings != nil, err
 }
 
 // callable is the first page of the person's tools and whether c's tool
@@ -520,14 +520,14 @@ func (g *gateway) listedTools(ctx context.Context, c *gwCall, r connections.Read
 // have added the tool since, and the host may have seen it listed by
 // another replica.
 func (g *gateway) callable(ctx context.Context, c *gwCall, r connections.Ready) (cachedTools, bool) {
-	page, listed := g.listedTools(ctx, c, r, false)
+	page, listed, _ := g.listedTools(ctx, c, r, false)
 	if _, known := page.bindings[c.params.Name]; known || !listed || !page.whole {
 		return page, true
 	}
 	if !page.cached {
 		return page, false
 	}
-	page, listed = g.listedTools(ctx, c, r, true)
+	page, listed, _ = g.listedTools(ctx, c, r, true)
 	_, known := page.bindings[c.params.Name]
 	return page, known || !listed || !page.whole
 }
@@ -609,6 +609,26 @@ func (g *gateway) forgetTools(pr vault.Principal, provider string) {
 	}
 }
 
+// unconnectedList answers a list of a person who must connect first:
+// tools/list the placeholder (private, not to be kept: ttlMs 0), the
+// other lists, and completion, empty.
+func (g *gateway) unconnectedList(w http.ResponseWriter, c *gwCall) {
+	var res any
+	switch c.method {
+	case "tools/list":
+		res = &mcp.ListToolsResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{TTLMs: 0, CacheScope: "private"}, Tools: []*mcp.Tool{placeholder(c.p)}}
+	case "prompts/list":
+		res = &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}
+	case "resources/list":
+		res = &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
+	case "resources/templates/list":
+		res = &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}
+	default: // completion/complete
+		res = &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{}}}
+	}
+	g.writeResult(w, c, res)
+}
+
 // list relays the listing methods (prompts, resources, templates) and
 // completion; unconnected, they are empty.
 func (g *gateway) list(ctx context.Context, w http.ResponseWriter, c *gwCall) {
@@ -617,11 +637,8 @@ func (g *gateway) list(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		g.failed(w, c, down)
 		return
 	}
-	empty := map[string]any{"prompts/list": &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}, "resources/list": &mcp.ListResourcesResult{Resources: []*mcp.Resource{}},
-		"resources/templates/list": &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}},
-		"completion/complete":      &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{}}}}[c.method]
 	if !ok {
-		g.writeResult(w, c, empty)
+		g.unconnectedList(w, c)
 		return
 	}
 	meta := g.upstreamMeta(c)
@@ -769,6 +786,18 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		g.changed(c, r)
 	}
 	if c.method == "tools/call" && c.params.Name == placeholderTool {
+		if r.Conn.ID != "" {
+			// The connection is ready, yet a list may have met the
+			// upstream's refusal (403 insufficient_scope, 401) and
+			// answered the placeholder: the upstream is asked first (its
+			// tools listed afresh), and a refusal asks the person to step
+			// up or reconnect here, where the link can be given, rather
+			// than saying connected and listing the placeholder again.
+			if _, _, err := g.listedTools(ctx, c, r, true); refused(err) {
+				g.relayFailed(ctx, w, c, r, err)
+				return
+			}
+		}
 		g.connected(w, c, r)
 		return
 	}
@@ -860,6 +889,7 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		return
 	}
 	if in := inputRequestsOf(res); in != nil {
+		in.sent = tr.Raw
 		if digest, ok := g.argDigest(w, c); ok {
 			g.upstreamInput(w, c, r, digest, in)
 		}
@@ -894,7 +924,16 @@ func (g *gateway) upstreamInput(w http.ResponseWriter, c *gwCall, r connections.
 		return
 	}
 	note(w, func(o *observedWriter) { o.outcome = telemetry.OutcomeInputRequired })
-	b, err := json.Marshal(inputRequiredResult{ResultType: "input_required", Meta: g.s.serverMeta(), InputRequests: in.requests, RequestState: st})
+	res := inputRequiredResult{ResultType: "input_required", Meta: g.s.serverMeta(), InputRequests: in.requests, RequestState: st}
+	var b []byte
+	if sent := verbatimRequests(in.sent, in.requests); sent != nil {
+		b, err = json.Marshal(struct {
+			inputRequiredResult
+			InputRequests map[string]json.RawMessage `json:"inputRequests"` // in place of res's
+		}{res, sent})
+	} else {
+		b, err = json.Marshal(res)
+	}
 	if err != nil {
 		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
 		return
@@ -906,6 +945,85 @@ func (g *gateway) upstreamInput(w http.ResponseWriter, c *gwCall, r connections.
 type upstreamInputs struct {
 	requests mcp.InputRequestMap
 	state    string
+	// sent is the upstream's result as it sent it, when the gateway read
+	// it (mcpup.ToolResult.Raw; nil when the go-sdk's client decoded it).
+	sent json.RawMessage
+}
+
+// verbatimRequests are an upstream's input requests as it sent them (in
+// sent, its result), members the go-sdk does not know included, so that
+// the host gets them verbatim; but every member the go-sdk read (a
+// request's method and params, and each member of its decoded params) is
+// written as decoded, an elicitation's mode as elicitMode infers it, so
+// that the host reads what missingCapability checked, whatever the
+// upstream wrote twice or in other letter cases (which encoding/json
+// folds). Nil when sent is not at hand or cannot be read: the requests
+// are then relayed as decoded.
+func verbatimRequests(sent json.RawMessage, checked mcp.InputRequestMap) map[string]json.RawMessage {
+	var res struct {
+		InputRequests map[string]map[string]json.RawMessage `json:"inputRequests"`
+	}
+	if sent == nil || json.Unmarshal(sent, &res) != nil {
+		return nil
+	}
+	out := make(map[string]json.RawMessage, len(checked))
+	for key, req := range checked {
+		var method string
+		switch r := req.(type) {
+		case *mcp.ElicitParams:
+			e := *r
+			e.Mode = elicitMode(r)
+			method, req = "elicitation/create", &e
+		case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
+			method = "sampling/createMessage"
+		case *mcp.ListRootsParams:
+			method = "roots/list"
+		default:
+			return nil
+		}
+		var params, sentParams map[string]json.RawMessage
+		if b, err := json.Marshal(req); err != nil || json.Unmarshal(b, &params) != nil {
+			return nil
+		}
+		_ = json.Unmarshal(res.InputRequests[key]["params"], &sentParams)
+		p, err := json.Marshal(withUnknown(params, sentParams))
+		if err != nil {
+			return nil
+		}
+		m, _ := json.Marshal(method)
+		if out[key], err = json.Marshal(withUnknown(map[string]json.RawMessage{"method": m, "params": p}, res.InputRequests[key])); err != nil {
+			return nil
+		}
+	}
+	return out
+}
+
+// withUnknown adds to known the members of sent whose names are none of
+// known's in any letter case.
+func withUnknown(known, sent map[string]json.RawMessage) map[string]json.RawMessage {
+next:
+	for k, v := range sent {
+		for name := range known {
+			if strings.EqualFold(k, name) {
+				continue next
+			}
+		}
+		known[k] = v
+	}
+	return known
+}
+
+// elicitMode is an elicitation's mode as a host reads it relayed: as
+// sent, else url when it has a URL or an elicitation id, else form (the
+// go-sdk's inference, which its encoding writes).
+func elicitMode(e *mcp.ElicitParams) string {
+	switch {
+	case e.Mode != "":
+		return e.Mode
+	case e.URL != "" || e.ElicitationID != "":
+		return "url"
+	}
+	return "form"
 }
 
 // inputRequestsOf returns res's input_required part, nil when res is a
@@ -946,9 +1064,9 @@ func missingCapability(req mcp.InputRequest, host hostCapabilities, allowed []st
 		switch {
 		case !slices.Contains(allowed, "elicitation"):
 			return "elicitation (not relayed for this server)"
-		case r.Mode == "url" && (cc.Elicitation == nil || cc.Elicitation.URL == nil):
+		case elicitMode(r) == "url" && (cc.Elicitation == nil || cc.Elicitation.URL == nil):
 			return "elicitation.url"
-		case r.Mode != "url" && !formCapable(cc.Elicitation):
+		case elicitMode(r) != "url" && !formCapable(cc.Elicitation):
 			return "elicitation.form"
 		}
 	case *mcp.CreateMessageParams, *mcp.CreateMessageWithToolsParams:
@@ -1200,16 +1318,15 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 		writeRPCErrorValue(w, g.errStatus(c), c.id, hp.e)
 		return
 	}
-	var ns *mcpup.NeedScope
-	if errors.As(err, &ns) || errors.Is(err, mcpup.ErrUnauthorized) || errors.Is(err, mcpup.ErrNoToken) {
+	if refused(err) {
 		g.s.log.Info("mcpapi: the upstream refused the connection's token", "provider", c.p.Name, "method", c.method, "err", err.Error())
+		if !c.asks() {
+			g.refusedList(ctx, w, c, r, err)
+			return
+		}
 		o, rerr := g.s.opts.Connections.UpstreamRefused(ctx, g.request(c, true), r, err)
 		if rerr != nil {
 			g.failed(w, c, rerr)
-			return
-		}
-		if c.method == "tools/list" {
-			g.writeResult(w, c, &mcp.ListToolsResult{Meta: g.s.serverMeta(), Cacheable: mcp.Cacheable{CacheScope: "private"}, Tools: []*mcp.Tool{placeholder(c.p)}})
 			return
 		}
 		if digest, ok := g.argDigest(w, c); ok {
@@ -1223,7 +1340,7 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 	if errors.As(err, &re) && re.Code != transportRejected {
 		re.Message = untrusted.ClipBytes(re.Message, maxUpstreamError)
 		if re.Code == mcp.CodeURLElicitationRequired && !c.modern {
-			writeRPCErrorValue(w, http.StatusOK, c.id, legacyURLElicitation(re))
+			g.legacyLinks(w, c, re)
 			return
 		}
 		if re.Code == mcp.CodeURLElicitationRequired {
@@ -1267,20 +1384,14 @@ const relinkState = "\x00relink"
 // only https links of at most 2 KiB without user info, and only to a host
 // that declared url elicitation.
 func (g *gateway) upstreamLinks(w http.ResponseWriter, c *gwCall, r connections.Ready, re *rpcError) {
-	var data struct {
-		Elicitations []*mcp.ElicitParams `json:"elicitations"`
-	}
-	if json.Unmarshal(re.Data, &data) != nil || len(data.Elicitations) == 0 {
-		g.toolError(w, c, fmt.Sprintf("%s asked for a browser step without a link the broker can relay. Nothing was done.", c.p.DisplayName))
+	links, problem := relayableLinks(c, re)
+	if problem != "" {
+		g.toolError(w, c, problem)
 		return
 	}
 	reqs := mcp.InputRequestMap{}
-	for i, e := range data.Elicitations {
-		if e == nil || !safeElicitURL(e.URL) {
-			g.toolError(w, c, fmt.Sprintf("%s asked the person to open a link the broker does not relay (only https links of at most 2 KiB without user info). Nothing was done.", c.p.DisplayName))
-			return
-		}
-		reqs[fmt.Sprintf("upstream_link_%d", i+1)] = &mcp.ElicitParams{Mode: "url", Message: sanitizeText(e.Message, maxDescription), URL: e.URL}
+	for i, e := range links {
+		reqs[fmt.Sprintf("upstream_link_%d", i+1)] = &mcp.ElicitParams{Mode: "url", Message: e.Message, URL: e.URL}
 	}
 	if digest, ok := g.argDigest(w, c); ok {
 		g.upstreamInput(w, c, r, digest, &upstreamInputs{requests: reqs, state: relinkState})
@@ -1291,22 +1402,49 @@ func (g *gateway) upstreamLinks(w http.ResponseWriter, c *gwCall, r connections.
 // not complete at the HTTP level.
 const transportRejected = -32005
 
-// legacyURLElicitation relays a legacy upstream's -32042 to a legacy host
-// only with https URLs of at most 2 KiB and no user info.
-func legacyURLElicitation(re *rpcError) *rpcError {
+// legacyLinks relays an upstream's -32042 to a 2025-11-25 host as the
+// same error, its texts sanitised as the 2026-07-28 path sanitises them:
+// only to a host whose initialize declared url elicitation, and only
+// https links of at most 2 KiB without user info. Anything else is the
+// tool error upstreamLinks gives a 2026-07-28 host, naming no link.
+func (g *gateway) legacyLinks(w http.ResponseWriter, c *gwCall, re *rpcError) {
+	if !c.caps.urlCapable {
+		g.toolError(w, c, fmt.Sprintf("%s asks the person to open a link, which needs a client that declared the capability elicitation.url; this client did not. Nothing was done.", c.p.DisplayName))
+		return
+	}
+	links, problem := relayableLinks(c, re)
+	if problem != "" {
+		g.toolError(w, c, problem)
+		return
+	}
+	for i, e := range links {
+		links[i] = &mcp.ElicitParams{Mode: "url", Message: e.Message, URL: e.URL, ElicitationID: sanitizeText(e.ElicitationID, maxTitle)}
+	}
+	b, err := json.Marshal(map[string]any{"elicitations": links})
+	if err != nil {
+		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
+		return
+	}
+	writeRPCErrorValue(w, http.StatusOK, c.id, &rpcError{Code: re.Code, Message: sanitizeText(re.Message, maxUpstreamError), Data: b})
+}
+
+// relayableLinks are the links of an upstream's -32042, their messages
+// sanitised; problem (the tool error's text, naming no link) when there
+// is none, or one is not an https link of at most 2 KiB without user info.
+func relayableLinks(c *gwCall, re *rpcError) (links []*mcp.ElicitParams, problem string) {
 	var data struct {
 		Elicitations []*mcp.ElicitParams `json:"elicitations"`
 	}
 	if json.Unmarshal(re.Data, &data) != nil || len(data.Elicitations) == 0 {
-		return &rpcError{Code: codeInternal, Message: "the upstream asked for a browser step the broker cannot relay"}
+		return nil, fmt.Sprintf("%s asked for a browser step without a link the broker can relay. Nothing was done.", c.p.DisplayName)
 	}
 	for _, e := range data.Elicitations {
-		if !safeElicitURL(e.URL) {
-			return &rpcError{Code: codeInternal, Message: "the upstream asked the person to open a link the broker does not relay"}
+		if e == nil || !safeElicitURL(e.URL) {
+			return nil, fmt.Sprintf("%s asked the person to open a link the broker does not relay (only https links of at most 2 KiB without user info). Nothing was done.", c.p.DisplayName)
 		}
+		e.Message = sanitizeText(e.Message, maxDescription)
 	}
-	b, _ := json.Marshal(data)
-	return &rpcError{Code: re.Code, Message: untrusted.ClipBytes(re.Message, maxUpstreamError), Data: b}
+	return data.Elicitations, ""
 }
 
 func safeElicitURL(raw string) bool {
@@ -1314,6 +1452,40 @@ func safeElicitURL(raw string) bool {
 		return false
 	}
 	return !strings.Contains(strings.SplitN(strings.TrimPrefix(raw, "https://"), "/", 2)[0], "@")
+}
+
+// refused reports whether err is the upstream refusing the connection's
+// token: 403 insufficient_scope, a 401 after the forced refresh, or a
+// token that could not be had.
+func refused(err error) bool {
+	var ns *mcpup.NeedScope
+	return errors.As(err, &ns) || errors.Is(err, mcpup.ErrUnauthorized) || errors.Is(err, mcpup.ErrNoToken)
+}
+
+// asks reports whether c may answer with a connect request: tools/call,
+// prompts/get and resources/read may be input_required; the lists may not.
+func (c *gwCall) asks() bool {
+	return c.method == "tools/call" || c.method == "prompts/get" || c.method == "resources/read"
+}
+
+// refusedList answers a list the upstream refused as the lists of a
+// person who must connect first (the issue's "unconnected, also
+// needs_reconnect or missing scopes"): tools/list the placeholder, the
+// others empty. A list starts no connect request and spends no step-up:
+// it cannot carry the link, and hosts list unprompted, so a server that
+// refuses lists would use up the person's step-ups unseen. The person's
+// call of connect_account asks instead (call). A 401 still marks the
+// connection needs_reconnect (with nobody asked), so the next lists say
+// so without asking the upstream.
+func (g *gateway) refusedList(ctx context.Context, w http.ResponseWriter, c *gwCall, r connections.Ready, err error) {
+	var ns *mcpup.NeedScope
+	if !errors.As(err, &ns) {
+		if _, rerr := g.s.opts.Connections.UpstreamRefused(ctx, g.request(c, false), r, err); rerr != nil {
+			g.failed(w, c, rerr)
+			return
+		}
+	}
+	g.unconnectedList(w, c)
 }
 
 // failed answers a connections error by its class.
@@ -1553,8 +1725,16 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	h := sha256.New()
 	dropped := 0
 	var bigSchemas []string
+	reserved := false
 	for _, t := range tools {
 		if t == nil || !toolNameRE.MatchString(t.Name) || seen[t.Name] || !c.up.Tools.Allowed(t.Name) {
+			continue
+		}
+		if t.Name == placeholderTool {
+			// The endpoint's own tool has the name, and a call of it
+			// always reaches that one: listed, the upstream's could
+			// never be called.
+			reserved = true
 			continue
 		}
 		if len(out) == maxTools {
@@ -1585,6 +1765,9 @@ func (g *gateway) sanitizeTools(ctx context.Context, c *gwCall, r connections.Re
 	}
 	if len(bigSchemas) > 0 {
 		g.s.log.Warn("mcpapi: upstream tools whose schemas are over 64 KiB were dropped", "provider", c.p.Name, "tools", bigSchemas)
+	}
+	if reserved {
+		g.s.log.Warn("mcpapi: an upstream tool named "+placeholderTool+" was dropped: the endpoint keeps the name for its own tool", "provider", c.p.Name)
 	}
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))

@@ -16,6 +16,9 @@ func TestMissingCapability(t *testing.T) {
 		"url":      `{"method":"elicitation/create","params":{"mode":"url","message":"m","url":"https://x.example/a"}}`,
 		"sampling": `{"method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"q"}}],"maxTokens":10}}`,
 		"roots":    `{"method":"roots/list","params":{}}`,
+
+		// No mode, but a URL: url, as the go-sdk's encoding (and so the host) reads it.
+		"url, inferred": `{"method":"elicitation/create","params":{"message":"m","url":"https://x.example/a","elicitationId":"e"}}`,
 	}
 	all := []string{"elicitation", "sampling", "roots"}
 	for _, tc := range []struct {
@@ -28,6 +31,8 @@ func TestMissingCapability(t *testing.T) {
 		{"form", `{"elicitation":{"url":{}}}`, all, "elicitation.form"},
 		{"url", `{"elicitation":{"url":{}}}`, all, ""},
 		{"url", `{"elicitation":{}}`, all, "elicitation.url"},
+		{"url, inferred", `{"elicitation":{"form":{}}}`, all, "elicitation.url"},
+		{"url, inferred", `{"elicitation":{"url":{}}}`, all, ""},
 		{"form", `{"elicitation":{}}`, []string{"sampling"}, "elicitation (not relayed for this server)"},
 		{"sampling", `{"sampling":{}}`, all, ""},
 		{"sampling", `{}`, all, "sampling"},

@@ -39,6 +39,13 @@ func newGatewayHarness(t *testing.T, mods ...harnessOpt) *gatewayHarness {
 // entry's mcp block ("max_result_bytes: 1500").
 func newGatewayHarnessWith(t *testing.T, mcpSettings []string, mods ...harnessOpt) *gatewayHarness {
 	t.Helper()
+	return newGatewayHarnessEntry(t, nil, mcpSettings, mods...)
+}
+
+// newGatewayHarnessEntry is newGatewayHarnessWith with more keys of the
+// entry itself ("default_scopes: [tools, admin]").
+func newGatewayHarnessEntry(t *testing.T, entry, mcpSettings []string, mods ...harnessOpt) *gatewayHarness {
+	t.Helper()
 	up := newTestUpstream(t)
 	settings := append([]string{"url: " + up.url(), "tools: {deny: [hidden]}"}, mcpSettings...)
 	if !slices.ContainsFunc(mcpSettings, func(s string) bool { return strings.HasPrefix(s, "call_timeout:") }) {
@@ -47,11 +54,15 @@ func newGatewayHarnessWith(t *testing.T, mcpSettings []string, mods ...harnessOp
 	var hh *harness
 	h := newHarnessExtra(t, func(h *harness, _ string) string {
 		hh = h
+		var more string
+		for _, line := range entry {
+			more += "    " + line + "\n"
+		}
 		return `  up:
     display_name: Upstream
     type: mcp
     mcp: {` + strings.Join(settings, ", ") + `}
-`
+` + more
 	}, append([]harnessOpt{func(o *Options) {
 		o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens(),
 			Logger: slog.New(slog.NewJSONHandler(hh.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
@@ -187,6 +198,15 @@ func TestGatewayRelay(t *testing.T) {
 	upState := d.Result["requestState"].(string)
 	if _, ok := irs["colour"]; !ok || strings.Contains(upState, "upstream-state-1") {
 		t.Fatalf("upstream input not relayed as is, or its state not sealed: %+v", d.Result)
+	}
+	// Verbatim: the request is the upstream's, member for member
+	// (TestGatewayInputRequestsVerbatim has members the go-sdk does not
+	// know).
+	var sent any
+	_ = json.Unmarshal([]byte(`{"colour":{"method":"elicitation/create","params":{"mode":"form","message":"Which colour?",
+		"requestedSchema":{"type":"object","properties":{"colour":{"type":"string"}}}}}}`), &sent)
+	if !reflect.DeepEqual(d.Result["inputRequests"], sent) {
+		t.Fatalf("upstream input relayed as %v, want %v", d.Result["inputRequests"], sent)
 	}
 	d = g.gwCall("alice", `{"elicitation":{"form":{},"url":{}}}`, "tools/call", "ask", map[string]any{"arguments": map[string]any{},
 		"requestState": upState, "inputResponses": map[string]any{"colour": map[string]any{"action": "accept", "content": map[string]any{"colour": "blue"}}}})
