@@ -195,6 +195,11 @@ func (s *Service) StepUp(ctx context.Context, req Request, r Ready, challenged [
 		return nil, ErrScopesHeld
 	}
 	why := Reason{Kind: MissingScopes, Missing: missing}
+	if !req.CanAsk && !s.opts.Client.ConnectsByAssertion(p) {
+		// Nobody can be sent to a link (a host without url
+		// elicitation): nothing is started, so nothing is counted.
+		return NeedsUser{Provider: p, Scopes: scopes, Why: why}, nil
+	}
 	ev := telemetry.Event{Kind: telemetry.EventStepUp, Principal: req.Principal, Provider: p.Name,
 		Account: AccountName(r.Conn), Connection: r.Conn.ID, Via: req.Via, Outcome: strings.Join(why.Missing, " ")}
 	if !s.stepUps.allow(req.Principal, p.Name, scopes, s.opts.Now()) {

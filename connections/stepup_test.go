@@ -259,3 +259,29 @@ func TestStepUpNothingMissing(t *testing.T) {
 		stepUpOpens(t, r, req, ready, repos, profileRepos, repos)
 	}
 }
+
+// TestStepUpWithoutAsking: a step-up for a caller that cannot send the
+// person to a link (a host without url elicitation) is a NeedsUser naming
+// the missing scopes, with no connect request: nothing is stored,
+// audited or counted, so the person's step-ups are still there for a
+// host that can ask.
+func TestStepUpWithoutAsking(t *testing.T) {
+	r := newRig(t)
+	ready := heldReady(t, r, "demo")
+	quiet := r.req("demo")
+	quiet.CanAsk = false
+	before := grantIDs(t, r, alice)
+	for range 5 {
+		o, err := r.conns.StepUp(context.Background(), quiet, ready, repos)
+		need, ok := o.(connections.NeedsUser)
+		if err != nil || !ok || need.Grant != nil || !slices.Equal(need.Why.Missing, repos) {
+			t.Fatalf("StepUp without asking = %#v, %v; want NeedsUser for %v with no connect request", o, err, repos)
+		}
+	}
+	if after := grantIDs(t, r, alice); !slices.Equal(after, before) || stepUpsAudited(r) != 0 || stepUpsRefused(r) != 0 {
+		t.Fatalf("stored %v (before %v), %d step_up and %d step_up_refused events", after, before, stepUpsAudited(r), stepUpsRefused(r))
+	}
+	for range 3 {
+		stepUpOpens(t, r, r.req("demo"), ready, repos, profileRepos, repos)
+	}
+}
