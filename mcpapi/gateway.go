@@ -916,6 +916,12 @@ func (g *gateway) upstreamInput(w http.ResponseWriter, c *gwCall, r connections.
 				c.p.DisplayName, missing, quote(key)))
 			return
 		}
+		// A link the person is asked to open is held to what the -32042
+		// path relays, whatever era the upstream asked in.
+		if e, ok := req.(*mcp.ElicitParams); ok && elicitMode(e) == "url" && !safeElicitURL(e.URL) {
+			g.toolError(w, c, fmt.Sprintf("%s asked the person to open a link the broker does not relay (only https links of at most 2 KiB without user info). Nothing was done.", c.p.DisplayName))
+			return
+		}
 	}
 	st, err := requeststate.SealGateway(g.s.opts.StateKeys, requeststate.Gateway{Principal: c.principal, Provider: c.p.Name, Method: c.method,
 		Name: c.callName(), ArgDigest: digest, Conn: r.Conn.ID, Upstream: in.state, Expires: g.s.opts.Now().Add(g.stateTTL())})
