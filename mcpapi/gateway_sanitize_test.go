@@ -389,3 +389,26 @@ func TestGatewaySanitizesInstructions(t *testing.T) {
 		t.Errorf("initialize: instructions %+q, want %+q (%+v)", got, want, d.Error)
 	}
 }
+
+// TestGatewayDropsInstructions: with mcp.instructions: drop, a connected
+// person's hosts get the broker's own short instructions in place of the
+// upstream's, in either era (TestGatewaySanitizesInstructions relays the
+// upstream's by default).
+func TestGatewayDropsInstructions(t *testing.T) {
+	g := newGatewayHarnessWith(t, []string{"instructions: drop"})
+	d := g.gwCall("alice", urlCaps, "tools/call", "echo", map[string]any{"arguments": map[string]any{}})
+	_, link, _ := elicitation(t, d)
+	g.connectUp(grantIDOf(t, link), "tools")
+	if d := g.gwCall("alice", urlCaps, "tools/call", "echo", map[string]any{"arguments": map[string]any{}}); !strings.HasPrefix(textOf(d), "echo") {
+		t.Fatalf("the person is not connected: %+v", d)
+	}
+	own := "This is Upstream through credbroker: the broker keeps the Upstream account's tokens. Until the account is connected, call connect_account."
+	if got := g.gwCall("alice", urlCaps, "server/discover", "", nil).Result["instructions"]; got != own {
+		t.Errorf("server/discover: instructions %+q, want the broker's own", got)
+	}
+	d = g.legacyRequest("alice", "initialize", map[string]any{"protocolVersion": versionLegacy, "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "legacy-host", "version": "1"}})
+	if got := d.Result["instructions"]; got != own {
+		t.Errorf("initialize: instructions %+q, want the broker's own (%+v)", got, d.Error)
+	}
+}
