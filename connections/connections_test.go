@@ -91,7 +91,8 @@ func newRig(t *testing.T) *rig {
 	doc := "providers:\n" +
 		entry("demo", "    revocation: {style: rfc7009, url: "+srv.URL+"/demo/revoke}\n") +
 		entry("plain", "") +
-		entry("broken", "    revocation: {style: rfc7009, url: "+r.broken.URL+"/revoke}\n") + demoKeysEntry(r.demo)
+		entry("broken", "    revocation: {style: rfc7009, url: "+r.broken.URL+"/revoke}\n") + demoKeysEntry(r.demo) +
+		"  remote:\n    type: mcp\n    mcp: {url: " + r.broken.URL + "/mcp, offline_access: never}\n"
 	reg, err := provider.ParseProviders("rig", []byte(doc), func(string) string { return "demo-secret-value" })
 	if err != nil {
 		t.Fatal(err)

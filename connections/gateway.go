@@ -102,12 +102,19 @@ func (s *Service) Upstream(ctx context.Context, req Request, grant string, answe
 	if err != nil {
 		return nil, err
 	}
-	if c, ok := o.(Connected); ok {
-		// The listing's version of the connection lets the session use the
-		// token it last read at that version again (mcpup.Target.Version).
-		return Ready{Provider: p, Conn: c.Conn, Target: mcpup.Target{Provider: p.Name, URL: up.URL, Conn: c.Conn.ID, Version: c.Conn.Version}}, nil
+	return readyIfConnected(o, up), nil
+}
+
+// readyIfConnected is o as a relayed call runs with it when it is
+// Connected (Ready), else o.
+func readyIfConnected(o Outcome, up provider.Upstream) Outcome {
+	c, ok := o.(Connected)
+	if !ok {
+		return o
 	}
-	return o, nil
+	// The listing's version of the connection lets the session use the
+	// token it last read at that version again (mcpup.Target.Version).
+	return Ready{Provider: c.Provider, Conn: c.Conn, Target: mcpup.Target{Provider: c.Provider.Name, URL: up.URL, Conn: c.Conn.ID, Version: c.Conn.Version}}
 }
 
 // upstreamUsable refuses to start a connect request for an MCP server
@@ -149,7 +156,9 @@ var ErrTooManyStepUps = errors.New("connections: the server asked for more scope
 // ones; the refusal is the server's, not a step-up.
 var ErrScopesHeld = errors.New("connections: the server refused the call though the connection holds the scopes it named")
 
-// UpstreamRefused answers the upstream's refusal of a call Ready r ran:
+// UpstreamRefused answers the upstream's refusal of a call Ready r ran
+// (Ready again when the entry connects by ID-JAG and the IdP made the
+// new connection, with no step in the browser):
 // after a second 401 (mcpup.ErrUnauthorized) or a token that could not be
 // had, the connection is marked needs_reconnect and a connect request
 // started (NeedsUser; its reason Reregister when the token could not be had
@@ -158,6 +167,17 @@ var ErrScopesHeld = errors.New("connections: the server refused the call though 
 // for the same connection to be upgraded. Any other error is returned as
 // it is.
 func (s *Service) UpstreamRefused(ctx context.Context, req Request, r Ready, err error) (Outcome, error) {
+	o, err := s.upstreamRefused(ctx, req, r, err)
+	if err != nil {
+		return nil, err
+	}
+	if g, ok := r.Provider.Kind.(provider.Gateway); ok {
+		o = readyIfConnected(o, g.Upstream())
+	}
+	return o, nil
+}
+
+func (s *Service) upstreamRefused(ctx context.Context, req Request, r Ready, err error) (Outcome, error) {
 	var ns *mcpup.NeedScope
 	switch {
 	case errors.As(err, &ns):
@@ -190,7 +210,11 @@ const maxStepUps = 3
 func (s *Service) StepUp(ctx context.Context, req Request, r Ready, challenged []string) (Outcome, error) {
 	p := r.Provider
 	scopes := p.UnionScopes(r.Conn.Scopes, challenged)
-	missing := p.MissingScopes(r.Conn.Scopes, scopes)
+	// A scope the entry never asks for (offline_access under
+	// mcp.offline_access: never) is not missing: a grant would leave it
+	// out again, and the next 403 would ask again.
+	asked := s.opts.Client.Scopes(p, scopes)
+	missing := slices.DeleteFunc(p.MissingScopes(r.Conn.Scopes, scopes), func(m string) bool { return !slices.Contains(asked, m) })
 	if len(missing) == 0 {
 		return nil, ErrScopesHeld
 	}

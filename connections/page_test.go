@@ -44,7 +44,7 @@ func TestConnectFromPage(t *testing.T) {
 		}
 		return len(gs)
 	}
-	if got, want := offered(), []string{"broken", "demo", "demo-keys", "plain"}; !slices.Equal(got, want) {
+	if got, want := offered(), []string{"broken", "demo", "demo-keys", "plain", "remote"}; !slices.Equal(got, want) {
 		t.Fatalf("offered with no connections: %v, want %v", got, want)
 	}
 

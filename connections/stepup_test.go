@@ -285,3 +285,24 @@ func TestStepUpWithoutAsking(t *testing.T) {
 		stepUpOpens(t, r, r.req("demo"), ready, repos, profileRepos, repos)
 	}
 }
+
+// TestStepUpNeverAskedScope: a challenge naming only a scope the entry
+// never asks for (offline_access, under mcp.offline_access: never) is no
+// step-up (ErrScopesHeld): a grant would leave the scope out again, and
+// each 403 would start another consent round until the cap. Nothing is
+// stored, audited or counted.
+func TestStepUpNeverAskedScope(t *testing.T) {
+	r := newRig(t)
+	p, _ := r.conns.Providers().Lookup("remote")
+	ready := connections.Ready{Provider: p, Conn: vault.Connection{ID: "conn-remote", Principal: alice, Provider: "remote", Scopes: []string{"tools"}}}
+	req := r.req("remote")
+	before := grantIDs(t, r, alice)
+	for range 4 {
+		if o, err := r.conns.StepUp(context.Background(), req, ready, []string{"offline_access"}); !errors.Is(err, connections.ErrScopesHeld) || o != nil {
+			t.Fatalf("StepUp(offline_access) under offline_access: never = %#v, %v; want ErrScopesHeld", o, err)
+		}
+	}
+	if after := grantIDs(t, r, alice); !slices.Equal(after, before) || stepUpsAudited(r) != 0 || stepUpsRefused(r) != 0 {
+		t.Fatalf("stored %v (before %v), %d step_up and %d step_up_refused events", after, before, stepUpsAudited(r), stepUpsRefused(r))
+	}
+}

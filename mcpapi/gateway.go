@@ -790,10 +790,20 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 			// The connection is ready, yet a list may have met the
 			// upstream's refusal (403 insufficient_scope, 401) and
 			// answered the placeholder: the upstream is asked first (its
-			// tools listed afresh), and a refusal asks the person to step
-			// up or reconnect here, where the link can be given, rather
-			// than saying connected and listing the placeholder again.
-			if _, _, err := g.listedTools(ctx, c, r, true); refused(err) {
+			// tools listed, within the call's limits; a refused list is
+			// never cached), and a refusal asks the person to step up or
+			// reconnect here, where the link can be given, rather than
+			// saying connected and listing the placeholder again.
+			release, busy := g.admitCall(c)
+			if busy != "" {
+				g.toolError(w, c, busy)
+				return
+			}
+			lctx, cancel := context.WithTimeout(ctx, c.up.CallTimeout)
+			_, _, err := g.listedTools(lctx, c, r, false)
+			cancel()
+			release()
+			if refused(err) {
 				g.relayFailed(ctx, w, c, r, err)
 				return
 			}
@@ -815,7 +825,10 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	}
 	defer release()
 	// The call's time covers the session and the list it may need first:
-	// an upstream that does not answer those answers within it too.
+	// an upstream that does not answer those answers within it too. What
+	// a refusal starts (a connect request, a reconnect by ID-JAG) runs on
+	// the host's own time (hostCtx), not what the upstream left of it.
+	hostCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.up.CallTimeout)
 	defer cancel()
 	if c.method == "tools/call" {
@@ -885,7 +898,7 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		return relayedToolResult(tr, c.modern)
 	})
 	if err != nil {
-		g.relayFailed(ctx, w, c, r, err)
+		g.relayFailed(hostCtx, w, c, r, err)
 		return
 	}
 	if in := inputRequestsOf(res); in != nil {
@@ -1221,6 +1234,17 @@ func (g *gateway) notReady(w http.ResponseWriter, c *gwCall, o connections.Outco
 		g.toolError(w, c, o.Message())
 	case connections.Cancelled:
 		g.toolError(w, c, o.Message(c.callName()))
+	case connections.Ready:
+		// The organisation's IdP connected (or upgraded) the person with
+		// no browser step (mcp.auth: enterprise): the lists change, and
+		// the call is the host's to make again on the new connection.
+		r := o
+		g.changed(c, r)
+		if c.method == "tools/call" && c.params.Name == placeholderTool {
+			g.connected(w, c, r)
+			return
+		}
+		g.toolError(w, c, fmt.Sprintf("%s needed the connection renewed, which your organisation's identity provider just did. Nothing was done: call again.", c.p.DisplayName))
 	default:
 		writeRPCError(w, http.StatusInternalServerError, c.id, codeInternal, "internal error", nil)
 	}
