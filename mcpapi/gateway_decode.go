@@ -20,9 +20,21 @@ func relayedToolResult(tr mcpup.ToolResult, modern bool) (*mcp.CallToolResult, e
 			return r, nil
 		}
 	}
+	return decodeToolResult(tr.Raw)
+}
+
+// decodeToolResult is what the go-sdk's client does with a result it
+// read; a panic of its decoder (go-sdk v1.8.0's InputRequestMap panics on
+// a null entry, "inputRequests":{"k":null}) is an error like any other
+// undecodable answer.
+func decodeToolResult(raw []byte) (res *mcp.CallToolResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = nil, fmt.Errorf("mcpapi: the upstream's tools/call result could not be decoded (%v)", p)
+		}
+	}()
 	var r mcp.CallToolResult
-	// What the go-sdk's client does with a result it read.
-	if err := r.UnmarshalJSON(tr.Raw); err != nil {
+	if err := r.UnmarshalJSON(raw); err != nil {
 		return nil, fmt.Errorf("mcpapi: the upstream's tools/call result: %w", err)
 	}
 	return &r, nil

@@ -95,7 +95,8 @@ func TestFastToolResult(t *testing.T) {
 // TestRelayedToolResult: a result the pool's own exchange hands over
 // undecoded is decoded by the fast path for a 2026-07-28 host, else by
 // the go-sdk (a 2025-11-25 host gets the upstream's _meta as it was); one
-// the go-sdk refuses is an error; one the session decoded is as it is.
+// the go-sdk refuses, or panics on, is an error; one the session decoded
+// is as it is.
 func TestRelayedToolResult(t *testing.T) {
 	usual := json.RawMessage(`{` + upstreamInfo + `,"content":[{"type":"text","text":"hi"}]}`)
 	for _, tc := range []struct {
@@ -108,6 +109,9 @@ func TestRelayedToolResult(t *testing.T) {
 		{string(usual), false, true, false},
 		{`{"content":[{"type":"text","text":"a\nb"}]}`, true, false, false},
 		{`{"content":[{"type":"nonsense"}]}`, true, false, true},
+		// The go-sdk's decoder panics on a null input request: an error.
+		{`{"inputRequests":{"k":null},"requestState":"s"}`, true, false, true},
+		{`{"inputRequests":{"k":null},"requestState":"s"}`, false, false, true},
 	} {
 		res, err := relayedToolResult(mcpup.ToolResult{Raw: json.RawMessage(tc.raw)}, tc.modern)
 		if (err != nil) != tc.err {

@@ -617,7 +617,7 @@ func Do[T any](ctx context.Context, p *Pool, t Target, op func(context.Context, 
 		}
 		rctx, rec := withRecorder(ctx)
 		rec.version = t.Version
-		out, err := op(rctx, cs)
+		out, err := guarded(rctx, cs, op)
 		if err == nil {
 			return out, Era(cs), nil
 		}
@@ -630,6 +630,19 @@ func Do[T any](ctx context.Context, p *Pool, t Target, op func(context.Context, 
 		}
 		return zero, Era(cs), err
 	}
+}
+
+// guarded runs op, a panic of it (the go-sdk's decoder reading an
+// upstream's answer: v1.8.0's InputRequestMap panics on a null entry) an
+// error like an answer that cannot be read.
+func guarded[T any](ctx context.Context, cs *mcp.ClientSession, op func(context.Context, *mcp.ClientSession) (T, error)) (out T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var zero T
+			out, err = zero, fmt.Errorf("mcpup: the upstream's answer could not be read (%v)", p)
+		}
+	}()
+	return op(ctx, cs)
 }
 
 // sessionSurvives reports whether a session is still usable after a
