@@ -1368,7 +1368,12 @@ func (g *gateway) relayFailed(ctx context.Context, w http.ResponseWriter, c *gwC
 	// An error the upstream answered is relayed; the transport's own
 	// rejection (its code -32005) is a failure to reach it.
 	if errors.As(err, &re) && re.Code != transportRejected {
-		re.Message = untrusted.ClipBytes(re.Message, maxUpstreamError)
+		re.Message = sanitizeText(untrusted.ClipBytes(re.Message, maxUpstreamError), maxUpstreamError)
+		if re.Code == mcp.CodeURLElicitationRequired && !c.asks() {
+			// Only a call can carry the link; a list answers no link.
+			writeRPCError(w, g.errStatus(c), c.id, codeInternal, c.p.DisplayName+" asked for a browser step before it lists anything; call one of its tools to be given the link", nil)
+			return
+		}
 		if re.Code == mcp.CodeURLElicitationRequired && !c.modern {
 			g.legacyLinks(w, c, re)
 			return
@@ -1438,6 +1443,10 @@ const transportRejected = -32005
 // https links of at most 2 KiB without user info. Anything else is the
 // tool error upstreamLinks gives a 2026-07-28 host, naming no link.
 func (g *gateway) legacyLinks(w http.ResponseWriter, c *gwCall, re *rpcError) {
+	if !slices.Contains(c.up.InputRequests, "elicitation") {
+		g.toolError(w, c, fmt.Sprintf("%s asks the person to open a link; the broker relays no elicitation for it (mcp.input_requests). Nothing was done.", c.p.DisplayName))
+		return
+	}
 	if !c.caps.urlCapable {
 		g.toolError(w, c, fmt.Sprintf("%s asks the person to open a link, which needs a client that declared the capability elicitation.url; this client did not. Nothing was done.", c.p.DisplayName))
 		return
