@@ -274,6 +274,8 @@ func (g *gateway) serveLegacy(ctx context.Context, w http.ResponseWriter, r *htt
 			ls.ClientName = clientName(ip.ClientInfo)
 		}
 		w.Header().Set("Mcp-Session-Id", sealSession(s.opts.StateKeys, ls))
+		ctx, cancel := context.WithTimeout(ctx, c.up.CallTimeout) // for the upstream's instructions
+		defer cancel()
 		res := &mcp.InitializeResult{ProtocolVersion: versionLegacy, ServerInfo: g.serverInfo(c.p),
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: &mcp.PromptCapabilities{},
 				Resources: &mcp.ResourceCapabilities{}, Completions: &mcp.CompletionCapabilities{}},
@@ -358,6 +360,10 @@ func (g *gateway) quietly(ctx context.Context, c *gwCall) (r connections.Ready, 
 // prompts, resources (without subscribe: resource subscriptions are not
 // relayed) and completions.
 func (g *gateway) discover(ctx context.Context, w http.ResponseWriter, c *gwCall) {
+	// The upstream's session (its capabilities, its instructions) is
+	// waited for at most the entry's call timeout, in all.
+	ctx, cancel := context.WithTimeout(ctx, c.up.CallTimeout)
+	defer cancel()
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}
 	_, up, down := g.upstreamCapabilities(ctx, c)
 	if down != nil {

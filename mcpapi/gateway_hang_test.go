@@ -1,6 +1,7 @@
 package mcpapi
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,8 +17,9 @@ import (
 // the host the usual timeout answer within the entry's call_timeout (2 s
 // here), in both eras: the session, the tool list the call needs first
 // and the call itself share that time, so the answer comes before twice
-// it (1.5 s of slack for a busy machine), and the call's place among the
-// person's 8 at once is freed.
+// it (1.5 s of slack for a busy machine). server/discover and a
+// 2025-11-25 initialize, which wait for the upstream's capabilities and
+// instructions, answer within the same time with the broker's own.
 func TestGatewaySilentUpstream(t *testing.T) {
 	var requests atomic.Int64
 	release := make(chan struct{})
@@ -62,5 +64,24 @@ func TestGatewaySilentUpstream(t *testing.T) {
 	}
 	if requests.Load() == 0 {
 		t.Fatal("the silent upstream was never asked")
+	}
+	// server/discover and a 2025-11-25 initialize wait for the upstream's
+	// session (its capabilities and instructions) within the same time,
+	// and answer with the broker's own.
+	for _, legacy := range []bool{false, true} {
+		start := time.Now()
+		var d decoded
+		if legacy {
+			d = decode(t, h.do(rawCall{path: "/mcp/u/silent", headers: map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+				"Authorization": "Bearer " + bearer, "MCP-Protocol-Version": versionLegacy},
+				body: `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`}).body)
+		} else {
+			d = decode(t, h.do(rawCall{path: "/mcp/u/silent", headers: map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+				"Authorization": "Bearer " + bearer, "MCP-Protocol-Version": versionModern, "Mcp-Method": "server/discover"},
+				body: modernBody(1, "server/discover", urlCaps, nil)}).body)
+		}
+		if took := time.Since(start); d.Error != nil || !strings.HasPrefix(fmt.Sprint(d.Result["instructions"]), "This is Silent through credbroker") || took > 3500*time.Millisecond {
+			t.Fatalf("legacy %v: after %v: %+v %+v", legacy, took, d.Result, d.Error)
+		}
 	}
 }

@@ -1123,11 +1123,12 @@ func (m *MCP) register(ctx context.Context, k *Client, p *Provider, ua *upstream
 	if now.Sub(st.failed) < registrationBackoff {
 		return UpstreamClient{}, &UpstreamError{Provider: p.DisplayName, Kind: UpstreamRegistrationBackoff, Reason: "dynamic registration failed a moment ago; try again in a minute"}
 	}
-	// A confidential client when the server takes one (Basic, else the
-	// form when it takes no public client), else a public one.
+	// A confidential client when the server takes one (Basic, RFC 8414's
+	// default when it lists nothing; else the form when it takes no
+	// public client), else a public one.
 	method, ms := "none", ua.meta.TokenEndpointAuthMethodsSupported
 	switch {
-	case slices.Contains(ms, "client_secret_basic"):
+	case len(ms) == 0 || slices.Contains(ms, "client_secret_basic"):
 		method = "client_secret_basic"
 	case len(ms) > 0 && !slices.Contains(ms, "none") && slices.Contains(ms, "client_secret_post"):
 		method = "client_secret_post"

@@ -52,12 +52,17 @@ func TestMCPRegisteredClientAuthMethod(t *testing.T) {
 		want    string // the registration's token_endpoint_auth_method
 	}{
 		{"basic", []string{"client_secret_basic", "none"}, "client_secret_basic"},
+		{"nothing listed (RFC 8414: Basic)", nil, "client_secret_basic"},
 		{"post only", []string{"client_secret_post"}, "client_secret_post"},
 		{"public", []string{"none", "client_secret_post"}, "none"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newMCPRig(t, "127.0.0.1")
-			r.as.set("token_endpoint_auth_methods_supported", c.methods)
+			if c.methods == nil {
+				r.as.set("token_endpoint_auth_methods_supported", nil) // not listed
+			} else {
+				r.as.set("token_endpoint_auth_methods_supported", c.methods)
+			}
 			k := r.client(r.registry("      registration: dcr\n", ""), nil)
 			r.connect(k, alice, "conn-1", nil)
 			regs := r.as.requests("/register")
