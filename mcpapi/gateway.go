@@ -426,13 +426,8 @@ func placeholder(p *provider.Provider) *mcp.Tool {
 }
 
 func (g *gateway) listTools(ctx context.Context, w http.ResponseWriter, c *gwCall) {
-	r, ok, down := g.quietly(ctx, c)
-	if down != nil {
-		g.failed(w, c, down)
-		return
-	}
+	r, ok := g.listable(ctx, w, c)
 	if !ok {
-		g.unconnectedList(w, c)
 		return
 	}
 	page, ok, err := g.toolsPage(ctx, w, c, r, false)
@@ -615,6 +610,22 @@ func (g *gateway) forgetTools(pr vault.Principal, provider string) {
 	}
 }
 
+// listable is c's person's connection for a list; when there is none
+// (the list of a person who must connect first) or the store is
+// unavailable, the answer is written and ok is false.
+func (g *gateway) listable(ctx context.Context, w http.ResponseWriter, c *gwCall) (r connections.Ready, ok bool) {
+	r, ok, down := g.quietly(ctx, c)
+	switch {
+	case down != nil:
+		g.failed(w, c, down)
+		return r, false
+	case !ok:
+		g.unconnectedList(w, c)
+		return r, false
+	}
+	return r, true
+}
+
 // unconnectedList answers a list of a person who must connect first:
 // tools/list the placeholder (private, not to be kept: ttlMs 0), the
 // other lists, and completion, empty.
@@ -638,13 +649,8 @@ func (g *gateway) unconnectedList(w http.ResponseWriter, c *gwCall) {
 // list relays the listing methods (prompts, resources, templates) and
 // completion; unconnected, they are empty.
 func (g *gateway) list(ctx context.Context, w http.ResponseWriter, c *gwCall) {
-	r, ok, down := g.quietly(ctx, c)
-	if down != nil {
-		g.failed(w, c, down)
-		return
-	}
+	r, ok := g.listable(ctx, w, c)
 	if !ok {
-		g.unconnectedList(w, c)
 		return
 	}
 	meta := g.upstreamMeta(c)
