@@ -677,8 +677,8 @@ func (g *gateway) list(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 }
 
 // sanitizeListed is a relayed list of prompts, resources or resource
-// templates with their titles and descriptions cleaned and capped as
-// tools' are: copies, since the go-sdk hands out the lists it keeps
+// templates, or a prompt, with their titles and descriptions cleaned and
+// capped as tools' are: copies, since the go-sdk hands out the lists it keeps
 // cached. Other results are returned as they are.
 func sanitizeListed(res any) any {
 	switch r := res.(type) {
@@ -702,6 +702,12 @@ func sanitizeListed(res any) any {
 		v.ResourceTemplates = cleaned(r.ResourceTemplates, func(x *mcp.ResourceTemplate) {
 			x.Title, x.Description = sanitizeText(x.Title, maxTitle), sanitizeText(x.Description, maxDescription)
 		})
+		return &v
+	case *mcp.GetPromptResult:
+		// The prompt's description (its messages are its content, relayed
+		// as they are).
+		v := *r
+		v.Description = sanitizeText(r.Description, maxDescription)
 		return &v
 	}
 	return res
@@ -920,7 +926,7 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		}
 		return
 	}
-	if b, ok := g.encodeResult(w, c, res); ok {
+	if b, ok := g.encodeResult(w, c, sanitizeListed(res)); ok {
 		flushRPCResult(w, c.id, b)
 	}
 }

@@ -314,14 +314,14 @@ func TestGatewayToolsChangedPaged(t *testing.T) {
 // TestGatewaySanitizesLists: the titles and descriptions of the
 // upstream's prompts (and their arguments), resources and resource
 // templates reach 2026-07-28 and 2025-11-25 hosts cleaned and capped as
-// tools' are.
+// tools' are, and so does a prompt's description from prompts/get.
 func TestGatewaySanitizesLists(t *testing.T) {
 	g := newGatewayHarness(t)
 	long := "x" + strings.Repeat("é", 3000)
 	g.up.server.AddPrompt(&mcp.Prompt{Name: "greet", Title: "Greet\u202e", Description: dirtyText,
 		Arguments: []*mcp.PromptArgument{{Name: "who", Title: "Who\U000E0041", Description: long}}},
 		func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-			return &mcp.GetPromptResult{}, nil
+			return &mcp.GetPromptResult{Description: dirtyText, Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "hello"}}}}, nil
 		})
 	read := func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{}, nil
@@ -370,6 +370,13 @@ func TestGatewaySanitizesLists(t *testing.T) {
 				t.Errorf("legacy %v: %s is %d bytes, %.80q…, want %d bytes, %.80q…", legacy, c.what, len(got), got, len(c.want.(string)), c.want)
 			}
 		}
+	}
+	// prompts/get: the prompt's description cleaned too, its messages as
+	// they are.
+	d = g.gwCall("alice", urlCaps, "prompts/get", "greet", map[string]any{"arguments": map[string]any{"who": "x"}})
+	msgs, _ := d.Result["messages"].([]any)
+	if d.Error != nil || d.Result["description"] != cleanText || len(msgs) != 1 {
+		t.Errorf("prompts/get: %+v %+v, want the description %q and one message", d.Result, d.Error, cleanText)
 	}
 }
 
