@@ -199,17 +199,8 @@ func TestUpstreamsCheckRunsServeChecks(t *testing.T) {
 	if err := os.WriteFile(providers, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	clearBrokerEnv(t)
-	t.Setenv("BROKER_KEYS", vault.GenerateKey())
-	t.Setenv("BROKER_CLIENT_SECRET", "s3cret-value")
+	broker := brokerCLI(t)
 	store := filepath.Join(dir, "data", "broker.db")
-	broker := func(args ...string) (string, error) {
-		var out, errOut bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		err := run(ctx, args, &out, &errOut)
-		return out.String(), err
-	}
 	serve := func(args ...string) (string, error) {
 		return broker(append([]string{"serve", "--public-url", "https://broker.example.com", "--issuer", "https://idp.example.com",
 			"--client-id", "broker", "--store", "bolt:" + store, "--addr", "127.0.0.1:0", "--check-config", "--providers", providers}, args...)...)
@@ -310,17 +301,8 @@ func TestUpstreamMaxCallTimeout(t *testing.T) {
       call_timeout: 5m
 `)
 	unset := write("unset.yaml", "providers:\n  plain:\n    type: mcp\n    mcp:\n      url: https://plain.example.com/mcp\n  quick:\n    type: mcp\n    mcp: {url: 'https://quick.example.com/mcp', call_timeout: 30s}\n")
-	clearBrokerEnv(t)
-	t.Setenv("BROKER_KEYS", vault.GenerateKey())
-	t.Setenv("BROKER_CLIENT_SECRET", "s3cret-value")
+	broker := brokerCLI(t)
 	store := filepath.Join(dir, "data", "broker.db")
-	broker := func(args ...string) (string, error) {
-		var out, errOut bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		err := run(ctx, args, &out, &errOut)
-		return out.String(), err
-	}
 	serve := func(file string, args ...string) (string, error) {
 		return broker(append([]string{"serve", "--public-url", "https://broker.example.com", "--issuer", "https://idp.example.com",
 			"--client-id", "broker", "--store", "bolt:" + store, "--addr", "127.0.0.1:0", "--check-config", "--providers", file}, args...)...)
@@ -375,5 +357,22 @@ func TestUpstreamMaxCallTimeout(t *testing.T) {
 	})
 	if _, err := os.Stat(filepath.Dir(store)); !os.IsNotExist(err) {
 		t.Fatalf("--check-config made the store's directory: %v", err)
+	}
+}
+
+// brokerCLI runs the broker's command line in this process, its
+// environment cleared but for fresh keys and a client secret, and returns
+// what it printed on stdout.
+func brokerCLI(t *testing.T) func(args ...string) (string, error) {
+	t.Helper()
+	clearBrokerEnv(t)
+	t.Setenv("BROKER_KEYS", vault.GenerateKey())
+	t.Setenv("BROKER_CLIENT_SECRET", "s3cret-value")
+	return func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := run(ctx, args, &out, &errOut)
+		return out.String(), err
 	}
 }
