@@ -1859,10 +1859,13 @@ type toolHashKey struct {
 
 // sanitizeText removes from upstream text what a reader does not see but
 // a model reads, or what reorders what the reader sees: control
-// characters (newlines and tabs kept) and format characters (category
-// Cf: bidirectional controls, zero-width characters, soft hyphens, the
-// tag characters that spell out invisible text, …, with the unassigned
-// rest of the tag block); then it caps the text at limit bytes.
+// characters (newlines and tabs kept), format characters (category Cf:
+// bidirectional controls, zero-width characters, soft hyphens, the tag
+// characters that spell out invisible text, …, with the unassigned rest
+// of the tag block), variation selectors (a run of them after a visible
+// character encodes arbitrary bytes no reader sees) and Unicode's other
+// default-ignorable code points (the Hangul fillers, the combining
+// grapheme joiner, …); then it caps the text at limit bytes.
 func sanitizeText(s string, limit int) string {
 	if s == "" {
 		return s
@@ -1872,7 +1875,8 @@ func sanitizeText(s string, limit int) string {
 		switch {
 		case r == '\n' || r == '\t':
 			return r
-		case unicode.IsControl(r), unicode.Is(unicode.Cf, r), r >= 0xE0000 && r <= 0xE007F:
+		case unicode.IsControl(r), unicode.Is(unicode.Cf, r), r >= 0xE0000 && r <= 0xE007F,
+			unicode.Is(unicode.Variation_Selector, r), unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r):
 			return -1
 		}
 		return r

@@ -47,6 +47,10 @@ func TestSanitizeText(t *testing.T) {
 		{"zero-width:\u200b\u200c\u200d\u2060\ufeff|", 100, "zero-width:|"},
 		{"tags:\U000E0001\U000E0020\U000E0041\U000E0069\U000E007E\U000E007F\U000E0000\U000E0002\U000E001F|", 100, "tags:|"},
 		{"format:\u00ad\u180e\u2061\u2062\u2063\u2064\u206a\u206f\ufff9\ufffa\ufffb\u0600\u06dd\U000110BD\U0001D173\U0001BCA0|", 100, "format:|"},
+		// Bytes hidden as variation selectors after a visible letter (VS1–16
+		// and VS17–256), and emoji presentation selectors with them.
+		{"vs:a︀️󠄀󠄱󠇯|❤️|᠋᠏|", 100, "vs:a|❤||"},
+		{"ignorable:͏ᅟᅠ឴឵ㅤﾠ￰󠂀󠇰󠿿|", 100, "ignorable:|"},
 		{dirtyText, 1000, cleanText},
 		{"a\xffb", 10, "a\uFFFDb"},
 		{"abcdef", 3, "abc"},
