@@ -807,11 +807,13 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 		if r.Conn.ID != "" {
 			// The connection is ready, yet a list may have met the
 			// upstream's refusal (403 insufficient_scope, 401) and
-			// answered the placeholder: the upstream is asked first (its
-			// tools listed, within the call's limits; a refused list is
-			// never cached), and a refusal asks the person to step up or
-			// reconnect here, where the link can be given, rather than
-			// saying connected and listing the placeholder again.
+			// answered the placeholder, or an empty list of prompts or
+			// resources: the upstream is asked first (its tools listed,
+			// then the other lists it says it has, within the call's
+			// limits; a refused list is never cached), and a refusal asks
+			// the person to step up or reconnect here, where the link can
+			// be given, rather than saying connected while a list stays
+			// the placeholder or empty.
 			release, busy := g.admitCall(c)
 			if busy != "" {
 				g.toolError(w, c, busy)
@@ -819,6 +821,9 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 			}
 			lctx, cancel := context.WithTimeout(ctx, c.up.CallTimeout)
 			_, _, err := g.listedTools(lctx, c, r, false)
+			if err == nil {
+				err = g.otherLists(lctx, c, r)
+			}
 			cancel()
 			release()
 			if refused(err) {
@@ -1517,6 +1522,41 @@ func safeElicitURL(raw string) bool {
 func refused(err error) bool {
 	var ns *mcpup.NeedScope
 	return errors.As(err, &ns) || errors.Is(err, mcpup.ErrUnauthorized) || errors.Is(err, mcpup.ErrNoToken)
+}
+
+// otherLists lists the first page of the prompts, resources and resource
+// templates the upstream says it has (its server capabilities), for
+// connect_account: the error is the first list's that failed. Only a
+// refusal matters there; a list the upstream cannot give for another
+// reason is its lists' business, not the connection's.
+func (g *gateway) otherLists(ctx context.Context, c *gwCall, r connections.Ready) error {
+	lc := *c
+	lc.method = "prompts/list"
+	meta := g.upstreamMeta(&lc)
+	_, _, err := relayAs(ctx, g, &lc, r, func(ctx context.Context, cs *mcp.ClientSession) (any, error) {
+		var caps *mcp.ServerCapabilities
+		if init := cs.InitializeResult(); init != nil {
+			caps = init.Capabilities
+		}
+		if caps == nil {
+			return nil, nil
+		}
+		if caps.Prompts != nil {
+			if _, err := cs.ListPrompts(ctx, &mcp.ListPromptsParams{Meta: meta}); err != nil {
+				return nil, err
+			}
+		}
+		if caps.Resources != nil {
+			if _, err := cs.ListResources(ctx, &mcp.ListResourcesParams{Meta: meta}); err != nil {
+				return nil, err
+			}
+			if _, err := cs.ListResourceTemplates(ctx, &mcp.ListResourceTemplatesParams{Meta: meta}); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
+	return err
 }
 
 // asks reports whether c may answer with a connect request: tools/call,

@@ -36,6 +36,11 @@ func completeParams() map[string]any {
 // (403 insufficient_scope for "tools admin", or 401) unless its token
 // holds the scope admin, counting the refusals in n.
 func refuseLists(u *testUpstream, status int, n *atomic.Int64) func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	return refuseMethods(u, listMethods, status, n)
+}
+
+// refuseMethods is refuseLists for the requests of methods.
+func refuseMethods(u *testUpstream, methods []string, status int, n *atomic.Int64) func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	return func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -45,7 +50,7 @@ func refuseLists(u *testUpstream, status int, n *atomic.Int64) func(w http.Respo
 		u.mu.Lock()
 		admin := slices.Contains(u.tokens[tok], "admin")
 		u.mu.Unlock()
-		if r.URL.Path != "/mcp" || !slices.Contains(listMethods, m.Method) || admin {
+		if r.URL.Path != "/mcp" || !slices.Contains(methods, m.Method) || admin {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -208,6 +213,56 @@ func TestGatewayListScopeRefused(t *testing.T) {
 	}
 	if n := len(auditEvents(t, g.logs.String(), telemetry.EventStepUp)); n != 2 {
 		t.Fatalf("%d step-ups, want 2 (the two calls of connect_account)", n)
+	}
+}
+
+// TestGatewayOtherListRefused: an upstream that lists its tools but
+// refuses its prompts for want of a scope: prompts/list is empty (and
+// asks nothing), and connect_account, though the connection is ready and
+// its tools listed, asks the person to step up rather than saying
+// connected; after the step-up the prompts are listed.
+func TestGatewayOtherListRefused(t *testing.T) {
+	g, conn := connectedGateway(t, "tools")
+	g.up.server.AddPrompt(&mcp.Prompt{Name: "greet"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{}, nil
+	})
+	var refusals atomic.Int64
+	g.up.mu.Lock()
+	g.up.intercept = refuseMethods(g.up, []string{"prompts/list"}, http.StatusForbidden, &refusals)
+	g.up.mu.Unlock()
+	ctx := context.Background()
+
+	checkEmptyList(t, "refused", "prompts/list", g.gwCall("alice", urlCaps, "prompts/list", "", nil), true)
+	if names := toolNames(t, g.gwCall("alice", urlCaps, "tools/list", "", nil)); !slices.Equal(names, upstreamTools) {
+		t.Fatalf("tools/list: %v, want %v", names, upstreamTools)
+	}
+	d := g.gwCall("alice", urlCaps, "tools/call", placeholderTool, nil)
+	if d.Result == nil || d.Result["resultType"] != "input_required" {
+		t.Fatalf("connect_account with the prompts refused: %+v %+v, want the step-up's url elicitation", d.Result, d.Error)
+	}
+	key, link, state := elicitation(t, d)
+	if msg := messageOf(t, d); !strings.Contains(msg, "lacks the scopes admin") {
+		t.Fatalf("the step-up's message %q does not name the added scope", msg)
+	}
+	gr, err := g.grants.Authorize(ctx, grantIDOf(t, link), g.principal("alice"))
+	if err != nil || !slices.Equal(gr.Scopes, []string{"tools", "admin"}) {
+		t.Fatalf("step-up grant %+v %v, want scopes tools admin", gr, err)
+	}
+	if up := g.connectUp(gr.ID, "tools", "admin"); up.ID != conn.ID {
+		t.Fatalf("the step-up made connection %s, want %s upgraded", up.ID, conn.ID)
+	}
+	d = g.gwCall("alice", urlCaps, "tools/call", placeholderTool, map[string]any{"requestState": state,
+		"inputResponses": map[string]any{key: map[string]any{"action": "accept"}}})
+	if textOf(d) != connectedText || d.Result["isError"] == true {
+		t.Fatalf("connect_account after the step-up: %+v %+v, want %q", d.Result, d.Error, connectedText)
+	}
+	d = g.gwCall("alice", urlCaps, "prompts/list", "", nil)
+	prompts, _ := d.Result["prompts"].([]any)
+	if len(prompts) != 1 || prompts[0].(map[string]any)["name"] != "greet" {
+		t.Fatalf("prompts/list after the step-up: %+v %+v", d.Result, d.Error)
+	}
+	if refusals.Load() < 2 {
+		t.Fatalf("the upstream refused %d prompts/list requests, want the host's and connect_account's", refusals.Load())
 	}
 }
 
