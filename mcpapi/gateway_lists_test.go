@@ -188,12 +188,34 @@ func TestGatewayListScopeRefused(t *testing.T) {
 		t.Fatalf("2025-11-25 connect_account after a 403: %+v %+v, want -32042 with the step-up's link", d.Result, d.Error)
 	}
 	// A 2026-07-28 host's: the step-up's url elicitation.
-	d = g.gwCall("alice", urlCaps, "tools/call", placeholderTool, nil)
+	g.stepUpByConnect(conn)
+	if names := toolNames(t, g.gwCall("alice", urlCaps, "tools/list", "", nil)); !slices.Equal(names, upstreamTools) {
+		t.Fatalf("tools/list after the step-up: %v, want %v", names, upstreamTools)
+	}
+	if names := toolNames(t, legacy("tools/list", nil)); !slices.Equal(names, upstreamTools) {
+		t.Fatalf("2025-11-25 tools/list after the step-up: %v, want %v", names, upstreamTools)
+	}
+	if n := len(auditEvents(t, g.logs.String(), telemetry.EventStepUp)); n != 2 {
+		t.Fatalf("%d step-ups, want 2 (the two calls of connect_account)", n)
+	}
+}
+
+// stepUpByConnect calls connect_account as alice's 2026-07-28 host, wants
+// the step-up's url elicitation naming the scope admin, grants it
+// (conn upgraded to tools and admin), and calls connect_account again
+// with the answer: "connected".
+func (g *gatewayHarness) stepUpByConnect(conn vault.Connection) {
+	t := g.t
+	t.Helper()
+	d := g.gwCall("alice", urlCaps, "tools/call", placeholderTool, nil)
+	if d.Result == nil || d.Result["resultType"] != "input_required" {
+		t.Fatalf("connect_account: %+v %+v, want the step-up's url elicitation", d.Result, d.Error)
+	}
 	key, link, state := elicitation(t, d)
 	if msg := messageOf(t, d); !strings.Contains(msg, "lacks the scopes admin") {
 		t.Fatalf("the step-up's message %q does not name the added scope", msg)
 	}
-	gr, err := g.grants.Authorize(ctx, grantIDOf(t, link), g.principal("alice"))
+	gr, err := g.grants.Authorize(context.Background(), grantIDOf(t, link), g.principal("alice"))
 	if err != nil || !slices.Equal(gr.Scopes, []string{"tools", "admin"}) {
 		t.Fatalf("step-up grant %+v %v, want scopes tools admin", gr, err)
 	}
@@ -204,15 +226,6 @@ func TestGatewayListScopeRefused(t *testing.T) {
 		"inputResponses": map[string]any{key: map[string]any{"action": "accept"}}})
 	if textOf(d) != connectedText || d.Result["isError"] == true {
 		t.Fatalf("connect_account after the step-up: %+v %+v, want %q", d.Result, d.Error, connectedText)
-	}
-	if names := toolNames(t, g.gwCall("alice", urlCaps, "tools/list", "", nil)); !slices.Equal(names, upstreamTools) {
-		t.Fatalf("tools/list after the step-up: %v, want %v", names, upstreamTools)
-	}
-	if names := toolNames(t, legacy("tools/list", nil)); !slices.Equal(names, upstreamTools) {
-		t.Fatalf("2025-11-25 tools/list after the step-up: %v, want %v", names, upstreamTools)
-	}
-	if n := len(auditEvents(t, g.logs.String(), telemetry.EventStepUp)); n != 2 {
-		t.Fatalf("%d step-ups, want 2 (the two calls of connect_account)", n)
 	}
 }
 
@@ -230,33 +243,13 @@ func TestGatewayOtherListRefused(t *testing.T) {
 	g.up.mu.Lock()
 	g.up.intercept = refuseMethods(g.up, []string{"prompts/list"}, http.StatusForbidden, &refusals)
 	g.up.mu.Unlock()
-	ctx := context.Background()
 
 	checkEmptyList(t, "refused", "prompts/list", g.gwCall("alice", urlCaps, "prompts/list", "", nil), true)
 	if names := toolNames(t, g.gwCall("alice", urlCaps, "tools/list", "", nil)); !slices.Equal(names, upstreamTools) {
 		t.Fatalf("tools/list: %v, want %v", names, upstreamTools)
 	}
-	d := g.gwCall("alice", urlCaps, "tools/call", placeholderTool, nil)
-	if d.Result == nil || d.Result["resultType"] != "input_required" {
-		t.Fatalf("connect_account with the prompts refused: %+v %+v, want the step-up's url elicitation", d.Result, d.Error)
-	}
-	key, link, state := elicitation(t, d)
-	if msg := messageOf(t, d); !strings.Contains(msg, "lacks the scopes admin") {
-		t.Fatalf("the step-up's message %q does not name the added scope", msg)
-	}
-	gr, err := g.grants.Authorize(ctx, grantIDOf(t, link), g.principal("alice"))
-	if err != nil || !slices.Equal(gr.Scopes, []string{"tools", "admin"}) {
-		t.Fatalf("step-up grant %+v %v, want scopes tools admin", gr, err)
-	}
-	if up := g.connectUp(gr.ID, "tools", "admin"); up.ID != conn.ID {
-		t.Fatalf("the step-up made connection %s, want %s upgraded", up.ID, conn.ID)
-	}
-	d = g.gwCall("alice", urlCaps, "tools/call", placeholderTool, map[string]any{"requestState": state,
-		"inputResponses": map[string]any{key: map[string]any{"action": "accept"}}})
-	if textOf(d) != connectedText || d.Result["isError"] == true {
-		t.Fatalf("connect_account after the step-up: %+v %+v, want %q", d.Result, d.Error, connectedText)
-	}
-	d = g.gwCall("alice", urlCaps, "prompts/list", "", nil)
+	g.stepUpByConnect(conn)
+	d := g.gwCall("alice", urlCaps, "prompts/list", "", nil)
 	prompts, _ := d.Result["prompts"].([]any)
 	if len(prompts) != 1 || prompts[0].(map[string]any)["name"] != "greet" {
 		t.Fatalf("prompts/list after the step-up: %+v %+v", d.Result, d.Error)
