@@ -891,7 +891,12 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	// its answer does not compete with writing the host's.
 	var tr mcpup.ToolResult
 	defer func() { tr.Finish() }()
+	// sent is the upstream's result as it was sent when it asks for input
+	// through the go-sdk (mcpup.InputResult; the pool's own exchange has
+	// it in tr.Raw): its input requests are relayed verbatim.
+	var sent json.RawMessage
 	res, _, err := g.relay(ctx, c, r, func(ctx context.Context, cs *mcp.ClientSession) (any, error) {
+		defer func() { sent = mcpup.InputResult(ctx) }()
 		responses := g.upstreamResponses(c)
 		if relink {
 			// The upstream asked for links (-32042): the retry is the call
@@ -926,6 +931,9 @@ func (g *gateway) call(ctx context.Context, w http.ResponseWriter, c *gwCall) {
 	}
 	if in := inputRequestsOf(res); in != nil {
 		in.sent = tr.Raw
+		if in.sent == nil {
+			in.sent = sent
+		}
 		if digest, ok := g.argDigest(w, c); ok {
 			g.upstreamInput(w, c, r, digest, in)
 		}

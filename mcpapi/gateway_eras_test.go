@@ -150,12 +150,22 @@ func TestGatewayInputRequestsVerbatim(t *testing.T) {
 		}
 		_ = json.Unmarshal(body, &m)
 		irs := map[string]string{"ask": sent, "echo": twice}[m.Params.Name]
-		if r.URL.Path != "/mcp" || m.Method != "tools/call" || irs == "" {
+		if m.Method == "prompts/get" || m.Method == "resources/read" {
+			irs = sent
+		}
+		if r.URL.Path != "/mcp" || m.Method != "tools/call" && m.Method != "prompts/get" && m.Method != "resources/read" || irs == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
+		answer := `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"resultType":"input_required","inputRequests":` + irs + `,"requestState":"upstream-state"}}`
+		if m.Method == "resources/read" || bytes.Contains(body, []byte(`"progressToken"`)) {
+			// As an event stream (which a progress token asks for).
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Write([]byte("event: message\ndata: " + answer + "\n\n"))
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"resultType":"input_required","inputRequests":` + irs + `,"requestState":"upstream-state"}}`))
+		w.Write([]byte(answer))
 	}
 	g.up.mu.Unlock()
 	d := g.gwCall("alice", `{"elicitation":{"form":{},"url":{}},"sampling":{}}`, "tools/call", "ask", map[string]any{"arguments": map[string]any{}})
@@ -166,6 +176,33 @@ func TestGatewayInputRequestsVerbatim(t *testing.T) {
 		got, _ := json.Marshal(d.Result["inputRequests"])
 		t.Fatalf("relayed:\n%s\nthe upstream sent:\n%s\n(state %q, %+v)", got, sent, state, d.Error)
 	}
+	// The same through the go-sdk's client: prompts/get (a JSON answer),
+	// resources/read (an event stream), and tools/call with a progress
+	// token (an event stream to the host too).
+	relayedVerbatim := func(what string, d decoded) {
+		t.Helper()
+		state, _ := d.Result["requestState"].(string)
+		if d.Result["resultType"] != "input_required" || !reflect.DeepEqual(d.Result["inputRequests"], want) || state == "" || strings.Contains(state, "upstream-state") {
+			got, _ := json.Marshal(d.Result["inputRequests"])
+			t.Fatalf("%s relayed:\n%s\nthe upstream sent:\n%s\n(state %q, %+v)", what, got, sent, state, d.Error)
+		}
+	}
+	const allCaps = `{"elicitation":{"form":{},"url":{}},"sampling":{}}`
+	relayedVerbatim("prompts/get", g.gwCall("alice", allCaps, "prompts/get", "greet", nil))
+	relayedVerbatim("resources/read", g.gwCall("alice", allCaps, "resources/read", "test://doc", nil))
+	body := modernBody(3, "tools/call", allCaps, map[string]any{"name": "ask", "arguments": map[string]any{}})
+	body = strings.Replace(body, `"_meta":{`, `"_meta":{"progressToken":"p-1",`, 1)
+	resp := g.do(rawCall{path: "/mcp/u/up", body: body, headers: map[string]string{"Content-Type": "application/json",
+		"Accept": "application/json, text/event-stream", "Authorization": "Bearer " + g.gwBearer("alice"),
+		"MCP-Protocol-Version": versionModern, "Mcp-Method": "tools/call", "Mcp-Name": "ask"}})
+	var last decoded
+	for _, line := range strings.Split(string(resp.body), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			last = decode(t, []byte(data))
+		}
+	}
+	relayedVerbatim("tools/call with a progress token", last)
+
 	d = g.gwCall("alice", `{"elicitation":{"form":{}}}`, "tools/call", "echo", map[string]any{"arguments": map[string]any{}})
 	irs, _ := d.Result["inputRequests"].(map[string]any)
 	req, _ := irs["t"].(map[string]any)

@@ -149,8 +149,15 @@ func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	set := a.secrets.current()
-	sse := mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" && !a.noProgress
-	if set == nil && !sse {
+	mt := mediaType(resp.Header.Get("Content-Type"))
+	sse := mt == "text/event-stream" && !a.noProgress
+	// The go-sdk's exchanges within Do note an answer that asks for input
+	// (InputResult); the pool's own exchange reads its answer itself.
+	var rec *recorder
+	if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok && !a.noProgress && (sse || mt == "application/json") {
+		rec = r
+	}
+	if set == nil && !sse && rec == nil {
 		return resp, nil
 	}
 	if set != nil {
@@ -160,7 +167,7 @@ func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 	}
-	resp.Body = &answerBody{rc: resp.Body, set: set, sse: sse, pool: a.pool}
+	resp.Body = &answerBody{rc: resp.Body, set: set, sse: sse, pool: a.pool, rec: rec}
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	return resp, nil
@@ -183,7 +190,19 @@ type answerBody struct {
 	out     []byte // ready to be read
 	err     error
 	event   sse.Event // the event being read
+
+	// rec, when set, notes an answer that asks for input: an event's data,
+	// or a JSON body, kept whole in body while it is at most
+	// maxNotedAnswer (a longer one is not noted).
+	rec  *recorder
+	body []byte
+	long bool
 }
+
+// maxNotedAnswer bounds the JSON body an answerBody keeps to note it:
+// an answer that asks for input holds its requests and a request state of
+// at most 16 KiB (what the gateway relays), far less than this.
+const maxNotedAnswer = 1 << 20
 
 func (b *answerBody) Read(p []byte) (int, error) {
 	for len(b.out) == 0 {
@@ -233,6 +252,9 @@ func (b *answerBody) fill() {
 	switch {
 	case err != nil:
 		b.err = err
+		if err == io.EOF && b.rec != nil && !b.sse && !b.long {
+			b.rec.noteAnswer(b.body)
+		}
 	case len(b.pending) > maxAnswerLine:
 		b.err = errAnswerLine
 	}
@@ -246,6 +268,11 @@ func (b *answerBody) emit(lines []byte) {
 		b.out = b.set.All(canonicalEscapes(lines))
 	}
 	if !b.sse {
+		if b.rec != nil && !b.long {
+			if b.long = len(b.body)+len(b.out) > maxNotedAnswer; !b.long {
+				b.body = append(b.body, b.out...)
+			}
+		}
 		return
 	}
 	for rest := b.out; len(rest) > 0; {
@@ -268,6 +295,9 @@ func (b *answerBody) field(line []byte) {
 		b.event.Line(line)
 	} else if data := b.event.End(); data != nil {
 		b.pool.progressEvent(data)
+		if b.rec != nil {
+			b.rec.noteAnswer(data)
+		}
 	}
 }
 

@@ -26,7 +26,14 @@ func (c chunkReader) Read(p []byte) (int, error) { return c.r.Read(p[:min(len(p)
 // from the upstream, routing progress to p.
 func readAnswer(t testing.TB, p *Pool, body []byte, forms [][]byte, sse bool, n int) []byte {
 	t.Helper()
-	ab := &answerBody{rc: io.NopCloser(chunkReader{bytes.NewReader(body), n}), sse: sse, pool: p}
+	return readNoting(t, p, body, forms, sse, n, nil)
+}
+
+// readNoting is readAnswer noting in rec (when not nil) an answer that
+// asks for input.
+func readNoting(t testing.TB, p *Pool, body []byte, forms [][]byte, sse bool, n int, rec *recorder) []byte {
+	t.Helper()
+	ab := &answerBody{rc: io.NopCloser(chunkReader{bytes.NewReader(body), n}), sse: sse, pool: p, rec: rec}
 	if len(forms) > 0 {
 		ab.set = redact.NewSet(forms)
 	}
@@ -89,6 +96,8 @@ func FuzzAnswerBody(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"czNjcjN0LXRva2VuLXZhbHVl"}]}}`), "s3cr3t-token-value", uint8(5), false)
 	f.Add([]byte("data: {\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"cb-1\",\"progress\":1,\"message\":\"s3cr3t-token-value\"}}\r\n\r\n"), "s3cr3t-token-value", uint8(1), true)
 	f.Add([]byte("no newline at all s3cr3t"), "s3cr3t", uint8(2), false)
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"q":{"method":"elicitation/create","params":{"message":"s3cr3t-token-value"}}}}}`), "s3cr3t-token-value", uint8(4), false)
+	f.Add([]byte("data: {\"id\":1,\"result\":{\"resultType\":\"input_required\",\"requestState\":\"s3cr3t-token-value\"}}\n\n"), "s3cr3t-token-value", uint8(6), true)
 	f.Fuzz(func(t *testing.T, body []byte, secret string, n uint8, sse bool) {
 		if len(body) > 1<<16 || len(secret) > 64 || strings.Contains(secret, "\n") {
 			return
@@ -104,9 +113,20 @@ func FuzzAnswerBody(f *testing.F) {
 			}
 		})
 		defer stop()
-		got := readAnswer(t, p, body, forms, sse, int(n)+1)
+		rec := &recorder{}
+		got := readNoting(t, p, body, forms, sse, int(n)+1, rec)
 		if want := refAnswer(body, forms); !bytes.Equal(got, want) {
 			t.Fatalf("%d at a time:\n got  %q\n want %q", int(n)+1, got, want)
+		}
+		// A noted answer is what was read (redacted): its result, valid
+		// JSON, and never the secret.
+		if r := rec.inputResult; r != nil {
+			if !json.Valid(r) || !bytes.Contains(got, r) && !sse {
+				t.Fatalf("noted %q of %q", r, got)
+			}
+			if len(secret) >= 8 && !strings.Contains(redact.Replacement, secret) && bytes.Contains(r, []byte(secret)) {
+				t.Fatalf("the noted answer carries the secret: %q", r)
+			}
 		}
 		// Canonical escapes change no JSON document's meaning.
 		var before, after any

@@ -21,6 +21,7 @@
 package mcpup
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"encoding/json"
@@ -824,6 +825,44 @@ type recorder struct {
 	refusedAfter bool
 	// needScope: a 403 insufficient_scope answered a request.
 	needScope *NeedScope
+	// inputResult is the result, as the go-sdk read it (redacted), of the
+	// exchange's last answer that was input_required (InputResult).
+	inputResult json.RawMessage
+}
+
+// noteAnswer keeps msg's result when msg is an answer whose result asks
+// for input (input_required): the go-sdk decodes it into its types,
+// which drop the members they do not know (InputResult).
+func (r *recorder) noteAnswer(msg []byte) {
+	if !bytes.Contains(msg, []byte(`"input_required"`)) {
+		return
+	}
+	var m struct {
+		Method string          `json:"method"`
+		Result json.RawMessage `json:"result"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.Method != "" || m.Result == nil {
+		return
+	}
+	r.mu.Lock()
+	r.inputResult = m.Result
+	r.mu.Unlock()
+}
+
+// InputResult is, within Do's op, the result of the last answer the
+// upstream gave ctx's exchange through the go-sdk that asked for input
+// (resultType input_required), as it was sent (redacted of the session's
+// secrets, as the go-sdk read it): the input requests verbatim, members
+// the go-sdk's types do not know included. Nil when there was none, and
+// for CallTool's own exchange, whose ToolResult.Raw is that result.
+func InputResult(ctx context.Context) json.RawMessage {
+	r, ok := ctx.Value(recorderKey{}).(*recorder)
+	if !ok {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inputResult
 }
 
 // scope is the 403 insufficient_scope an exchange got, if any.
