@@ -158,6 +158,12 @@ func TestGatewayInputRequestsVerbatim(t *testing.T) {
 			return
 		}
 		answer := `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"resultType":"input_required","inputRequests":` + irs + `,"requestState":"upstream-state"}}`
+		if bytes.Contains(body, []byte(`"test://stray"`)) {
+			// Another answer asking for input, for a request never made,
+			// ahead of the call's own on the stream.
+			answer = `{"jsonrpc":"2.0","id":999,"result":{"resultType":"input_required","inputRequests":{"q":{"method":"elicitation/create","params":{"mode":"form","message":"stray","requestedSchema":{"type":"object"},"futureStray":1}}},"requestState":"stray-state"}}` +
+				"\n\nevent: message\ndata: " + answer
+		}
 		if m.Method == "resources/read" || bytes.Contains(body, []byte(`"progressToken"`)) {
 			// As an event stream (which a progress token asks for).
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -202,6 +208,15 @@ func TestGatewayInputRequestsVerbatim(t *testing.T) {
 		}
 	}
 	relayedVerbatim("tools/call with a progress token", last)
+	// A stream with another answer asking for input before the call's
+	// own: the host gets the call's requests (as the go-sdk decoded them),
+	// nothing of the other's.
+	d = g.gwCall("alice", allCaps, "resources/read", "test://stray", nil)
+	q, _ := d.Result["inputRequests"].(map[string]any)["q"].(map[string]any)
+	qp, _ := q["params"].(map[string]any)
+	if raw, _ := json.Marshal(d.Result); d.Result["resultType"] != "input_required" || qp["message"] != "Hi" || strings.Contains(string(raw), "futureStray") || strings.Contains(string(raw), "stray-state") {
+		t.Fatalf("with a stray answer ahead: %s %+v", raw, d.Error)
+	}
 
 	d = g.gwCall("alice", `{"elicitation":{"form":{}}}`, "tools/call", "echo", map[string]any{"arguments": map[string]any{}})
 	irs, _ := d.Result["inputRequests"].(map[string]any)

@@ -259,6 +259,63 @@ func TestGatewayOtherListRefused(t *testing.T) {
 	}
 }
 
+// TestGatewayOtherListsAsked: connect_account on a ready connection asks
+// the upstream only for the lists its capabilities name (none for a
+// server with tools alone), and goes past a list that fails for another
+// reason than a refusal (prompts/list answering an internal error) to one
+// that is refused (resources/list, 403 insufficient_scope): the step-up,
+// after which the resources are listed.
+func TestGatewayOtherListsAsked(t *testing.T) {
+	t.Run("tools alone", func(t *testing.T) {
+		g, _ := connectedGateway(t, "tools")
+		if d := g.gwCall("alice", urlCaps, "tools/call", placeholderTool, nil); textOf(d) != connectedText {
+			t.Fatalf("connect_account: %+v %+v, want %q", d.Result, d.Error, connectedText)
+		}
+		g.up.mu.Lock()
+		defer g.up.mu.Unlock()
+		for _, m := range listMethods[1:4] {
+			if n := g.up.methods[m]; n != 0 {
+				t.Errorf("the upstream, which has no prompts or resources, was asked %s %d times", m, n)
+			}
+		}
+	})
+	t.Run("a failing list, then a refused one", func(t *testing.T) {
+		g, conn := connectedGateway(t, "tools")
+		g.up.server.AddPrompt(&mcp.Prompt{Name: "greet"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{}, nil
+		})
+		g.up.server.AddResource(&mcp.Resource{Name: "doc", URI: "test://doc"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{}, nil
+		})
+		var refusals atomic.Int64
+		refuse := refuseMethods(g.up, []string{"resources/list"}, http.StatusForbidden, &refusals)
+		g.up.mu.Lock()
+		g.up.intercept = func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var m struct {
+				ID     json.RawMessage
+				Method string
+			}
+			if json.Unmarshal(body, &m) == nil && m.Method == "prompts/list" {
+				w.Header().Set("Content-Type", "application/json")
+				w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32603,"message":"broken"}}`))
+				return
+			}
+			refuse(w, r, next)
+		}
+		g.up.mu.Unlock()
+		g.stepUpByConnect(conn)
+		d := g.gwCall("alice", urlCaps, "resources/list", "", nil)
+		if rs, _ := d.Result["resources"].([]any); len(rs) != 1 {
+			t.Fatalf("resources/list after the step-up: %+v %+v", d.Result, d.Error)
+		}
+		if refusals.Load() != 1 {
+			t.Fatalf("the upstream refused %d resources/list requests, want connect_account's one", refusals.Load())
+		}
+	})
+}
+
 // TestGatewayListUnauthorized: a list the upstream answers 401 again
 // after the forced refresh marks the connection needs_reconnect, asking
 // nobody (no connect request), and is the placeholder; the next lists are

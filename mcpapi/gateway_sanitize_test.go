@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"credbroker/provider/mcpup"
@@ -49,8 +50,8 @@ func TestSanitizeText(t *testing.T) {
 		{"format:\u00ad\u180e\u2061\u2062\u2063\u2064\u206a\u206f\ufff9\ufffa\ufffb\u0600\u06dd\U000110BD\U0001D173\U0001BCA0|", 100, "format:|"},
 		// Bytes hidden as variation selectors after a visible letter (VS1–16
 		// and VS17–256), and emoji presentation selectors with them.
-		{"vs:a︀️󠄀󠄱󠇯|❤️|᠋᠏|", 100, "vs:a|❤||"},
-		{"ignorable:͏ᅟᅠ឴឵ㅤﾠ￰󠂀󠇰󠿿|", 100, "ignorable:|"},
+		{"vs:a\ufe00\ufe0f\U000E0100\U000E0131\U000E01EF|\u2764\ufe0f|\u180b\u180f|", 100, "vs:a|\u2764||"},
+		{"ignorable:\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0\ufff0\U000E0080\U000E01F0\U000E0FFF|", 100, "ignorable:|"},
 		{dirtyText, 1000, cleanText},
 		{"a\xffb", 10, "a\uFFFDb"},
 		{"abcdef", 3, "abc"},
@@ -60,6 +61,21 @@ func TestSanitizeText(t *testing.T) {
 		got := sanitizeText(c.in, c.limit)
 		if got != c.want || len(got) > c.limit || !utf8.ValidString(got) {
 			t.Errorf("sanitizeText(%.80q, %d) = %d bytes, %.80q; want %d bytes, %.80q", c.in, c.limit, len(got), got, len(c.want), c.want)
+		}
+	}
+}
+
+// TestHidden: hidden removes exactly what its definition names, for every
+// code point: C0 and C1 controls but newline and tab, Unicode's format
+// characters (Cf), variation selectors, the other default-ignorable code
+// points, and the tag block U+E0000–E007F.
+func TestHidden(t *testing.T) {
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		want := r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r) ||
+			unicode.Is(unicode.Variation_Selector, r) || unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) ||
+			r >= 0xE0000 && r <= 0xE007F)
+		if hidden(r) != want {
+			t.Errorf("hidden(%U) = %v, want %v", r, hidden(r), want)
 		}
 	}
 }

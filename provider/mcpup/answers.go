@@ -151,10 +151,11 @@ func (a answers) RoundTrip(req *http.Request) (*http.Response, error) {
 	set := a.secrets.current()
 	mt := mediaType(resp.Header.Get("Content-Type"))
 	sse := mt == "text/event-stream" && !a.noProgress
-	// The go-sdk's exchanges within Do note an answer that asks for input
-	// (InputResult); the pool's own exchange reads its answer itself.
+	// The go-sdk's requests within Do that may be answered input_required
+	// note such an answer (InputResult); the pool's own exchange reads its
+	// answer itself.
 	var rec *recorder
-	if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok && !a.noProgress && (sse || mt == "application/json") {
+	if r, ok := req.Context().Value(recorderKey{}).(*recorder); ok && !a.noProgress && (sse || mt == "application/json") && asksInput[req.Header.Get("Mcp-Method")] {
 		rec = r
 	}
 	if set == nil && !sse && rec == nil {
@@ -199,7 +200,10 @@ type answerBody struct {
 	long bool
 }
 
-// maxNotedAnswer bounds the JSON body an answerBody keeps to note it:
+// asksInput are the methods whose answer may be input_required.
+var asksInput = map[string]bool{"tools/call": true, "prompts/get": true, "resources/read": true}
+
+// maxNotedAnswer bounds the JSON body or event an answerBody notes:
 // an answer that asks for input holds its requests and a request state of
 // at most 16 KiB (what the gateway relays), far less than this.
 const maxNotedAnswer = 1 << 20
@@ -269,7 +273,9 @@ func (b *answerBody) emit(lines []byte) {
 	}
 	if !b.sse {
 		if b.rec != nil && !b.long {
-			if b.long = len(b.body)+len(b.out) > maxNotedAnswer; !b.long {
+			if b.long = len(b.body)+len(b.out) > maxNotedAnswer; b.long {
+				b.body = nil
+			} else {
 				b.body = append(b.body, b.out...)
 			}
 		}
@@ -295,7 +301,7 @@ func (b *answerBody) field(line []byte) {
 		b.event.Line(line)
 	} else if data := b.event.End(); data != nil {
 		b.pool.progressEvent(data)
-		if b.rec != nil {
+		if b.rec != nil && len(data) <= maxNotedAnswer {
 			b.rec.noteAnswer(data)
 		}
 	}

@@ -830,31 +830,41 @@ type recorder struct {
 	inputResult json.RawMessage
 }
 
-// noteAnswer keeps msg's result when msg is an answer whose result asks
-// for input (input_required): the go-sdk decodes it into its types,
-// which drop the members they do not know (InputResult).
+// noteAnswer keeps msg's result when msg is the first answer of the
+// exchange whose result asks for input (resultType input_required): the
+// go-sdk decodes it into its types, which drop the members they do not
+// know (InputResult). What follows it on the stream (which the go-sdk
+// reads past) is not noted.
 func (r *recorder) noteAnswer(msg []byte) {
 	if !bytes.Contains(msg, []byte(`"input_required"`)) {
 		return
 	}
 	var m struct {
-		Method string          `json:"method"`
+		Method *string         `json:"method"`
 		Result json.RawMessage `json:"result"`
 	}
-	if json.Unmarshal(msg, &m) != nil || m.Method != "" || m.Result == nil {
+	var res struct {
+		ResultType string `json:"resultType"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.Method != nil || m.Result == nil || json.Unmarshal(m.Result, &res) != nil || res.ResultType != "input_required" {
 		return
 	}
 	r.mu.Lock()
-	r.inputResult = m.Result
+	if r.inputResult == nil {
+		r.inputResult = m.Result
+	}
 	r.mu.Unlock()
 }
 
-// InputResult is, within Do's op, the result of the last answer the
-// upstream gave ctx's exchange through the go-sdk that asked for input
-// (resultType input_required), as it was sent (redacted of the session's
-// secrets, as the go-sdk read it): the input requests verbatim, members
-// the go-sdk's types do not know included. Nil when there was none, and
-// for CallTool's own exchange, whose ToolResult.Raw is that result.
+// InputResult is, within Do's op, the result of the first answer the
+// upstream gave ctx's tools/call, prompts/get or resources/read through
+// the go-sdk that asked for input (resultType input_required), as it was
+// sent (redacted of the session's secrets, as the go-sdk read it): the
+// input requests verbatim, members the go-sdk's types do not know
+// included. It is the bytes the go-sdk decoded as long as the stream held
+// no other such answer before the call's own (the caller compares the
+// two). Nil when there was none, and for CallTool's own exchange, whose
+// ToolResult.Raw is that result.
 func InputResult(ctx context.Context) json.RawMessage {
 	r, ok := ctx.Value(recorderKey{}).(*recorder)
 	if !ok {
