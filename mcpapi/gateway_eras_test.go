@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -141,14 +140,8 @@ func TestGatewayInputRequestsVerbatim(t *testing.T) {
 	const twice = `{"t":{"method":"elicitation/create","params":{"mode":"url","url":"https://upstream.example/x","message":"m","MODE":"form","requestedSchema":{"type":"object"}}}}`
 	g.up.mu.Lock()
 	g.up.intercept = func(w http.ResponseWriter, r *http.Request, next http.Handler) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		var m struct {
-			ID     json.RawMessage
-			Method string
-			Params struct{ Name string }
-		}
-		_ = json.Unmarshal(body, &m)
+		m := peekRPC(r)
+		body := m.body
 		irs := map[string]string{"ask": sent, "echo": twice}[m.Params.Name]
 		if m.Method == "prompts/get" || m.Method == "resources/read" {
 			irs = sent

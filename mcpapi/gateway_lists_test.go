@@ -42,10 +42,7 @@ func refuseLists(u *testUpstream, status int, n *atomic.Int64) func(w http.Respo
 // refuseMethods is refuseLists for the requests of methods.
 func refuseMethods(u *testUpstream, methods []string, status int, n *atomic.Int64) func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	return func(w http.ResponseWriter, r *http.Request, next http.Handler) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		var m struct{ Method string }
-		_ = json.Unmarshal(body, &m)
+		m := peekRPC(r)
 		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		u.mu.Lock()
 		admin := slices.Contains(u.tokens[tok], "admin")
@@ -64,6 +61,26 @@ func refuseMethods(u *testUpstream, methods []string, status int, n *atomic.Int6
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", resource_metadata="`+meta+`"`)
 		http.Error(w, `{"error":"invalid_token"}`, http.StatusUnauthorized)
 	}
+}
+
+// peekedRPC is what peekRPC read of a request.
+type peekedRPC struct {
+	ID     json.RawMessage
+	Method string
+	Params struct{ Name string }
+	body   []byte
+}
+
+// peekRPC reads r's JSON-RPC message (its id, method and params' name;
+// the zero value for anything else) and puts the body back for the next
+// handler.
+func peekRPC(r *http.Request) peekedRPC {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var m peekedRPC
+	_ = json.Unmarshal(body, &m)
+	m.body = body
+	return m
 }
 
 // legacySession initializes a 2025-11-25 host of sub's at "up" (declaring
@@ -291,13 +308,7 @@ func TestGatewayOtherListsAsked(t *testing.T) {
 		refuse := refuseMethods(g.up, []string{"resources/list"}, http.StatusForbidden, &refusals)
 		g.up.mu.Lock()
 		g.up.intercept = func(w http.ResponseWriter, r *http.Request, next http.Handler) {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			var m struct {
-				ID     json.RawMessage
-				Method string
-			}
-			if json.Unmarshal(body, &m) == nil && m.Method == "prompts/list" {
+			if m := peekRPC(r); m.Method == "prompts/list" {
 				w.Header().Set("Content-Type", "application/json")
 				w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32603,"message":"broken"}}`))
 				return
