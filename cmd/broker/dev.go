@@ -110,7 +110,7 @@ func runDevWith(ctx context.Context, args []string, stdout, stderr io.Writer, de
 	dataDir := fs.String("data", "./data", "directory for the database and the development keys")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	sidecarAddr := fs.String("sidecar-addr", defaultSidecar, "loopback address of the sidecar API for co-located MCP servers (off: none); when the default is in use, dev mode runs without it")
-	if err := parseFlags(fs, args, stderr, 0); err != nil {
+	if _, err := parseFlags(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	explicitSidecar := false

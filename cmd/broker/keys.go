@@ -37,7 +37,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func runKeysGenerate(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	if err := parseFlags(flag.NewFlagSet("keys generate", flag.ContinueOnError), args, stderr, 0); err != nil {
+	if _, err := parseFlags(flag.NewFlagSet("keys generate", flag.ContinueOnError), args, stderr, 0); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, vault.GenerateKey())
@@ -54,7 +54,8 @@ func (k *keyFlags) parse(name string, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.StringVar(&k.keysFile, "keys-file", os.Getenv("BROKER_KEYS_FILE"), "file with the encryption keys (or env BROKER_KEYS)")
 	fs.StringVar(&k.store, "store", envOr("BROKER_STORE", "bolt:./data/broker.db"), "store: bolt:PATH (or a plain path)")
-	return parseFlags(fs, args, stderr, 0)
+	_, err := parseFlags(fs, args, stderr, 0)
+	return err
 }
 
 // loadKeys reads the key ring from BROKER_KEYS or file.

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -324,6 +327,40 @@ func TestKeysStatusPostgres(t *testing.T) {
 	for _, want := range []string{oldID + "  primary       2", newID + "  decrypt-only  0", "key " + newID + " seals no records"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestParseFlagsArguments: arguments may come before, between or after
+// the flags, and everything after "--" is an argument; one too many is a
+// usage error naming the subcommand and the argument.
+func TestParseFlagsArguments(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		max  int
+		want []string
+		v    string
+		err  string
+	}{
+		{[]string{"p", "-v", "1"}, 1, []string{"p"}, "1", ""},
+		{[]string{"-v", "1", "p"}, 1, []string{"p"}, "1", ""},
+		{[]string{"a", "-v", "1", "b"}, 2, []string{"a", "b"}, "1", ""},
+		{[]string{"-v", "1", "--", "-x", "y"}, 2, []string{"-x", "y"}, "1", ""},
+		{[]string{"--", "-v"}, 1, []string{"-v"}, "", ""},
+		{nil, 1, nil, "", ""},
+		{[]string{"p", "-v", "1", "x"}, 1, nil, "", `t: unexpected argument "x"`},
+		{[]string{"p", "-nope"}, 1, nil, "", "flag provided but not defined: -nope"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		v := fs.String("v", "", "")
+		got, err := parseFlags(fs, c.args, io.Discard, c.max)
+		switch {
+		case c.err != "":
+			if err == nil || err.Error() != c.err || exitCode(err) != 2 {
+				t.Errorf("%q: %v, want the usage error %q", c.args, err, c.err)
+			}
+		case err != nil || !slices.Equal(got, c.want) || *v != c.v:
+			t.Errorf("%q: %q, -v %q, %v; want %q, -v %q", c.args, got, *v, err, c.want, c.v)
 		}
 	}
 }

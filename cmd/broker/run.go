@@ -29,17 +29,31 @@ func (e usageError) Error() string { return e.msg }
 
 // parseFlags parses a subcommand's args into fs, whose flags are defined,
 // writing its errors and usage to stderr, and allows at most maxArgs
-// arguments besides the flags: what is wrong is a usageError naming the
-// subcommand.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, maxArgs int) error {
+// arguments besides the flags, before, between or after them (up to a
+// "--", after which everything is an argument): it returns them. What is
+// wrong is a usageError naming the subcommand.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, maxArgs int) ([]string, error) {
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageError{err.Error()}
+		}
+		rest := fs.Args()
+		if consumed := args[:len(args)-len(rest)]; len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
 	}
-	if fs.NArg() > maxArgs {
-		return usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(maxArgs))}
+	if len(positional) > maxArgs {
+		return nil, usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), positional[maxArgs])}
 	}
-	return nil
+	return positional, nil
 }
 
 func exitCode(err error) int {
@@ -100,7 +114,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var cfg serveConfig
 	cfg.flags(fs)
-	if err := parseFlags(fs, args, stderr, 0); err != nil {
+	if _, err := parseFlags(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	cfg.KeysEnv = os.Getenv("BROKER_KEYS")

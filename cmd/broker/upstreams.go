@@ -167,6 +167,9 @@ func (c *upstreamConfig) httpClients() (auth, mcp *http.Client, err error) {
 const upstreamsUsage = `usage: broker upstreams check [PROVIDER] [--providers FILE] [--public-url URL] [--upstream-allow-private]
                                 [--upstream-allow-unauthenticated] [--client-metadata-url URL] [--upstream-max-call-timeout D]
        broker upstreams forget PROVIDER [--store STORE] [--keys-file F] [--upstream-issuer URL] [--providers FILE] [--public-url URL] [--upstream-allow-private]
+                                [--upstream-allow-unauthenticated] [--client-metadata-url URL] [--upstream-max-call-timeout D]
+
+PROVIDER may come before, between or after the flags.
 
 check: checks each type: mcp entry (or only PROVIDER): its protected-resource
 and authorization-server metadata, how the broker would register there, the
@@ -236,7 +239,8 @@ func runUpstreamsCheck(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs := flag.NewFlagSet("upstreams check", flag.ContinueOnError)
 	var f upstreamFlags
 	f.register(fs)
-	if err := parseFlags(fs, args, stderr, 1); err != nil {
+	only, err := parseFlags(fs, args, stderr, 1)
+	if err != nil {
 		return err
 	}
 	reg, err := f.load()
@@ -247,15 +251,15 @@ func runUpstreamsCheck(ctx context.Context, args []string, stdout, stderr io.Wri
 	var problems []error
 	for _, n := range reg.Names() {
 		p, _ := reg.Lookup(n)
-		if _, ok := p.Kind.(provider.Gateway); ok && (fs.NArg() == 0 || fs.Arg(0) == n) {
+		if _, ok := p.Kind.(provider.Gateway); ok && (len(only) == 0 || only[0] == n) {
 			names = append(names, n)
 			// What serve refuses to start with, this refuses to check.
 			problems = append(problems, f.uc.checkProvider(reg, n, f.publicURL)...)
 		}
 	}
 	if len(names) == 0 {
-		if fs.NArg() == 1 {
-			return fmt.Errorf("%s has no type: mcp provider %q", f.file, fs.Arg(0))
+		if len(only) == 1 {
+			return fmt.Errorf("%s has no type: mcp provider %q", f.file, only[0])
 		}
 		return fmt.Errorf("%s has no type: mcp providers", f.file)
 	}
@@ -344,21 +348,16 @@ func runUpstreamsForget(ctx context.Context, args []string, stdout, stderr io.Wr
 	var k keyFlags
 	fs.StringVar(&k.keysFile, "keys-file", os.Getenv("BROKER_KEYS_FILE"), "file with the encryption keys (or env BROKER_KEYS)")
 	fs.StringVar(&k.store, "store", envOr("BROKER_STORE", "bolt:./data/broker.db"), "store: bolt:PATH (or a plain path) or a postgres:// URL")
-	issuer := fs.String("upstream-issuer", "", "the authorization server's issuer, exactly as `broker upstreams check` prints it (default: discovered from the server's metadata)")
+	issuer := fs.String("upstream-issuer", "", "the authorization server's issuer, exactly as broker upstreams check prints it (default: discovered from the server's metadata)")
 	// PROVIDER may come before the flags or after them.
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	positional, err := parseFlags(fs, args, stderr, 1)
+	if err != nil {
+		return err
 	}
-	name := fs.Arg(0)
-	if err := fs.Parse(fs.Args()[min(1, fs.NArg()):]); err != nil {
-		return usageError{err.Error()}
-	}
-	switch {
-	case name == "":
+	if len(positional) == 0 {
 		return usageError{"upstreams forget: name the provider whose registration to delete"}
-	case fs.NArg() > 0:
-		return usageError{fmt.Sprintf("upstreams forget: unexpected argument %q", fs.Arg(0))}
 	}
+	name := positional[0]
 	reg, err := f.load()
 	if err != nil {
 		return err

@@ -166,6 +166,12 @@ func TestUpstreamsCheckOutput(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the provider before the flags", func(t *testing.T) {
+		out, errOut, err := runCmd(t, "upstreams", "check", "modern", "--providers", providers, "--upstream-allow-private", "--upstream-allow-unauthenticated")
+		if _, rows := checkRows(t, out); err != nil || len(rows) != 1 || rows["modern"] == nil {
+			t.Errorf("upstreams check modern --providers …: %v\n%s%s", err, out, errOut)
+		}
+	})
 	t.Run("only the unreachable server", func(t *testing.T) {
 		out, _, err := check("gone")
 		if _, rows := checkRows(t, out); err == nil || err.Error() != "1 of 1 upstream(s) failed the check" || exitCode(err) != 1 || rows["gone"] == nil {

@@ -15,7 +15,7 @@ import (
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parseFlags(fs, args, stderr, 0); err != nil {
+	if _, err := parseFlags(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	bi := buildinfo.Get()
