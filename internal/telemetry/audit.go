@@ -35,7 +35,7 @@ const (
 	EventUpstreamRegistrationDropped = "upstream_registration_dropped"
 )
 
-var knownEvents = []string{EventConnect, EventDisconnect, EventRevoke, EventRefreshFailed,
+var knownEvents = []string{EventConnect, EventConnectDeclined, EventDisconnect, EventRevoke, EventRefreshFailed,
 	EventNeedsReconnect, EventIdentityMismatch, EventKeyRotation, EventTokenExport,
 	EventAppAuthorized, EventAppRemoved, EventTokenReplay, EventStepUp, EventStepUpRefused, EventToolsChanged, EventUpstreamError,
 	EventUpstreamRegistrationDropped}
