@@ -286,7 +286,7 @@ func TestDevAPIKeyEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(d.Stderr(), "needs_reconnect") {
+	if !d.WaitStderr("needs_reconnect", time.Minute) {
 		t.Error("the broker log has no needs_reconnect audit event")
 	}
 }

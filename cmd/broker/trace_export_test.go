@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -53,7 +54,9 @@ func TestTraceExportOnShutdown(t *testing.T) {
 	t.Setenv("OTEL_SERVICE_NAME", "credbroker-test")
 
 	d := startDev(t, freeAddr(t), t.TempDir())
-	if !strings.Contains(d.Stderr(), "tracing on") {
+	// The log is read from the process's stderr apart from its banner
+	// (which says it is ready): wait for the line rather than race it.
+	if !d.WaitStderr("tracing on", time.Minute) {
 		t.Errorf("the log does not say tracing is on:\n%s", d.Stderr())
 	}
 	tok := d.Token("alice")
