@@ -826,7 +826,7 @@ type recorder struct {
 	// needScope: a 403 insufficient_scope answered a request.
 	needScope *NeedScope
 	// inputResult is the result, as the go-sdk read it (redacted), of the
-	// exchange's last answer that was input_required (InputResult).
+	// exchange's first answer that was input_required (InputResult).
 	inputResult json.RawMessage
 }
 
