@@ -244,17 +244,25 @@ func closedLoop(t *testing.T, linger bool, rounds int) float64 {
 // Writers that come straight back are gathered into one commit instead of
 // taking turns in two halves.
 func TestGroupCommitGathersReturningWriters(t *testing.T) {
-	without := closedLoop(t, false, 8)
-	with := closedLoop(t, true, 8)
-	t.Logf("writes per commit: %.1f without the wait, %.1f with it", without, with)
 	// Without the wait the writers take turns (8 a commit); with it every
 	// commit after the first two carries all 16 (128 writes in 9 commits,
 	// 14.2 a commit). Under three CPU hogs on two cores it measured 11.6 to
 	// 14.2 (without: 8.0 to 9.8); 10 leaves room for four commits split by
-	// a writer the machine held off for longer than the pause. The wait's
-	// logic itself is checked without timing by the tests below.
-	if with < 10 || with < without+1 {
-		t.Fatalf("writes per commit: %.1f with the wait, %.1f without; want at least 10 and 1 more", with, without)
+	// a writer the machine held off for longer than the pause. A fresh
+	// clone's make test once measured 10.7 without the wait, the writers
+	// gathered by chance, and 11.6 with it: the pair is measured again, up
+	// to three times, before the test fails. The wait's logic itself is
+	// checked without timing by the tests below.
+	for attempt := 1; ; attempt++ {
+		without := closedLoop(t, false, 8)
+		with := closedLoop(t, true, 8)
+		t.Logf("writes per commit: %.1f without the wait, %.1f with it", without, with)
+		if with >= 10 && with >= without+1 {
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("writes per commit: %.1f with the wait, %.1f without; want at least 10 and 1 more (three measurements)", with, without)
+		}
 	}
 }
 
