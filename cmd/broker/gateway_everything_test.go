@@ -258,7 +258,7 @@ func TestGatewayServerEverything(t *testing.T) {
 		if res.IsError || !strings.Contains(res.text(), "User cancelled the URL elicitation") {
 			t.Errorf("retry: want the server's answer to a cancelled in-band elicitation, got %s", again.final)
 		}
-		if n := up.count("trigger-url-elicitation", args); n != 2 {
+		if n := len(up.received(t, "tools/call", "trigger-url-elicitation", args, 2)); n != 2 {
 			t.Errorf("the upstream saw the call %d times, want 2 (the call and its retry)", n)
 		}
 
@@ -336,13 +336,17 @@ func TestGatewayServerEverything(t *testing.T) {
 				t.Errorf("cacheScope %q, want private: %.300s", scope.CacheScope, a.final)
 			}
 		}
+		// Alice's read, then bob's, in the order they were sent.
 		aliceSession := up.request(t, "gzip-file-as-resource", args).Session
-		for _, r := range up.requests("resources/read", uri, nil) {
+		reads := up.received(t, "resources/read", uri, nil, 2)
+		for _, r := range reads {
 			if r.Session == "" {
 				t.Errorf("a resources/read outside a session: %+v", r)
 			}
 		}
-		if rs := up.requests("resources/read", uri, nil); len(rs) > 0 && rs[len(rs)-1].Session == aliceSession {
+		if len(reads) != 2 || reads[0].Session != aliceSession {
+			t.Errorf("the upstream's reads of %s: %+v, want alice's in her session %s, then bob's", uri, reads, aliceSession)
+		} else if reads[1].Session == aliceSession {
 			t.Errorf("bob's resources/read reached the upstream in alice's session %s", aliceSession)
 		}
 	})
@@ -435,12 +439,13 @@ type everythingRequest struct {
 	ProgressToken json.RawMessage
 }
 
-// requests are the requests of method for name (a tool, a resource's
-// URI) received so far whose arguments are args (nil: any).
-func (e *everything) requests(method, name string, args map[string]any) []everythingRequest {
+// requestsIn are the requests of method for name (a tool, a resource's
+// URI) whose arguments are args (nil: any) that the server's log text
+// shows.
+func requestsIn(text, method, name string, args map[string]any) []everythingRequest {
 	want, _ := json.Marshal(args)
 	var out []everythingRequest
-	for _, line := range strings.Split(e.logs.String(), "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		rest, ok := strings.CutPrefix(line, `preload: {"event":"request",`)
 		if !ok {
 			continue
@@ -456,14 +461,24 @@ func (e *everything) requests(method, name string, args map[string]any) []everyt
 	return out
 }
 
-func (e *everything) count(tool string, args map[string]any) int {
-	return len(e.requests("tools/call", tool, args))
+// received waits until the server's log shows at least n requests of
+// method for name whose arguments are args (nil: any), and returns those it
+// shows. The server writes each line before it handles the request, but
+// this process copies its stderr on a goroutine of its own: a request
+// answered is not yet a line read.
+func (e *everything) received(t *testing.T, method, name string, args map[string]any, n int) []everythingRequest {
+	t.Helper()
+	var rs []everythingRequest
+	if !e.logs.WaitUntil(func(text string) bool { rs = requestsIn(text, method, name, args); return len(rs) >= n }, e.exited, 30*time.Second) {
+		t.Fatalf("the upstream's log shows %d requests of %s %s %v, want at least %d:\n%s", len(rs), method, name, args, n, e.logs.String())
+	}
+	return rs
 }
 
 // request is the one tools/call of tool with args received.
 func (e *everything) request(t *testing.T, tool string, args map[string]any) everythingRequest {
 	t.Helper()
-	rs := e.requests("tools/call", tool, args)
+	rs := e.received(t, "tools/call", tool, args, 1)
 	if len(rs) != 1 {
 		t.Fatalf("the upstream received %d calls of %s %v, want 1:\n%s", len(rs), tool, args, e.logs.String())
 	}
