@@ -305,8 +305,16 @@ func TestGatewayEnterprise(t *testing.T) {
 		}
 	}
 
-	logs := s.proc.logs.String()
-	for _, want := range []string{`"event":"upstream_idjag_issued"`, `"outcome":"idp_refused"`, `"outcome":"no_idp_session"`} {
+	audits := []string{`"event":"upstream_idjag_issued"`, `"outcome":"idp_refused"`, `"outcome":"no_idp_session"`}
+	logs := logsWhen(s.proc.logs, s.proc.exited, func(logs string) bool {
+		for _, want := range audits {
+			if !strings.Contains(logs, want) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, want := range audits {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the broker's audit log has no %s:\n%s", want, grepLines(logs, `{"time"`))
 		}

@@ -223,6 +223,13 @@ func (e asEvent) String() string {
 // asEvents are the authorization servers' events so far.
 func asEvents(p *nodeProc) []asEvent { return jsonLines[asEvent](p.stdout.String()) }
 
+// asEventsSince returns the authorization servers' events from mark on,
+// once cond holds for them (waiting at most 30 s: see logsWhen).
+func asEventsSince(p *nodeProc, mark int, cond func([]asEvent) bool) []asEvent {
+	text := logsWhen(&p.stdout, p.exited, func(text string) bool { return cond(jsonLines[asEvent](text)[mark:]) })
+	return jsonLines[asEvent](text)[mark:]
+}
+
 // filterAS returns the events that match keep.
 func filterAS(events []asEvent, keep func(asEvent) bool) []asEvent {
 	var out []asEvent
@@ -380,8 +387,30 @@ func TestGatewayOIDCProvider(t *testing.T) {
 			if h.asked() != 1 {
 				fail(t, "whoami asked %d times to connect, want once", h.asked())
 			}
-			ev := asEvents(as)[mark:]
-			auths := filterAS(ev, func(e asEvent) bool { return e.AS == c.as && e.Route == "authorization" && e.ClientID != "" })
+			isAuth := func(e asEvent) bool { return e.AS == c.as && e.Route == "authorization" && e.ClientID != "" }
+			// The connect's requests at the authorization server: the
+			// registration or the metadata document's fetch, the
+			// authorization, the code exchange.
+			ev := asEventsSince(as, mark, func(ev []asEvent) bool {
+				auths := filterAS(ev, isAuth)
+				if len(auths) == 0 {
+					return false
+				}
+				switch c.method {
+				case "cimd":
+					if !slices.ContainsFunc(ev, func(e asEvent) bool { return e.Event == "fetch" && e.URL == cimdURL && e.Status == 200 }) {
+						return false
+					}
+				case "dcr":
+					if !slices.ContainsFunc(ev, func(e asEvent) bool { return e.Route == "registration" }) {
+						return false
+					}
+				}
+				return slices.ContainsFunc(ev, func(e asEvent) bool {
+					return e.Route == "token" && e.GrantType == "authorization_code" && e.ClientID == auths[0].ClientID && e.Status == 200
+				})
+			})
+			auths := filterAS(ev, isAuth)
 			if len(auths) == 0 {
 				fail(t, "%s saw no authorization request: %v", c.as, ev)
 			}
@@ -459,8 +488,9 @@ func TestGatewayOIDCProvider(t *testing.T) {
 				fail(t, "call %d: %v %q", i, errs[i], answers[i])
 			}
 		}
-		ev := asEvents(as)[mark:]
-		refreshes := filterAS(ev, func(e asEvent) bool { return e.Route == "token" && e.GrantType == "refresh_token" })
+		isRefresh := func(e asEvent) bool { return e.Route == "token" && e.GrantType == "refresh_token" }
+		ev := asEventsSince(as, mark, func(ev []asEvent) bool { return slices.ContainsFunc(ev, isRefresh) })
+		refreshes := filterAS(ev, isRefresh)
 		if len(refreshes) != 1 || refreshes[0].ClientID != id || refreshes[0].Status != 200 || fmt.Sprint(refreshes[0].Resource) != a.url {
 			fail(t, "refreshes after the access token was withdrawn: %v; want one of client %s with resource %s", refreshes, id, a.url)
 		}
@@ -483,11 +513,15 @@ func TestGatewayOIDCProvider(t *testing.T) {
 		if h.asked() != asked+1 || !strings.Contains(text, "account=alice ") {
 			fail(t, "after the revocation: %d elicitations (want %d), whoami %q", h.asked(), asked+1, text)
 		}
-		ev := asEvents(as)[mark:]
-		refused := filterAS(ev, func(e asEvent) bool {
+		isRefused := func(e asEvent) bool {
 			return e.Route == "token" && e.GrantType == "refresh_token" && e.ClientID == id && e.Status == http.StatusBadRequest
+		}
+		isAgain := func(e asEvent) bool { return e.Route == "authorization" && e.ClientID == id }
+		ev := asEventsSince(as, mark, func(ev []asEvent) bool {
+			return slices.ContainsFunc(ev, isRefused) && slices.ContainsFunc(ev, isAgain)
 		})
-		again := filterAS(ev, func(e asEvent) bool { return e.Route == "authorization" && e.ClientID == id })
+		refused := filterAS(ev, isRefused)
+		again := filterAS(ev, isAgain)
 		if len(refused) != 1 || len(again) == 0 {
 			fail(t, "after the revocation the broker tried %d refreshes refused (want 1) and %d authorizations: %v", len(refused), len(again), ev)
 		}
@@ -507,8 +541,9 @@ func TestGatewayOIDCProvider(t *testing.T) {
 		if !strings.Contains(consent, oidcScopeWrite) {
 			t.Errorf("the broker's consent page does not name the added scope %s:\n%s", oidcScopeWrite, consent)
 		}
-		ev := asEvents(as)[mark:]
-		auths := filterAS(ev, func(e asEvent) bool { return e.Route == "authorization" && e.ClientID == id })
+		isAuth := func(e asEvent) bool { return e.Route == "authorization" && e.ClientID == id }
+		ev := asEventsSince(as, mark, func(ev []asEvent) bool { return slices.ContainsFunc(ev, isAuth) })
+		auths := filterAS(ev, isAuth)
 		if len(auths) == 0 {
 			fail(t, "no authorization request for the step-up: %v", ev)
 		}

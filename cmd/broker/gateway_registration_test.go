@@ -241,7 +241,10 @@ func TestGatewayRegistrationDropped(t *testing.T) {
 	if !strings.Contains(s.seen.String()[seen:], "no longer knows the broker's registration") {
 		fail("the call's connect request does not say the server forgot the broker's registration:\n%s", s.seen.String()[seen:])
 	}
-	if logs := s.proc.logs.String(); !strings.Contains(logs, `"event":"upstream_registration_dropped"`) || !strings.Contains(logs, `"client":"`+first+`"`) {
+	dropped := func(logs string) bool {
+		return strings.Contains(logs, `"event":"upstream_registration_dropped"`) && strings.Contains(logs, `"client":"`+first+`"`)
+	}
+	if !s.proc.logs.WaitUntil(dropped, s.proc.exited, 30*time.Second) {
 		fail("no upstream_registration_dropped audit event naming %s", first)
 	}
 

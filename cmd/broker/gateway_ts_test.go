@@ -140,21 +140,24 @@ func TestGatewayTypeScriptUpstream(t *testing.T) {
 				t.Fatalf("call %d answered %q", i, text)
 			}
 		}
-		if n := len(tsSessionRE.FindAllString(up.stdout.String(), -1)); n != 1 {
+		log := logsWhen(&up.stdout, up.exited, tsSessionRE.MatchString)
+		if n := len(tsSessionRE.FindAllString(log, -1)); n != 1 {
 			fail(t, "the upstream initialized %d sessions, want 1", n)
 		}
 	})
 
 	t.Run("after the upstream restarts its session is opened again", func(t *testing.T) {
+		up.stop(syscall.SIGINT) // and its output is all copied
 		old := tsSessionRE.FindStringSubmatch(up.stdout.String())
-		up.stop(syscall.SIGINT)
 		up = upstream()
 		ups = append(ups, up)
 		asked := h.asked()
 		if text := h.call(t, ctx, "greet", map[string]any{"name": "again"}); text != "Hello, again!" || h.asked() != asked {
 			fail(t, "after the restart greet answered %q with %d more elicitations", text, h.asked()-asked)
 		}
-		log := up.stdout.String()
+		log := logsWhen(&up.stdout, up.exited, func(log string) bool {
+			return old == nil || strings.Contains(log, "Received MCP request for session: "+old[1]) && tsSessionRE.MatchString(log)
+		})
 		if old == nil || !strings.Contains(log, "Received MCP request for session: "+old[1]) {
 			fail(t, "the restarted upstream never saw the old session %v", old)
 		}
@@ -204,7 +207,8 @@ func TestGatewayTypeScriptUpstream(t *testing.T) {
 	if text := h2.call(t, ctx, "greet", map[string]any{"name": "Alice"}); text != "Hello, Alice!" || h2.asked() != 1 {
 		fail(t, "after the expiry greet answered %q after %d elicitations, want one", text, h2.asked())
 	}
-	lines := auditLines(s.proc.logs.String(), "needs_reconnect")
+	reconnects := func(logs string) bool { return len(auditLines(logs, "needs_reconnect")) >= 1 }
+	lines := auditLines(logsWhen(s.proc.logs, s.proc.exited, reconnects), "needs_reconnect")
 	if len(lines) != 1 || field(lines[0], "provider") != "ts" || !strings.Contains(field(lines[0], "outcome"), "no refresh token") {
 		fail(t, "needs_reconnect audit events: %v", lines)
 	}

@@ -183,6 +183,19 @@ func (d *devBroker) WaitStderr(text string, timeout time.Duration) bool {
 	return d.stderr.WaitFor(text, d.exited, timeout)
 }
 
+// logsWhen waits (at most 30 s, woken by every write) until cond holds for
+// buf, the captured output of a child process, and returns buf's text then,
+// for the caller's own checks. The child writes a line before it sends the
+// answer the test sees, but the test copies the child's pipe into buf on a
+// goroutine of its own: right after the answer the line can still be on its
+// way. gone is closed once the child has exited (its output all copied).
+// On a timeout the text is returned as it is, for the caller's check to
+// fail on and show.
+func logsWhen(buf *logbuf.Buffer, gone <-chan struct{}, cond func(text string) bool) string {
+	buf.WaitUntil(cond, gone, 30*time.Second)
+	return buf.String()
+}
+
 // Stop sends SIGTERM and waits for a graceful exit.
 func (d *devBroker) Stop() {
 	select {

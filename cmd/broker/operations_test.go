@@ -679,8 +679,11 @@ func TestKeepAlive(t *testing.T) {
 	if !strings.Contains(string(m), `credbroker_keepalive_refreshes_total{outcome="refreshed",provider="demo"}`) {
 		t.Fatalf("no keep-alive metric:\n%s", grepLines(string(m), "credbroker_keepalive"))
 	}
-	if l := grepLines(s.proc.logs.String(), `{"time"`); !strings.Contains(l, "keep-alive: this process runs the passes") {
-		t.Fatalf("the keep-alive loop did not start:\n%s", l)
+	started := func(logs string) bool {
+		return strings.Contains(grepLines(logs, `{"time"`), "keep-alive: this process runs the passes")
+	}
+	if !s.proc.logs.WaitUntil(started, s.proc.exited, 30*time.Second) {
+		t.Fatalf("the keep-alive loop did not start:\n%s", grepLines(s.proc.logs.String(), `{"time"`))
 	}
 }
 

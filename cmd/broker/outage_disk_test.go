@@ -177,8 +177,11 @@ func TestStorageOutageFailingDisk(t *testing.T) {
 			t.Errorf("the metrics count no refusal at %s:\n%s", door, grepLines(m, "credbroker_store_unavailable"))
 		}
 	}
-	if log := d.Stderr(); !strings.Contains(log, "input/output error") || !strings.Contains(log, filepath.Join(disk.Dir, "broker.db")) {
-		t.Errorf("the log names neither the cause nor the file:\n%s", grepLines(log, `{"time"`))
+	named := func(log string) bool {
+		return strings.Contains(log, "input/output error") && strings.Contains(log, filepath.Join(disk.Dir, "broker.db"))
+	}
+	if !d.stderr.WaitUntil(named, d.exited, 30*time.Second) {
+		t.Errorf("the log names neither the cause nor the file:\n%s", grepLines(d.Stderr(), `{"time"`))
 	}
 
 	// The disk works again: the same process writes at every door within

@@ -382,7 +382,7 @@ func TestGatewayReplicasRegistrationDropped(t *testing.T) {
 	if len(regs) != 2 || regs[1] == regs[0] || stored() != regs[1] || hB.asked() != 1 {
 		fail("after the call through b: registrations %v, stored %q, %d links on b; want a second registration, stored, after one link", regs, stored(), hB.asked())
 	}
-	if !strings.Contains(s.b.logs.String(), `"event":"upstream_registration_dropped"`) {
+	if !s.b.logs.WaitFor(`"event":"upstream_registration_dropped"`, s.b.exited, 30*time.Second) {
 		fail("replica b recorded no upstream_registration_dropped")
 	}
 	hA.call(t, ctx, "echo", map[string]any{"text": "three"})

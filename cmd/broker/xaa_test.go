@@ -243,8 +243,8 @@ func TestEnterpriseManagedAuthorizationReplicas(t *testing.T) {
 	if r, ok := run.find("replay"); !ok || !strings.Contains(r.Message, "invalid_grant") || !strings.Contains(r.Message, "used before") {
 		t.Fatalf("the ID-JAG redeemed on a, replayed on b: %+v\n%s", run.events, logs)
 	}
-	if !strings.Contains(s.a.logs.String(), `"msg":"audit: idjag_granted"`) || !strings.Contains(s.b.logs.String(), `"outcome":"replayed"`) {
-		t.Fatalf("granted on a and refused on b are not in the replicas' audit logs:\n%s", logs)
+	if !s.a.logs.WaitFor(`"msg":"audit: idjag_granted"`, s.a.exited, 30*time.Second) || !s.b.logs.WaitFor(`"outcome":"replayed"`, s.b.exited, 30*time.Second) {
+		t.Fatalf("granted on a and refused on b are not in the replicas' audit logs:\na:\n%s\nb:\n%s", s.a.logs.String(), s.b.logs.String())
 	}
 }
 
