@@ -1113,7 +1113,9 @@ func TestSessionOpeningBounded(t *testing.T) {
 		}
 	}))
 	t.Cleanup(func() { close(release); silent.Close() })
-	p := newPool(t, Options{OpenTimeout: 500 * time.Millisecond})
+	// The opening outlives both callers' 100 ms by far, so a second caller
+	// that starts late on a busy machine still finds it.
+	p := newPool(t, Options{OpenTimeout: 3 * time.Second})
 	target := Target{Provider: "silent", URL: silent.URL + "/mcp"}
 	call := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -1135,6 +1137,9 @@ func TestSessionOpeningBounded(t *testing.T) {
 			t.Fatal("a caller waited for the silent server past its deadline")
 		}
 	}
+	// The callers gave up after 100 ms, whether or not the opening's
+	// request had reached the server by then.
+	waitFor(t, "the opening's request to reach the server", func() bool { return requests.Load() >= 1 })
 	if n := requests.Load(); n != 1 {
 		t.Fatalf("%d openings for two callers at once, want 1", n)
 	}
