@@ -492,9 +492,11 @@ func runImage(t *testing.T, rt *containerRuntime, tag string, stamp map[string]s
 	}
 
 	// `podman stop` sends SIGTERM to the broker (PID 1): it must shut down
-	// cleanly, well before podman's 10 s kill.
+	// cleanly, well before podman's kill after 30 s (a kill exits 137,
+	// which the exit status below catches too). podman's own stop takes
+	// seconds on a busy machine, hence the room.
 	stopStart := time.Now()
-	if out, err := rt.podmanErr("stop", "--time", "10", name); err != nil {
+	if out, err := rt.podmanErr("stop", "--time", "30", name); err != nil {
 		t.Errorf("podman stop: %v %s", err, out)
 	}
 	select {
@@ -508,7 +510,7 @@ func runImage(t *testing.T, rt *containerRuntime, tag string, stamp map[string]s
 	case <-ctx.Done():
 		t.Fatal("the container did not exit after podman stop")
 	}
-	if d := time.Since(stopStart); d > 8*time.Second {
+	if d := time.Since(stopStart); d > 25*time.Second {
 		t.Errorf("stopping took %s: SIGTERM did not reach the broker", d)
 	}
 	if !strings.Contains(logBuf.String(), "shutting down") {
