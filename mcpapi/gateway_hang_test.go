@@ -14,10 +14,10 @@ import (
 
 // TestGatewaySilentUpstream: an upstream that takes the connection and
 // never answers (not even the session's opening, server/discover) gets
-// the host the usual timeout answer within the entry's call_timeout (2 s
+// the host the usual timeout answer within the entry's call_timeout (3 s
 // here), in both eras: the session, the tool list the call needs first
 // and the call itself share that time, so the answer comes before twice
-// it (1.5 s of slack for a busy machine). server/discover and a
+// it (2.5 s of slack for a busy machine). server/discover and a
 // 2025-11-25 initialize, which wait for the upstream's capabilities and
 // instructions, answer within the same time with the broker's own.
 func TestGatewaySilentUpstream(t *testing.T) {
@@ -37,7 +37,7 @@ func TestGatewaySilentUpstream(t *testing.T) {
 		return `  silent:
     display_name: Silent
     type: mcp
-    mcp: {url: ` + silent.URL + `/mcp, auth: none, call_timeout: 2s}
+    mcp: {url: ` + silent.URL + `/mcp, auth: none, call_timeout: 3s}
 `
 	}, func(o *Options) {
 		o.Upstreams = mcpup.New(mcpup.Options{Tokens: hh.client.UpstreamTokens()}) // OpenTimeout a minute
@@ -55,10 +55,10 @@ func TestGatewaySilentUpstream(t *testing.T) {
 		start := time.Now()
 		d := decode(t, h.do(rawCall{path: "/mcp/u/silent", headers: hd, body: body}).body)
 		took := time.Since(start)
-		if isErr, _ := d.Result["isError"].(bool); !isErr || !strings.Contains(textOf(d), "Silent did not answer within 2 s") {
+		if isErr, _ := d.Result["isError"].(bool); !isErr || !strings.Contains(textOf(d), "Silent did not answer within 3 s") {
 			t.Fatalf("call %d (legacy %v), after %v: %+v %+v, want the timeout answer", i+1, legacy, took, d.Result, d.Error)
 		}
-		if took > 3500*time.Millisecond {
+		if took > 5500*time.Millisecond {
 			t.Fatalf("call %d answered after %v: the call's time was spent twice", i+1, took)
 		}
 	}
@@ -80,7 +80,7 @@ func TestGatewaySilentUpstream(t *testing.T) {
 				"Authorization": "Bearer " + bearer, "MCP-Protocol-Version": versionModern, "Mcp-Method": "server/discover"},
 				body: modernBody(1, "server/discover", urlCaps, nil)}).body)
 		}
-		if took := time.Since(start); d.Error != nil || !strings.HasPrefix(fmt.Sprint(d.Result["instructions"]), "This is Silent through credbroker") || took > 3500*time.Millisecond {
+		if took := time.Since(start); d.Error != nil || !strings.HasPrefix(fmt.Sprint(d.Result["instructions"]), "This is Silent through credbroker") || took > 5500*time.Millisecond {
 			t.Fatalf("legacy %v: after %v: %+v %+v", legacy, took, d.Result, d.Error)
 		}
 	}

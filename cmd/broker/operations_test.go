@@ -243,7 +243,7 @@ func newOpsServe(t *testing.T, demoOpts demoprovider.Options, extra map[string]s
 		"APPS_WEBHOOK_SECRET=" + s.secret, "BROKER_STORE=", "BROKER_KEYS_FILE=", "BROKER_WEBHOOK_URL=", "BROKER_ADMIN_CLAIM="}
 	s.args = append([]string{"--public-url", public, "--issuer", s.idp.Issuer(), "--client-id", devClientID,
 		"--providers", s.providers, "--store", "bolt:" + s.dbPath, "--log-format", "json", "--mcp-auth", "issuer",
-		"--webhooks-file", hooksFile, "--webhook-timeout", "1s", "--webhook-backoff", "200ms", "--webhook-poll", "100ms",
+		"--webhooks-file", hooksFile, "--webhook-timeout", "5s", "--webhook-backoff", "200ms", "--webhook-poll", "100ms",
 		"--admin-addr", s.adminAddr, "--admin-claim", "groups=credbroker-admins"}, flags...)
 	s.start()
 	s.lb.add("a", s.proc.base)
@@ -701,7 +701,7 @@ func TestWebhooksReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newReplicaStackWith(t, []string{"alice"},
-		[]string{"--webhooks-file", file, "--webhook-poll", "50ms", "--webhook-timeout", "2s"},
+		[]string{"--webhooks-file", file, "--webhook-poll", "50ms", "--webhook-timeout", "10s"},
 		[]string{"APPS_WEBHOOK_SECRET=" + secret})
 	// The test writes 200 connections through the broker's own hook, as a
 	// third process sharing the database would (the admin command does).
