@@ -11,7 +11,8 @@ import (
 
 // upstreamSeries is what rec holds of credbroker_upstream_requests_total
 // ("provider method era outcome" → count) and of the count of
-// credbroker_upstream_request_duration_seconds ("provider method" → count).
+// credbroker_upstream_request_duration_seconds (the same keys → count of
+// observations).
 func upstreamSeries(t *testing.T, rec *telemetry.Recorder) (requests, timed map[string]float64) {
 	t.Helper()
 	mfs, err := rec.Registry().Gather()
@@ -29,7 +30,7 @@ func upstreamSeries(t *testing.T, rec *telemetry.Recorder) (requests, timed map[
 			case "credbroker_upstream_requests_total":
 				requests[strings.Join([]string{labels["provider"], labels["method"], labels["era"], labels["outcome"]}, " ")] = m.GetCounter().GetValue()
 			case "credbroker_upstream_request_duration_seconds":
-				timed[labels["provider"]+" "+labels["method"]] = float64(m.GetHistogram().GetSampleCount())
+				timed[strings.Join([]string{labels["provider"], labels["method"], labels["era"], labels["outcome"]}, " ")] = float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}
@@ -84,10 +85,12 @@ func TestMCPUpstreamMetrics(t *testing.T) {
 				t.Errorf("credbroker_upstream_requests_total{provider,method,era,outcome}: %q, want %q", got, c.want)
 			}
 			for _, series := range c.want {
-				f := strings.Fields(series)
-				if n := timed[f[0]+" "+f[1]]; n != 1 {
-					t.Errorf("credbroker_upstream_request_duration_seconds{provider=%s,method=%s}: %v observations, want 1", f[0], f[1], n)
+				if n := timed[series]; n != 1 {
+					t.Errorf("credbroker_upstream_request_duration_seconds{provider,method,era,outcome} %s: %v observations, want 1", series, n)
 				}
+			}
+			if len(timed) != len(c.want) {
+				t.Errorf("credbroker_upstream_request_duration_seconds series: %v, want one for each of %q", timed, c.want)
 			}
 		})
 	}

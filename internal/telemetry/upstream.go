@@ -11,7 +11,7 @@ import (
 // "registration"), the upstream's protocol era and outcome.
 //
 //	credbroker_upstream_requests_total{provider,method,era,outcome}
-//	credbroker_upstream_request_duration_seconds{provider,method}
+//	credbroker_upstream_request_duration_seconds{provider,method,era,outcome}
 
 // Outcomes of an upstream request (the outcome label).
 const (
@@ -26,6 +26,8 @@ const (
 
 var upstreamOutcomes = []string{UpstreamOK, UpstreamInputRequired, UpstreamRPCError, UpstreamUnauthorized, UpstreamScope, UpstreamTimeout, UpstreamFailed}
 
+var upstreamEras = []string{"none", "2026-07-28", "2025-11-25"}
+
 var upstreamMethods = []string{"discovery", "registration", "server/discover", "initialize", "tools/list", "tools/call",
 	"prompts/list", "prompts/get", "resources/list", "resources/read", "resources/templates/list", "completion/complete", "ping"}
 
@@ -39,7 +41,7 @@ func newUpstreamMetrics(reg *prometheus.Registry) *upstreamMetrics {
 		requests: counterVec("credbroker_upstream_requests_total",
 			"Requests to upstream MCP servers (the gateway), by provider, method, the upstream's era and outcome.", "provider", "method", "era", "outcome"),
 		duration: histogramVec("credbroker_upstream_request_duration_seconds", providerBuckets,
-			"Latency of requests to upstream MCP servers.", "provider", "method"),
+			"Latency of requests to upstream MCP servers, by provider, method, the upstream's era and outcome.", "provider", "method", "era", "outcome"),
 	}
 	reg.MustRegister(m.requests, m.duration)
 	return m
@@ -60,8 +62,9 @@ func (r *Recorder) Upstream(provider, method, era, outcome string, elapsed time.
 	if era == "" {
 		era = "none"
 	}
-	r.upstream.requests.WithLabelValues(p, m, bounded(era, []string{"none", "2026-07-28", "2025-11-25"}), bounded(outcome, upstreamOutcomes)).Inc()
+	e, o := bounded(era, upstreamEras), bounded(outcome, upstreamOutcomes)
+	r.upstream.requests.WithLabelValues(p, m, e, o).Inc()
 	if elapsed > 0 {
-		r.upstream.duration.WithLabelValues(p, m).Observe(elapsed.Seconds())
+		r.upstream.duration.WithLabelValues(p, m, e, o).Observe(elapsed.Seconds())
 	}
 }
