@@ -723,6 +723,14 @@ func (m *MCP) discover(ctx context.Context, k *Client, p *Provider) (*upstreamAu
 	var prm *oauthex.ProtectedResourceMetadata
 	var other, refused, refusedKind string
 	places, challenged := prmURLs(ctx, client, m.up.URL)
+	// The documents are read here rather than by the go-sdk's
+	// oauthex.GetProtectedResourceMetadata, which refuses in text only:
+	// the operator's answer names the resource a document gave and the
+	// host that redirected, and a document at the root may name mcp.url
+	// as well as the origin (where the go-sdk takes the origin only). Its
+	// other checks hold here too: the document's URL is https (loopback
+	// http when allowed), and the authorization server must be on an
+	// allowed host and serve RFC 8414 metadata over https.
 	for _, u := range places {
 		got, err := fetchJSON[oauthex.ProtectedResourceMetadata](ctx, client, u.url)
 		switch {
